@@ -1,0 +1,48 @@
+"""sparsewire: distributed sparse matrix multiplication that moves as few bytes as the sparsity allows.
+
+Pipeline: load (:mod:`sparsewire.io`, :mod:`sparsewire.generators`) -> partition
+(:mod:`sparsewire.partition`) -> plan (:mod:`sparsewire.plan`) -> execute
+(:mod:`sparsewire.exec.spmm`, needs MPI) -> report (:mod:`sparsewire.plan.stats`).
+
+Importing ``sparsewire`` does not initialise MPI; only :mod:`sparsewire.comm` and
+:mod:`sparsewire.exec` do.
+"""
+
+from sparsewire.errors import InputError, PlanMismatchError, SparsewireError
+from sparsewire.generators import deterministic_dense
+from sparsewire.io import load_matrix
+from sparsewire.partition import RowPartition, balanced_nnz, even_rows, partition_matrix
+from sparsewire.plan import (
+    CommPlan,
+    PlanStats,
+    RankPlan,
+    Strategy,
+    build_plan,
+    build_rank_plan_collective,
+    minimum_vertex_cover,
+    plan_stats,
+    rowwise_stats,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CommPlan",
+    "InputError",
+    "PlanMismatchError",
+    "PlanStats",
+    "RankPlan",
+    "RowPartition",
+    "SparsewireError",
+    "Strategy",
+    "balanced_nnz",
+    "build_plan",
+    "build_rank_plan_collective",
+    "deterministic_dense",
+    "even_rows",
+    "load_matrix",
+    "minimum_vertex_cover",
+    "partition_matrix",
+    "plan_stats",
+    "rowwise_stats",
+]

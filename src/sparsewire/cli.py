@@ -1,0 +1,258 @@
+"""The ``sparsewire`` command line: ``analyze`` (no MPI) and ``spmm`` (under mpiexec).
+
+Every user error prints one line ``sparsewire: error: <problem>; <fix>`` on rank 0 and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from sparsewire import __version__
+from sparsewire.errors import InputError, SparsewireError
+from sparsewire.report import format_bytes, format_table
+
+__all__ = ["main", "build_parser"]
+
+MATRIX_HELP = (
+    "a .mtx/.mtx.gz (Matrix Market), .txt/.txt.gz (SNAP edge list) or .npz file, or a generator spec: "
+    "rmat:SCALE:EDGE_FACTOR[:SEED], delaunay:N[:SEED], stencil2d:NX[:NY], stencil3d:N[:7|27], "
+    "uniform:ROWS[xCOLS]:PER_ROW[:SEED]"
+)
+DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports errors as one InputError line instead of its usage dump."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse hook
+        raise InputError(f"{message}; see '{self.prog} --help'")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = _Parser(
+        prog="sparsewire",
+        description="Distributed sparse x dense matrix multiplication that moves as few bytes as the sparsity allows.",
+    )
+    parser.add_argument("--version", action="version", version=f"sparsewire {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    analyze = commands.add_parser(
+        "analyze",
+        help="communication volume of each strategy for P ranks (no MPI needed)",
+        description=(
+            "Plan C = A @ B for P ranks from the global matrix and print, per strategy, the bytes moved per "
+            "multiply, messages, the busiest rank's bytes, setup bytes and planning time. Needs no MPI."
+        ),
+    )
+    analyze.add_argument("matrix", help=MATRIX_HELP)
+    analyze.add_argument("--ranks", "-P", type=_positive_int, required=True, help="number of ranks P")
+    analyze.add_argument("--k", type=_positive_int, default=32, help="columns of B (default: 32)")
+    analyze.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="element type; float32 is the papers' unit (default: float32)")
+    analyze.add_argument(
+        "--strategies", default="block,rowwise,column,row,joint", help="comma-separated list or 'all' (default: all five)"
+    )
+    analyze.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition: even rows or balanced nonzeros (default: even)")
+    analyze.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
+    analyze.add_argument("--json", action="store_true", help="print exactly one JSON object instead of a table")
+    analyze.set_defaults(handler=_run_analyze)
+
+    spmm = commands.add_parser(
+        "spmm",
+        help="run distributed C = A @ B under mpiexec",
+        description=(
+            "Run C = A @ B on the ranks of mpiexec -n P with B[i, j] = ((7i + 13j) mod 17)/17 - 0.5. Rank 0 loads "
+            "the matrix and hands each rank its rows; the ranks plan collectively, then multiply --repeat times "
+            "after one warm-up. Several strategies or modes (comma-separated, or 'all') print a comparison table."
+        ),
+    )
+    spmm.add_argument("matrix", help=MATRIX_HELP)
+    spmm.add_argument("--k", type=_positive_int, default=32, help="columns of B (default: 32)")
+    spmm.add_argument("--dtype", choices=sorted(DTYPES), default="float64", help="element type (default: float64)")
+    spmm.add_argument("--strategy", default="joint", help="block, column, row, joint, a comma list, or all (default: joint)")
+    spmm.add_argument("--mode", default="overlap", help="bulk, overlap, a comma list, or all (default: overlap)")
+    spmm.add_argument("--repeat", type=_positive_int, default=10, help="timed multiplies per run (default: 10)")
+    spmm.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition (default: even)")
+    spmm.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
+    spmm.add_argument("--check", action="store_true", help="gather C on rank 0 and compare with SciPy (max_abs_error)")
+    spmm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
+    spmm.set_defaults(handler=_run_spmm)
+    return parser
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    from sparsewire.io import load_matrix
+    from sparsewire.partition import partition_matrix
+    from sparsewire.plan.plan import build_plan
+    from sparsewire.plan.stats import plan_stats, rowwise_stats
+    from sparsewire.plan.strategies import Strategy, parse_strategies
+
+    strategies = parse_strategies(args.strategies)
+    element_bytes = np.dtype(DTYPES[args.dtype]).itemsize
+    matrix = load_matrix(args.matrix, symmetrize=args.symmetrize)
+    row_partition, col_partition = partition_matrix(matrix, args.ranks, args.partition)
+    entries = []
+    for strategy in strategies:
+        if not args.json:
+            print(f"planning {strategy.value} ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        if strategy is Strategy.ROWWISE:
+            stats = rowwise_stats(matrix, row_partition, col_partition, args.k, element_bytes)
+        else:
+            plan = build_plan(matrix, row_partition, col_partition, strategy)
+            stats = plan_stats(plan.ranks, args.k, element_bytes)
+        entry = stats.as_dict()
+        entry["plan_seconds"] = round(time.perf_counter() - started, 6)
+        entries.append(entry)
+    report = {
+        "matrix": {"path": args.matrix, "n_rows": int(matrix.shape[0]), "n_cols": int(matrix.shape[1]), "nnz": int(matrix.nnz)},
+        "ranks": args.ranks,
+        "k": args.k,
+        "element_bytes": element_bytes,
+        "partition": args.partition,
+        "strategies": entries,
+    }
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(
+        f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nonzeros; "
+        f"P = {args.ranks}, k = {args.k}, {args.dtype}, {args.partition} partition"
+    )
+    baseline = next((e["total_bytes"] for e in entries if e["name"] == "block"), None)
+    rows = []
+    for e in entries:
+        ratio = f"{e['total_bytes'] / baseline:.4f}" if baseline else "-"
+        rows.append(
+            [
+                e["name"],
+                e["total_bytes"],
+                format_bytes(e["total_bytes"]),
+                ratio,
+                e["messages"],
+                format_bytes(e["max_rank_send_bytes"]),
+                format_bytes(e["max_rank_recv_bytes"]),
+                format_bytes(e["setup_bytes"]),
+                f"{e['plan_seconds']:.3f}",
+            ]
+        )
+    headers = ["strategy", "bytes/multiply", "", "vs block", "messages", "max send", "max recv", "setup", "plan s"]
+    print(format_table(headers, rows))
+    return 0
+
+
+def _run_spmm(args: argparse.Namespace) -> int:
+    from sparsewire.plan.strategies import parse_strategies
+    from sparsewire.exec.spmm import parse_modes
+
+    strategies = parse_strategies(args.strategy, executable_only=True)
+    modes = parse_modes(args.mode)
+
+    from mpi4py import MPI
+
+    from sparsewire.comm.runtime import limit_threads_per_rank
+    from sparsewire.exec.session import run_spmm_session
+
+    comm = MPI.COMM_WORLD
+    threads = limit_threads_per_rank(comm)
+    progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
+    results = run_spmm_session(
+        comm,
+        args.matrix,
+        strategies,
+        modes,
+        k=args.k,
+        dtype=DTYPES[args.dtype],
+        repeat=args.repeat,
+        partition=args.partition,
+        check=args.check,
+        symmetrize=args.symmetrize,
+        progress=progress,
+    )
+    if comm.Get_rank() != 0:
+        return 0
+    failed = any(r["measured_bytes"] != r["planned_bytes"] or not r.get("check_passed", True) for r in results)
+    if args.json:
+        if len(results) == 1:
+            print(json.dumps(results[0]))
+        else:
+            common = {key: results[0][key] for key in ("matrix", "n_rows", "n_cols", "nnz", "ranks", "k", "dtype")}
+            print(json.dumps({**common, "runs": results}))
+        return 1 if failed else 0
+    first = results[0]
+    print(
+        f"{first['matrix']}: {first['n_rows']} x {first['n_cols']}, {first['nnz']} nonzeros; P = {first['ranks']}, "
+        f"k = {first['k']}, {first['dtype']}, {threads} thread(s) per rank, {args.repeat} timed multiplies"
+    )
+    baseline = next((r["median_seconds"] for r in results if r["strategy"] == "block"), None)
+    rows = []
+    for r in results:
+        rows.append(
+            [
+                r["strategy"],
+                r["mode"],
+                format_bytes(r["planned_bytes"]),
+                "yes" if r["measured_bytes"] == r["planned_bytes"] else f"NO ({r['measured_bytes']})",
+                r["messages"],
+                f"{r['median_seconds'] * 1e3:.3f}",
+                f"{r['min_seconds'] * 1e3:.3f}",
+                f"{baseline / r['median_seconds']:.2f}x" if baseline else "-",
+                f"{r['plan_seconds']:.3f}",
+            ]
+            + ([f"{r['max_abs_error']:.2e}"] if args.check else [])
+        )
+    headers = ["strategy", "mode", "bytes/multiply", "measured=planned", "messages", "median ms", "min ms", "speedup vs block", "plan s"]
+    print(format_table(headers + (["max abs error"] if args.check else []), rows))
+    if failed:
+        print("sparsewire: error: a run moved other bytes than planned or failed --check; see the table", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _is_root() -> bool:
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return True
+    return mpi.COMM_WORLD.Get_rank() == 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``sparsewire`` console script and ``python -m sparsewire``."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return args.handler(args)
+    except SparsewireError as error:
+        if _is_root():
+            print(f"sparsewire: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception:
+        mpi = sys.modules.get("mpi4py.MPI")
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+            # One rank failing would leave the others waiting forever in a collective (mpi4py.run does the same).
+            import traceback
+
+            traceback.print_exc()
+            sys.stderr.flush()
+            mpi.COMM_WORLD.Abort(1)
+        raise

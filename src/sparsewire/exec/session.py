@@ -1,0 +1,157 @@
+"""A distributed SpMM session: load on rank 0, partition, hand out rows, plan, run, check.
+
+This is the ``load -> partition -> plan -> execute -> report`` pipeline of ``sparsewire spmm``,
+as a collective function that returns the result rows (on rank 0) for the CLI to print.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from mpi4py import MPI
+
+from sparsewire.comm.runtime import agree_on_error
+from sparsewire.exec.spmm import SpmmExecutor
+from sparsewire.generators import deterministic_dense
+from sparsewire.io import load_matrix, nonfinite_entries
+from sparsewire.partition import RowPartition, partition_matrix
+from sparsewire.plan.plan import build_rank_plan_collective
+from sparsewire.plan.stats import plan_stats, rank_send_summary
+from sparsewire.plan.strategies import Strategy
+
+__all__ = ["DistributedMatrix", "distribute_matrix", "run_spmm_session", "check_tolerance"]
+
+
+@dataclass(frozen=True)
+class DistributedMatrix:
+    """One rank's rows of A (global column indices) and the partitions they came from."""
+
+    local_rows: sp.csr_array
+    row_partition: RowPartition
+    col_partition: RowPartition
+    shape: tuple[int, int]
+    nnz: int
+
+
+def distribute_matrix(comm: MPI.Comm, matrix: sp.csr_array | None, partition: str) -> DistributedMatrix:
+    """Collective. Rank 0 holds ``matrix`` (others pass None); every rank gets its rows."""
+    size = comm.Get_size()
+    if comm.Get_rank() == 0:
+        row_partition, col_partition = partition_matrix(matrix, size, partition)
+        pieces = [matrix[slice(*row_partition.range(p))] for p in range(size)]
+        header = (row_partition.offsets, col_partition.offsets, matrix.shape, matrix.nnz)
+    else:
+        pieces, header = None, None
+    row_offsets, col_offsets, shape, nnz = comm.bcast(header, root=0)
+    local_rows = comm.scatter(pieces, root=0)
+    return DistributedMatrix(sp.csr_array(local_rows), RowPartition(row_offsets), RowPartition(col_offsets), shape, nnz)
+
+
+def check_tolerance(dtype: np.dtype, reference: np.ndarray) -> float:
+    """Largest acceptable |C - C_ref| for ``--check``: 1e-9 in float64, 1e-3 * max(1, max|C_ref|) in float32."""
+    if np.dtype(dtype) == np.float64:
+        return 1e-9
+    return 1e-3 * max(1.0, float(np.abs(reference).max(initial=0.0)))
+
+
+def run_spmm_session(
+    comm: MPI.Comm,
+    spec: str,
+    strategies: list[Strategy],
+    modes: list[str],
+    *,
+    k: int = 32,
+    dtype=np.float64,
+    repeat: int = 10,
+    partition: str = "even",
+    check: bool = False,
+    symmetrize: bool = False,
+    progress=None,
+) -> list[dict] | None:
+    """Collective. Run every (strategy, mode) on the matrix ``spec`` and return one result dict per
+    run on rank 0 (None on other ranks). B is :func:`~sparsewire.generators.deterministic_dense`.
+
+    Each run: plan collectively (timed), one untimed warm-up multiply, then ``repeat`` timed
+    multiplies, each between barriers and timed as the slowest rank's time.
+    """
+    rank = comm.Get_rank()
+    dtype = np.dtype(dtype)
+    matrix, problem = None, None
+    if rank == 0:
+        try:
+            matrix = load_matrix(spec, symmetrize=symmetrize)
+        except Exception as error:  # reported on every rank by agree_on_error
+            problem = str(error)
+        if matrix is not None:
+            bad = nonfinite_entries(matrix)
+            if bad and check:
+                problem = (
+                    f"{spec}: {bad} stored values are NaN or infinite, so --check cannot compare results; "
+                    "clean the matrix or run without --check"
+                )
+            elif bad:
+                print(f"sparsewire: warning: {spec}: {bad} stored values are NaN or infinite; C will hold NaN", file=sys.stderr)
+    agree_on_error(comm, problem)
+    distributed = distribute_matrix(comm, matrix, partition)
+    col_start, col_stop = distributed.col_partition.range(rank)
+    b_local = deterministic_dense(col_start, col_stop, k, dtype)
+    reference = None
+    if check and rank == 0:
+        reference = matrix @ deterministic_dense(0, matrix.shape[1], k, np.float64)
+
+    results = []
+    for strategy in strategies:
+        comm.Barrier()
+        started = MPI.Wtime()
+        plan = build_rank_plan_collective(
+            comm, distributed.local_rows, distributed.row_partition, distributed.col_partition, strategy
+        )
+        plan_seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
+        stats = plan_stats(comm.allgather(rank_send_summary(plan)), k, dtype.itemsize, strategy, comm.Get_size())
+        for mode in modes:
+            if progress and rank == 0:
+                progress(f"running {strategy.value}/{mode}")
+            with SpmmExecutor(plan, comm, k, dtype, mode) as executor:
+                result = executor.multiply(b_local)  # warm-up: first-touch of buffers, MPI connections
+                times = []
+                for _ in range(repeat):
+                    comm.Barrier()
+                    started = MPI.Wtime()
+                    result = executor.multiply(b_local)
+                    times.append(comm.allreduce(MPI.Wtime() - started, op=MPI.MAX))
+                measured = comm.allreduce(executor.bytes_sent, op=MPI.SUM)
+            checksum_sum = comm.allreduce(float(result.sum(dtype=np.float64)), op=MPI.SUM)
+            checksum_squares = comm.allreduce(float(np.square(result, dtype=np.float64).sum()), op=MPI.SUM)
+            gathered = comm.gather(result, root=0) if check else None
+            if rank != 0:
+                continue
+            row = {
+                "matrix": spec,
+                "n_rows": distributed.shape[0],
+                "n_cols": distributed.shape[1],
+                "nnz": distributed.nnz,
+                "ranks": comm.Get_size(),
+                "strategy": strategy.value,
+                "mode": mode,
+                "k": k,
+                "dtype": dtype.name,
+                "median_seconds": statistics.median(times) if times else None,
+                "min_seconds": min(times) if times else None,
+                "plan_seconds": plan_seconds,
+                "planned_bytes": stats.total_bytes,
+                "measured_bytes": int(measured),
+                "messages": stats.messages,
+                "setup_bytes": stats.setup_bytes,
+                "checksum_sum": checksum_sum,
+                "checksum_fro": float(np.sqrt(checksum_squares)),
+            }
+            if check:
+                full = np.vstack(gathered).astype(np.float64)
+                row["max_abs_error"] = float(np.abs(full - reference).max(initial=0.0))
+                row["check_passed"] = bool(row["max_abs_error"] <= check_tolerance(dtype, reference))
+            results.append(row)
+    return results if rank == 0 else None

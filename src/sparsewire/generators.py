@@ -1,0 +1,201 @@
+"""Synthetic sparse matrix families, deterministic for a seed.
+
+Specs (as accepted by :func:`from_spec` and anywhere the CLI takes a matrix):
+
+=====================================  ==========================================================
+``rmat:SCALE:EDGE_FACTOR[:SEED]``      R-MAT / Graph500 Kronecker graph, 2^SCALE vertices,
+                                       EDGE_FACTOR * 2^SCALE directed edges drawn with
+                                       a, b, c = 0.57, 0.19, 0.19; vertex labels randomly
+                                       permuted as Graph500 does; repeated edges count once.
+``delaunay:N[:SEED]``                  adjacency of the Delaunay triangulation of N uniform random
+                                       points in the unit square (as SuiteSparse's delaunay_n*).
+``stencil2d:NX[:NY]``                  5-point Laplacian on an NX x NY grid (4 on the diagonal).
+``stencil3d:N[:7|27]``                 7-point (6 on the diagonal) or 27-point (26 on the diagonal)
+                                       Laplacian on an N x N x N grid.
+``uniform:ROWS[xCOLS]:PER_ROW[:SEED]``  PER_ROW uniformly random columns per row (repeats count once).
+=====================================  ==========================================================
+
+Graph generators give value 1 on every edge; stencils give integer Laplacian values, so products
+with integer data are exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.spatial import Delaunay
+
+from sparsewire.errors import InputError
+
+__all__ = ["rmat", "delaunay", "stencil2d", "stencil3d", "uniform", "from_spec", "deterministic_dense", "GENERATORS"]
+
+GRAPH500_ABC = (0.57, 0.19, 0.19)
+
+
+def _pattern(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int]) -> sp.csr_array:
+    matrix = sp.coo_array((np.ones(len(rows)), (rows, cols)), shape=shape).tocsr()
+    matrix.sum_duplicates()
+    matrix.data[:] = 1.0
+    return matrix
+
+
+def rmat(scale: int, edge_factor: int, seed: int = 1, abc: tuple[float, float, float] = GRAPH500_ABC) -> sp.csr_array:
+    """R-MAT graph (Chakrabarti et al. 2004; Graph500 parameters by default).
+
+    Each of ``edge_factor * 2**scale`` edges picks, bit by bit from the top, one of the four
+    quadrants with probabilities a, b, c, d = 1 - a - b - c. Vertex labels are then permuted
+    at random (Graph500 does the same) so that high-degree vertices are not all in the first rows.
+    """
+    if not 1 <= scale <= 31:
+        raise InputError(f"rmat scale must be in 1..31 (got {scale})")
+    if edge_factor < 1:
+        raise InputError(f"rmat edge factor must be at least 1 (got {edge_factor})")
+    a, b, c = abc
+    n, n_edges = 1 << scale, edge_factor << scale
+    rng = np.random.default_rng(seed)
+    rows = np.empty(n_edges, dtype=np.int64)
+    cols = np.empty(n_edges, dtype=np.int64)
+    chunk = 1 << 22  # bounded temporary memory for large scales
+    for start in range(0, n_edges, chunk):
+        stop = min(start + chunk, n_edges)
+        r = np.zeros(stop - start, dtype=np.int64)
+        q = np.zeros(stop - start, dtype=np.int64)
+        for bit in range(scale - 1, -1, -1):
+            draw = rng.random(stop - start)
+            row_bit = draw >= a + b
+            col_bit = ((draw >= a) & (draw < a + b)) | (draw >= a + b + c)
+            r |= row_bit.astype(np.int64) << bit
+            q |= col_bit.astype(np.int64) << bit
+        rows[start:stop], cols[start:stop] = r, q
+    permutation = rng.permutation(n)
+    return _pattern(permutation[rows], permutation[cols], (n, n))
+
+
+def delaunay(n: int, seed: int = 1) -> sp.csr_array:
+    """Symmetric adjacency (no diagonal) of the Delaunay triangulation of n random points."""
+    if n < 3:
+        raise InputError(f"delaunay needs at least 3 points (got {n})")
+    points = np.random.default_rng(seed).random((n, 2))
+    triangles = Delaunay(points).simplices.astype(np.int64)
+    first = np.concatenate([triangles[:, 0], triangles[:, 1], triangles[:, 0]])
+    second = np.concatenate([triangles[:, 1], triangles[:, 2], triangles[:, 2]])
+    return _pattern(np.concatenate([first, second]), np.concatenate([second, first]), (n, n))
+
+
+def _path_laplacian(n: int) -> sp.csr_array:
+    return sp.csr_array(sp.diags_array([-np.ones(n - 1), 2 * np.ones(n), -np.ones(n - 1)], offsets=[-1, 0, 1]))
+
+
+def stencil2d(nx: int, ny: int | None = None) -> sp.csr_array:
+    """5-point Laplacian on an nx x ny grid: 4 on the diagonal, -1 to each grid neighbour."""
+    ny = nx if ny is None else ny
+    if nx < 1 or ny < 1:
+        raise InputError(f"stencil2d grid sizes must be positive (got {nx} x {ny})")
+    matrix = sp.kron(sp.eye_array(ny), _path_laplacian(nx)) + sp.kron(_path_laplacian(ny), sp.eye_array(nx))
+    return _canonical(matrix)
+
+
+def stencil3d(n: int, points: int = 7) -> sp.csr_array:
+    """7-point (diagonal 6) or 27-point (diagonal 26) Laplacian on an n x n x n grid."""
+    if n < 1:
+        raise InputError(f"stencil3d grid size must be positive (got {n})")
+    identity = sp.eye_array(n)
+    if points == 7:
+        laplacian = _path_laplacian(n)
+        matrix = (
+            sp.kron(sp.kron(identity, identity), laplacian)
+            + sp.kron(sp.kron(identity, laplacian), identity)
+            + sp.kron(sp.kron(laplacian, identity), identity)
+        )
+    elif points == 27:
+        band = sp.diags_array([np.ones(n - 1), np.ones(n), np.ones(n - 1)], offsets=[-1, 0, 1])
+        neighbourhood = sp.kron(sp.kron(band, band), band)
+        matrix = 27 * sp.eye_array(n**3) - neighbourhood
+    else:
+        raise InputError(f"stencil3d supports 7 or 27 points (got {points})")
+    return _canonical(matrix)
+
+
+def uniform(n_rows: int, n_cols: int, per_row: int, seed: int = 1) -> sp.csr_array:
+    """Each row gets ``per_row`` uniformly random columns (repeats count once), value 1."""
+    if n_rows < 1 or n_cols < 1 or per_row < 0:
+        raise InputError(f"uniform needs positive sizes and a non-negative count per row (got {n_rows}x{n_cols}, {per_row})")
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), per_row)
+    cols = rng.integers(0, n_cols, size=rows.size, dtype=np.int64)
+    return _pattern(rows, cols, (n_rows, n_cols))
+
+
+def _canonical(matrix) -> sp.csr_array:
+    matrix = sp.csr_array(matrix, dtype=np.float64)
+    matrix.sum_duplicates()
+    matrix.eliminate_zeros()
+    return matrix
+
+
+def _ints(spec: str, fields: list[str], minimum: int, maximum: int, usage: str) -> list[int]:
+    if not minimum <= len(fields) <= maximum:
+        raise InputError(f"generator spec {spec!r} has {len(fields)} fields; expected {usage}")
+    try:
+        return [int(f) for f in fields]
+    except ValueError:
+        raise InputError(f"generator spec {spec!r}: every field must be an integer; expected {usage}") from None
+
+
+def _from_rmat(spec: str, fields: list[str]) -> sp.csr_array:
+    values = _ints(spec, fields, 2, 3, "rmat:SCALE:EDGE_FACTOR[:SEED]")
+    return rmat(values[0], values[1], values[2] if len(values) > 2 else 1)
+
+
+def _from_delaunay(spec: str, fields: list[str]) -> sp.csr_array:
+    values = _ints(spec, fields, 1, 2, "delaunay:N[:SEED]")
+    return delaunay(values[0], values[1] if len(values) > 1 else 1)
+
+
+def _from_stencil2d(spec: str, fields: list[str]) -> sp.csr_array:
+    values = _ints(spec, fields, 1, 2, "stencil2d:NX[:NY]")
+    return stencil2d(*values)
+
+
+def _from_stencil3d(spec: str, fields: list[str]) -> sp.csr_array:
+    values = _ints(spec, fields, 1, 2, "stencil3d:N[:7|27]")
+    return stencil3d(*values)
+
+
+def _from_uniform(spec: str, fields: list[str]) -> sp.csr_array:
+    usage = "uniform:ROWS[xCOLS]:PER_ROW[:SEED]"
+    if not 2 <= len(fields) <= 3:
+        raise InputError(f"generator spec {spec!r} has {len(fields)} fields; expected {usage}")
+    shape = fields[0].lower().split("x")
+    values = _ints(spec, shape + fields[1:], len(shape) + len(fields) - 1, 4, usage)
+    n_rows = values[0]
+    n_cols = values[1] if len(shape) == 2 else n_rows
+    rest = values[len(shape) :]
+    return uniform(n_rows, n_cols, rest[0], rest[1] if len(rest) > 1 else 1)
+
+
+GENERATORS = {
+    "rmat": _from_rmat,
+    "delaunay": _from_delaunay,
+    "stencil2d": _from_stencil2d,
+    "stencil3d": _from_stencil3d,
+    "uniform": _from_uniform,
+}
+
+
+def from_spec(spec: str) -> sp.csr_array:
+    """Build a matrix from a generator spec such as ``rmat:16:8:1`` (see the module docstring)."""
+    name, _, rest = spec.partition(":")
+    builder = GENERATORS.get(name.lower())
+    if builder is None:
+        raise InputError(f"unknown generator {name!r}; known: {', '.join(sorted(GENERATORS))}")
+    return builder(spec, rest.split(":") if rest else [])
+
+
+def deterministic_dense(row_start: int, row_stop: int, k: int, dtype=np.float64) -> np.ndarray:
+    """Rows ``row_start:row_stop`` of the reference dense operand
+    ``B[i, j] = ((7*i + 13*j) mod 17) / 17 - 0.5`` (global indices), so results can be compared
+    with other libraries without shipping B."""
+    rows = np.arange(row_start, row_stop, dtype=np.int64)[:, None]
+    cols = np.arange(k, dtype=np.int64)[None, :]
+    return (((7 * rows + 13 * cols) % 17) / 17.0 - 0.5).astype(dtype)

@@ -1,0 +1,69 @@
+"""A rank's rows of A split into the diagonal block and the off-process nonzeros.
+
+Rank p owns rows ``R_p`` of A. Its diagonal block ``A(p, p)`` multiplies its own rows of B; every
+other nonzero (i, j) lies in an off-diagonal block ``A(p, q)`` with q the owner of B row j
+(CoLa sec. 2.2 eq. 3: local and remote sparse chunks; PETSc's diagonal / off-diagonal split).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparsewire.errors import PlanMismatchError
+from sparsewire.partition import RowPartition
+
+__all__ = ["LocalBlocks", "split_local_rows"]
+
+
+@dataclass(frozen=True)
+class LocalBlocks:
+    """The rows of A owned by one rank, split by owner of the column.
+
+    Attributes:
+        rank: the owning rank p.
+        diagonal: ``A(p, p)`` with local row and local column indices.
+        rows: local row index of each off-diagonal nonzero (row-major order, columns ascending).
+        cols: global column index of each off-diagonal nonzero.
+        values: value of each off-diagonal nonzero.
+        sources: owner q of column ``cols[e]`` (the rank holding that row of B).
+    """
+
+    rank: int
+    diagonal: sp.csr_array
+    rows: np.ndarray
+    cols: np.ndarray
+    values: np.ndarray
+    sources: np.ndarray
+
+    @property
+    def n_local_rows(self) -> int:
+        """Rows of A owned by this rank."""
+        return int(self.diagonal.shape[0])
+
+
+def split_local_rows(rank: int, local_rows: sp.sparray, col_partition: RowPartition) -> LocalBlocks:
+    """Split a rank's rows (global column indices) into its diagonal block and off-diagonal nonzeros.
+
+    Not collective. ``local_rows`` has shape (rows owned by ``rank``, global number of columns).
+    """
+    local = sp.csr_array(local_rows)
+    if local.shape[1] != col_partition.n:
+        raise PlanMismatchError(
+            f"rank {rank}'s rows have {local.shape[1]} columns but the column partition covers {col_partition.n}; "
+            "build both from the same matrix"
+        )
+    local.sum_duplicates()  # canonical: sorted columns, no duplicates, so every plan builder sees one order
+    rows = np.repeat(np.arange(local.shape[0], dtype=np.int64), np.diff(local.indptr))
+    cols = local.indices.astype(np.int64)
+    sources = np.asarray(col_partition.owner(cols), dtype=np.int64)
+    on_diagonal = sources == rank
+    col_start, col_stop = col_partition.range(rank)
+    diagonal = sp.csr_array(
+        (local.data[on_diagonal], (rows[on_diagonal], cols[on_diagonal] - col_start)),
+        shape=(local.shape[0], col_stop - col_start),
+    )
+    off = ~on_diagonal
+    return LocalBlocks(rank, diagonal, rows[off], cols[off], local.data[off], sources[off])
