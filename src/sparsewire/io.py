@@ -154,7 +154,7 @@ def read_matrix_market(path: str) -> sp.csr_array:
     try:
         coo = scipy.io.mmread(io.BytesIO(to_parse))
     except (ValueError, OverflowError) as error:
-        message = str(error)
+        message = str(error).rstrip(".").replace("Line ", "line ", 1)
         if "out of bounds" in message:
             raise InputError(
                 f"{path}: {message.lower()} (indices are 1-based and the size line says {n_rows} x {n_cols}); "

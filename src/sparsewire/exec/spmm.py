@@ -80,9 +80,9 @@ class SpmmExecutor:
         self._send_buffer = np.zeros((int(send_rows.sum()), self.k), self.dtype)
         self._receive_buffer = np.zeros((int(recv_rows.sum()), self.k), self.dtype)
         self._send_counts = send_rows * self.k
-        self._send_displacements = np.concatenate(([0], np.cumsum(self._send_counts)[:-1])).astype(np.int64)
+        self._send_displacements = np.cumsum(self._send_counts) - self._send_counts
         self._recv_counts = recv_rows * self.k
-        self._recv_displacements = np.concatenate(([0], np.cumsum(self._recv_counts)[:-1])).astype(np.int64)
+        self._recv_displacements = np.cumsum(self._recv_counts) - self._recv_counts
         self.bytes_sent_to = np.zeros(plan.n_ranks, np.int64)
         self._graph = None
         self._send_requests: list[MPI.Prequest] = []

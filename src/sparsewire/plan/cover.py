@@ -40,8 +40,7 @@ def minimum_vertex_cover(
         ``(row_in_cover, col_in_cover)``: boolean masks. Every edge (i, j) has
         ``row_in_cover[i] or col_in_cover[j]``; the total weight is minimum.
     """
-    graph = sp.csr_array(biadjacency, dtype=np.int8)
-    graph.sum_duplicates()
+    graph = _pattern(biadjacency)
     n_rows, n_cols = graph.shape
     if row_weights is None and col_weights is None:
         return _konig_cover(graph)
@@ -60,10 +59,17 @@ def minimum_vertex_cover(
 
 def maximum_matching_size(biadjacency: sp.sparray) -> int:
     """Size of a maximum matching of the bipartite graph (Hopcroft-Karp)."""
-    graph = sp.csr_array(biadjacency, dtype=np.int8)
+    graph = _pattern(biadjacency)
     if graph.nnz == 0:
         return 0
     return int(np.count_nonzero(maximum_bipartite_matching(graph, perm_type="column") >= 0))
+
+
+def _pattern(biadjacency: sp.sparray) -> sp.csr_array:
+    """The edge structure with value 1 per stored entry (values, even explicit zeros, are ignored)."""
+    csr = sp.csr_array(biadjacency)
+    csr.sum_duplicates()
+    return sp.csr_array((np.ones(csr.nnz, np.int8), csr.indices, csr.indptr), shape=csr.shape)
 
 
 def _konig_cover(graph: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:

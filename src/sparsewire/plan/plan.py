@@ -96,8 +96,8 @@ class RankPlan:
     def setup_nonzeros_received(self) -> np.ndarray:
         """Row-based nonzeros of A(destination, rank) this rank holds for each destination
         (they were sent to it once, at setup)."""
-        starts = np.concatenate(([0], np.cumsum(self.send_rows())[:-1])).astype(np.int64)
-        c_start = starts + self.send_b_counts
+        rows = self.send_rows()
+        c_start = np.cumsum(rows) - rows + self.send_b_counts
         c_stop = c_start + self.send_c_counts
         indptr = self.send_matrix.indptr
         return (indptr[c_stop] - indptr[c_start]).astype(np.int64)
@@ -146,7 +146,7 @@ class _ReceiverSide:
 
 
 def _exclusive_cumsum(counts: np.ndarray) -> np.ndarray:
-    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    return (np.cumsum(counts) - counts).astype(np.int64)
 
 
 def _plan_receiver(

@@ -1,0 +1,59 @@
+"""Shared fixtures: a printed random seed, paths, and helpers that run the CLI and mpiexec."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+SHARED_MATRICES = sorted(SHARED_DATA.glob("*.mtx.gz")) if SHARED_DATA.is_dir() else []
+
+# One BLAS/OpenMP thread per rank: busy-waiting BLAS threads starve MPI progress when ranks
+# outnumber cores.
+CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def pytest_report_header(config):
+    return f"sparsewire test seed: {_seed()} (set SPARSEWIRE_TEST_SEED to reproduce)"
+
+
+def _seed() -> int:
+    if "SPARSEWIRE_TEST_SEED" not in os.environ:
+        os.environ["SPARSEWIRE_TEST_SEED"] = str(np.random.SeedSequence().entropy % 2**31)
+    return int(os.environ["SPARSEWIRE_TEST_SEED"])
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A generator seeded from the printed session seed and the test's name."""
+    return np.random.default_rng([_seed(), sum(map(ord, request.node.nodeid))])
+
+
+def mpiexec_path() -> str:
+    candidate = Path(sys.executable).parent / "mpiexec"
+    return str(candidate) if candidate.exists() else "mpiexec"
+
+
+def run_cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m sparsewire ARGS`` without mpiexec."""
+    return subprocess.run(
+        [sys.executable, "-m", "sparsewire", *args], capture_output=True, text=True, timeout=timeout, env=CHILD_ENV, cwd=ROOT
+    )
+
+
+def run_mpi(ranks: int, args: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
+    """``mpiexec -n RANKS python ARGS``; a deadlock becomes a TimeoutExpired failure, not a hang."""
+    return subprocess.run(
+        [mpiexec_path(), "-n", str(ranks), sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=CHILD_ENV,
+        cwd=ROOT,
+    )

@@ -1,0 +1,165 @@
+"""Readers and generators."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sparsewire.errors import InputError
+from sparsewire.generators import deterministic_dense, from_spec
+from sparsewire.io import load_matrix, nonfinite_entries
+
+HEADER = "%%MatrixMarket matrix coordinate {field} {symmetry}\n"
+
+
+def write(tmp_path, name, text, compress=False):
+    path = tmp_path / name
+    if compress:
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return str(path)
+
+
+def test_real_general_with_comments_and_duplicates(tmp_path):
+    text = HEADER.format(field="real", symmetry="general") + "% a comment\n\n3 4 4\n1 1 1.5\n3 4 -2\n2 2 7e0\n1 1 0.5\n"
+    matrix = load_matrix(write(tmp_path, "a.mtx", text))
+    assert matrix.shape == (3, 4) and matrix.dtype == np.float64
+    np.testing.assert_array_equal(matrix.toarray(), [[2, 0, 0, 0], [0, 7, 0, 0], [0, 0, 0, -2]])
+
+
+def test_pattern_symmetric_gz(tmp_path):
+    text = HEADER.format(field="pattern", symmetry="symmetric") + "3 3 3\n1 1\n3 1\n3 2\n"
+    matrix = load_matrix(write(tmp_path, "a.mtx.gz", text, compress=True))
+    np.testing.assert_array_equal(matrix.toarray(), [[1, 0, 1], [0, 0, 1], [1, 1, 0]])
+
+
+def test_integer_skew_symmetric(tmp_path):
+    text = HEADER.format(field="integer", symmetry="skew-symmetric") + "3 3 2\n2 1 5\n3 2 -4\n"
+    matrix = load_matrix(write(tmp_path, "a.mtx", text))
+    np.testing.assert_array_equal(matrix.toarray(), [[0, -5, 0], [5, 0, 4], [0, -4, 0]])
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("%%MatrixMarket matrx coordinate real general\n2 2 1\n1 1 1\n", "line 1: malformed Matrix Market header"),
+        ("%%MatrixMarket matrix coordinate complex general\n2 2 1\n1 1 1 0\n", "field 'complex' is not supported"),
+        ("%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n", "dense"),
+        (HEADER.format(field="real", symmetry="general") + "2 2\n1 1 1\n", "malformed size line"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 2\n1 1 1\n2 2\n", "line 4: 2 fields, expected 3"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 2\n1 1 1 9\n2 2 1\n", "line 3: 4 fields, expected 3"),
+        (HEADER.format(field="pattern", symmetry="general") + "2 2 1\n1 1 1\n", "line 3: 3 fields, expected 2"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 3\n1 1 1\n2 2 1\n", "promises 3 entries but the file has 2"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 1 1\n2 2 1\n", "promises 1 entries but the file has 2"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 2\n1 1 1\n3 2 1\n", "row index out of bounds"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 0 1\n", "out of bounds"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 x 1\n", "line 3"),
+        (HEADER.format(field="integer", symmetry="general") + "2 2 1\n1 1 1.5\n", "not integers"),
+    ],
+)
+def test_malformed_matrix_market(tmp_path, body, message):
+    with pytest.raises(InputError, match=message):
+        load_matrix(write(tmp_path, "bad.mtx", body))
+
+
+def test_missing_and_unknown(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        load_matrix(str(tmp_path / "nothing.mtx"))
+    with pytest.raises(InputError, match="neither an existing file nor a generator"):
+        load_matrix("banana")
+    with pytest.raises(InputError, match="not a valid gzip"):
+        load_matrix(write(tmp_path, "fake.mtx.gz", "plain text"))
+    with pytest.raises(InputError, match="unknown file type"):
+        load_matrix(write(tmp_path, "data.csv", "1,2"))
+
+
+def test_nan_values_are_counted(tmp_path):
+    text = HEADER.format(field="real", symmetry="general") + "2 2 2\n1 1 nan\n2 2 1\n"
+    assert nonfinite_entries(load_matrix(write(tmp_path, "nan.mtx", text))) == 1
+
+
+def test_edge_list(tmp_path):
+    text = "# Directed graph\n# FromNodeId\tToNodeId\n0\t1\n1\t2\n0\t1\n3\t0\n"
+    path = write(tmp_path, "g.txt.gz", text, compress=True)
+    directed = load_matrix(path)
+    assert directed.shape == (4, 4) and directed.nnz == 3 and directed[0, 1] == 1
+    undirected = load_matrix(path, symmetrize=True)
+    assert (undirected != undirected.T).nnz == 0 and undirected.nnz == 6
+    weighted = load_matrix(write(tmp_path, "w.txt", "0 1 2.5\n0 1 1\n"))
+    assert weighted[0, 1] == 3.5
+    with pytest.raises(InputError, match="malformed edge list"):
+        load_matrix(write(tmp_path, "bad.txt", "0 1\n1 2 3\n"))
+    with pytest.raises(InputError, match="non-negative integer"):
+        load_matrix(write(tmp_path, "neg.txt", "0 1\n-1 2\n"))
+
+
+def test_npz_roundtrip(tmp_path, rng):
+    matrix = sp.random_array((20, 30), density=0.1, rng=rng, format="csr")
+    sp.save_npz(tmp_path / "m.npz", matrix)
+    loaded = load_matrix(str(tmp_path / "m.npz"))
+    assert (loaded != matrix).nnz == 0
+    with pytest.raises(InputError, match="npz"):
+        load_matrix(write(tmp_path, "bad.npz", "nope"))
+
+
+def test_generators_are_deterministic():
+    for spec in ("rmat:8:4:3", "delaunay:300:2", "uniform:50x70:4:9"):
+        first, second = from_spec(spec), from_spec(spec)
+        assert (first != second).nnz == 0
+    assert (from_spec("rmat:8:4:3") != from_spec("rmat:8:4:4")).nnz > 0
+
+
+def test_rmat_shape_and_skew():
+    matrix = from_spec("rmat:12:8:1")
+    assert matrix.shape == (4096, 4096)
+    assert 0 < matrix.nnz <= 8 * 4096 and np.all(matrix.data == 1)
+    degrees = np.diff(matrix.indptr)
+    assert degrees.max() > 10 * degrees.mean()  # heavy-tailed, as R-MAT with a = 0.57 is
+
+
+def test_delaunay_is_a_planar_triangulation():
+    matrix = from_spec("delaunay:2000:1")
+    assert (matrix != matrix.T).nnz == 0 and matrix.diagonal().sum() == 0
+    edges = matrix.nnz // 2
+    assert edges <= 3 * 2000 - 6  # planar
+    assert 5.5 < matrix.nnz / 2000 < 6.0  # mean degree of a random Delaunay triangulation tends to 6
+
+
+def test_stencils_exact():
+    expected = np.array(
+        [[4, -1, -1, 0], [-1, 4, 0, -1], [-1, 0, 4, -1], [0, -1, -1, 4]],
+    )
+    np.testing.assert_array_equal(from_spec("stencil2d:2").toarray(), expected)
+    seven = from_spec("stencil3d:4")
+    assert seven.shape == (64, 64) and seven.diagonal().tolist() == [6] * 64
+    assert seven.nnz == 64 + 6 * 4 * 4 * 3  # diagonal + 2 * (grid edges) with 3 * 4 * 4 * 3 edges
+    twenty_seven = from_spec("stencil3d:4:27")
+    assert twenty_seven.diagonal().tolist() == [26] * 64
+    centre = 1 * 16 + 1 * 4 + 1  # an interior point has all 26 neighbours
+    assert twenty_seven[[centre]].nnz == 27 and twenty_seven[[centre]].sum() == 0
+    assert from_spec("stencil2d:3:5").shape == (15, 15)
+
+
+def test_uniform_rectangular():
+    matrix = from_spec("uniform:30x80:5:2")
+    assert matrix.shape == (30, 80) and np.all(np.diff(matrix.indptr) <= 5)
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [("rmat:16", "expected rmat:SCALE"), ("rmat:a:8", "integer"), ("stencil3d:4:9", "7 or 27"), ("delaunay:2", "at least 3")],
+)
+def test_bad_generator_specs(spec, message):
+    with pytest.raises(InputError, match=message):
+        load_matrix(spec)
+
+
+def test_deterministic_dense_formula():
+    block = deterministic_dense(3, 6, 4)
+    for i in range(3, 6):
+        for j in range(4):
+            assert block[i - 3, j] == ((7 * i + 13 * j) % 17) / 17 - 0.5

@@ -1,0 +1,176 @@
+"""Planner: exact volumes per strategy on hand-made and random matrices, plan replay, stats."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from oracles import formula_volumes, random_integer_matrix, replay_plan
+from sparsewire.errors import InputError, PlanMismatchError
+from sparsewire.partition import RowPartition, even_rows, partition_matrix
+from sparsewire.plan import build_plan, plan_stats, rowwise_stats
+from sparsewire.plan.blocks import split_local_rows
+from sparsewire.plan.strategies import Strategy, choose_row_based, parse_strategies
+
+EXECUTABLE = ["block", "column", "row", "joint"]
+
+
+def volumes(matrix, rows, cols, k, element_bytes):
+    result = {"rowwise": rowwise_stats(matrix, rows, cols, k, element_bytes)}
+    for name in EXECUTABLE:
+        result[name] = plan_stats(build_plan(matrix, rows, cols, name).ranks, k, element_bytes)
+    return result
+
+
+def shiro_figure_1d() -> sp.csr_array:
+    """8 x 8, two ranks of 4 rows; A(0, 1) is SHIRO Fig. 1(d): b, c, d in row 0 (columns 5, 6, 7)
+    and c, f, h in column 6 (rows 0, 1, 2); the diagonal blocks are full."""
+    dense = np.zeros((8, 8))
+    dense[:4, :4] = 1
+    dense[4:, 4:] = 1
+    for i, j in [(0, 5), (0, 6), (0, 7), (1, 6), (2, 6)]:
+        dense[i, j] = 2
+    return sp.csr_array(dense)
+
+
+def test_shiro_figure_1d_volumes():
+    matrix = shiro_figure_1d()
+    rows = cols = even_rows(8, 2)
+    k, s = 4, 4
+    stats = volumes(matrix, rows, cols, k, s)
+    assert stats["column"].total_bytes == 3 * k * s
+    assert stats["row"].total_bytes == 3 * k * s
+    assert stats["joint"].total_bytes == 2 * k * s  # b6 and c0 only
+    assert stats["rowwise"].total_bytes == 5 * k * s and stats["rowwise"].messages == 5
+    assert stats["block"].total_bytes == 8 * k * s  # 4 rows each way
+    assert stats["block"].messages == 2
+    for name in ("column", "row", "joint"):
+        assert stats[name].messages == 1
+        assert stats[name].send_bytes_per_rank.tolist() == [0, stats[name].total_bytes]
+    # Setup: row-based entries, value + two 32-bit indices each.
+    assert stats["row"].setup_bytes == 5 * (s + 8)
+    assert stats["joint"].setup_bytes == 2 * (s + 8)  # (0, 5) and (0, 7) go row-based
+    assert stats["column"].setup_bytes == 0
+
+
+def test_hand_made_three_ranks_uneven():
+    # 7 x 7 over 3 ranks: rows 0-1, 2-3, 4-6.
+    entries = [(0, 4), (1, 4), (0, 5), (2, 0), (3, 6), (5, 1), (6, 1), (6, 2), (4, 3)]
+    matrix = sp.csr_array((np.ones(len(entries)), tuple(zip(*entries))), shape=(7, 7))
+    rows = cols = even_rows(7, 3)
+    assert rows.offsets.tolist() == [0, 2, 4, 7]
+    stats = volumes(matrix, rows, cols, 1, 8)
+    # Blocks: A(0,2) = {(0,4),(1,4),(0,5)}: cols 2, rows 2, cover 2.  A(1,0) = {(2,0)}: 1/1/1.
+    # A(1,2) = {(3,6)}: 1/1/1.  A(2,0) = {(5,1),(6,1)}: cols 1, rows 2, cover 1.
+    # A(2,1) = {(6,2),(4,3)}: cols 2, rows 2, cover 2.
+    assert stats["column"].total_bytes == 8 * (2 + 1 + 1 + 1 + 2)
+    assert stats["row"].total_bytes == 8 * (2 + 1 + 1 + 2 + 2)
+    assert stats["joint"].total_bytes == 8 * (2 + 1 + 1 + 1 + 2)
+    assert stats["rowwise"].total_bytes == 8 * 9
+    assert stats["block"].total_bytes == 8 * 7 * 2
+    assert stats["joint"].messages == 5 and stats["block"].messages == 6
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_volumes_equal_formulas_on_random_matrices(rng, trial):
+    n_rows, n_cols = rng.integers(1, 60, 2)
+    if trial % 3 == 0:
+        n_cols = n_rows
+    matrix = random_integer_matrix(rng, n_rows, n_cols, rng.uniform(0.01, 0.3))
+    n_ranks = int(rng.integers(1, 7))
+    rows, cols = partition_matrix(matrix, n_ranks, ["even", "nnz"][trial % 2])
+    k, s = int(rng.integers(1, 9)), int(rng.choice([4, 8]))
+    expected = formula_volumes(matrix, rows, cols, k, s)
+    stats = volumes(matrix, rows, cols, k, s)
+    for name, value in expected.items():
+        assert stats[name].total_bytes == value, name
+    assert stats["joint"].total_bytes <= min(stats["row"].total_bytes, stats["column"].total_bytes)
+    for stat in stats.values():
+        assert stat.send_bytes_per_rank.sum() == stat.recv_bytes_per_rank.sum() == stat.total_bytes
+        assert np.all(stat.pair_sources != stat.pair_destinations)
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_replayed_plans_give_exact_product(rng, trial):
+    n_rows = int(rng.integers(1, 50))
+    n_cols = n_rows if trial % 2 else int(rng.integers(1, 50))
+    matrix = random_integer_matrix(rng, n_rows, n_cols, rng.uniform(0.0, 0.3))
+    n_ranks = int(rng.integers(1, 8))  # often more ranks than rows: ranks without rows
+    rows, cols = partition_matrix(matrix, n_ranks, "even")
+    k = int(rng.integers(1, 6))
+    b_dense = rng.integers(-5, 6, (n_cols, k)).astype(np.float64)
+    expected = matrix @ b_dense
+    for name in EXECUTABLE:
+        plan = build_plan(matrix, rows, cols, name)
+        np.testing.assert_array_equal(replay_plan(plan, b_dense), expected, err_msg=name)
+
+
+def test_joint_per_pair_never_exceeds_row_or_column(rng):
+    matrix = random_integer_matrix(rng, 200, 200, 0.03)
+    rows, cols = partition_matrix(matrix, 5)
+    per_pair = {}
+    for name in ("row", "column", "joint"):
+        stat = plan_stats(build_plan(matrix, rows, cols, name).ranks, 1, 1)
+        per_pair[name] = dict(zip(zip(stat.pair_sources.tolist(), stat.pair_destinations.tolist()), stat.pair_bytes.tolist()))
+    for pair, joint in per_pair["joint"].items():
+        assert joint <= per_pair["row"].get(pair, 0) and joint <= per_pair["column"].get(pair, 0)
+
+
+def test_joint_assignment_is_served_by_the_cover(rng):
+    matrix = random_integer_matrix(rng, 80, 80, 0.08)
+    rows, cols = partition_matrix(matrix, 4)
+    blocks = split_local_rows(1, matrix[slice(*rows.range(1))], cols)
+    row_based = choose_row_based(Strategy.JOINT, blocks, 4)
+    # Column-based nonzeros need their B row, row-based ones their C row: the union is a cover
+    # and, being minimum, is never larger than the rows or the columns alone.
+    needed_b = {(q, c) for q, c in zip(blocks.sources[~row_based], blocks.cols[~row_based])}
+    needed_c = {(q, r) for q, r in zip(blocks.sources[row_based], blocks.rows[row_based])}
+    all_rows = {(q, r) for q, r in zip(blocks.sources, blocks.rows)}
+    all_cols = {(q, c) for q, c in zip(blocks.sources, blocks.cols)}
+    assert len(needed_b) + len(needed_c) <= min(len(all_rows), len(all_cols))
+    # No row-based nonzero has its column among the B rows sent anyway.
+    assert not any((q, c) in needed_b for q, c in zip(blocks.sources[row_based], blocks.cols[row_based]))
+
+
+def test_rank_without_rows_and_empty_matrix():
+    matrix = sp.csr_array(np.array([[0.0, 3.0], [4.0, 0.0]]))
+    rows = cols = even_rows(2, 4)  # ranks 0 and 2 own nothing
+    for name in EXECUTABLE:
+        plan = build_plan(matrix, rows, cols, name)
+        np.testing.assert_array_equal(replay_plan(plan, np.array([[1.0], [2.0]])), [[6.0], [4.0]])
+    empty = sp.csr_array((5, 5))
+    stats = volumes(empty, even_rows(5, 3), even_rows(5, 3), 2, 4)
+    assert all(stats[name].total_bytes == 0 for name in ("rowwise", "column", "row", "joint"))
+    assert stats["block"].total_bytes == 5 * 2 * 4 * 2
+
+
+def test_mismatched_partitions_are_rejected():
+    matrix = sp.csr_array(np.eye(4))
+    with pytest.raises(PlanMismatchError, match="partitions cover"):
+        build_plan(matrix, even_rows(5, 2), even_rows(4, 2), "joint")
+    with pytest.raises(PlanMismatchError, match="parts"):
+        build_plan(matrix, even_rows(4, 2), even_rows(4, 3), "joint")
+    with pytest.raises(InputError, match="accounting only"):
+        build_plan(matrix, even_rows(4, 2), even_rows(4, 2), "rowwise")
+
+
+def test_parse_strategies():
+    assert parse_strategies("joint, column") == [Strategy.JOINT, Strategy.COLUMN]
+    assert len(parse_strategies("all")) == 5 and len(parse_strategies("all", executable_only=True)) == 4
+    with pytest.raises(InputError, match="unknown strategy 'vertex'"):
+        parse_strategies("vertex")
+    with pytest.raises(InputError, match="accounting only"):
+        parse_strategies("rowwise", executable_only=True)
+
+
+def test_plan_equality_detects_differences():
+    matrix = shiro_figure_1d()
+    rows = cols = even_rows(8, 2)
+    first = build_plan(matrix, rows, cols, "joint").ranks[1]
+    assert first.equals(build_plan(matrix, rows, cols, "joint").ranks[1])
+    assert not first.equals(build_plan(matrix, rows, cols, "column").ranks[1])
+    changed = matrix.copy()
+    changed.data[changed.data == 2] = 3
+    assert not first.equals(build_plan(changed, rows, cols, "joint").ranks[1])
+    assert RowPartition(np.array([0, 4, 8])) == rows
