@@ -1,0 +1,115 @@
+"""The command line: analyze's JSON contract and volumes, help, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import SHARED_MATRICES, run_cli
+from oracles import formula_volumes
+from sparsewire.io import load_matrix
+from sparsewire.partition import partition_matrix
+
+
+def analyze_json(matrix: str, ranks: int, *extra: str, timeout: float = 300) -> dict:
+    completed = run_cli(["analyze", matrix, "--ranks", str(ranks), "--json", *extra], timeout=timeout)
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.strip().splitlines()
+    assert len(lines) == 1, "analyze --json must print exactly one JSON object"
+    return json.loads(lines[0])
+
+
+def assert_matches_formulas(report: dict, spec: str, ranks: int, k: int, element_bytes: int, partition: str = "even"):
+    matrix = load_matrix(spec)
+    rows, cols = partition_matrix(matrix, ranks, partition)
+    expected = formula_volumes(matrix, rows, cols, k, element_bytes)
+    got = {entry["name"]: entry["total_bytes"] for entry in report["strategies"]}
+    assert got == expected
+    assert report["matrix"]["n_rows"] == matrix.shape[0] and report["matrix"]["nnz"] == matrix.nnz
+
+
+def test_analyze_json_contract():
+    report = analyze_json("uniform:300x200:4:3", 5, "--k", "7", "--dtype", "float64", "--partition", "nnz")
+    assert set(report) == {"matrix", "ranks", "k", "element_bytes", "partition", "strategies"}
+    assert set(report["matrix"]) == {"path", "n_rows", "n_cols", "nnz"}
+    assert (report["ranks"], report["k"], report["element_bytes"], report["partition"]) == (5, 7, 8, "nnz")
+    assert [e["name"] for e in report["strategies"]] == ["block", "rowwise", "column", "row", "joint"]
+    for entry in report["strategies"]:
+        assert set(entry) == {"name", "total_bytes", "messages", "max_rank_send_bytes", "max_rank_recv_bytes", "setup_bytes", "plan_seconds"}
+    assert_matches_formulas(report, "uniform:300x200:4:3", 5, 7, 8, "nnz")
+
+
+@pytest.mark.parametrize("ranks", [8, 32])
+@pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
+def test_analyze_volumes_equal_formulas_on_shared_data(path, ranks):
+    report = analyze_json(str(path), ranks)
+    assert (report["k"], report["element_bytes"]) == (32, 4)
+    assert_matches_formulas(report, str(path), ranks, 32, 4)
+
+
+def test_analyze_table_and_strategy_subset():
+    completed = run_cli(["analyze", "stencil2d:30", "--ranks", "3", "--strategies", "joint,column"])
+    assert completed.returncode == 0, completed.stderr
+    assert "joint" in completed.stdout and "column" in completed.stdout and "rowwise" not in completed.stdout
+    assert "vs block" in completed.stdout
+
+
+def test_help_explains_commands():
+    for args in (["--help"], ["analyze", "--help"], ["spmm", "--help"]):
+        completed = run_cli(args)
+        assert completed.returncode == 0 and "usage:" in completed.stdout
+    assert "rmat:SCALE" in run_cli(["analyze", "--help"]).stdout
+
+
+def write(tmp_path, text, name="bad.mtx"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        ("missing", "no such file"),
+        ("header", "line 1: symmetry 'generl' is not supported"),
+        ("fields", "fields, expected 3"),
+        ("range", "out of bounds"),
+        ("strategy", "unknown strategy 'fastest'"),
+        ("k", "argument --k: must be at least 1 (got 0)"),
+        ("ranks", "argument --ranks/-P: must be at least 1 (got 0)"),
+    ],
+)
+def test_bad_input_gives_one_clear_line(tmp_path, case, needle):
+    good = write(tmp_path, "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1\n", "good.mtx")
+    args = {
+        "missing": [str(tmp_path / "absent.mtx"), "--ranks", "2"],
+        "header": [write(tmp_path, "%%MatrixMarket matrix coordinate real generl\n2 2 1\n1 1 1\n", "h.mtx"), "--ranks", "2"],
+        "fields": [write(tmp_path, "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1\n2 2 1\n", "f.mtx"), "--ranks", "2"],
+        "range": [write(tmp_path, "%%MatrixMarket matrix coordinate real general\n2 2 1\n3 1 1\n", "r.mtx"), "--ranks", "2"],
+        "strategy": [good, "--ranks", "2", "--strategies", "joint,fastest"],
+        "k": [good, "--ranks", "2", "--k", "0"],
+        "ranks": [good, "--ranks", "0"],
+    }[case]
+    completed = run_cli(["analyze", *args])
+    assert completed.returncode == 2
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, completed.stderr
+    assert lines[0].startswith("sparsewire: error:") and needle in lines[0]
+    assert "Traceback" not in completed.stderr and completed.stdout == ""
+
+
+def test_nan_with_check_is_an_error_without_mpiexec(tmp_path):
+    path = write(tmp_path, "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 nan\n2 2 1\n")
+    completed = run_cli(["spmm", path, "--check"])
+    assert completed.returncode == 2 and "NaN" in completed.stderr and "Traceback" not in completed.stderr
+
+
+def test_spmm_runs_as_a_single_process():
+    completed = run_cli(["spmm", "delaunay:500:3", "--check", "--json", "--repeat", "2", "--k", "3"])
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout)
+    assert report["ranks"] == 1 and report["planned_bytes"] == report["measured_bytes"] == 0
+    assert report["max_abs_error"] <= 1e-9
+    assert np.isfinite(report["checksum_fro"])
