@@ -6,9 +6,7 @@ import json
 
 import pytest
 
-from conftest import SHARED_DATA, _seed, run_mpi
-
-SMALL_SHARED = [SHARED_DATA / name for name in ("bcsstk25.mtx.gz", "delaunay_n16.mtx.gz")]
+from conftest import SHARED_MATRICES, _seed, run_mpi
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
@@ -50,10 +48,9 @@ def test_cli_spmm_single_run_fields():
     assert report["max_abs_error"] <= 1e-9
 
 
-@pytest.mark.parametrize("path", SMALL_SHARED, ids=lambda p: p.name)
+@pytest.mark.skipif(not SHARED_MATRICES, reason="../shared/data is not present")
+@pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
 def test_cli_spmm_on_shared_matrices(path):
-    if not path.exists():
-        pytest.skip(f"{path} not present")
     report = spmm_json(4, str(path), "--strategy", "all", "--mode", "all", "--check", "--repeat", "1")
     for run in report["runs"]:
         assert run["max_abs_error"] <= 1e-9 and run["measured_bytes"] == run["planned_bytes"]
@@ -68,5 +65,9 @@ def test_cli_spmm_errors_are_one_line_without_hang(tmp_path):
     nan_file.write_text("%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 nan\n2 2 1\n")
     nan = run_mpi(2, ["-m", "sparsewire", "spmm", str(nan_file), "--check"], timeout=60)
     assert nan.returncode == 2 and "NaN" in nan.stderr and "Traceback" not in nan.stderr
+    bad_k = run_mpi(3, ["-m", "sparsewire", "spmm", "stencil2d:8", "--k", "0"], timeout=60)
+    assert bad_k.returncode == 2 and bad_k.stderr.strip().splitlines() == [
+        "sparsewire: error: argument --k: must be at least 1 (got 0); see 'sparsewire spmm --help'"
+    ]
     rowwise = run_mpi(2, ["-m", "sparsewire", "spmm", "stencil2d:8", "--strategy", "rowwise"], timeout=60)
     assert rowwise.returncode == 2 and "accounting only" in rowwise.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -225,10 +226,13 @@ def _run_spmm(args: argparse.Namespace) -> int:
 
 
 def _is_root() -> bool:
+    """Rank 0 of the job, also before MPI is initialised (argument errors): then the launcher's
+    rank variable tells (MPICH/Hydra: PMI_RANK, Open MPI: OMPI_COMM_WORLD_RANK)."""
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
-        return True
-    return mpi.COMM_WORLD.Get_rank() == 0
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        return mpi.COMM_WORLD.Get_rank() == 0
+    launcher_rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
+    return launcher_rank == "0"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.kernels import as_compute_matrix, csr_times_dense
 from sparsewire.plan.plan import RankPlan
 
-__all__ = ["SpmmExecutor", "MODES"]
+__all__ = ["SpmmExecutor", "MODES", "parse_modes"]
 
 MODES = ("bulk", "overlap")
 _TAG = 4242
@@ -149,7 +149,7 @@ class SpmmExecutor:
         return result
 
     def close(self) -> None:
-        """Free the persistent requests and the graph communicator (not collective)."""
+        """Collective (the graph communicator of ``bulk`` is freed). Free the requests and communicator."""
         for request in self._send_requests + self._recv_requests:
             request.Free()
         self._send_requests, self._recv_requests = [], []

@@ -17,6 +17,7 @@ from typing import Iterable
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.plan import RankPlan
 from sparsewire.plan.strategies import Strategy
@@ -74,7 +75,13 @@ def rank_send_summary(plan: RankPlan) -> tuple[np.ndarray, np.ndarray, int]:
     return plan.send_ranks, plan.send_rows(), int(plan.setup_nonzeros_received().sum())
 
 
-def plan_stats(plans: Iterable[RankPlan] | Iterable[tuple], k: int, element_bytes: int, strategy=None, n_ranks=None) -> PlanStats:
+def plan_stats(
+    plans: Iterable[RankPlan] | Iterable[tuple],
+    k: int,
+    element_bytes: int,
+    strategy: Strategy | str | None = None,
+    n_ranks: int | None = None,
+) -> PlanStats:
     """Volumes from the sender side of every rank's plan.
 
     ``plans`` holds either :class:`RankPlan` objects (all ranks, e.g. ``CommPlan.ranks``) or the
@@ -89,24 +96,34 @@ def plan_stats(plans: Iterable[RankPlan] | Iterable[tuple], k: int, element_byte
             summaries.append(plan)
     if first is not None:
         strategy, n_ranks = first.strategy, first.n_ranks
+    elif strategy is None or n_ranks is None:
+        raise InputError("plan_stats on rank summaries needs strategy= and n_ranks=; pass RankPlan objects or both")
     row_bytes = k * element_bytes
     sources = np.concatenate([np.full(len(s[0]), q, np.int64) for q, s in enumerate(summaries)] or [np.zeros(0, np.int64)])
     destinations = np.concatenate([np.asarray(s[0], np.int64) for s in summaries] or [np.zeros(0, np.int64)])
     rows = np.concatenate([np.asarray(s[1], np.int64) for s in summaries] or [np.zeros(0, np.int64)])
     pair_bytes = rows * row_bytes
     setup_entries = sum(int(s[2]) for s in summaries)
+    return _from_pairs(
+        Strategy(strategy), int(n_ranks), k, element_bytes, sources, destinations, pair_bytes,
+        messages=int(np.count_nonzero(pair_bytes)),
+        setup_bytes=setup_entries * (element_bytes + SETUP_INDEX_BYTES),
+    )
+
+
+def _from_pairs(strategy, n_ranks, k, element_bytes, sources, destinations, pair_bytes, *, messages, setup_bytes) -> PlanStats:
     return PlanStats(
-        strategy=Strategy(strategy),
-        n_ranks=int(n_ranks),
+        strategy=strategy,
+        n_ranks=n_ranks,
         k=k,
         element_bytes=element_bytes,
         pair_sources=sources,
         pair_destinations=destinations,
         pair_bytes=pair_bytes,
-        messages=int(np.count_nonzero(pair_bytes)),
+        messages=messages,
         send_bytes_per_rank=np.bincount(sources, weights=pair_bytes, minlength=n_ranks).astype(np.int64),
         recv_bytes_per_rank=np.bincount(destinations, weights=pair_bytes, minlength=n_ranks).astype(np.int64),
-        setup_bytes=setup_entries * (element_bytes + SETUP_INDEX_BYTES),
+        setup_bytes=setup_bytes,
     )
 
 
@@ -122,17 +139,8 @@ def rowwise_stats(
     off = destinations != sources
     pair_keys, pair_counts = np.unique(sources[off] * n_ranks + destinations[off], return_counts=True)
     pair_bytes = pair_counts.astype(np.int64) * k * element_bytes
-    pair_sources, pair_destinations = pair_keys // n_ranks, pair_keys % n_ranks
-    return PlanStats(
-        strategy=Strategy.ROWWISE,
-        n_ranks=n_ranks,
-        k=k,
-        element_bytes=element_bytes,
-        pair_sources=pair_sources,
-        pair_destinations=pair_destinations,
-        pair_bytes=pair_bytes,
+    return _from_pairs(
+        Strategy.ROWWISE, n_ranks, k, element_bytes, pair_keys // n_ranks, pair_keys % n_ranks, pair_bytes,
         messages=int(np.count_nonzero(off)),
-        send_bytes_per_rank=np.bincount(pair_sources, weights=pair_bytes, minlength=n_ranks).astype(np.int64),
-        recv_bytes_per_rank=np.bincount(pair_destinations, weights=pair_bytes, minlength=n_ranks).astype(np.int64),
         setup_bytes=0,
     )
