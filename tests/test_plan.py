@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from oracles import formula_volumes, random_integer_matrix, replay_plan
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.partition import RowPartition, even_rows, partition_matrix
-from sparsewire.plan import build_plan, plan_stats, rowwise_stats
+from sparsewire.plan import block_stats, build_plan, plan_stats, rowwise_stats
 from sparsewire.plan.blocks import split_local_rows
 from sparsewire.plan.strategies import Strategy, choose_row_based, parse_strategies
 
@@ -104,6 +104,18 @@ def test_replayed_plans_give_exact_product(rng, trial):
     for name in EXECUTABLE:
         plan = build_plan(matrix, rows, cols, name)
         np.testing.assert_array_equal(replay_plan(plan, b_dense), expected, err_msg=name)
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_block_stats_equal_the_built_plan(rng, trial):
+    n_rows, n_cols = (int(x) for x in rng.integers(1, 40, 2))
+    matrix = random_integer_matrix(rng, n_rows, n_cols, 0.1)
+    rows, cols = partition_matrix(matrix, int(rng.integers(1, 9)), "even")
+    direct = block_stats(cols, 3, 4)
+    built = plan_stats(build_plan(matrix, rows, cols, "block").ranks, 3, 4)
+    for field in ("pair_sources", "pair_destinations", "pair_bytes", "send_bytes_per_rank", "recv_bytes_per_rank"):
+        np.testing.assert_array_equal(getattr(direct, field), getattr(built, field), err_msg=field)
+    assert (direct.messages, direct.setup_bytes, direct.total_bytes) == (built.messages, 0, 12 * n_cols * (rows.n_parts - 1))
 
 
 def test_joint_per_pair_never_exceeds_row_or_column(rng):

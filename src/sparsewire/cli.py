@@ -100,7 +100,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
     from sparsewire.io import load_matrix
     from sparsewire.partition import partition_matrix
     from sparsewire.plan.plan import build_plan
-    from sparsewire.plan.stats import plan_stats, rowwise_stats
+    from sparsewire.plan.stats import block_stats, plan_stats, rowwise_stats
     from sparsewire.plan.strategies import Strategy, parse_strategies
 
     strategies = parse_strategies(args.strategies)
@@ -114,6 +114,8 @@ def _run_analyze(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         if strategy is Strategy.ROWWISE:
             stats = rowwise_stats(matrix, row_partition, col_partition, args.k, element_bytes)
+        elif strategy is Strategy.BLOCK:
+            stats = block_stats(col_partition, args.k, element_bytes)
         else:
             plan = build_plan(matrix, row_partition, col_partition, strategy)
             stats = plan_stats(plan.ranks, args.k, element_bytes)

@@ -22,7 +22,7 @@ from sparsewire.partition import RowPartition
 from sparsewire.plan.plan import RankPlan
 from sparsewire.plan.strategies import Strategy
 
-__all__ = ["PlanStats", "plan_stats", "rowwise_stats", "SETUP_INDEX_BYTES", "rank_send_summary"]
+__all__ = ["PlanStats", "plan_stats", "rowwise_stats", "block_stats", "SETUP_INDEX_BYTES", "rank_send_summary"]
 
 SETUP_INDEX_BYTES = 8
 
@@ -142,5 +142,22 @@ def rowwise_stats(
     return _from_pairs(
         Strategy.ROWWISE, n_ranks, k, element_bytes, pair_keys // n_ranks, pair_keys % n_ranks, pair_bytes,
         messages=int(np.count_nonzero(off)),
+        setup_bytes=0,
+    )
+
+
+def block_stats(col_partition: RowPartition, k: int, element_bytes: int) -> PlanStats:
+    """Volumes of ``block`` (CoLa eq. 5) without building its plan: every rank q with m_q B rows
+    sends ``s*k*m_q`` bytes to each of the other P - 1 ranks, ``s*k*m*(P-1)`` in all. Equal to
+    ``plan_stats`` of the built plan, which holds m*(P-1) selection rows (too many to build just
+    for analysis at large P)."""
+    n_ranks = col_partition.n_parts
+    senders = np.flatnonzero(col_partition.counts() > 0)
+    sources = np.repeat(senders, n_ranks - 1).astype(np.int64)
+    destinations = np.concatenate([np.delete(np.arange(n_ranks), q) for q in senders] or [np.zeros(0, np.int64)])
+    pair_bytes = col_partition.counts()[sources] * k * element_bytes
+    return _from_pairs(
+        Strategy.BLOCK, n_ranks, k, element_bytes, sources, destinations.astype(np.int64), pair_bytes.astype(np.int64),
+        messages=int(np.count_nonzero(pair_bytes)),
         setup_bytes=0,
     )
