@@ -223,7 +223,8 @@ def _plan_receiver(
 def _plan_sender(rank: int, col_partition: RowPartition, requests: list[tuple[int, SourceRequest]]):
     """Sender step for rank q: one send matrix from the requests of every destination (ascending)."""
     n_local_cols = int(col_partition.counts()[rank])
-    row_parts, col_parts, value_parts = [], [], []
+    empty = np.zeros(0, np.int64)
+    row_parts, col_parts, value_parts = [empty], [empty], [np.zeros(0)]
     send_ranks, b_counts, c_counts = [], [], []
     offset = 0
     for destination, request in requests:
@@ -235,9 +236,8 @@ def _plan_sender(rank: int, col_partition: RowPartition, requests: list[tuple[in
         b_counts.append(nb)
         c_counts.append(nc)
         offset += nb + nc
-    concat = (lambda parts, dtype: np.concatenate(parts).astype(dtype)) if row_parts else (lambda parts, dtype: np.zeros(0, dtype))
     send_matrix = sp.csr_array(
-        (concat(value_parts, np.float64), (concat(row_parts, np.int64), concat(col_parts, np.int64))),
+        (np.concatenate(value_parts), (np.concatenate(row_parts), np.concatenate(col_parts))),
         shape=(offset, n_local_cols),
     )
     return (
