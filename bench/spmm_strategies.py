@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition_matrix  # noqa: E402
-from sparsewire.plan import block_stats, build_plan, plan_stats, rowwise_stats  # noqa: E402
+from sparsewire.plan import strategy_stats  # noqa: E402
 from sparsewire.plan.strategies import Strategy  # noqa: E402
 from sparsewire.report import format_table  # noqa: E402
 
@@ -54,12 +54,7 @@ def volume_rows(spec: str, matrix, ranks: list[int], k: int, element_bytes: int)
         entry = {"matrix": short_name(spec), "ranks": n_ranks, "k": k, "element_bytes": element_bytes}
         for strategy in STRATEGIES:
             started = time.perf_counter()
-            if strategy is Strategy.ROWWISE:
-                stats = rowwise_stats(matrix, row_partition, col_partition, k, element_bytes)
-            elif strategy is Strategy.BLOCK:
-                stats = block_stats(col_partition, k, element_bytes)
-            else:
-                stats = plan_stats(build_plan(matrix, row_partition, col_partition, strategy).ranks, k, element_bytes)
+            stats = strategy_stats(matrix, row_partition, col_partition, strategy, k, element_bytes)
             entry[strategy.value] = {
                 **stats.as_dict(),
                 "plan_seconds": round(time.perf_counter() - started, 4),

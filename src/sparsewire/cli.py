@@ -99,9 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _run_analyze(args: argparse.Namespace) -> int:
     from sparsewire.io import load_matrix
     from sparsewire.partition import partition_matrix
-    from sparsewire.plan.plan import build_plan
-    from sparsewire.plan.stats import block_stats, plan_stats, rowwise_stats
-    from sparsewire.plan.strategies import Strategy, parse_strategies
+    from sparsewire.plan.stats import strategy_stats
+    from sparsewire.plan.strategies import parse_strategies
 
     strategies = parse_strategies(args.strategies)
     element_bytes = np.dtype(DTYPES[args.dtype]).itemsize
@@ -112,14 +111,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"planning {strategy.value} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
-        if strategy is Strategy.ROWWISE:
-            stats = rowwise_stats(matrix, row_partition, col_partition, args.k, element_bytes)
-        elif strategy is Strategy.BLOCK:
-            stats = block_stats(col_partition, args.k, element_bytes)
-        else:
-            plan = build_plan(matrix, row_partition, col_partition, strategy)
-            stats = plan_stats(plan.ranks, args.k, element_bytes)
-        entry = stats.as_dict()
+        entry = strategy_stats(matrix, row_partition, col_partition, strategy, args.k, element_bytes).as_dict()
         entry["plan_seconds"] = round(time.perf_counter() - started, 6)
         entries.append(entry)
     report = {

@@ -3,7 +3,7 @@
 from sparsewire.plan.blocks import LocalBlocks, split_local_rows
 from sparsewire.plan.cover import maximum_matching_size, minimum_vertex_cover
 from sparsewire.plan.plan import CommPlan, RankPlan, build_plan, build_rank_plan_collective
-from sparsewire.plan.stats import PlanStats, block_stats, plan_stats, rowwise_stats
+from sparsewire.plan.stats import PlanStats, block_stats, plan_stats, rowwise_stats, strategy_stats
 from sparsewire.plan.strategies import Strategy, parse_strategies
 
 __all__ = [
@@ -21,4 +21,5 @@ __all__ = [
     "plan_stats",
     "rowwise_stats",
     "split_local_rows",
+    "strategy_stats",
 ]

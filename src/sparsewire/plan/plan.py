@@ -96,8 +96,7 @@ class RankPlan:
     def setup_nonzeros_received(self) -> np.ndarray:
         """Row-based nonzeros of A(destination, rank) this rank holds for each destination
         (they were sent to it once, at setup)."""
-        rows = self.send_rows()
-        c_start = np.cumsum(rows) - rows + self.send_b_counts
+        c_start = _exclusive_cumsum(self.send_rows()) + self.send_b_counts
         c_stop = c_start + self.send_c_counts
         indptr = self.send_matrix.indptr
         return (indptr[c_stop] - indptr[c_start]).astype(np.int64)

@@ -19,10 +19,18 @@ import scipy.sparse as sp
 
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
-from sparsewire.plan.plan import RankPlan
+from sparsewire.plan.plan import RankPlan, build_plan
 from sparsewire.plan.strategies import Strategy
 
-__all__ = ["PlanStats", "plan_stats", "rowwise_stats", "block_stats", "SETUP_INDEX_BYTES", "rank_send_summary"]
+__all__ = [
+    "PlanStats",
+    "plan_stats",
+    "rowwise_stats",
+    "block_stats",
+    "strategy_stats",
+    "SETUP_INDEX_BYTES",
+    "rank_send_summary",
+]
 
 SETUP_INDEX_BYTES = 8
 
@@ -161,3 +169,22 @@ def block_stats(col_partition: RowPartition, k: int, element_bytes: int) -> Plan
         messages=int(np.count_nonzero(pair_bytes)),
         setup_bytes=0,
     )
+
+
+def strategy_stats(
+    matrix: sp.sparray,
+    row_partition: RowPartition,
+    col_partition: RowPartition,
+    strategy: Strategy | str,
+    k: int,
+    element_bytes: int,
+) -> PlanStats:
+    """Volumes of any strategy from the global matrix, without MPI: ``rowwise`` and ``block`` are
+    counted from the partitions (:func:`rowwise_stats`, :func:`block_stats`), the others from
+    their built plans (:func:`~sparsewire.plan.plan.build_plan`, :func:`plan_stats`)."""
+    strategy = Strategy(strategy)
+    if strategy is Strategy.ROWWISE:
+        return rowwise_stats(matrix, row_partition, col_partition, k, element_bytes)
+    if strategy is Strategy.BLOCK:
+        return block_stats(col_partition, k, element_bytes)
+    return plan_stats(build_plan(matrix, row_partition, col_partition, strategy).ranks, k, element_bytes)
