@@ -36,25 +36,35 @@ def formula_volumes(matrix, row_partition, col_partition, k: int, element_bytes:
 
 
 def replay_plan(plan, b_dense: np.ndarray) -> np.ndarray:
-    """Run a global plan without MPI: every rank packs with its send matrix, the slices are
-    delivered by (source, destination), every rank computes its rows. Returns the global C."""
-    sends = {}
-    for q, rank_plan in enumerate(plan.ranks):
-        start, stop = plan.col_partition.range(q)
-        buffer = rank_plan.send_matrix @ b_dense[start:stop]
-        bounds = np.concatenate(([0], np.cumsum(rank_plan.send_rows())))
-        for index, destination in enumerate(rank_plan.send_ranks):
-            sends[(q, int(destination))] = buffer[bounds[index] : bounds[index + 1]]
-    blocks = []
-    for p, rank_plan in enumerate(plan.ranks):
-        start, stop = plan.col_partition.range(p)
-        pieces = [sends.pop((int(q), p)) for q in rank_plan.recv_ranks]
-        for piece, rows in zip(pieces, rank_plan.recv_rows()):
-            assert piece.shape[0] == rows, "sender and receiver disagree on a message size"
-        received = np.vstack(pieces) if pieces else np.zeros((0, b_dense.shape[1]))
-        blocks.append(rank_plan.diagonal @ b_dense[start:stop] + rank_plan.receive_matrix @ received)
-    assert not sends, f"messages nobody receives: {sorted(sends)}"
-    return np.vstack(blocks)
+    """Run a global plan without MPI: exchange by exchange, every rank packs with its send matrix
+    (over its B rows and the input exchange's receive buffer), the slices are delivered by
+    (source, destination), and every rank adds its receive matrix times what it got. Returns C."""
+    n_ranks = plan.n_ranks
+    b_local = [b_dense[slice(*plan.col_partition.range(q))] for q in range(n_ranks)]
+    received = [[] for _ in range(n_ranks)]
+    results = [rank_plan.diagonal @ b_local[p] for p, rank_plan in enumerate(plan.ranks)]
+    n_exchanges = len(plan.ranks[0].exchanges)
+    for index in range(n_exchanges):
+        sends = {}
+        for q, rank_plan in enumerate(plan.ranks):
+            exchange = rank_plan.exchanges[index]
+            source = b_local[q]
+            if exchange.input is not None:
+                source = np.vstack([source, received[q][exchange.input]])
+            buffer = exchange.send_matrix @ source
+            bounds = np.concatenate(([0], np.cumsum(exchange.send_counts)))
+            for position, destination in enumerate(exchange.send_ranks):
+                sends[(q, int(destination))] = buffer[bounds[position] : bounds[position + 1]]
+        for p, rank_plan in enumerate(plan.ranks):
+            exchange = rank_plan.exchanges[index]
+            pieces = [sends.pop((int(q), p)) for q in exchange.recv_ranks]
+            for piece, rows in zip(pieces, exchange.recv_counts):
+                assert piece.shape[0] == rows, "sender and receiver disagree on a message size"
+            buffer = np.vstack(pieces) if pieces else np.zeros((0, b_dense.shape[1]))
+            received[p].append(buffer)
+            results[p] = results[p] + exchange.receive_matrix @ buffer
+        assert not sends, f"messages nobody receives: {sorted(sends)}"
+    return np.vstack(results)
 
 
 def random_integer_matrix(rng, n_rows: int, n_cols: int, density: float) -> sp.csr_array:
@@ -62,3 +72,30 @@ def random_integer_matrix(rng, n_rows: int, n_cols: int, density: float) -> sp.c
     matrix = sp.random_array((n_rows, n_cols), density=density, rng=rng, format="csr")
     matrix.data = rng.integers(1, 10, matrix.nnz) * rng.choice([-1, 1], matrix.nnz)
     return sp.csr_array(matrix, dtype=np.float64)
+
+
+def _matching(rows: np.ndarray, cols: np.ndarray) -> int:
+    if rows.size == 0:
+        return 0
+    r, c = np.unique(rows, return_inverse=True)[1], np.unique(cols, return_inverse=True)[1]
+    block = sp.csr_array((np.ones(r.size), (r, c)), shape=(r.max() + 1, c.max() + 1))
+    return int(np.count_nonzero(maximum_bipartite_matching(block, perm_type="column") >= 0))
+
+
+def inter_group_formulas(matrix, row_partition, col_partition, groups: np.ndarray, k: int, element_bytes: int) -> dict[str, int]:
+    """Inter-group bytes of ``column-hier`` and ``joint-group`` straight from the issue's formulas:
+    column-hier = s k sum_q sum_{h != group(q)} |union_{p in h} Cols(A(p, q))|;
+    joint-group = s k sum_{h != g} maximum matching of A(rows of h, columns of g)."""
+    coo = sp.coo_array(matrix)
+    p = np.searchsorted(row_partition.offsets, coo.row, side="right") - 1
+    q = np.searchsorted(col_partition.offsets, coo.col, side="right") - 1
+    h, g = groups[p], groups[q]
+    off = h != g
+    rows, cols, q, h, g = coo.row[off].astype(np.int64), coo.col[off].astype(np.int64), q[off], h[off], g[off]
+    union_cols = np.unique(np.stack([q, h, cols]), axis=1).shape[1] if rows.size else 0
+    matching = sum(
+        _matching(rows[(h == dst) & (g == src)], cols[(h == dst) & (g == src)])
+        for dst, src in set(zip(h.tolist(), g.tolist()))
+    )
+    unit = k * element_bytes
+    return {"column-hier": unit * union_cols, "joint-group": unit * matching}

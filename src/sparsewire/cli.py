@@ -66,10 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--k", type=_positive_int, default=32, help="columns of B (default: 32)")
     analyze.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="element type; float32 is the papers' unit (default: float32)")
     analyze.add_argument(
-        "--strategies", default="block,rowwise,column,row,joint", help="comma-separated list or 'all' (default: all five)"
+        "--strategies",
+        default="all",
+        help="comma-separated list or 'all': block, rowwise, column, row, joint, and with a topology column-hier, "
+        "joint-hier, joint-group (default: all)",
     )
     analyze.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition: even rows or balanced nonzeros (default: even)")
     analyze.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
+    _add_topology_arguments(analyze, allow_mpi=False)
     analyze.add_argument("--json", action="store_true", help="print exactly one JSON object instead of a table")
     analyze.set_defaults(handler=_run_analyze)
 
@@ -85,15 +89,56 @@ def build_parser() -> argparse.ArgumentParser:
     spmm.add_argument("matrix", help=MATRIX_HELP)
     spmm.add_argument("--k", type=_positive_int, default=32, help="columns of B (default: 32)")
     spmm.add_argument("--dtype", choices=sorted(DTYPES), default="float64", help="element type (default: float64)")
-    spmm.add_argument("--strategy", default="joint", help="block, column, row, joint, a comma list, or all (default: joint)")
-    spmm.add_argument("--mode", default="overlap", help="bulk, overlap, a comma list, or all (default: overlap)")
+    spmm.add_argument(
+        "--strategy",
+        default="joint",
+        help="block, column, row, joint, with a topology also column-hier, joint-hier, joint-group; a comma list, "
+        "or all (default: joint)",
+    )
+    spmm.add_argument(
+        "--mode",
+        default="overlap",
+        help="bulk, overlap, pipelined (CoLa Alg. 3: one stage per remote group, double buffers), a comma list, "
+        "or all (default: overlap)",
+    )
     spmm.add_argument("--repeat", type=_positive_int, default=10, help="timed multiplies per run (default: 10)")
     spmm.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition (default: even)")
     spmm.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
+    _add_topology_arguments(spmm, allow_mpi=True)
     spmm.add_argument("--check", action="store_true", help="gather C on rank 0 and compare with SciPy (max_abs_error)")
     spmm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     spmm.set_defaults(handler=_run_spmm)
     return parser
+
+
+def _add_topology_arguments(parser: argparse.ArgumentParser, allow_mpi: bool) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--group-size", "-G", type=_positive_int, help="groups of G consecutive ranks (same as --topology nodes:G)"
+    )
+    presets = "flat, nodes:G, cola-a800, shiro-h100, leafspine-16" + (", mpi (shared-memory nodes)" if allow_mpi else "")
+    where.add_argument("--topology", help=f"cluster model: {presets}; adds per-link-class bytes and predicted time")
+    parser.add_argument(
+        "--proxy",
+        choices=["local", "balanced"],
+        default="local",
+        help="hierarchical strategies: which rank of a group receives a remote rank's B rows: the same local rank "
+        "(CoLa) or spread by bytes (default: local)",
+    )
+
+
+def _topology(args: argparse.Namespace, comm=None):
+    from sparsewire.topology import Topology, parse_topology
+
+    if args.group_size is not None:
+        return Topology.nodes(args.group_size)
+    if args.topology is None:
+        return None
+    if args.topology.strip().lower() == "mpi":
+        if comm is None:
+            raise InputError("--topology mpi needs MPI (it groups the ranks of each node); use it with spmm or give nodes:G")
+        return Topology.from_mpi(comm)
+    return parse_topology(args.topology)
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
@@ -102,7 +147,10 @@ def _run_analyze(args: argparse.Namespace) -> int:
     from sparsewire.plan.stats import strategy_stats
     from sparsewire.plan.strategies import parse_strategies
 
-    strategies = parse_strategies(args.strategies)
+    topology = _topology(args)
+    strategies = parse_strategies(args.strategies, hierarchical=topology is not None)
+    if topology is not None:
+        topology.groups(args.ranks)  # checks the rank count against an explicit grouping
     element_bytes = np.dtype(DTYPES[args.dtype]).itemsize
     matrix = load_matrix(args.matrix, symmetrize=args.symmetrize)
     row_partition, col_partition = partition_matrix(matrix, args.ranks, args.partition)
@@ -111,7 +159,10 @@ def _run_analyze(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"planning {strategy.value} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
-        entry = strategy_stats(matrix, row_partition, col_partition, strategy, args.k, element_bytes).as_dict()
+        stats = strategy_stats(
+            matrix, row_partition, col_partition, strategy, args.k, element_bytes, topology, proxy=args.proxy
+        )
+        entry = stats.as_dict()
         entry["plan_seconds"] = round(time.perf_counter() - started, 6)
         entries.append(entry)
     report = {
@@ -122,6 +173,13 @@ def _run_analyze(args: argparse.Namespace) -> int:
         "partition": args.partition,
         "strategies": entries,
     }
+    if topology is not None:
+        report["topology"] = {
+            "name": topology.name,
+            "groups": int(topology.groups(args.ranks).max(initial=-1)) + 1,
+            "description": topology.describe(),
+            "proxy": args.proxy,
+        }
     if args.json:
         print(json.dumps(report))
         return 0
@@ -129,6 +187,8 @@ def _run_analyze(args: argparse.Namespace) -> int:
         f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nonzeros; "
         f"P = {args.ranks}, k = {args.k}, {args.dtype}, {args.partition} partition"
     )
+    if topology is not None:
+        print(f"topology {topology.describe()}; proxy {args.proxy}")
     baseline = next((e["total_bytes"] for e in entries if e["name"] == "block"), None)
     rows = []
     for e in entries:
@@ -145,8 +205,15 @@ def _run_analyze(args: argparse.Namespace) -> int:
                 format_bytes(e["setup_bytes"]),
                 f"{e['plan_seconds']:.3f}",
             ]
+            + (
+                [format_bytes(e["intra_group_bytes"]), format_bytes(e["inter_group_bytes"]), f"{e['predicted_seconds'] * 1e3:.4f}"]
+                if topology is not None
+                else []
+            )
         )
     headers = ["strategy", "bytes/multiply", "", "vs block", "messages", "max send", "max recv", "setup", "plan s"]
+    if topology is not None:
+        headers += ["intra-group", "inter-group", "predicted ms"]
     print(format_table(headers, rows))
     return 0
 
@@ -155,8 +222,11 @@ def _run_spmm(args: argparse.Namespace) -> int:
     from sparsewire.plan.strategies import parse_strategies
     from sparsewire.exec.spmm import parse_modes
 
-    strategies = parse_strategies(args.strategy, executable_only=True)
+    hierarchical = args.group_size is not None or args.topology is not None
+    strategies = parse_strategies(args.strategy, executable_only=True, hierarchical=hierarchical)
     modes = parse_modes(args.mode)
+    if args.topology is not None and args.topology.strip().lower() != "mpi":
+        _topology(args)  # reject an unknown preset before MPI starts
 
     from mpi4py import MPI
 
@@ -164,6 +234,9 @@ def _run_spmm(args: argparse.Namespace) -> int:
     from sparsewire.exec.session import run_spmm_session
 
     comm = MPI.COMM_WORLD
+    topology = _topology(args, comm)
+    if topology is not None and topology.rank_groups is None:
+        topology.groups(comm.Get_size())
     threads = limit_threads_per_rank(comm)
     progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
     results = run_spmm_session(
@@ -177,11 +250,13 @@ def _run_spmm(args: argparse.Namespace) -> int:
         partition=args.partition,
         check=args.check,
         symmetrize=args.symmetrize,
+        topology=topology,
+        proxy=args.proxy,
         progress=progress,
     )
     if comm.Get_rank() != 0:
         return 0
-    failed = any(r["measured_bytes"] != r["planned_bytes"] or not r.get("check_passed", True) for r in results)
+    failed = any(not _bytes_match(r) or not r.get("check_passed", True) for r in results)
     if args.json:
         if len(results) == 1:
             print(json.dumps(results[0]))
@@ -202,21 +277,34 @@ def _run_spmm(args: argparse.Namespace) -> int:
                 r["strategy"],
                 r["mode"],
                 format_bytes(r["planned_bytes"]),
-                "yes" if r["measured_bytes"] == r["planned_bytes"] else f"NO ({r['measured_bytes']})",
+                "yes" if _bytes_match(r) else f"NO ({r['measured_bytes']})",
                 r["messages"],
                 f"{r['median_seconds'] * 1e3:.3f}",
                 f"{r['min_seconds'] * 1e3:.3f}",
                 f"{baseline / r['median_seconds']:.2f}x" if baseline else "-",
                 f"{r['plan_seconds']:.3f}",
             ]
+            + ([format_bytes(r["inter_group_bytes"]), f"{r['predicted_seconds'] * 1e3:.4f}"] if topology is not None else [])
             + ([f"{r['max_abs_error']:.2e}"] if args.check else [])
         )
     headers = ["strategy", "mode", "bytes/multiply", "measured=planned", "messages", "median ms", "min ms", "speedup vs block", "plan s"]
+    headers += ["inter-group", "predicted ms"] if topology is not None else []
+    if topology is not None:
+        print(f"topology {topology.describe()}; proxy {args.proxy}")
     print(format_table(headers + (["max abs error"] if args.check else []), rows))
     if failed:
         print("sparsewire: error: a run moved other bytes than planned or failed --check; see the table", file=sys.stderr)
         return 1
     return 0
+
+
+def _bytes_match(result: dict) -> bool:
+    """Measured bytes equal the plan's, in total and per link class."""
+    same = result["measured_bytes"] == result["planned_bytes"]
+    if "inter_group_bytes" in result:
+        same = same and result["measured_inter_group_bytes"] == result["inter_group_bytes"]
+        same = same and result["measured_intra_group_bytes"] == result["intra_group_bytes"]
+    return same
 
 
 def _is_root() -> bool:

@@ -15,13 +15,14 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error
-from sparsewire.exec.spmm import SpmmExecutor
+from sparsewire.exec.spmm import SpmmExecutor, layout_for_mode
 from sparsewire.generators import deterministic_dense
 from sparsewire.io import load_matrix, nonfinite_entries
 from sparsewire.partition import RowPartition, partition_matrix
 from sparsewire.plan.plan import build_rank_plan_collective
 from sparsewire.plan.stats import plan_stats, rank_send_summary
 from sparsewire.plan.strategies import Strategy
+from sparsewire.topology import Topology
 
 __all__ = ["DistributedMatrix", "distribute_matrix", "run_spmm_session", "check_tolerance"]
 
@@ -70,13 +71,17 @@ def run_spmm_session(
     partition: str = "even",
     check: bool = False,
     symmetrize: bool = False,
+    topology: Topology | None = None,
+    proxy: str = "local",
     progress=None,
 ) -> list[dict] | None:
     """Collective. Run every (strategy, mode) on the matrix ``spec`` and return one result dict per
     run on rank 0 (None on other ranks). B is :func:`~sparsewire.generators.deterministic_dense`.
 
-    Each run: plan collectively (timed), one untimed warm-up multiply, then ``repeat`` timed
-    multiplies, each between barriers and timed as the slowest rank's time.
+    Each run: plan collectively (timed; one plan per layout, shared by the modes that run it), one
+    untimed warm-up multiply, then ``repeat`` timed multiplies, each between barriers and timed as
+    the slowest rank's time. With a topology, every run also reports planned and measured bytes per
+    link class (``intra_group`` / ``inter_group``) and the predicted communication time.
     """
     rank = comm.Get_rank()
     dtype = np.dtype(dtype)
@@ -103,16 +108,26 @@ def run_spmm_session(
     if check and rank == 0:
         reference = matrix @ deterministic_dense(0, matrix.shape[1], k, np.float64)
 
+    groups = topology.groups(comm.Get_size()) if topology is not None else None
     results = []
     for strategy in strategies:
-        comm.Barrier()
-        started = MPI.Wtime()
-        plan = build_rank_plan_collective(
-            comm, distributed.local_rows, distributed.row_partition, distributed.col_partition, strategy
-        )
-        plan_seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
-        stats = plan_stats(comm.allgather(rank_send_summary(plan)), k, dtype.itemsize, strategy, comm.Get_size())
+        plans = {}
         for mode in modes:
+            layout = layout_for_mode(mode)
+            if layout in plans:
+                continue
+            comm.Barrier()
+            started = MPI.Wtime()
+            plan = build_rank_plan_collective(
+                comm, distributed.local_rows, distributed.row_partition, distributed.col_partition, strategy,
+                topology, layout=layout, proxy=proxy,
+            )
+            plan_seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
+            summaries = comm.allgather(rank_send_summary(plan))
+            stats = plan_stats(summaries, k, dtype.itemsize, strategy, comm.Get_size(), topology)
+            plans[layout] = (plan, plan_seconds, stats)
+        for mode in modes:
+            plan, plan_seconds, stats = plans[layout_for_mode(mode)]
             if progress and rank == 0:
                 progress(f"running {strategy.value}/{mode}")
             with SpmmExecutor(plan, comm, k, dtype, mode) as executor:
@@ -124,6 +139,10 @@ def run_spmm_session(
                     result = executor.multiply(b_local)
                     times.append(comm.allreduce(MPI.Wtime() - started, op=MPI.MAX))
                 measured = comm.allreduce(executor.bytes_sent, op=MPI.SUM)
+                measured_inter = 0
+                if groups is not None:
+                    inter = groups != groups[rank]
+                    measured_inter = comm.allreduce(int(executor.bytes_sent_to[inter].sum()), op=MPI.SUM)
             checksum_sum = comm.allreduce(float(result.sum(dtype=np.float64)), op=MPI.SUM)
             checksum_squares = comm.allreduce(float(np.square(result, dtype=np.float64).sum()), op=MPI.SUM)
             gathered = comm.gather(result, root=0) if check else None
@@ -146,9 +165,19 @@ def run_spmm_session(
                 "measured_bytes": int(measured),
                 "messages": stats.messages,
                 "setup_bytes": stats.setup_bytes,
+                "layout": plan.layout,
                 "checksum_sum": checksum_sum,
                 "checksum_fro": float(np.sqrt(checksum_squares)),
             }
+            if topology is not None:
+                classes = stats.class_totals()
+                row["topology"] = topology.name
+                row["proxy"] = proxy
+                row["intra_group_bytes"] = classes["intra_group_bytes"]
+                row["inter_group_bytes"] = classes["inter_group_bytes"]
+                row["measured_intra_group_bytes"] = int(measured) - int(measured_inter)
+                row["measured_inter_group_bytes"] = int(measured_inter)
+                row["predicted_seconds"] = stats.as_dict()["predicted_seconds"]
             if check:
                 full = np.vstack(gathered).astype(np.float64)
                 row["max_abs_error"] = float(np.abs(full - reference).max(initial=0.0))

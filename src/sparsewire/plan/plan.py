@@ -1,57 +1,96 @@
 """Communication plans for distributed SpMM ``C = A @ B`` with a 1D row partition.
 
-A plan is computed once from the sparsity pattern, the partitions and the strategy and reused for
-every multiply with that pattern. It holds, per rank, everything the executor needs:
+A plan is computed once from the sparsity pattern, the partitions, the strategy and the topology,
+and reused for every multiply with that pattern. Per rank it holds the diagonal block A(p, p) and a
+list of :class:`Exchange` s. Each exchange is one round of messages:
 
-* ``diagonal``: A(p, p) with local indices, multiplied by the rank's own rows of B.
-* ``send_matrix`` (sender side): one sparse matrix whose product with the local B rows is the whole
-  send buffer, destination by destination: for each destination first one selection row per B row
-  it needs (a single 1 in that column: column-based), then one row per partial C row it gets
-  (the rows of A(destination, rank) that are served row-based: row-based).
-* ``receive_matrix`` (receiver side): one sparse matrix over the receive buffer (source by source:
-  B rows, then partial C rows). Its columns for B rows hold the column-based nonzeros of A (the
-  compressed ghost-column map of PETSc's MPIAIJ), and its columns for partial C rows hold a 1 at the
-  C row they add to. So ``C_p = diagonal @ B_p + receive_matrix @ receive_buffer``.
+* ``send_matrix`` packs: ``send_buffer = send_matrix @ [B_p ; receive buffer of input]``. A row of it
+  is a B row (a single 1: select), a partial C row (A entries: multiply), a relayed B row (a 1 on a
+  row of the input exchange's receive buffer: forward) or a summed partial C row (A entries and 1s
+  on received partial rows: aggregate). Rows are grouped by destination.
+* ``receive_matrix`` unpacks: ``C_p += receive_matrix @ receive_buffer`` (A entries on received B
+  rows, 1s on received C rows; all-zero rows of it belong to rows this rank only relays).
 
-Planning is split into a receiver step (rank p decides, from its own rows only, how each of its
-off-diagonal nonzeros is served and what it needs from each source) and a sender step (rank q
-assembles its send matrix from the requests it gets). :func:`build_plan` runs both for every rank
-from the global matrix without MPI; :func:`build_rank_plan_collective` runs them on each rank over
-MPI with one all-to-all of requests. Both call the same functions, so the plans are identical.
+So ``C_p = diagonal @ B_p + sum_e receive_matrix_e @ receive_buffer_e``.
+
+Every transferred row is one *record* (kind, sender, receiver, key, round): key is the global column
+j for B rows and the global row i for C rows; round is the group offset (group of the B owner minus
+group of the C owner, modulo the number of groups). The kinds:
+
+==============  ==========================================================  ===
+kind            meaning                                                     hop
+==============  ==========================================================  ===
+``DIRECT_B``    owner q sends B row j to p (column-based)                   1
+``DIRECT_C``    q sends p's partial row i (row-based)                       1
+``FETCH_B``     q sends B row j to the proxy of p's group (hierarchical)    1
+``PARTIAL_C``   q sends its partial row i to its group's aggregator          1
+``FORWARD_B``   the proxy forwards B row j to p                             2
+``AGGREGATE_C`` the aggregator sends p the sum of its group's partials of i  2
+==============  ==========================================================  ===
+
+Layouts: ``merged`` puts every hop-1 record in exchange 0 and every hop-2 record in exchange 1 (SHIRO
+Alg. 1: stage I = inter-group B fetch with intra-group C aggregation, stage II = inter-group C with
+intra-group B distribution). ``pipelined`` (CoLa Alg. 3) has one exchange for round 0 (traffic
+inside groups) and, per remote round d, an exchange for its hop 1 (step d-1, double-buffered
+receives) and one for its hop 2 (step d), so the slow transfer of round d+1 is in flight while
+round d is distributed and computed. Exchanges of one step run concurrently.
+
+Planning is receiver-driven: rank p decides how each of its off-diagonal nonzeros is served and
+writes the records that serve it; one all-to-all hands each record to its sender (and to a relaying
+receiver); every rank then assembles its matrices from the records it knows. :func:`build_plan` runs
+this for all ranks without MPI, :func:`build_rank_plan_collective` on each rank over MPI; both run
+the same code (:func:`_plan_ranks`), so the plans are identical.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.partition import RowPartition
+from sparsewire.plan import hierarchy
 from sparsewire.plan.blocks import LocalBlocks, split_local_rows
 from sparsewire.plan.strategies import Strategy, choose_row_based
+from sparsewire.topology import Topology
 
-__all__ = ["RankPlan", "CommPlan", "SourceRequest", "build_plan", "build_rank_plan_collective"]
+__all__ = ["Exchange", "RankPlan", "CommPlan", "LAYOUTS", "build_plan", "build_rank_plan_collective"]
+
+LAYOUTS = ("merged", "pipelined")
+PROXY_POLICIES = ("local", "balanced")
+
+DIRECT_B, DIRECT_C, FETCH_B, PARTIAL_C, FORWARD_B, AGGREGATE_C = range(6)
+_N_KINDS = 6
+_HOP = np.array([1, 1, 1, 1, 2, 2])
+_C_KINDS = (DIRECT_C, PARTIAL_C, AGGREGATE_C)
 
 
-@dataclass(frozen=True)
-class SourceRequest:
-    """What receiver p asks of one source q (the setup message of the inspector).
+@dataclass(frozen=True, eq=False)
+class Exchange:
+    """One round of messages of one rank (see the module docstring).
 
     Attributes:
-        b_rows: q-local indices of the B rows q must send (ascending).
-        c_row_count: number of partial C rows q must send.
-        c_positions: for each row-based nonzero, the index of its C row among those ``c_row_count``.
-        c_cols: q-local column of each row-based nonzero.
-        c_values: value of each row-based nonzero (the A entries q needs at setup).
+        step: exchanges of one step are in flight together; steps run in order.
+        input: index of the exchange whose receive buffer ``send_matrix`` reads after the B rows
+            (None: B rows only).
+        receive_slot: exchanges with the same slot share one receive buffer (double buffering of the
+            pipelined layout); None: a buffer of its own.
+        send_ranks, send_counts: destinations and rows sent to each (send_matrix rows in this order).
+        recv_ranks, recv_counts: sources and rows received from each (receive_matrix columns in order).
     """
 
-    b_rows: np.ndarray
-    c_row_count: int
-    c_positions: np.ndarray
-    c_cols: np.ndarray
-    c_values: np.ndarray
+    step: int
+    input: int | None
+    receive_slot: int | None
+    send_ranks: np.ndarray
+    send_counts: np.ndarray
+    send_matrix: sp.csr_array
+    recv_ranks: np.ndarray
+    recv_counts: np.ndarray
+    receive_matrix: sp.csr_array
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,21 +98,19 @@ class RankPlan:
     """Everything one rank needs to run its part of ``C = A @ B`` (see the module docstring).
 
     Counts are in rows of width k; byte volumes follow as rows * k * element size.
+    ``setup_entries``: A entries this rank holds to compute partial C rows for others (they were
+    sent to it once, at setup).
     """
 
     rank: int
     strategy: Strategy
+    layout: str
     row_partition: RowPartition
     col_partition: RowPartition
+    groups: np.ndarray
     diagonal: sp.csr_array
-    send_ranks: np.ndarray
-    send_b_counts: np.ndarray
-    send_c_counts: np.ndarray
-    send_matrix: sp.csr_array
-    recv_ranks: np.ndarray
-    recv_b_counts: np.ndarray
-    recv_c_counts: np.ndarray
-    receive_matrix: sp.csr_array
+    exchanges: tuple[Exchange, ...]
+    setup_entries: int
 
     @property
     def n_ranks(self) -> int:
@@ -85,39 +122,34 @@ class RankPlan:
         """(rows of A and C owned, rows of B owned)."""
         return int(self.diagonal.shape[0]), int(self.diagonal.shape[1])
 
-    def send_rows(self) -> np.ndarray:
-        """Rows (B plus partial C) sent to each rank in ``send_ranks`` per multiply."""
-        return self.send_b_counts + self.send_c_counts
-
-    def recv_rows(self) -> np.ndarray:
-        """Rows (B plus partial C) received from each rank in ``recv_ranks`` per multiply."""
-        return self.recv_b_counts + self.recv_c_counts
-
-    def setup_nonzeros_received(self) -> np.ndarray:
-        """Row-based nonzeros of A(destination, rank) this rank holds for each destination
-        (they were sent to it once, at setup)."""
-        c_start = _exclusive_cumsum(self.send_rows()) + self.send_b_counts
-        c_stop = c_start + self.send_c_counts
-        indptr = self.send_matrix.indptr
-        return (indptr[c_stop] - indptr[c_start]).astype(np.int64)
+    def rows_sent_to(self) -> np.ndarray:
+        """Rows sent to each rank per multiply, summed over exchanges (length P)."""
+        result = np.zeros(self.n_ranks, np.int64)
+        for exchange in self.exchanges:
+            np.add.at(result, exchange.send_ranks, exchange.send_counts)
+        return result
 
     def equals(self, other: RankPlan) -> bool:
         """Exact equality of every field, including every index and value array."""
-        if not isinstance(other, RankPlan):
-            return False
-        for field in fields(self):
-            mine, theirs = getattr(self, field.name), getattr(other, field.name)
-            if isinstance(mine, sp.sparray):
-                if mine.shape != theirs.shape or not all(
-                    np.array_equal(getattr(mine, a), getattr(theirs, a)) for a in ("indptr", "indices", "data")
-                ):
-                    return False
-            elif isinstance(mine, np.ndarray):
-                if not np.array_equal(mine, theirs):
-                    return False
-            elif mine != theirs:
-                return False
-        return True
+        return isinstance(other, RankPlan) and _equal(self, other)
+
+
+def _equal(mine, theirs) -> bool:
+    if type(mine) is not type(theirs):
+        return False
+    if isinstance(mine, (RankPlan, Exchange)):
+        return all(_equal(getattr(mine, f.name), getattr(theirs, f.name)) for f in fields(mine))
+    if isinstance(mine, tuple):
+        return len(mine) == len(theirs) and all(_equal(a, b) for a, b in zip(mine, theirs))
+    if isinstance(mine, sp.sparray):
+        return mine.shape == theirs.shape and all(
+            np.array_equal(getattr(mine, a), getattr(theirs, a)) for a in ("indptr", "indices", "data")
+        )
+    if isinstance(mine, np.ndarray):
+        return np.array_equal(mine, theirs)
+    if isinstance(mine, RowPartition):
+        return np.array_equal(mine.offsets, theirs.offsets)
+    return mine == theirs
 
 
 @dataclass(frozen=True)
@@ -135,156 +167,397 @@ class CommPlan:
         return len(self.ranks)
 
 
-@dataclass(frozen=True)
-class _ReceiverSide:
-    diagonal: sp.csr_array
-    recv_ranks: np.ndarray
-    recv_b_counts: np.ndarray
-    recv_c_counts: np.ndarray
-    receive_matrix: sp.csr_array
+# ----------------------------------------------------------------------------------------------
+# Records
 
 
-def _exclusive_cumsum(counts: np.ndarray) -> np.ndarray:
-    return (np.cumsum(counts) - counts).astype(np.int64)
+@dataclass
+class _Records:
+    """Transferred rows (kind, sender, receiver, key, round) and the A entries (terms) of C rows."""
+
+    kind: np.ndarray
+    sender: np.ndarray
+    receiver: np.ndarray
+    key: np.ndarray
+    round: np.ndarray
+    term_kind: np.ndarray
+    term_sender: np.ndarray
+    term_receiver: np.ndarray
+    term_key: np.ndarray
+    term_col: np.ndarray
+    term_value: np.ndarray
+
+    @staticmethod
+    def concat(parts: list[_Records]) -> _Records:
+        return _Records(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(_Records)))
+
+    def select(self, records: np.ndarray, terms: np.ndarray) -> _Records:
+        values = [getattr(self, f.name) for f in fields(_Records)]
+        return _Records(*(v[records] for v in values[:5]), *(v[terms] for v in values[5:]))
 
 
-def _plan_receiver(
-    blocks: LocalBlocks, strategy: Strategy, col_partition: RowPartition
-) -> tuple[_ReceiverSide, dict[int, SourceRequest]]:
-    """Receiver step for rank p: decide how each off-diagonal nonzero is served and what to ask of
-    each source; build the receive matrix over the receive buffer."""
-    n_ranks = col_partition.n_parts
-    rank = blocks.rank
-    row_based = choose_row_based(strategy, blocks, n_ranks)
-    column_based = ~row_based
-
-    # B rows needed, as ascending global indices (so grouped by source, since ownership is contiguous).
-    if strategy is Strategy.BLOCK:
-        start, stop = col_partition.range(rank)
-        b_cols = np.concatenate([np.arange(0, start), np.arange(stop, col_partition.n)]).astype(np.int64)
-    else:
-        b_cols = np.unique(blocks.cols[column_based])
-    b_sources = np.asarray(col_partition.owner(b_cols), dtype=np.int64)
-    b_counts = np.bincount(b_sources, minlength=n_ranks).astype(np.int64)
-
-    # Partial C rows needed: unique (source, local row) pairs of the row-based nonzeros.
-    rp_rows, rp_cols = blocks.rows[row_based], blocks.cols[row_based]
-    rp_values, rp_sources = blocks.values[row_based], blocks.sources[row_based]
-    n_local = blocks.n_local_rows
-    c_keys, c_index = np.unique(rp_sources * max(n_local, 1) + rp_rows, return_inverse=True)
-    c_sources = c_keys // max(n_local, 1)
-    c_rows = c_keys % max(n_local, 1)
-    c_counts = np.bincount(c_sources, minlength=n_ranks).astype(np.int64)
-
-    # Receive buffer: source by source, its B rows then its partial C rows.
-    base = _exclusive_cumsum(b_counts + c_counts)
-    b_start, c_start = _exclusive_cumsum(b_counts), _exclusive_cumsum(c_counts)
-    total = int((b_counts + c_counts).sum())
-    cb_rows, cb_cols = blocks.rows[column_based], blocks.cols[column_based]
-    cb_sources = blocks.sources[column_based]
-    cb_slots = base[cb_sources] + np.searchsorted(b_cols, cb_cols) - b_start[cb_sources]
-    c_slots = base[c_sources] + b_counts[c_sources] + np.arange(c_keys.size) - c_start[c_sources]
-    receive_matrix = sp.csr_array(
-        (
-            np.concatenate([blocks.values[column_based], np.ones(c_keys.size)]),
-            (np.concatenate([cb_rows, c_rows]), np.concatenate([cb_slots, c_slots])),
-        ),
-        shape=(n_local, total),
-    )
-    receiver = _ReceiverSide(
-        diagonal=blocks.diagonal,
-        recv_ranks=np.flatnonzero(b_counts + c_counts).astype(np.int64),
-        recv_b_counts=b_counts[b_counts + c_counts > 0],
-        recv_c_counts=c_counts[b_counts + c_counts > 0],
-        receive_matrix=receive_matrix,
-    )
-
-    # Requests, per source, sorted by (C row position, column) for a canonical send matrix.
-    order = np.lexsort((rp_cols, c_index))
-    rp_sources, rp_positions = rp_sources[order], (c_index - c_start[c_sources[c_index]])[order]
-    rp_cols, rp_values = rp_cols[order], rp_values[order]
-    b_bounds = np.searchsorted(b_sources, np.arange(n_ranks + 1))
-    c_bounds = np.searchsorted(rp_sources, np.arange(n_ranks + 1))
-    requests = {}
-    for source in receiver.recv_ranks.tolist():
-        col_offset = col_partition.offsets[source]
-        lo, hi = c_bounds[source], c_bounds[source + 1]
-        requests[source] = SourceRequest(
-            b_rows=b_cols[b_bounds[source] : b_bounds[source + 1]] - col_offset,
-            c_row_count=int(c_counts[source]),
-            c_positions=rp_positions[lo:hi],
-            c_cols=rp_cols[lo:hi] - col_offset,
-            c_values=rp_values[lo:hi],
-        )
-    return receiver, requests
-
-
-def _plan_sender(rank: int, col_partition: RowPartition, requests: list[tuple[int, SourceRequest]]):
-    """Sender step for rank q: one send matrix from the requests of every destination (ascending)."""
-    n_local_cols = int(col_partition.counts()[rank])
+def _records(kind, sender, receiver, key, round_, terms=None) -> _Records:
+    n = np.asarray(key).size
+    full = lambda value: np.broadcast_to(np.asarray(value, np.int64), (n,)).copy()  # noqa: E731
     empty = np.zeros(0, np.int64)
-    row_parts, col_parts, value_parts = [empty], [empty], [np.zeros(0)]
-    send_ranks, b_counts, c_counts = [], [], []
-    offset = 0
-    for destination, request in requests:
-        nb, nc = request.b_rows.size, request.c_row_count
-        row_parts += [offset + np.arange(nb, dtype=np.int64), offset + nb + request.c_positions]
-        col_parts += [request.b_rows, request.c_cols]
-        value_parts += [np.ones(nb), request.c_values]
-        send_ranks.append(destination)
-        b_counts.append(nb)
-        c_counts.append(nc)
-        offset += nb + nc
-    send_matrix = sp.csr_array(
-        (np.concatenate(value_parts), (np.concatenate(row_parts), np.concatenate(col_parts))),
-        shape=(offset, n_local_cols),
-    )
-    return (
-        np.asarray(send_ranks, np.int64),
-        np.asarray(b_counts, np.int64),
-        np.asarray(c_counts, np.int64),
-        send_matrix,
-    )
+    if terms is None:
+        terms = (empty, empty, empty, empty, empty, np.zeros(0))
+    return _Records(full(kind), full(sender), full(receiver), full(key), full(round_), *terms)
 
 
-def _assemble(rank, strategy, row_partition, col_partition, receiver: _ReceiverSide, sender) -> RankPlan:
-    send_ranks, send_b, send_c, send_matrix = sender
+class _Keys:
+    """Integer encodings of record identities and buffer orders."""
+
+    def __init__(self, n_ranks: int, n_keys: int) -> None:
+        self.n_ranks, self.n_keys = n_ranks, max(n_keys, 1)
+
+    def identity(self, kind, sender, receiver, key):
+        return ((kind * self.n_ranks + sender) * self.n_ranks + receiver) * self.n_keys + key
+
+    def order(self, peer, kind, key):
+        """Position key inside one exchange's buffer: by peer, then kind, then key."""
+        return (peer * _N_KINDS + kind) * self.n_keys + key
+
+
+def _request_records(
+    blocks: LocalBlocks,
+    row_based: np.ndarray,
+    hierarchical: bool,
+    groups: np.ndarray,
+    proxy: np.ndarray,
+    aggregator: np.ndarray,
+    row_partition: RowPartition,
+    col_partition: RowPartition,
+    strategy: Strategy,
+) -> tuple[_Records, tuple]:
+    """Receiver step of rank p: the records that serve its off-diagonal nonzeros, and for each
+    column-based nonzero the record that brings its B row (kind, sender, round)."""
+    p = blocks.rank
+    n_groups = int(groups.max(initial=0)) + 1
+    row_start = int(row_partition.offsets[p])
+    column_based = ~row_based
+    rounds = (groups[blocks.sources] - groups[p]) % n_groups
+    direct = np.logical_or(not hierarchical, groups[blocks.sources] == groups[p])
+    parts = []
+
+    # Column-based: B rows.
+    cb = column_based
+    q, j, rnd = blocks.sources[cb], blocks.cols[cb], rounds[cb]
+    cb_direct = direct[cb]
+    if strategy is Strategy.BLOCK:  # every B row of every other rank, used or not
+        start, stop = col_partition.range(p)
+        all_j = np.concatenate([np.arange(0, start), np.arange(stop, col_partition.n)]).astype(np.int64)
+        all_q = np.asarray(col_partition.owner(all_j), np.int64)
+        parts.append(_records(DIRECT_B, all_q, p, all_j, (groups[all_q] - groups[p]) % n_groups))
+    else:
+        parts.append(_records(DIRECT_B, q[cb_direct], p, j[cb_direct], rnd[cb_direct]))
+    relay = proxy[q] if q.size else np.zeros(0, np.int64)
+    fetched = ~cb_direct
+    parts.append(_records(FETCH_B, q[fetched], relay[fetched], j[fetched], rnd[fetched]))
+    forwarded = fetched & (relay != p)
+    parts.append(_records(FORWARD_B, relay[forwarded], p, j[forwarded], rnd[forwarded]))
+    serving_kind = np.where(cb_direct, DIRECT_B, np.where(forwarded, FORWARD_B, FETCH_B))
+    serving_sender = np.where(cb_direct | ~forwarded, q, relay)
+    column_serving = (blocks.rows[cb], blocks.values[cb], j, serving_kind, serving_sender, rnd)
+
+    # Row-based: partial C rows, with their A entries as terms.
+    rb = row_based
+    q, i, j, v, rnd = blocks.sources[rb], blocks.rows[rb] + row_start, blocks.cols[rb], blocks.values[rb], rounds[rb]
+    rb_direct = direct[rb]
+    agg = aggregator[groups[q]] if q.size else np.zeros(0, np.int64)
+    # Direct: q computes p's row i.  Hierarchical: q computes a partial for its aggregator, or is it.
+    term_kind = np.where(rb_direct, DIRECT_C, np.where(q == agg, AGGREGATE_C, PARTIAL_C))
+    term_receiver = np.where(rb_direct, p, np.where(q == agg, p, agg))
+    terms = (term_kind, q, term_receiver, i, j, v)
+    partial = term_kind == PARTIAL_C
+    parts.append(_records(term_kind, q, term_receiver, i, rnd, terms))
+    parts.append(_records(AGGREGATE_C, agg[partial], p, i[partial], rnd[partial]))
+    return _Records.concat(parts), column_serving
+
+
+def _unique_records(records: _Records, keys: _Keys) -> _Records:
+    """One record per identity (the same B row can be requested by several nonzeros and ranks)."""
+    identity = keys.identity(records.kind, records.sender, records.receiver, records.key)
+    _, first = np.unique(identity, return_index=True)
+    return records.select(first, np.arange(records.term_key.size))
+
+
+def _outboxes(records: _Records, owner: int, n_ranks: int, keys: _Keys) -> list[_Records | None]:
+    """Split rank ``owner``'s records by the ranks that need them: each record goes to its sender,
+    and to its receiver when that is a relay (not ``owner``); terms go to their sender."""
+    records = _unique_records(records, keys)
+    to_sender = records.sender
+    to_receiver = np.where(records.receiver != owner, records.receiver, -1)
+    boxes: list[_Records | None] = [None] * n_ranks
+    targets = np.unique(np.concatenate([to_sender, to_receiver[to_receiver >= 0]]))
+    for target in targets.tolist():
+        chosen = np.flatnonzero((to_sender == target) | (to_receiver == target))
+        boxes[target] = records.select(chosen, np.flatnonzero(records.term_sender == target))
+    return boxes
+
+
+# ----------------------------------------------------------------------------------------------
+# Layout
+
+
+def _exchange_of(hop: np.ndarray, round_: np.ndarray, layout: str, hierarchical: bool) -> np.ndarray:
+    if layout == "merged":
+        return hop - 1
+    if not hierarchical:
+        return round_.copy()
+    return np.where(round_ == 0, 0, 2 * round_ - 2 + hop)
+
+
+def _layout(layout: str, hierarchical: bool, n_groups: int) -> list[tuple[int, int | None, int | None]]:
+    """(step, input, receive_slot) of every exchange."""
+    if layout == "merged":
+        return [(0, None, None), (1, 0, None)] if hierarchical else [(0, None, None)]
+    result = [(0, None, None)]
+    for d in range(1, n_groups):
+        result.append((d - 1, None, d % 2))
+        if hierarchical:
+            result.append((d, len(result) - 1, None))
+    return result
+
+
+def _assemble(
+    rank: int,
+    blocks: LocalBlocks,
+    known: _Records,
+    column_serving: tuple,
+    strategy: Strategy,
+    layout: str,
+    groups: np.ndarray,
+    row_partition: RowPartition,
+    col_partition: RowPartition,
+    keys: _Keys,
+) -> RankPlan:
+    """Sender and receiver matrices of every exchange of one rank from the records it knows."""
+    known = _unique_records(known, keys)
+    hierarchical = strategy.hierarchical
+    exchange_of = _exchange_of(_HOP[known.kind], known.round, layout, hierarchical)
+    specs = _layout(layout, hierarchical, int(groups.max(initial=0)) + 1)
+    n_b = int(col_partition.counts()[rank])
+    n_c = blocks.n_local_rows
+    col_start, row_start = int(col_partition.offsets[rank]), int(row_partition.offsets[rank])
+    cs_rows, cs_values, cs_cols, cs_kind, cs_sender, cs_round = column_serving
+    cs_exchange = _exchange_of(_HOP[cs_kind], cs_round, layout, hierarchical)
+
+    receive_orders = []
+    exchanges = []
+    for index, (step, input_index, slot) in enumerate(specs):
+        mine = exchange_of == index
+        # Receive side: buffer ordered by (sender, kind, key).
+        incoming = np.flatnonzero(mine & (known.receiver == rank))
+        recv_order = np.sort(keys.order(known.sender[incoming], known.kind[incoming], known.key[incoming]))
+        receive_orders.append(recv_order)
+        recv_senders = recv_order // (_N_KINDS * keys.n_keys)
+        recv_ranks, recv_counts = np.unique(recv_senders, return_counts=True)
+        recv_kind = (recv_order // keys.n_keys) % _N_KINDS
+        recv_key = recv_order % keys.n_keys
+        on = cs_exchange == index
+        b_slots = np.searchsorted(recv_order, keys.order(cs_sender[on], cs_kind[on], cs_cols[on]))
+        c_slots = np.flatnonzero(np.isin(recv_kind, (DIRECT_C, AGGREGATE_C)))
+        receive_matrix = sp.csr_array(
+            (
+                np.concatenate([cs_values[on], np.ones(c_slots.size)]),
+                (np.concatenate([cs_rows[on], recv_key[c_slots] - row_start]), np.concatenate([b_slots, c_slots])),
+            ),
+            shape=(n_c, recv_order.size),
+        )
+
+        # Send side: rows ordered by (receiver, kind, key).
+        outgoing = np.flatnonzero(mine & (known.sender == rank))
+        send_order = np.sort(keys.order(known.receiver[outgoing], known.kind[outgoing], known.key[outgoing]))
+        send_receivers = send_order // (_N_KINDS * keys.n_keys)
+        send_kind = (send_order // keys.n_keys) % _N_KINDS
+        send_key = send_order % keys.n_keys
+        send_ranks, send_counts = np.unique(send_receivers, return_counts=True)
+        rows, cols, values = [], [], []
+        selected = np.flatnonzero(np.isin(send_kind, (DIRECT_B, FETCH_B)))
+        rows.append(selected)
+        cols.append(send_key[selected] - col_start)
+        values.append(np.ones(selected.size))
+        term_on = (known.term_sender == rank) & np.isin(known.term_kind, _C_KINDS)
+        term_rows = np.searchsorted(
+            send_order, keys.order(known.term_receiver[term_on], known.term_kind[term_on], known.term_key[term_on])
+        )
+        term_exchange = _exchange_of(
+            _HOP[known.term_kind[term_on]],
+            (groups[rank] - groups[row_partition.owner(known.term_key[term_on])]) % (int(groups.max(initial=0)) + 1),
+            layout,
+            hierarchical,
+        )
+        term_here = term_exchange == index
+        rows.append(term_rows[term_here])
+        cols.append(known.term_col[term_on][term_here] - col_start)
+        values.append(known.term_value[term_on][term_here])
+        if input_index is not None:
+            input_order = receive_orders[input_index]
+            input_kind = (input_order // keys.n_keys) % _N_KINDS
+            input_key = input_order % keys.n_keys
+            forwards = np.flatnonzero(send_kind == FORWARD_B)
+            owners = np.asarray(col_partition.owner(send_key[forwards]), np.int64)
+            rows.append(forwards)
+            cols.append(n_b + np.searchsorted(input_order, keys.order(owners, FETCH_B, send_key[forwards])))
+            values.append(np.ones(forwards.size))
+            partial_slots = np.flatnonzero(input_kind == PARTIAL_C)
+            aggregates = np.flatnonzero(send_kind == AGGREGATE_C)
+            by_key = aggregates[np.argsort(send_key[aggregates], kind="stable")]
+            rows.append(by_key[np.searchsorted(send_key[by_key], input_key[partial_slots])])
+            cols.append(n_b + partial_slots)
+            values.append(np.ones(partial_slots.size))
+            n_input = input_order.size
+        else:
+            n_input = 0
+        send_matrix = sp.csr_array(
+            (np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(send_order.size, n_b + n_input),
+        )
+        exchanges.append(
+            Exchange(
+                step=step,
+                input=input_index,
+                receive_slot=slot,
+                send_ranks=send_ranks.astype(np.int64),
+                send_counts=send_counts.astype(np.int64),
+                send_matrix=send_matrix,
+                recv_ranks=recv_ranks.astype(np.int64),
+                recv_counts=recv_counts.astype(np.int64),
+                receive_matrix=receive_matrix,
+            )
+        )
+    setup_entries = int(np.count_nonzero(known.term_sender == rank))
     return RankPlan(
         rank=rank,
         strategy=strategy,
+        layout=layout,
         row_partition=row_partition,
         col_partition=col_partition,
-        diagonal=receiver.diagonal,
-        send_ranks=send_ranks,
-        send_b_counts=send_b,
-        send_c_counts=send_c,
-        send_matrix=send_matrix,
-        recv_ranks=receiver.recv_ranks,
-        recv_b_counts=receiver.recv_b_counts,
-        recv_c_counts=receiver.recv_c_counts,
-        receive_matrix=receiver.receive_matrix,
+        groups=groups,
+        diagonal=blocks.diagonal,
+        exchanges=tuple(exchanges),
+        setup_entries=setup_entries,
     )
 
 
-def _check_executable(strategy: Strategy) -> Strategy:
+# ----------------------------------------------------------------------------------------------
+# One planning procedure for both paths
+
+
+GroupCall = Callable[[dict, Callable[[list], list]], dict]
+AllToAll = Callable[[dict], dict]
+
+
+def _plan_ranks(
+    local_blocks: dict[int, LocalBlocks],
+    strategy: Strategy,
+    row_partition: RowPartition,
+    col_partition: RowPartition,
+    groups: np.ndarray,
+    layout: str,
+    proxy_policy: str,
+    group_call: GroupCall,
+    alltoall: AllToAll,
+) -> dict[int, RankPlan]:
+    """Plan the ranks in ``local_blocks`` (all of them, or this MPI rank's).
+
+    ``group_call(values, function)`` hands the values of each group's ranks (a list in rank order)
+    to ``function`` once per group and returns each rank's entry of the result; ``alltoall(boxes)``
+    delivers ``boxes[rank][target]`` to ``target``.
+    """
+    n_ranks = row_partition.n_parts
+    n_groups = int(groups.max(initial=0)) + 1
+    hierarchical = strategy.hierarchical
+    keys = _Keys(n_ranks, max(row_partition.n, col_partition.n))
+
+    row_based = {rank: choose_row_based(strategy, blocks, n_ranks) for rank, blocks in local_blocks.items()}
+    if strategy is Strategy.JOINT_GROUP and n_groups > 1:
+        off_group = {rank: groups[b.sources] != groups[rank] for rank, b in local_blocks.items()}
+        values = {
+            rank: (b.rows[off] + row_partition.offsets[rank], b.cols[off], groups[b.sources[off]])
+            for (rank, b), off in zip(local_blocks.items(), off_group.values())
+        }
+        decided = group_call(
+            values, lambda members: hierarchy.group_cover_row_based(*map(list, zip(*members)), n_groups)
+        )
+        for rank, mask in decided.items():
+            row_based[rank][off_group[rank]] = mask
+
+    proxies: dict[int, np.ndarray] = {}
+    if hierarchical and proxy_policy == "balanced":
+        needs = {}
+        for rank, b in local_blocks.items():
+            wanted = ~row_based[rank] & (groups[b.sources] != groups[rank])
+            needs[rank] = np.unique(b.cols[wanted])
+
+        def balance(members: list) -> list:
+            # Rows the whole group needs from each source: the union over its ranks.
+            needed = np.unique(np.concatenate(members))
+            rows_from_source = np.bincount(col_partition.owner(needed), minlength=n_ranks).astype(np.int64)
+            return [rows_from_source] * len(members)
+
+        counts = group_call(needs, balance)
+        proxies = {rank: hierarchy.balanced_proxies(groups, int(groups[rank]), counts[rank]) for rank in local_blocks}
+    elif hierarchical:
+        proxies = {rank: hierarchy.local_proxies(groups, int(groups[rank])) for rank in local_blocks}
+
+    serving, boxes = {}, {}
+    for rank, blocks in local_blocks.items():
+        proxy = proxies.get(rank, np.full(n_ranks, -1, np.int64))
+        aggregator = hierarchy.aggregators(groups, rank) if hierarchical else np.full(n_groups, -1, np.int64)
+        records, serving[rank] = _request_records(
+            blocks, row_based[rank], hierarchical, groups, proxy, aggregator, row_partition, col_partition, strategy
+        )
+        own = _unique_records(records, keys)
+        boxes[rank] = (_outboxes(records, rank, n_ranks, keys), own)
+    delivered = alltoall({rank: box[0] for rank, box in boxes.items()})
+    plans = {}
+    for rank, blocks in local_blocks.items():
+        parts = [boxes[rank][1]] + [r for r in delivered[rank] if r is not None]
+        plans[rank] = _assemble(
+            rank, blocks, _Records.concat(parts), serving[rank], strategy, layout, groups, row_partition, col_partition, keys
+        )
+    return plans
+
+
+def _check_inputs(strategy, layout: str, proxy: str, topology: Topology | None, n_ranks: int) -> tuple[Strategy, np.ndarray]:
     strategy = Strategy(strategy)
     if not strategy.executable:
         raise InputError(
             "strategy 'rowwise' is accounting only and has no plan; use sparsewire.plan.stats.rowwise_stats for its volumes"
         )
-    return strategy
+    if layout not in LAYOUTS:
+        raise InputError(f"unknown plan layout {layout!r}; choose from {', '.join(LAYOUTS)}")
+    if proxy not in PROXY_POLICIES:
+        raise InputError(f"unknown proxy policy {proxy!r}; choose from {', '.join(PROXY_POLICIES)}")
+    if strategy.hierarchical and topology is None:
+        raise InputError(f"strategy {strategy.value!r} needs a topology; pass topology=Topology.nodes(G) or a preset")
+    groups = (topology or Topology.flat()).groups(n_ranks)
+    return strategy, groups
 
 
 def build_plan(
-    matrix: sp.sparray, row_partition: RowPartition, col_partition: RowPartition, strategy: Strategy | str
+    matrix: sp.sparray,
+    row_partition: RowPartition,
+    col_partition: RowPartition,
+    strategy: Strategy | str,
+    topology: Topology | None = None,
+    *,
+    layout: str = "merged",
+    proxy: str = "local",
 ) -> CommPlan:
     """Plan every rank at once from the global matrix. Not collective; needs no MPI.
 
-    Runs the receiver step of every rank p on ``matrix[rows of p]``, hands each request to its
-    source, then runs every sender step: the same functions :func:`build_rank_plan_collective`
-    runs on each rank, so ``build_plan(...).ranks[p]`` equals rank p's collective plan.
+    Runs the same procedure as :func:`build_rank_plan_collective` with the group step and the
+    all-to-all done in memory, so ``build_plan(...).ranks[p]`` equals rank p's collective plan.
+
+    Args:
+        topology: groups of ranks; required by hierarchical strategies. Flat strategies use it only
+            for the ``pipelined`` layout's rounds.
+        layout: ``merged`` (for the bulk and overlap modes) or ``pipelined`` (the pipelined mode).
+        proxy: ``local`` (CoLa's local-rank matching) or ``balanced`` (even bytes per proxy).
     """
-    strategy = _check_executable(strategy)
     csr = sp.csr_array(matrix)
     if row_partition.n != csr.shape[0] or col_partition.n != csr.shape[1]:
         raise PlanMismatchError(
@@ -296,32 +569,44 @@ def build_plan(
             f"row partition has {row_partition.n_parts} parts but column partition {col_partition.n_parts}; use one rank count"
         )
     n_ranks = row_partition.n_parts
-    receivers, inbox = [], [[] for _ in range(n_ranks)]
-    for rank in range(n_ranks):
-        start, stop = row_partition.range(rank)
-        blocks = split_local_rows(rank, csr[start:stop], col_partition)
-        receiver, requests = _plan_receiver(blocks, strategy, col_partition)
-        receivers.append(receiver)
-        for source, request in requests.items():
-            inbox[source].append((rank, request))
-    ranks = tuple(
-        _assemble(rank, strategy, row_partition, col_partition, receivers[rank], _plan_sender(rank, col_partition, inbox[rank]))
-        for rank in range(n_ranks)
-    )
-    return CommPlan(strategy, row_partition, col_partition, ranks)
+    strategy, groups = _check_inputs(strategy, layout, proxy, topology, n_ranks)
+    local_blocks = {
+        rank: split_local_rows(rank, csr[slice(*row_partition.range(rank))], col_partition) for rank in range(n_ranks)
+    }
+
+    def group_call(values: dict, function) -> dict:
+        result = {}
+        for members in hierarchy.group_members(groups):
+            outputs = function([values[int(r)] for r in members])
+            result.update({int(r): out for r, out in zip(members, outputs)})
+        return result
+
+    def alltoall(boxes: dict) -> dict:
+        return {target: [boxes[source][target] for source in range(n_ranks)] for target in range(n_ranks)}
+
+    plans = _plan_ranks(local_blocks, strategy, row_partition, col_partition, groups, layout, proxy, group_call, alltoall)
+    return CommPlan(strategy, row_partition, col_partition, tuple(plans[r] for r in range(n_ranks)))
 
 
 def build_rank_plan_collective(
-    comm, local_rows: sp.sparray, row_partition: RowPartition, col_partition: RowPartition, strategy: Strategy | str
+    comm,
+    local_rows: sp.sparray,
+    row_partition: RowPartition,
+    col_partition: RowPartition,
+    strategy: Strategy | str,
+    topology: Topology | None = None,
+    *,
+    layout: str = "merged",
+    proxy: str = "local",
 ) -> RankPlan:
-    """Collective. Each rank plans from its own rows only; one all-to-all delivers the requests
-    (which B rows to send, and the row-based A entries) to the sources.
+    """Collective. Each rank plans from its own rows only: group leaders gather what a group-level
+    decision needs (``joint-group``'s cover, ``balanced`` proxies) and one all-to-all delivers the
+    records to the ranks that send or relay them. Arguments as :func:`build_plan`.
 
     Args:
         comm: an mpi4py communicator whose size equals the partitions' number of parts.
         local_rows: this rank's rows of A, shape (rows owned, global columns), global column indices.
     """
-    strategy = _check_executable(strategy)
     rank, size = comm.Get_rank(), comm.Get_size()
     problem = None
     if row_partition.n_parts != size or col_partition.n_parts != size:
@@ -337,8 +622,22 @@ def build_rank_plan_collective(
     problems = [p for p in comm.allgather(problem) if p]
     if problems:
         raise PlanMismatchError(problems[0])
+    strategy, groups = _check_inputs(strategy, layout, proxy, topology, size)
     blocks = split_local_rows(rank, local_rows, col_partition)
-    receiver, requests = _plan_receiver(blocks, strategy, col_partition)
-    incoming = comm.alltoall([requests.get(destination) for destination in range(size)])
-    inbox = [(source, request) for source, request in enumerate(incoming) if request is not None]
-    return _assemble(rank, strategy, row_partition, col_partition, receiver, _plan_sender(rank, col_partition, inbox))
+    group_comm = comm.Split(int(groups[rank]), rank)
+
+    def group_call(values: dict, function) -> dict:
+        gathered = group_comm.gather(values[rank], root=0)
+        outputs = function(gathered) if group_comm.Get_rank() == 0 else None
+        return {rank: group_comm.scatter(outputs, root=0)}
+
+    def alltoall(boxes: dict) -> dict:
+        return {rank: comm.alltoall(boxes[rank])}
+
+    try:
+        plans = _plan_ranks(
+            {rank: blocks}, strategy, row_partition, col_partition, groups, layout, proxy, group_call, alltoall
+        )
+    finally:
+        group_comm.Free()
+    return plans[rank]

@@ -1,12 +1,18 @@
-"""Communication volumes of a plan: bytes and messages per multiply, per rank, and at setup.
+"""Communication volumes of a plan: bytes and messages per multiply, per rank, per link class, at
+setup, and the predicted time under a topology's cost model.
 
 Definitions (per multiply, element size s bytes, B of width k):
 
-* ``total_bytes``: sum over ordered pairs (q -> p), q != p, of ``s*k*(B rows + partial C rows)``.
-* ``messages``: non-empty (source, destination) pairs; for ``rowwise`` one per off-diagonal nonzero.
+* ``total_bytes``: sum over messages (every hop of a relayed row counts) of ``s*k*rows``.
+* ``messages``: non-empty (exchange, source, destination) messages; for ``rowwise`` one per
+  off-diagonal nonzero.
 * ``send_bytes_per_rank`` / ``recv_bytes_per_rank`` and their maxima (the tail rank decides time).
 * ``setup_bytes``: the one-time transfer of the row-based A entries to the ranks that multiply them,
   ``(s + 8)`` bytes per entry (the value plus two 32-bit local indices).
+
+With a topology (:mod:`sparsewire.topology`), every message is classed by the link that joins its
+two ranks: ``intra_group`` (same level-0 group) or ``inter_group``; bytes, messages and per-rank
+maxima are given per class, and ``predicted_seconds`` is the cost model of :func:`predicted_seconds`.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.plan import RankPlan, build_plan
 from sparsewire.plan.strategies import Strategy
+from sparsewire.topology import Topology
 
 __all__ = [
     "PlanStats",
@@ -28,6 +35,7 @@ __all__ = [
     "rowwise_stats",
     "block_stats",
     "strategy_stats",
+    "predicted_seconds",
     "SETUP_INDEX_BYTES",
     "rank_send_summary",
 ]
@@ -37,24 +45,64 @@ SETUP_INDEX_BYTES = 8
 
 @dataclass(frozen=True)
 class PlanStats:
-    """Volumes of one strategy for one k and element size (see the module docstring)."""
+    """Volumes of one strategy for one k and element size (see the module docstring).
+
+    One entry per message: ``sources``, ``destinations``, ``steps`` (the plan step it belongs to),
+    ``message_bytes`` and ``message_counts`` (1, or the number of per-nonzero messages of
+    ``rowwise`` folded into one entry per rank pair).
+    """
 
     strategy: Strategy
     n_ranks: int
     k: int
     element_bytes: int
-    pair_sources: np.ndarray
-    pair_destinations: np.ndarray
-    pair_bytes: np.ndarray
-    messages: int
-    send_bytes_per_rank: np.ndarray
-    recv_bytes_per_rank: np.ndarray
+    sources: np.ndarray
+    destinations: np.ndarray
+    steps: np.ndarray
+    message_bytes: np.ndarray
+    message_counts: np.ndarray
     setup_bytes: int
+    topology: Topology | None = None
+
+    @property
+    def messages(self) -> int:
+        """Messages per multiply."""
+        return int(self.message_counts.sum())
 
     @property
     def total_bytes(self) -> int:
         """Bytes moved between distinct ranks per multiply."""
-        return int(self.pair_bytes.sum())
+        return int(self.message_bytes.sum())
+
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        keys = self.sources * self.n_ranks + self.destinations
+        unique, inverse = np.unique(keys, return_inverse=True)
+        return unique, np.bincount(inverse, weights=self.message_bytes, minlength=unique.size).astype(np.int64)
+
+    @property
+    def pair_sources(self) -> np.ndarray:
+        """Source of each communicating (source, destination) pair, ascending."""
+        return self._pairs()[0] // self.n_ranks
+
+    @property
+    def pair_destinations(self) -> np.ndarray:
+        """Destination of each pair (same order as :attr:`pair_sources`)."""
+        return self._pairs()[0] % self.n_ranks
+
+    @property
+    def pair_bytes(self) -> np.ndarray:
+        """Bytes per pair per multiply, over all exchanges."""
+        return self._pairs()[1]
+
+    @property
+    def send_bytes_per_rank(self) -> np.ndarray:
+        """Bytes each rank sends per multiply."""
+        return np.bincount(self.sources, weights=self.message_bytes, minlength=self.n_ranks).astype(np.int64)
+
+    @property
+    def recv_bytes_per_rank(self) -> np.ndarray:
+        """Bytes each rank receives per multiply."""
+        return np.bincount(self.destinations, weights=self.message_bytes, minlength=self.n_ranks).astype(np.int64)
 
     @property
     def max_rank_send_bytes(self) -> int:
@@ -66,21 +114,79 @@ class PlanStats:
         """Largest bytes received by one rank per multiply."""
         return int(self.recv_bytes_per_rank.max(initial=0))
 
+    def inter_group(self) -> np.ndarray:
+        """Per message: True if its ranks are in different level-0 groups of the topology."""
+        if self.topology is None:
+            raise InputError("link classes need a topology; compute the stats with topology=...")
+        groups = self.topology.groups(self.n_ranks)
+        return groups[self.sources] != groups[self.destinations]
+
+    def class_totals(self) -> dict[str, int]:
+        """Bytes, messages and per-rank maxima per link class (``intra_group`` / ``inter_group``)."""
+        inter = self.inter_group()
+        result = {}
+        for name, mask in (("intra_group", ~inter), ("inter_group", inter)):
+            sent = np.bincount(self.sources[mask], weights=self.message_bytes[mask], minlength=self.n_ranks)
+            received = np.bincount(self.destinations[mask], weights=self.message_bytes[mask], minlength=self.n_ranks)
+            result[f"{name}_bytes"] = int(self.message_bytes[mask].sum())
+            result[f"{name}_messages"] = int(self.message_counts[mask].sum())
+            result[f"max_rank_send_{name}_bytes"] = int(sent.max(initial=0))
+            result[f"max_rank_recv_{name}_bytes"] = int(received.max(initial=0))
+        return result
+
     def as_dict(self) -> dict:
-        """The JSON fields of ``sparsewire analyze``."""
-        return {
+        """The JSON fields of ``sparsewire analyze`` (link classes and prediction with a topology)."""
+        result = {
             "name": self.strategy.value,
             "total_bytes": self.total_bytes,
-            "messages": int(self.messages),
+            "messages": self.messages,
             "max_rank_send_bytes": self.max_rank_send_bytes,
             "max_rank_recv_bytes": self.max_rank_recv_bytes,
             "setup_bytes": int(self.setup_bytes),
         }
+        if self.topology is not None:
+            result.update(self.class_totals())
+            result["predicted_seconds"] = predicted_seconds(self)
+        return result
 
 
-def rank_send_summary(plan: RankPlan) -> tuple[np.ndarray, np.ndarray, int]:
-    """(destinations, rows sent to each, row-based A entries held for others) of one rank."""
-    return plan.send_ranks, plan.send_rows(), int(plan.setup_nonzeros_received().sum())
+def predicted_seconds(stats: PlanStats, topology: Topology | None = None) -> float:
+    """Communication time per multiply under the topology's cost model.
+
+    For every step s, link class c and rank x, with m messages and b bytes that x sends over class
+    c in step s (and m', b' that it receives):
+    ``t(s, c, x) = max(m (latency_c + overhead_c) + b / bandwidth_c, m' (...) + b' / bandwidth_c)``.
+    A step lasts as long as its slowest (class, rank): its parts are in flight together (SHIRO
+    Alg. 1 overlaps the intra- and inter-group halves of each stage; CoLa Alg. 3 overlaps round
+    d+1's inter-group fetch with round d's distribution). Steps run one after the other:
+    ``T = sum_s max_{c, x} t(s, c, x)``.
+    """
+    topology = topology or stats.topology
+    if topology is None:
+        raise InputError("predicted_seconds needs a topology; pass topology= or compute the stats with one")
+    levels = topology.link_levels(stats.sources, stats.destinations, stats.n_ranks)
+    total = 0.0
+    for step in np.unique(stats.steps):
+        slowest = 0.0
+        for level_index, level in enumerate(topology.levels):
+            mask = (stats.steps == step) & (levels == level_index)
+            if not mask.any():
+                continue
+            for ranks in (stats.sources[mask], stats.destinations[mask]):
+                counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
+                nbytes = np.bincount(ranks, weights=stats.message_bytes[mask], minlength=stats.n_ranks)
+                slowest = max(slowest, float(level.link.seconds(counts, nbytes).max()))
+        total += slowest
+    return total
+
+
+def rank_send_summary(plan: RankPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(step, destination, rows) of every message one rank sends, and its row-based A entries."""
+    steps = [np.full(e.send_ranks.size, e.step, np.int64) for e in plan.exchanges]
+    destinations = [e.send_ranks for e in plan.exchanges]
+    rows = [e.send_counts for e in plan.exchanges]
+    empty = [np.zeros(0, np.int64)]
+    return np.concatenate(steps + empty), np.concatenate(destinations + empty), np.concatenate(rows + empty), plan.setup_entries
 
 
 def plan_stats(
@@ -89,6 +195,7 @@ def plan_stats(
     element_bytes: int,
     strategy: Strategy | str | None = None,
     n_ranks: int | None = None,
+    topology: Topology | None = None,
 ) -> PlanStats:
     """Volumes from the sender side of every rank's plan.
 
@@ -106,37 +213,28 @@ def plan_stats(
         strategy, n_ranks = first.strategy, first.n_ranks
     elif strategy is None or n_ranks is None:
         raise InputError("plan_stats on rank summaries needs strategy= and n_ranks=; pass RankPlan objects or both")
-    row_bytes = k * element_bytes
-    sources = np.concatenate([np.full(len(s[0]), q, np.int64) for q, s in enumerate(summaries)] or [np.zeros(0, np.int64)])
-    destinations = np.concatenate([np.asarray(s[0], np.int64) for s in summaries] or [np.zeros(0, np.int64)])
-    rows = np.concatenate([np.asarray(s[1], np.int64) for s in summaries] or [np.zeros(0, np.int64)])
-    pair_bytes = rows * row_bytes
-    setup_entries = sum(int(s[2]) for s in summaries)
-    return _from_pairs(
-        Strategy(strategy), int(n_ranks), k, element_bytes, sources, destinations, pair_bytes,
-        messages=int(np.count_nonzero(pair_bytes)),
-        setup_bytes=setup_entries * (element_bytes + SETUP_INDEX_BYTES),
-    )
-
-
-def _from_pairs(strategy, n_ranks, k, element_bytes, sources, destinations, pair_bytes, *, messages, setup_bytes) -> PlanStats:
+    empty = [np.zeros(0, np.int64)]
+    sources = np.concatenate([np.full(len(s[1]), q, np.int64) for q, s in enumerate(summaries)] + empty)
+    steps = np.concatenate([np.asarray(s[0], np.int64) for s in summaries] + empty)
+    destinations = np.concatenate([np.asarray(s[1], np.int64) for s in summaries] + empty)
+    rows = np.concatenate([np.asarray(s[2], np.int64) for s in summaries] + empty)
+    keep = rows > 0
+    setup_entries = sum(int(s[3]) for s in summaries)
     return PlanStats(
-        strategy=strategy,
-        n_ranks=n_ranks,
-        k=k,
-        element_bytes=element_bytes,
-        pair_sources=sources,
-        pair_destinations=destinations,
-        pair_bytes=pair_bytes,
-        messages=messages,
-        send_bytes_per_rank=np.bincount(sources, weights=pair_bytes, minlength=n_ranks).astype(np.int64),
-        recv_bytes_per_rank=np.bincount(destinations, weights=pair_bytes, minlength=n_ranks).astype(np.int64),
-        setup_bytes=setup_bytes,
+        Strategy(strategy), int(n_ranks), k, element_bytes,
+        sources[keep], destinations[keep], steps[keep], rows[keep] * k * element_bytes, np.ones(int(keep.sum()), np.int64),
+        setup_bytes=setup_entries * (element_bytes + SETUP_INDEX_BYTES),
+        topology=topology,
     )
 
 
 def rowwise_stats(
-    matrix: sp.sparray, row_partition: RowPartition, col_partition: RowPartition, k: int, element_bytes: int
+    matrix: sp.sparray,
+    row_partition: RowPartition,
+    col_partition: RowPartition,
+    k: int,
+    element_bytes: int,
+    topology: Topology | None = None,
 ) -> PlanStats:
     """Volumes of ``rowwise`` (MGG-style per-nonzero fetch, CoLa eq. 6): every off-diagonal
     nonzero (i, j) fetches B row j from its owner, ``s*k`` bytes and one message each."""
@@ -146,15 +244,16 @@ def rowwise_stats(
     sources = np.asarray(col_partition.owner(coo.col), np.int64)
     off = destinations != sources
     pair_keys, pair_counts = np.unique(sources[off] * n_ranks + destinations[off], return_counts=True)
-    pair_bytes = pair_counts.astype(np.int64) * k * element_bytes
-    return _from_pairs(
-        Strategy.ROWWISE, n_ranks, k, element_bytes, pair_keys // n_ranks, pair_keys % n_ranks, pair_bytes,
-        messages=int(np.count_nonzero(off)),
+    return PlanStats(
+        Strategy.ROWWISE, n_ranks, k, element_bytes,
+        pair_keys // n_ranks, pair_keys % n_ranks, np.zeros(pair_keys.size, np.int64),
+        pair_counts.astype(np.int64) * k * element_bytes, pair_counts.astype(np.int64),
         setup_bytes=0,
+        topology=topology,
     )
 
 
-def block_stats(col_partition: RowPartition, k: int, element_bytes: int) -> PlanStats:
+def block_stats(col_partition: RowPartition, k: int, element_bytes: int, topology: Topology | None = None) -> PlanStats:
     """Volumes of ``block`` (CoLa eq. 5) without building its plan: every rank q with m_q B rows
     sends ``s*k*m_q`` bytes to each of the other P - 1 ranks, ``s*k*m*(P-1)`` in all. Equal to
     ``plan_stats`` of the built plan, which holds m*(P-1) selection rows (too many to build just
@@ -163,11 +262,13 @@ def block_stats(col_partition: RowPartition, k: int, element_bytes: int) -> Plan
     senders = np.flatnonzero(col_partition.counts() > 0)
     sources = np.repeat(senders, n_ranks - 1).astype(np.int64)
     destinations = np.concatenate([np.delete(np.arange(n_ranks), q) for q in senders] or [np.zeros(0, np.int64)])
-    pair_bytes = col_partition.counts()[sources] * k * element_bytes
-    return _from_pairs(
-        Strategy.BLOCK, n_ranks, k, element_bytes, sources, destinations.astype(np.int64), pair_bytes.astype(np.int64),
-        messages=int(np.count_nonzero(pair_bytes)),
+    message_bytes = (col_partition.counts()[sources] * k * element_bytes).astype(np.int64)
+    return PlanStats(
+        Strategy.BLOCK, n_ranks, k, element_bytes,
+        sources, destinations.astype(np.int64), np.zeros(sources.size, np.int64), message_bytes,
+        np.ones(sources.size, np.int64),
         setup_bytes=0,
+        topology=topology,
     )
 
 
@@ -178,13 +279,18 @@ def strategy_stats(
     strategy: Strategy | str,
     k: int,
     element_bytes: int,
+    topology: Topology | None = None,
+    *,
+    proxy: str = "local",
 ) -> PlanStats:
     """Volumes of any strategy from the global matrix, without MPI: ``rowwise`` and ``block`` are
     counted from the partitions (:func:`rowwise_stats`, :func:`block_stats`), the others from
-    their built plans (:func:`~sparsewire.plan.plan.build_plan`, :func:`plan_stats`)."""
+    their built plans (:func:`~sparsewire.plan.plan.build_plan` with the ``merged`` layout,
+    :func:`plan_stats`)."""
     strategy = Strategy(strategy)
     if strategy is Strategy.ROWWISE:
-        return rowwise_stats(matrix, row_partition, col_partition, k, element_bytes)
+        return rowwise_stats(matrix, row_partition, col_partition, k, element_bytes, topology)
     if strategy is Strategy.BLOCK:
-        return block_stats(col_partition, k, element_bytes)
-    return plan_stats(build_plan(matrix, row_partition, col_partition, strategy).ranks, k, element_bytes)
+        return block_stats(col_partition, k, element_bytes, topology)
+    plan = build_plan(matrix, row_partition, col_partition, strategy, topology, proxy=proxy)
+    return plan_stats(plan.ranks, k, element_bytes, topology=topology)

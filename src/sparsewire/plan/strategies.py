@@ -11,6 +11,20 @@ Per off-diagonal block A(p, q) (rows owned by p, B rows owned by q), element siz
 * ``joint``   minimum vertex cover of the bipartite graph of A(p, q) (SHIRO sec. V): a nonzero whose
   column is in the cover is served column-based, any other (its row is in the cover) row-based;
   ``s*k*|cover|`` = ``s*k*maximum matching``.
+
+Hierarchical strategies (need a :class:`~sparsewire.topology.Topology`; routing in
+:mod:`sparsewire.plan.hierarchy`), with groups g, h of ranks:
+
+* ``column-hier`` (CoLa sec. 4.2-4.3) every nonzero column-based; a B row that ranks of group h need
+  from q outside h crosses the slow link once, to a proxy in h, which forwards it inside h.
+  Inter-group bytes ``s*k*sum_q sum_{h != group(q)} |union_{p in h} Cols(A(p,q))|``.
+* ``joint-hier`` (SHIRO sec. VI) the per-pair ``joint`` choice; its column part routed as in
+  ``column-hier``, its row part summed inside the source group (one rank of g adds the partial C
+  rows for the same output row) and sent across once.
+* ``joint-group`` (ours) one minimum vertex cover per (destination group h, source group g) on the
+  block A(rows of h, columns of g); routed as ``joint-hier``. Inter-group bytes
+  ``s*k*sum_{h != g} tau(A(h, g))``, never more than ``joint-hier`` or ``column-hier`` (the union of
+  their per-pair choices is a cover of A(h, g)).
 """
 
 from __future__ import annotations
@@ -24,7 +38,7 @@ from sparsewire.errors import InputError
 from sparsewire.plan.blocks import LocalBlocks
 from sparsewire.plan.cover import minimum_vertex_cover
 
-__all__ = ["Strategy", "parse_strategies", "choose_row_based"]
+__all__ = ["Strategy", "parse_strategies", "choose_row_based", "cover_row_based"]
 
 
 class Strategy(str, Enum):
@@ -35,27 +49,43 @@ class Strategy(str, Enum):
     COLUMN = "column"
     ROW = "row"
     JOINT = "joint"
+    COLUMN_HIER = "column-hier"
+    JOINT_HIER = "joint-hier"
+    JOINT_GROUP = "joint-group"
 
     @property
     def executable(self) -> bool:
         """Whether the executor can run it (``rowwise`` only models per-nonzero fetches)."""
         return self is not Strategy.ROWWISE
 
+    @property
+    def hierarchical(self) -> bool:
+        """Whether it routes traffic between groups through proxies / aggregators (needs a topology)."""
+        return self in (Strategy.COLUMN_HIER, Strategy.JOINT_HIER, Strategy.JOINT_GROUP)
+
     def __str__(self) -> str:
         return self.value
 
 
 ALL_STRATEGIES = tuple(Strategy)
+FLAT_STRATEGIES = tuple(s for s in Strategy if not s.hierarchical)
 EXECUTABLE_STRATEGIES = tuple(s for s in Strategy if s.executable)
+HIERARCHICAL_STRATEGIES = tuple(s for s in Strategy if s.hierarchical)
 
 
-def parse_strategies(text: str, *, executable_only: bool = False) -> list[Strategy]:
-    """Parse a comma-separated strategy list (``all`` means every one that applies)."""
+def parse_strategies(text: str, *, executable_only: bool = False, hierarchical: bool = False) -> list[Strategy]:
+    """Parse a comma-separated strategy list (``all`` means every one that applies).
+
+    ``hierarchical``: whether a topology is given; without one, ``all`` means the flat strategies
+    and naming a hierarchical one is an error.
+    """
     names = [name.strip().lower() for name in text.split(",") if name.strip()]
     if not names:
         raise InputError("no strategy given; choose from " + ", ".join(s.value for s in Strategy))
     if names == ["all"]:
-        return list(EXECUTABLE_STRATEGIES if executable_only else ALL_STRATEGIES)
+        return [
+            s for s in ALL_STRATEGIES if (s.executable or not executable_only) and (hierarchical or not s.hierarchical)
+        ]
     chosen = []
     for name in names:
         try:
@@ -67,6 +97,11 @@ def parse_strategies(text: str, *, executable_only: bool = False) -> list[Strate
                 "strategy 'rowwise' is accounting only (one B-row fetch per nonzero, as MGG does) and cannot be "
                 "executed; run column, row, joint or block, or use 'sparsewire analyze' to see rowwise volumes"
             )
+        if strategy.hierarchical and not hierarchical:
+            raise InputError(
+                f"strategy {strategy.value!r} routes traffic between groups of ranks and needs a topology; "
+                "add --group-size G or --topology PRESET"
+            )
         if strategy not in chosen:
             chosen.append(strategy)
     return chosen
@@ -76,22 +111,29 @@ def choose_row_based(strategy: Strategy, blocks: LocalBlocks, n_ranks: int) -> n
     """For each off-diagonal nonzero of ``blocks``, True if it is served row-based (partial C row
     pushed by the B-row owner), False if column-based (B row fetched).
 
-    ``joint`` solves one minimum vertex cover on the union of the rank's off-diagonal blocks:
-    row vertices are (local row, source rank) pairs and column vertices are global columns, so
-    the blocks are disjoint components and the union's optimum is the sum of per-block optima.
+    ``joint`` (and ``joint-hier``, ``joint-group`` before the group-level step of
+    :mod:`sparsewire.plan.hierarchy`) solves one minimum vertex cover on the union of the rank's
+    off-diagonal blocks: row vertices are (local row, source rank) pairs and column vertices are
+    global columns, so the blocks are disjoint components and the union's optimum is the sum of
+    per-block optima.
     """
     n_offdiag = blocks.rows.size
-    if strategy in (Strategy.BLOCK, Strategy.COLUMN, Strategy.ROWWISE):
+    if strategy in (Strategy.BLOCK, Strategy.COLUMN, Strategy.ROWWISE, Strategy.COLUMN_HIER):
         return np.zeros(n_offdiag, bool)
     if strategy is Strategy.ROW:
         return np.ones(n_offdiag, bool)
-    if n_offdiag == 0:
+    return cover_row_based(blocks.rows * n_ranks + blocks.sources, blocks.cols)
+
+
+def cover_row_based(row_keys: np.ndarray, col_keys: np.ndarray) -> np.ndarray:
+    """Serve each nonzero (row vertex ``row_keys[e]``, column vertex ``col_keys[e]``) row-based or
+    column-based by a minimum vertex cover of the bipartite graph they form: True where the column
+    is not in the cover (so the row is)."""
+    if row_keys.size == 0:
         return np.zeros(0, bool)
-    row_keys, row_vertex = np.unique(blocks.rows * n_ranks + blocks.sources, return_inverse=True)
-    col_keys, col_vertex = np.unique(blocks.cols, return_inverse=True)
-    graph = sp.csr_array(
-        (np.ones(n_offdiag, np.int8), (row_vertex, col_vertex)), shape=(row_keys.size, col_keys.size)
-    )
+    row_ids, row_vertex = np.unique(row_keys, return_inverse=True)
+    col_ids, col_vertex = np.unique(col_keys, return_inverse=True)
+    graph = sp.csr_array((np.ones(row_keys.size, np.int8), (row_vertex, col_vertex)), shape=(row_ids.size, col_ids.size))
     _, col_in_cover = minimum_vertex_cover(graph)
     # A nonzero whose column is in the cover goes column-based (also when its row is in it too).
     return ~col_in_cover[col_vertex]
