@@ -1,7 +1,8 @@
 """Run under ``mpiexec -n P python tests/mpi_driver.py SEED``; prints ``OK <runs>`` on rank 0.
 
 For a set of matrices (square and rectangular, empty rows and columns, ranks without rows, an
-empty matrix, k = 1) and every executable strategy and mode, on every rank:
+empty matrix, k = 1) and every executable strategy, topology (none, groups of 2 and of 3, so P = 3
+and 4 have a group of one) and mode, on every rank:
 
 * the collective plan (built from the rank's own rows) equals the global plan's entry for the rank;
 * C equals SciPy's A @ B exactly (integer data), on two consecutive multiplies with one executor;
@@ -17,11 +18,20 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.exec.spmm import MODES, SpmmExecutor
+from sparsewire.exec.spmm import MODES, SpmmExecutor, layout_for_mode
 from sparsewire.generators import from_spec
 from sparsewire.partition import partition_matrix
 from sparsewire.plan.plan import build_plan, build_rank_plan_collective
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
+from sparsewire.topology import Topology
+
+# (strategy filter, topology, proxy policy, modes)
+CONFIGURATIONS = [
+    ("flat", None, "local", ("bulk", "overlap")),
+    ("flat", Topology.nodes(2), "local", ("pipelined",)),
+    ("hierarchical", Topology.nodes(2), "local", MODES),
+    ("hierarchical", Topology.nodes(3), "balanced", MODES),
+]
 
 
 def integer_matrix(rng, n_rows, n_cols, density):
@@ -54,20 +64,27 @@ def main() -> None:
         b_dense = np.random.default_rng(seed + 1).integers(-4, 5, (matrix.shape[1], k)).astype(dtype)
         b_local = b_dense[slice(*cols.range(rank))]
         expected = (matrix @ b_dense.astype(np.float64))[slice(*rows.range(rank))]
-        for strategy in EXECUTABLE_STRATEGIES:
-            global_plan = build_plan(matrix, rows, cols, strategy)
-            plan = build_rank_plan_collective(comm, local, rows, cols, strategy)
-            assert plan.equals(global_plan.ranks[rank]), f"{name}/{strategy}: collective plan differs from global plan"
-            for mode in MODES:
-                with SpmmExecutor(plan, comm, k, dtype, mode) as executor:
-                    for _ in range(2):
-                        result = executor.multiply(b_local)
-                        assert result.dtype == dtype
-                        np.testing.assert_array_equal(result, expected, err_msg=f"{name}/{strategy}/{mode}")
-                        planned = np.zeros(size, np.int64)
-                        planned[plan.send_ranks] = plan.send_rows() * k * np.dtype(dtype).itemsize
-                        assert np.array_equal(executor.bytes_sent_to, planned), f"{name}/{strategy}/{mode}: bytes"
-                runs += 1
+        for kind, topology, proxy, modes in CONFIGURATIONS:
+            for strategy in EXECUTABLE_STRATEGIES:
+                if strategy.hierarchical != (kind == "hierarchical"):
+                    continue
+                plans = {}
+                for layout in sorted({layout_for_mode(mode) for mode in modes}):
+                    label = f"{name}/{strategy}/{topology and topology.name}/{proxy}/{layout}"
+                    global_plan = build_plan(matrix, rows, cols, strategy, topology, layout=layout, proxy=proxy)
+                    plan = build_rank_plan_collective(comm, local, rows, cols, strategy, topology, layout=layout, proxy=proxy)
+                    assert plan.equals(global_plan.ranks[rank]), f"{label}: collective plan differs from global plan"
+                    plans[layout] = plan
+                for mode in modes:
+                    plan = plans[layout_for_mode(mode)]
+                    with SpmmExecutor(plan, comm, k, dtype, mode) as executor:
+                        for _ in range(2):
+                            result = executor.multiply(b_local)
+                            assert result.dtype == dtype
+                            np.testing.assert_array_equal(result, expected, err_msg=f"{label}/{mode}")
+                            planned = plan.rows_sent_to() * k * np.dtype(dtype).itemsize
+                            assert np.array_equal(executor.bytes_sent_to, planned), f"{label}/{mode}: bytes"
+                    runs += 1
     total = comm.reduce(runs, op=MPI.SUM)
     if rank == 0:
         print(f"OK {total}")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+import scipy.io
+import scipy.sparse as sp
 
 from conftest import SHARED_MATRICES, _seed, run_mpi
 
@@ -13,7 +16,8 @@ from conftest import SHARED_MATRICES, _seed, run_mpi
 def test_executor_plans_results_and_bytes(ranks):
     completed = run_mpi(ranks, ["tests/mpi_driver.py", str(_seed())], timeout=240)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert completed.stdout.strip() == f"OK {7 * 4 * 2 * ranks}"  # cases x strategies x modes, on every rank
+    # cases x (flat: 4 strategies x 3 modes + hierarchical: 3 strategies x 2 topologies x 3 modes), on every rank
+    assert completed.stdout.strip() == f"OK {7 * (4 * 3 + 3 * 2 * 3) * ranks}"
 
 
 def spmm_json(ranks, matrix, *extra, timeout=240):
@@ -27,12 +31,54 @@ def spmm_json(ranks, matrix, *extra, timeout=240):
 @pytest.mark.parametrize("ranks", [3, 4])
 def test_cli_spmm_all_strategies_and_modes(ranks):
     report = spmm_json(ranks, "rmat:10:8:5", "--strategy", "all", "--mode", "all", "--check", "--repeat", "2", "--k", "8")
-    assert report["ranks"] == ranks and len(report["runs"]) == 8
+    assert report["ranks"] == ranks and len(report["runs"]) == 4 * 3
     checksums = {round(run["checksum_sum"], 9) for run in report["runs"]}
     assert len(checksums) == 1  # every strategy and mode computes the same C
     for run in report["runs"]:
         assert run["max_abs_error"] <= 1e-9
         assert run["measured_bytes"] == run["planned_bytes"]
+
+
+HIERARCHICAL = "column-hier,joint-hier,joint-group"
+
+
+def assert_hierarchical_runs(report, n_runs):
+    assert len(report["runs"]) == n_runs
+    for run in report["runs"]:
+        label = f"{run['strategy']}/{run['mode']}"
+        assert run["max_abs_error"] <= 1e-9, label
+        assert run["measured_bytes"] == run["planned_bytes"], label
+        assert run["measured_intra_group_bytes"] == run["intra_group_bytes"], label
+        assert run["measured_inter_group_bytes"] == run["inter_group_bytes"], label
+        assert run["intra_group_bytes"] + run["inter_group_bytes"] == run["planned_bytes"], label
+    by_strategy = {run["strategy"]: run["inter_group_bytes"] for run in report["runs"]}
+    assert by_strategy["joint-group"] <= min(by_strategy["joint-hier"], by_strategy["column-hier"])
+
+
+@pytest.mark.parametrize("ranks, group_size, proxy", [(4, 2, "local"), (4, 2, "balanced"), (3, 3, "local"), (4, 3, "balanced")])
+def test_cli_spmm_hierarchical_strategies_every_mode(ranks, group_size, proxy):
+    report = spmm_json(
+        ranks, "rmat:10:8:3", "--group-size", str(group_size), "--proxy", proxy, "--strategy", HIERARCHICAL,
+        "--mode", "all", "--check", "--repeat", "2", "--k", "4",
+    )
+    assert_hierarchical_runs(report, 3 * 3)
+    assert {run["layout"] for run in report["runs"] if run["mode"] == "pipelined"} == {"pipelined"}
+
+
+def test_cli_spmm_hierarchical_when_groups_need_nothing_from_each_other(tmp_path):
+    # Block diagonal over the two groups of --group-size 2 at P = 4 (rows 0-19 and 20-39), plus
+    # traffic inside each group: no byte may cross between groups.
+    rng = np.random.default_rng(5)
+    dense = np.zeros((40, 40))
+    for start in (0, 20):
+        block = rng.integers(-3, 4, (20, 20)) * (rng.random((20, 20)) < 0.2)
+        dense[start : start + 20, start : start + 20] = block
+    path = tmp_path / "two_islands.mtx"
+    scipy.io.mmwrite(path, sp.coo_array(dense))
+    report = spmm_json(4, str(path), "--group-size", "2", "--strategy", HIERARCHICAL, "--mode", "all", "--check", "--repeat", "1")
+    assert_hierarchical_runs(report, 3 * 3)
+    for run in report["runs"]:
+        assert run["inter_group_bytes"] == 0 and run["intra_group_bytes"] > 0
 
 
 def test_cli_spmm_single_run_fields():
@@ -51,9 +97,18 @@ def test_cli_spmm_single_run_fields():
 @pytest.mark.skipif(not SHARED_MATRICES, reason="../shared/data is not present")
 @pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
 def test_cli_spmm_on_shared_matrices(path):
-    report = spmm_json(4, str(path), "--strategy", "all", "--mode", "all", "--check", "--repeat", "1")
+    report = spmm_json(4, str(path), "--strategy", "all", "--mode", "bulk,overlap", "--check", "--repeat", "1")
     for run in report["runs"]:
         assert run["max_abs_error"] <= 1e-9 and run["measured_bytes"] == run["planned_bytes"]
+
+
+@pytest.mark.skipif(not SHARED_MATRICES, reason="../shared/data is not present")
+@pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
+def test_cli_spmm_hierarchical_on_shared_matrices(path):
+    report = spmm_json(
+        4, str(path), "--group-size", "2", "--strategy", HIERARCHICAL, "--mode", "all", "--check", "--repeat", "1"
+    )
+    assert_hierarchical_runs(report, 3 * 3)
 
 
 def test_cli_spmm_errors_are_one_line_without_hang(tmp_path):
@@ -71,3 +126,9 @@ def test_cli_spmm_errors_are_one_line_without_hang(tmp_path):
     ]
     rowwise = run_mpi(2, ["-m", "sparsewire", "spmm", "stencil2d:8", "--strategy", "rowwise"], timeout=60)
     assert rowwise.returncode == 2 and "accounting only" in rowwise.stderr
+    no_topology = run_mpi(2, ["-m", "sparsewire", "spmm", "stencil2d:8", "--strategy", "joint-group"], timeout=60)
+    assert no_topology.returncode == 2 and "--group-size" in no_topology.stderr
+    assert len(no_topology.stderr.strip().splitlines()) == 1
+    bad_topology = run_mpi(3, ["-m", "sparsewire", "spmm", "stencil2d:8", "--topology", "torus"], timeout=60)
+    assert bad_topology.returncode == 2 and "unknown topology" in bad_topology.stderr
+    assert len(bad_topology.stderr.strip().splitlines()) == 1
