@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_MATRICES, run_cli
-from oracles import formula_volumes
+from oracles import formula_volumes, inter_group_formulas
 from sparsewire.io import load_matrix
 from sparsewire.partition import partition_matrix
 
@@ -49,6 +49,35 @@ def test_analyze_volumes_equal_formulas_on_shared_data(path, ranks):
     assert_matches_formulas(report, str(path), ranks, 32, 4)
 
 
+def test_analyze_with_topology_adds_link_classes_to_every_strategy():
+    report = analyze_json("rmat:9:8:2", 6, "--group-size", "4", "--k", "3")  # groups {0..3} {4, 5}
+    assert report["topology"]["name"] == "nodes:4" and report["topology"]["groups"] == 2
+    names = [e["name"] for e in report["strategies"]]
+    assert names == ["block", "rowwise", "column", "row", "joint", "column-hier", "joint-hier", "joint-group"]
+    for entry in report["strategies"]:
+        assert entry["intra_group_bytes"] + entry["inter_group_bytes"] == entry["total_bytes"]
+        assert entry["intra_group_messages"] + entry["inter_group_messages"] == entry["messages"]
+        assert entry["predicted_seconds"] > 0
+    by_name = {e["name"]: e for e in report["strategies"]}
+    assert by_name["joint-group"]["inter_group_bytes"] <= by_name["joint-hier"]["inter_group_bytes"]
+    assert by_name["joint-group"]["inter_group_bytes"] <= by_name["column-hier"]["inter_group_bytes"]
+    preset = analyze_json("rmat:9:8:2", 16, "--topology", "shiro-h100", "--strategies", "column-hier")
+    assert preset["topology"]["name"] == "shiro-h100" and preset["topology"]["groups"] == 4
+
+
+@pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
+def test_analyze_inter_group_bytes_equal_formulas_on_shared_data(path):
+    ranks, group_size = 16, 4
+    report = analyze_json(str(path), ranks, "--group-size", str(group_size), "--strategies", "column-hier,joint-hier,joint-group")
+    matrix = load_matrix(str(path))
+    rows, cols = partition_matrix(matrix, ranks, "even")
+    groups = np.arange(ranks) // group_size
+    expected = inter_group_formulas(matrix, rows, cols, groups, 32, 4)
+    got = {e["name"]: e["inter_group_bytes"] for e in report["strategies"]}
+    assert got["column-hier"] == expected["column-hier"] and got["joint-group"] == expected["joint-group"]
+    assert got["joint-group"] <= min(got["joint-hier"], got["column-hier"])
+
+
 def test_analyze_table_and_strategy_subset():
     completed = run_cli(["analyze", "stencil2d:30", "--ranks", "3", "--strategies", "joint,column"])
     assert completed.returncode == 0, completed.stderr
@@ -79,6 +108,10 @@ def write(tmp_path, text, name="bad.mtx"):
         ("strategy", "unknown strategy 'fastest'"),
         ("k", "argument --k: must be at least 1 (got 0)"),
         ("ranks", "argument --ranks/-P: must be at least 1 (got 0)"),
+        ("hierarchical without topology", "needs a topology; add --group-size G or --topology PRESET"),
+        ("unknown topology", "unknown topology 'ring'"),
+        ("both topologies", "not allowed with argument"),
+        ("mpi topology in analyze", "--topology mpi needs MPI"),
     ],
 )
 def test_bad_input_gives_one_clear_line(tmp_path, case, needle):
@@ -91,6 +124,10 @@ def test_bad_input_gives_one_clear_line(tmp_path, case, needle):
         "strategy": [good, "--ranks", "2", "--strategies", "joint,fastest"],
         "k": [good, "--ranks", "2", "--k", "0"],
         "ranks": [good, "--ranks", "0"],
+        "hierarchical without topology": [good, "--ranks", "2", "--strategies", "joint-group"],
+        "unknown topology": [good, "--ranks", "2", "--topology", "ring"],
+        "both topologies": [good, "--ranks", "2", "--topology", "flat", "--group-size", "2"],
+        "mpi topology in analyze": [good, "--ranks", "2", "--topology", "mpi"],
     }[case]
     completed = run_cli(["analyze", *args])
     assert completed.returncode == 2

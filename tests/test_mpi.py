@@ -132,3 +132,11 @@ def test_cli_spmm_errors_are_one_line_without_hang(tmp_path):
     bad_topology = run_mpi(3, ["-m", "sparsewire", "spmm", "stencil2d:8", "--topology", "torus"], timeout=60)
     assert bad_topology.returncode == 2 and "unknown topology" in bad_topology.stderr
     assert len(bad_topology.stderr.strip().splitlines()) == 1
+
+
+def test_cli_spmm_topology_from_mpi_groups_one_node():
+    # All ranks share this machine's memory: one group, so nothing crosses between groups.
+    report = spmm_json(3, "stencil2d:20", "--topology", "mpi", "--strategy", "column-hier,joint", "--check", "--repeat", "1")
+    for run in report["runs"]:
+        assert run["topology"] == "mpi-nodes" and run["inter_group_bytes"] == 0
+        assert run["measured_intra_group_bytes"] == run["planned_bytes"] > 0 and run["max_abs_error"] <= 1e-9
