@@ -1,7 +1,8 @@
 """sparsewire: distributed sparse matrix multiplication that moves as few bytes as the sparsity allows.
 
 Pipeline: load (:mod:`sparsewire.io`, :mod:`sparsewire.generators`) -> partition
-(:mod:`sparsewire.partition`) -> plan (:mod:`sparsewire.plan`) -> execute
+(:mod:`sparsewire.partition`) -> plan (:mod:`sparsewire.plan`, over a
+:mod:`sparsewire.topology`) -> execute
 (:mod:`sparsewire.exec.spmm`, needs MPI) -> report (:mod:`sparsewire.plan.stats`).
 
 Importing ``sparsewire`` does not initialise MPI; only :mod:`sparsewire.comm` and
@@ -12,6 +13,7 @@ from sparsewire.errors import InputError, PlanMismatchError, SparsewireError
 from sparsewire.generators import deterministic_dense
 from sparsewire.io import load_matrix
 from sparsewire.partition import RowPartition, balanced_nnz, even_rows, partition_matrix
+from sparsewire.topology import LinkClass, Level, Topology, parse_topology
 from sparsewire.plan import (
     CommPlan,
     PlanStats,
@@ -29,12 +31,15 @@ __version__ = "0.1.0"
 __all__ = [
     "CommPlan",
     "InputError",
+    "Level",
+    "LinkClass",
     "PlanMismatchError",
     "PlanStats",
     "RankPlan",
     "RowPartition",
     "SparsewireError",
     "Strategy",
+    "Topology",
     "balanced_nnz",
     "build_plan",
     "build_rank_plan_collective",
@@ -42,6 +47,7 @@ __all__ = [
     "even_rows",
     "load_matrix",
     "minimum_vertex_cover",
+    "parse_topology",
     "partition_matrix",
     "plan_stats",
     "rowwise_stats",
