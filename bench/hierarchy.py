@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from common import default_matrices, short_name  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition_matrix  # noqa: E402
 from sparsewire.plan import build_plan, plan_stats, strategy_stats  # noqa: E402
@@ -39,16 +39,6 @@ GENERATED = ["rmat:16:8:1", "delaunay:65536:1", "stencil3d:40:27"]
 STRATEGIES = ["column", "joint", "column-hier", "joint-hier", "joint-group"]
 PRESET_FOR_GROUP_SIZE = {4: "shiro-h100", 8: "cola-a800"}
 K, ELEMENT_BYTES = 32, 4
-
-
-def default_matrices() -> list[str]:
-    shared = ROOT.parent / "shared" / "data"
-    files = sorted(str(p) for p in shared.glob("*.mtx.gz")) if shared.is_dir() else []
-    return files + GENERATED
-
-
-def short_name(spec: str) -> str:
-    return Path(spec).name.removesuffix(".mtx.gz") if os.sep in spec else spec
 
 
 def measure(spec: str, matrix, n_ranks: int, group_size: int, proxy: str) -> dict:
@@ -102,7 +92,7 @@ def main() -> int:
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "hierarchy.json"))
     args = parser.parse_args()
     entries = []
-    for spec in args.matrices or default_matrices():
+    for spec in args.matrices or default_matrices(GENERATED):
         print(f"loading {short_name(spec)} ...", file=sys.stderr, flush=True)
         matrix = load_matrix(spec)
         for n_ranks in args.ranks:

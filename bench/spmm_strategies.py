@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from common import default_matrices, short_name  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition_matrix  # noqa: E402
 from sparsewire.plan import strategy_stats  # noqa: E402
@@ -35,16 +36,6 @@ from sparsewire.report import format_table  # noqa: E402
 
 GENERATED = ["rmat:16:8:1", "delaunay:65536:1", "stencil2d:256", "stencil3d:40:27"]
 STRATEGIES = list(FLAT_STRATEGIES)
-
-
-def default_matrices() -> list[str]:
-    shared = ROOT.parent / "shared" / "data"
-    files = sorted(str(p) for p in shared.glob("*.mtx.gz")) if shared.is_dir() else []
-    return files + GENERATED
-
-
-def short_name(spec: str) -> str:
-    return Path(spec).name.removesuffix(".mtx.gz") if os.sep in spec else spec
 
 
 def volume_rows(spec: str, matrix, ranks: list[int], k: int, element_bytes: int) -> list[dict]:
@@ -86,7 +77,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=32)
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "spmm_strategies.json"))
     args = parser.parse_args()
-    matrices = args.matrices or default_matrices()
+    matrices = args.matrices or default_matrices(GENERATED)
 
     volumes, timings = [], []
     for spec in matrices:
