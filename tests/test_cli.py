@@ -65,6 +65,7 @@ def test_analyze_with_topology_adds_link_classes_to_every_strategy():
     assert preset["topology"]["name"] == "shiro-h100" and preset["topology"]["groups"] == 4
 
 
+@pytest.mark.skipif(not SHARED_MATRICES, reason="../shared/data is not present")
 @pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
 def test_analyze_inter_group_bytes_equal_formulas_on_shared_data(path):
     ranks, group_size = 16, 4

@@ -65,7 +65,6 @@ PROXY_POLICIES = ("local", "balanced")
 DIRECT_B, DIRECT_C, FETCH_B, PARTIAL_C, FORWARD_B, AGGREGATE_C = range(6)
 _N_KINDS = 6
 _HOP = np.array([1, 1, 1, 1, 2, 2])
-_C_KINDS = (DIRECT_C, PARTIAL_C, AGGREGATE_C)
 
 
 @dataclass(frozen=True, eq=False)
@@ -282,10 +281,9 @@ def _unique_records(records: _Records, keys: _Keys) -> _Records:
     return records.select(first, np.arange(records.term_key.size))
 
 
-def _outboxes(records: _Records, owner: int, n_ranks: int, keys: _Keys) -> list[_Records | None]:
-    """Split rank ``owner``'s records by the ranks that need them: each record goes to its sender,
-    and to its receiver when that is a relay (not ``owner``); terms go to their sender."""
-    records = _unique_records(records, keys)
+def _outboxes(records: _Records, owner: int, n_ranks: int) -> list[_Records | None]:
+    """Split rank ``owner``'s (unique) records by the ranks that need them: each record goes to its
+    sender, and to its receiver when that is a relay (not ``owner``); terms go to their sender."""
     to_sender = records.sender
     to_receiver = np.where(records.receiver != owner, records.receiver, -1)
     boxes: list[_Records | None] = [None] * n_ranks
@@ -336,7 +334,8 @@ def _assemble(
     known = _unique_records(known, keys)
     hierarchical = strategy.hierarchical
     exchange_of = _exchange_of(_HOP[known.kind], known.round, layout, hierarchical)
-    specs = _layout(layout, hierarchical, int(groups.max(initial=0)) + 1)
+    n_groups = int(groups.max(initial=0)) + 1
+    specs = _layout(layout, hierarchical, n_groups)
     n_b = int(col_partition.counts()[rank])
     n_c = blocks.n_local_rows
     col_start, row_start = int(col_partition.offsets[rank]), int(row_partition.offsets[rank])
@@ -378,16 +377,13 @@ def _assemble(
         rows.append(selected)
         cols.append(send_key[selected] - col_start)
         values.append(np.ones(selected.size))
-        term_on = (known.term_sender == rank) & np.isin(known.term_kind, _C_KINDS)
+        term_on = known.term_sender == rank
         term_rows = np.searchsorted(
             send_order, keys.order(known.term_receiver[term_on], known.term_kind[term_on], known.term_key[term_on])
         )
-        term_exchange = _exchange_of(
-            _HOP[known.term_kind[term_on]],
-            (groups[rank] - groups[row_partition.owner(known.term_key[term_on])]) % (int(groups.max(initial=0)) + 1),
-            layout,
-            hierarchical,
-        )
+        # A term's round: from this rank's group to the group owning its C row.
+        term_round = (groups[rank] - groups[row_partition.owner(known.term_key[term_on])]) % n_groups
+        term_exchange = _exchange_of(_HOP[known.term_kind[term_on]], term_round, layout, hierarchical)
         term_here = term_exchange == index
         rows.append(term_rows[term_here])
         cols.append(known.term_col[term_on][term_here] - col_start)
@@ -510,7 +506,7 @@ def _plan_ranks(
             blocks, row_based[rank], hierarchical, groups, proxy, aggregator, row_partition, col_partition, strategy
         )
         own = _unique_records(records, keys)
-        boxes[rank] = (_outboxes(records, rank, n_ranks, keys), own)
+        boxes[rank] = (_outboxes(own, rank, n_ranks), own)
     delivered = alltoall({rank: box[0] for rank, box in boxes.items()})
     plans = {}
     for rank, blocks in local_blocks.items():
