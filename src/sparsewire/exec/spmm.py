@@ -63,9 +63,13 @@ def layout_for_mode(mode: str) -> str:
 class _ExchangeBuffers:
     """Send and receive storage and MPI handles of one exchange."""
 
-    def __init__(self, exchange, k: int, dtype: np.dtype, send_matrix, receive_matrix, receive_storage) -> None:
+    def __init__(self, exchange, k: int, dtype: np.dtype, n_b_rows: int, receive_storage) -> None:
         self.exchange = exchange
-        self.send_matrix, self.receive_matrix = send_matrix, receive_matrix
+        # The send matrix's columns are [B rows | input rows]; split once so packing needs no stacking.
+        send_matrix = exchange.send_matrix
+        self.send_from_b = as_compute_matrix(send_matrix[:, :n_b_rows], dtype)
+        self.send_from_input = as_compute_matrix(send_matrix[:, n_b_rows:], dtype) if exchange.input is not None else None
+        self.receive_matrix = as_compute_matrix(exchange.receive_matrix, dtype)
         self.send_buffer = np.zeros((int(exchange.send_counts.sum()), k), dtype)
         self.receive_buffer = receive_storage[: int(exchange.recv_counts.sum())]
         self.send_counts = exchange.send_counts * k
@@ -121,14 +125,7 @@ class SpmmExecutor:
                 if exchange.receive_slot is not None
                 else np.zeros((int(exchange.recv_counts.sum()), self.k), self.dtype)
             )
-            buffers = _ExchangeBuffers(
-                exchange,
-                self.k,
-                self.dtype,
-                as_compute_matrix(exchange.send_matrix, self.dtype),
-                as_compute_matrix(exchange.receive_matrix, self.dtype),
-                storage,
-            )
+            buffers = _ExchangeBuffers(exchange, self.k, self.dtype, plan.local_shape[1], storage)
             if mode == "bulk":
                 buffers.graph = comm.Create_dist_graph_adjacent(
                     exchange.recv_ranks.tolist(), exchange.send_ranks.tolist(), reorder=False
@@ -175,10 +172,9 @@ class SpmmExecutor:
 
     def _pack(self, index: int, b_local: np.ndarray) -> None:
         buffers = self._exchanges[index]
-        source = b_local
-        if buffers.exchange.input is not None:
-            source = np.vstack([b_local, self._exchanges[buffers.exchange.input].receive_buffer])
-        buffers.send_buffer[...] = csr_times_dense(buffers.send_matrix, source)
+        buffers.send_buffer[...] = csr_times_dense(buffers.send_from_b, b_local)
+        if buffers.send_from_input is not None:
+            buffers.send_buffer += csr_times_dense(buffers.send_from_input, self._exchanges[buffers.exchange.input].receive_buffer)
         np.add.at(self.bytes_sent_to, buffers.exchange.send_ranks, buffers.send_counts * self.dtype.itemsize)
 
     def _multiply_bulk(self, b_local: np.ndarray) -> np.ndarray:
