@@ -284,13 +284,17 @@ def _unique_records(records: _Records, keys: _Keys) -> _Records:
 def _outboxes(records: _Records, owner: int, n_ranks: int) -> list[_Records | None]:
     """Split rank ``owner``'s (unique) records by the ranks that need them: each record goes to its
     sender, and to its receiver when that is a relay (not ``owner``); terms go to their sender."""
-    to_sender = records.sender
-    to_receiver = np.where(records.receiver != owner, records.receiver, -1)
+    relayed = np.flatnonzero((records.receiver != owner) & (records.receiver != records.sender))
+    targets = np.concatenate([records.sender, records.receiver[relayed]])
+    indices = np.concatenate([np.arange(records.key.size), relayed])
+    order = np.argsort(targets, kind="stable")  # one sort instead of a scan per target
+    record_bounds = np.searchsorted(targets[order], np.arange(n_ranks + 1))
+    term_order = np.argsort(records.term_sender, kind="stable")
+    term_bounds = np.searchsorted(records.term_sender[term_order], np.arange(n_ranks + 1))
     boxes: list[_Records | None] = [None] * n_ranks
-    targets = np.unique(np.concatenate([to_sender, to_receiver[to_receiver >= 0]]))
-    for target in targets.tolist():
-        chosen = np.flatnonzero((to_sender == target) | (to_receiver == target))
-        boxes[target] = records.select(chosen, np.flatnonzero(records.term_sender == target))
+    for target in np.unique(targets).tolist():
+        chosen = np.sort(indices[order[record_bounds[target] : record_bounds[target + 1]]])
+        boxes[target] = records.select(chosen, term_order[term_bounds[target] : term_bounds[target + 1]])
     return boxes
 
 
