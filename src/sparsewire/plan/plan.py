@@ -57,12 +57,27 @@ from sparsewire.plan.blocks import LocalBlocks, split_local_rows
 from sparsewire.plan.strategies import Strategy, choose_row_based
 from sparsewire.topology import Topology
 
-__all__ = ["Exchange", "RankPlan", "CommPlan", "LAYOUTS", "build_plan", "build_rank_plan_collective"]
+__all__ = [
+    "Exchange",
+    "RankPlan",
+    "CommPlan",
+    "LAYOUTS",
+    "RECORD_KINDS",
+    "DIRECT_B",
+    "DIRECT_C",
+    "FETCH_B",
+    "PARTIAL_C",
+    "FORWARD_B",
+    "AGGREGATE_C",
+    "build_plan",
+    "build_rank_plan_collective",
+]
 
 LAYOUTS = ("merged", "pipelined")
 PROXY_POLICIES = ("local", "balanced")
 
 DIRECT_B, DIRECT_C, FETCH_B, PARTIAL_C, FORWARD_B, AGGREGATE_C = range(6)
+RECORD_KINDS = ("DIRECT_B", "DIRECT_C", "FETCH_B", "PARTIAL_C", "FORWARD_B", "AGGREGATE_C")
 _N_KINDS = 6
 _HOP = np.array([1, 1, 1, 1, 2, 2])
 
@@ -79,6 +94,9 @@ class Exchange:
             pipelined layout); None: a buffer of its own.
         send_ranks, send_counts: destinations and rows sent to each (send_matrix rows in this order).
         recv_ranks, recv_counts: sources and rows received from each (receive_matrix columns in order).
+        send_kinds, receive_kinds: the record kind of every sent and received row (``DIRECT_B`` ...
+            ``AGGREGATE_C``), so an executor over another algebra (semiring SpGEMM) can tell copied
+            B rows from computed C rows.
     """
 
     step: int
@@ -90,6 +108,8 @@ class Exchange:
     recv_ranks: np.ndarray
     recv_counts: np.ndarray
     receive_matrix: sp.csr_array
+    send_kinds: np.ndarray
+    receive_kinds: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -425,6 +445,8 @@ def _assemble(
                 recv_ranks=recv_ranks.astype(np.int64),
                 recv_counts=recv_counts.astype(np.int64),
                 receive_matrix=receive_matrix,
+                send_kinds=send_kind.astype(np.int8),
+                receive_kinds=recv_kind.astype(np.int8),
             )
         )
     setup_entries = int(np.count_nonzero(known.term_sender == rank))

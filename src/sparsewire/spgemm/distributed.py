@@ -1,0 +1,263 @@
+"""Distributed ``C = A (+.x) B``: distribution of the operands, the algorithm, phases, gathering.
+
+:class:`DistributedSpgemm` is built collectively from A on rank 0 for one algorithm:
+
+* ``summa``: 2D blocks on a pr x pc grid (:mod:`sparsewire.spgemm.summa`);
+* ``1d``: rows (:mod:`sparsewire.spgemm.onedim`) with a flat SpMM plan (``column``, ``row`` or
+  ``joint``).
+
+:func:`choose_algorithm` builds the candidates and keeps the one that would move the fewest bytes
+for the given B (each candidate counts its bytes exactly, as :meth:`predicted_bytes`; ties go to
+the earlier candidate in ``summa, 1d/column, 1d/joint, 1d/row``).
+"""
+
+from __future__ import annotations
+
+import resource
+
+import graphblas as gb
+import numpy as np
+import scipy.sparse as sp
+from mpi4py import MPI
+
+from sparsewire.errors import InputError
+from sparsewire.partition import RowPartition, even_rows, partition_matrix
+from sparsewire.plan.plan import build_rank_plan_collective
+from sparsewire.plan.strategies import Strategy
+from sparsewire.spgemm.local import pack, to_graphblas, to_scipy, wire_bytes
+from sparsewire.spgemm.onedim import OneDimMultiplier
+from sparsewire.spgemm.semirings import Semiring
+from sparsewire.spgemm.summa import BlockLayout, ProcessGrid, SummaMultiplier, choose_grid
+
+__all__ = [
+    "ALGORITHMS",
+    "ONE_DIM_STRATEGIES",
+    "DistributedSpgemm",
+    "choose_algorithm",
+    "reference_product",
+    "peak_rss_bytes",
+]
+
+ALGORITHMS = ("summa", "1d", "auto")
+ONE_DIM_STRATEGIES = (Strategy.COLUMN, Strategy.JOINT, Strategy.ROW)
+
+
+def peak_rss_bytes(comm: MPI.Comm) -> int:
+    """Collective. The largest peak resident set size of any rank, in bytes (Linux ru_maxrss is KiB)."""
+    return int(comm.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, op=MPI.MAX))
+
+
+def reference_product(a: sp.sparray, b: sp.sparray, semiring: Semiring, mask: sp.sparray | None = None) -> sp.csr_array:
+    """Single-process ``A (+.x) B`` (masked by the pattern of ``mask``) with SuiteSparse:GraphBLAS."""
+    left, right = to_graphblas(a, semiring.dtype), to_graphblas(b, semiring.dtype)
+    if mask is None:
+        return to_scipy(left.mxm(right, semiring.operator).new())
+    return to_scipy(left.mxm(right, semiring.operator).new(mask=to_graphblas(mask, np.bool_).S))
+
+
+class DistributedSpgemm:
+    """Collective. ``C = A (+.x) B`` distributed over ``comm`` with one algorithm.
+
+    Rank 0 passes the global A (other ranks None). ``b_shape`` is B's (rows, columns); B itself
+    comes later, per multiply, in this object's B layout (:meth:`scatter_b` hands it out from
+    rank 0, or callers build their local B directly, as BFS does with its frontier).
+    """
+
+    def __init__(
+        self,
+        comm: MPI.Comm,
+        a_global: sp.csr_array | None,
+        b_shape: tuple[int, int],
+        semiring: Semiring,
+        algorithm: str,
+        *,
+        strategy: Strategy = Strategy.COLUMN,
+        grid: ProcessGrid | None = None,
+    ) -> None:
+        self.comm, self.semiring, self.algorithm = comm, semiring, algorithm
+        rank, size = comm.Get_rank(), comm.Get_size()
+        a_shape = comm.bcast(a_global.shape if rank == 0 else None, root=0)
+        if a_shape[1] != b_shape[0]:
+            raise InputError(f"shapes do not match: A is {a_shape[0]} x {a_shape[1]}, B is {b_shape[0]} x {b_shape[1]}")
+        self.a_shape, self.b_shape = a_shape, b_shape
+        self.strategy = strategy if algorithm == "1d" else None
+        if algorithm == "summa":
+            self.grid = grid or choose_grid(size)
+            self.layout = BlockLayout.even(self.grid, a_shape, b_shape)
+            a_block = self._scatter(a_global, self.layout.a_block)
+            self.multiplier = SummaMultiplier(comm, self.layout, to_graphblas(a_block, semiring.dtype), semiring)
+        elif algorithm == "1d":
+            self.grid = ProcessGrid(size, 1)
+            if rank == 0:
+                rows, cols = partition_matrix(a_global, size, "even")
+                offsets = (rows.offsets, cols.offsets)
+            else:
+                offsets = None
+            row_offsets, col_offsets = comm.bcast(offsets, root=0)
+            self.row_partition, self.col_partition = RowPartition(row_offsets), RowPartition(col_offsets)
+            self.b_col_partition = even_rows(b_shape[1], 1)
+            local_rows = self._scatter(a_global, lambda p: (slice(*self.row_partition.range(p)), slice(None)))
+            plan = build_rank_plan_collective(comm, local_rows, self.row_partition, self.col_partition, strategy)
+            self.multiplier = OneDimMultiplier(comm, plan, semiring)
+        else:
+            raise InputError(f"unknown SpGEMM algorithm {algorithm!r}; choose summa or 1d")
+
+    @property
+    def name(self) -> str:
+        """``summa`` or ``1d/<strategy>``."""
+        return "summa" if self.algorithm == "summa" else f"1d/{self.strategy.value}"
+
+    def free(self) -> None:
+        """Release the communicators the algorithm made."""
+        self.multiplier.free()
+
+    def _scatter(self, matrix: sp.sparray | None, block_of) -> sp.csr_array:
+        comm = self.comm
+        pieces = None
+        if comm.Get_rank() == 0:
+            csr = sp.csr_array(matrix)
+            pieces = []
+            for p in range(comm.Get_size()):
+                rows, cols = block_of(p)
+                pieces.append(sp.csr_array(csr[rows][:, cols]))
+        return comm.scatter(pieces, root=0)
+
+    def b_block(self, rank: int) -> tuple[slice, slice]:
+        """Global (rows, columns) of B held by ``rank``."""
+        if self.algorithm == "summa":
+            return self.layout.b_block(rank)
+        return slice(*self.col_partition.range(rank)), slice(0, self.b_shape[1])
+
+    def c_block(self, rank: int) -> tuple[slice, slice]:
+        """Global (rows, columns) of C computed by ``rank``."""
+        if self.algorithm == "summa":
+            return self.layout.c_block(rank)
+        return slice(*self.row_partition.range(rank)), slice(0, self.b_shape[1])
+
+    def scatter_b(self, b_global: sp.sparray | None) -> gb.Matrix:
+        """Collective. This rank's block of B (rank 0 passes the global B)."""
+        return to_graphblas(self._scatter(b_global, self.b_block), self.semiring.dtype)
+
+    def scatter_like_c(self, matrix: sp.sparray | None) -> gb.Matrix:
+        """Collective. This rank's block of a matrix shaped like C (a mask), from rank 0."""
+        return to_graphblas(self._scatter(matrix, self.c_block), np.bool_)
+
+    def _phase_columns(self, b_local: gb.Matrix, phases: int) -> list[tuple[int, int]]:
+        if phases < 1:
+            raise InputError(f"--phases {phases}: give at least 1")
+        bounds = even_rows(b_local.ncols, phases).offsets
+        return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+
+    def multiply(self, b_local: gb.Matrix, *, phases: int = 1, mask: gb.Matrix | None = None) -> gb.Matrix:
+        """Collective. This rank's block of C; with ``phases`` > 1, B's local columns are cut into
+        that many pieces, multiplied one after another and joined (peak memory ~1/phases)."""
+        if phases == 1:
+            return self.multiplier.multiply(b_local, mask)
+        pieces, held = [], 0
+        for lo, hi in self._phase_columns(b_local, phases):
+            piece_mask = None if mask is None else mask[:, lo:hi].new()
+            piece = self.multiplier.multiply(b_local[:, lo:hi].new(), piece_mask, held_elsewhere=held)
+            held += piece.nvals
+            pieces.append(piece)
+        return gb.ss.concat([pieces])
+
+    def predicted_bytes(self, b_local: gb.Matrix, phases: int = 1) -> int:
+        """Collective. Bytes :meth:`multiply` will hand to MPI for this B, summed over ranks."""
+        total = 0
+        for lo, hi in self._phase_columns(b_local, phases):
+            piece = b_local[:, lo:hi].new()
+            if self.algorithm == "1d":
+                total += self.multiplier.predicted_bytes(piece)
+            else:
+                total += self._summa_bytes(piece)
+        return int(self.comm.allreduce(total, op=MPI.SUM))
+
+    def _summa_bytes(self, b_piece: gb.Matrix) -> int:
+        multiplier, layout = self.multiplier, self.layout
+        a_start = int(layout.a_cols.offsets[multiplier.col])
+        b_start = int(layout.b_rows.offsets[multiplier.row])
+        value_bytes = np.dtype(self.semiring.dtype).itemsize
+        total = 0
+        for lo, hi, a_owner, b_owner in multiplier.stages:
+            if multiplier.col == a_owner:
+                ints, values, listed = pack(multiplier.a_block[:, lo - a_start : hi - a_start].new())
+                total += (layout.grid.cols - 1) * wire_bytes(listed, values.size, ints.itemsize, value_bytes)
+            if multiplier.row == b_owner:
+                ints, values, listed = pack(b_piece[lo - b_start : hi - b_start, :].new())
+                total += (layout.grid.rows - 1) * wire_bytes(listed, values.size, ints.itemsize, value_bytes)
+        return total
+
+    @property
+    def bytes_sent(self) -> int:
+        """Bytes this rank handed to MPI so far (counted by the algorithm)."""
+        return self.multiplier.bytes_sent
+
+    @property
+    def peak_held_entries(self) -> int:
+        """The most stored entries this rank held at once (inputs, received blocks, products, C)."""
+        return self.multiplier.peak_held_entries
+
+    def gather_c(self, c_local: gb.Matrix) -> sp.csr_array | None:
+        """Collective. The global C on rank 0 (None elsewhere)."""
+        comm = self.comm
+        rows, cols = self.c_block(comm.Get_rank())
+        coo = sp.coo_array(to_scipy(c_local))
+        parts = comm.gather((coo.row + rows.start, coo.col + cols.start, coo.data), root=0)
+        if comm.Get_rank() != 0:
+            return None
+        row = np.concatenate([p[0] for p in parts])
+        col = np.concatenate([p[1] for p in parts])
+        data = np.concatenate([p[2] for p in parts])
+        shape = (self.a_shape[0], self.b_shape[1])
+        result = sp.csr_array((data, (row, col)), shape=shape)  # blocks are disjoint: no duplicates
+        result.sort_indices()
+        return result
+
+
+def choose_algorithm(
+    comm: MPI.Comm,
+    a_global: sp.csr_array | None,
+    b_global: sp.csr_array | None,
+    semiring: Semiring,
+    algorithm: str,
+    *,
+    strategy: str = "auto",
+    grid: ProcessGrid | None = None,
+    phases: int = 1,
+) -> tuple[DistributedSpgemm, gb.Matrix, dict[str, int]]:
+    """Collective. Build the candidates ``algorithm`` allows (``auto``: SUMMA and 1D; ``1d`` with
+    strategy ``auto``: column, joint, row), count each one's bytes for this B exactly, keep the
+    fewest. Returns (the chosen algorithm, its local B, predicted bytes per candidate)."""
+    rank = comm.Get_rank()
+    b_shape = comm.bcast(b_global.shape if rank == 0 else None, root=0)
+    candidates: list[tuple[str, Strategy | None]] = []
+    if algorithm in ("summa", "auto"):
+        candidates.append(("summa", None))
+    if algorithm in ("1d", "auto"):
+        if strategy == "auto":
+            candidates.extend(("1d", s) for s in ONE_DIM_STRATEGIES)
+        else:
+            try:
+                chosen = Strategy(strategy)
+            except ValueError:
+                chosen = None
+            if chosen not in ONE_DIM_STRATEGIES:
+                raise InputError(f"--strategy {strategy!r}: 1D SpGEMM runs column, row, joint or auto")
+            candidates.append(("1d", chosen))
+    if not candidates:
+        raise InputError(f"unknown SpGEMM algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
+    best, best_b, predictions = None, None, {}
+    for name, candidate_strategy in candidates:
+        built = DistributedSpgemm(
+            comm, a_global, b_shape, semiring, name, strategy=candidate_strategy or Strategy.COLUMN, grid=grid
+        )
+        b_local = built.scatter_b(b_global)
+        predicted = built.predicted_bytes(b_local, phases)
+        predictions[built.name] = predicted
+        if best is None or predicted < predictions[best.name]:
+            if best is not None:
+                best.free()
+            best, best_b = built, b_local
+        else:
+            built.free()
+    return best, best_b, predictions
