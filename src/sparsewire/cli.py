@@ -1,4 +1,6 @@
-"""The ``sparsewire`` command line: ``analyze`` (no MPI) and ``spmm`` (under mpiexec).
+"""The ``sparsewire`` command line: ``analyze`` (no MPI), ``spmm`` (under mpiexec), and the SpGEMM
+commands ``spgemm``, ``bfs``, ``sssp``, ``triangles``, ``reach`` (under mpiexec; see
+:mod:`sparsewire.spgemm.commands`).
 
 Every user error prints one line ``sparsewire: error: <problem>; <fix>`` on rank 0 and exits 2.
 """
@@ -48,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = _Parser(
         prog="sparsewire",
-        description="Distributed sparse x dense matrix multiplication that moves as few bytes as the sparsity allows.",
+        description="Distributed sparse x dense (SpMM) and sparse x sparse semiring (SpGEMM) matrix multiplication "
+        "that moves as few bytes as the sparsity allows.",
     )
     parser.add_argument("--version", action="version", version=f"sparsewire {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -108,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     spmm.add_argument("--check", action="store_true", help="gather C on rank 0 and compare with SciPy (max_abs_error)")
     spmm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     spmm.set_defaults(handler=_run_spmm)
+
+    from sparsewire.spgemm.commands import add_commands
+
+    add_commands(commands, MATRIX_HELP, _positive_int)
     return parser
 
 

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from sparsewire.errors import InputError
-from sparsewire.partition import RowPartition, even_rows, partition_matrix
+from sparsewire.partition import even_rows
 from sparsewire.plan.plan import build_rank_plan_collective
 from sparsewire.plan.strategies import Strategy
 from sparsewire.spgemm.local import pack, to_graphblas, to_scipy, wire_bytes
@@ -73,34 +73,42 @@ class DistributedSpgemm:
         *,
         strategy: Strategy = Strategy.COLUMN,
         grid: ProcessGrid | None = None,
+        a_local: sp.csr_array | None = None,
+        a_shape: tuple[int, int] | None = None,
     ) -> None:
+        """Rank 0 passes the global A (others None), or every rank passes its own block
+        ``a_local`` of the A layout (:meth:`a_block`) and ``a_shape``: a C computed earlier is
+        already in that layout when A and B are square (C rows = A rows, C columns = B columns)."""
         self.comm, self.semiring, self.algorithm = comm, semiring, algorithm
-        rank, size = comm.Get_rank(), comm.Get_size()
-        a_shape = comm.bcast(a_global.shape if rank == 0 else None, root=0)
+        size = comm.Get_size()
+        if a_local is None:
+            a_shape = comm.bcast(a_global.shape if comm.Get_rank() == 0 else None, root=0)
         if a_shape[1] != b_shape[0]:
             raise InputError(f"shapes do not match: A is {a_shape[0]} x {a_shape[1]}, B is {b_shape[0]} x {b_shape[1]}")
-        self.a_shape, self.b_shape = a_shape, b_shape
+        self.a_shape, self.b_shape = tuple(a_shape), tuple(b_shape)
         self.strategy = strategy if algorithm == "1d" else None
         if algorithm == "summa":
             self.grid = grid or choose_grid(size)
-            self.layout = BlockLayout.even(self.grid, a_shape, b_shape)
-            a_block = self._scatter(a_global, self.layout.a_block)
-            self.multiplier = SummaMultiplier(comm, self.layout, to_graphblas(a_block, semiring.dtype), semiring)
+            self.layout = BlockLayout.even(self.grid, self.a_shape, self.b_shape)
         elif algorithm == "1d":
             self.grid = ProcessGrid(size, 1)
-            if rank == 0:
-                rows, cols = partition_matrix(a_global, size, "even")
-                offsets = (rows.offsets, cols.offsets)
-            else:
-                offsets = None
-            row_offsets, col_offsets = comm.bcast(offsets, root=0)
-            self.row_partition, self.col_partition = RowPartition(row_offsets), RowPartition(col_offsets)
-            self.b_col_partition = even_rows(b_shape[1], 1)
-            local_rows = self._scatter(a_global, lambda p: (slice(*self.row_partition.range(p)), slice(None)))
-            plan = build_rank_plan_collective(comm, local_rows, self.row_partition, self.col_partition, strategy)
-            self.multiplier = OneDimMultiplier(comm, plan, semiring)
+            self.row_partition = even_rows(a_shape[0], size)
+            self.col_partition = even_rows(a_shape[1], size)
         else:
             raise InputError(f"unknown SpGEMM algorithm {algorithm!r}; choose summa or 1d")
+        if a_local is None:
+            a_local = self._scatter(a_global, self.a_block)
+        if algorithm == "summa":
+            self.multiplier = SummaMultiplier(comm, self.layout, to_graphblas(a_local, semiring.dtype), semiring)
+        else:
+            plan = build_rank_plan_collective(comm, a_local, self.row_partition, self.col_partition, strategy)
+            self.multiplier = OneDimMultiplier(comm, plan, semiring)
+
+    def a_block(self, rank: int) -> tuple[slice, slice]:
+        """Global (rows, columns) of A held by ``rank``."""
+        if self.algorithm == "summa":
+            return self.layout.a_block(rank)
+        return slice(*self.row_partition.range(rank)), slice(0, self.a_shape[1])
 
     @property
     def name(self) -> str:

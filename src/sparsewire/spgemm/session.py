@@ -17,28 +17,35 @@ from sparsewire.spgemm.local import to_scipy
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.summa import ProcessGrid
 
-__all__ = ["apply_values", "load_operand", "compare_exactly", "run_spgemm_session"]
+__all__ = ["check_values_spec", "apply_values", "load_operand", "compare_exactly", "run_spgemm_session"]
+
+
+def check_values_spec(values: str) -> None:
+    """Reject a malformed ``--values`` (before any matrix is loaded)."""
+    if values in ("file", "ones"):
+        return
+    if values.startswith("random:"):
+        try:
+            int(values.split(":", 1)[1])
+            return
+        except ValueError:
+            raise InputError(f"--values {values!r}: the seed must be an integer, e.g. random:1") from None
+    raise InputError(f"--values {values!r}: choose file, ones or random:SEED")
 
 
 def apply_values(matrix: sp.csr_array, values: str) -> sp.csr_array:
     """Set the stored values: ``file`` keeps them (pattern files read as 1), ``ones`` sets 1,
     ``random:SEED`` sets deterministic integers in 1..9 (entry e of the canonical CSR order gets
     the e-th draw of NumPy's default generator seeded with SEED), so integer semirings are exact."""
+    check_values_spec(values)
     result = sp.csr_array(matrix, copy=True)
     result.sum_duplicates()
-    if values == "file":
-        return result
     if values == "ones":
         result.data = np.ones(result.nnz)
-        return result
-    if values.startswith("random:"):
-        try:
-            seed = int(values.split(":", 1)[1])
-        except ValueError:
-            raise InputError(f"--values {values!r}: the seed must be an integer, e.g. random:1") from None
+    elif values.startswith("random:"):
+        seed = int(values.split(":", 1)[1])
         result.data = np.random.default_rng(seed).integers(1, 10, result.nnz).astype(np.float64)
-        return result
-    raise InputError(f"--values {values!r}: choose file, ones or random:SEED")
+    return result
 
 
 def load_operand(spec: str, values: str) -> sp.csr_array:

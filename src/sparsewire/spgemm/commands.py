@@ -1,0 +1,253 @@
+"""The SpGEMM subcommands of the ``sparsewire`` CLI: ``spgemm``, ``bfs``, ``sssp``, ``triangles``,
+``reach`` (all under mpiexec). Registered by :func:`sparsewire.cli.build_parser`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from sparsewire.errors import InputError
+from sparsewire.report import format_bytes
+
+__all__ = ["add_commands"]
+
+SEMIRING_HELP = (
+    "plus_times, min_plus, max_plus, max_times, min_times, plus_min, lor_land, plus_pair, any_pair, or a user "
+    "semiring ADD.MULTIPLY from a monoid (plus, min, max, times, lor, any) and a GraphBLAS binary operator "
+    "(e.g. plus.minus, min.first) (default: plus_times)"
+)
+VALUES_HELP = "stored values: file (pattern files read as 1), ones, or random:SEED (integers 1..9) (default: %(default)s)"
+
+
+def add_commands(commands, matrix_help: str, positive_int) -> None:
+    """Add the SpGEMM and graph subcommands to the CLI's subparsers."""
+    spgemm = commands.add_parser(
+        "spgemm",
+        help="run distributed C = A (+.x) B over a semiring under mpiexec",
+        description=(
+            "Compute A x A (or A x MATRIX2) over a semiring on the ranks of mpiexec -n P with Sparse SUMMA on a "
+            "2D grid (any P: 3 ranks use 3x1) or 1D sparsity-aware SpGEMM (each rank fetches only the rows of B "
+            "its nonzero columns need, or pushes partial C rows). 'auto' picks the one that moves the fewest "
+            "bytes. Rank 0 prints ranks, grid, algorithm, semiring, median_seconds, nnz_out, checksum_sum "
+            "(sum of C's values; true counts 1), bytes_moved and peak memory."
+        ),
+    )
+    spgemm.add_argument("matrix", help=matrix_help)
+    spgemm.add_argument("matrix2", nargs="?", help="B (default: A itself)")
+    spgemm.add_argument("--semiring", default="plus_times", help=SEMIRING_HELP)
+    spgemm.add_argument("--algorithm", choices=["summa", "1d", "auto"], default="auto", help="(default: auto, by predicted bytes)")
+    spgemm.add_argument(
+        "--strategy", choices=["auto", "column", "row", "joint"], default="auto",
+        help="1D only: fetch B rows (column), push partial C rows (row), or a vertex cover of both (joint) (default: auto)",
+    )
+    spgemm.add_argument("--grid", help="SUMMA grid ROWSxCOLS, product = ranks (default: most nearly square, rows >= cols)")
+    spgemm.add_argument("--phases", type=positive_int, default=1, help="split B's columns into N phases to bound peak memory (default: 1)")
+    spgemm.add_argument("--repeat", type=positive_int, default=3, help="timed multiplies after one warm-up (default: 3)")
+    spgemm.add_argument("--values", default="file", help=VALUES_HELP)
+    spgemm.add_argument("--check", action="store_true", help="compare C with single-process GraphBLAS, entry by entry")
+    spgemm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
+    spgemm.set_defaults(handler=_run_spgemm)
+
+    for name, summary in (
+        ("bfs", "BFS levels from a source: repeated A^T (any.pair) frontier, 1D"),
+        ("sssp", "single-source shortest paths: Bellman-Ford with A^T (min.+) changed distances, 1D"),
+    ):
+        command = commands.add_parser(name, help=summary, description=f"{summary}. Checked against SciPy with --check.")
+        command.add_argument("matrix", help=matrix_help)
+        command.add_argument("--source", type=int, default=0, help="source vertex (default: 0)")
+        command.add_argument("--values", default="file", help=VALUES_HELP)
+        command.add_argument("--check", action="store_true", help="compare with SciPy's shortest paths")
+        command.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
+        command.set_defaults(handler=_run_vertex_algorithm)
+
+    triangles = commands.add_parser(
+        "triangles",
+        help="count triangles: sum(L (+.pair) L masked by L), distributed",
+        description="Triangles of the undirected graph of the matrix: L = strictly lower triangle of the pattern "
+        "of A + A^T, count = sum of L (+.pair) L masked by L.",
+    )
+    reach = commands.add_parser(
+        "reach",
+        help="k-hop reachability: (I + A)^k over (lor, land) by repeated squaring",
+        description="Pairs (u, v) with v reachable from u in at most --hops steps, by distributed repeated squaring.",
+    )
+    reach.add_argument("--hops", type=int, required=True, help="the k of k-hop reachability (>= 0)")
+    for command in (triangles, reach):
+        command.add_argument("matrix", help=matrix_help)
+        command.add_argument("--algorithm", choices=["summa", "1d", "auto"] if command is triangles else ["summa", "1d"],
+                             default="auto" if command is triangles else "summa", help="(default: %(default)s)")
+        command.add_argument("--grid", help="SUMMA grid ROWSxCOLS (default: most nearly square)")
+        command.add_argument("--check", action="store_true", help="compare with a SciPy reference")
+        command.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
+    triangles.set_defaults(handler=_run_triangles)
+    reach.set_defaults(handler=_run_reach)
+
+
+def _start_mpi():
+    from mpi4py import MPI
+
+    from sparsewire.comm.runtime import limit_threads_per_rank
+
+    comm = MPI.COMM_WORLD
+    limit_threads_per_rank(comm)
+    return comm
+
+
+def _load_on_root(comm, spec: str, values: str):
+    from sparsewire.comm.runtime import agree_on_error
+    from sparsewire.spgemm.session import load_operand
+
+    matrix, problem = None, None
+    if comm.Get_rank() == 0:
+        try:
+            matrix = load_operand(spec, values)
+        except InputError as error:
+            problem = str(error)
+    agree_on_error(comm, problem)
+    return matrix
+
+
+def _print(args, report: dict, lines: list[str]) -> int:
+    failed = report.get("check_passed") is False
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print("\n".join(lines))
+    if failed:
+        print("sparsewire: error: the distributed result differs from the reference", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _run_spgemm(args: argparse.Namespace) -> int:
+    from sparsewire.spgemm.semirings import get_semiring
+
+    from sparsewire.spgemm.session import check_values_spec
+
+    semiring = get_semiring(args.semiring)
+    check_values_spec(args.values)
+    comm = _start_mpi()
+    from sparsewire.spgemm.session import run_spgemm_session
+    from sparsewire.spgemm.summa import parse_grid
+
+    grid = parse_grid(args.grid, comm.Get_size())
+    progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
+    report = run_spgemm_session(
+        comm, args.matrix, args.matrix2, semiring, algorithm=args.algorithm, strategy=args.strategy, grid=grid,
+        phases=args.phases, repeat=args.repeat, values=args.values, check=args.check, progress=progress,
+    )
+    if comm.Get_rank() != 0:
+        return 0
+    r = report
+    lines = [
+        f"{r['matrix']} x {r['matrix2'] or r['matrix']}: C is {r['shape'][0]} x {r['shape'][1]}; semiring {r['semiring']} "
+        f"(identity {r['semiring_facts']['identity']}, commutes: {r['semiring_facts']['multiplication_commutes']})",
+        f"ranks {r['ranks']}, grid {r['grid']}, algorithm {r['algorithm']}, phases {r['phases']}",
+        f"median_seconds {r['median_seconds']:.6f} over {r['repeat']}",
+        f"nnz_out {r['nnz_out']}, checksum_sum {r['checksum_sum']:.17g}",
+        f"bytes_moved {r['bytes_moved']} ({format_bytes(r['bytes_moved'])}); predicted by algorithm: "
+        + ", ".join(f"{name} {format_bytes(value)}" for name, value in r["predicted_bytes_by_algorithm"].items()),
+        f"peak_held_entries {r['peak_held_entries']}, peak_rss_bytes {r['peak_rss_bytes']} ({format_bytes(r['peak_rss_bytes'])})",
+    ]
+    if args.check:
+        lines.append(f"check: {'passed' if r['check_passed'] else 'FAILED'} (pattern equal: {r['pattern_equal']}, "
+                     f"mismatched values: {r['mismatched_values']}, {'exact' if r.get('exact') else 'relative 1e-12'})")
+    failed = _print(args, report, lines)
+    if report["bytes_moved"] != report["predicted_bytes"]:
+        print("sparsewire: error: bytes moved differ from the predicted bytes", file=sys.stderr)
+        return 1
+    return failed
+
+
+def _timed(comm, function):
+    from mpi4py import MPI
+
+    comm.Barrier()
+    started = MPI.Wtime()
+    result = function()
+    return result, comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
+
+
+def _run_vertex_algorithm(args: argparse.Namespace) -> int:
+    from sparsewire.spgemm.session import check_values_spec
+
+    check_values_spec(args.values)
+    comm = _start_mpi()
+    from sparsewire.spgemm import graphs
+
+    matrix = _load_on_root(comm, args.matrix, args.values)
+    function = graphs.bfs_levels if args.command == "bfs" else graphs.shortest_paths
+    run, seconds = _timed(comm, lambda: function(comm, matrix, args.source))
+    if comm.Get_rank() != 0:
+        return 0
+    values = run["values"]
+    reached = np.isfinite(values)
+    report = {
+        "command": args.command, "matrix": args.matrix, "ranks": comm.Get_size(), "source": args.source,
+        "algorithm": run["algorithm"], "seconds": seconds, "steps": run["steps"], "bytes_moved": run["bytes_moved"],
+        "reached": int(reached.sum()), "max_value": float(values[reached].max()), "sum_values": float(values[reached].sum()),
+    }
+    if args.check:
+        reference = (graphs.reference_bfs_levels if args.command == "bfs" else graphs.reference_shortest_paths)(matrix, args.source)
+        report["check_passed"] = bool(np.array_equal(values, reference))
+    name = "level" if args.command == "bfs" else "distance"
+    lines = [
+        f"{args.command} from {args.source} on {args.matrix}, {comm.Get_size()} ranks ({run['algorithm']})",
+        f"reached {report['reached']} of {values.size} vertices; max {name} {report['max_value']:g}, sum {report['sum_values']:g}",
+        f"{run['steps']} steps in {seconds:.4f} s, bytes_moved {run['bytes_moved']} ({format_bytes(run['bytes_moved'])})",
+    ]
+    if args.check:
+        lines.append(f"check against SciPy: {'passed' if report['check_passed'] else 'FAILED'}")
+    return _print(args, report, lines)
+
+
+def _run_triangles(args: argparse.Namespace) -> int:
+    comm = _start_mpi()
+    from sparsewire.spgemm import graphs
+    from sparsewire.spgemm.summa import parse_grid
+
+    grid = parse_grid(args.grid, comm.Get_size())
+    matrix = _load_on_root(comm, args.matrix, "ones")
+    run, seconds = _timed(comm, lambda: graphs.triangle_count(comm, matrix, algorithm=args.algorithm, grid=grid))
+    if comm.Get_rank() != 0:
+        return 0
+    report = {"command": "triangles", "matrix": args.matrix, "ranks": comm.Get_size(), "algorithm": run["algorithm"],
+              "triangles": run["values"], "seconds": seconds, "bytes_moved": run["bytes_moved"]}
+    if args.check:
+        report["reference_triangles"] = graphs.reference_triangle_count(matrix)
+        report["check_passed"] = report["reference_triangles"] == run["values"]
+    lines = [
+        f"triangles in {args.matrix}: {run['values']} ({comm.Get_size()} ranks, {run['algorithm']}, {seconds:.4f} s, "
+        f"bytes_moved {format_bytes(run['bytes_moved'])})"
+    ]
+    if args.check:
+        lines.append(f"check against SciPy: {'passed' if report['check_passed'] else 'FAILED'} ({report['reference_triangles']})")
+    return _print(args, report, lines)
+
+
+def _run_reach(args: argparse.Namespace) -> int:
+    comm = _start_mpi()
+    from sparsewire.spgemm import graphs
+    from sparsewire.spgemm.summa import parse_grid
+
+    grid = parse_grid(args.grid, comm.Get_size())
+    matrix = _load_on_root(comm, args.matrix, "ones")
+    run, seconds = _timed(comm, lambda: graphs.reachable_within(comm, matrix, args.hops, algorithm=args.algorithm, grid=grid))
+    if comm.Get_rank() != 0:
+        return 0
+    reach = run["values"]
+    report = {"command": "reach", "matrix": args.matrix, "ranks": comm.Get_size(), "hops": args.hops,
+              "algorithm": run["algorithm"], "reachable_pairs": int(reach.nnz), "products": run["steps"],
+              "seconds": seconds, "bytes_moved": run["bytes_moved"]}
+    if args.check:
+        reference = graphs.reference_reachable_within(matrix, args.hops)
+        report["check_passed"] = bool(reach.shape == reference.shape and (reach != reference).nnz == 0)
+    lines = [
+        f"{args.hops}-hop reachability in {args.matrix}: {reach.nnz} pairs, {run['steps']} distributed products "
+        f"({run['algorithm']}, {seconds:.4f} s, bytes_moved {format_bytes(run['bytes_moved'])})"
+    ]
+    if args.check:
+        lines.append(f"check against SciPy: {'passed' if report['check_passed'] else 'FAILED'}")
+    return _print(args, report, lines)
