@@ -125,6 +125,8 @@ def unpack(
     indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.uint64)
     cols = np.concatenate(col_parts).astype(np.uint64) if col_parts else np.zeros(0, np.uint64)
     values = np.concatenate(value_parts).astype(dtype) if value_parts else np.zeros(0, dtype)
+    if rows.size == 0:  # GraphBLAS rejects an empty hypersparse import with one row
+        return empty(nrows, ncols, dtype)
     return gb.Matrix.ss.import_hypercsr(
         nrows=nrows,
         ncols=ncols,

@@ -1,0 +1,186 @@
+"""SpGEMM pieces that need no MPI: semirings, SUMMA stages and grids, the wire format, values,
+comparison and the graph references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sparsewire.errors import InputError
+from sparsewire.partition import RowPartition
+from sparsewire.spgemm import graphs
+from sparsewire.spgemm.distributed import reference_product
+from sparsewire.spgemm.local import pack, pack_row_ranges, to_graphblas, to_scipy, unpack, wire_bytes
+from sparsewire.spgemm.semirings import SEMIRINGS, get_semiring, user_semiring
+from sparsewire.spgemm.session import apply_values, check_values_spec, compare_exactly
+from sparsewire.spgemm.summa import ProcessGrid, choose_grid, parse_grid, summa_stages
+
+
+def brute_force(a: np.ndarray, b: np.ndarray, add, multiply):
+    """C over stored entries only: C(i, j) exists iff some k has A(i, k) and B(k, j) stored."""
+    n, m = a.shape[0], b.shape[1]
+    pattern, values = np.zeros((n, m), bool), np.zeros((n, m))
+    for i in range(n):
+        for j in range(m):
+            terms = [multiply(a[i, k], b[k, j]) for k in range(a.shape[1]) if a[i, k] != 0 and b[k, j] != 0]
+            if terms:
+                pattern[i, j] = True
+                total = terms[0]
+                for term in terms[1:]:
+                    total = add(total, term)
+                values[i, j] = total
+    return pattern, values
+
+
+SEMANTICS = {
+    "plus_times": (lambda x, y: x + y, lambda x, y: x * y),
+    "min_plus": (min, lambda x, y: x + y),
+    "max_plus": (max, lambda x, y: x + y),
+    "max_times": (max, lambda x, y: x * y),
+    "min_times": (min, lambda x, y: x * y),
+    "plus_min": (lambda x, y: x + y, min),
+    "plus_pair": (lambda x, y: x + y, lambda x, y: 1),
+    "plus.minus": (lambda x, y: x + y, lambda x, y: x - y),
+    "min.first": (min, lambda x, y: x),
+}
+
+
+def random_integer(rng, shape, density):
+    matrix = sp.random_array(shape, density=density, rng=rng, format="csr")
+    matrix.data = (rng.integers(1, 10, matrix.nnz) * rng.choice([-1, 1], matrix.nnz)).astype(np.float64)
+    return sp.csr_array(matrix)
+
+
+@pytest.mark.parametrize("name", sorted(SEMANTICS))
+def test_local_product_matches_brute_force(rng, name):
+    a, b = random_integer(rng, (7, 9), 0.3), random_integer(rng, (9, 6), 0.3)
+    add, multiply = SEMANTICS[name]
+    pattern, values = brute_force(a.toarray(), b.toarray(), add, multiply)
+    coo = sp.coo_array(reference_product(a, b, get_semiring(name)))
+    stored = np.zeros(coo.shape, bool)
+    stored[coo.row, coo.col] = True  # stored entries, explicit zeros included
+    assert np.array_equal(stored, pattern)
+    assert np.array_equal(coo.data, values[coo.row, coo.col])
+
+
+def test_semiring_facts():
+    expected = {
+        "plus_times": (0.0, True, False),
+        "min_plus": (np.inf, True, True),
+        "max_plus": (-np.inf, True, True),
+        "max_times": (-np.inf, True, True),
+        "min_times": (np.inf, True, True),
+        "plus_min": (0.0, True, False),
+        "lor_land": (False, True, True),
+        "plus_pair": (0.0, True, False),
+        "any_pair": (None, True, True),
+    }
+    assert set(expected) == set(SEMIRINGS)
+    for name, (identity, commutes, idempotent) in expected.items():
+        semiring = get_semiring(name)
+        assert semiring.identity == identity, name
+        assert semiring.multiplication_commutes is commutes, name
+        assert semiring.addition_idempotent is idempotent, name
+    assert get_semiring("plus.minus").multiplication_commutes is False
+    assert get_semiring("min.first").multiplication_commutes is False
+    assert get_semiring("lor_land").dtype == np.bool_
+
+
+def test_min_plus_identity_is_not_zero():
+    # CombBLAS's GPU path starts sums at 0, which would turn min(0, 5) into 0: a single path of length 5 must stay 5.
+    a = sp.csr_array(np.array([[0.0, 2.0], [0.0, 0.0]]))
+    b = sp.csr_array(np.array([[0.0, 0.0], [0.0, 3.0]]))
+    assert reference_product(a, b, get_semiring("min_plus")).toarray()[0, 1] == 5.0
+    assert reference_product(-a, b, get_semiring("max_times")).toarray()[0, 1] == -6.0
+
+
+def test_user_semiring_from_a_python_function(rng):
+    semiring = user_semiring("ten_a_minus_b", "plus", lambda x, y: 10 * x - y)
+    assert semiring.multiplication_commutes is False
+    a, b = random_integer(rng, (6, 5), 0.4), random_integer(rng, (5, 7), 0.4)
+    pattern, values = brute_force(a.toarray(), b.toarray(), lambda x, y: x + y, lambda x, y: 10 * x - y)
+    result = reference_product(a, b, semiring)
+    coo = sp.coo_array(result)
+    assert result.nnz == pattern.sum()
+    assert np.array_equal(coo.data, values[coo.row, coo.col])
+
+
+def test_semiring_errors():
+    with pytest.raises(InputError, match="unknown semiring"):
+        get_semiring("plus_nothing")
+    with pytest.raises(InputError, match="unknown monoid"):
+        get_semiring("avg.times")
+    with pytest.raises(InputError, match="no binary operator"):
+        get_semiring("plus.frobnicate")
+
+
+def test_summa_stages_common_refinement():
+    # A's columns in 2 blocks, B's rows in 3: the stages are the union of both boundaries.
+    stages = summa_stages(RowPartition(np.array([0, 5, 10])), RowPartition(np.array([0, 3, 7, 10])))
+    assert stages == [(0, 3, 0, 0), (3, 5, 0, 1), (5, 7, 1, 1), (7, 10, 1, 2)]
+    with pytest.raises(InputError, match="inner dimensions"):
+        summa_stages(RowPartition(np.array([0, 5])), RowPartition(np.array([0, 6])))
+
+
+def test_grids():
+    assert [str(choose_grid(p)) for p in (1, 2, 3, 4, 6, 12)] == ["1x1", "2x1", "3x1", "2x2", "3x2", "4x3"]
+    assert parse_grid("1x3", 3) == ProcessGrid(1, 3)
+    with pytest.raises(InputError, match="ranks"):
+        parse_grid("2x2", 3)
+    with pytest.raises(InputError, match="ROWSxCOLS"):
+        parse_grid("two", 4)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.bool_])
+def test_wire_format_round_trip(rng, dtype):
+    matrix = random_integer(rng, (40, 30), 0.05).tolil()
+    matrix[[3, 17], :] = 0  # empty rows are not listed
+    matrix = sp.csr_array(matrix)
+    block = to_graphblas(matrix, dtype)
+    ints, values, listed = pack(block)
+    nonempty = int((np.diff(matrix.indptr) > 0).sum())
+    assert listed == nonempty
+    assert ints.dtype == np.int32 and ints.size == 2 * listed + matrix.nnz
+    assert wire_bytes(listed, values.size, 4, np.dtype(dtype).itemsize) == 16 + 4 * ints.size + values.nbytes
+    back = to_scipy(unpack([(ints, values, listed)], np.zeros(1, np.int64), 40, 30, dtype))
+    assert (back != to_scipy(block)).nnz == 0
+    # Split by destination and rebuilt: the same matrix.
+    bounds = np.array([0, 10, 10, 25, 40])
+    int_parts, value_parts, listed_parts, entries = pack_row_ranges(block, bounds)
+    assert entries.sum() == matrix.nnz
+    pieces = list(zip(int_parts, value_parts, listed_parts.tolist()))
+    rebuilt = to_scipy(unpack(pieces, bounds[:-1], 40, 30, dtype))
+    assert (rebuilt != to_scipy(block)).nnz == 0
+
+
+def test_values_and_exact_comparison():
+    matrix = sp.csr_array(np.array([[0.0, 2.5], [1.0, 0.0]]))
+    assert np.array_equal(apply_values(matrix, "ones").data, [1.0, 1.0])
+    first, second = apply_values(matrix, "random:4"), apply_values(matrix, "random:4")
+    assert np.array_equal(first.data, second.data) and set(first.data) <= set(range(1, 10))
+    assert np.array_equal(apply_values(matrix, "file").data, matrix.data)
+    with pytest.raises(InputError, match="random:SEED"):
+        check_values_spec("gaussian")
+    with pytest.raises(InputError, match="integer"):
+        check_values_spec("random:x")
+    same = compare_exactly(first, second)
+    assert same["check_passed"] and same["exact"]
+    other = first.copy()
+    other.data[0] += 1
+    assert compare_exactly(other, first)["mismatched_values"] == 1
+    assert compare_exactly(sp.csr_array(np.eye(2)), first)["pattern_equal"] is False
+
+
+def test_graph_references_on_hand_made_graphs():
+    # K4 has 4 triangles; a 5-cycle none; a directed path 0 -> 1 -> 2 -> 3.
+    k4 = sp.csr_array(np.ones((4, 4)) - np.eye(4))
+    assert graphs.reference_triangle_count(k4) == 4
+    cycle = sp.csr_array((np.ones(5), (np.arange(5), (np.arange(5) + 1) % 5)), shape=(5, 5))
+    assert graphs.reference_triangle_count(cycle) == 0
+    path = sp.csr_array((np.array([2.0, 3.0, 4.0]), ([0, 1, 2], [1, 2, 3])), shape=(4, 4))
+    assert np.array_equal(graphs.reference_bfs_levels(path, 0), [0, 1, 2, 3])
+    assert np.array_equal(graphs.reference_bfs_levels(path, 2), [np.inf, np.inf, 0, 1])
+    assert np.array_equal(graphs.reference_shortest_paths(path, 0), [0, 2, 5, 9])
+    reach = graphs.reference_reachable_within(path, 2).toarray()
+    assert reach[0].tolist() == [True, True, True, False] and reach[3].tolist() == [False, False, False, True]

@@ -1,0 +1,121 @@
+"""Multi-rank SpGEMM tests: every one runs ``mpiexec -n P`` as a subprocess with a timeout."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse as sp
+
+from conftest import SHARED_MATRICES, _seed, run_mpi
+
+NAMED = ["plus_times", "min_plus", "max_plus", "max_times", "min_times", "plus_min", "lor_land", "plus_pair", "any_pair"]
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_every_semiring_algorithm_and_grid_is_exact(ranks):
+    completed = run_mpi(ranks, ["tests/spgemm_driver.py", str(_seed())], timeout=300)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    algorithms = 5 if ranks == 1 else 6  # SUMMA default grid, 1 x P, (P x 1), 1D column, row, joint
+    per_rank = 4 * 11 * algorithms * 2 + 2 + 3 + 8  # cases x semirings x algorithms x phases + graph checks
+    assert completed.stdout.strip() == f"OK {per_rank * ranks}"
+
+
+def command_json(ranks, command, *args, timeout=240, expect=0):
+    completed = run_mpi(ranks, ["-m", "sparsewire", command, *args, "--json"], timeout=timeout)
+    assert completed.returncode == expect, completed.stdout + completed.stderr
+    lines = completed.stdout.strip().splitlines()
+    assert len(lines) == 1, completed.stdout  # exactly one JSON object, from rank 0
+    return json.loads(lines[0])
+
+
+@pytest.mark.parametrize("ranks", [3, 4])
+@pytest.mark.parametrize("algorithm", ["summa", "1d", "auto"])
+def test_cli_spgemm_fields_and_check(ranks, algorithm):
+    report = command_json(
+        ranks, "spgemm", "rmat:9:6:2", "--algorithm", algorithm, "--values", "random:5", "--check", "--repeat", "1"
+    )
+    for field in ("ranks", "grid", "algorithm", "semiring", "median_seconds", "nnz_out", "checksum_sum", "bytes_moved", "peak_rss_bytes"):
+        assert field in report, field
+    assert report["ranks"] == ranks and report["check_passed"] and report["exact"]
+    assert report["bytes_moved"] == report["predicted_bytes"] > 0
+    if algorithm == "summa":
+        assert report["grid"] == ("3x1" if ranks == 3 else "2x2")
+    if algorithm == "auto":
+        assert report["predicted_bytes"] == min(report["predicted_bytes_by_algorithm"].values())
+
+
+def test_cli_spgemm_semirings_phases_and_a_second_matrix(tmp_path, rng):
+    a = sp.random_array((30, 20), density=0.15, rng=rng, format="coo")
+    b = sp.random_array((20, 25), density=0.15, rng=rng, format="coo")
+    scipy.io.mmwrite(tmp_path / "a.mtx", a)
+    scipy.io.mmwrite(tmp_path / "b.mtx", b)
+    checksums = {}
+    for semiring in NAMED + ["plus.minus"]:
+        report = command_json(
+            3, "spgemm", str(tmp_path / "a.mtx"), str(tmp_path / "b.mtx"), "--semiring", semiring, "--values", "random:2",
+            "--algorithm", "summa", "--grid", "1x3", "--phases", "2", "--check", "--repeat", "1",
+        )
+        assert report["check_passed"] and report["shape"] == [30, 25], semiring
+        checksums[semiring] = report["checksum_sum"]
+    # Booleans count 1 per stored entry, as do pair products summed with any.
+    assert checksums["lor_land"] == checksums["any_pair"]
+
+
+def test_cli_phases_bound_the_held_entries():
+    reports = [
+        command_json(4, "spgemm", "rmat:10:8:1", "--algorithm", "summa", "--phases", str(phases), "--repeat", "1")
+        for phases in (1, 4)
+    ]
+    assert reports[0]["nnz_out"] == reports[1]["nnz_out"]
+    assert reports[0]["checksum_sum"] == reports[1]["checksum_sum"]
+    assert reports[1]["peak_held_entries"] < reports[0]["peak_held_entries"]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_cli_graph_commands_check_against_scipy(ranks):
+    for command in ("bfs", "sssp"):
+        report = command_json(ranks, command, "rmat:10:8:4", "--source", "3", "--values", "random:1", "--check")
+        assert report["check_passed"] and report["reached"] >= 1, command
+    report = command_json(ranks, "triangles", "rmat:10:8:4", "--check")
+    assert report["check_passed"] and report["triangles"] == report["reference_triangles"] > 0
+    report = command_json(ranks, "reach", "rmat:8:4:4", "--hops", "3", "--check")
+    assert report["check_passed"] and report["products"] == 3
+
+
+def error_of(ranks, args, timeout=120):
+    completed = run_mpi(ranks, ["-m", "sparsewire", *args], timeout=timeout)
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    lines = [line for line in completed.stderr.splitlines() if line.startswith("sparsewire: error:")]
+    assert len(lines) == 1, completed.stderr  # one line, from rank 0 only
+    return lines[0]
+
+
+def test_cli_spgemm_bad_input(tmp_path):
+    assert "unknown semiring" in error_of(2, ["spgemm", "rmat:6:4", "--semiring", "avg_times"])
+    assert "product is the number of ranks" in error_of(3, ["spgemm", "rmat:6:4", "--grid", "2x2"])
+    assert "random:SEED" in error_of(2, ["spgemm", "rmat:6:4", "--values", "gauss"])
+    scipy.io.mmwrite(tmp_path / "a.mtx", sp.random_array((6, 5), density=0.5, format="coo", rng=1))
+    assert "A's columns must equal B's rows" in error_of(2, ["spgemm", str(tmp_path / "a.mtx"), str(tmp_path / "a.mtx")])
+    nan = sp.coo_array((np.array([1.0, np.nan]), ([0, 1], [1, 0])), shape=(2, 2))
+    scipy.io.mmwrite(tmp_path / "nan.mtx", nan)
+    assert "NaN" in error_of(2, ["spgemm", str(tmp_path / "nan.mtx")])
+    negative = sp.coo_array((np.array([1.0, -2.0]), ([0, 1], [1, 0])), shape=(2, 2))
+    scipy.io.mmwrite(tmp_path / "negative.mtx", negative)
+    assert "negative weights" in error_of(2, ["sssp", str(tmp_path / "negative.mtx")])
+    assert "is not a vertex" in error_of(2, ["bfs", "rmat:6:4", "--source", "64"])
+    assert "square" in error_of(2, ["triangles", str(tmp_path / "a.mtx")])
+
+
+@pytest.mark.skipif(not SHARED_MATRICES, reason="../shared/data is not present")
+@pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name.split(".")[0])
+def test_shared_matrices_graph_algorithms_match_references(path):
+    """BFS, SSSP (random integer weights) and triangle counts on every shared matrix, 4 ranks."""
+    matrix = str(path)
+    for command in ("bfs", "sssp"):
+        report = command_json(4, command, matrix, "--source", "1", "--values", "random:1", "--check", timeout=600)
+        assert report["check_passed"], (path.name, command)
+    report = command_json(4, "triangles", matrix, "--check", timeout=600)
+    assert report["check_passed"], path.name
