@@ -27,7 +27,7 @@ from sparsewire.plan.strategies import Strategy
 from sparsewire.spgemm.local import pack, to_graphblas, to_scipy, wire_bytes
 from sparsewire.spgemm.onedim import OneDimMultiplier
 from sparsewire.spgemm.semirings import Semiring
-from sparsewire.spgemm.summa import BlockLayout, ProcessGrid, SummaMultiplier, choose_grid
+from sparsewire.spgemm.summa import BlockLayout, ProcessGrid, SummaMultiplier, column_slice, row_slice, choose_grid
 
 __all__ = [
     "ALGORITHMS",
@@ -188,10 +188,10 @@ class DistributedSpgemm:
         total = 0
         for lo, hi, a_owner, b_owner in multiplier.stages:
             if multiplier.col == a_owner:
-                ints, values, listed = pack(multiplier.a_block[:, lo - a_start : hi - a_start].new())
+                ints, values, listed = pack(column_slice(multiplier.a_block, lo - a_start, hi - a_start))
                 total += (layout.grid.cols - 1) * wire_bytes(listed, values.size, ints.itemsize, value_bytes)
             if multiplier.row == b_owner:
-                ints, values, listed = pack(b_piece[lo - b_start : hi - b_start, :].new())
+                ints, values, listed = pack(row_slice(b_piece, lo - b_start, hi - b_start))
                 total += (layout.grid.rows - 1) * wire_bytes(listed, values.size, ints.itemsize, value_bytes)
         return total
 

@@ -122,15 +122,15 @@ def unpack(
         value_parts.append(values)
     rows = np.concatenate(row_parts) if row_parts else np.zeros(0, np.int64)
     lengths = np.concatenate(length_parts) if length_parts else np.zeros(0, np.int64)
-    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.uint64)
     cols = np.concatenate(col_parts).astype(np.uint64) if col_parts else np.zeros(0, np.uint64)
     values = np.concatenate(value_parts).astype(dtype) if value_parts else np.zeros(0, dtype)
-    if rows.size == 0:  # GraphBLAS rejects an empty hypersparse import with one row
-        return empty(nrows, ncols, dtype)
-    return gb.Matrix.ss.import_hypercsr(
+    # Full row pointers (CSR, not hypersparse): GraphBLAS picks its fastest kernels for CSR operands.
+    counts = np.zeros(nrows, np.int64)
+    counts[rows] = lengths
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.uint64)
+    return gb.Matrix.ss.import_csr(
         nrows=nrows,
         ncols=ncols,
-        rows=rows.astype(np.uint64),
         indptr=indptr,
         col_indices=cols,
         values=values,

@@ -31,7 +31,7 @@ from sparsewire.partition import RowPartition, even_rows
 from sparsewire.spgemm.local import empty, index_dtype, pack, unpack, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
 
-__all__ = ["ProcessGrid", "choose_grid", "parse_grid", "summa_stages", "SummaMultiplier", "BlockLayout"]
+__all__ = ["ProcessGrid", "choose_grid", "parse_grid", "summa_stages", "SummaMultiplier", "BlockLayout", "column_slice", "row_slice"]
 
 
 @dataclass(frozen=True)
@@ -185,11 +185,11 @@ class SummaMultiplier:
         for lo, hi, a_owner, b_owner in self.stages:
             a_piece = None
             if self.col == a_owner:
-                a_piece = self.a_block[:, lo - a_col_start : hi - a_col_start].new()
+                a_piece = column_slice(self.a_block, lo - a_col_start, hi - a_col_start)
             a_piece = self._broadcast(self.row_comm, a_owner, a_piece, (n_rows, hi - lo))
             b_piece = None
             if self.row == b_owner:
-                b_piece = b_block[lo - b_row_start : hi - b_row_start, :].new()
+                b_piece = row_slice(b_block, lo - b_row_start, hi - b_row_start)
             b_piece = self._broadcast(self.col_comm, b_owner, b_piece, (hi - lo, n_cols))
             if mask is None:
                 product = a_piece.mxm(b_piece, semiring.operator).new()
@@ -199,3 +199,14 @@ class SummaMultiplier:
             self.peak_held_entries = max(self.peak_held_entries, held)
             result(accum=semiring.accumulate) << product
         return result
+
+
+def column_slice(block: gb.Matrix, start: int, stop: int) -> gb.Matrix:
+    """Columns start:stop of a block; the block itself when that is all of it (no copy: on a square
+    grid with equal partitions every stage is a whole block)."""
+    return block if (start, stop) == (0, block.ncols) else block[:, start:stop].new()
+
+
+def row_slice(block: gb.Matrix, start: int, stop: int) -> gb.Matrix:
+    """Rows start:stop of a block; the block itself when that is all of it."""
+    return block if (start, stop) == (0, block.nrows) else block[start:stop, :].new()
