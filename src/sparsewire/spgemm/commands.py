@@ -203,16 +203,25 @@ def _run_vertex_algorithm(args: argparse.Namespace) -> int:
     return _print(args, report, lines)
 
 
-def _run_triangles(args: argparse.Namespace) -> int:
+def _run_on_pattern(args: argparse.Namespace, algorithm):
+    """Load the pattern (values 1) on rank 0 and time ``algorithm(comm, matrix, grid)`` on every
+    rank; (comm, matrix, run, seconds), or None on ranks other than 0."""
     comm = _start_mpi()
-    from sparsewire.spgemm import graphs
     from sparsewire.spgemm.summa import parse_grid
 
     grid = parse_grid(args.grid, comm.Get_size())
     matrix = _load_on_root(comm, args.matrix, "ones")
-    run, seconds = _timed(comm, lambda: graphs.triangle_count(comm, matrix, algorithm=args.algorithm, grid=grid))
-    if comm.Get_rank() != 0:
+    run, seconds = _timed(comm, lambda: algorithm(comm, matrix, grid))
+    return (comm, matrix, run, seconds) if comm.Get_rank() == 0 else None
+
+
+def _run_triangles(args: argparse.Namespace) -> int:
+    from sparsewire.spgemm import graphs
+
+    outcome = _run_on_pattern(args, lambda comm, matrix, grid: graphs.triangle_count(comm, matrix, algorithm=args.algorithm, grid=grid))
+    if outcome is None:
         return 0
+    comm, matrix, run, seconds = outcome
     report = {"command": "triangles", "matrix": args.matrix, "ranks": comm.Get_size(), "algorithm": run["algorithm"],
               "triangles": run["values"], "seconds": seconds, "bytes_moved": run["bytes_moved"]}
     if args.check:
@@ -228,15 +237,14 @@ def _run_triangles(args: argparse.Namespace) -> int:
 
 
 def _run_reach(args: argparse.Namespace) -> int:
-    comm = _start_mpi()
     from sparsewire.spgemm import graphs
-    from sparsewire.spgemm.summa import parse_grid
 
-    grid = parse_grid(args.grid, comm.Get_size())
-    matrix = _load_on_root(comm, args.matrix, "ones")
-    run, seconds = _timed(comm, lambda: graphs.reachable_within(comm, matrix, args.hops, algorithm=args.algorithm, grid=grid))
-    if comm.Get_rank() != 0:
+    outcome = _run_on_pattern(
+        args, lambda comm, matrix, grid: graphs.reachable_within(comm, matrix, args.hops, algorithm=args.algorithm, grid=grid)
+    )
+    if outcome is None:
         return 0
+    comm, matrix, run, seconds = outcome
     reach = run["values"]
     report = {"command": "reach", "matrix": args.matrix, "ranks": comm.Get_size(), "hops": args.hops,
               "algorithm": run["algorithm"], "reachable_pairs": int(reach.nnz), "products": run["steps"],

@@ -24,10 +24,10 @@ from sparsewire.errors import InputError
 from sparsewire.partition import even_rows
 from sparsewire.plan.plan import build_rank_plan_collective
 from sparsewire.plan.strategies import Strategy
-from sparsewire.spgemm.local import pack, to_graphblas, to_scipy, wire_bytes
+from sparsewire.spgemm.local import to_graphblas, to_scipy
 from sparsewire.spgemm.onedim import OneDimMultiplier
 from sparsewire.spgemm.semirings import Semiring
-from sparsewire.spgemm.summa import BlockLayout, ProcessGrid, SummaMultiplier, column_slice, row_slice, choose_grid
+from sparsewire.spgemm.summa import BlockLayout, ProcessGrid, SummaMultiplier, choose_grid
 
 __all__ = [
     "ALGORITHMS",
@@ -174,26 +174,8 @@ class DistributedSpgemm:
         total = 0
         for lo, hi in self._phase_columns(b_local, phases):
             piece = b_local[:, lo:hi].new()
-            if self.algorithm == "1d":
-                total += self.multiplier.predicted_bytes(piece)
-            else:
-                total += self._summa_bytes(piece)
+            total += self.multiplier.predicted_bytes(piece)
         return int(self.comm.allreduce(total, op=MPI.SUM))
-
-    def _summa_bytes(self, b_piece: gb.Matrix) -> int:
-        multiplier, layout = self.multiplier, self.layout
-        a_start = int(layout.a_cols.offsets[multiplier.col])
-        b_start = int(layout.b_rows.offsets[multiplier.row])
-        value_bytes = np.dtype(self.semiring.dtype).itemsize
-        total = 0
-        for lo, hi, a_owner, b_owner in multiplier.stages:
-            if multiplier.col == a_owner:
-                ints, values, listed = pack(column_slice(multiplier.a_block, lo - a_start, hi - a_start))
-                total += (layout.grid.cols - 1) * wire_bytes(listed, values.size, ints.itemsize, value_bytes)
-            if multiplier.row == b_owner:
-                ints, values, listed = pack(row_slice(b_piece, lo - b_start, hi - b_start))
-                total += (layout.grid.rows - 1) * wire_bytes(listed, values.size, ints.itemsize, value_bytes)
-        return total
 
     @property
     def bytes_sent(self) -> int:

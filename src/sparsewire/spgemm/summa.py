@@ -31,7 +31,7 @@ from sparsewire.partition import RowPartition, even_rows
 from sparsewire.spgemm.local import empty, index_dtype, pack, unpack, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
 
-__all__ = ["ProcessGrid", "choose_grid", "parse_grid", "summa_stages", "SummaMultiplier", "BlockLayout", "column_slice", "row_slice"]
+__all__ = ["ProcessGrid", "choose_grid", "parse_grid", "summa_stages", "SummaMultiplier", "BlockLayout"]
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,22 @@ class SummaMultiplier:
             self.bytes_sent += (comm.Get_size() - 1) * size
             return block
         return unpack([(ints, values, listed)], np.zeros(1, np.int64), shape[0], shape[1], dtype)
+
+    def predicted_bytes(self, b_block: gb.Matrix) -> int:
+        """Bytes this rank's broadcasts in :meth:`multiply` would send for this B block: each stage
+        block it owns, packed, times the receivers (pc - 1 for A, pr - 1 for B)."""
+        layout, value_bytes = self.layout, np.dtype(self.semiring.dtype).itemsize
+        a_start = int(layout.a_cols.offsets[self.col])
+        b_start = int(layout.b_rows.offsets[self.row])
+        total = 0
+        for lo, hi, a_owner, b_owner in self.stages:
+            if self.col == a_owner:
+                ints, values, listed = pack(column_slice(self.a_block, lo - a_start, hi - a_start))
+                total += (layout.grid.cols - 1) * wire_bytes(listed, values.size, ints.itemsize, value_bytes)
+            if self.row == b_owner:
+                ints, values, listed = pack(row_slice(b_block, lo - b_start, hi - b_start))
+                total += (layout.grid.rows - 1) * wire_bytes(listed, values.size, ints.itemsize, value_bytes)
+        return total
 
     def multiply(self, b_block: gb.Matrix, mask: gb.Matrix | None = None, held_elsewhere: int = 0) -> gb.Matrix:
         """Collective over the grid. This rank's block C(i, j) (masked by ``mask`` if given: only
