@@ -1,6 +1,7 @@
-"""The ``sparsewire`` command line: ``analyze`` (no MPI), ``spmm`` (under mpiexec), and the SpGEMM
+"""The ``sparsewire`` command line: ``analyze`` (no MPI), ``spmm`` (under mpiexec), the SpGEMM
 commands ``spgemm``, ``bfs``, ``sssp``, ``triangles``, ``reach`` (under mpiexec; see
-:mod:`sparsewire.spgemm.commands`).
+:mod:`sparsewire.spgemm.commands`), and the simulation commands ``simulate``, ``calibrate``,
+``netsparse`` (no MPI; see :mod:`sparsewire.sim.commands`).
 
 Every user error prints one line ``sparsewire: error: <problem>; <fix>`` on rank 0 and exits 2.
 """
@@ -112,9 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     spmm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     spmm.set_defaults(handler=_run_spmm)
 
-    from sparsewire.spgemm.commands import add_commands
+    from sparsewire.spgemm.commands import add_commands as add_spgemm_commands
+    from sparsewire.sim.commands import add_commands as add_simulation_commands
 
-    add_commands(commands, MATRIX_HELP, _positive_int)
+    add_spgemm_commands(commands, MATRIX_HELP, _positive_int)
+    add_simulation_commands(commands, MATRIX_HELP, _positive_int)
     return parser
 
 

@@ -1,0 +1,391 @@
+"""The simulation subcommands of the ``sparsewire`` CLI: ``simulate``, ``calibrate`` and
+``netsparse`` (no MPI needed). Registered by :func:`sparsewire.cli.build_parser`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from sparsewire.errors import InputError
+from sparsewire.report import format_bytes, format_table
+
+__all__ = ["add_commands", "measure_compute_rate", "default_calibration_path"]
+
+ELEMENT_BYTES = 4
+SOFTWARE_PLANS = ("column", "joint", "column-hier", "joint-hier", "joint-group")
+
+
+def default_calibration_path() -> Path:
+    """Where ``sparsewire calibrate`` writes and ``simulate`` reads the measured compute rate:
+    ``$XDG_CACHE_HOME/sparsewire/calibration.json`` (``~/.cache`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "sparsewire" / "calibration.json"
+
+
+def _progress(args: argparse.Namespace):
+    return None if getattr(args, "json", False) else (lambda text: print(text, file=sys.stderr, flush=True))
+
+
+def add_commands(commands, matrix_help: str, positive_int) -> None:
+    """Add ``simulate``, ``calibrate`` and ``netsparse`` to the CLI's subparsers."""
+    from sparsewire.sim.network import PRESETS
+
+    presets = ", ".join(PRESETS)
+    simulate = commands.add_parser(
+        "simulate",
+        help="predicted time of each strategy's plan on a modelled cluster (no MPI needed)",
+        description=(
+            "Plan C = A @ B for P ranks (one per host of the modelled network) and predict, per strategy, the "
+            "communication time of every plan step with a max-min fair flow model (latency, per-message overhead "
+            "and packet headers added), its lower bound (busiest link), the slowest rank, and the total with a "
+            "compute model (local SpMM at a rate measured by 'sparsewire calibrate', or --compute-rate); the "
+            "diagonal block overlaps communication as in the overlap executor."
+        ),
+    )
+    simulate.add_argument("matrix", help=matrix_help)
+    simulate.add_argument("--ranks", "-P", type=positive_int, required=True, help="number of ranks P (one per host)")
+    simulate.add_argument("--topology", required=True, help=f"network preset: {presets}")
+    simulate.add_argument("--strategies", default="auto", help="comma list (block, rowwise, column, row, joint, column-hier, joint-hier, "
+                          "joint-group) or auto: column, joint, and the hierarchical ones when the network has groups (default: auto)")
+    simulate.add_argument("--k", type=positive_int, default=32, help="columns of B (default: 32)")
+    simulate.add_argument("--element-bytes", type=positive_int, default=4, help="bytes per element of B (default: 4, float32)")
+    simulate.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition (default: even)")
+    rate = simulate.add_mutually_exclusive_group()
+    rate.add_argument("--compute-rate", type=float, help="local SpMM rate in nonzero-columns per second (nnz * k / s)")
+    rate.add_argument("--calibration", help=f"file written by 'sparsewire calibrate' (default: {default_calibration_path()}; "
+                      "measured now if absent)")
+    simulate.add_argument("--no-compute", action="store_true", help="communication only")
+    simulate.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    simulate.set_defaults(handler=_run_simulate)
+
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="measure this machine's local SpMM rate for the compute model of 'simulate'",
+        description="Time SciPy's CSR x dense product on an R-MAT graph (scale 16, edge factor 8) at k = 16, 32, 64 "
+        "and write the median rate in nonzero-columns per second to a JSON file.",
+    )
+    calibrate.add_argument("--output", help=f"where to write (default: {default_calibration_path()})")
+    calibrate.add_argument("--repeat", type=positive_int, default=5, help="timed products per k (default: 5)")
+    calibrate.add_argument("--json", action="store_true", help="print the measurement as JSON")
+    calibrate.set_defaults(handler=_run_calibrate)
+
+    netsparse = commands.add_parser(
+        "netsparse",
+        help="NetSparse characterization, in-network mechanisms, ablation, sweeps and software plans",
+        description=(
+            "Spread the matrix's rows evenly over --nodes nodes and report NetSparse (MICRO'25) sec. 3: redundant "
+            "transfers per useful one of sparsity-unaware (SU) and sparsity-aware (SA) communication, header share "
+            "per K, unique destinations among 64 consecutive requests, requests shared within a rack; then "
+            "simulate SUOpt, SAOpt and NetSparse (RIG units, filter, coalesce, NIC and switch concatenation, "
+            "top-of-rack property cache) on the modelled cluster. --ablation adds Table 8, --sweep Figs. 15/17/18, "
+            "--topologies Fig. 22, --compare-plans our software plans on the same cluster (table and PNG)."
+        ),
+    )
+    netsparse.add_argument("matrix", help=matrix_help)
+    netsparse.add_argument("--nodes", type=positive_int, default=128, help="nodes (default: 128)")
+    netsparse.add_argument("--rack", type=positive_int, default=16, help="nodes per rack (leaf-spine; default: 16)")
+    netsparse.add_argument("--k", type=positive_int, default=16, help="property elements K, 4 bytes each (default: 16)")
+    netsparse.add_argument("--topology", default="leafspine",
+                           help="leafspine (racks of --rack, as many spines), or a preset: " + presets + " (default: leafspine)")
+    netsparse.add_argument("--ablation", action="store_true", help="Table 8: RIG, +filter, +coalesce, +NIC concatenation, +switch")
+    netsparse.add_argument("--sweep", default="", help="comma list of batch, delay, cache (Figs. 15, 17, 18)")
+    netsparse.add_argument("--topologies", action="store_true", help="Fig. 22: NetSparse vs SUOpt on leaf-spine, HyperX, dragonfly")
+    netsparse.add_argument("--compare-plans", action="store_true",
+                           help="our software plans (column, joint, column-hier, joint-hier, joint-group) beside SUOpt, SAOpt, NetSparse")
+    netsparse.add_argument("--plot", default="netsparse-compare.png", help="PNG of --compare-plans (default: %(default)s)")
+    netsparse.add_argument("--batch", type=positive_int, help="RIG batch size in nonzeros (default: per matrix, see docs)")
+    netsparse.add_argument("--nic-delay", type=int, default=500, help="NIC concatenation delay in cycles (default: 500)")
+    netsparse.add_argument("--cache-mb", type=float, default=32.0, help="property cache per switch in MB; 0 = none, -1 = unbounded (default: 32)")
+    netsparse.add_argument("--sa-cores", type=positive_int, default=64, help="SAOpt cores per node (default: 64)")
+    netsparse.add_argument("--sa-overhead-ns", type=float, default=800.0,
+                           help="SAOpt software time per request and core in ns (default: 800, about 10%% goodput at K=16)")
+    netsparse.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    netsparse.set_defaults(handler=_run_netsparse)
+
+
+def measure_compute_rate(repeat: int = 5, progress=None) -> dict:
+    """Median local SpMM rate (nonzero-columns per second) of SciPy's CSR x dense on this machine."""
+    from sparsewire.exec.kernels import csr_times_dense
+    from sparsewire.generators import rmat
+
+    matrix = rmat(16, 8, seed=1).astype(np.float64)
+    per_k = {}
+    for k in (16, 32, 64):
+        dense = np.random.default_rng(k).random((matrix.shape[1], k))
+        csr_times_dense(matrix, dense)
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            csr_times_dense(matrix, dense)
+            times.append(time.perf_counter() - started)
+        per_k[str(k)] = matrix.nnz * k / float(np.median(times))
+        if progress:
+            progress(f"k = {k}: {per_k[str(k)]:.3g} nonzero-columns/s")
+    return {
+        "compute_rate": float(np.median(list(per_k.values()))),
+        "per_k": per_k,
+        "matrix": "rmat:16:8:1",
+        "nnz": int(matrix.nnz),
+        "machine": platform.node(),
+        "processor": platform.processor() or platform.machine(),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def _run_calibrate(args: argparse.Namespace) -> int:
+    result = measure_compute_rate(args.repeat, _progress(args))
+    path = Path(args.output) if args.output else default_calibration_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    result["path"] = str(path)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"local SpMM rate {result['compute_rate']:.3g} nonzero-columns/s, written to {path}")
+    return 0
+
+
+def _compute_rate(args: argparse.Namespace, progress) -> tuple[float | None, str]:
+    if args.no_compute:
+        return None, "none"
+    if args.compute_rate is not None:
+        if not np.isfinite(args.compute_rate) or args.compute_rate <= 0:
+            raise InputError(f"--compute-rate must be a positive number (got {args.compute_rate})")
+        return args.compute_rate, "given"
+    path = Path(args.calibration) if args.calibration else default_calibration_path()
+    if path.exists():
+        try:
+            rate = float(json.loads(path.read_text())["compute_rate"])
+        except (ValueError, KeyError, TypeError):
+            raise InputError(f"{path} is not a calibration file; rerun 'sparsewire calibrate --output {path}'") from None
+        return rate, str(path)
+    if args.calibration:
+        raise InputError(f"calibration file {path} does not exist; run 'sparsewire calibrate --output {path}'")
+    if progress:
+        progress(f"no calibration at {path}: measuring the local SpMM rate now (run 'sparsewire calibrate' to keep one)")
+    return measure_compute_rate(3)["compute_rate"], "measured now"
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    from sparsewire.io import load_matrix
+    from sparsewire.partition import partition_matrix
+    from sparsewire.plan.stats import strategy_stats
+    from sparsewire.plan.strategies import parse_strategies
+    from sparsewire.sim.network import build_network
+    from sparsewire.sim.plans import rank_nonzeros, simulate_plan
+
+    progress = _progress(args)
+    network = build_network(args.topology, args.ranks)
+    topology = network.planner_topology(args.ranks)
+    grouped = len(topology.levels) > 1
+    text = "column,joint" + (",column-hier,joint-hier,joint-group" if grouped else "") if args.strategies == "auto" else args.strategies
+    strategies = parse_strategies(text, hierarchical=grouped)
+    rate, rate_source = _compute_rate(args, progress)
+    matrix = load_matrix(args.matrix)
+    rows, cols = partition_matrix(matrix, args.ranks, args.partition)
+    diagonal, off = rank_nonzeros(matrix, rows, cols)
+    entries = []
+    for strategy in strategies:
+        if progress:
+            progress(f"planning and simulating {strategy.value} ...")
+        started = time.perf_counter()
+        stats = strategy_stats(matrix, rows, cols, strategy, args.k, args.element_bytes, topology if grouped else None)
+        result = simulate_plan(stats, network, diagonal_nonzeros=diagonal, off_diagonal_nonzeros=off, compute_rate=rate)
+        entry = result.as_dict()
+        entry["total_bytes"] = stats.total_bytes
+        entry["simulation_seconds"] = round(time.perf_counter() - started, 3)
+        entries.append(entry)
+    report = {
+        "matrix": {"path": args.matrix, "n_rows": int(matrix.shape[0]), "n_cols": int(matrix.shape[1]), "nnz": int(matrix.nnz)},
+        "ranks": args.ranks, "k": args.k, "element_bytes": args.element_bytes,
+        "network": network.describe(), "compute_rate": rate, "compute_rate_source": rate_source,
+        "strategies": entries,
+    }
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nonzeros; P = {args.ranks}, k = {args.k}")
+    print(f"network {network.describe()}")
+    print(f"compute model: {'none' if rate is None else f'{rate:.3g} nonzero-columns/s ({rate_source})'}")
+    rows_out = []
+    for e in entries:
+        steps = " + ".join(f"{s['seconds'] * 1e6:.1f}" for s in e["steps"]) or "0"
+        rows_out.append([e["name"], format_bytes(e["total_bytes"]), steps, f"{e['communication_seconds'] * 1e6:.1f}",
+                         f"{e['lower_bound_seconds'] * 1e6:.1f}", f"{e['compute_seconds'] * 1e6:.1f}",
+                         f"{e['total_seconds'] * 1e6:.1f}", e["slowest_rank"]])
+    print(format_table(["strategy", "bytes", "steps (us)", "comm us", "lower bound us", "compute us", "total us", "slowest rank"], rows_out))
+    return 0
+
+
+def _netsparse_network(args: argparse.Namespace, name: str | None = None):
+    from sparsewire.sim.network import GIGABIT, build_network, leaf_spine
+
+    name = (name or args.topology).strip().lower()
+    if name == "leafspine":
+        return leaf_spine(args.nodes, rack_size=args.rack, spines=args.rack, bandwidth=400 * GIGABIT, name="leaf-spine",
+                          mtu=1500, packet_header_bytes=50, message_overhead=1e-6)
+    return build_network(name, args.nodes)
+
+
+def _plans_rows(matrix, network, nodes: int, k: int, su, progress) -> list[dict]:
+    from sparsewire.partition import partition_matrix
+    from sparsewire.plan.stats import strategy_stats
+    from sparsewire.sim.plans import simulate_plan, wire_bytes
+
+    topology = network.planner_topology(nodes)
+    grouped = len(topology.levels) > 1
+    rows, cols = partition_matrix(matrix, nodes, "even")
+    result = []
+    for name in SOFTWARE_PLANS:
+        if name.endswith(("-hier", "-group")) and not grouped:
+            continue
+        if progress:
+            progress(f"software plan {name} ...")
+        stats = strategy_stats(matrix, rows, cols, name, k, ELEMENT_BYTES, topology if grouped else None)
+        timing = simulate_plan(stats, network)
+        received = np.bincount(stats.destinations, weights=wire_bytes(stats.message_bytes, network), minlength=nodes)
+        traffic = int(received.max(initial=0))
+        result.append({
+            "mechanisms": f"software {name}", "kind": "software", "seconds": timing.communication_seconds,
+            "lower_bound_seconds": timing.lower_bound_seconds,
+            "speedup_vs_su": su.seconds / timing.communication_seconds if timing.communication_seconds else float("inf"),
+            "traffic_reduction_vs_su": su.tail_traffic_bytes / traffic if traffic else float("inf"),
+            "tail_traffic_bytes": traffic, "total_bytes": int(stats.total_bytes), "steps": len(timing.steps),
+        })
+    return result
+
+
+def _plot(rows: list[dict], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["mechanisms"] for r in rows]
+    values = [r["speedup_vs_su"] for r in rows]
+    colors = ["#4c72b0" if r.get("kind") == "software" else "#dd8452" if r.get("kind") == "hardware" else "#8c8c8c" for r in rows]
+    figure, axes = plt.subplots(figsize=(max(6, 0.9 * len(rows)), 4))
+    axes.bar(range(len(rows)), values, color=colors)
+    axes.set_xticks(range(len(rows)), names, rotation=30, ha="right")
+    axes.set_yscale("log")
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_ylabel("communication speedup over SUOpt")
+    axes.set_title(title, fontsize=9)
+    for index, value in enumerate(values):
+        axes.text(index, value, f"{value:.2g}", ha="center", va="bottom", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def _run_netsparse(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from sparsewire.io import load_matrix
+    from sparsewire.sim import netsparse as ns
+
+    progress = _progress(args)
+    sweeps = [name.strip().lower() for name in args.sweep.split(",") if name.strip()]
+    for name in sweeps:
+        if name not in ns.SWEEPS:
+            raise InputError(f"unknown sweep {name!r}; choose from {', '.join(ns.SWEEPS)}")
+    if args.nic_delay < 0:
+        raise InputError(f"--nic-delay must be at least 0 cycles (got {args.nic_delay})")
+    if not np.isfinite(args.cache_mb) or (args.cache_mb < 0 and args.cache_mb != -1):
+        raise InputError(f"--cache-mb must be 0 or more, or -1 for unbounded (got {args.cache_mb})")
+    if args.sa_overhead_ns < 0 or not np.isfinite(args.sa_overhead_ns):
+        raise InputError(f"--sa-overhead-ns must be 0 or more (got {args.sa_overhead_ns})")
+    network = _netsparse_network(args)
+    started = time.perf_counter()
+    matrix = load_matrix(args.matrix)
+    if matrix.shape[0] != matrix.shape[1]:
+        raise InputError(f"NetSparse's workload needs a square matrix (rows and properties split alike); got {matrix.shape[0]} x {matrix.shape[1]}")
+    workload = ns.Workload.from_matrix(matrix, args.nodes)
+    if progress:
+        progress(f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz:,} nonzeros over {args.nodes} nodes; {network.describe()}")
+    hardware = ns.Hardware(batch=args.batch, nic_delay_cycles=args.nic_delay,
+                           cache_bytes=None if args.cache_mb == -1 else int(args.cache_mb * (1 << 20)))
+    characterization = ns.characterize(workload, group_size=args.rack)
+    su = ns.su_opt(workload, network, args.k)
+    sa = ns.sa_opt(workload, network, args.k, args.sa_cores, args.sa_overhead_ns * 1e-9)
+    simulator = ns.NetSparseSimulator(workload, network, args.k, progress)
+    full = simulator.run(ns.Mechanisms(), hardware, "NetSparse")
+    report = {
+        "matrix": {"path": args.matrix, "n_rows": int(matrix.shape[0]), "nnz": int(matrix.nnz)},
+        "nodes": args.nodes, "rack": args.rack, "k": args.k, "network": network.describe(),
+        "hardware": {**{key: value for key, value in vars(hardware).items()}, "batch": simulator.batch(hardware)},
+        "characterization": characterization,
+        "results": [dict(su.row(su), kind="baseline"), dict(sa.row(su), kind="baseline"), dict(full.row(su), kind="hardware")],
+    }
+    if args.ablation:
+        report["ablation"] = ns.ablation(simulator, su, hardware)
+    if sweeps:
+        report["sweeps"] = [ns.sweep(simulator, name, hardware) for name in sweeps]
+    if args.topologies:
+        report["topologies"] = []
+        for name in ("leafspine", "netsparse-hyperx", "netsparse-dragonfly"):
+            other = _netsparse_network(args, name)
+            other_su = ns.su_opt(workload, other, args.k)
+            result = ns.NetSparseSimulator(workload, other, args.k, progress).run(ns.Mechanisms(), hardware, "NetSparse")
+            report["topologies"].append({"topology": other.name, **result.row(other_su)})
+    if args.compare_plans:
+        comparison = report["results"] + _plans_rows(matrix, network, args.nodes, args.k, su, progress)
+        report["comparison"] = comparison
+        _plot(comparison, args.plot, f"{os.path.basename(args.matrix)}: {args.nodes} nodes, K = {args.k}, {network.name}")
+        report["plot"] = args.plot
+    report["elapsed_seconds"] = round(time.perf_counter() - started, 2)
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    _print_netsparse(report)
+    return 0
+
+
+def _fmt(value: float, digits: int = 3) -> str:
+    return f"{value:.{digits}g}" if np.isfinite(value) else "inf"
+
+
+def _print_netsparse(report: dict) -> None:
+    c = report["characterization"]
+    print(f"{report['matrix']['path']}: {report['matrix']['n_rows']} rows, {report['matrix']['nnz']:,} nonzeros; "
+          f"{report['nodes']} nodes, K = {report['k']}; {report['network']}")
+    print("characterization (NetSparse sec. 3):")
+    print(f"  useful : redundant transfers  SU 1 : {_fmt(c['su_redundant_per_useful'])}   SA 1 : {_fmt(c['sa_redundant_per_useful'])}")
+    print("  header share of SA traffic   " + ", ".join(f"K={k}: {v}%" for k, v in c["header_share_percent"].items()))
+    print(f"  unique destinations per 64 consecutive requests: {c['unique_destinations_per_64']:.2f}")
+    print(f"  requests useful to more than one node of a {c['group_size']}-node group: {c['group_shared_percent']:.1f}%")
+
+    def table(title: str, rows: list[dict], first: str = "mechanisms") -> None:
+        print(title)
+        body = [[r.get("topology", r[first]) if first == "topology" else r[first], f"{r['seconds'] * 1e6:.1f}", _fmt(r["speedup_vs_su"]),
+                 _fmt(r["traffic_reduction_vs_su"]), format_bytes(r["tail_traffic_bytes"]),
+                 f"{r.get('goodput_percent', float('nan')):.1f}", f"{r.get('line_utilization_percent', float('nan')):.1f}",
+                 f"{r.get('requests_per_packet', float('nan')):.1f}", f"{r.get('filter_coalesce_percent', float('nan')):.1f}",
+                 f"{r.get('cache_hit_percent', float('nan')):.1f}"] for r in rows]
+        print(format_table([first, "comm us", "speedup vs SU", "traffic / SU", "tail traffic", "goodput %", "line util %",
+                            "PR/packet", "filter+coalesce %", "cache hit %"], body))
+
+    table("baselines and NetSparse:", report["results"])
+    if "ablation" in report:
+        table("ablation (Table 8 order), against SUOpt:", report["ablation"])
+    for entry in report.get("sweeps", []):
+        print(f"sweep: {entry['description']}")
+        print(format_table(["value", "comm us", "speedup", "cache hit %", "PR/packet"],
+                           [[p["value"], f"{p['seconds'] * 1e6:.1f}", _fmt(p["speedup"]), f"{p['cache_hit_percent']:.1f}",
+                             f"{p['requests_per_packet']:.1f}"] for p in entry["points"]]))
+    if "topologies" in report:
+        table("topologies (Fig. 22), NetSparse against SUOpt:", report["topologies"], "topology")
+    if "comparison" in report:
+        print("software plans versus hardware (same cluster, same matrix):")
+        print(format_table(["approach", "comm us", "speedup vs SU", "traffic / SU", "tail traffic"],
+                           [[r["mechanisms"], f"{r['seconds'] * 1e6:.1f}", _fmt(r["speedup_vs_su"]), _fmt(r["traffic_reduction_vs_su"]),
+                             format_bytes(r["tail_traffic_bytes"])] for r in report["comparison"]]))
+        print(f"plot: {report['plot']}")
+    print(f"elapsed {report['elapsed_seconds']} s")

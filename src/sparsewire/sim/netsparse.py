@@ -1,0 +1,647 @@
+"""NetSparse (MICRO'25): characterization of sparse communication (sec. 3), the in-network
+mechanisms (secs. 5-6) on a modelled cluster, the SUOpt / SAOpt baselines (sec. 8.1), the ablation
+(Table 8), sensitivity sweeps (Figs. 15, 17, 18) and topologies (Fig. 22).
+
+The workload (sec. 2.1): node ``i`` owns an even block of rows of A and of the input property
+array; a nonzero ``(r, c)`` of node ``i`` needs property ``c`` (``K`` elements of 4 bytes), a
+*property request* (PR) to the owner of row ``c`` of the property array when that is another node.
+
+Packet format (Fig. 6, Table 5): upper layers 50 B + concatenation layer 12 B per packet, 18 B per
+PR, plus the payload for responses. An unconcatenated read + response pair therefore carries
+``2 * (50 + 12 + 18) = 160`` header bytes, and the header share of SA traffic is
+``160 / (160 + 4K)`` (Table 3). A packet of ``n`` PRs is ``62 + n * (18 + payload)`` bytes with
+``n <= floor((MTU - 62) / (18 + payload))``.
+
+Per configuration the request streams of :mod:`sparsewire.sim.pipeline` give bytes per (source,
+destination) pair; the max-min flow solver (:mod:`sparsewire.sim.flows`) gives the network time.
+With the switch mechanisms the top-of-rack switch re-packs what its hosts send to other switches,
+so a pair's traffic is two flows: host to switch (NIC packets, on the host's uplink) and switch to
+destination (switch packets). The communication time is
+
+    T = max(max over flows (completion + path latency) + one-way latency, PR generation time),
+
+the added one-way latency being the read that precedes each response. The *tail node* is the node
+whose flows finish last; its traffic is the bytes its NIC receives, its goodput the useful payload
+it receives over ``T * line rate``, its line utilization all received bytes over ``T * line rate``.
+
+Baselines (sec. 8.1): SUOpt receives every remote property at 100% line rate without headers,
+``T = max_i (n_cols - own_i) * payload / line rate``. SAOpt runs the software SA scheme on
+``cores`` cores per node (Conveyors): each core (its own rank) dedups its own requests perfectly,
+concatenates per destination node up to the MTU, and spends ``overhead`` seconds per PR; no
+network latency: ``T = max(network time, max over cores of PRs * overhead)``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparsewire.errors import InputError
+from sparsewire.partition import RowPartition, even_rows
+from sparsewire.sim import pipeline
+from sparsewire.sim.flows import solve_max_min
+from sparsewire.sim.network import Network
+
+__all__ = [
+    "UPPER_HEADER_BYTES",
+    "CONCATENATION_HEADER_BYTES",
+    "REQUEST_HEADER_BYTES",
+    "PAIR_HEADER_BYTES",
+    "header_share_percent",
+    "Workload",
+    "characterize",
+    "Mechanisms",
+    "ABLATION",
+    "Hardware",
+    "CommunicationResult",
+    "simulate_netsparse",
+    "su_opt",
+    "sa_opt",
+    "ablation",
+    "sweep",
+    "SWEEPS",
+]
+
+UPPER_HEADER_BYTES = 50
+CONCATENATION_HEADER_BYTES = 12
+REQUEST_HEADER_BYTES = 18
+PACKET_HEADER_BYTES = UPPER_HEADER_BYTES + CONCATENATION_HEADER_BYTES
+PAIR_HEADER_BYTES = 2 * (PACKET_HEADER_BYTES + REQUEST_HEADER_BYTES)
+ELEMENT_BYTES = 4  # single precision, as the paper
+TABLE3_K = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+Progress = Callable[[str], None] | None
+
+
+def header_share_percent(k: int, element_bytes: int = ELEMENT_BYTES) -> float:
+    """Share of headers in unconcatenated SA traffic: ``100 * 160 / (160 + element_bytes * K)``
+    (NetSparse Table 3)."""
+    return 100.0 * PAIR_HEADER_BYTES / (PAIR_HEADER_BYTES + element_bytes * k)
+
+
+def _requests_per_packet(payload: int, mtu: int) -> int:
+    return max(1, (mtu - PACKET_HEADER_BYTES) // (REQUEST_HEADER_BYTES + payload))
+
+
+@dataclass
+class Workload:
+    """A matrix spread over ``nodes`` nodes by even rows (module docstring)."""
+
+    matrix: sp.csr_array
+    nodes: int
+    rows: RowPartition
+    col_owner: np.ndarray
+    node_starts: np.ndarray
+    remote: np.ndarray = field(repr=False)
+    _useful: np.ndarray | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_matrix(cls, matrix: sp.sparray, nodes: int) -> Workload:
+        """Even rows of ``matrix`` (and of the property array: its columns) over ``nodes`` nodes."""
+        matrix = sp.csr_array(matrix)
+        n_rows, n_cols = matrix.shape
+        if nodes < 1:
+            raise InputError(f"need at least one node (got {nodes})")
+        if nodes > max(n_rows, 1):
+            raise InputError(f"{nodes} nodes but only {n_rows} rows; use at most {n_rows} nodes")
+        matrix.sort_indices()
+        rows = even_rows(n_rows, nodes)
+        col_owner = np.asarray(even_rows(n_cols, nodes).owner(np.arange(n_cols)), np.int32)
+        node_starts = matrix.indptr[rows.offsets].astype(np.int64)
+        row_node = np.repeat(np.arange(nodes, dtype=np.int32), np.diff(node_starts))
+        remote = col_owner[matrix.indices] != row_node
+        return cls(matrix, nodes, rows, col_owner, node_starts, remote)
+
+    @property
+    def n_cols(self) -> int:
+        """Columns of A = rows of the property array."""
+        return int(self.matrix.shape[1])
+
+    def node_of_nonzeros(self) -> np.ndarray:
+        """Node of every nonzero, in CSR order."""
+        return np.repeat(np.arange(self.nodes, dtype=np.int32), np.diff(self.node_starts))
+
+    def own_cols(self) -> np.ndarray:
+        """Properties each node holds."""
+        return np.bincount(self.col_owner, minlength=self.nodes).astype(np.int64)
+
+    def useful(self) -> np.ndarray:
+        """Distinct remote properties each node needs (its useful transfers)."""
+        if self._useful is None:
+            nodes = self.node_of_nonzeros()[self.remote].astype(np.int64)
+            keys = np.unique(nodes * self.n_cols + self.matrix.indices[self.remote])
+            self._useful = np.bincount(keys // self.n_cols, minlength=self.nodes).astype(np.int64)
+        return self._useful
+
+
+def characterize(workload: Workload, group_size: int = 16, window: int = 64) -> dict:
+    """NetSparse sec. 3 for this matrix and node count.
+
+    * ``su_redundant_per_useful``: SU sends every node every remote property,
+      ``sum_i (n_cols - own_i)`` transfers, of which ``U = sum_i useful_i`` are useful:
+      ``(SU - U) / U`` (Table 1, first row).
+    * ``sa_redundant_per_useful``: SA sends one PR per remote nonzero, ``R`` in all: ``(R - U) / U``.
+    * ``header_share_percent``: Table 3 for K = 1 .. 256.
+    * ``unique_destinations_per_64``: mean distinct owners in consecutive windows of ``window`` SA
+      PRs of a node, in nonzero order (Table 4).
+    * ``group_shared_percent``: of the useful (node, property) transfers, the share whose property
+      another node of the same group of ``group_size`` consecutive nodes also needs (sec. 3).
+    """
+    matrix = workload.matrix
+    nodes_of = workload.node_of_nonzeros()
+    remote_nodes = nodes_of[workload.remote].astype(np.int64)
+    remote_cols = matrix.indices[workload.remote].astype(np.int64)
+    useful = workload.useful()
+    total_useful = int(useful.sum())
+    su_transfers = int((workload.n_cols - workload.own_cols()).sum())
+    sa_transfers = int(remote_cols.size)
+    starts = np.zeros(workload.nodes + 1, np.int64)
+    np.cumsum(np.bincount(remote_nodes, minlength=workload.nodes), out=starts[1:])
+    owners = workload.col_owner[remote_cols].astype(np.int64)
+    distinct, windows = pipeline.unique_destinations_per_window(starts, owners, window)
+    pairs = np.unique(remote_nodes * workload.n_cols + remote_cols)
+    groups = (pairs // workload.n_cols) // group_size
+    group_keys = groups * workload.n_cols + pairs % workload.n_cols
+    _, inverse, counts = np.unique(group_keys, return_inverse=True, return_counts=True)
+    shared = int((counts[inverse] >= 2).sum())
+    ratio = (lambda transfers: (transfers - total_useful) / total_useful) if total_useful else (lambda transfers: 0.0)
+    return {
+        "nodes": workload.nodes,
+        "group_size": group_size,
+        "useful_transfers": total_useful,
+        "su_transfers": su_transfers,
+        "sa_transfers": sa_transfers,
+        "su_redundant_per_useful": ratio(su_transfers),
+        "sa_redundant_per_useful": ratio(sa_transfers),
+        "header_share_percent": {str(k): round(header_share_percent(k), 1) for k in TABLE3_K},
+        "unique_destinations_per_64": distinct / windows if windows else 0.0,
+        "group_shared_percent": 100.0 * shared / pairs.size if pairs.size else 0.0,
+    }
+
+
+@dataclass(frozen=True)
+class Mechanisms:
+    """Which NetSparse mechanisms are on (RIG request generation always is)."""
+
+    filter: bool = True
+    coalesce: bool = True
+    nic_concatenation: bool = True
+    switch_concatenation: bool = True
+    cache: bool = True
+
+    def label(self) -> str:
+        """Short name: the last mechanism of the ablation order that is on."""
+        for name, mechanisms in reversed(ABLATION):
+            if mechanisms == self:
+                return name
+        parts = [n for n, on in (("filter", self.filter), ("coalesce", self.coalesce), ("nic-concat", self.nic_concatenation),
+                                 ("switch-concat", self.switch_concatenation), ("cache", self.cache)) if on]
+        return "RIG+" + "+".join(parts) if parts else "RIG"
+
+
+ABLATION: list[tuple[str, Mechanisms]] = [
+    ("RIG", Mechanisms(False, False, False, False, False)),
+    ("+filter", Mechanisms(True, False, False, False, False)),
+    ("+coalesce", Mechanisms(True, True, False, False, False)),
+    ("+NIC concatenation", Mechanisms(True, True, True, False, False)),
+    ("+switch", Mechanisms(True, True, True, True, True)),
+]
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """NetSparse hardware parameters (Table 5 defaults): NIC clock, RIG batch size (nonzeros per
+    command; ``None``: :func:`default_batch`), client RIG units, Pending PR Table entries per unit, host-NIC handshake per command
+    (two 200 ns PCIe trips), concatenation delays (NIC cycles at 2.2 GHz, switch cycles at
+    2 GHz), property cache bytes per switch (``None``: unbounded), ways, smallest line."""
+
+    clock_hz: float = 2.2e9
+    batch: int | None = None
+    units: int = 16
+    pending: int = 256
+    command_seconds: float = 400e-9
+    nic_delay_cycles: int = 500
+    switch_delay_cycles: int = 125
+    switch_clock_hz: float = 2.0e9
+    cache_bytes: int | None = 32 << 20
+    cache_ways: int = 16
+    cache_line_min: int = 16
+
+    def cycles(self, seconds: np.ndarray | float) -> np.ndarray:
+        """Seconds as NIC cycles (rounded up)."""
+        return np.ceil(np.asarray(seconds) * self.clock_hz).astype(np.int64)
+
+
+@dataclass
+class CommunicationResult:
+    """One configuration's communication on the modelled cluster (module docstring)."""
+
+    name: str
+    seconds: float
+    lower_bound_seconds: float
+    tail_node: int
+    tail_traffic_bytes: int
+    goodput_percent: float
+    line_utilization_percent: float
+    requests: int = 0
+    packets: int = 0
+    filter_coalesce_percent: float = 0.0
+    cache_hit_percent: float = 0.0
+    flows: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def requests_per_packet(self) -> float:
+        """Average PRs per packet over the cluster (reads and responses)."""
+        return self.requests / self.packets if self.packets else 0.0
+
+    def row(self, su: CommunicationResult) -> dict:
+        """This result against SUOpt: the fields of an ablation / comparison row."""
+        return {
+            "mechanisms": self.name,
+            "seconds": self.seconds,
+            "lower_bound_seconds": self.lower_bound_seconds,
+            "speedup_vs_su": su.seconds / self.seconds if self.seconds > 0 else float("inf"),
+            "traffic_reduction_vs_su": su.tail_traffic_bytes / self.tail_traffic_bytes if self.tail_traffic_bytes else float("inf"),
+            "tail_node": self.tail_node,
+            "tail_traffic_bytes": self.tail_traffic_bytes,
+            "goodput_percent": self.goodput_percent,
+            "line_utilization_percent": self.line_utilization_percent,
+            "requests_per_packet": self.requests_per_packet,
+            "filter_coalesce_percent": self.filter_coalesce_percent,
+            "cache_hit_percent": self.cache_hit_percent,
+            **self.extra,
+        }
+
+
+def default_batch(workload: Workload, units: int = 16) -> int:
+    """The paper picks 32k (arabic, queen, stokes) or 8k (europe, uk) nonzeros per RIG command for
+    2-5 M nonzeros per node; for smaller matrices one command would hold a node's whole stream and
+    leave 15 of its 16 units idle. Default: the largest power of two in [256, 32768] that gives
+    every unit of the busiest node at least one batch."""
+    per_node = int(np.diff(workload.node_starts).max(initial=0))
+    target = max(per_node // max(units, 1), 1)
+    return int(min(32768, max(256, 1 << (target.bit_length() - 1))))
+
+
+def _check_network(workload: Workload, network: Network) -> None:
+    if workload.nodes > network.n_hosts:
+        raise InputError(f"{workload.nodes} nodes do not fit network {network.name!r} with {network.n_hosts} hosts")
+
+
+def _tail(network: Network, workload: Workload, finish_by_node: np.ndarray, received: np.ndarray, seconds: float, payload: int) -> tuple[int, int, float, float]:
+    tail = int(np.argmax(finish_by_node))
+    capacity = float(network.capacities[network.host_downlinks()[tail]]) if network.n_hosts > 1 else 1.0
+    useful = float(workload.useful()[tail]) * payload
+    if seconds <= 0:
+        return tail, int(received[tail]), 0.0, 0.0
+    return tail, int(received[tail]), 100.0 * useful / (seconds * capacity), 100.0 * float(received[tail]) / (seconds * capacity)
+
+
+def su_opt(workload: Workload, network: Network, k: int) -> CommunicationResult:
+    """SUOpt: every node receives every remote property at line rate, no headers, no latency."""
+    _check_network(workload, network)
+    payload = ELEMENT_BYTES * k
+    received = (workload.n_cols - workload.own_cols()) * payload
+    capacity = network.capacities[network.host_downlinks()[: workload.nodes]] if workload.nodes > 1 else np.ones(1)
+    times = received / capacity
+    seconds = float(times.max(initial=0.0))
+    tail, traffic, goodput, line = _tail(network, workload, times, received, seconds, payload)
+    return CommunicationResult("SUOpt", seconds, seconds, tail, traffic, goodput, line, extra={"model": "analytic"})
+
+
+def _solve_pairs(network: Network, nodes: int, pair_bytes: np.ndarray, latency: bool, extra_flows=()) -> tuple[np.ndarray, float, float, int, np.ndarray]:
+    """Flows for a dense (source, destination) byte matrix over full routes plus extra single-route
+    flows ``(route links, bytes, source, destination)``; returns the finish time per node, makespan,
+    lower bound, flow count and bytes received per node (all flows' last link)."""
+    sources, destinations = np.nonzero(pair_bytes)
+    sizes = pair_bytes[sources, destinations].astype(np.float64)
+    offsets, links = network.route_lists(sources, destinations)
+    delays = network.path_latency(sources, destinations) if latency else np.zeros(sources.size)
+    offsets_list, links_list = [offsets], [links]
+    extra_sizes, extra_delays, extra_ends = [], [], []
+    for route, size, delay, ends in extra_flows:
+        if size <= 0:
+            continue
+        offsets_list.append(np.array([offsets_list[-1][-1] + len(route)]))
+        links_list.append(np.asarray(route, np.int64))
+        extra_sizes.append(size)
+        extra_delays.append(delay if latency else 0.0)
+        extra_ends.append(ends)
+    all_offsets = np.concatenate(offsets_list)
+    all_links = np.concatenate(links_list)
+    all_sizes = np.concatenate([sizes, np.asarray(extra_sizes, np.float64)])
+    result = solve_max_min(all_offsets, all_links, all_sizes, network.capacities)
+    finish = result.finish + np.concatenate([delays, np.asarray(extra_delays, np.float64)])
+    by_node = np.zeros(nodes)
+    ends = np.concatenate([np.stack([sources, destinations], 1).astype(np.int64), np.asarray(extra_ends, np.int64).reshape(-1, 2)])
+    for column in (0, 1):
+        valid = ends[:, column] >= 0
+        np.maximum.at(by_node, ends[valid, column], finish[valid])
+    loads = np.bincount(all_links, weights=np.repeat(all_sizes, np.diff(all_offsets)), minlength=network.n_links)
+    downlinks = network.host_downlinks()[:nodes]
+    received = loads[downlinks] if nodes > 1 else np.zeros(1)
+    return by_node, float(finish.max(initial=0.0)), result.lower_bound, int(all_sizes.size), received
+
+
+def sa_opt(workload: Workload, network: Network, k: int, cores: int = 64, overhead_seconds: float = 800e-9) -> CommunicationResult:
+    """SAOpt (module docstring): per-core perfect dedup, per (core, node) concatenation, software
+    overhead per PR, no latency."""
+    _check_network(workload, network)
+    payload = ELEMENT_BYTES * k
+    n = workload.nodes
+    matrix = workload.matrix
+    nodes_of = workload.node_of_nonzeros().astype(np.int64)
+    position = np.arange(matrix.nnz, dtype=np.int64) - workload.node_starts[nodes_of]
+    sizes = np.diff(workload.node_starts)[nodes_of]
+    core = (position * cores) // np.maximum(sizes, 1) + nodes_of * cores
+    remote = workload.remote
+    keys = np.unique(core[remote] * workload.n_cols + matrix.indices[remote])
+    core_of, col_of = keys // workload.n_cols, keys % workload.n_cols
+    requests_per_core = np.bincount(core_of, minlength=n * cores)
+    owners = workload.col_owner[col_of].astype(np.int64)
+    core_dest, counts = np.unique(core_of * n + owners, return_counts=True)
+    read_cap = _requests_per_packet(0, network.mtu)
+    response_cap = _requests_per_packet(payload, network.mtu)
+    source_node = (core_dest // n) // cores
+    destination = core_dest % n
+    read_bytes = -(-counts // read_cap) * PACKET_HEADER_BYTES + counts * REQUEST_HEADER_BYTES
+    response_bytes = -(-counts // response_cap) * PACKET_HEADER_BYTES + counts * (REQUEST_HEADER_BYTES + payload)
+    pair_bytes = np.zeros((n, n), np.float64)
+    np.add.at(pair_bytes, (source_node, destination), read_bytes)
+    np.add.at(pair_bytes, (destination, source_node), response_bytes)
+    by_node, makespan, bound, flows, received = _solve_pairs(network, n, pair_bytes, latency=False)
+    software = (requests_per_core.reshape(n, cores).max(axis=1) * overhead_seconds).astype(np.float64)
+    finish = np.maximum(by_node, software)
+    seconds = float(finish.max(initial=0.0))
+    tail, traffic, goodput, line = _tail(network, workload, finish, received, seconds, payload)
+    packets = int((-(-counts // read_cap)).sum() + (-(-counts // response_cap)).sum())
+    requests = int(2 * counts.sum())
+    remote_total = int(remote.sum())
+    return CommunicationResult(
+        "SAOpt", seconds, max(bound, float(software.max(initial=0.0))), tail, traffic, goodput, line,
+        requests=requests, packets=packets,
+        filter_coalesce_percent=100.0 * (remote_total - int(counts.sum())) / remote_total if remote_total else 0.0,
+        flows=flows, extra={"software_seconds": float(software.max(initial=0.0)), "network_seconds": makespan, "cores": cores,
+                            "overhead_seconds_per_request": overhead_seconds},
+    )
+
+
+@dataclass
+class _Issued:
+    nodes: np.ndarray
+    cols: np.ndarray
+    destinations: np.ndarray
+    times: np.ndarray
+    filtered: int
+    coalesced: int
+    last_cycle: np.ndarray
+
+
+class NetSparseSimulator:
+    """Runs NetSparse configurations of one workload on one network for one K, reusing the issued
+    request streams between configurations that share the RIG-stage settings."""
+
+    def __init__(self, workload: Workload, network: Network, k: int, progress: Progress = None) -> None:
+        _check_network(workload, network)
+        self.workload = workload
+        self.network = network
+        self.k = k
+        self.payload = ELEMENT_BYTES * k
+        self.progress = progress
+        n = workload.nodes
+        hosts = np.arange(n)
+        sources, destinations = np.meshgrid(hosts, hosts, indexing="ij")
+        self.one_way = network.path_latency(sources.ravel(), destinations.ravel()).reshape(n, n)
+        self.switch = network.first_switches()[:n]
+        self._issued: dict[tuple, _Issued] = {}
+
+    def _say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+    def batch(self, hardware: Hardware) -> int:
+        """The RIG batch size in use (the hardware's, or :func:`default_batch`)."""
+        return hardware.batch if hardware.batch is not None else default_batch(self.workload, hardware.units)
+
+    def issue(self, hardware: Hardware, mechanisms: Mechanisms) -> _Issued:
+        """The read PRs every node issues (the RIG stage), cached per setting."""
+        key = (self.batch(hardware), hardware.units, hardware.pending, hardware.command_seconds, hardware.clock_hz, mechanisms.filter, mechanisms.coalesce)
+        if key in self._issued:
+            return self._issued[key]
+        workload = self.workload
+        matrix = workload.matrix
+        n = workload.nodes
+        remote_counts = np.add.reduceat(workload.remote, workload.node_starts[:-1]) if matrix.nnz else np.zeros(n)
+        remote_counts = np.where(np.diff(workload.node_starts) > 0, remote_counts, 0).astype(np.int64)
+        total = int(remote_counts.sum())
+        cols = np.empty(total, np.int32)
+        destinations = np.empty(total, np.int32)
+        times = np.empty(total, np.int64)
+        nodes = np.empty(total, np.int32)
+        scratch = (np.zeros(workload.n_cols, np.int64), np.zeros(workload.n_cols, np.int64),
+                   np.zeros(workload.n_cols, np.int64), np.full(workload.n_cols, -1, np.int64))
+        rtt = hardware.cycles(2 * self.one_way)
+        filtered = coalesced = 0
+        last_cycle = np.zeros(n, np.int64)
+        written = 0
+        started = time.perf_counter()
+        indices = matrix.indices
+        for node in range(n):
+            begin, end = workload.node_starts[node], workload.node_starts[node + 1]
+            count = int(remote_counts[node])
+            issued, node_filtered, node_coalesced, node_last = pipeline.issue_requests(
+                indices[begin:end], workload.col_owner, node, rtt[node], self.batch(hardware), hardware.units, hardware.pending,
+                mechanisms.filter, mechanisms.coalesce, int(hardware.cycles(hardware.command_seconds)),
+                *scratch, cols[written: written + count], destinations[written: written + count], times[written: written + count],
+            )
+            nodes[written: written + issued] = node
+            written += issued
+            filtered += node_filtered
+            coalesced += node_coalesced
+            last_cycle[node] = node_last
+            if (node + 1) % 32 == 0 or node + 1 == n:
+                self._say(f"  requests: {node + 1}/{n} nodes, {written:,} issued of {total:,} remote nonzeros ({time.perf_counter() - started:.1f} s)")
+        result = _Issued(nodes[:written], cols[:written], destinations[:written], times[:written], filtered, coalesced, last_cycle)
+        self._issued[key] = result
+        return result
+
+    def run(self, mechanisms: Mechanisms, hardware: Hardware = Hardware(), name: str | None = None) -> CommunicationResult:
+        """Communication time and statistics of one configuration (module docstring)."""
+        name = name or mechanisms.label()
+        self._say(f"netsparse {name} (batch {self.batch(hardware)}, NIC delay {hardware.nic_delay_cycles}, cache {hardware.cache_bytes})")
+        issued = self.issue(hardware, mechanisms)
+        n = self.workload.nodes
+        payload = self.payload
+        mtu = self.network.mtu
+        read_cap = _requests_per_packet(0, mtu) if mechanisms.nic_concatenation else 1
+        response_cap = _requests_per_packet(payload, mtu) if mechanisms.nic_concatenation else 1
+        nic_delay = hardware.nic_delay_cycles if mechanisms.nic_concatenation else 0
+        switch_delay = int(np.ceil(hardware.switch_delay_cycles * hardware.clock_hz / hardware.switch_clock_hz))
+        switch_read_cap = _requests_per_packet(0, mtu) if mechanisms.switch_concatenation else 1
+        switch_response_cap = _requests_per_packet(payload, mtu) if mechanisms.switch_concatenation else 1
+        switches = int(self.switch.max(initial=0)) + 1
+
+        requester, owner, cols, times = issued.nodes.astype(np.int64), issued.destinations.astype(np.int64), issued.cols, issued.times
+        inter = self.switch[requester] != self.switch[owner]
+        split = mechanisms.switch_concatenation or mechanisms.cache
+        # Reads at the requester's NIC.
+        order = np.lexsort((times, requester))
+        read_packets = pipeline.concatenate(requester[order], owner[order], times[order], n, n, nic_delay, read_cap)
+        read_requests = np.zeros((n, n), np.int64)
+        np.add.at(read_requests, (requester, owner), 1)
+        # Top-of-rack cache for reads leaving the switch.
+        hits = np.zeros(requester.size, bool)
+        hit_bytes_down = np.zeros(n, np.float64)
+        hit_packets_total = 0
+        if mechanisms.cache and inter.any():
+            line = max(hardware.cache_line_min, payload)
+            unbounded = hardware.cache_bytes is None
+            sets = 1 if unbounded else max(0, (hardware.cache_bytes // line) // hardware.cache_ways)
+            index = np.flatnonzero(inter)
+            if unbounded or sets > 0:
+                lookup_times = times[index] + hardware.cycles(self._host_link_latency(requester[index]))
+                fill = hardware.cycles(2 * self.one_way[requester[index], owner[index]])
+                order_c = np.lexsort((lookup_times, self.switch[requester[index]]))
+                hit_sorted = pipeline.property_cache(
+                    self.switch[requester[index]][order_c], cols[index][order_c].astype(np.int64), lookup_times[order_c],
+                    fill[order_c], max(sets, 1), hardware.cache_ways, unbounded, self.workload.n_cols,
+                )
+                hits[index[order_c]] = hit_sorted
+            hit_index = np.flatnonzero(hits)
+            if hit_index.size:
+                order_h = np.lexsort((times[hit_index], self.switch[requester[hit_index]]))
+                packets = pipeline.concatenate(
+                    self.switch[requester[hit_index]][order_h], requester[hit_index][order_h], times[hit_index][order_h],
+                    switches, n, switch_delay if mechanisms.switch_concatenation else 0, switch_response_cap,
+                )
+                per_requester = np.bincount(requester[hit_index], minlength=n)
+                hit_packets_total = int(packets.sum())
+                hit_bytes_down = packets.sum(axis=0) * PACKET_HEADER_BYTES + per_requester * (REQUEST_HEADER_BYTES + payload)
+        served = ~hits
+        # Responses at the owner's NIC, in the order the reads arrive.
+        s_req, s_own, s_time = requester[served], owner[served], times[served]
+        arrival = s_time + hardware.cycles(self.one_way[s_req, s_own])
+        order = np.lexsort((arrival, s_own))
+        response_packets = pipeline.concatenate(s_own[order], s_req[order], arrival[order], n, n, nic_delay, response_cap)
+        response_requests = np.zeros((n, n), np.int64)
+        np.add.at(response_requests, (s_own, s_req), 1)
+        nic_bytes = (read_packets + response_packets) * PACKET_HEADER_BYTES + read_requests * REQUEST_HEADER_BYTES \
+            + response_requests * (REQUEST_HEADER_BYTES + payload)
+        packets = int(read_packets.sum() + response_packets.sum()) + hit_packets_total
+        requests = int(read_requests.sum() + response_requests.sum() + hits.sum())
+        inter_pairs = self.switch[:, None] != self.switch[None, :]
+        extra_flows = []
+        if split:
+            # What the switches send on: missed reads and responses leaving the source switch.
+            trunk = np.zeros((n, n), np.float64)
+            for kind, (src, dst, t, cap, per_request) in {
+                "read": (requester[served & inter], owner[served & inter], times[served & inter], switch_read_cap, REQUEST_HEADER_BYTES),
+                "response": (s_own[inter[served]], s_req[inter[served]], arrival[inter[served]], switch_response_cap, REQUEST_HEADER_BYTES + payload),
+            }.items():
+                if src.size == 0:
+                    continue
+                order_s = np.lexsort((t, self.switch[src]))
+                delay = switch_delay if mechanisms.switch_concatenation else 0
+                switch_packets = pipeline.concatenate(self.switch[src][order_s], dst[order_s], t[order_s], switches, n, delay, cap)
+                pair_requests = np.zeros((n, n), np.float64)
+                np.add.at(pair_requests, (src, dst), 1)
+                switch_requests = np.zeros((switches, n), np.float64)
+                np.add.at(switch_requests, (self.switch[src], dst), 1)
+                share = pair_requests / np.maximum(switch_requests[self.switch[:n]], 1)
+                trunk += share * switch_packets[self.switch[:n]] * PACKET_HEADER_BYTES + pair_requests * per_request
+                packets += int(switch_packets.sum())
+            uplinks = self.network.host_uplinks()
+            downlinks = self.network.host_downlinks()
+            for host in range(n):
+                up_bytes = float(nic_bytes[host][inter_pairs[host]].sum())
+                extra_flows.append(([uplinks[host]], up_bytes, 0.0, (host, -1)))
+                extra_flows.append(([downlinks[host]], float(hit_bytes_down[host]), 0.0, (-1, host)))
+            pair_bytes = np.where(inter_pairs, 0.0, nic_bytes)
+            sources, destinations = np.nonzero(trunk)
+            for s, d in zip(sources, destinations):
+                route = self.network.route(int(s), int(d))[1:]
+                extra_flows.append((route, float(trunk[s, d]), float(self.one_way[s, d]), (s, d)))
+        else:
+            pair_bytes = nic_bytes.astype(np.float64)
+        by_node, makespan, bound, flows, received = _solve_pairs(self.network, n, pair_bytes, True, extra_flows)
+        one_way = float(self.one_way[requester, owner].max(initial=0.0))
+        generation = issued.last_cycle / hardware.clock_hz
+        finish = np.maximum(by_node + one_way, generation)
+        seconds = float(finish.max(initial=0.0))
+        tail, traffic, goodput, line_use = _tail(self.network, self.workload, finish, received, seconds, payload)
+        remote_total = int(self.workload.remote.sum())
+        dropped = issued.filtered + issued.coalesced
+        return CommunicationResult(
+            name, seconds, bound + one_way, tail, traffic, goodput, line_use,
+            requests=requests, packets=packets,
+            filter_coalesce_percent=100.0 * dropped / remote_total if remote_total else 0.0,
+            cache_hit_percent=100.0 * float(hits.sum()) / max(int(inter.sum()), 1),
+            flows=flows,
+            extra={"generation_seconds": float(generation.max(initial=0.0)), "issued_requests": int(requester.size), "batch": self.batch(hardware),
+                   "filtered": issued.filtered, "coalesced": issued.coalesced},
+        )
+
+    def _host_link_latency(self, hosts: np.ndarray) -> np.ndarray:
+        uplinks = self.network.host_uplinks()
+        return self.network.latencies[uplinks[hosts]]
+
+
+def simulate_netsparse(workload: Workload, network: Network, k: int, mechanisms: Mechanisms = Mechanisms(),
+                       hardware: Hardware = Hardware(), progress: Progress = None) -> CommunicationResult:
+    """One NetSparse configuration (all mechanisms by default)."""
+    return NetSparseSimulator(workload, network, k, progress).run(mechanisms, hardware)
+
+
+def ablation(simulator: NetSparseSimulator, su: CommunicationResult, hardware: Hardware = Hardware()) -> list[dict]:
+    """Table 8: the mechanisms switched on one after the other, each row against SUOpt."""
+    return [simulator.run(mechanisms, hardware, name).row(su) for name, mechanisms in ABLATION]
+
+
+SWEEPS = {
+    "batch": ("RIG batch size (nonzeros), speedup over batch 16384 (Fig. 15)", (2048, 4096, 8192, 16384, 32768, 65536), 16384),
+    "delay": ("NIC concatenation delay (cycles; switch delay scaled by 1/4), speedup over no concatenation (Fig. 17)",
+              (0, 50, 125, 500, 2000, 10000, 50000), None),
+    "cache": ("property cache per switch (bytes; 0 = none, -1 = unbounded), speedup over no cache (Fig. 18)",
+              (0, 2 << 20, 8 << 20, 32 << 20, 128 << 20, -1), 0),
+}
+
+
+def sweep(simulator: NetSparseSimulator, what: str, hardware: Hardware = Hardware()) -> dict:
+    """One sensitivity sweep of :data:`SWEEPS` with every mechanism on."""
+    if what not in SWEEPS:
+        raise InputError(f"unknown sweep {what!r}; choose from {', '.join(SWEEPS)}")
+    description, values, _ = SWEEPS[what]
+    full = Mechanisms()
+    points = []
+    if what == "batch":
+        results = [simulator.run(full, replace(hardware, batch=value), f"batch {value}") for value in values]
+        base = results[values.index(16384)].seconds
+    elif what == "delay":
+        baseline = simulator.run(replace(full, nic_concatenation=False, switch_concatenation=False), hardware, "no concatenation")
+        base = baseline.seconds
+        results = [
+            simulator.run(full, replace(hardware, nic_delay_cycles=value, switch_delay_cycles=value // 4), f"delay {value}")
+            for value in values
+        ]
+    else:
+        results = [
+            simulator.run(replace(full, cache=value != 0), replace(hardware, cache_bytes=None if value < 0 else value), f"cache {value}")
+            for value in values
+        ]
+        base = results[0].seconds
+    for value, result in zip(values, results):
+        points.append({"value": value, "seconds": result.seconds, "speedup": base / result.seconds if result.seconds else float("inf"),
+                       "cache_hit_percent": result.cache_hit_percent, "requests_per_packet": result.requests_per_packet,
+                       "filter_coalesce_percent": result.filter_coalesce_percent})
+    return {"parameter": what, "description": description, "points": points}
+
+
+def default_progress(text: str) -> None:
+    """Progress lines on stderr."""
+    print(text, file=sys.stderr, flush=True)

@@ -1,0 +1,431 @@
+"""Modelled cluster networks: hosts, directed links and one fixed route (a list of links) per ordered
+(source host, destination host) pair.
+
+Every link is one direction of a cable with a capacity (bytes/s) and a propagation latency; a route
+from host ``s`` to host ``d`` starts with ``s``'s uplink into its first switch and ends with ``d``'s
+downlink, so the first link of a route is the host's NIC (send side) and the last the destination's
+NIC (receive side). ``path_latency(s, d) = sum(link latencies) + switch_latency * (links - 1)``: the
+NetSparse cluster (Table 5: 450 ns links, 300 ns switches) gives 1.2 us inside a rack and 2.7 us
+across racks, as the paper's RTTs (2.4 / 5.4 us) say.
+
+Builders (all routes deterministic):
+
+* :func:`leaf_spine`: racks of ``rack_size`` hosts under one top-of-rack (leaf) switch, every leaf
+  wired to every one of ``spines`` spines by one link each way; inter-rack traffic to host ``d`` uses
+  spine ``d mod spines`` (d-mod-k routing), so two flows to destinations equal mod ``spines`` share a
+  leaf uplink even when other spines idle.
+* :func:`fat_tree`: a two-level fat tree whose core is non-blocking: traffic is sprayed over all
+  uplinks, modelled as one aggregated uplink and downlink per leaf of ``uplinks x bandwidth``.
+* :func:`dragonfly`: groups of fully connected switches with ``hosts_per_switch`` hosts each; every
+  switch has ``global_ports`` global links, spread evenly over the pairs of groups; minimal routing
+  (local hop to the gateway switch, global hop, local hop to the destination's switch), the global
+  link of a group pair chosen by ``(source + destination) mod links``.
+* :func:`hyperx`: switches on a grid (e.g. 4x4x2), every pair of switches that differ in one
+  coordinate directly linked, dimension-order routing (NetSparse sec. 9.6 uses 4x4x2 with 4 hosts
+  per switch).
+* :func:`gpu_cluster`: nodes of ``gpus_per_node`` GPUs on an NVSwitch (one NVLink port each way per
+  GPU), one InfiniBand NIC per GPU into a non-blocking fat tree (CoLa's A800 and SHIRO's H100 nodes).
+
+:data:`PRESETS` names the papers' machines; :func:`build_network` makes one for a host count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sparsewire.errors import InputError
+from sparsewire.topology import PRESETS as TOPOLOGY_PRESETS
+from sparsewire.topology import Level, LinkClass, Topology
+
+__all__ = [
+    "Network",
+    "leaf_spine",
+    "fat_tree",
+    "dragonfly",
+    "hyperx",
+    "gpu_cluster",
+    "PRESETS",
+    "build_network",
+    "GIGABIT",
+]
+
+GIGABIT = 1e9 / 8  # bytes per second in one Gb/s
+MAX_HOSTS = 4096  # the route table is dense over host pairs
+
+
+@dataclass
+class Network:
+    """Hosts, directed links and the route of every host pair (see the module docstring).
+
+    ``routes[s, d, :]`` holds the link ids of the route from host ``s`` to ``d``, padded with -1
+    (all -1 when ``s == d``: a host's traffic to itself never enters the network).
+    ``host_groups`` is the rack / node / switch of each host: the group whose traffic stays below
+    one switch, used by the planner's topology and by the NetSparse top-of-rack mechanisms.
+    ``message_overhead`` is software time per message at the sender (serialised per host);
+    ``packet_header_bytes`` is added per ``mtu``-byte packet of every message.
+    """
+
+    name: str
+    link_names: list[str]
+    capacities: np.ndarray
+    latencies: np.ndarray
+    routes: np.ndarray
+    host_groups: np.ndarray
+    switch_latency: float = 0.0
+    mtu: int = 1500
+    packet_header_bytes: int = 50
+    message_overhead: float = 1e-6
+    link_kinds: np.ndarray = field(default=None)  # type: ignore[assignment]
+    kind_names: tuple[str, ...] = ()
+    host_switches: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.capacities = np.asarray(self.capacities, np.float64)
+        self.latencies = np.asarray(self.latencies, np.float64)
+        self.routes = np.asarray(self.routes, np.int32)
+        self.host_groups = np.asarray(self.host_groups, np.int64)
+        self.host_switches = self.host_groups if self.host_switches is None else np.asarray(self.host_switches, np.int64)
+        if self.link_kinds is None:
+            self.link_kinds = np.zeros(self.capacities.size, np.int64)
+            self.kind_names = self.kind_names or ("link",)
+        if np.any(self.capacities <= 0):
+            raise InputError(f"network {self.name!r}: every link needs a positive capacity")
+
+    @property
+    def n_hosts(self) -> int:
+        """Number of hosts (ranks map to hosts 0, 1, ... in order)."""
+        return int(self.routes.shape[0])
+
+    @property
+    def n_links(self) -> int:
+        """Number of directed links."""
+        return int(self.capacities.size)
+
+    def route(self, source: int, destination: int) -> np.ndarray:
+        """Link ids from ``source`` to ``destination`` (empty for a host to itself)."""
+        links = self.routes[source, destination]
+        return links[links >= 0]
+
+    def route_lists(self, sources: np.ndarray, destinations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Routes of many pairs as CSR: ``(offsets, links)``, flow ``f``'s links are
+        ``links[offsets[f]:offsets[f + 1]]``."""
+        table = self.routes[np.asarray(sources, np.int64), np.asarray(destinations, np.int64)]
+        valid = table >= 0
+        offsets = np.zeros(table.shape[0] + 1, np.int64)
+        np.cumsum(valid.sum(axis=1), out=offsets[1:])
+        return offsets, table[valid].astype(np.int64)
+
+    def path_latency(self, sources: np.ndarray, destinations: np.ndarray) -> np.ndarray:
+        """Zero-load one-way latency of each pair: link latencies plus ``switch_latency`` per switch."""
+        table = self.routes[np.asarray(sources, np.int64), np.asarray(destinations, np.int64)]
+        valid = table >= 0
+        link_latency = np.where(valid, self.latencies[np.where(valid, table, 0)], 0.0).sum(axis=-1)
+        hops = valid.sum(axis=-1)
+        return link_latency + self.switch_latency * np.maximum(hops - 1, 0)
+
+    def first_switches(self) -> np.ndarray:
+        """The switch each host's NIC plugs into (its top-of-rack switch), numbered 0, 1, ..."""
+        return np.asarray(self.host_switches, np.int64)
+
+    def host_uplinks(self) -> np.ndarray:
+        """The first link of every host's routes (its NIC's send direction)."""
+        return self._end_links(first=True)
+
+    def host_downlinks(self) -> np.ndarray:
+        """The last link of every route into each host (its NIC's receive direction)."""
+        return self._end_links(first=False)
+
+    def _end_links(self, first: bool) -> np.ndarray:
+        n = self.n_hosts
+        if n < 2:
+            return np.full(n, -1, np.int64)
+        result = np.empty(n, np.int64)
+        for host in range(n):
+            other = (host + 1) % n
+            links = self.route(host, other) if first else self.route(other, host)
+            result[host] = links[0] if first else links[-1]
+        return result
+
+    def planner_topology(self, n_ranks: int | None = None) -> Topology:
+        """The :class:`~sparsewire.topology.Topology` the planner's hierarchical strategies use for
+        ranks on hosts ``0 .. n_ranks - 1``: level-0 groups = :attr:`host_groups`, link classes from
+        one route inside a group and one between groups (bandwidth of its slowest link, its path
+        latency, :attr:`message_overhead`)."""
+        n_ranks = self.n_hosts if n_ranks is None else n_ranks
+        if not 1 <= n_ranks <= self.n_hosts:
+            raise InputError(f"network {self.name!r} has {self.n_hosts} hosts; cannot place {n_ranks} ranks (one per host)")
+        groups = np.unique(self.host_groups[:n_ranks], return_inverse=True)[1]
+        size = int(np.bincount(groups).max())
+        levels = []
+        for name, same in (("group", True), ("cluster", False)):
+            sources, destinations = np.nonzero((groups[:, None] == groups[None, :]) == same)
+            keep = sources != destinations
+            sources, destinations = sources[keep], destinations[keep]
+            if sources.size == 0:
+                continue
+            _, links = self.route_lists(sources[:1], destinations[:1])
+            bandwidth = float(self.capacities[links].min())
+            latency = float(self.path_latency(sources[:1], destinations[:1])[0])
+            levels.append(Level(name, size if same else None, LinkClass(name, bandwidth, latency, self.message_overhead)))
+        if not levels or levels[-1].group_size is not None:
+            levels.append(Level("cluster", None, levels[0].link if levels else LinkClass("none", 1e12, 0.0, 0.0)))
+        if len(levels) == 2 and levels[0].group_size is None:
+            levels = levels[1:]
+        return Topology(self.name, tuple(levels), tuple(int(g) for g in groups) if len(levels) > 1 else None)
+
+    def kind_of(self, link: int) -> str:
+        """Name of a link's kind (``nic-up``, ``leaf-up``, ...)."""
+        return self.kind_names[int(self.link_kinds[link])]
+
+    def describe(self) -> str:
+        """One line: hosts, groups, link kinds with capacities."""
+        kinds = []
+        for index, kind in enumerate(self.kind_names):
+            mask = self.link_kinds == index
+            if mask.any():
+                kinds.append(f"{int(mask.sum())} {kind} at {self.capacities[mask].max() / 1e9:g} GB/s")
+        groups = int(self.host_groups.max()) + 1 if self.n_hosts else 0
+        return f"{self.name}: {self.n_hosts} hosts in {groups} groups; " + ", ".join(kinds)
+
+
+class _Builder:
+    """Collects links and routes; shared by the builders below."""
+
+    def __init__(self, n_hosts: int, kinds: tuple[str, ...]) -> None:
+        if n_hosts < 1 or n_hosts > MAX_HOSTS:
+            raise InputError(f"networks model 1..{MAX_HOSTS} hosts (got {n_hosts})")
+        self.n_hosts = n_hosts
+        self.kinds = kinds
+        self.names: list[str] = []
+        self.capacities: list[float] = []
+        self.latencies: list[float] = []
+        self.link_kinds: list[int] = []
+
+    def links(self, kind: str, names: list[str], capacity: float, latency: float) -> np.ndarray:
+        start = len(self.names)
+        self.names += names
+        self.capacities += [capacity] * len(names)
+        self.latencies += [latency] * len(names)
+        self.link_kinds += [self.kinds.index(kind)] * len(names)
+        return np.arange(start, start + len(names), dtype=np.int64)
+
+    def network(self, name: str, routes: np.ndarray, groups: np.ndarray, **options) -> Network:
+        n = self.n_hosts
+        routes = np.asarray(routes, np.int32)
+        routes[np.arange(n), np.arange(n), :] = -1
+        return Network(
+            name, self.names, np.array(self.capacities), np.array(self.latencies), routes, groups,
+            link_kinds=np.array(self.link_kinds, np.int64), kind_names=self.kinds, **options,
+        )
+
+
+def _host_links(builder: _Builder, capacity: float, latency: float) -> tuple[np.ndarray, np.ndarray]:
+    hosts = range(builder.n_hosts)
+    up = builder.links("nic-up", [f"host{h}->switch" for h in hosts], capacity, latency)
+    down = builder.links("nic-down", [f"switch->host{h}" for h in hosts], capacity, latency)
+    return up, down
+
+
+def leaf_spine(
+    n_hosts: int, rack_size: int = 16, spines: int = 16, bandwidth: float = 400 * GIGABIT,
+    link_latency: float = 450e-9, switch_latency: float = 300e-9, name: str = "leaf-spine", **options,
+) -> Network:
+    """Racks of ``rack_size`` hosts, ``spines`` spines, d-mod-k routing (module docstring)."""
+    if rack_size < 1 or spines < 1:
+        raise InputError("leaf-spine needs a rack size and a spine count of at least 1")
+    racks = -(-n_hosts // rack_size)
+    builder = _Builder(n_hosts, ("nic-up", "nic-down", "leaf-up", "spine-down"))
+    up, down = _host_links(builder, bandwidth, link_latency)
+    leaf_up = builder.links("leaf-up", [f"leaf{r}->spine{s}" for r in range(racks) for s in range(spines)], bandwidth, link_latency)
+    spine_down = builder.links("spine-down", [f"spine{s}->leaf{r}" for r in range(racks) for s in range(spines)], bandwidth, link_latency)
+    hosts = np.arange(n_hosts)
+    rack = hosts // rack_size
+    source, destination = np.meshgrid(hosts, hosts, indexing="ij")
+    spine = destination % spines
+    routes = np.full((n_hosts, n_hosts, 4), -1, np.int64)
+    routes[..., 0] = up[source]
+    same = rack[source] == rack[destination]
+    routes[..., 1] = np.where(same, down[destination], leaf_up[rack[source] * spines + spine])
+    routes[..., 2] = np.where(same, -1, spine_down[rack[destination] * spines + spine])
+    routes[..., 3] = np.where(same, -1, down[destination])
+    return builder.network(name, routes, rack, switch_latency=switch_latency, **options)
+
+
+def fat_tree(
+    n_hosts: int, rack_size: int = 16, uplinks: int = 16, bandwidth: float = 400 * GIGABIT,
+    link_latency: float = 450e-9, switch_latency: float = 300e-9, name: str = "fat-tree", **options,
+) -> Network:
+    """Two-level fat tree with a non-blocking core: per leaf one aggregated uplink and downlink of
+    ``uplinks * bandwidth`` (traffic sprayed over all spines)."""
+    racks = -(-n_hosts // rack_size)
+    builder = _Builder(n_hosts, ("nic-up", "nic-down", "leaf-up", "spine-down"))
+    up, down = _host_links(builder, bandwidth, link_latency)
+    leaf_up = builder.links("leaf-up", [f"leaf{r}->core" for r in range(racks)], uplinks * bandwidth, link_latency)
+    leaf_down = builder.links("spine-down", [f"core->leaf{r}" for r in range(racks)], uplinks * bandwidth, link_latency)
+    hosts = np.arange(n_hosts)
+    rack = hosts // rack_size
+    source, destination = np.meshgrid(hosts, hosts, indexing="ij")
+    same = rack[source] == rack[destination]
+    routes = np.full((n_hosts, n_hosts, 4), -1, np.int64)
+    routes[..., 0] = up[source]
+    routes[..., 1] = np.where(same, down[destination], leaf_up[rack[source]])
+    routes[..., 2] = np.where(same, -1, leaf_down[rack[destination]])
+    routes[..., 3] = np.where(same, -1, down[destination])
+    return builder.network(name, routes, rack, switch_latency=switch_latency, **options)
+
+
+def dragonfly(
+    n_hosts: int, hosts_per_switch: int = 4, switches_per_group: int = 8, global_ports: int = 4,
+    bandwidth: float = 400 * GIGABIT, link_latency: float = 450e-9, switch_latency: float = 300e-9,
+    name: str = "dragonfly", **options,
+) -> Network:
+    """Dragonfly with minimal routing (module docstring); groups are the host groups."""
+    switches = -(-n_hosts // hosts_per_switch)
+    groups = -(-switches // switches_per_group)
+    builder = _Builder(n_hosts, ("nic-up", "nic-down", "local", "global"))
+    up, down = _host_links(builder, bandwidth, link_latency)
+    local = {}
+    for a in range(switches):
+        for b in range(switches):
+            if a != b and a // switches_per_group == b // switches_per_group:
+                local[a, b] = builder.links("local", [f"switch{a}->switch{b}"], bandwidth, link_latency)[0]
+    # Global links: each group has switches_per_group * global_ports ports, shared evenly by the
+    # other groups; the gateways of a group pair rotate over the group's switches.
+    per_pair = max(1, (switches_per_group * global_ports) // max(groups - 1, 1))
+    global_links: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    next_gateway = [0] * groups
+    for g in range(groups):
+        for h in range(g + 1, groups):
+            for _ in range(per_pair):
+                a = min(g * switches_per_group + next_gateway[g] % switches_per_group, switches - 1)
+                b = min(h * switches_per_group + next_gateway[h] % switches_per_group, switches - 1)
+                next_gateway[g] += 1
+                next_gateway[h] += 1
+                forward = builder.links("global", [f"switch{a}->switch{b}"], bandwidth, link_latency)[0]
+                backward = builder.links("global", [f"switch{b}->switch{a}"], bandwidth, link_latency)[0]
+                global_links.setdefault((g, h), []).append((a, b, forward))
+                global_links.setdefault((h, g), []).append((b, a, backward))
+    switch_of = np.arange(n_hosts) // hosts_per_switch
+    group_of = switch_of // switches_per_group
+    routes = np.full((n_hosts, n_hosts, 5), -1, np.int64)
+    for s in range(n_hosts):
+        for d in range(n_hosts):
+            if s == d:
+                continue
+            path = [up[s]]
+            a, b = switch_of[s], switch_of[d]
+            if group_of[s] != group_of[d]:
+                candidates = global_links[group_of[s], group_of[d]]
+                gateway, remote, link = candidates[(s + d) % len(candidates)]
+                if a != gateway:
+                    path.append(local[a, gateway])
+                path.append(link)
+                a = remote
+            if a != b:
+                path.append(local[a, b])
+            path.append(down[d])
+            routes[s, d, : len(path)] = path
+    return builder.network(name, routes, group_of, switch_latency=switch_latency, host_switches=switch_of, **options)
+
+
+def hyperx(
+    n_hosts: int, shape: tuple[int, ...] = (4, 4, 2), hosts_per_switch: int = 4, bandwidth: float = 400 * GIGABIT,
+    link_latency: float = 450e-9, switch_latency: float = 300e-9, name: str = "hyperx", **options,
+) -> Network:
+    """HyperX: switches on a grid, all-to-all links along each dimension, dimension-order routing.
+    Host groups are the switches."""
+    switches = int(np.prod(shape))
+    if switches * hosts_per_switch < n_hosts:
+        raise InputError(f"hyperx {shape} with {hosts_per_switch} hosts per switch holds {switches * hosts_per_switch} hosts, not {n_hosts}")
+    builder = _Builder(n_hosts, ("nic-up", "nic-down", "dimension"))
+    up, down = _host_links(builder, bandwidth, link_latency)
+    coordinates = np.array(np.unravel_index(np.arange(switches), shape)).T
+    link = {}
+    for a in range(switches):
+        for b in range(switches):
+            if a != b and int((coordinates[a] != coordinates[b]).sum()) == 1:
+                link[a, b] = builder.links("dimension", [f"switch{a}->switch{b}"], bandwidth, link_latency)[0]
+    switch_of = np.arange(n_hosts) // hosts_per_switch
+    routes = np.full((n_hosts, n_hosts, 2 + len(shape)), -1, np.int64)
+    for s in range(n_hosts):
+        for d in range(n_hosts):
+            if s == d:
+                continue
+            path = [up[s]]
+            here = coordinates[switch_of[s]].copy()
+            target = coordinates[switch_of[d]]
+            for dim in range(len(shape)):
+                if here[dim] != target[dim]:
+                    nxt = here.copy()
+                    nxt[dim] = target[dim]
+                    path.append(link[int(np.ravel_multi_index(here, shape)), int(np.ravel_multi_index(nxt, shape))])
+                    here = nxt
+            path.append(down[d])
+            routes[s, d, : len(path)] = path
+    return builder.network(name, routes, switch_of, switch_latency=switch_latency, **options)
+
+
+def gpu_cluster(
+    n_hosts: int, gpus_per_node: int, nvlink: LinkClass, infiniband: LinkClass, name: str = "gpu-cluster",
+) -> Network:
+    """Nodes of ``gpus_per_node`` GPUs on an NVSwitch; one InfiniBand NIC per GPU into a non-blocking
+    fat tree. Path latencies equal the link classes' latencies; ``message_overhead`` is the
+    InfiniBand class's (proxy-based transport, CoLa sec. 4.1)."""
+    nodes = -(-n_hosts // gpus_per_node)
+    builder = _Builder(n_hosts, ("nvlink-up", "nvlink-down", "nic-up", "nic-down", "core"))
+    hosts = range(n_hosts)
+    nv_up = builder.links("nvlink-up", [f"gpu{h}->nvswitch" for h in hosts], nvlink.bandwidth, nvlink.latency / 2)
+    nv_down = builder.links("nvlink-down", [f"nvswitch->gpu{h}" for h in hosts], nvlink.bandwidth, nvlink.latency / 2)
+    nic_up = builder.links("nic-up", [f"gpu{h}->ib" for h in hosts], infiniband.bandwidth, infiniband.latency / 3)
+    nic_down = builder.links("nic-down", [f"ib->gpu{h}" for h in hosts], infiniband.bandwidth, infiniband.latency / 3)
+    core = builder.links("core", [f"node{n}->core" for n in range(nodes)], gpus_per_node * infiniband.bandwidth, infiniband.latency / 3)
+    host = np.arange(n_hosts)
+    node = host // gpus_per_node
+    source, destination = np.meshgrid(host, host, indexing="ij")
+    same = node[source] == node[destination]
+    routes = np.full((n_hosts, n_hosts, 3), -1, np.int64)
+    routes[..., 0] = np.where(same, nv_up[source], nic_up[source])
+    routes[..., 1] = np.where(same, nv_down[destination], core[node[source]])
+    routes[..., 2] = np.where(same, -1, nic_down[destination])
+    return builder.network(name, routes, node, switch_latency=0.0, message_overhead=infiniband.overhead)
+
+
+def _topology_link(preset: str, level: int) -> LinkClass:
+    return TOPOLOGY_PRESETS[preset].levels[level].link
+
+
+PRESETS: dict[str, tuple[str, int | None]] = {
+    "netsparse-leafspine": ("NetSparse Table 5: leaf-spine, racks of 16, 16 spines, 400 Gb/s, 450 ns links, 300 ns switches, 1500 B MTU", 128),
+    "netsparse-fattree": ("the Table 5 links as a two-level fat tree with a non-blocking core (racks of 16)", 128),
+    "netsparse-dragonfly": ("NetSparse sec. 9.6: dragonfly, 32 switches in 4 groups, 4 hosts and 4 global links per switch", 128),
+    "netsparse-hyperx": ("NetSparse sec. 9.6: HyperX 4x4x2 switches, 4 hosts per switch", 128),
+    "cola-a800": ("CoLa's A800 nodes: 8 GPUs on NVLink 300 GB/s, InfiniBand 18 GB/s per GPU", None),
+    "shiro-h100": ("SHIRO's H100 nodes: 4 GPUs on NVLink 450 GB/s, InfiniBand 25 GB/s per GPU", None),
+}
+
+
+def build_network(preset: str, n_hosts: int | None = None) -> Network:
+    """The network of a preset for ``n_hosts`` hosts (default: the preset's own size; GPU presets
+    need a count). NetSparse presets accept fewer hosts than 128 (the first ones of the machine)."""
+    name = preset.strip().lower()
+    if name not in PRESETS:
+        raise InputError(f"unknown network preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    default = PRESETS[name][1]
+    hosts = n_hosts if n_hosts is not None else default
+    if hosts is None:
+        raise InputError(f"preset {name!r} needs a host (rank) count")
+    if default is not None and hosts > default:
+        raise InputError(f"preset {name!r} has {default} hosts; asked for {hosts}. Use fewer ranks or another preset")
+    netsparse = dict(mtu=1500, packet_header_bytes=50, message_overhead=1e-6)
+    if name == "netsparse-leafspine":
+        return leaf_spine(hosts, name=name, **netsparse)
+    if name == "netsparse-fattree":
+        return fat_tree(hosts, name=name, **netsparse)
+    if name == "netsparse-dragonfly":
+        return dragonfly(hosts, name=name, **netsparse)
+    if name == "netsparse-hyperx":
+        return hyperx(hosts, name=name, **netsparse)
+    gpus = TOPOLOGY_PRESETS[name].levels[0].group_size
+    return gpu_cluster(hosts, gpus, _topology_link(name, 0), _topology_link(name, 1), name=name)

@@ -1,0 +1,264 @@
+"""The per-request pipeline of NetSparse, compiled with Numba: property-request (PR) generation by
+RIG units with filtering and coalescing (NetSparse sec. 5), concatenation queues (sec. 6.1) and
+the top-of-rack property cache (sec. 6.2).
+
+Time is counted in NIC clock cycles (2.2 GHz, Table 5). The model, per node:
+
+* The node's nonzeros, in CSR order, are cut into RIG batches of ``batch`` nonzeros; batch ``b``
+  goes to client unit ``b mod units``. A unit reads one nonzero per cycle; a unit starts its next
+  batch when every response of the current one has returned (``command_cycles`` of host-NIC
+  handshake in between). A unit has at most ``pending`` outstanding PRs (its Pending PR Table):
+  the next PR waits until the oldest one's response is back.
+* A remote nonzero (column owned by another node) whose property already arrived at this node
+  (an earlier PR's issue time + round trip <= now) is **filtered** (Idx Filter); one whose PR from
+  the *same unit* is still outstanding is **coalesced** (Pending PR Table); otherwise a read PR is
+  issued at the current cycle. Units run concurrently: the kernel always advances the unit with
+  the earliest clock, so filtering sees the other units' earlier PRs.
+* The round trip of a PR is the zero-load RTT of its (node, owner) pair; queueing is left to the
+  flow model.
+
+A **concatenation point** (a NIC, or a switch for the packets its hosts send out of the switch)
+holds one queue per destination; a PR joins its destination's queue if the queue was opened at
+most ``delay`` cycles ago and holds fewer than ``capacity`` PRs, otherwise the queue leaves as one
+packet and a new one opens. ``delay = 0`` and ``capacity = 1`` disable concatenation.
+
+The **property cache** of a switch is set-associative with LRU replacement; it sees the reads its
+hosts send to other switches (a hit turns the read into a response at the switch) and is filled by
+the responses of missed reads when they pass back (at lookup time + the pair's round trip).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["issue_requests", "concatenate", "property_cache", "unique_destinations_per_window", "UNBOUNDED"]
+
+UNBOUNDED = np.iinfo(np.int64).max // 4
+
+
+@njit(cache=True)
+def issue_requests(
+    cols, col_owner, node, rtt_cycles, batch, units, pending, use_filter, use_coalesce, command_cycles,
+    first_response, last_unit, last_time, stamp, out_cols, out_dest, out_time,
+):
+    """Issue one node's read PRs (module docstring). ``cols``: the node's nonzeros' columns in CSR
+    order; ``rtt_cycles[d]``: round trip to node d. ``first_response``/``last_unit``/``last_time``/
+    ``stamp`` are per-column scratch arrays shared across nodes (``stamp[c] != node`` means unset).
+    Writes the issued PRs to ``out_*`` and returns ``(issued, filtered, coalesced, last_cycle)``,
+    ``last_cycle`` being when the node's last response returns."""
+    n = cols.size
+    n_batches = (n + batch - 1) // batch
+    clock = np.zeros(units, np.int64)
+    current = np.arange(units).astype(np.int64)  # batch index each unit works on
+    position = np.zeros(units, np.int64)
+    batch_done = np.zeros(units, np.int64)  # latest response of the unit's current batch
+    ring = np.zeros((units, pending), np.int64)  # response times of the last `pending` PRs per unit
+    ring_next = np.zeros(units, np.int64)
+    issued = 0
+    filtered = 0
+    coalesced = 0
+    last_cycle = 0
+    while True:
+        unit = -1
+        earliest = UNBOUNDED
+        for u in range(units):
+            if current[u] < n_batches and clock[u] < earliest:
+                earliest = clock[u]
+                unit = u
+        if unit < 0:
+            break
+        index = current[unit] * batch + position[unit]
+        now = clock[unit]
+        col = cols[index]
+        owner = col_owner[col]
+        if owner != node:
+            if stamp[col] != node:
+                stamp[col] = node
+                first_response[col] = UNBOUNDED
+                last_unit[col] = -1
+                last_time[col] = -UNBOUNDED
+            round_trip = rtt_cycles[owner]
+            if use_filter and first_response[col] <= now:
+                filtered += 1
+            elif use_coalesce and last_unit[col] == unit and now < last_time[col] + round_trip:
+                coalesced += 1
+            else:
+                slot = ring_next[unit] % pending
+                if ring_next[unit] >= pending and ring[unit, slot] > now:
+                    now = ring[unit, slot]  # Pending PR Table full: wait for the oldest response
+                back = now + round_trip
+                ring[unit, slot] = back
+                ring_next[unit] += 1
+                out_cols[issued] = col
+                out_dest[issued] = owner
+                out_time[issued] = now
+                issued += 1
+                if back < first_response[col]:
+                    first_response[col] = back
+                last_unit[col] = unit
+                last_time[col] = now
+                if back > batch_done[unit]:
+                    batch_done[unit] = back
+        clock[unit] = now + 1
+        position[unit] += 1
+        end = min(batch, n - current[unit] * batch)
+        if position[unit] >= end:
+            finished = max(clock[unit], batch_done[unit])
+            if finished > last_cycle:
+                last_cycle = finished
+            clock[unit] = finished + command_cycles
+            current[unit] += units
+            position[unit] = 0
+            batch_done[unit] = 0
+    return issued, filtered, coalesced, last_cycle
+
+
+@njit(cache=True)
+def concatenate(points, destinations, times, n_points, n_destinations, delay, capacity):
+    """Packets per (point, destination) from PRs sorted by (point, time) (module docstring)."""
+    packets = np.zeros((n_points, n_destinations), np.int64)
+    opened = np.zeros(n_destinations, np.int64)
+    count = np.zeros(n_destinations, np.int64)
+    owner = np.full(n_destinations, -1, np.int64)
+    for i in range(points.size):
+        point = points[i]
+        destination = destinations[i]
+        time = times[i]
+        if owner[destination] != point:
+            owner[destination] = point
+            count[destination] = 0
+        if count[destination] > 0 and (time - opened[destination] > delay or count[destination] >= capacity):
+            count[destination] = 0
+        if count[destination] == 0:
+            packets[point, destination] += 1
+            opened[destination] = time
+        count[destination] += 1
+    return packets
+
+
+@njit(cache=True)
+def _push(keys, values, size, key, value):
+    position = size
+    keys[position] = key
+    values[position] = value
+    while position > 0:
+        parent = (position - 1) >> 1
+        if keys[parent] <= keys[position]:
+            break
+        keys[parent], keys[position] = keys[position], keys[parent]
+        values[parent], values[position] = values[position], values[parent]
+        position = parent
+    return size + 1
+
+
+@njit(cache=True)
+def _pop(keys, values, size):
+    key, value = keys[0], values[0]
+    size -= 1
+    keys[0], values[0] = keys[size], values[size]
+    position = 0
+    while True:
+        left = 2 * position + 1
+        if left >= size:
+            break
+        child = left
+        if left + 1 < size and keys[left + 1] < keys[left]:
+            child = left + 1
+        if keys[position] <= keys[child]:
+            break
+        keys[child], keys[position] = keys[position], keys[child]
+        values[child], values[position] = values[position], values[child]
+        position = child
+    return key, value, size
+
+
+@njit(cache=True)
+def property_cache(switches, cols, times, fill_delays, n_sets, ways, unbounded, n_cols):
+    """Hit (True) or miss of every read, sorted by (switch, time), at its switch's cache.
+
+    ``n_sets x ways`` lines per switch, LRU within a set, set = column mod ``n_sets``; with
+    ``unbounded`` every filled column stays. A miss fills its column at ``time + fill_delay``."""
+    n = cols.size
+    hits = np.zeros(n, np.bool_)
+    tags = np.full((max(n_sets, 1), ways), -1, np.int64)
+    used = np.zeros((max(n_sets, 1), ways), np.int64)
+    present = np.full(n_cols if unbounded else 1, -1, np.int64)
+    keys = np.empty(n + 1, np.int64)
+    values = np.empty(n + 1, np.int64)
+    size = 0
+    start = 0
+    while start < n:
+        switch = switches[start]
+        stop = start
+        while stop < n and switches[stop] == switch:
+            stop += 1
+        tags[:, :] = -1
+        used[:, :] = 0
+        size = 0
+        for i in range(start, stop):
+            now = times[i]
+            while size > 0 and keys[0] <= now:
+                fill_time, col, size = _pop(keys, values, size)
+                if unbounded:
+                    present[col] = switch
+                    continue
+                row = col % n_sets
+                victim = 0
+                found = False
+                for way in range(ways):
+                    if tags[row, way] == col:
+                        victim = way
+                        found = True
+                        break
+                    if used[row, way] < used[row, victim]:
+                        victim = way
+                if not found:
+                    tags[row, victim] = col
+                used[row, victim] = fill_time + 1
+            col = cols[i]
+            if unbounded:
+                hit = present[col] == switch
+            else:
+                row = col % n_sets
+                hit = False
+                for way in range(ways):
+                    if tags[row, way] == col:
+                        hit = True
+                        used[row, way] = now + 1
+                        break
+            hits[i] = hit
+            if not hit:
+                size = _push(keys, values, size, now + fill_delays[i], col)
+        start = stop
+    return hits
+
+
+@njit(cache=True)
+def unique_destinations_per_window(node_starts, destinations, window):
+    """Average number of distinct destinations in consecutive, non-overlapping windows of
+    ``window`` PRs of each node's stream (a node's last, shorter window counts when it is its
+    only one). Returns (sum of distinct counts, number of windows)."""
+    n_nodes = node_starts.size - 1
+    seen = np.full(destinations.max() + 1 if destinations.size else 1, -1, np.int64)
+    total = 0
+    windows = 0
+    stamp = 0
+    for node in range(n_nodes):
+        begin, end = node_starts[node], node_starts[node + 1]
+        length = end - begin
+        if length == 0:
+            continue
+        full = length // window
+        count = full if full > 0 else 1
+        for w in range(count):
+            stamp += 1
+            distinct = 0
+            for i in range(begin + w * window, min(begin + (w + 1) * window, end)):
+                d = destinations[i]
+                if seen[d] != stamp:
+                    seen[d] = stamp
+                    distinct += 1
+            total += distinct
+            windows += 1
+    return total, windows
