@@ -269,7 +269,8 @@ def test_mechanisms_cut_requests_and_bytes_on_a_random_matrix():
     rows = ns.ablation(simulator, su, ns.Hardware(batch=1024))
     issued = [r["issued_requests"] for r in rows]
     assert issued[0] == int(workload.remote.sum())
-    assert issued == sorted(issued, reverse=True) and issued[2] == int(workload.useful().sum()) or issued[2] >= int(workload.useful().sum())
+    assert issued == sorted(issued, reverse=True)
+    assert issued[2] >= int(workload.useful().sum())  # every node still fetches each property it needs
     assert rows[0]["requests_per_packet"] == 1.0 and rows[3]["requests_per_packet"] > 1.0
     assert rows[3]["tail_traffic_bytes"] < rows[2]["tail_traffic_bytes"]
     assert all(r["seconds"] >= r["lower_bound_seconds"] * (1 - 1e-9) for r in rows)

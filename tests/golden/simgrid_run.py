@@ -15,7 +15,7 @@ import sys
 import time
 
 import simgrid
-from simgrid import Actor, Engine, LinkInRoute, Mailbox, NetZone, this_actor
+from simgrid import Actor, Engine, LinkInRoute, Mailbox, NetZone
 
 
 def main(path):

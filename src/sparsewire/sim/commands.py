@@ -286,7 +286,6 @@ def _plot(rows: list[dict], path: str, title: str) -> None:
 
 
 def _run_netsparse(args: argparse.Namespace) -> int:
-    from dataclasses import replace
 
     from sparsewire.io import load_matrix
     from sparsewire.sim import netsparse as ns
@@ -312,8 +311,12 @@ def _run_netsparse(args: argparse.Namespace) -> int:
         progress(f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz:,} nonzeros over {args.nodes} nodes; {network.describe()}")
     hardware = ns.Hardware(batch=args.batch, nic_delay_cycles=args.nic_delay,
                            cache_bytes=None if args.cache_mb == -1 else int(args.cache_mb * (1 << 20)))
+    if progress:
+        progress("characterization ...")
     characterization = ns.characterize(workload, group_size=args.rack)
     su = ns.su_opt(workload, network, args.k)
+    if progress:
+        progress(f"SAOpt ({args.sa_cores} cores per node) ...")
     sa = ns.sa_opt(workload, network, args.k, args.sa_cores, args.sa_overhead_ns * 1e-9)
     simulator = ns.NetSparseSimulator(workload, network, args.k, progress)
     full = simulator.run(ns.Mechanisms(), hardware, "NetSparse")
