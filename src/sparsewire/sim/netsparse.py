@@ -33,7 +33,6 @@ network latency: ``T = max(network time, max over cores of PRs * overhead)``.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -650,8 +649,3 @@ def sweep(simulator: NetSparseSimulator, what: str, hardware: Hardware = Hardwar
                        "cache_hit_percent": result.cache_hit_percent, "requests_per_packet": result.requests_per_packet,
                        "filter_coalesce_percent": result.filter_coalesce_percent})
     return {"parameter": what, "description": description, "points": points}
-
-
-def default_progress(text: str) -> None:
-    """Progress lines on stderr."""
-    print(text, file=sys.stderr, flush=True)
