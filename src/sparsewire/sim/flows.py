@@ -25,46 +25,11 @@ import numpy as np
 from numba import njit
 
 from sparsewire.errors import InputError
+from sparsewire.sim.heap import heap_pop, heap_push
 
 __all__ = ["FlowResult", "solve_max_min", "link_loads", "lower_bound"]
 
 _RELATIVE_TOLERANCE = 1e-12
-
-
-@njit(cache=True)
-def _heap_push(keys, values, size, key, value):
-    position = size
-    keys[position] = key
-    values[position] = value
-    while position > 0:
-        parent = (position - 1) >> 1
-        if keys[parent] <= keys[position]:
-            break
-        keys[parent], keys[position] = keys[position], keys[parent]
-        values[parent], values[position] = values[position], values[parent]
-        position = parent
-    return size + 1
-
-
-@njit(cache=True)
-def _heap_pop(keys, values, size):
-    key, value = keys[0], values[0]
-    size -= 1
-    keys[0], values[0] = keys[size], values[size]
-    position = 0
-    while True:
-        left = 2 * position + 1
-        if left >= size:
-            break
-        child = left
-        if left + 1 < size and keys[left + 1] < keys[left]:
-            child = left + 1
-        if keys[position] <= keys[child]:
-            break
-        keys[child], keys[position] = keys[position], keys[child]
-        values[child], values[position] = values[position], values[child]
-        position = child
-    return key, value, size
 
 
 @njit(cache=True)
@@ -93,14 +58,14 @@ def _progressive_filling(active, flow_offsets, flow_links, link_offsets, link_fl
     size = 0
     for link in range(n_links):
         if unfrozen_count[link] > 0:
-            size = _heap_push(keys, values, size, remaining[link] / unfrozen_count[link], link)
+            size = heap_push(keys, values, size, remaining[link] / unfrozen_count[link], link)
     while size > 0:
-        key, link, size = _heap_pop(keys, values, size)
+        key, link, size = heap_pop(keys, values, size)
         if unfrozen_count[link] == 0:
             continue
         share = remaining[link] / unfrozen_count[link]
         if share > key * (1.0 + 1e-12) and size > 0 and keys[0] < share:
-            size = _heap_push(keys, values, size, share, link)
+            size = heap_push(keys, values, size, share, link)
             continue
         for position in range(link_offsets[link], link_offsets[link + 1]):
             f = link_flows[position]

@@ -32,6 +32,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from sparsewire.sim.heap import heap_pop, heap_push
+
 __all__ = ["issue_requests", "concatenate", "property_cache", "unique_destinations_per_window", "UNBOUNDED"]
 
 UNBOUNDED = np.iinfo(np.int64).max // 4
@@ -138,42 +140,6 @@ def concatenate(points, destinations, times, n_points, n_destinations, delay, ca
 
 
 @njit(cache=True)
-def _push(keys, values, size, key, value):
-    position = size
-    keys[position] = key
-    values[position] = value
-    while position > 0:
-        parent = (position - 1) >> 1
-        if keys[parent] <= keys[position]:
-            break
-        keys[parent], keys[position] = keys[position], keys[parent]
-        values[parent], values[position] = values[position], values[parent]
-        position = parent
-    return size + 1
-
-
-@njit(cache=True)
-def _pop(keys, values, size):
-    key, value = keys[0], values[0]
-    size -= 1
-    keys[0], values[0] = keys[size], values[size]
-    position = 0
-    while True:
-        left = 2 * position + 1
-        if left >= size:
-            break
-        child = left
-        if left + 1 < size and keys[left + 1] < keys[left]:
-            child = left + 1
-        if keys[position] <= keys[child]:
-            break
-        keys[child], keys[position] = keys[position], keys[child]
-        values[child], values[position] = values[position], values[child]
-        position = child
-    return key, value, size
-
-
-@njit(cache=True)
 def property_cache(switches, cols, times, fill_delays, n_sets, ways, unbounded, n_cols):
     """Hit (True) or miss of every read, sorted by (switch, time), at its switch's cache.
 
@@ -199,7 +165,7 @@ def property_cache(switches, cols, times, fill_delays, n_sets, ways, unbounded, 
         for i in range(start, stop):
             now = times[i]
             while size > 0 and keys[0] <= now:
-                fill_time, col, size = _pop(keys, values, size)
+                fill_time, col, size = heap_pop(keys, values, size)
                 if unbounded:
                     present[col] = switch
                     continue
@@ -229,7 +195,7 @@ def property_cache(switches, cols, times, fill_delays, n_sets, ways, unbounded, 
                         break
             hits[i] = hit
             if not hit:
-                size = _push(keys, values, size, now + fill_delays[i], col)
+                size = heap_push(keys, values, size, now + fill_delays[i], col)
         start = stop
     return hits
 
