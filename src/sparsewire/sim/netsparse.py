@@ -515,7 +515,7 @@ class NetSparseSimulator:
             sets = 1 if unbounded else max(0, (hardware.cache_bytes // line) // hardware.cache_ways)
             index = np.flatnonzero(inter)
             if unbounded or sets > 0:
-                lookup_times = times[index] + hardware.cycles(self._host_link_latency(requester[index]))
+                lookup_times = times[index] + hardware.cycles(self.network.latencies[self.network.host_uplinks()[requester[index]]])
                 fill = hardware.cycles(2 * self.one_way[requester[index], owner[index]])
                 order_c = np.lexsort((lookup_times, self.switch[requester[index]]))
                 hit_sorted = pipeline.property_cache(
@@ -595,10 +595,6 @@ class NetSparseSimulator:
             extra={"generation_seconds": float(generation.max(initial=0.0)), "issued_requests": int(requester.size), "batch": self.batch(hardware),
                    "filtered": issued.filtered, "coalesced": issued.coalesced},
         )
-
-    def _host_link_latency(self, hosts: np.ndarray) -> np.ndarray:
-        uplinks = self.network.host_uplinks()
-        return self.network.latencies[uplinks[hosts]]
 
 
 def simulate_netsparse(workload: Workload, network: Network, k: int, mechanisms: Mechanisms = Mechanisms(),

@@ -64,7 +64,9 @@ class Network:
     ``host_groups`` is the rack / node / switch of each host: the group whose traffic stays below
     one switch, used by the planner's topology and by the NetSparse top-of-rack mechanisms.
     ``message_overhead`` is software time per message at the sender (serialised per host);
-    ``packet_header_bytes`` is added per ``mtu``-byte packet of every message.
+    ``packet_header_bytes`` is added per ``mtu``-byte packet of every message. ``uplinks`` /
+    ``downlinks`` are each host's network-card links (the InfiniBand NIC on GPU nodes), given by the
+    builder.
     """
 
     name: str
@@ -80,6 +82,8 @@ class Network:
     link_kinds: np.ndarray = field(default=None)  # type: ignore[assignment]
     kind_names: tuple[str, ...] = ()
     host_switches: np.ndarray | None = None
+    uplinks: np.ndarray | None = None
+    downlinks: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.capacities = np.asarray(self.capacities, np.float64)
@@ -130,23 +134,12 @@ class Network:
         return np.asarray(self.host_switches, np.int64)
 
     def host_uplinks(self) -> np.ndarray:
-        """The first link of every host's routes (its NIC's send direction)."""
-        return self._end_links(first=True)
+        """Each host's NIC link in the send direction (the first link of its routes off its switch)."""
+        return np.asarray(self.uplinks, np.int64)
 
     def host_downlinks(self) -> np.ndarray:
-        """The last link of every route into each host (its NIC's receive direction)."""
-        return self._end_links(first=False)
-
-    def _end_links(self, first: bool) -> np.ndarray:
-        n = self.n_hosts
-        if n < 2:
-            return np.full(n, -1, np.int64)
-        result = np.empty(n, np.int64)
-        for host in range(n):
-            other = (host + 1) % n
-            links = self.route(host, other) if first else self.route(other, host)
-            result[host] = links[0] if first else links[-1]
-        return result
+        """Each host's NIC link in the receive direction."""
+        return np.asarray(self.downlinks, np.int64)
 
     def planner_topology(self, n_ranks: int | None = None) -> Topology:
         """The :class:`~sparsewire.topology.Topology` the planner's hierarchical strategies use for
@@ -157,23 +150,21 @@ class Network:
         if not 1 <= n_ranks <= self.n_hosts:
             raise InputError(f"network {self.name!r} has {self.n_hosts} hosts; cannot place {n_ranks} ranks (one per host)")
         groups = np.unique(self.host_groups[:n_ranks], return_inverse=True)[1]
-        size = int(np.bincount(groups).max())
-        levels = []
+        classes = {}
         for name, same in (("group", True), ("cluster", False)):
-            sources, destinations = np.nonzero((groups[:, None] == groups[None, :]) == same)
-            keep = sources != destinations
-            sources, destinations = sources[keep], destinations[keep]
-            if sources.size == 0:
-                continue
-            _, links = self.route_lists(sources[:1], destinations[:1])
-            bandwidth = float(self.capacities[links].min())
-            latency = float(self.path_latency(sources[:1], destinations[:1])[0])
-            levels.append(Level(name, size if same else None, LinkClass(name, bandwidth, latency, self.message_overhead)))
-        if not levels or levels[-1].group_size is not None:
-            levels.append(Level("cluster", None, levels[0].link if levels else LinkClass("none", 1e12, 0.0, 0.0)))
-        if len(levels) == 2 and levels[0].group_size is None:
-            levels = levels[1:]
-        return Topology(self.name, tuple(levels), tuple(int(g) for g in groups) if len(levels) > 1 else None)
+            pairs = (groups[:, None] == groups[None, :]) == same
+            np.fill_diagonal(pairs, False)
+            sources, destinations = np.nonzero(pairs)
+            if sources.size:
+                _, links = self.route_lists(sources[:1], destinations[:1])
+                latency = float(self.path_latency(sources[:1], destinations[:1])[0])
+                classes[name] = LinkClass(name, float(self.capacities[links].min()), latency, self.message_overhead)
+        if len(classes) < 2:  # one group, or every rank alone: a single level
+            link = next(iter(classes.values()), LinkClass("none", 1e12, 0.0, 0.0))
+            return Topology(self.name, (Level("cluster", None, link),))
+        size = int(np.bincount(groups).max())
+        levels = (Level("group", size, classes["group"]), Level("cluster", None, classes["cluster"]))
+        return Topology(self.name, levels, tuple(int(g) for g in groups))
 
     def kind_of(self, link: int) -> str:
         """Name of a link's kind (``nic-up``, ``leaf-up``, ...)."""
@@ -202,6 +193,7 @@ class _Builder:
         self.capacities: list[float] = []
         self.latencies: list[float] = []
         self.link_kinds: list[int] = []
+        self.nic_up = self.nic_down = np.zeros(0, np.int64)
 
     def links(self, kind: str, names: list[str], capacity: float, latency: float) -> np.ndarray:
         start = len(self.names)
@@ -217,7 +209,8 @@ class _Builder:
         routes[np.arange(n), np.arange(n), :] = -1
         return Network(
             name, self.names, np.array(self.capacities), np.array(self.latencies), routes, groups,
-            link_kinds=np.array(self.link_kinds, np.int64), kind_names=self.kinds, **options,
+            link_kinds=np.array(self.link_kinds, np.int64), kind_names=self.kinds,
+            uplinks=self.nic_up, downlinks=self.nic_down, **options,
         )
 
 
@@ -225,6 +218,7 @@ def _host_links(builder: _Builder, capacity: float, latency: float) -> tuple[np.
     hosts = range(builder.n_hosts)
     up = builder.links("nic-up", [f"host{h}->switch" for h in hosts], capacity, latency)
     down = builder.links("nic-down", [f"switch->host{h}" for h in hosts], capacity, latency)
+    builder.nic_up, builder.nic_down = up, down
     return up, down
 
 
@@ -380,6 +374,7 @@ def gpu_cluster(
     nv_down = builder.links("nvlink-down", [f"nvswitch->gpu{h}" for h in hosts], nvlink.bandwidth, nvlink.latency / 2)
     nic_up = builder.links("nic-up", [f"gpu{h}->ib" for h in hosts], infiniband.bandwidth, infiniband.latency / 3)
     nic_down = builder.links("nic-down", [f"ib->gpu{h}" for h in hosts], infiniband.bandwidth, infiniband.latency / 3)
+    builder.nic_up, builder.nic_down = nic_up, nic_down
     core = builder.links("core", [f"node{n}->core" for n in range(nodes)], gpus_per_node * infiniband.bandwidth, infiniband.latency / 3)
     host = np.arange(n_hosts)
     node = host // gpus_per_node
