@@ -158,8 +158,28 @@ def test_bad_generator_specs(spec, message):
         load_matrix(spec)
 
 
-def test_deterministic_dense_formula():
-    block = deterministic_dense(3, 6, 4)
-    for i in range(3, 6):
-        for j in range(4):
-            assert block[i - 3, j] == ((7 * i + 13 * j) % 17) / 17 - 0.5
+def test_deterministic_dense_hash_values():
+    # The values the issue gives for the hash (global, 0-based indices).
+    assert deterministic_dense(0, 2, 2)[0, 0] == -0.3080275265965611
+    assert deterministic_dense(1, 2, 1)[0, 0] == 0.10775042092427611
+    assert deterministic_dense(0, 1, 2)[0, 1] == 0.11459226300939918
+    assert deterministic_dense(123456, 123457, 8)[0, 7] == 0.331205268856138
+
+
+def _hash_reference(i: int, j: int) -> float:
+    x = (i * 2654435761 + j * 40503 + 1) % 2**32
+    x = (((x >> 16) ^ x) * 0x45D9F3B) % 2**32
+    x = (((x >> 16) ^ x) * 0x45D9F3B) % 2**32
+    x = (x >> 16) ^ x
+    return x / 2**32 - 0.5
+
+
+def test_deterministic_dense_matches_python_integers_and_rows_do_not_repeat(rng):
+    start = int(rng.integers(0, 10**9))
+    block = deterministic_dense(start, start + 40, 5)
+    for i in range(40):
+        for j in range(5):
+            assert block[i, j] == _hash_reference(start + i, j)
+    # The old (7i + 13j) mod 17 operand repeated every 17 rows; no two rows of this one are equal.
+    assert len({tuple(row) for row in block}) == 40
+    assert deterministic_dense(start, start + 3, 4, np.float32).dtype == np.float32

@@ -9,7 +9,13 @@ Importing ``sparsewire`` does not initialise MPI; only :mod:`sparsewire.comm` an
 :mod:`sparsewire.exec` do.
 """
 
-from sparsewire.errors import InputError, PlanMismatchError, SparsewireError
+import os as _os
+
+# Numba fixes the size of its thread pool when it is first imported; let ``threads=T`` go up to
+# 64 per rank (threads are started only when asked for).
+_os.environ.setdefault("NUMBA_NUM_THREADS", str(max(64, _os.cpu_count() or 1)))
+
+from sparsewire.errors import InputError, PlanMismatchError, SparsewireError  # noqa: E402
 from sparsewire.generators import deterministic_dense
 from sparsewire.io import load_matrix
 from sparsewire.partition import RowPartition, balanced_nnz, even_rows, partition_matrix

@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "spmm",
         help="run distributed C = A @ B under mpiexec",
         description=(
-            "Run C = A @ B on the ranks of mpiexec -n P with B[i, j] = ((7i + 13j) mod 17)/17 - 0.5. Rank 0 loads "
+            "Run C = A @ B on the ranks of mpiexec -n P with B[i, j] a hash of (i, j) in [-0.5, 0.5) (see docs/cli.md). Rank 0 loads "
             "the matrix and hands each rank its rows; the ranks plan collectively, then multiply --repeat times "
             "after one warm-up. Several strategies or modes (comma-separated, or 'all') print a comparison table."
         ),

@@ -193,9 +193,20 @@ def from_spec(spec: str) -> sp.csr_array:
 
 
 def deterministic_dense(row_start: int, row_stop: int, k: int, dtype=np.float64) -> np.ndarray:
-    """Rows ``row_start:row_stop`` of the reference dense operand
-    ``B[i, j] = ((7*i + 13*j) mod 17) / 17 - 0.5`` (global indices), so results can be compared
-    with other libraries without shipping B."""
-    rows = np.arange(row_start, row_stop, dtype=np.int64)[:, None]
-    cols = np.arange(k, dtype=np.int64)[None, :]
-    return (((7 * rows + 13 * cols) % 17) / 17.0 - 0.5).astype(dtype)
+    """Rows ``row_start:row_stop`` of the reference dense operand B (global indices), so results
+    can be compared across ranks and libraries without shipping B.
+
+    B[i, j] is a hash of (i, j) with all arithmetic mod 2^32, so no two rows repeat and a
+    misrouted row changes C: ``x = i*2654435761 + j*40503 + 1; x = ((x >> 16) ^ x) * 0x45d9f3b;
+    x = ((x >> 16) ^ x) * 0x45d9f3b; x = (x >> 16) ^ x; B[i, j] = x / 2^32 - 0.5``.
+    """
+    mask = np.uint64(0xFFFFFFFF)
+    shift = np.uint64(16)
+    multiplier = np.uint64(0x45D9F3B)
+    rows = np.arange(row_start, row_stop, dtype=np.uint64)[:, None]
+    cols = np.arange(k, dtype=np.uint64)[None, :]
+    x = (rows * np.uint64(2654435761) + cols * np.uint64(40503) + np.uint64(1)) & mask
+    x = (((x >> shift) ^ x) * multiplier) & mask
+    x = (((x >> shift) ^ x) * multiplier) & mask
+    x = (x >> shift) ^ x
+    return (x / 2.0**32 - 0.5).astype(dtype)

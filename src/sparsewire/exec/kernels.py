@@ -1,25 +1,221 @@
-"""Local kernels. CPU: SciPy's CSR x dense product (sparsetools ``csr_matvecs``), single-threaded.
+"""Local kernels: the one place the executor's arithmetic happens (a GPU backend plugs in here).
 
-Every product in the executor goes through :func:`csr_times_dense`, the one place another backend
-(PyTorch, CuPy) would plug in.
+Operands are prepared once per executor (one plan, one k, one dtype, T threads): index arrays in
+the kernels' types, values cast to the dtype, and the row ranges of the T threads balanced by
+``nonzeros + rows`` (a row costs its nonzeros and one store of its C row). The products then write
+into preallocated outputs and allocate nothing per call.
+
+CPU backend: :mod:`sparsewire.exec.kernels_numba` (Numba; OpenMP threads where Numba has them).
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["csr_times_dense", "as_compute_matrix"]
+from sparsewire.errors import InputError
+from sparsewire.exec import kernels_numba as backend
+
+__all__ = [
+    "CsrOperand",
+    "TwoSourceOperand",
+    "GatherOperand",
+    "CscOperand",
+    "default_threads",
+    "set_threads",
+    "balanced_bounds",
+    "multiply",
+    "multiply_two_source",
+    "gather",
+    "apply_columns",
+    "copy",
+]
 
 
-def as_compute_matrix(matrix: sp.sparray, dtype: np.dtype) -> sp.csr_array:
-    """A copy of ``matrix`` in CSR with values of ``dtype`` (done once per plan, not per multiply)."""
-    return sp.csr_array(matrix, dtype=dtype, copy=True)
+def default_threads(ranks_on_node: int) -> int:
+    """``cores / ranks on this node``, at least 1 (cores: this process's CPU affinity)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, ranks_on_node))
 
 
-def csr_times_dense(matrix: sp.csr_array, dense: np.ndarray) -> np.ndarray:
-    """``matrix @ dense`` as a C-contiguous array of the dense operand's dtype.
+def set_threads(threads: int) -> None:
+    """Use ``threads`` threads in the threaded kernels of the calling thread."""
+    import numba
 
-    SciPy allocates the result; a preallocated output would need a compiled kernel of our own.
-    """
-    return np.ascontiguousarray(matrix @ dense)
+    if threads < 1:
+        raise InputError(f"threads must be at least 1 (got {threads})")
+    limit = numba.config.NUMBA_NUM_THREADS
+    if threads > limit:
+        raise InputError(
+            f"{threads} threads asked for but Numba's pool has {limit}; set NUMBA_NUM_THREADS={threads} "
+            "before Python starts (sparsewire sets it itself when it is imported before numba)"
+        )
+    numba.set_num_threads(threads)
+
+
+def balanced_bounds(indptr: np.ndarray, parts: int) -> np.ndarray:
+    """``parts + 1`` row offsets splitting a CSR matrix into ranges of about equal
+    ``nonzeros + rows``."""
+    n_rows = indptr.size - 1
+    work = indptr.astype(np.int64) + np.arange(n_rows + 1, dtype=np.int64)
+    targets = np.linspace(0, work[-1], parts + 1)
+    bounds = np.searchsorted(work, targets, side="left").astype(np.int64)
+    bounds[0], bounds[-1] = 0, n_rows
+    return np.maximum.accumulate(bounds)
+
+
+@dataclass(frozen=True, eq=False)
+class CsrOperand:
+    """A CSR matrix ready for :func:`multiply` on ``len(bounds) - 1`` threads."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    shape: tuple[int, int]
+    bounds: np.ndarray
+
+    @staticmethod
+    def from_matrix(matrix: sp.sparray, dtype: np.dtype, threads: int) -> CsrOperand:
+        csr = sp.csr_array(matrix)
+        csr.sum_duplicates()
+        indptr = csr.indptr.astype(np.int64)
+        return CsrOperand(
+            indptr, csr.indices.astype(np.int64), csr.data.astype(dtype), csr.shape, balanced_bounds(indptr, threads)
+        )
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indptr[-1])
+
+
+def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
+    """``out = A @ x`` or, with ``accumulate``, ``out += A @ x``; x and out row-major."""
+    if operand.bounds.size == 2:
+        backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate)
+    else:
+        backend.csr_dense_threads(operand.indptr, operand.indices, operand.data, x, out, operand.bounds, accumulate)
+
+
+@dataclass(frozen=True, eq=False)
+class TwoSourceOperand:
+    """A CSR matrix over two stacked dense blocks ``[x1 ; x2]`` (columns < ``n1`` index x1), its
+    rows cut into runs of one source so each row keeps its stored summation order."""
+
+    csr: CsrOperand
+    run_start: np.ndarray
+    row_runs: np.ndarray
+    run_second: np.ndarray
+    n1: int
+
+    @staticmethod
+    def from_matrix(matrix: sp.sparray, n1: int, dtype: np.dtype, threads: int) -> TwoSourceOperand:
+        """``matrix``'s rows must already be in the wanted summation order (not re-sorted)."""
+        csr = sp.csr_array(matrix)
+        indptr = csr.indptr.astype(np.int64)
+        second = csr.indices >= n1
+        indices = np.where(second, csr.indices - n1, csr.indices).astype(np.int64)
+        rows = np.repeat(np.arange(csr.shape[0]), np.diff(indptr))
+        starts = np.ones(csr.nnz, bool)
+        if csr.nnz:
+            starts[1:] = (rows[1:] != rows[:-1]) | (second[1:] != second[:-1])
+        run_start = np.append(np.flatnonzero(starts), csr.nnz).astype(np.int64)
+        row_runs = np.searchsorted(run_start[:-1], indptr, side="left").astype(np.int64)
+        operand = CsrOperand(indptr, indices, csr.data.astype(dtype), csr.shape, balanced_bounds(indptr, threads))
+        return TwoSourceOperand(operand, run_start, row_runs, second[run_start[:-1]].copy(), int(n1))
+
+
+def multiply_two_source(operand: TwoSourceOperand, x1: np.ndarray, x2: np.ndarray, out: np.ndarray) -> None:
+    """``out = A @ [x1 ; x2]``, each row summed in its stored order."""
+    csr = operand.csr
+    args = (csr.indptr, csr.indices, csr.data, operand.run_start, operand.row_runs, operand.run_second, x1, x2, operand.n1, out)
+    if csr.bounds.size == 2:
+        backend.two_source_range(*args, 0, csr.shape[0])
+    else:
+        backend.two_source_threads(*args, csr.bounds)
+
+
+@dataclass(frozen=True, eq=False)
+class GatherOperand:
+    """Row indices to gather (``out[r] = x[index[r]]``) on ``len(bounds) - 1`` threads."""
+
+    index: np.ndarray
+    bounds: np.ndarray
+
+    @staticmethod
+    def from_index(index: np.ndarray, threads: int) -> GatherOperand:
+        index = np.asarray(index, np.int64)
+        return GatherOperand(index, np.linspace(0, index.size, threads + 1).astype(np.int64))
+
+
+def gather(operand: GatherOperand, x: np.ndarray, out: np.ndarray) -> None:
+    """``out[r] = x[index[r]]`` for every row r of out."""
+    if operand.bounds.size == 2:
+        backend.gather_range(operand.index, x, out, 0, operand.index.size)
+    else:
+        backend.gather_threads(operand.index, x, out, operand.bounds)
+
+
+def gather_elements(operand: GatherOperand, x: np.ndarray, out_flat: np.ndarray, start: int, stop: int) -> None:
+    """Elements [start, stop) of the flattened gathered block (one thread; may cut rows)."""
+    backend.gather_elements(operand.index, x, out_flat, start, stop)
+
+
+def multiply_elements(operand: CsrOperand, x: np.ndarray, out_flat: np.ndarray, start: int, stop: int, accumulate: bool) -> None:
+    """Elements [start, stop) of the flattened ``A @ x`` (one thread; may cut rows)."""
+    backend.csr_elements(operand.indptr, operand.indices, operand.data, x, out_flat, start, stop, accumulate)
+
+
+@dataclass(frozen=True, eq=False)
+class CscOperand:
+    """A matrix in CSC, split by output rows among T threads: thread t's entries of column j are
+    ``rows/data[colptrs[t, j] : colptrs[t, j + 1]]``, all in rows ``[row_bounds[t], row_bounds[t+1])``."""
+
+    colptrs: np.ndarray
+    rows: np.ndarray
+    data: np.ndarray
+    shape: tuple[int, int]
+
+    @staticmethod
+    def from_matrix(matrix: sp.sparray, dtype: np.dtype, row_bounds: np.ndarray) -> CscOperand:
+        coo = sp.coo_array(matrix)
+        threads = row_bounds.size - 1
+        n_cols = coo.shape[1]
+        owner = np.searchsorted(row_bounds, coo.row, side="right") - 1
+        order = np.lexsort((coo.row, coo.col, owner))
+        key = owner[order].astype(np.int64) * n_cols + coo.col[order]
+        flat = np.searchsorted(key, np.arange(threads * n_cols + 1, dtype=np.int64), side="left")
+        # Thread t's column pointers are the flat pointers t * n_cols ... t * n_cols + n_cols.
+        positions = np.arange(threads, dtype=np.int64)[:, None] * n_cols + np.arange(n_cols + 1, dtype=np.int64)[None, :]
+        colptrs_2d = flat[positions]
+        return CscOperand(
+            np.ascontiguousarray(colptrs_2d, np.int64),
+            coo.row[order].astype(np.int64),
+            coo.data[order].astype(dtype),
+            coo.shape,
+        )
+
+
+def apply_columns(operand: CscOperand, buffer: np.ndarray, out: np.ndarray, col_start: int, col_stop: int) -> None:
+    """``out += A[:, col_start:col_stop] @ buffer[col_start:col_stop]`` (one received message)."""
+    if operand.colptrs.shape[0] == 1:
+        backend.csc_columns_range(operand.colptrs[0], operand.rows, operand.data, buffer, out, col_start, col_stop)
+    else:
+        backend.csc_columns_threads(operand.colptrs, operand.rows, operand.data, buffer, out, col_start, col_stop)
+
+
+def apply_elements(operand: CscOperand, thread: int, buffer_flat: np.ndarray, k: int, out: np.ndarray, start: int, stop: int) -> None:
+    """Thread ``thread``'s part of ``out += A @ buffer`` for elements [start, stop) of the
+    flattened buffer (one partition; whole rows and row fragments)."""
+    backend.csc_elements(operand.colptrs[thread], operand.rows, operand.data, buffer_flat, k, out, start, stop)
+
+
+def copy(source: np.ndarray, target: np.ndarray, threads: int) -> None:
+    """``target[:] = source[:]`` (1-D) on ``threads`` threads: the machine's copy bandwidth."""
+    bounds = np.linspace(0, source.size, threads + 1).astype(np.int64)
+    backend.copy_threads(source, target, bounds)
+
+
+warm_up = backend.warm_up

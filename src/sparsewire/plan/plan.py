@@ -97,6 +97,8 @@ class Exchange:
         send_kinds, receive_kinds: the record kind of every sent and received row (``DIRECT_B`` ...
             ``AGGREGATE_C``), so an executor over another algebra (semiring SpGEMM) can tell copied
             B rows from computed C rows.
+        receive_keys: the global key of every received row (column j of a B row, row i of a C
+            row), so a deterministic executor can sum a C row in ascending column order.
     """
 
     step: int
@@ -110,6 +112,7 @@ class Exchange:
     receive_matrix: sp.csr_array
     send_kinds: np.ndarray
     receive_kinds: np.ndarray
+    receive_keys: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -447,6 +450,7 @@ def _assemble(
                 receive_matrix=receive_matrix,
                 send_kinds=send_kind.astype(np.int8),
                 receive_kinds=recv_kind.astype(np.int8),
+                receive_keys=recv_key.astype(np.int64),
             )
         )
     setup_entries = int(np.count_nonzero(known.term_sender == rank))

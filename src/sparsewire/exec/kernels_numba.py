@@ -1,0 +1,213 @@
+"""CPU backend of :mod:`sparsewire.exec.kernels`: Numba kernels over row-major dense blocks.
+
+Every kernel writes into arrays the caller allocated once (no allocation per call) and releases
+the GIL. ``*_range`` kernels are serial over one range of rows or elements (one thread's share);
+``*_threads`` kernels run the ranges of ``bounds`` (T + 1 offsets) on T threads of Numba's pool.
+
+Accumulation order: a C row is summed nonzero by nonzero in the order its CSR row stores them,
+``c = a_0 x_0; c += a_1 x_1; ...`` (four nonzeros per pass over the row, keeping that order, so
+the row is loaded and stored once per four nonzeros instead of once per nonzero). So results do not
+depend on the number of threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(nogil=True, cache=True)
+def _row_product(indptr, indices, data, x, out, i, start, stop, accumulate):
+    """out[i] (+)= sum_{p in [start, stop)} data[p] * x[indices[p]], in order of p."""
+    k = out.shape[1]
+    p = start
+    if not accumulate:
+        if p == stop:
+            for c in range(k):
+                out[i, c] = 0.0
+            return
+        j = indices[p]
+        v = data[p]
+        for c in range(k):
+            out[i, c] = v * x[j, c]
+        p += 1
+    while p + 4 <= stop:
+        j0, j1, j2, j3 = indices[p], indices[p + 1], indices[p + 2], indices[p + 3]
+        v0, v1, v2, v3 = data[p], data[p + 1], data[p + 2], data[p + 3]
+        for c in range(k):
+            t = out[i, c]
+            t += v0 * x[j0, c]
+            t += v1 * x[j1, c]
+            t += v2 * x[j2, c]
+            t += v3 * x[j3, c]
+            out[i, c] = t
+        p += 4
+    while p < stop:
+        j = indices[p]
+        v = data[p]
+        for c in range(k):
+            out[i, c] += v * x[j, c]
+        p += 1
+
+
+@njit(nogil=True, cache=True)
+def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumulate):
+    """Rows [row_start, row_stop) of ``out (+)= A @ x`` (A in CSR)."""
+    for i in range(row_start, row_stop):
+        _row_product(indptr, indices, data, x, out, i, indptr[i], indptr[i + 1], accumulate)
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def csr_dense_threads(indptr, indices, data, x, out, bounds, accumulate):
+    """``out (+)= A @ x``, thread t computing rows [bounds[t], bounds[t+1])."""
+    for t in prange(bounds.size - 1):
+        csr_dense_range(indptr, indices, data, x, out, bounds[t], bounds[t + 1], accumulate)
+
+
+@njit(nogil=True, cache=True)
+def two_source_range(indptr, indices, data, run_start, row_runs, run_second, x1, x2, n1, out, row_start, row_stop):
+    """Rows of ``out = A @ [x1 ; x2]`` where A's columns < n1 index x1 and the others x2.
+
+    Each row's nonzeros are split into runs of one source (``run_start``, ``row_runs``,
+    ``run_second``), summed in stored order, so a row ordered by global column is summed in
+    ascending column order whichever buffer its entries live in.
+    """
+    k = out.shape[1]
+    for i in range(row_start, row_stop):
+        first = True
+        for r in range(row_runs[i], row_runs[i + 1]):
+            if run_second[r]:
+                _row_product(indptr, indices, data, x2, out, i, run_start[r], run_start[r + 1], not first)
+            else:
+                _row_product(indptr, indices, data, x1, out, i, run_start[r], run_start[r + 1], not first)
+            first = False
+        if first:
+            for c in range(k):
+                out[i, c] = 0.0
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def two_source_threads(indptr, indices, data, run_start, row_runs, run_second, x1, x2, n1, out, bounds):
+    """:func:`two_source_range` on T threads (rows split by ``bounds``)."""
+    for t in prange(bounds.size - 1):
+        two_source_range(indptr, indices, data, run_start, row_runs, run_second, x1, x2, n1, out, bounds[t], bounds[t + 1])
+
+
+@njit(nogil=True, cache=True)
+def gather_range(index, x, out, row_start, row_stop):
+    """out[r] = x[index[r]] for r in [row_start, row_stop) (packing B rows into a send buffer)."""
+    k = out.shape[1]
+    for r in range(row_start, row_stop):
+        j = index[r]
+        for c in range(k):
+            out[r, c] = x[j, c]
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def gather_threads(index, x, out, bounds):
+    """:func:`gather_range` on T threads."""
+    for t in prange(bounds.size - 1):
+        gather_range(index, x, out, bounds[t], bounds[t + 1])
+
+
+@njit(nogil=True, cache=True)
+def gather_elements(index, x, out_flat, element_start, element_stop):
+    """Elements [element_start, element_stop) of the flattened gathered block (one partition of a
+    partitioned message; it may start or end inside a row)."""
+    k = x.shape[1]
+    e = element_start
+    while e < element_stop:
+        r = e // k
+        c0 = e - r * k
+        c1 = min(k, c0 + element_stop - e)
+        j = index[r]
+        for c in range(c0, c1):
+            out_flat[r * k + c] = x[j, c]
+        e += c1 - c0
+
+
+@njit(nogil=True, cache=True)
+def csr_elements(indptr, indices, data, x, out_flat, element_start, element_stop, accumulate):
+    """Elements [element_start, element_stop) of the flattened ``A @ x`` (+= with ``accumulate``)."""
+    k = x.shape[1]
+    e = element_start
+    while e < element_stop:
+        r = e // k
+        c0 = e - r * k
+        c1 = min(k, c0 + element_stop - e)
+        base = r * k
+        if not accumulate:
+            for c in range(c0, c1):
+                out_flat[base + c] = 0.0
+        for p in range(indptr[r], indptr[r + 1]):
+            j = indices[p]
+            v = data[p]
+            for c in range(c0, c1):
+                out_flat[base + c] += v * x[j, c]
+        e += c1 - c0
+
+
+@njit(nogil=True, cache=True)
+def csc_columns_range(colptr, rows, data, buffer, out, col_start, col_stop):
+    """``out[rows] += A[:, col_start:col_stop] @ buffer[col_start:col_stop]`` with A in CSC
+    (one received message: Collom & Bienz Alg. 1, ``mult_append_msg``)."""
+    k = out.shape[1]
+    for j in range(col_start, col_stop):
+        for p in range(colptr[j], colptr[j + 1]):
+            i = rows[p]
+            v = data[p]
+            for c in range(k):
+                out[i, c] += v * buffer[j, c]
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def csc_columns_threads(colptrs, rows, data, buffer, out, col_start, col_stop):
+    """:func:`csc_columns_range` on T threads; thread t holds the CSC of its own output rows
+    (``colptrs[t]``), so no two threads write one C row and no atomics are needed."""
+    for t in prange(colptrs.shape[0]):
+        csc_columns_range(colptrs[t], rows, data, buffer, out, col_start, col_stop)
+
+
+@njit(nogil=True, cache=True)
+def csc_elements(colptr, rows, data, buffer_flat, k, out, element_start, element_stop):
+    """Apply elements [element_start, element_stop) of a flattened receive buffer: whole B rows
+    and the fragments of rows a partition cuts (Collom & Bienz Algs. 4 and 5)."""
+    e = element_start
+    while e < element_stop:
+        j = e // k
+        c0 = e - j * k
+        c1 = min(k, c0 + element_stop - e)
+        base = j * k
+        for p in range(colptr[j], colptr[j + 1]):
+            i = rows[p]
+            v = data[p]
+            for c in range(c0, c1):
+                out[i, c] += v * buffer_flat[base + c]
+        e += c1 - c0
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def copy_threads(source, target, bounds):
+    """target[:] = source[:] on T threads (the copy-bandwidth reference of the benchmarks)."""
+    for t in prange(bounds.size - 1):
+        for e in range(bounds[t], bounds[t + 1]):
+            target[e] = source[e]
+
+
+def warm_up() -> None:
+    """Compile (or load from Numba's cache) every kernel for float32 and float64 by calling it
+    once on tiny inputs, so the first timed multiply does not pay for compilation."""
+    for dtype in (np.float32, np.float64):
+        indptr = np.array([0, 1], np.int64)
+        indices = np.zeros(1, np.int64)
+        data = np.ones(1, dtype)
+        x = np.ones((1, 2), dtype)
+        out = np.zeros((1, 2), dtype)
+        bounds = np.array([0, 1], np.int64)
+        csr_dense_threads(indptr, indices, data, x, out, bounds, True)
+        two_source_threads(indptr, indices, data, indptr, indptr, np.zeros(1, np.bool_), x, x, 1, out, bounds)
+        gather_threads(indices, x, out, bounds)
+        gather_elements(indices, x, out.reshape(-1), 0, 2)
+        csr_elements(indptr, indices, data, x, out.reshape(-1), 0, 2, True)
+        csc_columns_threads(indptr.reshape(1, 2), indices, data, x, out, 0, 1)
+        csc_elements(indptr, indices, data, x.reshape(-1), 2, out, 0, 2)
