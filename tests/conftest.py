@@ -47,13 +47,13 @@ def run_cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProces
     )
 
 
-def run_mpi(ranks: int, args: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
+def run_mpi(ranks: int, args: list[str], timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:
     """``mpiexec -n RANKS python ARGS``; a deadlock becomes a TimeoutExpired failure, not a hang."""
     return subprocess.run(
         [mpiexec_path(), "-n", str(ranks), sys.executable, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=CHILD_ENV,
+        env={**CHILD_ENV, **(env or {})},
         cwd=ROOT,
     )

@@ -14,10 +14,44 @@ from conftest import SHARED_MATRICES, _seed, run_mpi
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_executor_plans_results_and_bytes(ranks):
-    completed = run_mpi(ranks, ["tests/mpi_driver.py", str(_seed())], timeout=240)
+    completed = run_mpi(ranks, ["tests/mpi_driver.py", str(_seed()), "1,2,3"], timeout=400)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    # cases x (flat: 4 strategies x 3 modes + hierarchical: 3 strategies x 2 topologies x 3 modes), on every rank
-    assert completed.stdout.strip() == f"OK {7 * (4 * 3 + 3 * 2 * 3) * ranks}"
+    # cases x (flat: 4 strategies x 5 modes + hierarchical: 3 strategies x 2 topologies x 5 modes) x 3 thread
+    # counts, on every rank
+    assert completed.stdout.strip() == f"OK {7 * (4 * 5 + 3 * 2 * 5) * 3 * ranks}"
+
+
+def test_partitioned_fallback_to_point_to_point():
+    environment = {"SPARSEWIRE_PARTITIONED": "off"}
+    completed = run_mpi(3, ["tests/mpi_driver.py", str(_seed()), "2"], timeout=400, env=environment)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    notices = [line for line in completed.stderr.splitlines() if "notice" in line]
+    assert notices == [
+        "sparsewire: notice: MPI partitioned communication is not available; the partitioned mode runs on "
+        "persistent point-to-point requests, one per partition"
+    ]
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_deterministic_mode_is_bitwise_identical(ranks):
+    completed = run_mpi(ranks, ["tests/executor_driver.py", "deterministic", str(_seed())], timeout=300)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    # 7 strategies x (4 merged-layout modes x 3 thread counts) compared bitwise; the column-based
+    # ones (3) also in the pipelined mode (3 thread counts)
+    assert completed.stdout.strip() == f"OK deterministic {7 * 12 + 3 * 3}"
+
+
+def test_multiply_allocates_under_64_kib_after_the_first_call():
+    completed = run_mpi(2, ["tests/executor_driver.py", "allocation", str(_seed())], timeout=300)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert completed.stdout.startswith("OK allocation bulk=")
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_corrupted_plan_fails_the_bytes_check(ranks):
+    completed = run_mpi(ranks, ["tests/executor_driver.py", "corrupted", str(_seed())], timeout=120)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "received 33 elements from rank 0 in exchange 0 but its plan expects 36" in completed.stdout
 
 
 def spmm_json(ranks, matrix, *extra, timeout=240):
@@ -31,7 +65,7 @@ def spmm_json(ranks, matrix, *extra, timeout=240):
 @pytest.mark.parametrize("ranks", [3, 4])
 def test_cli_spmm_all_strategies_and_modes(ranks):
     report = spmm_json(ranks, "rmat:10:8:5", "--strategy", "all", "--mode", "all", "--check", "--repeat", "2", "--k", "8")
-    assert report["ranks"] == ranks and len(report["runs"]) == 4 * 3
+    assert report["ranks"] == ranks and len(report["runs"]) == 4 * 5
     checksums = {round(run["checksum_sum"], 9) for run in report["runs"]}
     assert len(checksums) == 1  # every strategy and mode computes the same C
     for run in report["runs"]:
@@ -61,7 +95,7 @@ def test_cli_spmm_hierarchical_strategies_every_mode(ranks, group_size, proxy):
         ranks, "rmat:10:8:3", "--group-size", str(group_size), "--proxy", proxy, "--strategy", HIERARCHICAL,
         "--mode", "all", "--check", "--repeat", "2", "--k", "4",
     )
-    assert_hierarchical_runs(report, 3 * 3)
+    assert_hierarchical_runs(report, 3 * 5)
     assert {run["layout"] for run in report["runs"] if run["mode"] == "pipelined"} == {"pipelined"}
 
 
@@ -76,7 +110,7 @@ def test_cli_spmm_hierarchical_when_groups_need_nothing_from_each_other(tmp_path
     path = tmp_path / "two_islands.mtx"
     scipy.io.mmwrite(path, sp.coo_array(dense))
     report = spmm_json(4, str(path), "--group-size", "2", "--strategy", HIERARCHICAL, "--mode", "all", "--check", "--repeat", "1")
-    assert_hierarchical_runs(report, 3 * 3)
+    assert_hierarchical_runs(report, 3 * 5)
     for run in report["runs"]:
         assert run["inter_group_bytes"] == 0 and run["intra_group_bytes"] > 0
 
@@ -108,7 +142,7 @@ def test_cli_spmm_hierarchical_on_shared_matrices(path):
     report = spmm_json(
         4, str(path), "--group-size", "2", "--strategy", HIERARCHICAL, "--mode", "all", "--check", "--repeat", "1"
     )
-    assert_hierarchical_runs(report, 3 * 3)
+    assert_hierarchical_runs(report, 3 * 5)
 
 
 def test_cli_spmm_errors_are_one_line_without_hang(tmp_path):

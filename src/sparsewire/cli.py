@@ -28,6 +28,7 @@ MATRIX_HELP = (
     "uniform:ROWS[xCOLS]:PER_ROW[:SEED]"
 )
 DTYPES = {"float32": np.float32, "float64": np.float64}
+DEFAULT_MODE = "overlap"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,9 +102,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     spmm.add_argument(
         "--mode",
-        default="overlap",
-        help="bulk, overlap, pipelined (CoLa Alg. 3: one stage per remote group, double buffers), a comma list, "
-        "or all (default: overlap)",
+        default=DEFAULT_MODE,
+        help="bulk (exchange, then compute), overlap (diagonal block while messages fly), pipelined (CoLa Alg. 3: "
+        "one stage per remote group, double buffers), early (each message multiplied as it arrives), partitioned "
+        f"(MPI-4 partitioned messages, one partition per thread), a comma list, or all (default: {DEFAULT_MODE})",
+    )
+    spmm.add_argument(
+        "--threads",
+        "-T",
+        type=_positive_int,
+        help="threads per rank for the local kernels and partitions per message (default: cores / ranks on the node)",
+    )
+    spmm.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="fixed summation order: C bitwise identical across runs, modes and threads (and across P for block, "
+        "column, column-hier); C is computed after all messages arrive",
     )
     spmm.add_argument("--repeat", type=_positive_int, default=10, help="timed multiplies per run (default: 10)")
     spmm.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition (default: even)")
@@ -238,6 +252,11 @@ def _run_spmm(args: argparse.Namespace) -> int:
     if args.topology is not None and args.topology.strip().lower() != "mpi":
         _topology(args)  # reject an unknown preset before MPI starts
 
+    import mpi4py
+
+    # Only the partitioned mode with several threads calls MPI from more than one thread.
+    several_threads = args.threads is None or args.threads > 1
+    mpi4py.rc.thread_level = "multiple" if "partitioned" in modes and several_threads else "funneled"
     from mpi4py import MPI
 
     from sparsewire.comm.runtime import limit_threads_per_rank
@@ -247,7 +266,7 @@ def _run_spmm(args: argparse.Namespace) -> int:
     topology = _topology(args, comm)
     if topology is not None and topology.rank_groups is None:
         topology.groups(comm.Get_size())
-    threads = limit_threads_per_rank(comm)
+    limit_threads_per_rank(comm)
     progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
     results = run_spmm_session(
         comm,
@@ -262,6 +281,8 @@ def _run_spmm(args: argparse.Namespace) -> int:
         symmetrize=args.symmetrize,
         topology=topology,
         proxy=args.proxy,
+        threads=args.threads,
+        deterministic=args.deterministic,
         progress=progress,
     )
     if comm.Get_rank() != 0:
@@ -271,13 +292,14 @@ def _run_spmm(args: argparse.Namespace) -> int:
         if len(results) == 1:
             print(json.dumps(results[0]))
         else:
-            common = {key: results[0][key] for key in ("matrix", "n_rows", "n_cols", "nnz", "ranks", "k", "dtype")}
+            common = {key: results[0][key] for key in ("matrix", "n_rows", "n_cols", "nnz", "ranks", "threads", "k", "dtype")}
             print(json.dumps({**common, "runs": results}))
         return 1 if failed else 0
     first = results[0]
     print(
         f"{first['matrix']}: {first['n_rows']} x {first['n_cols']}, {first['nnz']} nonzeros; P = {first['ranks']}, "
-        f"k = {first['k']}, {first['dtype']}, {threads} thread(s) per rank, {args.repeat} timed multiplies"
+        f"k = {first['k']}, {first['dtype']}, {first['threads']} thread(s) per rank, {args.repeat} timed multiplies"
+        + (", deterministic" if args.deterministic else "")
     )
     baseline = next((r["median_seconds"] for r in results if r["strategy"] == "block"), None)
     rows = []
@@ -287,7 +309,7 @@ def _run_spmm(args: argparse.Namespace) -> int:
                 r["strategy"],
                 r["mode"],
                 format_bytes(r["planned_bytes"]),
-                "yes" if _bytes_match(r) else f"NO ({r['measured_bytes']})",
+                "yes" if _bytes_match(r) else f"NO ({r['measured_bytes']}, {r['delivery_problems']} bad messages)",
                 r["messages"],
                 f"{r['median_seconds'] * 1e3:.3f}",
                 f"{r['min_seconds'] * 1e3:.3f}",
@@ -297,11 +319,14 @@ def _run_spmm(args: argparse.Namespace) -> int:
             + ([format_bytes(r["inter_group_bytes"]), f"{r['predicted_seconds'] * 1e3:.4f}"] if topology is not None else [])
             + ([f"{r['max_abs_error']:.2e}"] if args.check else [])
         )
-    headers = ["strategy", "mode", "bytes/multiply", "measured=planned", "messages", "median ms", "min ms", "speedup vs block", "plan s"]
+    headers = ["strategy", "mode", "bytes/multiply", "MPI delivered=planned", "messages", "median ms", "min ms", "speedup vs block", "plan s"]
     headers += ["inter-group", "predicted ms"] if topology is not None else []
     if topology is not None:
         print(f"topology {topology.describe()}; proxy {args.proxy}")
     print(format_table(headers + (["max abs error"] if args.check else []), rows))
+    for r in results:
+        if "first_delivery_problem" in r:
+            print(f"sparsewire: {r['strategy']}/{r['mode']}: {r['first_delivery_problem']}", file=sys.stderr)
     if failed:
         print("sparsewire: error: a run moved other bytes than planned or failed --check; see the table", file=sys.stderr)
         return 1
@@ -309,8 +334,9 @@ def _run_spmm(args: argparse.Namespace) -> int:
 
 
 def _bytes_match(result: dict) -> bool:
-    """Measured bytes equal the plan's, in total and per link class."""
-    same = result["measured_bytes"] == result["planned_bytes"]
+    """Bytes MPI delivered equal the plan's, in total and per link class, and every message had
+    the size its receiver's plan expects."""
+    same = result["measured_bytes"] == result["planned_bytes"] and result["delivery_problems"] == 0
     if "inter_group_bytes" in result:
         same = same and result["measured_inter_group_bytes"] == result["inter_group_bytes"]
         same = same and result["measured_intra_group_bytes"] == result["intra_group_bytes"]

@@ -73,6 +73,8 @@ def run_spmm_session(
     symmetrize: bool = False,
     topology: Topology | None = None,
     proxy: str = "local",
+    threads: int | None = None,
+    deterministic: bool = False,
     progress=None,
 ) -> list[dict] | None:
     """Collective. Run every (strategy, mode) on the matrix ``spec`` and return one result dict per
@@ -80,8 +82,11 @@ def run_spmm_session(
 
     Each run: plan collectively (timed; one plan per layout, shared by the modes that run it), one
     untimed warm-up multiply, then ``repeat`` timed multiplies, each between barriers and timed as
-    the slowest rank's time. With a topology, every run also reports planned and measured bytes per
-    link class (``intra_group`` / ``inter_group``) and the predicted communication time.
+    the slowest rank's time. Measured bytes are what MPI delivered (receive statuses), summed over
+    the ranks; with a topology, every run also reports planned and measured bytes per link class
+    (``intra_group`` / ``inter_group``, each counted from the senders' groups) and the predicted
+    communication time. ``delivery_problems`` counts messages whose size differed from the
+    receiver's plan.
     """
     rank = comm.Get_rank()
     dtype = np.dtype(dtype)
@@ -130,19 +135,23 @@ def run_spmm_session(
             plan, plan_seconds, stats = plans[layout_for_mode(mode)]
             if progress and rank == 0:
                 progress(f"running {strategy.value}/{mode}")
-            with SpmmExecutor(plan, comm, k, dtype, mode) as executor:
-                result = executor.multiply(b_local)  # warm-up: first-touch of buffers, MPI connections
+            with SpmmExecutor(plan, comm, k, dtype, mode, threads=threads, deterministic=deterministic) as executor:
+                result = np.empty((plan.local_shape[0], k), dtype)
+                executor.multiply(b_local, out=result)  # warm-up: first-touch of buffers, MPI connections
                 times = []
                 for _ in range(repeat):
                     comm.Barrier()
                     started = MPI.Wtime()
-                    result = executor.multiply(b_local)
+                    executor.multiply(b_local, out=result)
                     times.append(comm.allreduce(MPI.Wtime() - started, op=MPI.MAX))
-                measured = comm.allreduce(executor.bytes_sent, op=MPI.SUM)
-                measured_inter = 0
+                received = executor.bytes_received_from
+                measured = comm.allreduce(int(received.sum()), op=MPI.SUM)
                 if groups is not None:
-                    inter = groups != groups[rank]
-                    measured_inter = comm.allreduce(int(executor.bytes_sent_to[inter].sum()), op=MPI.SUM)
+                    same = groups == groups[rank]
+                    measured_intra = comm.allreduce(int(received[same].sum()), op=MPI.SUM)
+                    measured_inter = comm.allreduce(int(received[~same].sum()), op=MPI.SUM)
+                problems = [p for ps in comm.allgather(executor.delivery_problems) for p in ps]
+                used_threads = executor.threads
             checksum_sum = comm.allreduce(float(result.sum(dtype=np.float64)), op=MPI.SUM)
             checksum_squares = comm.allreduce(float(np.square(result, dtype=np.float64).sum()), op=MPI.SUM)
             gathered = comm.gather(result, root=0) if check else None
@@ -156,6 +165,8 @@ def run_spmm_session(
                 "ranks": comm.Get_size(),
                 "strategy": strategy.value,
                 "mode": mode,
+                "threads": used_threads,
+                "deterministic": deterministic,
                 "k": k,
                 "dtype": dtype.name,
                 "median_seconds": statistics.median(times) if times else None,
@@ -163,6 +174,7 @@ def run_spmm_session(
                 "plan_seconds": plan_seconds,
                 "planned_bytes": stats.total_bytes,
                 "measured_bytes": int(measured),
+                "delivery_problems": len(problems),
                 "messages": stats.messages,
                 "setup_bytes": stats.setup_bytes,
                 "layout": plan.layout,
@@ -175,9 +187,11 @@ def run_spmm_session(
                 row["proxy"] = proxy
                 row["intra_group_bytes"] = classes["intra_group_bytes"]
                 row["inter_group_bytes"] = classes["inter_group_bytes"]
-                row["measured_intra_group_bytes"] = int(measured) - int(measured_inter)
+                row["measured_intra_group_bytes"] = int(measured_intra)
                 row["measured_inter_group_bytes"] = int(measured_inter)
                 row["predicted_seconds"] = stats.as_dict()["predicted_seconds"]
+            if problems:
+                row["first_delivery_problem"] = problems[0]
             if check:
                 full = np.vstack(gathered).astype(np.float64)
                 row["max_abs_error"] = float(np.abs(full - reference).max(initial=0.0))

@@ -60,6 +60,7 @@ __all__ = ["SpmmExecutor", "MODES", "parse_modes", "layout_for_mode", "partition
 MODES = ("bulk", "overlap", "pipelined", "early", "partitioned")
 _TAG = 4242
 _FALLBACK_TAG = 8000
+_FALLBACK_NOTICE_GIVEN = False  # one notice line per process
 
 
 def parse_modes(text: str) -> list[str]:
@@ -304,7 +305,9 @@ class SpmmExecutor:
         self.dtype = np.dtype(dtype)
         self._mpi_type = mpi_datatype(self.dtype)
         self.use_partitioned = mode == "partitioned" and partitioned_available(comm)
-        if mode == "partitioned" and not self.use_partitioned and comm.Get_rank() == 0:
+        global _FALLBACK_NOTICE_GIVEN
+        if mode == "partitioned" and not self.use_partitioned and comm.Get_rank() == 0 and not _FALLBACK_NOTICE_GIVEN:
+            _FALLBACK_NOTICE_GIVEN = True
             print(
                 "sparsewire: notice: MPI partitioned communication is not available; the partitioned mode runs on "
                 "persistent point-to-point requests, one per partition",

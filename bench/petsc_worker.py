@@ -1,0 +1,73 @@
+"""PETSc side of bench/vs_petsc.py. Run by the system Python (Debian's python3-petsc4py) under the
+system ``mpirun``; needs only NumPy and petsc4py, never sparsewire.
+
+    mpirun -n P python3 bench/petsc_worker.py DIR K1,K2,... REPEAT
+
+DIR holds ``indptr.npy``, ``indices.npy`` (the CSR pattern, values 1) and ``offsets.npy`` (the row
+partition, the same as sparsewire's). B is the same hash as ``sparsewire.generators.deterministic_dense``.
+Per k: ``C = A.matMult(B)`` once (symbolic + numeric), one untimed ``matMult(B, result=C)``, then
+REPEAT timed ``matMult(B, result=C)`` (numeric phase only, MAT_REUSE_MATRIX), each between two barriers
+(so rank 0's time is the slowest rank's; Debian's system Python has no mpi4py for a max-reduction).
+Prints one JSON line per k on rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+from petsc4py import PETSc
+
+
+def hash_block(row_start: int, row_stop: int, k: int) -> np.ndarray:
+    mask, shift, multiplier = np.uint64(0xFFFFFFFF), np.uint64(16), np.uint64(0x45D9F3B)
+    rows = np.arange(row_start, row_stop, dtype=np.uint64)[:, None]
+    cols = np.arange(k, dtype=np.uint64)[None, :]
+    x = (rows * np.uint64(2654435761) + cols * np.uint64(40503) + np.uint64(1)) & mask
+    x = (((x >> shift) ^ x) * multiplier) & mask
+    x = (((x >> shift) ^ x) * multiplier) & mask
+    x = (x >> shift) ^ x
+    return x / 2.0**32 - 0.5
+
+
+def main() -> None:
+    directory, ks, repeat = sys.argv[1], [int(v) for v in sys.argv[2].split(",")], int(sys.argv[3])
+    comm = PETSc.COMM_WORLD
+    rank, size = comm.getRank(), comm.getSize()
+    indptr = np.load(f"{directory}/indptr.npy", mmap_mode="r")
+    indices = np.load(f"{directory}/indices.npy", mmap_mode="r")
+    offsets = np.load(f"{directory}/offsets.npy")
+    assert offsets.size == size + 1, "row partition made for another rank count"
+    n = int(indptr.size - 1)
+    start, stop = int(offsets[rank]), int(offsets[rank + 1])
+    local_indptr = np.asarray(indptr[start : stop + 1] - indptr[start], dtype=PETSc.IntType)
+    local_indices = np.asarray(indices[indptr[start] : indptr[stop]], dtype=PETSc.IntType)
+    values = np.ones(local_indices.size, dtype=PETSc.ScalarType)
+    a = PETSc.Mat().createAIJ(((stop - start, n), (stop - start, n)), csr=(local_indptr, local_indices, values), comm=comm)
+    a.assemble()
+    for k in ks:
+        b = PETSc.Mat().createDense(((stop - start, n), (PETSc.DECIDE, k)), array=np.asfortranarray(hash_block(start, stop, k)), comm=comm)
+        b.assemble()
+        c = a.matMult(b)
+        a.matMult(b, result=c)
+        times = []
+        for _ in range(repeat):
+            comm.barrier()
+            started = time.perf_counter()
+            a.matMult(b, result=c)
+            comm.barrier()
+            times.append(time.perf_counter() - started)
+        sums = PETSc.Vec().createMPI((1, size), comm=comm)
+        sums.setValue(rank, float(c.getDenseArray().sum()))
+        sums.assemble()
+        total = sums.sum()
+        if rank == 0:
+            print(json.dumps({"k": k, "ranks": size, "median_seconds": float(np.median(times)), "checksum_sum": total}), flush=True)
+        b.destroy()
+        c.destroy()
+
+
+if __name__ == "__main__":
+    main()
