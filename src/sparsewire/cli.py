@@ -127,6 +127,31 @@ def build_parser() -> argparse.ArgumentParser:
     spmm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     spmm.set_defaults(handler=_run_spmm)
 
+    eigs = commands.add_parser(
+        "eigs",
+        help="largest-magnitude eigenpairs of a symmetric matrix under mpiexec (block Krylov on one SpMM plan)",
+        description=(
+            "Compute the --nev largest-magnitude eigenvalues of a symmetric matrix by a restarted block Krylov method "
+            "with Rayleigh-Ritz: every multiply is one distributed SpMM of width --block on one plan; the small dense "
+            "problems are solved on every rank. Prints eigenvalues, iterations, multiplies per second and bytes per "
+            "iteration."
+        ),
+    )
+    eigs.add_argument("matrix", help=MATRIX_HELP)
+    eigs.add_argument("--nev", type=_positive_int, default=4, help="eigenpairs wanted (default: 4)")
+    eigs.add_argument("--block", type=_positive_int, help="block width b >= nev (default: nev + 4)")
+    eigs.add_argument("--steps", type=_positive_int, default=8, help="blocks per Krylov basis before a restart (default: 8)")
+    eigs.add_argument("--tol", type=float, default=1e-8, help="relative residual ||Ax - theta x|| / |theta| (default: 1e-8)")
+    eigs.add_argument("--max-iterations", type=_positive_int, default=500, help="restart cycles before giving up (default: 500)")
+    eigs.add_argument("--strategy", default="joint", help="block, column, row or joint (default: joint)")
+    eigs.add_argument("--mode", default=DEFAULT_MODE, help=f"executor mode, as for spmm (default: {DEFAULT_MODE})")
+    eigs.add_argument("--threads", "-T", type=_positive_int, help="threads per rank (default: cores / ranks on the node)")
+    eigs.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition (default: even)")
+    eigs.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
+    eigs.add_argument("--check", action="store_true", help="compare with SciPy's eigsh (ARPACK) on rank 0")
+    eigs.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
+    eigs.set_defaults(handler=_run_eigs)
+
     from sparsewire.spgemm.commands import add_commands as add_spgemm_commands
     from sparsewire.sim.commands import add_commands as add_simulation_commands
 
@@ -329,6 +354,57 @@ def _run_spmm(args: argparse.Namespace) -> int:
             print(f"sparsewire: {r['strategy']}/{r['mode']}: {r['first_delivery_problem']}", file=sys.stderr)
     if failed:
         print("sparsewire: error: a run moved other bytes than planned or failed --check; see the table", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_eigs(args: argparse.Namespace) -> int:
+    from sparsewire.exec.spmm import parse_modes
+    from sparsewire.plan.strategies import parse_strategies
+
+    strategies = parse_strategies(args.strategy, executable_only=True, hierarchical=False)
+    modes = parse_modes(args.mode)
+    if len(strategies) != 1 or len(modes) != 1:
+        raise InputError("eigs runs one strategy and one mode; give one of each")
+    if not args.tol > 0:
+        raise InputError(f"--tol must be positive (got {args.tol})")
+    import mpi4py
+
+    mpi4py.rc.thread_level = "multiple" if modes[0] == "partitioned" and args.threads != 1 else "funneled"
+    from mpi4py import MPI
+
+    from sparsewire.comm.runtime import limit_threads_per_rank
+    from sparsewire.exec.session import run_eigs_session
+
+    comm = MPI.COMM_WORLD
+    limit_threads_per_rank(comm)
+    progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
+    report = run_eigs_session(
+        comm, args.matrix, args.nev, block=args.block, steps=args.steps, tol=args.tol,
+        max_iterations=args.max_iterations, strategy=strategies[0], mode=modes[0], threads=args.threads,
+        partition=args.partition, symmetrize=args.symmetrize, check=args.check, progress=progress,
+    )
+    if comm.Get_rank() != 0:
+        return 0
+    failed = not report["converged"] or report.get("max_relative_difference", 0.0) > 1e-6
+    if args.json:
+        print(json.dumps(report))
+        return 1 if failed else 0
+    print(
+        f"{report['matrix']}: n = {report['n']}, {report['nnz']} nonzeros; P = {report['ranks']}, "
+        f"{report['threads']} thread(s) per rank, {report['strategy']}/{report['mode']}, block {report['block']}"
+    )
+    rows = [[i + 1, f"{value:.12g}", f"{residual:.2e}"] + ([f"{report['reference_eigenvalues'][i]:.12g}"] if args.check else [])
+            for i, (value, residual) in enumerate(zip(report["eigenvalues"], report["residuals"]))]
+    print(format_table(["#", "eigenvalue", "residual"] + (["eigsh (ARPACK)"] if args.check else []), rows))
+    print(
+        f"{'converged' if report['converged'] else 'NOT converged'} after {report['iterations']} iterations, "
+        f"{report['multiplies']} multiplies ({report['multiplies_per_second']:.1f} per second), "
+        f"{format_bytes(report['bytes_per_iteration'])} per iteration, {report['seconds']:.3f} s"
+        + (f"; largest relative difference to eigsh {report['max_relative_difference']:.2e}" if args.check else "")
+    )
+    if failed:
+        print("sparsewire: error: eigs did not converge or differs from eigsh by more than 1e-6; see above", file=sys.stderr)
         return 1
     return 0
 

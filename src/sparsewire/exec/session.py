@@ -1,7 +1,8 @@
-"""A distributed SpMM session: load on rank 0, partition, hand out rows, plan, run, check.
+"""Distributed SpMM sessions: load on rank 0, partition, hand out rows, plan, run, check.
 
-This is the ``load -> partition -> plan -> execute -> report`` pipeline of ``sparsewire spmm``,
-as a collective function that returns the result rows (on rank 0) for the CLI to print.
+These are the ``load -> partition -> plan -> execute -> report`` pipelines of ``sparsewire spmm``
+and ``sparsewire eigs``, as collective functions that return results (on rank 0) for the CLI to
+print.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sparsewire.plan.stats import plan_stats, rank_send_summary
 from sparsewire.plan.strategies import Strategy
 from sparsewire.topology import Topology
 
-__all__ = ["DistributedMatrix", "distribute_matrix", "run_spmm_session", "check_tolerance"]
+__all__ = ["DistributedMatrix", "distribute_matrix", "run_spmm_session", "run_eigs_session", "check_tolerance"]
 
 
 @dataclass(frozen=True)
@@ -198,3 +199,92 @@ def run_spmm_session(
                 row["check_passed"] = bool(row["max_abs_error"] <= check_tolerance(dtype, reference))
             results.append(row)
     return results if rank == 0 else None
+
+
+def run_eigs_session(
+    comm: MPI.Comm,
+    spec: str,
+    nev: int,
+    *,
+    block: int | None = None,
+    steps: int = 8,
+    tol: float = 1e-8,
+    max_iterations: int = 500,
+    strategy: Strategy = Strategy.JOINT,
+    mode: str = "overlap",
+    threads: int | None = None,
+    partition: str = "even",
+    symmetrize: bool = False,
+    check: bool = False,
+    progress=None,
+) -> dict | None:
+    """Collective. The ``nev`` largest-magnitude eigenvalues of the symmetric matrix ``spec`` by
+    :func:`~sparsewire.exec.eigensolver.block_krylov_eigs` on one plan; a result dict on rank 0
+    (None elsewhere). ``check`` adds SciPy's ``eigsh`` (ARPACK) on rank 0 and the largest relative
+    difference."""
+    from sparsewire.exec.eigensolver import block_krylov_eigs
+
+    rank = comm.Get_rank()
+    block = block or nev + 4
+    matrix, problem = None, None
+    if rank == 0:
+        try:
+            matrix = load_matrix(spec, symmetrize=symmetrize)
+            if matrix.shape[0] != matrix.shape[1]:
+                problem = f"{spec} is {matrix.shape[0]} x {matrix.shape[1]}; eigs needs a square symmetric matrix"
+            elif nonfinite_entries(matrix):
+                problem = f"{spec}: stored values are NaN or infinite; clean the matrix first"
+            elif abs(matrix - matrix.T).max() != 0:
+                problem = f"{spec} is not symmetric; eigs computes eigenpairs of symmetric matrices (use --symmetrize for edge lists)"
+            elif not 1 <= nev < matrix.shape[0]:
+                problem = f"--nev {nev} must be between 1 and n - 1 = {matrix.shape[0] - 1}"
+            elif block < nev:
+                problem = f"--block {block} must be at least --nev {nev}"
+        except Exception as error:  # reported on every rank by agree_on_error
+            problem = str(error)
+    agree_on_error(comm, problem)
+    distributed = distribute_matrix(comm, matrix, partition)
+    plan = build_rank_plan_collective(
+        comm, distributed.local_rows, distributed.row_partition, distributed.col_partition, strategy, None,
+        layout=layout_for_mode(mode),
+    )
+    with SpmmExecutor(plan, comm, block, np.float64, mode, threads=threads) as executor:
+        result = block_krylov_eigs(
+            executor, int(distributed.row_partition.offsets[rank]), distributed.shape[0], nev,
+            steps=steps, tol=tol, max_iterations=max_iterations, progress=progress,
+        )
+        bytes_per_multiply = comm.allreduce(executor.bytes_received, op=MPI.SUM)
+        used_threads = executor.threads
+    seconds = comm.allreduce(result.seconds, op=MPI.MAX)
+    multiply_seconds = comm.allreduce(result.multiply_seconds, op=MPI.MAX)
+    if rank != 0:
+        return None
+    report = {
+        "matrix": spec,
+        "n": distributed.shape[0],
+        "nnz": distributed.nnz,
+        "ranks": comm.Get_size(),
+        "threads": used_threads,
+        "strategy": strategy.value,
+        "mode": mode,
+        "nev": nev,
+        "block": block,
+        "eigenvalues": result.eigenvalues.tolist(),
+        "residuals": result.residuals.tolist(),
+        "converged": result.converged,
+        "iterations": result.iterations,
+        "multiplies": result.multiplies,
+        "seconds": seconds,
+        "multiply_seconds": multiply_seconds,
+        "multiplies_per_second": result.multiplies / multiply_seconds if multiply_seconds > 0 else None,
+        "bytes_per_multiply": int(bytes_per_multiply),
+        "bytes_per_iteration": int(bytes_per_multiply) * result.multiplies / max(result.iterations, 1),
+    }
+    if check:
+        from scipy.sparse.linalg import eigsh
+
+        reference = eigsh(sp.csr_array(matrix, dtype=np.float64), k=nev, which="LM", return_eigenvectors=False, tol=1e-12)
+        reference = reference[np.argsort(-np.abs(reference), kind="stable")]
+        report["reference_eigenvalues"] = reference.tolist()
+        report["max_relative_difference"] = float(np.max(np.abs(result.eigenvalues - reference) / np.abs(reference)))
+    return report

@@ -68,7 +68,7 @@ def add_commands(commands, matrix_help: str, positive_int) -> None:
     calibrate = commands.add_parser(
         "calibrate",
         help="measure this machine's local SpMM rate for the compute model of 'simulate'",
-        description="Time SciPy's CSR x dense product on an R-MAT graph (scale 16, edge factor 8) at k = 16, 32, 64 "
+        description="Time the executor's CSR x dense kernel (one thread) on an R-MAT graph (scale 16, edge factor 8) at k = 16, 32, 64 "
         "and write the median rate in nonzero-columns per second to a JSON file.",
     )
     calibrate.add_argument("--output", help=f"where to write (default: {default_calibration_path()})")
@@ -111,19 +111,23 @@ def add_commands(commands, matrix_help: str, positive_int) -> None:
 
 
 def measure_compute_rate(repeat: int = 5, progress=None) -> dict:
-    """Median local SpMM rate (nonzero-columns per second) of SciPy's CSR x dense on this machine."""
-    from sparsewire.exec.kernels import csr_times_dense
+    """Median local SpMM rate (nonzero-columns per second) of the executor's CSR x dense kernel on
+    one thread of this machine."""
+    from sparsewire.exec import kernels
     from sparsewire.generators import rmat
 
     matrix = rmat(16, 8, seed=1).astype(np.float64)
+    kernels.set_threads(1)
+    operand = kernels.CsrOperand.from_matrix(matrix, np.float64, 1)
     per_k = {}
     for k in (16, 32, 64):
         dense = np.random.default_rng(k).random((matrix.shape[1], k))
-        csr_times_dense(matrix, dense)
+        out = np.empty((matrix.shape[0], k))
+        kernels.multiply(operand, dense, out)
         times = []
         for _ in range(repeat):
             started = time.perf_counter()
-            csr_times_dense(matrix, dense)
+            kernels.multiply(operand, dense, out)
             times.append(time.perf_counter() - started)
         per_k[str(k)] = matrix.nnz * k / float(np.median(times))
         if progress:

@@ -1,0 +1,63 @@
+"""``sparsewire eigs`` under mpiexec: known spectra, SciPy's eigsh, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse as sp
+
+from conftest import SHARED_DATA, run_mpi
+
+
+def eigs_json(ranks, matrix, *extra, timeout=300):
+    completed = run_mpi(ranks, ["-m", "sparsewire", "eigs", matrix, "--json", *extra], timeout=timeout)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_grid_laplacian_eigenvalues_are_the_analytic_ones(ranks):
+    # 5-point Laplacian on a 30 x 17 grid: 4 - 2 cos(pi i / 31) - 2 cos(pi j / 18).
+    i, j = np.meshgrid(np.arange(1, 31), np.arange(1, 18))
+    exact = np.sort((4 - 2 * np.cos(np.pi * i / 31) - 2 * np.cos(np.pi * j / 18)).ravel())[::-1][:3]
+    report = eigs_json(ranks, "stencil2d:30:17", "--nev", "3", "--threads", "1")
+    assert report["converged"] and report["iterations"] >= 1 and report["multiplies"] >= report["iterations"]
+    np.testing.assert_allclose(report["eigenvalues"], exact, rtol=1e-9)
+    assert report["ranks"] == ranks and report["seconds"] > 0
+    assert (report["bytes_per_multiply"] > 0) == (ranks > 1)
+
+
+@pytest.mark.parametrize("ranks, mode", [(2, "early"), (3, "partitioned"), (4, "bulk")])
+def test_random_symmetric_matrix_against_eigsh(tmp_path, rng, ranks, mode):
+    upper = sp.random_array((300, 300), density=0.03, rng=rng, format="coo")
+    upper.data = rng.integers(-5, 6, upper.nnz).astype(float)
+    symmetric = sp.triu(upper, 1) + sp.triu(upper, 1).T + sp.diags_array(rng.integers(-3, 4, 300).astype(float))
+    path = tmp_path / "symmetric.mtx"
+    scipy.io.mmwrite(path, sp.coo_array(symmetric))
+    report = eigs_json(ranks, str(path), "--nev", "5", "--mode", mode, "--check")
+    assert report["converged"] and report["max_relative_difference"] <= 1e-6
+    magnitudes = np.abs(report["eigenvalues"])
+    assert np.all(magnitudes[:-1] >= magnitudes[1:] - 1e-12)
+
+
+SYMMETRIC = ["bcsstk25", "delaunay_n16", "luxembourg_osm"]
+
+
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data is not present")
+@pytest.mark.parametrize("name", SYMMETRIC)
+def test_shared_symmetric_matrices_against_eigsh(name):
+    report = eigs_json(2, str(SHARED_DATA / f"{name}.mtx.gz"), "--nev", "4", "--check", timeout=600)
+    assert report["converged"] and report["max_relative_difference"] <= 1e-6, report
+
+
+def test_eigs_bad_input_is_one_line(tmp_path):
+    path = tmp_path / "directed.mtx"
+    scipy.io.mmwrite(path, sp.coo_array(np.array([[0.0, 1.0], [0.0, 0.0]])))
+    completed = run_mpi(2, ["-m", "sparsewire", "eigs", str(path)], timeout=60)
+    assert completed.returncode == 2 and "not symmetric" in completed.stderr
+    assert len(completed.stderr.strip().splitlines()) == 1
+    too_many = run_mpi(2, ["-m", "sparsewire", "eigs", "stencil2d:4", "--nev", "3", "--block", "2"], timeout=60)
+    assert too_many.returncode == 2 and "--block 2 must be at least --nev 3" in too_many.stderr
