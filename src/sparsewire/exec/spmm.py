@@ -287,10 +287,11 @@ class SpmmExecutor:
                 f"mode {mode!r} runs plans with the {layout_for_mode(mode)!r} layout but this plan is {plan.layout!r}; "
                 f"build it with layout={layout_for_mode(mode)!r}"
             )
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        ranks_on_node = node.Get_size()
+        node.Free()
         if threads is None:
-            node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-            threads = kernels.default_threads(node.Get_size())
-            node.Free()
+            threads = kernels.default_threads(ranks_on_node)
         if threads < 1:
             raise InputError(f"threads must be at least 1 (got {threads})")
         if mode == "partitioned" and threads > 1 and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
@@ -299,7 +300,7 @@ class SpmmExecutor:
                 f"but MPI was initialised at level {MPI.Query_thread()}; set mpi4py.rc.thread_level = 'multiple' before "
                 "importing mpi4py.MPI, or use threads=1"
             )
-        kernels.set_threads(threads)
+        kernels.set_threads(threads, ranks_on_node)
         self.plan, self.comm, self.k, self.mode = plan, comm, int(k), mode
         self.threads, self.deterministic = int(threads), bool(deterministic)
         self.dtype = np.dtype(dtype)

@@ -1,0 +1,88 @@
+"""The local CSR x dense kernel's achieved bandwidth against the machine's copy bandwidth, in one run.
+
+    .venv/bin/python bench/kernel_bandwidth.py [--matrices M ...] [--ks 8,32,128] [--threads 1,2]
+
+Copy bandwidth: a threaded copy of a 256 MiB array (bytes read + bytes written per second), the
+same threads as the kernel. Kernel: ``C = A @ B`` into a preallocated C, bytes = A once (values,
+column indices, row pointers) + B once + C once, per second: the rate if every byte crossed the
+memory bus once. Matrices whose rows reach B rows far apart read B rows several times from memory
+(the ratio is then below what a reordering would give). SciPy's ``A @ B`` (allocating C) is
+timed beside it. Medians of ``--repeat`` runs; writes bench/results/kernel_bandwidth.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, default_matrices, short_name  # noqa: E402
+
+from sparsewire.exec import kernels  # noqa: E402
+from sparsewire.generators import deterministic_dense  # noqa: E402
+from sparsewire.io import load_matrix  # noqa: E402
+from sparsewire.report import format_table  # noqa: E402
+
+
+def median_seconds(function, repeat: int) -> float:
+    function()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - started)
+    return float(np.median(times))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--matrices", nargs="*", default=default_matrices(["stencil3d:40:27"]), help="matrix files or generator specs")
+    parser.add_argument("--ks", default="8,32,128", help="block widths (default: 8,32,128)")
+    parser.add_argument("--threads", default="1,2", help="thread counts (default: 1,2)")
+    parser.add_argument("--repeat", type=int, default=10, help="timed runs (default: 10)")
+    args = parser.parse_args()
+    ks = [int(v) for v in args.ks.split(",")]
+    thread_counts = [int(v) for v in args.threads.split(",")]
+    source = np.ones(32 * 1024 * 1024)
+    target = np.empty_like(source)
+    copy_bandwidth = {}
+    for threads in thread_counts:
+        kernels.set_threads(threads)
+        seconds = median_seconds(lambda: kernels.copy(source, target, threads), args.repeat)
+        copy_bandwidth[threads] = 2 * source.nbytes / seconds
+        print(f"copy bandwidth, {threads} thread(s): {copy_bandwidth[threads] / 1e9:.1f} GB/s", file=sys.stderr, flush=True)
+    results, rows = [], []
+    for spec in args.matrices:
+        matrix = load_matrix(spec)
+        n_rows, n_cols = matrix.shape
+        for k in ks:
+            b = deterministic_dense(0, n_cols, k)
+            out = np.empty((n_rows, k))
+            moved = matrix.nnz * (8 + 8) + (n_rows + 1) * 8 + (n_cols + n_rows) * k * 8
+            scipy_seconds = median_seconds(lambda: matrix @ b, max(3, args.repeat // 3))
+            for threads in thread_counts:
+                kernels.set_threads(threads)
+                operand = kernels.CsrOperand.from_matrix(matrix, np.float64, threads)
+                seconds = median_seconds(lambda: kernels.multiply(operand, b, out), args.repeat)
+                np.testing.assert_allclose(out, matrix @ b, rtol=1e-12, atol=1e-12)
+                achieved = moved / seconds
+                entry = {"matrix": short_name(spec), "k": k, "threads": threads, "seconds": seconds, "bytes": moved,
+                         "achieved_bytes_per_second": achieved, "copy_bytes_per_second": copy_bandwidth[threads],
+                         "fraction_of_copy": achieved / copy_bandwidth[threads], "scipy_seconds": scipy_seconds}
+                results.append(entry)
+                rows.append([short_name(spec), k, threads, f"{seconds * 1e3:.3f}", f"{achieved / 1e9:.1f}",
+                             f"{copy_bandwidth[threads] / 1e9:.1f}", f"{100 * entry['fraction_of_copy']:.0f}%",
+                             f"{scipy_seconds * 1e3:.3f}", f"{scipy_seconds / seconds:.1f}x"])
+    print(format_table(["matrix", "k", "threads", "kernel ms", "GB/s", "copy GB/s", "of copy", "SciPy ms (1 thread)", "vs SciPy"], rows))
+    out_dir = ROOT / "bench" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "kernel_bandwidth.json").write_text(json.dumps({"copy_bytes_per_second": copy_bandwidth, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
