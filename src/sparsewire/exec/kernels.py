@@ -225,5 +225,3 @@ def copy(source: np.ndarray, target: np.ndarray, threads: int) -> None:
     bounds = np.linspace(0, source.size, threads + 1).astype(np.int64)
     backend.copy_threads(source, target, bounds)
 
-
-warm_up = backend.warm_up

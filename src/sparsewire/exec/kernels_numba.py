@@ -221,22 +221,3 @@ def copy_threads(source, target, bounds):
     for t in prange(bounds.size - 1):
         for e in range(bounds[t], bounds[t + 1]):
             target[e] = source[e]
-
-
-def warm_up() -> None:
-    """Compile (or load from Numba's cache) every kernel for float32 and float64 by calling it
-    once on tiny inputs, so the first timed multiply does not pay for compilation."""
-    for dtype in (np.float32, np.float64):
-        indptr = np.array([0, 1], np.int64)
-        indices = np.zeros(1, np.int64)
-        data = np.ones(1, dtype)
-        x = np.ones((1, 2), dtype)
-        out = np.zeros((1, 2), dtype)
-        bounds = np.array([0, 1], np.int64)
-        csr_dense_threads(indptr, indices, data, x, out, bounds, True)
-        two_source_threads(indptr, indices, data, indptr, indptr, np.zeros(1, np.bool_), x, x, 1, out, bounds)
-        gather_threads(indices, x, out, bounds)
-        gather_elements(indices, x, out.reshape(-1), 0, 2)
-        csr_elements(indptr, indices, data, x, out.reshape(-1), 0, 2, True)
-        csc_columns_threads(indptr.reshape(1, 2), indices, data, x, out, 0, 1)
-        csc_elements(indptr, indices, data, x.reshape(-1), 2, out, 0, 2)

@@ -196,7 +196,6 @@ class _Exchange:
         self.recv_requests: list = []
         self.recv_statuses = [MPI.Status() for _ in self.recv_ranks]
         self.fallback_statuses = [[MPI.Status() for _ in range(threads)] for _ in self.recv_ranks] if partitioned else []
-        self.partitioned = partitioned
         self.partition_requests_send: list[list] = []
         self.partition_requests_recv: list[list] = []
         comm, mpi_type = executor.comm, executor._mpi_type
@@ -233,7 +232,6 @@ class _Exchange:
                 self.recv_requests.append(comm.Recv_init([flat_recv[start : start + count], mpi_type], source, tag))
             for destination, start, count in zip(self.send_ranks, self.send_offsets[:-1] * k, send_elements):
                 self.send_requests.append(comm.Send_init([flat_send[start : start + int(count)], mpi_type], destination, tag))
-        # Views per message for packing partitions (made once: no allocation per multiply).
         self.send_flat = flat_send
         self.recv_flat = flat_recv
 
