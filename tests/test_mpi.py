@@ -174,3 +174,18 @@ def test_cli_spmm_topology_from_mpi_groups_one_node():
     for run in report["runs"]:
         assert run["topology"] == "mpi-nodes" and run["inter_group_bytes"] == 0
         assert run["measured_intra_group_bytes"] == run["planned_bytes"] > 0 and run["max_abs_error"] <= 1e-9
+
+
+def test_default_mode_follows_the_benchmark_rule():
+    # 2 ranks x 1 thread fit this test's cores only where there are 2 or more; the rule itself:
+    from sparsewire.exec.kernels import default_threads
+    from sparsewire.exec.spmm import choose_mode
+
+    cores = default_threads(1)
+    assert choose_mode(8, 1, 1) == "early" and choose_mode(16, 1, 1) == "early"
+    assert choose_mode(32, 1, 1) == "overlap"
+    assert choose_mode(8, cores + 1, 1) == "overlap"  # oversubscribed: overlap
+    small = spmm_json(1, "stencil2d:12", "--k", "4", "--threads", "1", "--check", "--repeat", "1")
+    large = spmm_json(1, "stencil2d:12", "--k", "32", "--threads", "1", "--check", "--repeat", "1")
+    assert small["mode"] == "early" and large["mode"] == "overlap"
+    assert small["max_abs_error"] <= 1e-9 and large["max_abs_error"] <= 1e-9

@@ -10,10 +10,13 @@ Importing ``sparsewire`` does not initialise MPI; only :mod:`sparsewire.comm` an
 """
 
 import os as _os
+import sys as _sys
 
 # Numba fixes the size of its thread pool when it is first imported; let ``threads=T`` go up to
-# 64 per rank (threads are started only when asked for).
-_os.environ.setdefault("NUMBA_NUM_THREADS", str(max(64, _os.cpu_count() or 1)))
+# 64 per rank (threads are started only when asked for). Once numba is imported the setting must
+# not change (Numba refuses a different value later), so then its own default stays.
+if "numba" not in _sys.modules:
+    _os.environ.setdefault("NUMBA_NUM_THREADS", str(max(64, _os.cpu_count() or 1)))
 
 from sparsewire.errors import InputError, PlanMismatchError, SparsewireError  # noqa: E402
 from sparsewire.generators import deterministic_dense

@@ -28,7 +28,7 @@ MATRIX_HELP = (
     "uniform:ROWS[xCOLS]:PER_ROW[:SEED]"
 )
 DTYPES = {"float32": np.float32, "float64": np.float64}
-DEFAULT_MODE = "overlap"
+DEFAULT_MODE = "auto"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MODE,
         help="bulk (exchange, then compute), overlap (diagonal block while messages fly), pipelined (CoLa Alg. 3: "
         "one stage per remote group, double buffers), early (each message multiplied as it arrives), partitioned "
-        f"(MPI-4 partitioned messages, one partition per thread), a comma list, or all (default: {DEFAULT_MODE})",
+        "(MPI-4 partitioned messages, one partition per thread), a comma list, all, or auto: early for k <= 16 when "
+        f"ranks x threads fit the cores, else overlap (chosen by bench/async_modes.py; default: {DEFAULT_MODE})",
     )
     spmm.add_argument(
         "--threads",
@@ -144,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     eigs.add_argument("--tol", type=float, default=1e-8, help="relative residual ||Ax - theta x|| / |theta| (default: 1e-8)")
     eigs.add_argument("--max-iterations", type=_positive_int, default=500, help="restart cycles before giving up (default: 500)")
     eigs.add_argument("--strategy", default="joint", help="block, column, row or joint (default: joint)")
-    eigs.add_argument("--mode", default=DEFAULT_MODE, help=f"executor mode, as for spmm (default: {DEFAULT_MODE})")
+    eigs.add_argument("--mode", default=DEFAULT_MODE, help=f"executor mode or auto, as for spmm (default: {DEFAULT_MODE})")
     eigs.add_argument("--threads", "-T", type=_positive_int, help="threads per rank (default: cores / ranks on the node)")
     eigs.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition (default: even)")
     eigs.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")

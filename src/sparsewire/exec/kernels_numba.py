@@ -142,16 +142,20 @@ def gather_threads(index, x, out, bounds):
 @njit(nogil=True, cache=True)
 def gather_elements(index, x, out_flat, element_start, element_stop):
     """Elements [element_start, element_stop) of the flattened gathered block (one partition of a
-    partitioned message; it may start or end inside a row)."""
+    partitioned message; it may start or end inside a row).
+
+    Loops run over views from 0: an index that starts at a run-time value may be negative to
+    Numba, whose wraparound check then stops vectorisation (measured: a copy at 8 vs 25 GB/s)."""
     k = x.shape[1]
     e = element_start
     while e < element_stop:
         r = e // k
         c0 = e - r * k
         c1 = min(k, c0 + element_stop - e)
-        j = index[r]
-        for c in range(c0, c1):
-            out_flat[r * k + c] = x[j, c]
+        target = out_flat[r * k + c0 : r * k + c1]
+        source = x[index[r], c0:c1]
+        for c in range(target.size):
+            target[c] = source[c]
         e += c1 - c0
 
 
@@ -164,15 +168,15 @@ def csr_elements(indptr, indices, data, x, out_flat, element_start, element_stop
         r = e // k
         c0 = e - r * k
         c1 = min(k, c0 + element_stop - e)
-        base = r * k
+        target = out_flat[r * k + c0 : r * k + c1]
         if not accumulate:
-            for c in range(c0, c1):
-                out_flat[base + c] = 0.0
+            for c in range(target.size):
+                target[c] = 0.0
         for p in range(indptr[r], indptr[r + 1]):
-            j = indices[p]
+            source = x[indices[p], c0:c1]
             v = data[p]
-            for c in range(c0, c1):
-                out_flat[base + c] += v * x[j, c]
+            for c in range(target.size):
+                target[c] += v * source[c]
         e += c1 - c0
 
 
@@ -206,12 +210,12 @@ def csc_elements(colptr, rows, data, buffer_flat, k, out, element_start, element
         j = e // k
         c0 = e - j * k
         c1 = min(k, c0 + element_stop - e)
-        base = j * k
+        source = buffer_flat[j * k + c0 : j * k + c1]
         for p in range(colptr[j], colptr[j + 1]):
-            i = rows[p]
+            target = out[rows[p], c0:c1]
             v = data[p]
-            for c in range(c0, c1):
-                out[i, c] += v * buffer_flat[base + c]
+            for c in range(source.size):
+                target[c] += v * source[c]
         e += c1 - c0
 
 
@@ -219,5 +223,7 @@ def csc_elements(colptr, rows, data, buffer_flat, k, out, element_start, element
 def copy_threads(source, target, bounds):
     """target[:] = source[:] on T threads (the copy-bandwidth reference of the benchmarks)."""
     for t in prange(bounds.size - 1):
-        for e in range(bounds[t], bounds[t + 1]):
-            target[e] = source[e]
+        source_part = source[bounds[t] : bounds[t + 1]]
+        target_part = target[bounds[t] : bounds[t + 1]]
+        for e in range(source_part.size):
+            target_part[e] = source_part[e]

@@ -53,6 +53,17 @@ def distribute_matrix(comm: MPI.Comm, matrix: sp.csr_array | None, partition: st
     return DistributedMatrix(sp.csr_array(local_rows), RowPartition(row_offsets), RowPartition(col_offsets), shape, nnz)
 
 
+def _auto_mode(comm: MPI.Comm, k: int, threads: int | None) -> str:
+    """Collective. :func:`~sparsewire.exec.spmm.choose_mode` for this node's ranks."""
+    from sparsewire.exec.kernels import default_threads
+    from sparsewire.exec.spmm import choose_mode
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks_on_node = node.Get_size()
+    node.Free()
+    return choose_mode(k, ranks_on_node, threads or default_threads(ranks_on_node))
+
+
 def check_tolerance(dtype: np.dtype, reference: np.ndarray) -> float:
     """Largest acceptable |C - C_ref| for ``--check``: 1e-9 in float64, 1e-3 * max(1, max|C_ref|) in float32."""
     if np.dtype(dtype) == np.float64:
@@ -107,6 +118,8 @@ def run_spmm_session(
             elif bad:
                 print(f"sparsewire: warning: {spec}: {bad} stored values are NaN or infinite; C will hold NaN", file=sys.stderr)
     agree_on_error(comm, problem)
+    if modes == ["auto"]:
+        modes = [_auto_mode(comm, k, threads)]
     distributed = distribute_matrix(comm, matrix, partition)
     col_start, col_stop = distributed.col_partition.range(rank)
     b_local = deterministic_dense(col_start, col_stop, k, dtype)
@@ -243,6 +256,8 @@ def run_eigs_session(
         except Exception as error:  # reported on every rank by agree_on_error
             problem = str(error)
     agree_on_error(comm, problem)
+    if mode == "auto":
+        mode = _auto_mode(comm, block, threads)
     distributed = distribute_matrix(comm, matrix, partition)
     plan = build_rank_plan_collective(
         comm, distributed.local_rows, distributed.row_partition, distributed.col_partition, strategy, None,

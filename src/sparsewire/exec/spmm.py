@@ -55,7 +55,7 @@ from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec import kernels
 from sparsewire.plan.plan import AGGREGATE_C, DIRECT_C, RankPlan
 
-__all__ = ["SpmmExecutor", "MODES", "parse_modes", "layout_for_mode", "partitioned_available"]
+__all__ = ["SpmmExecutor", "MODES", "parse_modes", "layout_for_mode", "partitioned_available", "choose_mode"]
 
 MODES = ("bulk", "overlap", "pipelined", "early", "partitioned")
 _TAG = 4242
@@ -63,14 +63,30 @@ _FALLBACK_TAG = 8000
 _FALLBACK_NOTICE_GIVEN = False  # one notice line per process
 
 
+def choose_mode(k: int, ranks_on_node: int, threads: int) -> str:
+    """The default mode, from ``bench/async_modes.py`` on the 2-core reference machine (8 matrices,
+    k = 1 ... 256, geometric mean of the time ratio to ``bulk``): with ranks x threads within the
+    cores, ``early`` 0.87 and ``overlap`` 0.94 for k <= 16, ``overlap`` 1.03 and ``early`` 1.08
+    above; oversubscribed (4 ranks on 2 cores), ``overlap`` 0.99 and ``early`` 1.77 (its
+    ``MPI_Waitany`` polling takes the cores other ranks need). So ``early`` for k <= 16 when the
+    cores suffice, else ``overlap``."""
+    from sparsewire.exec.kernels import default_threads
+
+    within_cores = ranks_on_node * threads <= default_threads(1)
+    return "early" if within_cores and k <= 16 else "overlap"
+
+
 def parse_modes(text: str) -> list[str]:
-    """Parse a comma-separated list of executor modes (``all`` means every mode)."""
+    """Parse a comma-separated list of executor modes (``all`` means every mode; ``auto`` is
+    resolved by :func:`choose_mode` once k and the threads are known)."""
     names = [name.strip().lower() for name in text.split(",") if name.strip()]
     if names == ["all"]:
         return list(MODES)
+    if names == ["auto"]:
+        return names
     for name in names:
         if name not in MODES:
-            raise InputError(f"unknown mode {name!r}; choose from {', '.join(MODES)} or all")
+            raise InputError(f"unknown mode {name!r}; choose from {', '.join(MODES)}, auto or all")
     if not names:
         raise InputError(f"no mode given; choose from {', '.join(MODES)}")
     return list(dict.fromkeys(names))
