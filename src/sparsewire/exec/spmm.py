@@ -151,7 +151,6 @@ class _Exchange:
             self.recv_offsets = _offsets(_padded_rows(exchange.recv_counts, k, threads))
         else:
             self.send_offsets, self.recv_offsets = send_offsets, recv_offsets
-        self.padding_elements = int(self.recv_offsets[-1] - recv_offsets[-1]) * k
         self.expected_elements = (np.diff(recv_offsets) * k).tolist()
         self.recv_elements = (np.diff(self.recv_offsets) * k).tolist()
         send_rows_map = _row_map(send_offsets, self.send_offsets)
@@ -231,7 +230,7 @@ class _Exchange:
                 size = count // threads
                 self.partition_requests_recv.append(
                     [
-                        comm.Recv_init([flat_recv[start + t * size : start + (t + 1) * size], mpi_type], source, _FALLBACK_TAG + index * 64 + t)
+                        comm.Recv_init([flat_recv[start + t * size : start + (t + 1) * size], mpi_type], source, _FALLBACK_TAG + index * threads + t)
                         for t in range(threads)
                     ]
                 )
@@ -239,7 +238,7 @@ class _Exchange:
                 size = int(count) // threads
                 self.partition_requests_send.append(
                     [
-                        comm.Send_init([flat_send[start + t * size : start + (t + 1) * size], mpi_type], destination, _FALLBACK_TAG + index * 64 + t)
+                        comm.Send_init([flat_send[start + t * size : start + (t + 1) * size], mpi_type], destination, _FALLBACK_TAG + index * threads + t)
                         for t in range(threads)
                     ]
                 )
@@ -314,6 +313,14 @@ class SpmmExecutor:
                 f"but MPI was initialised at level {MPI.Query_thread()}; set mpi4py.rc.thread_level = 'multiple' before "
                 "importing mpi4py.MPI, or use threads=1"
             )
+        if mode == "partitioned":
+            # Both ends of a message must cut it into the same partitions (and the same padding).
+            fewest, most = comm.allreduce(threads, op=MPI.MIN), comm.allreduce(threads, op=MPI.MAX)
+            if fewest != most:
+                raise InputError(
+                    f"the partitioned mode needs the same number of threads on every rank (got {fewest} to {most}); "
+                    "pass threads explicitly"
+                )
         kernels.set_threads(threads, ranks_on_node)
         self.plan, self.comm, self.k, self.mode = plan, comm, int(k), mode
         self.threads, self.deterministic = int(threads), bool(deterministic)
