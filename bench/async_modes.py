@@ -8,7 +8,9 @@ One ``mpiexec -n P`` run per (matrix, P, T) loads the matrix once, plans once pe
 ``--strategy``, default joint; the pipelined mode on groups of one rank, so it pipelines one round
 per remote rank), and times every mode and k (one warm-up, then ``--repeat`` multiplies between
 barriers, the slowest rank's time). P x T above the machine's cores oversubscribes it: those rows
-are marked. Prints a table and writes bench/results/async_modes.json.
+are marked. With ``--deterministic`` every mode is also timed with ``deterministic=True`` and a
+second table gives its cost (time / the same mode's). Prints the tables and writes
+bench/results/async_modes.json.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from common import ROOT, default_matrices, short_name  # noqa: E402
 CONFIGURATIONS = [(2, 1), (2, 2), (4, 1)]
 
 
-def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int) -> None:
+def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int, deterministic_too: bool) -> None:
     import numpy as np
     from mpi4py import MPI
 
@@ -51,9 +53,9 @@ def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int)
     start, stop = distributed.col_partition.range(rank)
     for k in ks:
         b = deterministic_dense(start, stop, k)
-        for mode in MODES:
+        for mode, deterministic in [(m, d) for m in MODES for d in ((False, True) if deterministic_too else (False,))]:
             plan = plans[layout_for_mode(mode)]
-            with SpmmExecutor(plan, comm, k, np.float64, mode, threads=threads) as executor:
+            with SpmmExecutor(plan, comm, k, np.float64, mode, threads=threads, deterministic=deterministic) as executor:
                 out = np.empty((plan.local_shape[0], k))
                 executor.multiply(b, out=out)
                 times = []
@@ -65,8 +67,8 @@ def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int)
                 checksum = comm.allreduce(float(out.sum()), op=MPI.SUM)
                 delivered = comm.allreduce(executor.bytes_received, op=MPI.SUM)
             if rank == 0:
-                print(json.dumps({"k": k, "mode": mode, "median_seconds": statistics.median(times), "checksum": checksum,
-                                  "bytes": delivered}), flush=True)
+                print(json.dumps({"k": k, "mode": mode, "deterministic": deterministic, "median_seconds": statistics.median(times),
+                                  "checksum": checksum, "bytes": delivered}), flush=True)
 
 
 def main() -> None:
@@ -75,28 +77,31 @@ def main() -> None:
     parser.add_argument("--ks", default="1,4,16,64,256", help="block widths (default: 1,4,16,64,256)")
     parser.add_argument("--repeat", type=int, default=10, help="timed multiplies per mode (default: 10)")
     parser.add_argument("--strategy", default="joint", help="strategy (default: joint)")
+    parser.add_argument("--deterministic", action="store_true", help="also time every mode with deterministic=True")
     parser.add_argument("--worker", nargs=2, metavar=("MATRIX", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     ks = [int(v) for v in args.ks.split(",")]
     if args.worker:
-        worker(args.worker[0], ks, args.repeat, args.strategy, int(args.worker[1]))
+        worker(args.worker[0], ks, args.repeat, args.strategy, int(args.worker[1]), args.deterministic)
         return
     from sparsewire.report import format_table
 
     cores = len(os.sched_getaffinity(0))
     mpiexec = str(Path(sys.executable).parent / "mpiexec")
-    results, rows = [], []
+    results, rows, deterministic_rows = [], [], []
     for matrix in args.matrices:
         for ranks, threads in CONFIGURATIONS:
             print(f"{short_name(matrix)}: P={ranks} T={threads}", file=sys.stderr, flush=True)
             command = [mpiexec, "-n", str(ranks), sys.executable, __file__, "--worker", matrix, str(threads),
                        "--ks", args.ks, "--repeat", str(args.repeat), "--strategy", args.strategy]
+            command += ["--deterministic"] if args.deterministic else []
             completed = subprocess.run(command, capture_output=True, text=True, timeout=3600)
             if completed.returncode != 0:
                 sys.exit(f"worker failed: {completed.stderr[-2000:]}")
             entries = [json.loads(line) for line in completed.stdout.strip().splitlines()]
             for k in ks:
-                here = {e["mode"]: e for e in entries if e["k"] == k}
+                here = {e["mode"]: e for e in entries if e["k"] == k and not e["deterministic"]}
+                fixed = {e["mode"]: e for e in entries if e["k"] == k and e["deterministic"]}
                 bulk = here["bulk"]["median_seconds"]
                 checksums = {round(e["checksum"], 6) for e in here.values()}
                 for mode, e in here.items():
@@ -104,11 +109,23 @@ def main() -> None:
                              "median_seconds": e["median_seconds"], "ratio_to_bulk": e["median_seconds"] / bulk,
                              "bytes": e["bytes"], "oversubscribed": ranks * threads > cores, "checksums_agree": len(checksums) == 1}
                     results.append(entry)
+                for mode, e in fixed.items():
+                    results.append({"matrix": short_name(matrix), "ranks": ranks, "threads": threads, "k": k, "mode": mode,
+                                    "deterministic": True, "median_seconds": e["median_seconds"],
+                                    "ratio_to_same_mode": e["median_seconds"] / here[mode]["median_seconds"],
+                                    "oversubscribed": ranks * threads > cores})
+                if fixed:
+                    deterministic_rows.append([short_name(matrix), f"{ranks}x{threads}", k]
+                                              + [f"{fixed[m]['median_seconds'] / here[m]['median_seconds']:.2f}" for m in here])
                 rows.append([short_name(matrix), f"{ranks}x{threads}" + (" (over)" if ranks * threads > cores else ""), k,
                              f"{bulk * 1e3:.3f}"] + [f"{here[m]['median_seconds'] / bulk:.2f}" for m in here if m != "bulk"]
                             + ["yes" if len(checksums) == 1 else "NO"])
     modes = [m for m in ("overlap", "pipelined", "early", "partitioned")]
     print(format_table(["matrix", "PxT", "k", "bulk ms"] + [f"{m}/bulk" for m in modes] + ["same C"], rows))
+    if deterministic_rows:
+        print()
+        print("deterministic=True, time / the same mode's")
+        print(format_table(["matrix", "PxT", "k", "bulk"] + modes, deterministic_rows))
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "async_modes.json").write_text(json.dumps({"results": results}, indent=1))
