@@ -34,8 +34,9 @@ order. So C is bitwise identical across runs, modes and thread counts, and for t
 strategies across P too (the serial CSR product in ascending column order).
 
 Bytes are counted by MPI: after each multiply ``bytes_received_from[q]`` holds the bytes the
-receive statuses report from rank q, and ``delivery_problems`` names every message whose count
-differs from what this rank's plan expects (the plans of two ranks disagree).
+receive statuses report from rank q, and ``delivery_problems`` names every message, over all of the
+executor's multiplies, whose count differed from what this rank's plan expects (the plans of two
+ranks disagree).
 
 Buffers, operands and requests are made once per executor (one plan, one k, one dtype, T threads);
 ``multiply(b, out=c)`` then allocates nothing that grows with the problem.
