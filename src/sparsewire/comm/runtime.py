@@ -13,12 +13,21 @@ from mpi4py import MPI
 from threadpoolctl import threadpool_limits
 
 from sparsewire.errors import InputError
+from sparsewire.exec.kernels import default_threads
 
-__all__ = ["limit_threads_per_rank", "agree_on_error", "mpi_datatype", "THREADS_ENVIRONMENT_VARIABLE"]
+__all__ = ["ranks_on_node", "limit_threads_per_rank", "agree_on_error", "mpi_datatype", "THREADS_ENVIRONMENT_VARIABLE"]
 
 THREADS_ENVIRONMENT_VARIABLE = "SPARSEWIRE_THREADS_PER_RANK"
 
 _MPI_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE}
+
+
+def ranks_on_node(comm: MPI.Comm) -> int:
+    """Collective. How many ranks of ``comm`` share this rank's node (its shared memory)."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    size = node.Get_size()
+    node.Free()
+    return size
 
 
 def limit_threads_per_rank(comm: MPI.Comm) -> int:
@@ -28,9 +37,7 @@ def limit_threads_per_rank(comm: MPI.Comm) -> int:
     slower ring exchanges on 2 cores), so every rank caps its pools. ``SPARSEWIRE_THREADS_PER_RANK``
     overrides the computed value. Returns the cap.
     """
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    ranks_on_node = node.Get_size()
-    node.Free()
+    sharing = ranks_on_node(comm)
     setting = os.environ.get(THREADS_ENVIRONMENT_VARIABLE)
     if setting:
         try:
@@ -40,8 +47,7 @@ def limit_threads_per_rank(comm: MPI.Comm) -> int:
         except ValueError:
             raise InputError(f"{THREADS_ENVIRONMENT_VARIABLE}={setting!r} must be a positive integer") from None
     else:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        threads = max(1, cores // ranks_on_node)
+        threads = default_threads(sharing)
     threadpool_limits(limits=threads)
     return threads
 

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error
+from sparsewire.comm.runtime import agree_on_error, ranks_on_node
 from sparsewire.exec.spmm import SpmmExecutor, layout_for_mode
 from sparsewire.generators import deterministic_dense
 from sparsewire.io import load_matrix, nonfinite_entries
@@ -58,10 +58,8 @@ def _auto_mode(comm: MPI.Comm, k: int, threads: int | None) -> str:
     from sparsewire.exec.kernels import default_threads
     from sparsewire.exec.spmm import choose_mode
 
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    ranks_on_node = node.Get_size()
-    node.Free()
-    return choose_mode(k, ranks_on_node, threads or default_threads(ranks_on_node))
+    sharing = ranks_on_node(comm)
+    return choose_mode(k, sharing, threads or default_threads(sharing))
 
 
 def check_tolerance(dtype: np.dtype, reference: np.ndarray) -> float:

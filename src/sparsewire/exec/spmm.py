@@ -51,7 +51,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import mpi_datatype
+from sparsewire.comm.runtime import mpi_datatype, ranks_on_node
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec import kernels
 from sparsewire.plan.plan import AGGREGATE_C, DIRECT_C, RankPlan
@@ -64,7 +64,7 @@ _FALLBACK_TAG = 8000
 _FALLBACK_NOTICE_GIVEN = False  # one notice line per process
 
 
-def choose_mode(k: int, ranks_on_node: int, threads: int) -> str:
+def choose_mode(k: int, node_ranks: int, threads: int) -> str:
     """The default mode, from ``bench/async_modes.py`` on the 2-core reference machine (8 matrices,
     k = 1 ... 256, geometric mean of the time ratio to ``bulk``): with ranks x threads within the
     cores, ``early`` 0.87 and ``overlap`` 0.94 for k <= 16, ``overlap`` 1.03 and ``early`` 1.08
@@ -73,7 +73,7 @@ def choose_mode(k: int, ranks_on_node: int, threads: int) -> str:
     cores suffice, else ``overlap``."""
     from sparsewire.exec.kernels import default_threads
 
-    within_cores = ranks_on_node * threads <= default_threads(1)
+    within_cores = node_ranks * threads <= default_threads(1)
     return "early" if within_cores and k <= 16 else "overlap"
 
 
@@ -301,11 +301,9 @@ class SpmmExecutor:
                 f"mode {mode!r} runs plans with the {layout_for_mode(mode)!r} layout but this plan is {plan.layout!r}; "
                 f"build it with layout={layout_for_mode(mode)!r}"
             )
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        ranks_on_node = node.Get_size()
-        node.Free()
+        sharing = ranks_on_node(comm)
         if threads is None:
-            threads = kernels.default_threads(ranks_on_node)
+            threads = kernels.default_threads(sharing)
         if threads < 1:
             raise InputError(f"threads must be at least 1 (got {threads})")
         if mode == "partitioned" and threads > 1 and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
@@ -322,7 +320,7 @@ class SpmmExecutor:
                     f"the partitioned mode needs the same number of threads on every rank (got {fewest} to {most}); "
                     "pass threads explicitly"
                 )
-        kernels.set_threads(threads, ranks_on_node)
+        kernels.set_threads(threads, sharing)
         self.plan, self.comm, self.k, self.mode = plan, comm, int(k), mode
         self.threads, self.deterministic = int(threads), bool(deterministic)
         self.dtype = np.dtype(dtype)
@@ -380,7 +378,6 @@ class SpmmExecutor:
         if self.deterministic:
             self._merged = self._merged_operand()
         self.bytes_received_from = np.zeros(plan.n_ranks, np.int64)
-        self.padding_bytes = 0
         self.delivery_problems: list[str] = []
         self._workers: list[threading.Thread] = []
         self._closed = False
@@ -446,7 +443,6 @@ class SpmmExecutor:
                 f"(got {out.dtype} {out.shape})"
             )
         self.bytes_received_from[:] = 0
-        self.padding_bytes = 0
         if self.mode == "bulk":
             self._multiply_bulk(b_local, out)
         elif self.mode == "early":
@@ -485,7 +481,6 @@ class SpmmExecutor:
         payload = received - (ex.recv_elements[message] - ex.expected_elements[message])
         source = ex.recv_ranks[message]
         self.bytes_received_from[source] += payload * self.dtype.itemsize
-        self.padding_bytes += (received - payload) * self.dtype.itemsize
         if payload != ex.expected_elements[message]:
             self.delivery_problems.append(
                 f"rank {self.plan.rank} received {payload} elements from rank {source} in exchange {ex.index} but its "
