@@ -21,14 +21,12 @@ from sparsewire.exec import kernels_numba as backend
 
 __all__ = [
     "CsrOperand",
-    "TwoSourceOperand",
     "GatherOperand",
     "CscOperand",
     "default_threads",
     "set_threads",
     "balanced_bounds",
     "multiply",
-    "multiply_two_source",
     "gather",
     "apply_columns",
     "copy",
@@ -86,9 +84,12 @@ class CsrOperand:
     bounds: np.ndarray
 
     @staticmethod
-    def from_matrix(matrix: sp.sparray, dtype: np.dtype, threads: int) -> CsrOperand:
+    def from_matrix(matrix: sp.sparray, dtype: np.dtype, threads: int, *, keep_order: bool = False) -> CsrOperand:
+        """``keep_order``: each row is summed in the order ``matrix`` stores it (no duplicates
+        allowed); otherwise duplicates are summed and rows sorted by column."""
         csr = sp.csr_array(matrix)
-        csr.sum_duplicates()
+        if not keep_order:
+            csr.sum_duplicates()
         indptr = csr.indptr.astype(np.int64)
         return CsrOperand(
             indptr, csr.indices.astype(np.int64), csr.data.astype(dtype), csr.shape, balanced_bounds(indptr, threads)
@@ -105,44 +106,6 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
         backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate)
     else:
         backend.csr_dense_threads(operand.indptr, operand.indices, operand.data, x, out, operand.bounds, accumulate)
-
-
-@dataclass(frozen=True, eq=False)
-class TwoSourceOperand:
-    """A CSR matrix over two stacked dense blocks ``[x1 ; x2]`` (columns < ``n1`` index x1), its
-    rows cut into runs of one source so each row keeps its stored summation order."""
-
-    csr: CsrOperand
-    run_start: np.ndarray
-    row_runs: np.ndarray
-    run_second: np.ndarray
-    n1: int
-
-    @staticmethod
-    def from_matrix(matrix: sp.sparray, n1: int, dtype: np.dtype, threads: int) -> TwoSourceOperand:
-        """``matrix``'s rows must already be in the wanted summation order (not re-sorted)."""
-        csr = sp.csr_array(matrix)
-        indptr = csr.indptr.astype(np.int64)
-        second = csr.indices >= n1
-        indices = np.where(second, csr.indices - n1, csr.indices).astype(np.int64)
-        rows = np.repeat(np.arange(csr.shape[0]), np.diff(indptr))
-        starts = np.ones(csr.nnz, bool)
-        if csr.nnz:
-            starts[1:] = (rows[1:] != rows[:-1]) | (second[1:] != second[:-1])
-        run_start = np.append(np.flatnonzero(starts), csr.nnz).astype(np.int64)
-        row_runs = np.searchsorted(run_start[:-1], indptr, side="left").astype(np.int64)
-        operand = CsrOperand(indptr, indices, csr.data.astype(dtype), csr.shape, balanced_bounds(indptr, threads))
-        return TwoSourceOperand(operand, run_start, row_runs, second[run_start[:-1]].copy(), int(n1))
-
-
-def multiply_two_source(operand: TwoSourceOperand, x1: np.ndarray, x2: np.ndarray, out: np.ndarray) -> None:
-    """``out = A @ [x1 ; x2]``, each row summed in its stored order."""
-    csr = operand.csr
-    args = (csr.indptr, csr.indices, csr.data, operand.run_start, operand.row_runs, operand.run_second, x1, x2, operand.n1, out)
-    if csr.bounds.size == 2:
-        backend.two_source_range(*args, 0, csr.shape[0])
-    else:
-        backend.two_source_threads(*args, csr.bounds)
 
 
 @dataclass(frozen=True, eq=False)

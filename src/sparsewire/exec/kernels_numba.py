@@ -16,46 +16,12 @@ import numpy as np
 from numba import njit, prange
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _row_product(indptr, indices, data, x, out, i, start, stop, accumulate):
-    """out[i] (+)= sum_{p in [start, stop)} data[p] * x[indices[p]], in order of p."""
-    k = out.shape[1]
-    p = start
-    if not accumulate:
-        if p == stop:
-            for c in range(k):
-                out[i, c] = 0.0
-            return
-        j = indices[p]
-        v = data[p]
-        for c in range(k):
-            out[i, c] = v * x[j, c]
-        p += 1
-    while p + 4 <= stop:
-        j0, j1, j2, j3 = indices[p], indices[p + 1], indices[p + 2], indices[p + 3]
-        v0, v1, v2, v3 = data[p], data[p + 1], data[p + 2], data[p + 3]
-        for c in range(k):
-            t = out[i, c]
-            t += v0 * x[j0, c]
-            t += v1 * x[j1, c]
-            t += v2 * x[j2, c]
-            t += v3 * x[j3, c]
-            out[i, c] = t
-        p += 4
-    while p < stop:
-        j = indices[p]
-        v = data[p]
-        for c in range(k):
-            out[i, c] += v * x[j, c]
-        p += 1
-
-
 @njit(nogil=True, cache=True)
 def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumulate):
-    """Rows [row_start, row_stop) of ``out (+)= A @ x`` (A in CSR).
+    """Rows [row_start, row_stop) of ``out (+)= A @ x`` (A in CSR), each row summed in stored order.
 
-    The row loop is written out here rather than calling :func:`_row_product` per row: measured
-    20% faster on delaunay_n16 at k = 32 (the per-row call is not flattened as well)."""
+    The row loop is written out rather than calling a per-row helper: measured 20% faster on
+    delaunay_n16 at k = 32 (the per-row call is not flattened as well)."""
     k = out.shape[1]
     for i in range(row_start, row_stop):
         p, stop = indptr[i], indptr[i + 1]
@@ -91,35 +57,6 @@ def csr_dense_threads(indptr, indices, data, x, out, bounds, accumulate):
     """``out (+)= A @ x``, thread t computing rows [bounds[t], bounds[t+1])."""
     for t in prange(bounds.size - 1):
         csr_dense_range(indptr, indices, data, x, out, bounds[t], bounds[t + 1], accumulate)
-
-
-@njit(nogil=True, cache=True)
-def two_source_range(indptr, indices, data, run_start, row_runs, run_second, x1, x2, n1, out, row_start, row_stop):
-    """Rows of ``out = A @ [x1 ; x2]`` where A's columns < n1 index x1 and the others x2.
-
-    Each row's nonzeros are split into runs of one source (``run_start``, ``row_runs``,
-    ``run_second``), summed in stored order, so a row ordered by global column is summed in
-    ascending column order whichever buffer its entries live in.
-    """
-    k = out.shape[1]
-    for i in range(row_start, row_stop):
-        first = True
-        for r in range(row_runs[i], row_runs[i + 1]):
-            if run_second[r]:
-                _row_product(indptr, indices, data, x2, out, i, run_start[r], run_start[r + 1], not first)
-            else:
-                _row_product(indptr, indices, data, x1, out, i, run_start[r], run_start[r + 1], not first)
-            first = False
-        if first:
-            for c in range(k):
-                out[i, c] = 0.0
-
-
-@njit(nogil=True, parallel=True, cache=True)
-def two_source_threads(indptr, indices, data, run_start, row_runs, run_second, x1, x2, n1, out, bounds):
-    """:func:`two_source_range` on T threads (rows split by ``bounds``)."""
-    for t in prange(bounds.size - 1):
-        two_source_range(indptr, indices, data, run_start, row_runs, run_second, x1, x2, n1, out, bounds[t], bounds[t + 1])
 
 
 @njit(nogil=True, cache=True)

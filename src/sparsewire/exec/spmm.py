@@ -339,13 +339,15 @@ class SpmmExecutor:
         self.row_bounds = self._diagonal.bounds
         self._exchanges: list[_Exchange] = []
         if self.deterministic or mode == "partitioned":
-            # One buffer per exchange (no slot sharing), all in one array the deterministic product reads.
+            # One buffer per exchange (no slot sharing), all in one array; in the deterministic mode
+            # it starts with a copy of B_p, so one CSR product over it reads B rows and received rows.
             rows = [
                 int(_padded_rows(e.recv_counts, self.k, self.threads).sum()) if mode == "partitioned" else int(e.recv_counts.sum())
                 for e in plan.exchanges
             ]
-            self._stack = np.zeros((sum(rows), self.k), self.dtype)
-            offsets = _offsets(np.array(rows, np.int64))
+            head = plan.local_shape[1] if self.deterministic else 0
+            self._stack = np.zeros((head + sum(rows), self.k), self.dtype)
+            offsets = head + _offsets(np.array(rows, np.int64))
             for index, exchange in enumerate(plan.exchanges):
                 storage = self._stack[offsets[index] : offsets[index + 1]]
                 self._exchanges.append(_Exchange(index, exchange, self, storage))
@@ -385,15 +387,14 @@ class SpmmExecutor:
     # ------------------------------------------------------------------------------------------
 
     def _merged_operand(self):
-        """The deterministic product: one CSR over [B_p ; every receive buffer], each row ordered by
-        global column (B rows) and then by buffer position (received partial C rows)."""
+        """The deterministic product: one CSR over the stack [B_p ; every receive buffer], each row
+        ordered by global column (B rows) and then by buffer position (received partial C rows)."""
         plan = self.plan
         n_b = plan.local_shape[1]
         col_start = int(plan.col_partition.offsets[plan.rank])
         n_cols = plan.col_partition.n
         diagonal = sp.coo_array(plan.diagonal)
         rows, cols, values, keys = [diagonal.row], [diagonal.col], [diagonal.data], [diagonal.col + col_start]
-        total = self._stack.shape[0]
         offset = 0
         for ex in self._exchanges:
             rows_here = int(ex.recv_offsets[-1])
@@ -411,10 +412,10 @@ class SpmmExecutor:
             offset += rows_here
         rows, cols, values, keys = map(np.concatenate, (rows, cols, values, keys))
         order = np.lexsort((keys, rows))
-        shape = (plan.local_shape[0], n_b + total)
+        shape = (plan.local_shape[0], self._stack.shape[0])
         indptr = np.searchsorted(rows[order], np.arange(shape[0] + 1)).astype(np.int64)
         matrix = sp.csr_array((values[order], cols[order], indptr), shape=shape)
-        return kernels.TwoSourceOperand.from_matrix(matrix, n_b, self.dtype, self.threads)
+        return kernels.CsrOperand.from_matrix(matrix, self.dtype, self.threads, keep_order=True)
 
     @property
     def bytes_received(self) -> int:
@@ -452,7 +453,8 @@ class SpmmExecutor:
         else:
             self._multiply_nonblocking(b_local, out)
         if self.deterministic:
-            kernels.multiply_two_source(self._merged, b_local, self._stack, out)
+            self._stack[: self.plan.local_shape[1]] = b_local
+            kernels.multiply(self._merged, self._stack, out)
         return out
 
     # ------------------------------------------------------------------------------------------
