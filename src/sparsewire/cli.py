@@ -278,12 +278,7 @@ def _run_spmm(args: argparse.Namespace) -> int:
     if args.topology is not None and args.topology.strip().lower() != "mpi":
         _topology(args)  # reject an unknown preset before MPI starts
 
-    import mpi4py
-
-    # Only the partitioned mode with several threads calls MPI from more than one thread.
-    several_threads = args.threads is None or args.threads > 1
-    mpi4py.rc.thread_level = "multiple" if "partitioned" in modes and several_threads else "funneled"
-    from mpi4py import MPI
+    MPI = _start_mpi(modes, args.threads)
 
     from sparsewire.comm.runtime import limit_threads_per_rank
     from sparsewire.exec.session import run_spmm_session
@@ -359,6 +354,18 @@ def _run_spmm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _start_mpi(modes: list[str], threads: int | None):
+    """Import mpi4py's MPI at the thread level the modes need: MULTIPLE only for the partitioned
+    mode with several threads (every thread calls MPI), FUNNELED otherwise."""
+    import mpi4py
+
+    several_threads = threads is None or threads > 1
+    mpi4py.rc.thread_level = "multiple" if "partitioned" in modes and several_threads else "funneled"
+    from mpi4py import MPI
+
+    return MPI
+
+
 def _run_eigs(args: argparse.Namespace) -> int:
     from sparsewire.exec.spmm import parse_modes
     from sparsewire.plan.strategies import parse_strategies
@@ -369,10 +376,7 @@ def _run_eigs(args: argparse.Namespace) -> int:
         raise InputError("eigs runs one strategy and one mode; give one of each")
     if not args.tol > 0:
         raise InputError(f"--tol must be positive (got {args.tol})")
-    import mpi4py
-
-    mpi4py.rc.thread_level = "multiple" if modes[0] == "partitioned" and args.threads != 1 else "funneled"
-    from mpi4py import MPI
+    MPI = _start_mpi(modes, args.threads)
 
     from sparsewire.comm.runtime import limit_threads_per_rank
     from sparsewire.exec.session import run_eigs_session

@@ -79,8 +79,9 @@ def block_krylov_eigs(
         max_iterations: cycles before giving up (the result then says ``converged=False``).
         progress: called with a line of text once per cycle on rank 0, or None.
     """
-    comm, b, dtype = executor.comm, executor.k, executor.dtype
-    plan = executor.plan
+    comm, b, plan = executor.comm, executor.k, executor.plan
+    if executor.dtype != np.float64:
+        raise InputError(f"eigs works in float64; make the executor with dtype float64 (got {executor.dtype})")
     if plan.local_shape[0] != plan.local_shape[1] or plan.row_partition.n != plan.col_partition.n:
         raise InputError("eigs needs a square matrix with the same row and column partition")
     if not 1 <= nev <= b:
@@ -96,7 +97,7 @@ def block_krylov_eigs(
     def apply(block: np.ndarray, out: np.ndarray) -> None:
         nonlocal multiply_seconds, multiplies
         began = time.perf_counter()
-        executor.multiply(np.ascontiguousarray(block), out=out)
+        executor.multiply(block, out=out)
         multiply_seconds += time.perf_counter() - began
         multiplies += 1
 
@@ -122,12 +123,11 @@ def block_krylov_eigs(
         return w
 
     x = orthonormalize(deterministic_dense(row_start, row_start + n_local, b, np.float64), None)
-    ax = np.empty((n_local, b), dtype)
-    apply(x.astype(dtype), ax)
-    ax = ax.astype(np.float64)
+    ax = np.empty((n_local, b))
+    apply(x, ax)
     q = np.empty((n_local, steps * b))
     aq = np.empty((n_local, steps * b))
-    product = np.empty((n_local, b), dtype)
+    product = np.empty((n_local, b))
     theta = np.zeros(b)
     residuals = np.full(nev, np.inf)
     converged = False
@@ -135,9 +135,9 @@ def block_krylov_eigs(
     for iteration in range(1, max_iterations + 1):
         q[:, :b], aq[:, :b] = x, ax
         for j in range(1, steps):
-            w = orthonormalize(aq[:, (j - 1) * b : j * b].copy(), q[:, : j * b])
+            w = orthonormalize(aq[:, (j - 1) * b : j * b], q[:, : j * b])
             q[:, j * b : (j + 1) * b] = w
-            apply(w.astype(dtype), product)
+            apply(w, product)
             aq[:, j * b : (j + 1) * b] = product
         h = _allreduce_matrix(comm, q.T @ aq)
         values, vectors = np.linalg.eigh((h + h.T) / 2)
