@@ -76,6 +76,15 @@ def gather_threads(index, x, out, bounds):
         gather_range(index, x, out, bounds[t], bounds[t + 1])
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _fragment(element, element_stop, k):
+    """The row r holding flattened element ``element`` and the columns [c0, c1) of it that lie
+    before ``element_stop`` (a partition may start or end inside a row)."""
+    r = element // k
+    c0 = element - r * k
+    return r, c0, min(k, c0 + element_stop - element)
+
+
 @njit(nogil=True, cache=True)
 def gather_elements(index, x, out_flat, element_start, element_stop):
     """Elements [element_start, element_stop) of the flattened gathered block (one partition of a
@@ -86,9 +95,7 @@ def gather_elements(index, x, out_flat, element_start, element_stop):
     k = x.shape[1]
     e = element_start
     while e < element_stop:
-        r = e // k
-        c0 = e - r * k
-        c1 = min(k, c0 + element_stop - e)
+        r, c0, c1 = _fragment(e, element_stop, k)
         target = out_flat[r * k + c0 : r * k + c1]
         source = x[index[r], c0:c1]
         for c in range(target.size):
@@ -102,9 +109,7 @@ def csr_elements(indptr, indices, data, x, out_flat, element_start, element_stop
     k = x.shape[1]
     e = element_start
     while e < element_stop:
-        r = e // k
-        c0 = e - r * k
-        c1 = min(k, c0 + element_stop - e)
+        r, c0, c1 = _fragment(e, element_stop, k)
         target = out_flat[r * k + c0 : r * k + c1]
         if not accumulate:
             for c in range(target.size):
@@ -144,9 +149,7 @@ def csc_elements(colptr, rows, data, buffer_flat, k, out, element_start, element
     and the fragments of rows a partition cuts (Collom & Bienz Algs. 4 and 5)."""
     e = element_start
     while e < element_stop:
-        j = e // k
-        c0 = e - j * k
-        c1 = min(k, c0 + element_stop - e)
+        j, c0, c1 = _fragment(e, element_stop, k)
         source = buffer_flat[j * k + c0 : j * k + c1]
         for p in range(colptr[j], colptr[j + 1]):
             target = out[rows[p], c0:c1]
