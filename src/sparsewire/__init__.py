@@ -5,8 +5,9 @@ Pipeline: load (:mod:`sparsewire.io`, :mod:`sparsewire.generators`) -> partition
 :mod:`sparsewire.topology`) -> execute
 (:mod:`sparsewire.exec.spmm`, needs MPI) -> report (:mod:`sparsewire.plan.stats`).
 
-Importing ``sparsewire`` does not initialise MPI; only :mod:`sparsewire.comm` and
-:mod:`sparsewire.exec` do.
+The distributed API (:func:`distribute`, :class:`DistributedMatrix`, :class:`SpmmPlan`,
+:func:`spmm`) is loaded on first use: importing ``sparsewire`` does not initialise MPI; only
+those names, :mod:`sparsewire.comm` and :mod:`sparsewire.exec` do. See docs/api.md.
 """
 
 import os as _os
@@ -37,7 +38,36 @@ from sparsewire.plan import (
 
 __version__ = "0.1.0"
 
+# Names that need MPI, imported when first used (PEP 562), so `import sparsewire` stays MPI-free.
+_LAZY = {
+    "distribute": "sparsewire.distributed",
+    "DistributedMatrix": "sparsewire.distributed",
+    "SpmmPlan": "sparsewire.exec.spmm_plan",
+    "StrategyChoice": "sparsewire.exec.spmm_plan",
+    "spmm": "sparsewire.exec.spmm_plan",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'sparsewire' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
+    "DistributedMatrix",
+    "SpmmPlan",
+    "StrategyChoice",
+    "distribute",
+    "spmm",
     "CommPlan",
     "InputError",
     "Level",

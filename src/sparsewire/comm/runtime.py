@@ -6,16 +6,28 @@ never import it.
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
+import traceback
 
 import numpy as np
 from mpi4py import MPI
 from threadpoolctl import threadpool_limits
 
-from sparsewire.errors import InputError
+from sparsewire import errors
+from sparsewire.errors import InputError, SparsewireError
 from sparsewire.exec.kernels import default_threads
 
-__all__ = ["ranks_on_node", "limit_threads_per_rank", "agree_on_error", "mpi_datatype", "THREADS_ENVIRONMENT_VARIABLE"]
+__all__ = [
+    "ranks_on_node",
+    "limit_threads_per_rank",
+    "agree_on_error",
+    "collective_errors",
+    "abort_job",
+    "mpi_datatype",
+    "THREADS_ENVIRONMENT_VARIABLE",
+]
 
 THREADS_ENVIRONMENT_VARIABLE = "SPARSEWIRE_THREADS_PER_RANK"
 
@@ -52,12 +64,51 @@ def limit_threads_per_rank(comm: MPI.Comm) -> int:
     return threads
 
 
-def agree_on_error(comm: MPI.Comm, problem: str | None) -> None:
-    """Collective. If any rank found a problem, every rank raises the first one (lowest rank), so
-    no rank is left waiting in a collective the others skipped."""
-    problems = [p for p in comm.allgather(problem) if p]
+def agree_on_error(comm: MPI.Comm, problem: str | SparsewireError | None) -> None:
+    """Collective. If any rank found a problem, every rank raises the first one (lowest rank), as
+    the same :class:`SparsewireError` subclass (a string is an :class:`InputError`), so no rank is
+    left waiting in a collective the others skipped."""
+    if isinstance(problem, SparsewireError):
+        problem = (type(problem).__name__, str(problem))
+    elif problem:
+        problem = ("InputError", str(problem))
+    problems = [p for p in comm.allgather(problem or None) if p]
     if problems:
-        raise InputError(problems[0])
+        name, message = problems[0]
+        error_class = getattr(errors, name, InputError)
+        error = error_class(message)
+        error.agreed = True  # every rank raises it: no need to abort (see collective_errors)
+        raise error
+
+
+def abort_job(comm: MPI.Comm, message: str) -> None:
+    """Print ``sparsewire: error: <message>`` and abort every rank of ``comm`` (an error on some
+    ranks only, where the others may already wait in MPI: mpi4py's own rule for an unhandled
+    exception under ``python -m mpi4py``)."""
+    print(f"sparsewire: error: rank {comm.Get_rank()}: {message}; aborting the job", file=sys.stderr, flush=True)
+    comm.Abort(1)
+
+
+def collective_errors(function):
+    """Decorator of collective API functions whose first argument is a communicator or has
+    ``.comm``: an exception that :func:`agree_on_error` raised on every rank passes through; any
+    other exception on a job of several ranks (raised on some ranks only, mid-collective) prints
+    its traceback and aborts the job, so no rank hangs."""
+
+    @functools.wraps(function)
+    def guarded(first, *args, **kwargs):
+        try:
+            return function(first, *args, **kwargs)
+        except BaseException as error:
+            if getattr(error, "agreed", False) or isinstance(error, KeyboardInterrupt):
+                raise
+            comm = first if isinstance(first, MPI.Comm) else getattr(first, "comm", None)
+            if comm is not None and comm != MPI.COMM_NULL and comm.Get_size() > 1:
+                traceback.print_exc()
+                abort_job(comm, f"{type(error).__name__}: {error}")
+            raise
+
+    return guarded
 
 
 def mpi_datatype(dtype: np.dtype) -> MPI.Datatype:

@@ -321,6 +321,8 @@ class SpmmExecutor:
                     "pass threads explicitly"
                 )
         kernels.set_threads(threads, sharing)
+        # A communicator of its own: the executor's tags cannot match the caller's messages.
+        comm = comm.Dup()
         self.plan, self.comm, self.k, self.mode = plan, comm, int(k), mode
         self.threads, self.deterministic = int(threads), bool(deterministic)
         self.dtype = np.dtype(dtype)
@@ -737,7 +739,7 @@ class SpmmExecutor:
     # ------------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Free the requests and stop the worker threads. Not collective."""
+        """Collective. Free the requests and the executor's communicator, stop the worker threads."""
         if self._closed:
             return
         self._closed = True
@@ -753,6 +755,7 @@ class SpmmExecutor:
                 request.Free()
             ex.send_requests, ex.recv_requests = [], []
             ex.partition_requests_send, ex.partition_requests_recv = [], []
+        self.comm.Free()
 
     def __enter__(self) -> SpmmExecutor:
         return self

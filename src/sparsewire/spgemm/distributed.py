@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from sparsewire.errors import InputError
-from sparsewire.partition import even_rows
+from sparsewire.partition import RowPartition, even_rows
 from sparsewire.plan.plan import build_rank_plan_collective
 from sparsewire.plan.strategies import Strategy
 from sparsewire.spgemm.local import to_graphblas, to_scipy
@@ -34,6 +34,7 @@ __all__ = [
     "ONE_DIM_STRATEGIES",
     "DistributedSpgemm",
     "choose_algorithm",
+    "spgemm_distributed",
     "reference_product",
     "peak_rss_bytes",
 ]
@@ -75,10 +76,12 @@ class DistributedSpgemm:
         grid: ProcessGrid | None = None,
         a_local: sp.csr_array | None = None,
         a_shape: tuple[int, int] | None = None,
+        partitions: tuple[RowPartition, RowPartition] | None = None,
     ) -> None:
         """Rank 0 passes the global A (others None), or every rank passes its own block
         ``a_local`` of the A layout (:meth:`a_block`) and ``a_shape``: a C computed earlier is
-        already in that layout when A and B are square (C rows = A rows, C columns = B columns)."""
+        already in that layout when A and B are square (C rows = A rows, C columns = B columns).
+        ``partitions``: the 1D algorithm's (row, column) partitions of A (default: even)."""
         self.comm, self.semiring, self.algorithm = comm, semiring, algorithm
         size = comm.Get_size()
         if a_local is None:
@@ -92,8 +95,9 @@ class DistributedSpgemm:
             self.layout = BlockLayout.even(self.grid, self.a_shape, self.b_shape)
         elif algorithm == "1d":
             self.grid = ProcessGrid(size, 1)
-            self.row_partition = even_rows(a_shape[0], size)
-            self.col_partition = even_rows(a_shape[1], size)
+            if partitions is None:
+                partitions = (even_rows(a_shape[0], size), even_rows(a_shape[1], size))
+            self.row_partition, self.col_partition = partitions
         else:
             raise InputError(f"unknown SpGEMM algorithm {algorithm!r}; choose summa or 1d")
         if a_local is None:
@@ -251,3 +255,110 @@ def choose_algorithm(
         else:
             built.free()
     return best, best_b, predictions
+
+
+def _redistribute(comm: MPI.Comm, entries: tuple[np.ndarray, np.ndarray, np.ndarray], owners: np.ndarray) -> tuple:
+    """Collective. Send every (row, col, value) entry to the rank ``owners`` names; returns the
+    entries this rank receives (global indices)."""
+    size = comm.Get_size()
+    order = np.argsort(owners, kind="stable")
+    bounds = np.searchsorted(owners[order], np.arange(size + 1))
+    outgoing = [tuple(part[order][bounds[d] : bounds[d + 1]] for part in entries) for d in range(size)]
+    incoming = comm.alltoall(outgoing)
+    return tuple(np.concatenate([piece[i] for piece in incoming]) for i in range(3))
+
+
+def _block_owners(rows: np.ndarray, cols: np.ndarray, block_of, size: int) -> np.ndarray:
+    owners = np.full(rows.size, -1, np.int64)
+    for destination in range(size):
+        row_slice, col_slice = block_of(destination)
+        inside = (rows >= row_slice.start) & (rows < row_slice.stop) & (cols >= col_slice.start) & (cols < col_slice.stop)
+        owners[inside] = destination
+    return owners
+
+
+def _entries(matrix: sp.sparray, row_offset: int = 0, col_offset: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    coo = sp.coo_array(matrix)
+    return coo.row.astype(np.int64) + row_offset, coo.col.astype(np.int64) + col_offset, coo.data
+
+
+def _to_blocks(comm: MPI.Comm, rows_held, row_offset: int, block_of) -> sp.csr_array:
+    """Collective. Rows held by each rank -> the 2D block ``block_of(rank)`` of every rank."""
+    entries = _entries(rows_held, row_offset)
+    received = _redistribute(comm, entries, _block_owners(entries[0], entries[1], block_of, comm.Get_size()))
+    row_slice, col_slice = block_of(comm.Get_rank())
+    shape = (row_slice.stop - row_slice.start, col_slice.stop - col_slice.start)
+    return sp.csr_array((received[2], (received[0] - row_slice.start, received[1] - col_slice.start)), shape=shape)
+
+
+def spgemm_distributed(a, b, semiring="plus_times", algorithm: str = "auto", phases: int = 1):
+    """Collective. ``C = A (+.x) B`` for two :class:`~sparsewire.distributed.DistributedMatrix`
+    (Azad et al. sec. 3: 2D SUMMA or a 1D SpMM plan whose B rows carry sparse rows).
+
+    ``auto`` builds SUMMA and the 1D strategies column, joint, row and keeps the candidate whose
+    exact byte count for this B is smallest (ties: that order). SUMMA needs 2D blocks, so A and B
+    are moved from rows to blocks first and C back to A's rows (setup traffic, not counted in the
+    candidates' bytes). C has A's row partition; its column partition is the row partition when C
+    is square and B's column partition otherwise.
+    """
+    from sparsewire.comm.runtime import agree_on_error
+    from sparsewire.distributed import DistributedMatrix
+    from sparsewire.spgemm.semirings import get_semiring
+
+    comm = a.comm
+    rank, size = comm.Get_rank(), comm.Get_size()
+    problem = None
+    if not isinstance(b, DistributedMatrix) or b.comm.Get_size() != size:
+        problem = "B must be a DistributedMatrix over the same communicator as A"
+    elif a.shape[1] != b.shape[0]:
+        problem = f"shapes do not match: A is {a.shape[0]} x {a.shape[1]}, B is {b.shape[0]} x {b.shape[1]}"
+    elif not np.array_equal(b.row_partition.offsets, a.col_partition.offsets):
+        problem = "B's rows must be distributed like A's columns (b.row_partition == a.col_partition); distribute B with partition=a.col_partition"
+    elif algorithm not in ALGORITHMS:
+        problem = f"unknown SpGEMM algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}"
+    elif not isinstance(phases, (int, np.integer)) or phases < 1:
+        problem = f"phases must be a positive integer (got {phases!r})"
+    if problem is None:
+        try:
+            semiring = semiring if isinstance(semiring, Semiring) else get_semiring(semiring)
+        except InputError as error:
+            problem = str(error)
+    agree_on_error(comm, problem)
+    names = ([("summa", None)] if algorithm in ("summa", "auto") else []) + (
+        [("1d", s) for s in ONE_DIM_STRATEGIES] if algorithm in ("1d", "auto") else []
+    )
+    best = None
+    for name, strategy in names:
+        if name == "summa":
+            layout = BlockLayout.even(choose_grid(size), a.shape, b.shape)
+            a_local = _to_blocks(comm, a.local_rows, a.row_offset, layout.a_block)
+            built = DistributedSpgemm(comm, None, b.shape, semiring, "summa", a_local=a_local, a_shape=a.shape, grid=layout.grid)
+            b_local = to_graphblas(_to_blocks(comm, b.local_rows, b.row_offset, built.b_block), semiring.dtype)
+        else:
+            built = DistributedSpgemm(
+                comm, None, b.shape, semiring, "1d", strategy=strategy, a_local=a.local_rows, a_shape=a.shape,
+                partitions=(a.row_partition, a.col_partition),
+            )
+            b_local = to_graphblas(b.local_rows, semiring.dtype)
+        predicted = built.predicted_bytes(b_local, phases)
+        if best is None or predicted < best[2]:
+            if best is not None:
+                best[0].free()
+            best = (built, b_local, predicted)
+        else:
+            built.free()
+    built, b_local, _ = best
+    c_local = to_scipy(built.multiply(b_local, phases=phases))
+    built.free()
+    if built.algorithm == "summa":
+        row_slice, col_slice = built.c_block(rank)
+        entries = _entries(c_local, row_slice.start, col_slice.start)
+        owners = np.searchsorted(a.row_partition.offsets, entries[0], side="right") - 1
+        rows, cols, values = _redistribute(comm, entries, owners)
+        start, stop = a.row_partition.range(rank)
+        c_local = sp.csr_array((values, (rows - start, cols)), shape=(stop - start, b.shape[1]))
+    c_local = sp.csr_array(c_local, dtype=np.float64)
+    c_local.sort_indices()
+    col_partition = a.row_partition if a.shape[0] == b.shape[1] else b.col_partition
+    nnz = comm.allreduce(int(c_local.nnz), op=MPI.SUM)
+    return DistributedMatrix(comm, c_local, a.row_partition, col_partition, nnz)

@@ -1,0 +1,242 @@
+"""The distributed matrix users program against: :func:`distribute` and :class:`DistributedMatrix`.
+
+A :class:`DistributedMatrix` is a sparse A split by a 1D row partition over the ranks of a
+communicator: rank p holds rows ``row_partition.range(p)`` of A with global column indices. Its
+``col_partition`` says which rank owns which rows of a dense B in ``C = A @ B`` (equal to the
+row partition when A is square, so C can be fed back as B). Plans (:meth:`DistributedMatrix.spmm_plan`)
+and products (:meth:`DistributedMatrix.spgemm`) are built from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from mpi4py import MPI
+
+from sparsewire.comm.runtime import agree_on_error, collective_errors
+from sparsewire.errors import InputError
+from sparsewire.io import load_matrix
+from sparsewire.partition import PARTITION_METHODS, RowPartition, even_rows, partition_matrix
+
+__all__ = ["DistributedMatrix", "distribute"]
+
+
+class DistributedMatrix:
+    """This rank's rows of a sparse matrix and the partitions of the whole (see the module docstring).
+
+    Attributes:
+        comm: the communicator the matrix is distributed over.
+        shape: (rows, columns) of the global matrix.
+        nnz: stored entries of the global matrix.
+        row_partition: which rank holds which rows of A (and of C = A @ B).
+        col_partition: which rank holds which rows of B in C = A @ B.
+        local_rows: this rank's rows as a SciPy CSR array with global column indices.
+    """
+
+    def __init__(
+        self, comm: MPI.Comm, local_rows: sp.csr_array, row_partition: RowPartition, col_partition: RowPartition, nnz: int
+    ) -> None:
+        """Not collective. Prefer :func:`distribute`, which checks the pieces fit together."""
+        self.comm = comm
+        self.local_rows = sp.csr_array(local_rows)
+        self.row_partition, self.col_partition = row_partition, col_partition
+        self.shape = (int(row_partition.n), int(col_partition.n))
+        self.nnz = int(nnz)
+
+    def __repr__(self) -> str:
+        return f"<DistributedMatrix {self.shape[0]} x {self.shape[1]}, {self.nnz} nonzeros over {self.row_partition.n_parts} ranks>"
+
+    @property
+    def row_offset(self) -> int:
+        """Global index of this rank's first row."""
+        return int(self.row_partition.offsets[self.comm.Get_rank()])
+
+    @collective_errors
+    def gather(self, root: int = 0) -> sp.csr_array | None:
+        """Collective. The global matrix as CSR on ``root``, None on the other ranks."""
+        pieces = self.comm.gather(self.local_rows, root=root)
+        if self.comm.Get_rank() != root:
+            return None
+        return sp.csr_array(sp.vstack(pieces, format="csr"))
+
+    @collective_errors
+    def checksum(self) -> str:
+        """Collective. SHA-256 (hex) over the partitions and every rank's pattern and values, the
+        same on every rank; two matrices with equal checksums are equal and equally distributed."""
+        local = hashlib.sha256()
+        csr = self.local_rows
+        for array in (csr.indptr.astype(np.int64), csr.indices.astype(np.int64), csr.data.astype(np.float64)):
+            local.update(np.ascontiguousarray(array).tobytes())
+        digest = hashlib.sha256()
+        digest.update(self.row_partition.offsets.astype(np.int64).tobytes())
+        digest.update(self.col_partition.offsets.astype(np.int64).tobytes())
+        for part in self.comm.allgather(local.digest()):
+            digest.update(part)
+        return digest.hexdigest()
+
+    def spmm_plan(
+        self,
+        k: int,
+        dtype=np.float64,
+        strategy: str = "auto",
+        topology=None,
+        mode: str | None = None,
+        threads: int | None = None,
+        deterministic: bool = False,
+    ):
+        """Collective. A reusable plan of ``C = A @ B`` for B with ``k`` columns; see
+        :func:`sparsewire.exec.spmm_plan.plan_spmm` for the arguments and the ``auto`` strategy.
+
+        Returns:
+            :class:`~sparsewire.exec.spmm_plan.SpmmPlan`.
+        """
+        from sparsewire.exec.spmm_plan import plan_spmm
+
+        return plan_spmm(self, k, dtype, strategy=strategy, topology=topology, mode=mode, threads=threads, deterministic=deterministic)
+
+    def spgemm(self, other: DistributedMatrix, semiring: str = "plus_times", algorithm: str = "auto", phases: int = 1) -> DistributedMatrix:
+        """Collective. ``C = A (+.x) other`` over a semiring, C distributed like A's rows; see
+        :func:`sparsewire.spgemm.distributed.spgemm_distributed`.
+
+        Args:
+            other: B, distributed over the same communicator with ``other.row_partition ==
+                self.col_partition`` (true for square A and B distributed alike).
+            semiring: a name of :func:`sparsewire.spgemm.semirings.get_semiring` (plus_times,
+                min_plus, max_times, lor_land, ...) or a ``Semiring``.
+            algorithm: ``auto`` (the candidate that sends the fewest bytes for this B), ``1d``
+                (best 1D strategy) or ``summa``.
+            phases: multiply B's columns in this many pieces (peak memory ~1/phases).
+        """
+        from sparsewire.spgemm.distributed import spgemm_distributed
+
+        return spgemm_distributed(self, other, semiring, algorithm, phases)
+
+
+def _partition_of(partition, counts_source: sp.csr_array, n_parts: int) -> tuple[RowPartition, RowPartition]:
+    if isinstance(partition, RowPartition):
+        if partition.n != counts_source.shape[0] or partition.n_parts != n_parts:
+            raise InputError(
+                f"the row partition covers {partition.n} rows in {partition.n_parts} parts, but A has "
+                f"{counts_source.shape[0]} rows and the communicator {n_parts} ranks; give one part per rank"
+            )
+        n_cols = counts_source.shape[1]
+        return partition, partition if n_cols == partition.n else even_rows(n_cols, n_parts)
+    if partition not in PARTITION_METHODS:
+        raise InputError(f"unknown partition {partition!r}; give one of {', '.join(PARTITION_METHODS)} or a RowPartition")
+    return partition_matrix(counts_source, n_parts, partition)
+
+
+@collective_errors
+def distribute(
+    comm: MPI.Comm,
+    source,
+    partition: str | RowPartition = "even",
+    *,
+    symmetrize: bool = False,
+    root: int = 0,
+    row_offsets: Sequence[int] | None = None,
+) -> DistributedMatrix:
+    """Collective. Distribute a sparse matrix A over the ranks of ``comm`` by rows.
+
+    Args:
+        comm: the communicator (every rank calls this with the same arguments but ``source``).
+        source: one of
+            - a path (Matrix Market, SNAP edge list, .npz) or generator spec such as
+              ``stencil2d:64``, read on ``root`` (the other ranks may pass the same or None);
+            - a SciPy sparse matrix on ``root`` (the other ranks pass None);
+            - this rank's rows (SciPy sparse, global column indices), with ``row_offsets``.
+        partition: ``even`` (equal rows), ``nnz`` (balanced nonzeros) or a
+            :class:`~sparsewire.partition.RowPartition` of the rows; ignored with ``row_offsets``.
+        symmetrize: edge lists only: use the undirected graph max(A, A^T).
+        root: the rank that reads or holds the whole matrix.
+        row_offsets: with local rows: P + 1 global row offsets, rank p holding rows
+            [row_offsets[p], row_offsets[p+1]) (the same on every rank).
+
+    Returns:
+        A :class:`DistributedMatrix`. Its column partition equals the row partition for square A
+        and otherwise follows the same rule over the columns (:func:`partition_matrix`).
+
+    Raises:
+        InputError on every rank: unreadable file, wrong shapes, offsets that do not fit.
+    """
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if not 0 <= root < size:
+        raise InputError(f"root {root} is not a rank of this communicator of {size}")
+    if row_offsets is not None:
+        return _from_local_rows(comm, source, row_offsets)
+    matrix, problem, header = None, None, None
+    if rank == root:
+        try:
+            if isinstance(source, (str, os.PathLike)):
+                matrix = load_matrix(os.fspath(source), symmetrize=symmetrize)
+            elif sp.issparse(source):
+                matrix = sp.csr_array(source)
+                if matrix.dtype.kind not in "fiub":
+                    raise InputError(f"A has dtype {matrix.dtype}; give a real matrix")
+                matrix = sp.csr_array(matrix, dtype=np.float64)
+                matrix.sum_duplicates()
+            else:
+                raise InputError(
+                    f"source must be a path, a generator spec or a SciPy sparse matrix on rank {root} (got "
+                    f"{type(source).__name__}); for rows already on each rank pass row_offsets="
+                )
+            rows, cols = _partition_of(partition, matrix, size)
+            header = (rows.offsets, cols.offsets, matrix.nnz)
+        except Exception as error:  # raised on every rank by agree_on_error
+            problem = error if isinstance(error, InputError) else InputError(f"{type(error).__name__}: {error}")
+    agree_on_error(comm, problem)
+    row_offsets_, col_offsets, nnz = comm.bcast(header, root=root)
+    row_partition, col_partition = RowPartition(row_offsets_), RowPartition(col_offsets)
+    pieces = [matrix[slice(*row_partition.range(p))] for p in range(size)] if rank == root else None
+    local = comm.scatter(pieces, root=root)
+    return DistributedMatrix(comm, sp.csr_array(local), row_partition, col_partition, nnz)
+
+
+def _from_local_rows(comm: MPI.Comm, local, row_offsets) -> DistributedMatrix:
+    rank, size = comm.Get_rank(), comm.Get_size()
+    problem = None
+    try:
+        offsets = np.asarray(row_offsets, dtype=np.int64)
+        row_partition = RowPartition(offsets)
+        if row_partition.n_parts != size:
+            raise InputError(f"row_offsets has {offsets.size} entries; give P + 1 = {size + 1} (one range per rank)")
+        if not sp.issparse(local):
+            raise InputError(f"with row_offsets, source must be this rank's rows as a SciPy sparse matrix (got {type(local).__name__})")
+        local = sp.csr_array(local, dtype=np.float64)
+        local.sum_duplicates()
+        expected = row_partition.range(rank)[1] - row_partition.range(rank)[0]
+        if local.shape[0] != expected:
+            raise InputError(
+                f"rank {rank} passed {local.shape[0]} rows but row_offsets gives it {expected} "
+                f"(rows {row_partition.range(rank)[0]} to {row_partition.range(rank)[1] - 1})"
+            )
+    except InputError as error:
+        problem = error
+    except Exception as error:
+        problem = InputError(f"{type(error).__name__}: {error}")
+    agree_on_error(comm, problem)
+    offsets_seen = comm.allgather(offsets.tobytes())
+    widths = comm.allgather(int(local.shape[1]))
+    problem = None
+    if len(set(offsets_seen)) != 1:
+        problem = "row_offsets differ between ranks; pass the same offsets on every rank"
+    elif len(set(widths)) != 1:
+        problem = f"ranks passed rows of different widths {sorted(set(widths))}; every rank's rows need all n columns"
+    agree_on_error(comm, problem)
+    nnz = comm.allreduce(int(local.nnz), op=MPI.SUM)
+    n_cols = widths[0]
+    col_partition = row_partition if n_cols == row_partition.n else even_rows(n_cols, size)
+    return DistributedMatrix(comm, local, row_partition, col_partition, nnz)
+
+
+def warn_nonfinite(matrix: DistributedMatrix, name: str) -> int:
+    """Collective. Count NaN/infinite stored values over all ranks; rank 0 prints a warning if any."""
+    bad = matrix.comm.allreduce(int(np.count_nonzero(~np.isfinite(matrix.local_rows.data))), op=MPI.SUM)
+    if bad and matrix.comm.Get_rank() == 0:
+        print(f"sparsewire: warning: {name}: {bad} stored values are NaN or infinite; C will hold NaN", file=sys.stderr)
+    return bad
