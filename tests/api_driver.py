@@ -1,0 +1,107 @@
+"""Programs against the public API only (``import sparsewire``), run by tests/test_api.py under
+``mpiexec -n P``. Usage: ``python tests/api_driver.py CASE SEED [PATH]``; prints ``OK ...`` on rank 0.
+
+- ``roundtrip``: distribute -> spmm_plan() (auto) -> ten multiplies -> transpose().multiply, exact
+  against SciPy's A @ B and A.T @ G on integer data, square and rectangular A != A.T, every rank
+  passing its own rows (row_offsets) as well as rank 0 holding A; spmm() one-liner; save/load.
+- ``wrong_load``: load a plan saved for another matrix (PATH) -> one-line PlanMismatchError on every rank.
+- ``wrong_shape``: rank 1 passes a B block with one row too few (the job must abort, not hang).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import scipy.sparse as sp
+from mpi4py import MPI
+
+import sparsewire
+
+
+def integer_matrix(rng, shape, density):
+    matrix = sp.random_array(shape, density=density, rng=rng, format="csr")
+    matrix.data = rng.integers(-4, 5, matrix.nnz).astype(np.float64)
+    return sp.csr_array(matrix)
+
+
+def gathered(comm, block):
+    return np.vstack(comm.allgather(block))
+
+
+def roundtrip(seed: int, path: str) -> str:
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    rng = np.random.default_rng(seed)
+    checked = 0
+    for shape in [(61, 61), (47, 73), (80, 29)]:
+        a = integer_matrix(rng, shape, 0.08)
+        assert shape[0] != shape[1] or (a != a.T).nnz > 0
+        k = int(rng.integers(1, 6))
+        b = rng.integers(-3, 4, (shape[1], k)).astype(np.float64)
+        g = rng.integers(-3, 4, (shape[0], k)).astype(np.float64)
+        whole = sparsewire.distribute(comm, a if rank == 0 else None)
+        offsets = whole.row_partition.offsets
+        own = sparsewire.distribute(comm, a[offsets[rank] : offsets[rank + 1]], row_offsets=offsets)
+        for matrix in (whole, own):
+            assert matrix.shape == shape and matrix.nnz == a.nnz
+            assert (matrix.gather() != a).nnz == 0 if rank == 0 else matrix.gather() is None
+            b_local = b[slice(*matrix.col_partition.range(rank))]
+            g_local = g[slice(*matrix.row_partition.range(rank))]
+            with matrix.spmm_plan(k) as plan:
+                assert "auto chose" in plan.explain()
+                out = np.empty((plan.output_rows, k))
+                for _ in range(10):
+                    plan.multiply(b_local, out=out)
+                    assert np.array_equal(gathered(comm, out), a @ b)
+                transposed = plan.transpose()
+                assert np.array_equal(gathered(comm, transposed.multiply(g_local)), a.T @ g)
+                assert transposed.stats.total_bytes == plan.stats.total_bytes
+                assert transposed.transpose() is plan
+                plan.save(path)
+                with sparsewire.SpmmPlan.load(path, matrix) as loaded:
+                    assert loaded.rank_plan.equals(plan.rank_plan) and loaded.rank_plan.strategy == plan.rank_plan.strategy
+                    assert np.array_equal(gathered(comm, loaded.multiply(b_local)), a @ b)
+                    assert np.array_equal(gathered(comm, loaded.transpose().multiply(g_local)), a.T @ g)
+            assert np.array_equal(gathered(comm, sparsewire.spmm(matrix, b_local)), a @ b)
+            assert np.array_equal(gathered(comm, sparsewire.spmm(matrix, b_local)), a @ b)  # the cached plan
+            checked += 1
+    return f"OK roundtrip {checked}"
+
+
+def wrong_load(seed: int, path: str) -> str:
+    comm = MPI.COMM_WORLD
+    rng = np.random.default_rng(seed)
+    a = integer_matrix(rng, (40, 40), 0.1)
+    other = a.copy()
+    other.data = other.data + 1
+    matrix = sparsewire.distribute(comm, a if comm.Get_rank() == 0 else None)
+    with matrix.spmm_plan(3) as plan:
+        plan.save(path)
+    changed = sparsewire.distribute(comm, other if comm.Get_rank() == 0 else None)
+    try:
+        sparsewire.SpmmPlan.load(path, changed)
+    except sparsewire.PlanMismatchError as error:
+        message = str(error)
+        assert "\n" not in message and "another matrix" in message, message
+        return f"OK wrong_load {message}"
+    raise AssertionError("loading a plan for another matrix did not fail")
+
+
+def wrong_shape(seed: int, path: str) -> str:
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    matrix = sparsewire.distribute(comm, "stencil2d:20")
+    with matrix.spmm_plan(4) as plan:
+        rows = plan.input_rows - (1 if rank == 1 else 0)
+        plan.multiply(np.ones((rows, 4)))
+        plan.multiply(np.ones((rows, 4)))
+    return "OK wrong_shape ran (it should not have)"
+
+
+if __name__ == "__main__":
+    case, seed = sys.argv[1], int(sys.argv[2])
+    target = sys.argv[3] if len(sys.argv) > 3 else "/dev/null"
+    result = {"roundtrip": roundtrip, "wrong_load": wrong_load, "wrong_shape": wrong_shape}[case](seed, target)
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        print(result, flush=True)

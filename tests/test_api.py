@@ -1,0 +1,134 @@
+"""The public library API: programs under mpiexec (tests/api_driver.py), the transposed plan's
+bytes for every strategy, ``auto`` against every candidate, and errors that never hang."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import sparsewire
+from conftest import ROOT, run_mpi
+from oracles import random_integer_matrix, replay_plan
+from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
+from sparsewire.plan.transpose import transpose_comm_plan
+
+DRIVER = str(ROOT / "tests" / "api_driver.py")
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_public_program_multiplies_transposes_saves_and_loads_exactly(tmp_path, rng, ranks):
+    seed = int(rng.integers(2**31))
+    completed = run_mpi(ranks, [DRIVER, "roundtrip", str(seed), str(tmp_path / "plan.npz")], timeout=300)
+    assert completed.returncode == 0 and "OK roundtrip 6" in completed.stdout, completed.stdout + completed.stderr
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_loading_a_plan_for_another_matrix_is_a_one_line_error_on_every_rank(tmp_path, rng, ranks):
+    completed = run_mpi(ranks, [DRIVER, "wrong_load", str(int(rng.integers(2**31))), str(tmp_path / "plan.npz")], timeout=120)
+    assert completed.returncode == 0 and "OK wrong_load" in completed.stdout, completed.stdout + completed.stderr
+
+
+def test_loading_on_another_number_of_ranks_is_a_one_line_error(tmp_path):
+    script = (
+        "import sys, numpy as np; from mpi4py import MPI; import sparsewire\n"
+        "m = sparsewire.distribute(MPI.COMM_WORLD, 'stencil2d:12')\n"
+        "if sys.argv[1] == 'save':\n"
+        "    m.spmm_plan(2).save(sys.argv[2])\n"
+        "else:\n"
+        "    try: sparsewire.SpmmPlan.load(sys.argv[2], m)\n"
+        "    except sparsewire.PlanMismatchError as e: print('ERR', e)\n"
+    )
+    path = str(tmp_path / "plan.npz")
+    assert run_mpi(2, ["-c", script, "save", path], timeout=120).returncode == 0
+    completed = run_mpi(3, ["-c", script, "load", path], timeout=120)
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("ERR")]
+    assert len(lines) == 3 and all("P = 2 ranks, not 3" in line for line in lines), completed.stdout + completed.stderr
+
+
+def test_wrong_b_shape_on_one_rank_aborts_the_job_quickly():
+    completed = run_mpi(3, [DRIVER, "wrong_shape", "0"], timeout=10)
+    assert completed.returncode != 0, completed.stdout
+    assert "rank 1: the B block has shape (" in completed.stderr and "aborting the job" in completed.stderr
+    assert "OK wrong_shape" not in completed.stdout
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_transposed_plan_is_exact_and_moves_the_same_bytes_for_every_strategy(rng, ranks):
+    for shape in [(45, 45), (33, 58), (64, 21)]:
+        matrix = random_integer_matrix(rng, *shape, 0.1)
+        rows, cols = sparsewire.partition_matrix(matrix, ranks, "even")
+        for strategy in EXECUTABLE_STRATEGIES:
+            for layout in ("merged", "pipelined"):
+                topology = sparsewire.Topology.nodes(2) if strategy.hierarchical or layout == "pipelined" else None
+                plan = sparsewire.build_plan(matrix, rows, cols, strategy, topology, layout=layout)
+                transposed = transpose_comm_plan(plan)
+                g = rng.integers(-3, 4, (shape[0], 2)).astype(float)
+                assert np.array_equal(replay_plan(transposed, g), matrix.T @ g), (strategy, layout)
+                forward = sparsewire.plan_stats(plan.ranks, 2, 8)
+                backward = sparsewire.plan_stats(transposed.ranks, 2, 8)
+                assert backward.total_bytes == forward.total_bytes and backward.messages == forward.messages
+
+
+AUTO_SCRIPT = """
+import json, sys
+from mpi4py import MPI
+import sparsewire
+from sparsewire.exec.spmm_plan import candidate_strategies
+comm = MPI.COMM_WORLD
+matrix = sparsewire.distribute(comm, sys.argv[1])
+topology = None if sys.argv[2] == "flat" else sparsewire.parse_topology(sys.argv[2])
+chosen = matrix.spmm_plan(16, topology=topology, mode="bulk")
+predictions = {}
+for strategy in candidate_strategies(topology):
+    with matrix.spmm_plan(16, strategy=strategy.value, topology=topology, mode="bulk") as plan:
+        predictions[strategy.value] = (plan.stats.as_dict()["predicted_seconds"], plan.stats.total_bytes)
+if comm.Get_rank() == 0:
+    print(json.dumps({"chosen": chosen.rank_plan.strategy.value, "predictions": predictions, "explain": chosen.explain()}))
+"""
+
+
+@pytest.mark.parametrize("ranks, matrix, topology", [(3, "rmat:9:6:2", "flat"), (4, "delaunay:600:1", "nodes:2"), (4, "stencil2d:24", "cola-a800")])
+def test_auto_picks_the_least_predicted_time_of_every_candidate(ranks, matrix, topology):
+    import json
+
+    completed = run_mpi(ranks, ["-c", AUTO_SCRIPT, matrix, topology], timeout=240)
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    predictions = report["predictions"]
+    assert (topology != "flat") == ("joint-hier" in predictions)
+    best = min(predictions.values())
+    assert tuple(predictions[report["chosen"]]) == tuple(best), predictions
+    assert f"auto chose {report['chosen']}" in report["explain"]
+
+
+def test_public_names_are_documented_and_importing_does_not_start_mpi():
+    code = (
+        "import sys, sparsewire\n"
+        "assert 'mpi4py.MPI' not in sys.modules\n"
+        "for name in sparsewire.__all__:\n"
+        "    obj = getattr(sparsewire, name)\n"
+        "    assert obj.__doc__ and obj.__doc__.strip(), name\n"
+        "print('ok')\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert completed.stdout.strip() == "ok", completed.stderr
+
+
+def test_error_classes_derive_from_the_matching_builtins():
+    assert issubclass(sparsewire.InputError, ValueError) and issubclass(sparsewire.PlanMismatchError, ValueError)
+    assert issubclass(sparsewire.InputError, sparsewire.SparsewireError)
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_examples_run_under_mpiexec(ranks):
+    power = run_mpi(ranks, [str(ROOT / "examples" / "power_iteration.py")], timeout=180)
+    assert power.returncode == 0, power.stderr
+    lines = power.stdout.splitlines()
+    estimate = float(lines[-2].rsplit(":", 1)[1])
+    exact = float(lines[-1].rsplit(":", 1)[1])
+    assert abs(estimate - exact) < 1e-8 * exact
+    bfs = run_mpi(ranks, [str(ROOT / "examples" / "bfs_spgemm.py"), "delaunay:300:2", "--source", "5"], timeout=180)
+    assert bfs.returncode == 0 and "SciPy agrees" in bfs.stdout, bfs.stdout + bfs.stderr
