@@ -33,16 +33,15 @@ def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int,
     import numpy as np
     from mpi4py import MPI
 
-    from sparsewire.exec.session import distribute_matrix
+    import sparsewire
     from sparsewire.exec.spmm import MODES, SpmmExecutor, layout_for_mode
     from sparsewire.generators import deterministic_dense
-    from sparsewire.io import load_matrix
     from sparsewire.plan.plan import build_rank_plan_collective
     from sparsewire.topology import Topology
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    distributed = distribute_matrix(comm, load_matrix(matrix) if rank == 0 else None, "even")
+    distributed = sparsewire.distribute(comm, matrix)
     plans = {
         layout: build_rank_plan_collective(
             comm, distributed.local_rows, distributed.row_partition, distributed.col_partition, strategy,

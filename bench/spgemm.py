@@ -34,7 +34,7 @@ from common import default_matrices, short_name  # noqa: E402
 from sparsewire.report import format_table  # noqa: E402
 from sparsewire.spgemm.distributed import reference_product  # noqa: E402
 from sparsewire.spgemm.semirings import get_semiring  # noqa: E402
-from sparsewire.spgemm.session import load_operand  # noqa: E402
+from sparsewire.spgemm.values import load_operand  # noqa: E402
 
 SEMIRINGS = ["plus_times", "min_plus"]
 ALGORITHMS = ["summa", "1d"]

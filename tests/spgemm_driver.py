@@ -24,7 +24,7 @@ from sparsewire.plan.strategies import Strategy
 from sparsewire.spgemm import graphs
 from sparsewire.spgemm.distributed import DistributedSpgemm, reference_product
 from sparsewire.spgemm.semirings import SEMIRINGS, get_semiring, user_semiring
-from sparsewire.spgemm.session import compare_exactly
+from sparsewire.spgemm.distributed import compare_exactly
 from sparsewire.spgemm.summa import ProcessGrid
 
 

@@ -44,8 +44,8 @@ def test_loading_on_another_number_of_ranks_is_a_one_line_error(tmp_path):
     path = str(tmp_path / "plan.npz")
     assert run_mpi(2, ["-c", script, "save", path], timeout=120).returncode == 0
     completed = run_mpi(3, ["-c", script, "load", path], timeout=120)
-    lines = [line for line in completed.stdout.splitlines() if line.startswith("ERR")]
-    assert len(lines) == 3 and all("P = 2 ranks, not 3" in line for line in lines), completed.stdout + completed.stderr
+    # Every rank prints its error (lines of several ranks may interleave).
+    assert completed.stdout.count("holds a plan for P = 2 ranks, not 3; load it on 2 ranks or plan again") == 3, completed.stdout + completed.stderr
 
 
 def test_wrong_b_shape_on_one_rank_aborts_the_job_quickly():

@@ -13,7 +13,8 @@ from sparsewire.spgemm import graphs
 from sparsewire.spgemm.distributed import reference_product
 from sparsewire.spgemm.local import pack, pack_row_ranges, to_graphblas, to_scipy, unpack, wire_bytes
 from sparsewire.spgemm.semirings import SEMIRINGS, get_semiring, user_semiring
-from sparsewire.spgemm.session import apply_values, check_values_spec, compare_exactly
+from sparsewire.spgemm.distributed import compare_exactly
+from sparsewire.spgemm.values import apply_values, check_values_spec
 from sparsewire.spgemm.summa import ProcessGrid, choose_grid, parse_grid, summa_stages
 
 

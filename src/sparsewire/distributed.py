@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -88,6 +87,8 @@ class DistributedMatrix:
         mode: str | None = None,
         threads: int | None = None,
         deterministic: bool = False,
+        *,
+        proxy: str = "local",
     ):
         """Collective. A reusable plan of ``C = A @ B`` for B with ``k`` columns; see
         :func:`sparsewire.exec.spmm_plan.plan_spmm` for the arguments and the ``auto`` strategy.
@@ -97,7 +98,9 @@ class DistributedMatrix:
         """
         from sparsewire.exec.spmm_plan import plan_spmm
 
-        return plan_spmm(self, k, dtype, strategy=strategy, topology=topology, mode=mode, threads=threads, deterministic=deterministic)
+        return plan_spmm(
+            self, k, dtype, strategy=strategy, topology=topology, mode=mode, threads=threads, deterministic=deterministic, proxy=proxy
+        )
 
     def spgemm(self, other: DistributedMatrix, semiring: str = "plus_times", algorithm: str = "auto", phases: int = 1) -> DistributedMatrix:
         """Collective. ``C = A (+.x) other`` over a semiring, C distributed like A's rows; see
@@ -232,11 +235,3 @@ def _from_local_rows(comm: MPI.Comm, local, row_offsets) -> DistributedMatrix:
     n_cols = widths[0]
     col_partition = row_partition if n_cols == row_partition.n else even_rows(n_cols, size)
     return DistributedMatrix(comm, local, row_partition, col_partition, nnz)
-
-
-def warn_nonfinite(matrix: DistributedMatrix, name: str) -> int:
-    """Collective. Count NaN/infinite stored values over all ranks; rank 0 prints a warning if any."""
-    bad = matrix.comm.allreduce(int(np.count_nonzero(~np.isfinite(matrix.local_rows.data))), op=MPI.SUM)
-    if bad and matrix.comm.Get_rank() == 0:
-        print(f"sparsewire: warning: {name}: {bad} stored values are NaN or infinite; C will hold NaN", file=sys.stderr)
-    return bad

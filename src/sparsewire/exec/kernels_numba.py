@@ -12,7 +12,6 @@ depend on the number of threads.
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit, prange
 
 

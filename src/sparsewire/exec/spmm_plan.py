@@ -9,7 +9,6 @@ call (the model is PETSc's ``PetscSF``: set up once, run many times, invert for 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import weakref
@@ -73,7 +72,7 @@ def _stats(comm: MPI.Comm, plan: RankPlan, k: int, itemsize: int, model: Topolog
     return plan_stats(summaries, k, itemsize, plan.strategy, comm.Get_size(), model)
 
 
-def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mode, threads) -> str | None:
+def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mode, threads, proxy) -> str | None:
     if not isinstance(matrix, DistributedMatrix):
         return f"expected a DistributedMatrix from sparsewire.distribute (got {type(matrix).__name__})"
     if not isinstance(k, (int, np.integer)) or k < 1:
@@ -86,6 +85,8 @@ def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mo
         return f"threads must be a positive integer or None (got {threads!r})"
     if topology is not None and not isinstance(topology, Topology):
         return f"topology must be a sparsewire.Topology or None (got {type(topology).__name__}); see sparsewire.parse_topology"
+    if proxy not in ("local", "balanced"):
+        return f"unknown proxy {proxy!r}; choose local or balanced"
     if strategy != "auto":
         try:
             chosen = Strategy(strategy)
@@ -109,6 +110,7 @@ def plan_spmm(
     mode: str | None = None,
     threads: int | None = None,
     deterministic: bool = False,
+    proxy: str = "local",
 ) -> SpmmPlan:
     """Collective. Plan ``C = A @ B`` for the distributed A and a B of ``k`` columns.
 
@@ -126,12 +128,14 @@ def plan_spmm(
             (:func:`~sparsewire.exec.spmm.choose_mode`).
         threads: threads per rank (default: cores / ranks on the node).
         deterministic: fixed summation order (C bitwise identical across runs, modes, threads).
+        proxy: hierarchical strategies: which rank of a group receives a remote rank's B rows,
+            ``local`` (the same local rank, CoLa) or ``balanced`` (spread by bytes).
 
     Returns:
         :class:`SpmmPlan`, ready to multiply.
     """
     comm = matrix.comm if isinstance(matrix, DistributedMatrix) else MPI.COMM_SELF
-    agree_on_error(comm, _check_arguments(matrix, k, dtype, strategy, topology, mode, threads))
+    agree_on_error(comm, _check_arguments(matrix, k, dtype, strategy, topology, mode, threads, proxy))
     k, dtype = int(k), np.dtype(dtype)
     if mode in (None, "auto"):
         from sparsewire.exec.kernels import default_threads
@@ -147,7 +151,7 @@ def plan_spmm(
     candidates = {}
     for candidate in names:
         plan = build_rank_plan_collective(
-            comm, matrix.local_rows, matrix.row_partition, matrix.col_partition, candidate, topology, layout=layout
+            comm, matrix.local_rows, matrix.row_partition, matrix.col_partition, candidate, topology, layout=layout, proxy=proxy
         )
         stats = _stats(comm, plan, k, dtype.itemsize, model)
         seconds = predicted_seconds(stats)

@@ -36,6 +36,7 @@ __all__ = [
     "choose_algorithm",
     "spgemm_distributed",
     "reference_product",
+    "compare_exactly",
     "peak_rss_bytes",
 ]
 
@@ -46,6 +47,29 @@ ONE_DIM_STRATEGIES = (Strategy.COLUMN, Strategy.JOINT, Strategy.ROW)
 def peak_rss_bytes(comm: MPI.Comm) -> int:
     """Collective. The largest peak resident set size of any rank, in bytes (Linux ru_maxrss is KiB)."""
     return int(comm.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, op=MPI.MAX))
+
+
+def compare_exactly(result: sp.csr_array, reference: sp.csr_array) -> dict:
+    """Compare two results entry by entry: the same stored pattern, and equal values (exactly; a
+    relative 1e-12 is allowed only where the reference holds non-integer floating values)."""
+    result, reference = sp.csr_array(result), sp.csr_array(reference)
+    result.sort_indices()
+    reference.sort_indices()
+    same_pattern = (
+        result.shape == reference.shape
+        and np.array_equal(result.indptr, reference.indptr)
+        and np.array_equal(result.indices, reference.indices)
+    )
+    if not same_pattern:
+        return {"check_passed": False, "pattern_equal": False, "mismatched_values": None}
+    got, want = result.data, reference.data
+    if want.dtype.kind == "f" and not np.all(np.isin(want, [np.inf, -np.inf]) | (want == np.round(want))):
+        bad = ~np.isclose(got, want, rtol=1e-12, atol=0)
+        exact = False
+    else:
+        bad = got != want
+        exact = True
+    return {"check_passed": not bad.any(), "pattern_equal": True, "mismatched_values": int(bad.sum()), "exact": exact}
 
 
 def reference_product(a: sp.sparray, b: sp.sparray, semiring: Semiring, mask: sp.sparray | None = None) -> sp.csr_array:

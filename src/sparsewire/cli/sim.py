@@ -1,39 +1,28 @@
-"""The simulation subcommands of the ``sparsewire`` CLI: ``simulate``, ``calibrate`` and
-``netsparse`` (no MPI needed). Registered by :func:`sparsewire.cli.build_parser`."""
+"""The simulation commands ``simulate``, ``calibrate`` and ``netsparse`` (no MPI needed): thin
+handlers over :mod:`sparsewire.sim` (plans on a network, the NetSparse model, calibration)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from sparsewire.cli.common import MATRIX_HELP, positive_int, progress_printer
 from sparsewire.errors import InputError
+from sparsewire.sim.calibration import default_calibration_path, measure_compute_rate
 from sparsewire.report import format_bytes, format_table
 
-__all__ = ["add_commands", "measure_compute_rate", "default_calibration_path"]
+__all__ = ["add_commands"]
 
 ELEMENT_BYTES = 4
 SOFTWARE_PLANS = ("column", "joint", "column-hier", "joint-hier", "joint-group")
 
 
-def default_calibration_path() -> Path:
-    """Where ``sparsewire calibrate`` writes and ``simulate`` reads the measured compute rate:
-    ``$XDG_CACHE_HOME/sparsewire/calibration.json`` (``~/.cache`` by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "sparsewire" / "calibration.json"
-
-
-def _progress(args: argparse.Namespace):
-    return None if getattr(args, "json", False) else (lambda text: print(text, file=sys.stderr, flush=True))
-
-
-def add_commands(commands, matrix_help: str, positive_int) -> None:
+def add_commands(commands) -> None:
     """Add ``simulate``, ``calibrate`` and ``netsparse`` to the CLI's subparsers."""
     from sparsewire.sim.network import PRESETS
 
@@ -49,7 +38,7 @@ def add_commands(commands, matrix_help: str, positive_int) -> None:
             "diagonal block overlaps communication as in the overlap executor."
         ),
     )
-    simulate.add_argument("matrix", help=matrix_help)
+    simulate.add_argument("matrix", help=MATRIX_HELP)
     simulate.add_argument("--ranks", "-P", type=positive_int, required=True, help="number of ranks P (one per host)")
     simulate.add_argument("--topology", required=True, help=f"network preset: {presets}")
     simulate.add_argument("--strategies", default="auto", help="comma list (block, rowwise, column, row, joint, column-hier, joint-hier, "
@@ -88,7 +77,7 @@ def add_commands(commands, matrix_help: str, positive_int) -> None:
             "--topologies Fig. 22, --compare-plans our software plans on the same cluster (table and PNG)."
         ),
     )
-    netsparse.add_argument("matrix", help=matrix_help)
+    netsparse.add_argument("matrix", help=MATRIX_HELP)
     netsparse.add_argument("--nodes", type=positive_int, default=128, help="nodes (default: 128)")
     netsparse.add_argument("--rack", type=positive_int, default=16, help="nodes per rack (leaf-spine; default: 16)")
     netsparse.add_argument("--k", type=positive_int, default=16, help="property elements K, 4 bytes each (default: 16)")
@@ -110,41 +99,8 @@ def add_commands(commands, matrix_help: str, positive_int) -> None:
     netsparse.set_defaults(handler=_run_netsparse)
 
 
-def measure_compute_rate(repeat: int = 5, progress=None) -> dict:
-    """Median local SpMM rate (nonzero-columns per second) of the executor's CSR x dense kernel on
-    one thread of this machine."""
-    from sparsewire.exec import kernels
-    from sparsewire.generators import rmat
-
-    matrix = rmat(16, 8, seed=1).astype(np.float64)
-    kernels.set_threads(1)
-    operand = kernels.CsrOperand.from_matrix(matrix, np.float64, 1)
-    per_k = {}
-    for k in (16, 32, 64):
-        dense = np.random.default_rng(k).random((matrix.shape[1], k))
-        out = np.empty((matrix.shape[0], k))
-        kernels.multiply(operand, dense, out)
-        times = []
-        for _ in range(repeat):
-            started = time.perf_counter()
-            kernels.multiply(operand, dense, out)
-            times.append(time.perf_counter() - started)
-        per_k[str(k)] = matrix.nnz * k / float(np.median(times))
-        if progress:
-            progress(f"k = {k}: {per_k[str(k)]:.3g} nonzero-columns/s")
-    return {
-        "compute_rate": float(np.median(list(per_k.values()))),
-        "per_k": per_k,
-        "matrix": "rmat:16:8:1",
-        "nnz": int(matrix.nnz),
-        "machine": platform.node(),
-        "processor": platform.processor() or platform.machine(),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-
-
 def _run_calibrate(args: argparse.Namespace) -> int:
-    result = measure_compute_rate(args.repeat, _progress(args))
+    result = measure_compute_rate(args.repeat, progress_printer(args))
     path = Path(args.output) if args.output else default_calibration_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
@@ -185,7 +141,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from sparsewire.sim.network import build_network
     from sparsewire.sim.plans import rank_nonzeros, simulate_plan
 
-    progress = _progress(args)
+    progress = progress_printer(args)
     network = build_network(args.topology, args.ranks)
     topology = network.planner_topology(args.ranks)
     grouped = len(topology.levels) > 1
@@ -294,7 +250,7 @@ def _run_netsparse(args: argparse.Namespace) -> int:
     from sparsewire.io import load_matrix
     from sparsewire.sim import netsparse as ns
 
-    progress = _progress(args)
+    progress = progress_printer(args)
     sweeps = [name.strip().lower() for name in args.sweep.split(",") if name.strip()]
     for name in sweeps:
         if name not in ns.SWEEPS:

@@ -1,5 +1,5 @@
-"""The SpGEMM subcommands of the ``sparsewire`` CLI: ``spgemm``, ``bfs``, ``sssp``, ``triangles``,
-``reach`` (all under mpiexec). Registered by :func:`sparsewire.cli.build_parser`."""
+"""The SpGEMM commands ``spgemm``, ``bfs``, ``sssp``, ``triangles``, ``reach`` (all under
+mpiexec): thin handlers over :mod:`sparsewire.spgemm` (algorithms, graph algorithms, values)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 
+from sparsewire.cli.common import MATRIX_HELP, positive_int
 from sparsewire.errors import InputError
 from sparsewire.report import format_bytes
 
@@ -22,7 +23,7 @@ SEMIRING_HELP = (
 VALUES_HELP = "stored values: file (pattern files read as 1), ones, or random:SEED (integers 1..9) (default: %(default)s)"
 
 
-def add_commands(commands, matrix_help: str, positive_int) -> None:
+def add_commands(commands) -> None:
     """Add the SpGEMM and graph subcommands to the CLI's subparsers."""
     spgemm = commands.add_parser(
         "spgemm",
@@ -35,7 +36,7 @@ def add_commands(commands, matrix_help: str, positive_int) -> None:
             "(sum of C's values; true counts 1), bytes_moved and peak memory."
         ),
     )
-    spgemm.add_argument("matrix", help=matrix_help)
+    spgemm.add_argument("matrix", help=MATRIX_HELP)
     spgemm.add_argument("matrix2", nargs="?", help="B (default: A itself)")
     spgemm.add_argument("--semiring", default="plus_times", help=SEMIRING_HELP)
     spgemm.add_argument("--algorithm", choices=["summa", "1d", "auto"], default="auto", help="(default: auto, by predicted bytes)")
@@ -56,7 +57,7 @@ def add_commands(commands, matrix_help: str, positive_int) -> None:
         ("sssp", "single-source shortest paths: Bellman-Ford with A^T (min.+) changed distances, 1D"),
     ):
         command = commands.add_parser(name, help=summary, description=f"{summary}. Checked against SciPy with --check.")
-        command.add_argument("matrix", help=matrix_help)
+        command.add_argument("matrix", help=MATRIX_HELP)
         command.add_argument("--source", type=int, default=0, help="source vertex (default: 0)")
         command.add_argument("--values", default="file", help=VALUES_HELP)
         command.add_argument("--check", action="store_true", help="compare with SciPy's shortest paths")
@@ -76,7 +77,7 @@ def add_commands(commands, matrix_help: str, positive_int) -> None:
     )
     reach.add_argument("--hops", type=int, required=True, help="the k of k-hop reachability (>= 0)")
     for command in (triangles, reach):
-        command.add_argument("matrix", help=matrix_help)
+        command.add_argument("matrix", help=MATRIX_HELP)
         command.add_argument("--algorithm", choices=["summa", "1d", "auto"] if command is triangles else ["summa", "1d"],
                              default="auto" if command is triangles else "summa", help="(default: %(default)s)")
         command.add_argument("--grid", help="SUMMA grid ROWSxCOLS (default: most nearly square)")
@@ -98,7 +99,7 @@ def _start_mpi():
 
 def _load_on_root(comm, spec: str, values: str):
     from sparsewire.comm.runtime import agree_on_error
-    from sparsewire.spgemm.session import load_operand
+    from sparsewire.spgemm.values import load_operand
 
     matrix, problem = None, None
     if comm.Get_rank() == 0:
@@ -124,17 +125,16 @@ def _print(args, report: dict, lines: list[str]) -> int:
 def _run_spgemm(args: argparse.Namespace) -> int:
     from sparsewire.spgemm.semirings import get_semiring
 
-    from sparsewire.spgemm.session import check_values_spec
+    from sparsewire.spgemm.values import check_values_spec
 
     semiring = get_semiring(args.semiring)
     check_values_spec(args.values)
     comm = _start_mpi()
-    from sparsewire.spgemm.session import run_spgemm_session
     from sparsewire.spgemm.summa import parse_grid
 
     grid = parse_grid(args.grid, comm.Get_size())
     progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
-    report = run_spgemm_session(
+    report = _spgemm_session(
         comm, args.matrix, args.matrix2, semiring, algorithm=args.algorithm, strategy=args.strategy, grid=grid,
         phases=args.phases, repeat=args.repeat, values=args.values, check=args.check, progress=progress,
     )
@@ -171,7 +171,7 @@ def _timed(comm, function):
 
 
 def _run_vertex_algorithm(args: argparse.Namespace) -> int:
-    from sparsewire.spgemm.session import check_values_spec
+    from sparsewire.spgemm.values import check_values_spec
 
     check_values_spec(args.values)
     comm = _start_mpi()
@@ -259,3 +259,104 @@ def _run_reach(args: argparse.Namespace) -> int:
     if args.check:
         lines.append(f"check against SciPy: {'passed' if report['check_passed'] else 'FAILED'}")
     return _print(args, report, lines)
+
+
+def _spgemm_session(
+    comm,
+    spec: str,
+    second_spec: str | None,
+    semiring,
+    *,
+    algorithm: str = "auto",
+    strategy: str = "auto",
+    grid=None,
+    phases: int = 1,
+    repeat: int = 3,
+    values: str = "file",
+    check: bool = False,
+    progress=None,
+) -> dict | None:
+    """Collective. ``C = A (+.x) B`` (B = A when ``second_spec`` is None); the result dict on rank 0.
+
+    Timing: one untimed warm-up multiply, then ``repeat`` multiplies, each between barriers and
+    timed as the slowest rank. ``bytes_moved`` is what the ranks handed to MPI in one multiply
+    (equal to ``predicted_bytes``, counted before running). ``peak_held_entries`` is the most
+    stored entries any rank held at once inside the multiply; ``peak_rss_bytes`` the largest peak
+    resident memory of any rank over the whole run.
+    """
+    import statistics
+
+    from mpi4py import MPI
+
+    from sparsewire.comm.runtime import agree_on_error
+    from sparsewire.spgemm.distributed import choose_algorithm, compare_exactly, peak_rss_bytes, reference_product
+    from sparsewire.spgemm.local import to_scipy
+    from sparsewire.spgemm.values import load_operand
+
+    rank = comm.Get_rank()
+    a_global = b_global = None
+    problem = None
+    if rank == 0:
+        try:
+            a_global = load_operand(spec, values)
+            b_global = a_global if second_spec is None else load_operand(second_spec, values)
+            if a_global.shape[1] != b_global.shape[0]:
+                raise InputError(
+                    f"cannot multiply {a_global.shape[0]} x {a_global.shape[1]} by {b_global.shape[0]} x "
+                    f"{b_global.shape[1]}: A's columns must equal B's rows"
+                )
+        except Exception as error:  # reported on every rank by agree_on_error
+            problem = str(error)
+    agree_on_error(comm, problem)
+    if progress and rank == 0:
+        progress(f"choosing among {algorithm} candidates" if algorithm == "auto" or strategy == "auto" else f"building {algorithm}")
+    spgemm, b_local, predictions = choose_algorithm(
+        comm, a_global, b_global, semiring, algorithm, strategy=strategy, grid=grid, phases=phases
+    )
+    if progress and rank == 0:
+        progress(f"running {spgemm.name} on a {spgemm.grid} grid")
+    result = spgemm.multiply(b_local, phases=phases)  # warm-up
+    sent_before = spgemm.bytes_sent
+    times = []
+    for _ in range(repeat):
+        comm.Barrier()
+        started = MPI.Wtime()
+        result = spgemm.multiply(b_local, phases=phases)
+        times.append(comm.allreduce(MPI.Wtime() - started, op=MPI.MAX))
+    moved = comm.allreduce(spgemm.bytes_sent - sent_before, op=MPI.SUM) // max(repeat, 1)
+    nnz_out = comm.allreduce(int(result.nvals), op=MPI.SUM)
+    # float64 sum of the stored values; a boolean True counts 1
+    checksum = comm.allreduce(float(to_scipy(result).data.sum(dtype=np.float64)), op=MPI.SUM)
+    peak_held = comm.allreduce(spgemm.peak_held_entries, op=MPI.MAX)
+    gathered = spgemm.gather_c(result) if check else None
+    rss = peak_rss_bytes(comm)
+    spgemm.free()
+    if rank != 0:
+        return None
+    report = {
+        "matrix": spec,
+        "matrix2": second_spec,
+        "shape": [int(a_global.shape[0]), int(b_global.shape[1])],
+        "nnz_a": int(a_global.nnz),
+        "nnz_b": int(b_global.nnz),
+        "ranks": comm.Get_size(),
+        "grid": str(spgemm.grid),
+        "algorithm": spgemm.name,
+        "semiring": semiring.name,
+        "semiring_facts": semiring.describe(),
+        "values": values,
+        "phases": phases,
+        "repeat": repeat,
+        "median_seconds": statistics.median(times) if times else None,
+        "nnz_out": int(nnz_out),
+        "checksum_sum": float(checksum),
+        "bytes_moved": int(moved),
+        "predicted_bytes": int(predictions[spgemm.name]),
+        "predicted_bytes_by_algorithm": predictions,
+        "peak_held_entries": int(peak_held),
+        "peak_rss_bytes": rss,
+    }
+    if check:
+        reference = reference_product(a_global, b_global, semiring)
+        report.update(compare_exactly(gathered, reference))
+    return report

@@ -1,0 +1,72 @@
+"""The ``sparsewire`` command line, one module per command family, each a thin layer over the
+library: :mod:`~sparsewire.cli.analyze` (``analyze``, no MPI), :mod:`~sparsewire.cli.spmm`
+(``spmm``, ``eigs``, under mpiexec), :mod:`~sparsewire.cli.spgemm` (``spgemm``, ``bfs``, ``sssp``,
+``triangles``, ``reach``, under mpiexec) and :mod:`~sparsewire.cli.sim` (``simulate``,
+``calibrate``, ``netsparse``, no MPI).
+
+Every user error prints one line ``sparsewire: error: <problem>; <fix>`` on rank 0 and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from sparsewire import __version__
+from sparsewire.cli import analyze, sim, spgemm, spmm
+from sparsewire.cli.common import Parser
+from sparsewire.errors import SparsewireError
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = Parser(
+        prog="sparsewire",
+        description="Distributed sparse x dense (SpMM) and sparse x sparse semiring (SpGEMM) matrix multiplication "
+        "that moves as few bytes as the sparsity allows.",
+    )
+    parser.add_argument("--version", action="version", version=f"sparsewire {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for family in (analyze, spmm, spgemm, sim):
+        family.add_commands(commands)
+    return parser
+
+
+def _is_root() -> bool:
+    """Rank 0 of the job, also before MPI is initialised (argument errors): then the launcher's
+    rank variable tells (MPICH/Hydra: PMI_RANK, Open MPI: OMPI_COMM_WORLD_RANK)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        return mpi.COMM_WORLD.Get_rank() == 0
+    launcher_rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
+    return launcher_rank == "0"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``sparsewire`` console script and ``python -m sparsewire``."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return args.handler(args)
+    except SparsewireError as error:
+        if _is_root():
+            print(f"sparsewire: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception:
+        mpi = sys.modules.get("mpi4py.MPI")
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+            # One rank failing would leave the others waiting forever in a collective (mpi4py.run does the same).
+            import traceback
+
+            traceback.print_exc()
+            sys.stderr.flush()
+            mpi.COMM_WORLD.Abort(1)
+        raise

@@ -1,0 +1,121 @@
+"""``sparsewire analyze``: communication volume of each strategy for P ranks, from the global
+matrix (no MPI), over :func:`sparsewire.plan.stats.strategy_stats`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from sparsewire.cli.common import DTYPES, MATRIX_HELP, add_topology_arguments, positive_int, topology_from_args
+from sparsewire.report import format_bytes, format_table
+
+__all__ = ["add_commands"]
+
+
+def add_commands(commands) -> None:
+    """Add ``analyze`` to the CLI's subparsers."""
+    analyze = commands.add_parser(
+        "analyze",
+        help="communication volume of each strategy for P ranks (no MPI needed)",
+        description=(
+            "Plan C = A @ B for P ranks from the global matrix and print, per strategy, the bytes moved per "
+            "multiply, messages, the busiest rank's bytes, setup bytes and planning time. Needs no MPI."
+        ),
+    )
+    analyze.add_argument("matrix", help=MATRIX_HELP)
+    analyze.add_argument("--ranks", "-P", type=positive_int, required=True, help="number of ranks P")
+    analyze.add_argument("--k", type=positive_int, default=32, help="columns of B (default: 32)")
+    analyze.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="element type; float32 is the papers' unit (default: float32)")
+    analyze.add_argument(
+        "--strategies",
+        default="all",
+        help="comma-separated list or 'all': block, rowwise, column, row, joint, and with a topology column-hier, "
+        "joint-hier, joint-group (default: all)",
+    )
+    analyze.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition: even rows or balanced nonzeros (default: even)")
+    analyze.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
+    add_topology_arguments(analyze, allow_mpi=False)
+    analyze.add_argument("--json", action="store_true", help="print exactly one JSON object instead of a table")
+    analyze.set_defaults(handler=run_analyze)
+
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    from sparsewire.io import load_matrix
+    from sparsewire.partition import partition_matrix
+    from sparsewire.plan.stats import strategy_stats
+    from sparsewire.plan.strategies import parse_strategies
+
+    topology = topology_from_args(args)
+    strategies = parse_strategies(args.strategies, hierarchical=topology is not None)
+    if topology is not None:
+        topology.groups(args.ranks)  # checks the rank count against an explicit grouping
+    element_bytes = np.dtype(DTYPES[args.dtype]).itemsize
+    matrix = load_matrix(args.matrix, symmetrize=args.symmetrize)
+    row_partition, col_partition = partition_matrix(matrix, args.ranks, args.partition)
+    entries = []
+    for strategy in strategies:
+        if not args.json:
+            print(f"planning {strategy.value} ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        stats = strategy_stats(
+            matrix, row_partition, col_partition, strategy, args.k, element_bytes, topology, proxy=args.proxy
+        )
+        entry = stats.as_dict()
+        entry["plan_seconds"] = round(time.perf_counter() - started, 6)
+        entries.append(entry)
+    report = {
+        "matrix": {"path": args.matrix, "n_rows": int(matrix.shape[0]), "n_cols": int(matrix.shape[1]), "nnz": int(matrix.nnz)},
+        "ranks": args.ranks,
+        "k": args.k,
+        "element_bytes": element_bytes,
+        "partition": args.partition,
+        "strategies": entries,
+    }
+    if topology is not None:
+        report["topology"] = {
+            "name": topology.name,
+            "groups": int(topology.groups(args.ranks).max(initial=-1)) + 1,
+            "description": topology.describe(),
+            "proxy": args.proxy,
+        }
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(
+        f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nonzeros; "
+        f"P = {args.ranks}, k = {args.k}, {args.dtype}, {args.partition} partition"
+    )
+    if topology is not None:
+        print(f"topology {topology.describe()}; proxy {args.proxy}")
+    baseline = next((e["total_bytes"] for e in entries if e["name"] == "block"), None)
+    rows = []
+    for e in entries:
+        ratio = f"{e['total_bytes'] / baseline:.4f}" if baseline else "-"
+        rows.append(
+            [
+                e["name"],
+                e["total_bytes"],
+                format_bytes(e["total_bytes"]),
+                ratio,
+                e["messages"],
+                format_bytes(e["max_rank_send_bytes"]),
+                format_bytes(e["max_rank_recv_bytes"]),
+                format_bytes(e["setup_bytes"]),
+                f"{e['plan_seconds']:.3f}",
+            ]
+            + (
+                [format_bytes(e["intra_group_bytes"]), format_bytes(e["inter_group_bytes"]), f"{e['predicted_seconds'] * 1e3:.4f}"]
+                if topology is not None
+                else []
+            )
+        )
+    headers = ["strategy", "bytes/multiply", "", "vs block", "messages", "max send", "max recv", "setup", "plan s"]
+    if topology is not None:
+        headers += ["intra-group", "inter-group", "predicted ms"]
+    print(format_table(headers, rows))
+    return 0

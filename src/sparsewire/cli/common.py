@@ -1,0 +1,90 @@
+"""What the command families share: argument types, the matrix and topology arguments, MPI start."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from sparsewire.errors import InputError
+
+__all__ = [
+    "MATRIX_HELP", "DTYPES", "DEFAULT_MODE", "Parser", "positive_int", "add_topology_arguments",
+    "topology_from_args", "start_mpi", "progress_printer",
+]
+
+MATRIX_HELP = (
+    "a .mtx/.mtx.gz (Matrix Market), .txt/.txt.gz (SNAP edge list) or .npz file, or a generator spec: "
+    "rmat:SCALE:EDGE_FACTOR[:SEED], delaunay:N[:SEED], stencil2d:NX[:NY], stencil3d:N[:7|27], "
+    "uniform:ROWS[xCOLS]:PER_ROW[:SEED]"
+)
+DTYPES = {"float32": np.float32, "float64": np.float64}
+DEFAULT_MODE = "auto"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports errors as one InputError line instead of its usage dump."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse hook
+        raise InputError(f"{message}; see '{self.prog} --help'")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def add_topology_arguments(parser: argparse.ArgumentParser, allow_mpi: bool) -> None:
+    """--group-size/--topology (one of them) and --proxy."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--group-size", "-G", type=positive_int, help="groups of G consecutive ranks (same as --topology nodes:G)"
+    )
+    presets = "flat, nodes:G, cola-a800, shiro-h100, leafspine-16" + (", mpi (shared-memory nodes)" if allow_mpi else "")
+    where.add_argument("--topology", help=f"cluster model: {presets}; adds per-link-class bytes and predicted time")
+    parser.add_argument(
+        "--proxy",
+        choices=["local", "balanced"],
+        default="local",
+        help="hierarchical strategies: which rank of a group receives a remote rank's B rows: the same local rank "
+        "(CoLa) or spread by bytes (default: local)",
+    )
+
+
+def topology_from_args(args: argparse.Namespace, comm=None):
+    """The Topology the arguments name (None: flat); ``mpi`` needs the communicator."""
+    from sparsewire.topology import Topology, parse_topology
+
+    if args.group_size is not None:
+        return Topology.nodes(args.group_size)
+    if args.topology is None:
+        return None
+    if args.topology.strip().lower() == "mpi":
+        if comm is None:
+            raise InputError("--topology mpi needs MPI (it groups the ranks of each node); use it with spmm or give nodes:G")
+        return Topology.from_mpi(comm)
+    return parse_topology(args.topology)
+
+
+def start_mpi(modes: list[str], threads: int | None):
+    """Import mpi4py's MPI at the thread level the modes need: MULTIPLE only for the partitioned
+    mode with several threads (every thread calls MPI), FUNNELED otherwise."""
+    import mpi4py
+
+    several_threads = threads is None or threads > 1
+    mpi4py.rc.thread_level = "multiple" if "partitioned" in modes and several_threads else "funneled"
+    from mpi4py import MPI
+
+    return MPI
+
+
+def progress_printer(args: argparse.Namespace):
+    """A callable printing progress lines to stderr, or None with --json (stdout holds one object)."""
+    return None if getattr(args, "json", False) else (lambda text: print(text, file=sys.stderr, flush=True))
