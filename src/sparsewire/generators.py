@@ -193,7 +193,7 @@ def from_spec(spec: str) -> sp.csr_array:
 
 
 def deterministic_dense(row_start: int, row_stop: int, k: int, dtype=np.float64) -> np.ndarray:
-    """Rows ``row_start:row_stop`` of the reference dense operand B (global indices), so results
+    """Not collective. Rows ``row_start:row_stop`` of the reference dense operand B (global indices), so results
     can be compared across ranks and libraries without shipping B.
 
     B[i, j] is a hash of (i, j) with all arithmetic mod 2^32, so no two rows repeat and a

@@ -34,7 +34,7 @@ _MM_HEADER_HELP = (
 
 
 def load_matrix(spec: str, *, symmetrize: bool = False) -> sp.csr_array:
-    """Load a matrix from a path or build it from a generator spec.
+    """Not collective. Load a matrix from a path or build it from a generator spec.
 
     Args:
         spec: a file path (``.mtx``, ``.mtx.gz``, ``.txt``, ``.txt.gz``, ``.npz``) or a generator

@@ -53,15 +53,15 @@ class RowPartition:
         return int(self.offsets.size - 1)
 
     def counts(self) -> np.ndarray:
-        """Rows owned by each rank."""
+        """Not collective. Rows owned by each rank."""
         return np.diff(self.offsets)
 
     def range(self, part: int) -> tuple[int, int]:
-        """``(start, stop)`` of the rows owned by ``part``."""
+        """Not collective. ``(start, stop)`` of the rows owned by ``part``."""
         return int(self.offsets[part]), int(self.offsets[part + 1])
 
     def owner(self, rows: np.ndarray | int) -> np.ndarray | int:
-        """Rank owning each row index (vectorised)."""
+        """Not collective. Rank owning each row index (vectorised)."""
         owners = np.searchsorted(self.offsets, rows, side="right") - 1
         return int(owners) if np.ndim(owners) == 0 else owners
 
@@ -83,13 +83,13 @@ def _check_parts(n: int, parts: int) -> None:
 
 
 def even_rows(n: int, parts: int) -> RowPartition:
-    """Equal row counts: ``offsets[p] = floor(p * n / P)``."""
+    """Not collective. Equal row counts: ``offsets[p] = floor(p * n / P)``."""
     _check_parts(n, parts)
     return RowPartition((np.arange(parts + 1, dtype=np.int64) * n) // parts)
 
 
 def balanced_nnz(weights: np.ndarray, parts: int) -> RowPartition:
-    """Contiguous parts with about equal total weight (nonzeros per row).
+    """Not collective. Contiguous parts with about equal total weight (nonzeros per row).
 
     ``offsets[p]`` is the first row r whose prefix sum ``sum(weights[:r])`` reaches
     ``p * total / P``; an all-zero weight vector falls back to :func:`even_rows`.
@@ -107,7 +107,7 @@ def balanced_nnz(weights: np.ndarray, parts: int) -> RowPartition:
 
 
 def partition_matrix(matrix: sp.sparray, parts: int, method: str = "even") -> tuple[RowPartition, RowPartition]:
-    """Row partition (rows of A and C) and column partition (rows of B) of ``matrix``.
+    """Not collective. Row partition (rows of A and C) and column partition (rows of B) of ``matrix``.
 
     ``even`` splits rows evenly; ``nnz`` balances nonzeros per rank. A square matrix uses one
     partition for both; a rectangular one applies the same rule to its columns separately

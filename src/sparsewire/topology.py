@@ -49,7 +49,7 @@ class LinkClass:
     proxy_based: bool = False
 
     def seconds(self, messages, nbytes):
-        """Time for ``messages`` messages carrying ``nbytes`` bytes in all, one after the other."""
+        """Not collective. Time for ``messages`` messages carrying ``nbytes`` bytes in all, one after the other."""
         return np.asarray(messages) * (self.latency + self.overhead) + np.asarray(nbytes) / self.bandwidth
 
 
@@ -87,12 +87,12 @@ class Topology:
 
     @classmethod
     def flat(cls) -> Topology:
-        """One group of all ranks, one link class."""
+        """Not collective. One group of all ranks, one link class."""
         return cls("flat", (Level("machine", None, LinkClass("network", 12.5e9, 2e-6, 1e-6)),))
 
     @classmethod
     def nodes(cls, group_size: int) -> Topology:
-        """Groups of ``group_size`` consecutive ranks (the last may be smaller): ``nodes:G``."""
+        """Not collective. Groups of ``group_size`` consecutive ranks (the last may be smaller): ``nodes:G``."""
         if group_size < 1:
             raise InputError(f"group size must be at least 1 (got {group_size})")
         return cls(f"nodes:{group_size}", (Level("node", group_size, _SHARED_MEMORY), Level("cluster", None, _NETWORK)))
@@ -112,11 +112,11 @@ class Topology:
         return cls("mpi-nodes", levels, tuple(int(g) for g in groups))
 
     def groups(self, n_ranks: int) -> np.ndarray:
-        """Level-0 group id of each of ``n_ranks`` ranks (ids 0, 1, ... in order of first rank)."""
+        """Not collective. Level-0 group id of each of ``n_ranks`` ranks (ids 0, 1, ... in order of first rank)."""
         return self.level_groups(0, n_ranks)
 
     def level_groups(self, level: int, n_ranks: int) -> np.ndarray:
-        """Group id of each rank at ``level``."""
+        """Not collective. Group id of each rank at ``level``."""
         if level == 0 and self.rank_groups is not None:
             if len(self.rank_groups) != n_ranks:
                 raise InputError(
@@ -129,7 +129,7 @@ class Topology:
         return np.zeros(n_ranks, np.int64) if size is None else ranks // size
 
     def link_levels(self, sources: np.ndarray, destinations: np.ndarray, n_ranks: int) -> np.ndarray:
-        """Index of the level whose link joins each (source, destination) pair: the smallest level
+        """Not collective. Index of the level whose link joins each (source, destination) pair: the smallest level
         at which both ranks share a group."""
         sources, destinations = np.asarray(sources, np.int64), np.asarray(destinations, np.int64)
         result = np.full(sources.shape, len(self.levels) - 1, np.int64)
@@ -139,7 +139,7 @@ class Topology:
         return result
 
     def describe(self) -> str:
-        """One line: levels, group sizes and links."""
+        """Not collective. One line: levels, group sizes and links."""
         parts = []
         for level in self.levels:
             size = "all ranks" if level.group_size is None else f"{level.group_size} ranks"
@@ -175,7 +175,7 @@ PRESETS = {
 
 
 def parse_topology(text: str) -> Topology:
-    """A preset name (``flat``, ``cola-a800``, ``shiro-h100``, ``leafspine-16``) or ``nodes:G``."""
+    """Not collective. A preset name (``flat``, ``cola-a800``, ``shiro-h100``, ``leafspine-16``) or ``nodes:G``."""
     name = text.strip().lower()
     if name in PRESETS:
         return PRESETS[name]

@@ -47,7 +47,7 @@ class StrategyChoice:
     candidates: dict[str, tuple[float, int]]
 
     def reason(self) -> str:
-        """One sentence: the chosen strategy and why."""
+        """Not collective. One sentence: the chosen strategy and why."""
         if self.requested != "auto":
             return f"strategy {self.strategy.value} was requested"
         seconds, nbytes = self.candidates[self.strategy.value]

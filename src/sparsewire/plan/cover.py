@@ -29,7 +29,7 @@ def minimum_vertex_cover(
     row_weights: np.ndarray | None = None,
     col_weights: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Minimum-weight vertex cover of the bipartite graph whose edges are the nonzeros of ``biadjacency``.
+    """Not collective. Minimum-weight vertex cover of the bipartite graph whose edges are the nonzeros of ``biadjacency``.
 
     Args:
         biadjacency: n_rows x n_cols sparse matrix; every stored entry is an edge (values ignored).

@@ -145,14 +145,14 @@ class RankPlan:
         return int(self.diagonal.shape[0]), int(self.diagonal.shape[1])
 
     def rows_sent_to(self) -> np.ndarray:
-        """Rows sent to each rank per multiply, summed over exchanges (length P)."""
+        """Not collective. Rows sent to each rank per multiply, summed over exchanges (length P)."""
         result = np.zeros(self.n_ranks, np.int64)
         for exchange in self.exchanges:
             np.add.at(result, exchange.send_ranks, exchange.send_counts)
         return result
 
     def equals(self, other: RankPlan) -> bool:
-        """Exact equality of every field, including every index and value array."""
+        """Not collective. Exact equality of every field, including every index and value array."""
         return isinstance(other, RankPlan) and _equal(self, other)
 
 

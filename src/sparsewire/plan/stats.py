@@ -115,14 +115,14 @@ class PlanStats:
         return int(self.recv_bytes_per_rank.max(initial=0))
 
     def inter_group(self) -> np.ndarray:
-        """Per message: True if its ranks are in different level-0 groups of the topology."""
+        """Not collective. Per message: True if its ranks are in different level-0 groups of the topology."""
         if self.topology is None:
             raise InputError("link classes need a topology; compute the stats with topology=...")
         groups = self.topology.groups(self.n_ranks)
         return groups[self.sources] != groups[self.destinations]
 
     def class_totals(self) -> dict[str, int]:
-        """Bytes, messages and per-rank maxima per link class (``intra_group`` / ``inter_group``)."""
+        """Not collective. Bytes, messages and per-rank maxima per link class (``intra_group`` / ``inter_group``)."""
         inter = self.inter_group()
         result = {}
         for name, mask in (("intra_group", ~inter), ("inter_group", inter)):
@@ -135,7 +135,7 @@ class PlanStats:
         return result
 
     def as_dict(self) -> dict:
-        """The JSON fields of ``sparsewire analyze`` (link classes and prediction with a topology)."""
+        """Not collective. The JSON fields of ``sparsewire analyze`` (link classes and prediction with a topology)."""
         result = {
             "name": self.strategy.value,
             "total_bytes": self.total_bytes,
@@ -197,7 +197,7 @@ def plan_stats(
     n_ranks: int | None = None,
     topology: Topology | None = None,
 ) -> PlanStats:
-    """Volumes from the sender side of every rank's plan.
+    """Not collective. Volumes from the sender side of every rank's plan.
 
     ``plans`` holds either :class:`RankPlan` objects (all ranks, e.g. ``CommPlan.ranks``) or the
     :func:`rank_send_summary` of every rank in rank order (as gathered over MPI).
@@ -236,7 +236,7 @@ def rowwise_stats(
     element_bytes: int,
     topology: Topology | None = None,
 ) -> PlanStats:
-    """Volumes of ``rowwise`` (MGG-style per-nonzero fetch, CoLa eq. 6): every off-diagonal
+    """Not collective. Volumes of ``rowwise`` (MGG-style per-nonzero fetch, CoLa eq. 6): every off-diagonal
     nonzero (i, j) fetches B row j from its owner, ``s*k`` bytes and one message each."""
     coo = sp.coo_array(matrix)
     n_ranks = row_partition.n_parts
