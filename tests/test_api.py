@@ -160,3 +160,12 @@ def test_examples_run_under_mpiexec(ranks):
     assert abs(estimate - exact) < 1e-8 * exact
     bfs = run_mpi(ranks, [str(ROOT / "examples" / "bfs_spgemm.py"), "delaunay:300:2", "--source", "5"], timeout=180)
     assert bfs.returncode == 0 and "SciPy agrees" in bfs.stdout, bfs.stdout + bfs.stderr
+
+
+def test_help_lists_every_command():
+    from conftest import run_cli
+
+    completed = run_cli(["--help"])
+    assert completed.returncode == 0
+    for command in ("analyze", "spmm", "eigs", "spgemm", "bfs", "sssp", "triangles", "reach", "simulate", "calibrate", "netsparse"):
+        assert f"    {command}" in completed.stdout, command
