@@ -65,6 +65,8 @@ def roundtrip(seed: int, path: str) -> str:
                     assert np.array_equal(gathered(comm, loaded.transpose().multiply(g_local)), a.T @ g)
             assert np.array_equal(gathered(comm, sparsewire.spmm(matrix, b_local)), a @ b)
             assert np.array_equal(gathered(comm, sparsewire.spmm(matrix, b_local)), a @ b)  # the cached plan
+            with matrix.spmm_plan(k, strategy="joint", mode="early", deterministic=True) as plan:
+                assert np.array_equal(gathered(comm, plan.transpose().multiply(g_local)), a.T @ g)
             checked += 1
     return f"OK roundtrip {checked}"
 

@@ -353,7 +353,7 @@ class SpmmPlan:
             (checksum), another number of ranks or another format version; InputError when it is
             not a plan file.
         """
-        return _load(cls, path, matrix, threads)
+        return _load(matrix, cls, path, threads)
 
     def close(self) -> None:
         """Collective. Free the executor's requests and communicator (and the transposed plan's)."""
@@ -451,7 +451,7 @@ def _plan_from_arrays(arrays: dict[str, np.ndarray]) -> RankPlan:
 
 
 @collective_errors
-def _load(cls, path, matrix: DistributedMatrix, threads: int | None) -> SpmmPlan:
+def _load(matrix: DistributedMatrix, cls, path, threads: int | None) -> SpmmPlan:
     comm = matrix.comm
     rank, size = comm.Get_rank(), comm.Get_size()
     checksum = matrix.checksum()
@@ -512,6 +512,7 @@ def _topology_named(name: str | None, comm: MPI.Comm) -> Topology | None:
 _PLAN_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+@collective_errors
 def spmm(matrix: DistributedMatrix, b_local: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Collective. This rank's rows of ``C = A @ B`` in one line.
 

@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from sparsewire.comm.runtime import agree_on_error, collective_errors
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.plan.plan import build_rank_plan_collective
@@ -315,6 +316,7 @@ def _to_blocks(comm: MPI.Comm, rows_held, row_offset: int, block_of) -> sp.csr_a
     return sp.csr_array((received[2], (received[0] - row_slice.start, received[1] - col_slice.start)), shape=shape)
 
 
+@collective_errors
 def spgemm_distributed(a, b, semiring="plus_times", algorithm: str = "auto", phases: int = 1):
     """Collective. ``C = A (+.x) B`` for two :class:`~sparsewire.distributed.DistributedMatrix`
     (Azad et al. sec. 3: 2D SUMMA or a 1D SpMM plan whose B rows carry sparse rows).
@@ -325,7 +327,6 @@ def spgemm_distributed(a, b, semiring="plus_times", algorithm: str = "auto", pha
     candidates' bytes). C has A's row partition; its column partition is the row partition when C
     is square and B's column partition otherwise.
     """
-    from sparsewire.comm.runtime import agree_on_error
     from sparsewire.distributed import DistributedMatrix
     from sparsewire.spgemm.semirings import get_semiring
 
