@@ -1,8 +1,8 @@
 """The ``sparsewire`` command line, one module per command family, each a thin layer over the
 library: :mod:`~sparsewire.cli.analyze` (``analyze``, no MPI), :mod:`~sparsewire.cli.spmm`
 (``spmm``, ``eigs``, under mpiexec), :mod:`~sparsewire.cli.spgemm` (``spgemm``, ``bfs``, ``sssp``,
-``triangles``, ``reach``, under mpiexec) and :mod:`~sparsewire.cli.sim` (``simulate``,
-``calibrate``, ``netsparse``, no MPI).
+``triangles``, ``reach``, under mpiexec), :mod:`~sparsewire.cli.gnn` (``gcn``, under mpiexec) and
+:mod:`~sparsewire.cli.sim` (``simulate``, ``calibrate``, ``netsparse``, no MPI).
 
 Every user error prints one line ``sparsewire: error: <problem>; <fix>`` on rank 0 and exits 2.
 """
@@ -14,7 +14,7 @@ import os
 import sys
 
 from sparsewire import __version__
-from sparsewire.cli import analyze, sim, spgemm, spmm
+from sparsewire.cli import analyze, gnn, sim, spgemm, spmm
 from sparsewire.cli.common import Parser
 from sparsewire.errors import SparsewireError
 
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sparsewire {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for family in (analyze, spmm, spgemm, sim):
+    for family in (analyze, spmm, spgemm, gnn, sim):
         family.add_commands(commands)
     return parser
 

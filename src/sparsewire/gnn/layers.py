@@ -1,0 +1,181 @@
+"""Graph convolution layers over a :class:`~sparsewire.gnn.propagate.GraphOperator`, with the
+signatures of PyTorch Geometric's, and a model builder.
+
+Every rank holds its nodes' rows of the features and the full (replicated) weights; the layers
+compute this rank's rows of the output. Dropout masks are drawn from global node indices
+(:func:`hash_dropout`), so a run on P ranks applies the same masks as on one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from sparsewire.gnn.propagate import GraphOperator, propagate
+
+__all__ = ["GCNConv", "SAGEConv", "GNN", "hash_dropout", "glorot_"]
+
+
+def glorot_(weight: torch.Tensor) -> torch.Tensor:
+    """Not collective. Glorot (Xavier) uniform initialisation in place, as PyG's ``glorot``:
+    ``U(-a, a)`` with ``a = sqrt(6 / (fan_in + fan_out))``."""
+    bound = math.sqrt(6.0 / (weight.size(-2) + weight.size(-1)))
+    with torch.no_grad():
+        return weight.uniform_(-bound, bound)
+
+
+class GCNConv(nn.Module):
+    r"""The graph convolution of Kipf and Welling (ICLR 2017), distributed.
+
+    .. math::
+        \mathbf{X}' = \hat{\mathbf{D}}^{-1/2} \hat{\mathbf{A}} \hat{\mathbf{D}}^{-1/2} \mathbf{X} \mathbf{\Theta} + \mathbf{b}
+
+    with :math:`\hat{\mathbf{A}} = \mathbf{A} + \mathbf{I}` and :math:`\hat{D}_{ii} = \sum_j \hat{A}_{ij}`.
+    The normalised matrix is the operator's matrix, computed once
+    (:func:`~sparsewire.gnn.propagate.gcn_normalize`); the layer multiplies by
+    :math:`\mathbf{\Theta}` first, then propagates, as PyG's ``GCNConv`` does, so each propagation
+    moves ``out_channels`` columns.
+
+    Args:
+        in_channels (int): size of each input sample.
+        out_channels (int): size of each output sample.
+        bias (bool, optional): learn an additive bias. (default: :obj:`True`)
+
+    Shapes:
+        - **input:** node features of this rank's nodes :math:`(|\mathcal{V}_p|, F_{in})`, operator
+        - **output:** :math:`(|\mathcal{V}_p|, F_{out})`
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True, dtype: torch.dtype = torch.float64):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(out_channels, dtype=dtype)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Not collective. Glorot weights, zero bias (PyG's defaults)."""
+        glorot_(self.weight)
+        if self.bias is not None:
+            with torch.no_grad():
+                self.bias.zero_()
+
+    def forward(self, x: torch.Tensor, operator: GraphOperator) -> torch.Tensor:
+        """Collective. This rank's rows of the layer's output (``x`` dense, or sparse COO input features)."""
+        out = propagate(operator, torch.sparse.mm(x, self.weight.T) if x.is_sparse else x @ self.weight.T)
+        return out + self.bias if self.bias is not None else out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels})"
+
+
+class SAGEConv(nn.Module):
+    r"""The GraphSAGE operator of Hamilton et al. (NeurIPS 2017) with the mean aggregator, distributed.
+
+    .. math::
+        \mathbf{x}^{\prime}_i = \mathbf{W}_1 \mathbf{x}_i + \mathbf{W}_2 \cdot
+        \mathrm{mean}_{j \in \mathcal{N}(i)} \mathbf{x}_j
+
+    The operator's matrix is the row-normalised pattern (:func:`~sparsewire.gnn.propagate.mean_normalize`).
+    As in PyG, the bias belongs to the neighbour term (``lin_l``) and the root term is ``lin_r``.
+
+    Args:
+        in_channels (int): size of each input sample.
+        out_channels (int): size of each output sample.
+        root_weight (bool, optional): add the transformed root node features. (default: :obj:`True`)
+        bias (bool, optional): learn an additive bias. (default: :obj:`True`)
+
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}_p|, F_{in})`, operator
+        - **output:** :math:`(|\mathcal{V}_p|, F_{out})`
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, root_weight: bool = True, bias: bool = True, dtype: torch.dtype = torch.float64):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.lin_l = nn.Linear(in_channels, out_channels, bias=bias, dtype=dtype)
+        self.lin_r = nn.Linear(in_channels, out_channels, bias=False, dtype=dtype) if root_weight else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Not collective. PyTorch's Linear initialisation (as PyG's ``Linear`` with kaiming_uniform)."""
+        self.lin_l.reset_parameters()
+        if self.lin_r is not None:
+            self.lin_r.reset_parameters()
+
+    def forward(self, x: torch.Tensor, operator: GraphOperator) -> torch.Tensor:
+        """Collective. This rank's rows of the layer's output (``x`` dense, or sparse COO input features)."""
+        if x.is_sparse:
+            x = x.to_dense()
+        out = self.lin_l(propagate(operator, x))
+        return out + self.lin_r(x) if self.lin_r is not None else out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, aggr=mean)"
+
+
+def _keep_fraction(rows: np.ndarray, cols: np.ndarray, salt: int) -> np.ndarray:
+    """u(i, j) in [0, 1): the mixing of :func:`~sparsewire.generators.deterministic_dense`, salted."""
+    mask32 = np.uint64(0xFFFFFFFF)
+    h = (rows.astype(np.uint64) * np.uint64(2654435761) + cols.astype(np.uint64) * np.uint64(40503)
+         + np.uint64(salt & 0xFFFFFFFF) * np.uint64(97) + np.uint64(1)) & mask32
+    for _ in range(2):
+        h = (((h >> np.uint64(16)) ^ h) * np.uint64(0x45D9F3B)) & mask32
+    h = (h >> np.uint64(16)) ^ h
+    return h / 2.0**32
+
+
+def hash_dropout(x: torch.Tensor, p: float, row_offset: int, salt: int) -> torch.Tensor:
+    """Not collective. Dropout whose mask depends only on (global row, column, salt): element (i, j)
+    is kept when ``u(i, j) >= p`` (``u`` a 32-bit integer hash in [0, 1)) and scaled by
+    ``1 / (1 - p)``. The same salt on every rank gives every node the same mask at any P. A sparse
+    COO ``x`` (input features) keeps its pattern: only its stored values are drawn."""
+    if p <= 0:
+        return x
+    if x.is_sparse:
+        indices = x.indices()
+        u = _keep_fraction(indices[0].numpy() + row_offset, indices[1].numpy(), salt)
+        keep = torch.from_numpy(u >= p).to(x.dtype) / (1.0 - p)
+        return torch.sparse_coo_tensor(indices, x.values() * keep, x.shape, is_coalesced=True, check_invariants=False)
+    rows = np.arange(row_offset, row_offset + x.shape[0])[:, None]
+    cols = np.arange(x.shape[1])[None, :]
+    keep = torch.from_numpy(_keep_fraction(rows, cols, salt) >= p)
+    return x * keep.to(x.dtype) / (1.0 - p)
+
+
+class GNN(nn.Module):
+    """A stack of graph convolutions: ``dropout -> conv -> ReLU`` per hidden layer, then
+    ``dropout -> conv -> log_softmax`` (the model of Kipf and Welling for ``layers = 2``).
+
+    Args:
+        model: ``gcn`` (:class:`GCNConv`) or ``sage`` (:class:`SAGEConv`).
+        channels: sizes ``[in, hidden..., out]`` (``layers = len(channels) - 1``).
+        dropout: the dropout probability before every convolution (0 disables it).
+        seed: salts the dropout masks (with the step count).
+    """
+
+    def __init__(self, model: str, channels: list[int], dropout: float = 0.5, seed: int = 0, dtype: torch.dtype = torch.float64):
+        super().__init__()
+        layer = {"gcn": GCNConv, "sage": SAGEConv}.get(model)
+        if layer is None:
+            raise ValueError(f"unknown model {model!r}; choose gcn or sage")
+        if len(channels) < 2:
+            raise ValueError(f"channels {channels} needs at least [in, out]")
+        self.model, self.dropout, self.seed = model, float(dropout), int(seed)
+        self.convs = nn.ModuleList(layer(a, b, dtype=dtype) for a, b in zip(channels[:-1], channels[1:]))
+        self.steps = 0
+
+    def forward(self, x: torch.Tensor, operator: GraphOperator) -> torch.Tensor:
+        """Collective. Log-probabilities of this rank's nodes, shape (local nodes, classes)."""
+        if self.training:
+            self.steps += 1
+        for index, conv in enumerate(self.convs):
+            if self.training:
+                x = hash_dropout(x, self.dropout, operator.row_offset, (self.seed * 1_000_003 + self.steps) * 64 + index)
+            x = conv(x, operator)
+            if index < len(self.convs) - 1:
+                x = torch.relu(x)
+        return torch.log_softmax(x, dim=-1)

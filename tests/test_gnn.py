@@ -1,0 +1,161 @@
+"""Distributed GNN training: gradients through the transposed plan, agreement with PyTorch
+Geometric, the same weights at every P, accuracy on Planetoid, the data reader and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+torch = pytest.importorskip("torch")
+
+from conftest import ROOT, SHARED_DATA, run_mpi  # noqa: E402
+
+DRIVER = str(ROOT / "tests" / "gnn_driver.py")
+CORA = SHARED_DATA / "gnn" / "cora.npz"
+needs_cora = pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
+
+
+def driver_json(ranks, *args, timeout=600):
+    completed = run_mpi(ranks, [DRIVER, *map(str, args)], timeout=timeout)
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-4000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_gradcheck_through_the_distributed_propagation_on_a_directed_graph(rng, ranks):
+    completed = run_mpi(ranks, [DRIVER, "gradcheck", str(int(rng.integers(2**31)))], timeout=300)
+    assert completed.returncode == 0 and "OK gradcheck 2" in completed.stdout, completed.stdout + completed.stderr
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_every_p_trains_to_the_same_weights_with_dropout(rng, model):
+    seed = int(rng.integers(2**31))
+    reference = driver_json(1, "losses", seed, 30, 0.5, model)
+    for ranks in (2, 3, 4):
+        other = driver_json(ranks, "losses", seed, 30, 0.5, model)
+        np.testing.assert_allclose(other["losses"], reference["losses"], rtol=0, atol=1e-9)
+        for name, value in reference["weights"].items():
+            np.testing.assert_allclose(other["weights"][name], value, rtol=0, atol=1e-6, err_msg=name)
+
+
+def pyg_gcn_losses(data, state: dict, epochs: int, lr=0.01, weight_decay=5e-4) -> list[float]:
+    """Single-process PyTorch Geometric: the same 2-layer GCN from the same weights, same Adam."""
+    from torch_geometric.nn import GCNConv
+
+    torch.manual_seed(0)
+    conv1 = GCNConv(data.features.shape[1], state["convs.0.weight"].shape[0], cached=True).double()
+    conv2 = GCNConv(state["convs.1.weight"].shape[1], state["convs.1.weight"].shape[0], cached=True).double()
+    with torch.no_grad():
+        for conv, index in ((conv1, 0), (conv2, 1)):
+            conv.lin.weight.copy_(state[f"convs.{index}.weight"])
+            conv.bias.copy_(state[f"convs.{index}.bias"])
+    coo = sp.coo_array(data.adjacency)
+    edge_index = torch.from_numpy(np.vstack([coo.col, coo.row]).astype(np.int64))  # edge j -> i for A[i, j]
+    x = torch.from_numpy(data.features.toarray())
+    y = torch.from_numpy(data.labels)
+    train = torch.from_numpy(data.train_idx)
+    optimizer = torch.optim.Adam([{"params": conv1.parameters(), "weight_decay": weight_decay},
+                                  {"params": conv2.parameters(), "weight_decay": 0.0}], lr=lr)
+    losses = []
+    for _ in range(epochs):
+        optimizer.zero_grad()
+        out = torch.log_softmax(conv2(torch.relu(conv1(x, edge_index)), edge_index), dim=-1)
+        loss = torch.nn.functional.nll_loss(out[train], y[train])
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+@needs_cora
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_gcn_on_cora_matches_pytorch_geometric_epoch_by_epoch(ranks):
+    from sparsewire.gnn import GNN, load_planetoid
+
+    data = load_planetoid(str(CORA))
+    ours = driver_json(ranks, "losses", 7, 200, 0.0, "gcn", CORA)
+    torch.manual_seed(7)
+    state = GNN("gcn", [data.features.shape[1], 16, data.classes], dropout=0.0, seed=7).state_dict()
+    reference = pyg_gcn_losses(data, state, 200)
+    np.testing.assert_allclose(ours["losses"], reference, rtol=0, atol=1e-5)
+
+
+@needs_cora
+def test_paper_settings_reach_eighty_percent_on_cora_at_three_ranks():
+    completed = run_mpi(3, ["-m", "sparsewire", "gcn", str(CORA), "--json"], timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert report["test_accuracy"] >= 0.80, report["test_accuracy"]
+    assert len(report["history"]) == 200 and {"epoch", "loss", "train_accuracy", "val_accuracy"} <= set(report["history"][0])
+    assert report["bytes_per_epoch"] > 0 and report["seconds_per_epoch"] > 0
+
+
+def write_planetoid(path, adjacency, features, labels, train, val, test, self_loops=()):
+    adjacency, features = sp.csr_array(adjacency), sp.csr_array(features, dtype=np.float32)
+    np.savez(path, n=np.int64(adjacency.shape[0]), adj_indptr=adjacency.indptr.astype(np.int64),
+             adj_indices=adjacency.indices.astype(np.int64), adj_raw_self_loops=np.asarray(self_loops, np.int64),
+             feat_shape=np.asarray(features.shape, np.int64), feat_indptr=features.indptr.astype(np.int64),
+             feat_indices=features.indices.astype(np.int64), feat_data=features.data, labels=np.asarray(labels, np.int64),
+             train_idx=np.asarray(train, np.int64), val_idx=np.asarray(val, np.int64), test_idx=np.asarray(test, np.int64))
+
+
+def test_planetoid_reader_handles_unlabelled_and_isolated_nodes_and_row_normalises(tmp_path):
+    from sparsewire.gnn import load_planetoid
+
+    # 5 nodes: 0-1-2 a path, 3 isolated, 4 unlabelled (padded) with an edge to 2; features 0/1.
+    edges = [(0, 1), (1, 0), (1, 2), (2, 1), (2, 4), (4, 2)]
+    adjacency = sp.csr_array((np.ones(6), tuple(np.array(edges).T)), shape=(5, 5))
+    features = np.array([[1, 1, 0], [0, 1, 0], [1, 1, 1], [0, 0, 0], [0, 0, 0]])
+    write_planetoid(tmp_path / "tiny.npz", adjacency, features, [0, 1, 0, 1, -1], [0, 1], [2], [3])
+    data = load_planetoid(str(tmp_path / "tiny.npz"))
+    assert data.n == 5 and data.classes == 2 and data.labels[4] == -1
+    np.testing.assert_array_equal(data.features.toarray()[0], [0.5, 0.5, 0])
+    np.testing.assert_array_equal(data.features.toarray()[2], [1 / 3, 1 / 3, 1 / 3])
+    np.testing.assert_array_equal(data.features.toarray()[3], [0, 0, 0])  # no division by zero
+
+
+def test_planetoid_reader_rejects_a_split_with_unlabelled_nodes(tmp_path):
+    from sparsewire import InputError
+    from sparsewire.gnn import load_planetoid
+
+    write_planetoid(tmp_path / "bad.npz", sp.eye_array(3), np.eye(3), [0, -1, 1], [0, 1], [2], [])
+    with pytest.raises(InputError, match="without a label"):
+        load_planetoid(str(tmp_path / "bad.npz"))
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_gcn_command_on_a_graph_with_isolated_and_unlabelled_nodes(tmp_path, rng, ranks):
+    n = 40
+    adjacency = sp.random_array((n, n), density=0.06, rng=rng, format="csr")
+    adjacency = sp.csr_array(((adjacency + adjacency.T) != 0).astype(float))
+    adjacency.setdiag(0)
+    adjacency.eliminate_zeros()
+    adjacency = sp.lil_array(adjacency)
+    adjacency[[7, 8], :] = 0
+    adjacency[:, [7, 8]] = 0  # isolated nodes
+    labels = rng.integers(0, 3, n)
+    labels[[3, 30]] = -1
+    labelled = np.flatnonzero(labels >= 0)
+    write_planetoid(tmp_path / "g.npz", adjacency, rng.integers(0, 2, (n, 6)), labels, labelled[:12], labelled[12:20], labelled[20:])
+    completed = run_mpi(ranks, ["-m", "sparsewire", "gcn", str(tmp_path / "g.npz"), "--epochs", "20", "--json"], timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert len(report["history"]) == 20 and 0 <= report["test_accuracy"] <= 1
+    assert all(np.isfinite(h["loss"]) for h in report["history"])
+
+
+def test_gcn_command_on_a_generated_graph_with_synthetic_features(rng):
+    completed = run_mpi(2, ["-m", "sparsewire", "gcn", "rmat:8:4:1", "--features", "random:12", "--classes", "4",
+                            "--model", "sage", "--epochs", "5", "--json"], timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert report["model"] == "sage" and len(report["history"]) == 5
+
+
+def test_gcn_command_errors_are_one_line():
+    completed = run_mpi(2, ["-m", "sparsewire", "gcn", "rmat:8:4:1"], timeout=120)
+    assert completed.returncode == 2 and "--features random:F --classes C" in completed.stderr
+    assert "Traceback" not in completed.stderr
