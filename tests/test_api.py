@@ -167,5 +167,5 @@ def test_help_lists_every_command():
 
     completed = run_cli(["--help"])
     assert completed.returncode == 0
-    for command in ("analyze", "spmm", "eigs", "spgemm", "bfs", "sssp", "triangles", "reach", "simulate", "calibrate", "netsparse"):
+    for command in ("analyze", "spmm", "eigs", "spgemm", "bfs", "sssp", "triangles", "reach", "gcn", "simulate", "calibrate", "netsparse"):
         assert f"    {command}" in completed.stdout, command

@@ -159,3 +159,20 @@ def test_gcn_command_errors_are_one_line():
     completed = run_mpi(2, ["-m", "sparsewire", "gcn", "rmat:8:4:1"], timeout=120)
     assert completed.returncode == 2 and "--features random:F --classes C" in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+def test_every_public_gnn_function_says_whether_it_is_collective():
+    import inspect
+
+    import sparsewire.gnn as gnn
+
+    missing = []
+    for name in gnn.__all__:
+        obj = getattr(gnn, name)
+        members = [(name, obj)] if not inspect.isclass(obj) else [(name, None)] + [
+            (f"{name}.{member}", getattr(value, "__func__", value)) for member, value in vars(obj).items()
+            if not member.startswith("_") and (inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod)))
+        ]
+        assert inspect.getdoc(obj), name
+        missing += [label for label, function in members if function is not None and "ollective" not in (inspect.getdoc(function) or "")]
+    assert not missing, missing
