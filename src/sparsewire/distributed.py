@@ -20,7 +20,9 @@ from mpi4py import MPI
 from sparsewire.comm.runtime import agree_on_error, collective_errors
 from sparsewire.errors import InputError
 from sparsewire.io import load_matrix
-from sparsewire.partition import PARTITION_METHODS, RowPartition, even_rows, partition_matrix
+from sparsewire.partition import RowPartition, even_rows
+from sparsewire.partitioners import PARTITIONERS, Partitioning
+from sparsewire.partitioners import partition as reorder_and_partition
 
 __all__ = ["DistributedMatrix", "distribute"]
 
@@ -34,11 +36,17 @@ class DistributedMatrix:
         nnz: stored entries of the global matrix.
         row_partition: which rank holds which rows of A (and of C = A @ B).
         col_partition: which rank holds which rows of B in C = A @ B.
-        local_rows: this rank's rows as a SciPy CSR array with global column indices.
+        local_rows: this rank's rows as a SciPy CSR array with global column indices (in the
+            partitioner's order when it reordered: see ``row_order``).
+        row_order, col_order: position -> original index of the rows and columns when the
+            partitioner reordered (:mod:`sparsewire.partitioners`), else None. :meth:`row_ids`
+            and :meth:`input_ids` give this rank's original indices; :meth:`gather` and
+            :meth:`gather_dense` return original order.
     """
 
     def __init__(
-        self, comm: MPI.Comm, local_rows: sp.csr_array, row_partition: RowPartition, col_partition: RowPartition, nnz: int
+        self, comm: MPI.Comm, local_rows: sp.csr_array, row_partition: RowPartition, col_partition: RowPartition, nnz: int,
+        row_order: np.ndarray | None = None, col_order: np.ndarray | None = None,
     ) -> None:
         """Not collective. Prefer :func:`distribute`, which checks the pieces fit together."""
         self.comm = comm
@@ -46,6 +54,7 @@ class DistributedMatrix:
         self.row_partition, self.col_partition = row_partition, col_partition
         self.shape = (int(row_partition.n), int(col_partition.n))
         self.nnz = int(nnz)
+        self.row_order, self.col_order = row_order, col_order
 
     def __repr__(self) -> str:
         return f"<DistributedMatrix {self.shape[0]} x {self.shape[1]}, {self.nnz} nonzeros over {self.row_partition.n_parts} ranks>"
@@ -55,13 +64,49 @@ class DistributedMatrix:
         """Global index of this rank's first row."""
         return int(self.row_partition.offsets[self.comm.Get_rank()])
 
+    def row_ids(self) -> np.ndarray:
+        """Not collective. Original indices of this rank's rows of A (and of C = A @ B)."""
+        start, stop = self.row_partition.range(self.comm.Get_rank())
+        return np.arange(start, stop) if self.row_order is None else self.row_order[start:stop]
+
+    def input_ids(self) -> np.ndarray:
+        """Not collective. Original indices of the rows of B this rank passes to a plan."""
+        start, stop = self.col_partition.range(self.comm.Get_rank())
+        return np.arange(start, stop) if self.col_order is None else self.col_order[start:stop]
+
+    def rows_of(self, b_global: np.ndarray) -> np.ndarray:
+        """Not collective. This rank's block of a B that every rank holds whole (original order):
+        ``b_global[input_ids()]``, C-contiguous."""
+        return np.ascontiguousarray(b_global[self.input_ids()])
+
     @collective_errors
     def gather(self, root: int = 0) -> sp.csr_array | None:
-        """Collective. The global matrix as CSR on ``root``, None on the other ranks."""
+        """Collective. The global matrix as CSR in its original order on ``root``, None elsewhere."""
         pieces = self.comm.gather(self.local_rows, root=root)
         if self.comm.Get_rank() != root:
             return None
-        return sp.csr_array(sp.vstack(pieces, format="csr"))
+        whole = sp.csr_array(sp.vstack(pieces, format="csr"))
+        if self.row_order is not None:
+            whole = whole[np.argsort(self.row_order)]
+        if self.col_order is not None:
+            whole = whole[:, np.argsort(self.col_order)]
+        whole = sp.csr_array(whole)
+        whole.sort_indices()
+        return whole
+
+    @collective_errors
+    def gather_dense(self, c_local: np.ndarray, root: int = 0) -> np.ndarray | None:
+        """Collective. A dense block per rank with this matrix's rows (a product ``C = A @ B``) as
+        one array in the original row order on ``root``, None elsewhere."""
+        pieces = self.comm.gather(np.asarray(c_local), root=root)
+        if self.comm.Get_rank() != root:
+            return None
+        whole = np.concatenate(pieces, axis=0)
+        if self.row_order is None:
+            return whole
+        result = np.empty_like(whole)
+        result[self.row_order] = whole
+        return result
 
     @collective_errors
     def checksum(self) -> str:
@@ -74,6 +119,8 @@ class DistributedMatrix:
         digest = hashlib.sha256()
         digest.update(self.row_partition.offsets.astype(np.int64).tobytes())
         digest.update(self.col_partition.offsets.astype(np.int64).tobytes())
+        for order in (self.row_order, self.col_order):
+            digest.update(b"none" if order is None else np.asarray(order, np.int64).tobytes())
         for part in self.comm.allgather(local.digest()):
             digest.update(part)
         return digest.hexdigest()
@@ -120,18 +167,18 @@ class DistributedMatrix:
         return spgemm_distributed(self, other, semiring, algorithm, phases)
 
 
-def _partition_of(partition, counts_source: sp.csr_array, n_parts: int) -> tuple[RowPartition, RowPartition]:
+def _partition_of(partition, matrix: sp.csr_array, n_parts: int, topology, imbalance: float) -> Partitioning:
     if isinstance(partition, RowPartition):
-        if partition.n != counts_source.shape[0] or partition.n_parts != n_parts:
+        if partition.n != matrix.shape[0] or partition.n_parts != n_parts:
             raise InputError(
                 f"the row partition covers {partition.n} rows in {partition.n_parts} parts, but A has "
-                f"{counts_source.shape[0]} rows and the communicator {n_parts} ranks; give one part per rank"
+                f"{matrix.shape[0]} rows and the communicator {n_parts} ranks; give one part per rank"
             )
-        n_cols = counts_source.shape[1]
-        return partition, partition if n_cols == partition.n else even_rows(n_cols, n_parts)
-    if partition not in PARTITION_METHODS:
-        raise InputError(f"unknown partition {partition!r}; give one of {', '.join(PARTITION_METHODS)} or a RowPartition")
-    return partition_matrix(counts_source, n_parts, partition)
+        n_cols = matrix.shape[1]
+        return Partitioning("given", partition, partition if n_cols == partition.n else even_rows(n_cols, n_parts), None, None)
+    if partition not in PARTITIONERS:
+        raise InputError(f"unknown partition {partition!r}; give one of {', '.join(PARTITIONERS)} or a RowPartition")
+    return reorder_and_partition(matrix, n_parts, partition, topology=topology, imbalance=imbalance)
 
 
 @collective_errors
@@ -143,6 +190,8 @@ def distribute(
     symmetrize: bool = False,
     root: int = 0,
     row_offsets: Sequence[int] | None = None,
+    topology=None,
+    imbalance: float = 0.03,
 ) -> DistributedMatrix:
     """Collective. Distribute a sparse matrix A over the ranks of ``comm`` by rows.
 
@@ -153,12 +202,16 @@ def distribute(
               ``stencil2d:64``, read on ``root`` (the other ranks may pass the same or None);
             - a SciPy sparse matrix on ``root`` (the other ranks pass None);
             - this rank's rows (SciPy sparse, global column indices), with ``row_offsets``.
-        partition: ``even`` (equal rows), ``nnz`` (balanced nonzeros) or a
+        partition: a partitioner of :mod:`sparsewire.partitioners` (``even``: equal rows,
+            ``nnz``: balanced nonzeros, ``metis``, ``rcm``, ``community``, ``metis-hier``; the
+            reordering ones keep their order in ``row_order`` / ``col_order``) or a
             :class:`~sparsewire.partition.RowPartition` of the rows; ignored with ``row_offsets``.
         symmetrize: edge lists only: use the undirected graph max(A, A^T).
         root: the rank that reads or holds the whole matrix.
         row_offsets: with local rows: P + 1 global row offsets, rank p holding rows
             [row_offsets[p], row_offsets[p+1]) (the same on every rank).
+        topology: the groups ``metis-hier`` partitions into first.
+        imbalance: METIS's allowed excess of nonzeros per rank over the mean (0.03 = 3%).
 
     Returns:
         A :class:`DistributedMatrix`. Its column partition equals the row partition for square A
@@ -188,16 +241,17 @@ def distribute(
                     f"source must be a path, a generator spec or a SciPy sparse matrix on rank {root} (got "
                     f"{type(source).__name__}); for rows already on each rank pass row_offsets="
                 )
-            rows, cols = _partition_of(partition, matrix, size)
-            header = (rows.offsets, cols.offsets, matrix.nnz)
+            chosen = _partition_of(partition, matrix, size, topology, imbalance)
+            matrix = chosen.permute(matrix) if chosen.row_order is not None or chosen.col_order is not None else matrix
+            header = (chosen.rows.offsets, chosen.cols.offsets, matrix.nnz, chosen.row_order, chosen.col_order)
         except Exception as error:  # raised on every rank by agree_on_error
             problem = error if isinstance(error, InputError) else InputError(f"{type(error).__name__}: {error}")
     agree_on_error(comm, problem)
-    row_offsets_, col_offsets, nnz = comm.bcast(header, root=root)
+    row_offsets_, col_offsets, nnz, row_order, col_order = comm.bcast(header, root=root)
     row_partition, col_partition = RowPartition(row_offsets_), RowPartition(col_offsets)
     pieces = [matrix[slice(*row_partition.range(p))] for p in range(size)] if rank == root else None
     local = comm.scatter(pieces, root=root)
-    return DistributedMatrix(comm, sp.csr_array(local), row_partition, col_partition, nnz)
+    return DistributedMatrix(comm, sp.csr_array(local), row_partition, col_partition, nnz, row_order, col_order)
 
 
 def _from_local_rows(comm: MPI.Comm, local, row_offsets) -> DistributedMatrix:

@@ -200,13 +200,19 @@ def deterministic_dense(row_start: int, row_stop: int, k: int, dtype=np.float64)
     misrouted row changes C: ``x = i*2654435761 + j*40503 + 1; x = ((x >> 16) ^ x) * 0x45d9f3b;
     x = ((x >> 16) ^ x) * 0x45d9f3b; x = (x >> 16) ^ x; B[i, j] = x / 2^32 - 0.5``.
     """
+    return deterministic_dense_rows(np.arange(row_start, row_stop), k, dtype)
+
+
+def deterministic_dense_rows(rows: np.ndarray, k: int, dtype=np.float64) -> np.ndarray:
+    """Not collective. The rows ``rows`` (any global indices, in that order) of the B of
+    :func:`deterministic_dense`: a rank whose B rows are a partitioner's permutation asks for them."""
     mask = np.uint64(0xFFFFFFFF)
     shift = np.uint64(16)
     multiplier = np.uint64(0x45D9F3B)
-    rows = np.arange(row_start, row_stop, dtype=np.uint64)[:, None]
+    rows = np.asarray(rows, dtype=np.uint64)[:, None]
     cols = np.arange(k, dtype=np.uint64)[None, :]
     x = (rows * np.uint64(2654435761) + cols * np.uint64(40503) + np.uint64(1)) & mask
     x = (((x >> shift) ^ x) * multiplier) & mask
     x = (((x >> shift) ^ x) * multiplier) & mask
     x = (x >> shift) ^ x
-    return (x / 2.0**32 - 0.5).astype(dtype)
+    return np.ascontiguousarray((x / 2.0**32 - 0.5).astype(dtype))

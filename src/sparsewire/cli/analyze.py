@@ -1,5 +1,6 @@
-"""``sparsewire analyze``: communication volume of each strategy for P ranks, from the global
-matrix (no MPI), over :func:`sparsewire.plan.stats.strategy_stats`."""
+"""``sparsewire analyze`` (communication volume of each strategy for P ranks) and ``sparsewire
+advise`` (every partitioner x strategy and a recommendation), from the global matrix (no MPI),
+over :func:`sparsewire.plan.stats.strategy_stats` and :func:`sparsewire.advisor.advise`."""
 
 from __future__ import annotations
 
@@ -10,14 +11,37 @@ import time
 
 import numpy as np
 
-from sparsewire.cli.common import DTYPES, MATRIX_HELP, add_topology_arguments, positive_int, topology_from_args
+from sparsewire.cli.common import DTYPES, MATRIX_HELP, add_partition_arguments, add_topology_arguments, positive_int, topology_from_args
 from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
 
 
 def add_commands(commands) -> None:
-    """Add ``analyze`` to the CLI's subparsers."""
+    """Add ``analyze`` and ``advise`` to the CLI's subparsers."""
+    advise = commands.add_parser(
+        "advise",
+        help="measure every partitioner x strategy for P ranks and recommend one (no MPI needed)",
+        description=(
+            "Partition the matrix for P ranks with every partitioner (even, nnz, metis, rcm, community, and with groups "
+            "metis-hier), plan every strategy on each, and print total and inter-group bytes, messages, nonzeros and "
+            "bytes per rank (max/mean), predicted time per multiply, setup seconds and the multiplies after which the "
+            "partitioning pays for itself against even rows; then the recommendation (least predicted time)."
+        ),
+    )
+    advise.add_argument("matrix", help=MATRIX_HELP)
+    advise.add_argument("--ranks", "-P", type=positive_int, required=True, help="number of ranks P")
+    advise.add_argument("--k", type=positive_int, default=32, help="columns of B (default: 32)")
+    advise.add_argument("--dtype", choices=sorted(DTYPES), default="float64", help="element type (default: float64)")
+    advise.add_argument("--strategies", default="all", help="comma list or all: block, column, row, joint, with groups also the hierarchical ones (default: all)")
+    advise.add_argument("--partitions", default="all", help="comma list of partitioners or all (default: all)")
+    advise.add_argument("--imbalance", type=float, default=0.03, help="metis, metis-hier: allowed excess of nonzeros per rank (default: 0.03)")
+    advise.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
+    add_topology_arguments(advise, allow_mpi=False)
+    advise.add_argument("--plot", help="write a bar chart (PNG) of bytes and predicted time to this path")
+    advise.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    advise.set_defaults(handler=run_advise)
+
     analyze = commands.add_parser(
         "analyze",
         help="communication volume of each strategy for P ranks (no MPI needed)",
@@ -36,7 +60,7 @@ def add_commands(commands) -> None:
         help="comma-separated list or 'all': block, rowwise, column, row, joint, and with a topology column-hier, "
         "joint-hier, joint-group (default: all)",
     )
-    analyze.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition: even rows or balanced nonzeros (default: even)")
+    add_partition_arguments(analyze)
     analyze.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
     add_topology_arguments(analyze, allow_mpi=False)
     analyze.add_argument("--json", action="store_true", help="print exactly one JSON object instead of a table")
@@ -46,7 +70,7 @@ def add_commands(commands) -> None:
 
 def run_analyze(args: argparse.Namespace) -> int:
     from sparsewire.io import load_matrix
-    from sparsewire.partition import partition_matrix
+    from sparsewire.partitioners import partition
     from sparsewire.plan.stats import strategy_stats
     from sparsewire.plan.strategies import parse_strategies
 
@@ -56,7 +80,8 @@ def run_analyze(args: argparse.Namespace) -> int:
         topology.groups(args.ranks)  # checks the rank count against an explicit grouping
     element_bytes = np.dtype(DTYPES[args.dtype]).itemsize
     matrix = load_matrix(args.matrix, symmetrize=args.symmetrize)
-    row_partition, col_partition = partition_matrix(matrix, args.ranks, args.partition)
+    partitioning = partition(matrix, args.ranks, args.partition, topology=topology, imbalance=args.imbalance)
+    matrix, row_partition, col_partition = partitioning.permute(matrix), partitioning.rows, partitioning.cols
     entries = []
     for strategy in strategies:
         if not args.json:
@@ -118,4 +143,51 @@ def run_analyze(args: argparse.Namespace) -> int:
     if topology is not None:
         headers += ["intra-group", "inter-group", "predicted ms"]
     print(format_table(headers, rows))
+    return 0
+
+
+def run_advise(args: argparse.Namespace) -> int:
+    from sparsewire.advisor import advise, plot_advice
+    from sparsewire.errors import InputError
+    from sparsewire.io import load_matrix
+    from sparsewire.partitioners import PARTITIONERS
+    from sparsewire.plan.strategies import parse_strategies
+
+    topology = topology_from_args(args)
+    grouped = topology is not None and len(topology.levels) > 1
+    strategies = parse_strategies(args.strategies, executable_only=True, hierarchical=grouped)
+    partitioners = None
+    if args.partitions != "all":
+        partitioners = [p.strip() for p in args.partitions.split(",") if p.strip()]
+        unknown = [p for p in partitioners if p not in PARTITIONERS]
+        if unknown or not partitioners:
+            raise InputError(f"--partitions {args.partitions!r}: choose from {', '.join(PARTITIONERS)} or all")
+    matrix = load_matrix(args.matrix, symmetrize=args.symmetrize)
+    progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
+    report = advise(
+        matrix, args.ranks, topology=topology, k=args.k, element_bytes=np.dtype(DTYPES[args.dtype]).itemsize,
+        strategies=strategies, partitioners=partitioners, imbalance=args.imbalance, progress=progress,
+    )
+    report["matrix"]["path"] = args.matrix
+    if args.plot:
+        plot_advice(report, args.plot, args.matrix)
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nonzeros; P = {args.ranks}, k = {args.k}, {args.dtype}, {report['topology']}")
+    table = []
+    for r in report["rows"]:
+        table.append([
+            r["partition"], r["strategy"], format_bytes(r["total_bytes"]), format_bytes(r["inter_group_bytes"]), r["messages"],
+            f"{r['nnz_imbalance']:.3f}", f"{r['bytes_imbalance']:.2f}", f"{r['predicted_seconds'] * 1e6:.1f}",
+            f"{r['setup_seconds']:.2f}", "-" if r["break_even_multiplies"] is None else r["break_even_multiplies"],
+        ])
+    print(format_table(["partition", "strategy", "bytes/multiply", "inter-group", "messages", "nnz max/mean", "bytes max/mean",
+                        "predicted us", "setup s", "pays off after"], table))
+    best = report["recommendation"]
+    chosen = next(r for r in report["rows"] if r["partition"] == best["partition"] and r["strategy"] == best["strategy"])
+    print(f"recommendation: --partition {best['partition']} --strategy {best['strategy']} "
+          f"({chosen['predicted_seconds'] * 1e6:.1f} us and {format_bytes(chosen['total_bytes'])} per multiply)")
+    if args.plot:
+        print(f"plot written to {args.plot}")
     return 0

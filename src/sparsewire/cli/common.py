@@ -11,7 +11,7 @@ from sparsewire.errors import InputError
 
 __all__ = [
     "MATRIX_HELP", "DTYPES", "DEFAULT_MODE", "Parser", "positive_int", "add_topology_arguments",
-    "topology_from_args", "start_mpi", "progress_printer",
+    "topology_from_args", "start_mpi", "progress_printer", "add_partition_arguments", "PARTITION_HELP",
 ]
 
 MATRIX_HELP = (
@@ -83,6 +83,22 @@ def start_mpi(modes: list[str], threads: int | None):
     from mpi4py import MPI
 
     return MPI
+
+
+PARTITION_HELP = (
+    "even (equal rows), nnz (balanced nonzeros), metis (METIS k-way, weights = row nonzeros), rcm (reverse "
+    "Cuthill-McKee, split by nonzeros), community (Louvain communities laid out contiguously), metis-hier "
+    "(METIS into the topology's groups, then into their ranks); the reordering ones are undone on output "
+    "(default: even)"
+)
+
+
+def add_partition_arguments(parser: argparse.ArgumentParser) -> None:
+    """--partition (every partitioner of sparsewire.partitioners) and --imbalance."""
+    from sparsewire.partitioners import PARTITIONERS
+
+    parser.add_argument("--partition", choices=PARTITIONERS, default="even", help=PARTITION_HELP)
+    parser.add_argument("--imbalance", type=float, default=0.03, help="metis, metis-hier: allowed excess of nonzeros per rank over the mean (default: 0.03)")
 
 
 def progress_printer(args: argparse.Namespace):

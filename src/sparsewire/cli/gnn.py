@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from sparsewire.cli.common import MATRIX_HELP, add_topology_arguments, positive_int, progress_printer, topology_from_args
+from sparsewire.cli.common import add_partition_arguments, MATRIX_HELP, add_topology_arguments, positive_int, progress_printer, topology_from_args
 from sparsewire.errors import InputError
 
 __all__ = ["add_commands"]
@@ -34,7 +34,7 @@ def add_commands(commands) -> None:
     gcn.add_argument("--weight-decay", type=float, default=5e-4, help="L2 weight decay of the first layer (default: 5e-4)")
     gcn.add_argument("--dropout", type=float, default=0.5, help="dropout before every layer, masks from global node ids (default: 0.5)")
     gcn.add_argument("--strategy", default="auto", help="SpMM strategy of the propagations: auto, block, column, row, joint (default: auto)")
-    gcn.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition of the nodes (default: even)")
+    add_partition_arguments(gcn)
     gcn.add_argument("--threads", "-T", type=positive_int, default=1, help="threads per rank for the executor and PyTorch (default: 1)")
     gcn.add_argument("--seed", type=int, default=0, help="weights and dropout masks (default: 0)")
     gcn.add_argument("--features", help="random:F: F seeded random features per node, for a matrix that is not a Planetoid file")
@@ -71,7 +71,10 @@ def run_gcn(args: argparse.Namespace) -> int:
     agree_on_error(comm, problem)
     topology = topology_from_args(args, comm)
     progress = progress_printer(args)
-    graph = distribute_graph(comm, data, args.model, partition=args.partition, strategy=args.strategy, topology=topology, threads=args.threads)
+    graph = distribute_graph(
+        comm, data, args.model, partition=args.partition, strategy=args.strategy, topology=topology, threads=args.threads,
+        imbalance=args.imbalance,
+    )
     if progress and rank == 0:
         progress(f"{args.data}: {graph.n} nodes, {graph.operator.matrix.nnz} nonzeros, {graph.classes} classes; P = {comm.Get_size()}")
     result = train(

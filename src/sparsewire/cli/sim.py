@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparsewire.cli.common import MATRIX_HELP, positive_int, progress_printer
+from sparsewire.cli.common import MATRIX_HELP, add_partition_arguments, positive_int, progress_printer
 from sparsewire.errors import InputError
 from sparsewire.sim.calibration import default_calibration_path, measure_compute_rate
 from sparsewire.report import format_bytes, format_table
@@ -45,7 +45,7 @@ def add_commands(commands) -> None:
                           "joint-group) or auto: column, joint, and the hierarchical ones when the network has groups (default: auto)")
     simulate.add_argument("--k", type=positive_int, default=32, help="columns of B (default: 32)")
     simulate.add_argument("--element-bytes", type=positive_int, default=4, help="bytes per element of B (default: 4, float32)")
-    simulate.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition (default: even)")
+    add_partition_arguments(simulate)
     rate = simulate.add_mutually_exclusive_group()
     rate.add_argument("--compute-rate", type=float, help="local SpMM rate in nonzero-columns per second (nnz * k / s)")
     rate.add_argument("--calibration", help=f"file written by 'sparsewire calibrate' (default: {default_calibration_path()}; "
@@ -135,7 +135,7 @@ def _compute_rate(args: argparse.Namespace, progress) -> tuple[float | None, str
 
 def _run_simulate(args: argparse.Namespace) -> int:
     from sparsewire.io import load_matrix
-    from sparsewire.partition import partition_matrix
+    from sparsewire.partitioners import partition
     from sparsewire.plan.stats import strategy_stats
     from sparsewire.plan.strategies import parse_strategies
     from sparsewire.sim.network import build_network
@@ -149,7 +149,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
     strategies = parse_strategies(text, hierarchical=grouped)
     rate, rate_source = _compute_rate(args, progress)
     matrix = load_matrix(args.matrix)
-    rows, cols = partition_matrix(matrix, args.ranks, args.partition)
+    partitioning = partition(matrix, args.ranks, args.partition, topology=topology, imbalance=args.imbalance)
+    matrix, rows, cols = partitioning.permute(matrix), partitioning.rows, partitioning.cols
     diagonal, off = rank_nonzeros(matrix, rows, cols)
     entries = []
     for strategy in strategies:

@@ -8,8 +8,9 @@ import json
 import sys
 
 import numpy as np
+import scipy.sparse as sp
 
-from sparsewire.cli.common import MATRIX_HELP, positive_int
+from sparsewire.cli.common import MATRIX_HELP, add_partition_arguments, positive_int
 from sparsewire.errors import InputError
 from sparsewire.report import format_bytes
 
@@ -48,6 +49,7 @@ def add_commands(commands) -> None:
     spgemm.add_argument("--phases", type=positive_int, default=1, help="split B's columns into N phases to bound peak memory (default: 1)")
     spgemm.add_argument("--repeat", type=positive_int, default=3, help="timed multiplies after one warm-up (default: 3)")
     spgemm.add_argument("--values", default="file", help=VALUES_HELP)
+    add_partition_arguments(spgemm)
     spgemm.add_argument("--check", action="store_true", help="compare C with single-process GraphBLAS, entry by entry")
     spgemm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     spgemm.set_defaults(handler=_run_spgemm)
@@ -137,6 +139,7 @@ def _run_spgemm(args: argparse.Namespace) -> int:
     report = _spgemm_session(
         comm, args.matrix, args.matrix2, semiring, algorithm=args.algorithm, strategy=args.strategy, grid=grid,
         phases=args.phases, repeat=args.repeat, values=args.values, check=args.check, progress=progress,
+        partition=args.partition, imbalance=args.imbalance,
     )
     if comm.Get_rank() != 0:
         return 0
@@ -275,6 +278,8 @@ def _spgemm_session(
     values: str = "file",
     check: bool = False,
     progress=None,
+    partition: str = "even",
+    imbalance: float = 0.03,
 ) -> dict | None:
     """Collective. ``C = A (+.x) B`` (B = A when ``second_spec`` is None); the result dict on rank 0.
 
@@ -291,6 +296,7 @@ def _spgemm_session(
     from sparsewire.comm.runtime import agree_on_error
     from sparsewire.spgemm.distributed import choose_algorithm, compare_exactly, peak_rss_bytes, reference_product
     from sparsewire.spgemm.local import to_scipy
+    from sparsewire.partitioners import partition as reorder_and_partition
     from sparsewire.spgemm.values import load_operand
 
     rank = comm.Get_rank()
@@ -305,13 +311,25 @@ def _spgemm_session(
                     f"cannot multiply {a_global.shape[0]} x {a_global.shape[1]} by {b_global.shape[0]} x "
                     f"{b_global.shape[1]}: A's columns must equal B's rows"
                 )
+            chosen = reorder_and_partition(a_global, comm.Get_size(), partition, imbalance=imbalance)
         except Exception as error:  # reported on every rank by agree_on_error
             problem = str(error)
     agree_on_error(comm, problem)
+    # A reordering partitioner: the ranks multiply A' = A[order][:, col_order] by B' = B[col_order],
+    # so C' = C[order]; with --check C is put back in order before the comparison.
+    original_a = original_b = a_global
+    row_order, partitions = None, None
+    if rank == 0:
+        original_b = b_global
+        if chosen.row_order is not None:
+            a_global = chosen.permute(a_global)
+            b_global = sp.csr_array(b_global[chosen.col_order])
+        row_order, partitions = chosen.row_order, (chosen.rows, chosen.cols)
+    row_order, partitions = comm.bcast((row_order, partitions), root=0)
     if progress and rank == 0:
         progress(f"choosing among {algorithm} candidates" if algorithm == "auto" or strategy == "auto" else f"building {algorithm}")
     spgemm, b_local, predictions = choose_algorithm(
-        comm, a_global, b_global, semiring, algorithm, strategy=strategy, grid=grid, phases=phases
+        comm, a_global, b_global, semiring, algorithm, strategy=strategy, grid=grid, phases=phases, partitions=partitions
     )
     if progress and rank == 0:
         progress(f"running {spgemm.name} on a {spgemm.grid} grid")
@@ -329,6 +347,8 @@ def _spgemm_session(
     checksum = comm.allreduce(float(to_scipy(result).data.sum(dtype=np.float64)), op=MPI.SUM)
     peak_held = comm.allreduce(spgemm.peak_held_entries, op=MPI.MAX)
     gathered = spgemm.gather_c(result) if check else None
+    if gathered is not None and row_order is not None:
+        gathered = sp.csr_array(gathered[np.argsort(row_order)])
     rss = peak_rss_bytes(comm)
     spgemm.free()
     if rank != 0:
@@ -357,6 +377,6 @@ def _spgemm_session(
         "peak_rss_bytes": rss,
     }
     if check:
-        reference = reference_product(a_global, b_global, semiring)
+        reference = reference_product(original_a, original_b, semiring)
         report.update(compare_exactly(gathered, reference))
     return report

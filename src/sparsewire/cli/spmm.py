@@ -8,7 +8,7 @@ import json
 import sys
 
 from sparsewire.cli.common import (
-    DEFAULT_MODE, DTYPES, MATRIX_HELP, add_topology_arguments, positive_int, progress_printer, start_mpi, topology_from_args,
+    DEFAULT_MODE, DTYPES, MATRIX_HELP, add_partition_arguments, add_topology_arguments, positive_int, progress_printer, start_mpi, topology_from_args,
 )
 from sparsewire.errors import InputError
 from sparsewire.report import format_bytes, format_table
@@ -58,7 +58,7 @@ def add_commands(commands) -> None:
         "column, column-hier); C is computed after all messages arrive",
     )
     spmm.add_argument("--repeat", type=positive_int, default=10, help="timed multiplies per run (default: 10)")
-    spmm.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition (default: even)")
+    add_partition_arguments(spmm)
     spmm.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
     add_topology_arguments(spmm, allow_mpi=True)
     spmm.add_argument("--check", action="store_true", help="gather C on rank 0 and compare with SciPy (max_abs_error)")
@@ -84,7 +84,7 @@ def add_commands(commands) -> None:
     eigs.add_argument("--strategy", default="auto", help="auto, block, column, row or joint (default: auto)")
     eigs.add_argument("--mode", default=DEFAULT_MODE, help=f"executor mode or auto, as for spmm (default: {DEFAULT_MODE})")
     eigs.add_argument("--threads", "-T", type=positive_int, help="threads per rank (default: cores / ranks on the node)")
-    eigs.add_argument("--partition", choices=["even", "nnz"], default="even", help="row partition (default: even)")
+    add_partition_arguments(eigs)
     eigs.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
     eigs.add_argument("--check", action="store_true", help="compare with SciPy's eigsh (ARPACK) on rank 0")
     eigs.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
@@ -122,6 +122,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         dtype=DTYPES[args.dtype],
         repeat=args.repeat,
         partition=args.partition,
+        imbalance=args.imbalance,
         check=args.check,
         symmetrize=args.symmetrize,
         topology=topology,
@@ -199,7 +200,8 @@ def run_eigs(args: argparse.Namespace) -> int:
     report = _eigs_session(
         comm, args.matrix, args.nev, block=args.block, steps=args.steps, tol=args.tol,
         max_iterations=args.max_iterations, strategy=strategies[0], mode=modes[0], threads=args.threads,
-        partition=args.partition, symmetrize=args.symmetrize, check=args.check, progress=progress_printer(args),
+        partition=args.partition, imbalance=args.imbalance, symmetrize=args.symmetrize, check=args.check,
+        progress=progress_printer(args),
     )
     if comm.Get_rank() != 0:
         return 0
@@ -245,19 +247,19 @@ def check_tolerance(dtype, reference) -> float:
     return 1e-3 * max(1.0, float(np.abs(reference).max(initial=0.0)))
 
 
-def _load(comm, spec: str, partition: str, symmetrize: bool):
+def _load(comm, spec: str, partition: str, symmetrize: bool, topology=None, imbalance: float = 0.03):
     """Collective. ``sparsewire.distribute`` of the matrix and its count of NaN/infinite values."""
     import numpy as np
     from mpi4py import MPI
 
     import sparsewire
 
-    matrix = sparsewire.distribute(comm, spec, partition, symmetrize=symmetrize)
+    matrix = sparsewire.distribute(comm, spec, partition, symmetrize=symmetrize, topology=topology, imbalance=imbalance)
     bad = comm.allreduce(int(np.count_nonzero(~np.isfinite(matrix.local_rows.data))), op=MPI.SUM)
     return matrix, bad
 
 
-def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition, check, symmetrize, topology, proxy,
+def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition, imbalance, check, symmetrize, topology, proxy,
                   threads, deterministic, progress) -> list[dict] | None:
     """Collective. Every (strategy, mode) on the matrix ``spec``: one result dict per run on rank 0
     (None on other ranks). B is :func:`~sparsewire.generators.deterministic_dense`.
@@ -276,11 +278,11 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
     from sparsewire.exec.spmm import choose_mode
     from sparsewire.comm.runtime import ranks_on_node
     from sparsewire.exec.kernels import default_threads
-    from sparsewire.generators import deterministic_dense
+    from sparsewire.generators import deterministic_dense, deterministic_dense_rows
 
     rank = comm.Get_rank()
     dtype = np.dtype(dtype)
-    matrix, bad = _load(comm, spec, partition, symmetrize)
+    matrix, bad = _load(comm, spec, partition, symmetrize, topology, imbalance)
     if bad and check:
         raise InputError(f"{spec}: {bad} stored values are NaN or infinite, so --check cannot compare results; clean the matrix or run without --check")
     if bad and rank == 0:
@@ -288,8 +290,7 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
     if modes == ["auto"]:
         sharing = ranks_on_node(comm)
         modes = [choose_mode(k, sharing, threads or default_threads(sharing))]
-    col_start, col_stop = matrix.col_partition.range(rank)
-    b_local = deterministic_dense(col_start, col_stop, k, dtype)
+    b_local = deterministic_dense_rows(matrix.input_ids(), k, dtype)  # original indices: any partitioner
     whole = matrix.gather() if check else None
     reference = whole @ deterministic_dense(0, matrix.shape[1], k, np.float64) if check and rank == 0 else None
     groups = topology.groups(comm.Get_size()) if topology is not None else None
@@ -322,7 +323,7 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
                 reason = plan.choice.reason()
             checksum_sum = comm.allreduce(float(result.sum(dtype=np.float64)), op=MPI.SUM)
             checksum_squares = comm.allreduce(float(np.square(result, dtype=np.float64).sum()), op=MPI.SUM)
-            gathered = comm.gather(result, root=0) if check else None
+            gathered = matrix.gather_dense(result) if check else None
             if rank != 0:
                 continue
             row = {
@@ -349,14 +350,14 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
             if problems:
                 row["first_delivery_problem"] = problems[0]
             if check:
-                full = np.vstack(gathered).astype(np.float64)
+                full = gathered.astype(np.float64)
                 row["max_abs_error"] = float(np.abs(full - reference).max(initial=0.0))
                 row["check_passed"] = bool(row["max_abs_error"] <= check_tolerance(dtype, reference))
             results.append(row)
     return results if rank == 0 else None
 
 
-def _eigs_session(comm, spec, nev, *, block, steps, tol, max_iterations, strategy, mode, threads, partition, symmetrize,
+def _eigs_session(comm, spec, nev, *, block, steps, tol, max_iterations, strategy, mode, threads, partition, imbalance, symmetrize,
                   check, progress) -> dict | None:
     """Collective. The ``nev`` largest-magnitude eigenvalues of the symmetric matrix ``spec`` by
     :func:`~sparsewire.exec.eigensolver.block_krylov_eigs` on one plan; a result dict on rank 0
@@ -371,7 +372,7 @@ def _eigs_session(comm, spec, nev, *, block, steps, tol, max_iterations, strateg
 
     rank = comm.Get_rank()
     block = block or nev + 4
-    matrix, bad = _load(comm, spec, partition, symmetrize)
+    matrix, bad = _load(comm, spec, partition, symmetrize, imbalance=imbalance)
     whole = matrix.gather()
     problem = None
     if rank == 0:

@@ -128,19 +128,20 @@ def _keep_fraction(rows: np.ndarray, cols: np.ndarray, salt: int) -> np.ndarray:
     return h / 2.0**32
 
 
-def hash_dropout(x: torch.Tensor, p: float, row_offset: int, salt: int) -> torch.Tensor:
-    """Not collective. Dropout whose mask depends only on (global row, column, salt): element (i, j)
+def hash_dropout(x: torch.Tensor, p: float, row_ids: np.ndarray, salt: int) -> torch.Tensor:
+    """Not collective. Dropout whose mask depends only on (node id, column, salt): element (i, j)
     is kept when ``u(i, j) >= p`` (``u`` a 32-bit integer hash in [0, 1)) and scaled by
-    ``1 / (1 - p)``. The same salt on every rank gives every node the same mask at any P. A sparse
-    COO ``x`` (input features) keeps its pattern: only its stored values are drawn."""
+    ``1 / (1 - p)``; ``row_ids`` are the original ids of x's rows. The same salt on every rank gives
+    every node the same mask at any P and under any partitioner. A sparse COO ``x`` (input
+    features) keeps its pattern: only its stored values are drawn."""
     if p <= 0:
         return x
     if x.is_sparse:
         indices = x.indices()
-        u = _keep_fraction(indices[0].numpy() + row_offset, indices[1].numpy(), salt)
+        u = _keep_fraction(np.asarray(row_ids)[indices[0].numpy()], indices[1].numpy(), salt)
         keep = torch.from_numpy(u >= p).to(x.dtype) / (1.0 - p)
         return torch.sparse_coo_tensor(indices, x.values() * keep, x.shape, is_coalesced=True, check_invariants=False)
-    rows = np.arange(row_offset, row_offset + x.shape[0])[:, None]
+    rows = np.asarray(row_ids)[:, None]
     cols = np.arange(x.shape[1])[None, :]
     keep = torch.from_numpy(_keep_fraction(rows, cols, salt) >= p)
     return x * keep.to(x.dtype) / (1.0 - p)
@@ -174,7 +175,7 @@ class GNN(nn.Module):
             self.steps += 1
         for index, conv in enumerate(self.convs):
             if self.training:
-                x = hash_dropout(x, self.dropout, operator.row_offset, (self.seed * 1_000_003 + self.steps) * 64 + index)
+                x = hash_dropout(x, self.dropout, operator.node_ids, (self.seed * 1_000_003 + self.steps) * 64 + index)
             x = conv(x, operator)
             if index < len(self.convs) - 1:
                 x = torch.relu(x)

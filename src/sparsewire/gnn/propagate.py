@@ -49,8 +49,13 @@ class GraphOperator:
 
     @property
     def row_offset(self) -> int:
-        """Global index of this rank's first row (node)."""
+        """Position of this rank's first row in the distributed (partitioner's) order."""
         return self.matrix.row_offset
+
+    @property
+    def node_ids(self) -> np.ndarray:
+        """Original ids of this rank's nodes (rows)."""
+        return self.matrix.row_ids()
 
     @property
     def local_nodes(self) -> int:
@@ -170,7 +175,10 @@ def gcn_normalize(matrix: DistributedMatrix) -> DistributedMatrix:
     inverse_sqrt = _inverse_power(_all_degrees(matrix, np.asarray(local.sum(axis=1)).ravel()), 0.5)
     scaled = sp.csr_array(sp.diags_array(inverse_sqrt[columns]) @ local @ sp.diags_array(inverse_sqrt))
     scaled.sort_indices()
-    return DistributedMatrix(matrix.comm, scaled, matrix.row_partition, matrix.col_partition, matrix.comm.allreduce(scaled.nnz, op=MPI.SUM))
+    return DistributedMatrix(
+        matrix.comm, scaled, matrix.row_partition, matrix.col_partition, matrix.comm.allreduce(scaled.nnz, op=MPI.SUM),
+        matrix.row_order, matrix.col_order,
+    )
 
 
 @collective_errors
@@ -183,7 +191,7 @@ def mean_normalize(matrix: DistributedMatrix) -> DistributedMatrix:
     inverse = _inverse_power(np.asarray(local.sum(axis=1)).ravel(), 1.0)
     scaled = sp.csr_array(sp.diags_array(inverse) @ local)
     scaled.sort_indices()
-    return DistributedMatrix(matrix.comm, scaled, matrix.row_partition, matrix.col_partition, matrix.nnz)
+    return DistributedMatrix(matrix.comm, scaled, matrix.row_partition, matrix.col_partition, matrix.nnz, matrix.row_order, matrix.col_order)
 
 
 def _inverse_power(values: np.ndarray, power: float) -> np.ndarray:

@@ -52,7 +52,7 @@ class TrainResult:
 
 
 def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn", *, partition="even", strategy: str = "auto",
-                     topology=None, threads: int | None = 1, root: int = 0) -> LocalGraph:
+                     topology=None, threads: int | None = 1, root: int = 0, imbalance: float = 0.03) -> LocalGraph:
     """Collective. Hand every rank its nodes: ``data`` on ``root`` (None elsewhere). The adjacency
     is distributed by rows and normalised for the model (GCN: ``D^-1/2 (A + I) D^-1/2``; SAGE: the
     mean over in-neighbours), features as float64 rows (sparse COO when mostly zero).
@@ -68,9 +68,10 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     elif model not in ("gcn", "sage"):
         problem = f"unknown model {model!r}; choose gcn or sage"
     agree_on_error(comm, problem)
-    matrix = distribute(comm, data.adjacency if rank == root else None, partition, root=root)
+    matrix = distribute(comm, data.adjacency if rank == root else None, partition, root=root, topology=topology, imbalance=imbalance)
     matrix = gcn_normalize(matrix) if model == "gcn" else mean_normalize(matrix)
     offsets = matrix.row_partition.offsets
+    order = np.arange(matrix.shape[0]) if matrix.row_order is None else matrix.row_order  # position -> node id
     pieces = None
     if rank == root:
         masks = {}
@@ -78,11 +79,10 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
             mask = np.zeros(data.n, bool)
             mask[nodes] = True
             masks[name] = mask
-        pieces = [
-            (sp.csr_array(data.features[offsets[p] : offsets[p + 1]]), data.labels[offsets[p] : offsets[p + 1]],
-             {name: mask[offsets[p] : offsets[p + 1]] for name, mask in masks.items()})
-            for p in range(size)
-        ]
+        pieces = []
+        for p in range(size):
+            nodes = order[offsets[p] : offsets[p + 1]]
+            pieces.append((sp.csr_array(data.features[nodes]), data.labels[nodes], {name: mask[nodes] for name, mask in masks.items()}))
         header = ({name: int(mask.sum()) for name, mask in masks.items()}, data.classes)
     else:
         header = None

@@ -243,10 +243,12 @@ def choose_algorithm(
     strategy: str = "auto",
     grid: ProcessGrid | None = None,
     phases: int = 1,
+    partitions: tuple[RowPartition, RowPartition] | None = None,
 ) -> tuple[DistributedSpgemm, gb.Matrix, dict[str, int]]:
     """Collective. Build the candidates ``algorithm`` allows (``auto``: SUMMA and 1D; ``1d`` with
     strategy ``auto``: column, joint, row), count each one's bytes for this B exactly, keep the
-    fewest. Returns (the chosen algorithm, its local B, predicted bytes per candidate)."""
+    fewest. ``partitions``: the 1D row and column partitions (default: even). Returns (the chosen
+    algorithm, its local B, predicted bytes per candidate)."""
     rank = comm.Get_rank()
     b_shape = comm.bcast(b_global.shape if rank == 0 else None, root=0)
     candidates: list[tuple[str, Strategy | None]] = []
@@ -268,7 +270,7 @@ def choose_algorithm(
     best, best_b, predictions = None, None, {}
     for name, candidate_strategy in candidates:
         built = DistributedSpgemm(
-            comm, a_global, b_shape, semiring, name, strategy=candidate_strategy or Strategy.COLUMN, grid=grid
+            comm, a_global, b_shape, semiring, name, strategy=candidate_strategy or Strategy.COLUMN, grid=grid, partitions=partitions
         )
         b_local = built.scatter_b(b_global)
         predicted = built.predicted_bytes(b_local, phases)
@@ -324,8 +326,7 @@ def spgemm_distributed(a, b, semiring="plus_times", algorithm: str = "auto", pha
     ``auto`` builds SUMMA and the 1D strategies column, joint, row and keeps the candidate whose
     exact byte count for this B is smallest (ties: that order). SUMMA needs 2D blocks, so A and B
     are moved from rows to blocks first and C back to A's rows (setup traffic, not counted in the
-    candidates' bytes). C has A's row partition; its column partition is the row partition when C
-    is square and B's column partition otherwise.
+    candidates' bytes). C has A's row partition and order and B's column partition and order.
     """
     from sparsewire.distributed import DistributedMatrix
     from sparsewire.spgemm.semirings import get_semiring
@@ -337,8 +338,11 @@ def spgemm_distributed(a, b, semiring="plus_times", algorithm: str = "auto", pha
         problem = "B must be a DistributedMatrix over the same communicator as A"
     elif a.shape[1] != b.shape[0]:
         problem = f"shapes do not match: A is {a.shape[0]} x {a.shape[1]}, B is {b.shape[0]} x {b.shape[1]}"
-    elif not np.array_equal(b.row_partition.offsets, a.col_partition.offsets):
-        problem = "B's rows must be distributed like A's columns (b.row_partition == a.col_partition); distribute B with partition=a.col_partition"
+    elif not np.array_equal(b.row_partition.offsets, a.col_partition.offsets) or not _same_order(b.row_order, a.col_order):
+        problem = (
+            "B's rows must be distributed (and ordered) like A's columns; distribute B with partition=a.col_partition, "
+            "or both with the same reordering partitioner"
+        )
     elif algorithm not in ALGORITHMS:
         problem = f"unknown SpGEMM algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}"
     elif not isinstance(phases, (int, np.integer)) or phases < 1:
@@ -384,6 +388,11 @@ def spgemm_distributed(a, b, semiring="plus_times", algorithm: str = "auto", pha
         c_local = sp.csr_array((values, (rows - start, cols)), shape=(stop - start, b.shape[1]))
     c_local = sp.csr_array(c_local, dtype=np.float64)
     c_local.sort_indices()
-    col_partition = a.row_partition if a.shape[0] == b.shape[1] else b.col_partition
     nnz = comm.allreduce(int(c_local.nnz), op=MPI.SUM)
-    return DistributedMatrix(comm, c_local, a.row_partition, col_partition, nnz)
+    return DistributedMatrix(comm, c_local, a.row_partition, b.col_partition, nnz, a.row_order, b.col_order)
+
+
+def _same_order(first, second) -> bool:
+    if first is None or second is None:
+        return first is None and second is None
+    return np.array_equal(first, second)

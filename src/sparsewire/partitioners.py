@@ -1,0 +1,208 @@
+"""Partitioners that reorder: which rows (and B rows) each rank owns, chosen to cut the bytes.
+
+A :class:`Partitioning` is a new order of A's rows and columns plus contiguous
+:class:`~sparsewire.partition.RowPartition` s over that order: rank p owns the rows
+``row_order[rows.range(p)]`` of the original A (and the B rows ``col_order[cols.range(p)]``).
+Distributing ``A[row_order][:, col_order]`` by the partitions is what the planner and executor
+see; :class:`~sparsewire.distributed.DistributedMatrix` keeps the orders, so users pass B and get
+C in their own indices.
+
+Methods (``PARTITIONERS``):
+
+- ``even``, ``nnz``: the original order split by rows or by nonzeros (:func:`partition_matrix`).
+- ``metis``: METIS k-way (pymetis) on the graph of A + A^T, vertex weights = row nonzeros,
+  ``imbalance`` the allowed excess over the mean part weight (default 3%).
+- ``rcm``: SciPy's reverse Cuthill-McKee order of A + A^T, split by nonzeros.
+- ``community``: Louvain communities (networkx), laid out one after another, largest first, each
+  in its original order, split by nonzeros (the idea of Rabbit order, CoLa sec. 5.2).
+- ``metis-hier``: group-aware METIS: first into the topology's groups (part weights proportional
+  to the groups' rank counts), then each group's rows into its ranks, so the cut between groups
+  (the slow links) is what the first level minimises.
+
+Square A: rows and columns get one order, so C can be fed back as B. Rectangular A: the row
+methods run on the bipartite graph of rows and columns (edges = nonzeros; METIS with weight
+nonzeros on rows and 0 on columns), and each column then goes to the part that holds most of its
+nonzeros (ties: the lowest part; empty columns spread evenly), so a B row lives where it is used.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparsewire.errors import InputError
+from sparsewire.partition import RowPartition, balanced_nnz, even_rows, partition_matrix
+
+__all__ = ["PARTITIONERS", "Partitioning", "partition", "nnz_imbalance"]
+
+PARTITIONERS = ("even", "nnz", "metis", "rcm", "community", "metis-hier")
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """A reordering and the partitions over it (see the module docstring).
+
+    Attributes:
+        method: the partitioner's name.
+        rows, cols: partitions of the reordered rows and columns.
+        row_order, col_order: position -> original index (None: the original order).
+        seconds: time the partitioner took.
+    """
+
+    method: str
+    rows: RowPartition
+    cols: RowPartition
+    row_order: np.ndarray | None
+    col_order: np.ndarray | None
+    seconds: float = 0.0
+
+    def permute(self, matrix: sp.sparray) -> sp.csr_array:
+        """Not collective. ``A[row_order][:, col_order]``, the matrix the ranks hold."""
+        result = sp.csr_array(matrix)
+        if self.row_order is not None:
+            result = result[self.row_order]
+        if self.col_order is not None:
+            result = result[:, self.col_order]
+        result = sp.csr_array(result)
+        result.sort_indices()
+        return result
+
+
+def nnz_imbalance(matrix: sp.sparray, rows: RowPartition, row_order: np.ndarray | None = None) -> float:
+    """Not collective. Nonzeros per rank, max / mean."""
+    per_row = np.diff(sp.csr_array(matrix).indptr)
+    if row_order is not None:
+        per_row = per_row[row_order]
+    per_rank = np.add.reduceat(per_row, rows.offsets[:-1]) if per_row.size else np.zeros(rows.n_parts)
+    per_rank[np.diff(rows.offsets) == 0] = 0
+    mean = per_rank.mean()
+    return float(per_rank.max() / mean) if mean > 0 else 1.0
+
+
+def _symmetric_pattern(matrix: sp.csr_array) -> sp.csr_array:
+    """The graph METIS / RCM / Louvain see: square A -> pattern of A + A^T without the diagonal;
+    rectangular m x n -> the bipartite graph on m + n vertices."""
+    pattern = sp.csr_array((np.ones(matrix.nnz), matrix.indices, matrix.indptr), shape=matrix.shape)
+    m, n = matrix.shape
+    if m == n:
+        graph = sp.csr_array(pattern + pattern.T)
+    else:
+        graph = sp.csr_array(sp.bmat([[None, pattern], [pattern.T, None]], format="csr"))
+    graph.setdiag(0)
+    graph.eliminate_zeros()
+    graph.sort_indices()
+    return graph
+
+
+def _order_by_parts(membership: np.ndarray, parts: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(membership, kind="stable")
+    offsets = np.concatenate(([0], np.cumsum(np.bincount(membership, minlength=parts))))
+    return order, offsets
+
+
+def _metis(graph: sp.csr_array, parts: int, weights: np.ndarray, imbalance: float, seed: int, targets=None) -> np.ndarray:
+    import pymetis
+
+    if parts == 1 or graph.shape[0] == 0:
+        return np.zeros(graph.shape[0], np.int64)
+    options = pymetis.Options(ufactor=max(1, int(round(imbalance * 1000))), seed=seed)
+    adjacency = pymetis.CSRAdjacency(graph.indptr.astype(np.int64), graph.indices.astype(np.int64))
+    _, membership = pymetis.part_graph(parts, adjacency, vweights=weights.astype(np.int64), tpwgts=targets, options=options)
+    return np.asarray(membership, np.int64)
+
+
+def _row_membership(method: str, matrix: sp.csr_array, parts: int, imbalance: float, seed: int, topology) -> np.ndarray:
+    """Part of every row (for the order-then-split methods: the position order, as -1s)."""
+    m, n = matrix.shape
+    row_nnz = np.diff(matrix.indptr).astype(np.int64)
+    graph = _symmetric_pattern(matrix)
+    weights = row_nnz if m == n else np.concatenate([row_nnz, np.zeros(n, np.int64)])
+    if method == "metis":
+        return _metis(graph, parts, weights, imbalance, seed)[:m]
+    if method == "metis-hier":
+        if topology is None:
+            raise InputError("metis-hier partitions into the topology's groups first; give a topology (--group-size G or --topology)")
+        rank_groups = topology.groups(parts)
+        n_groups = int(rank_groups.max()) + 1
+        ranks_per_group = np.bincount(rank_groups, minlength=n_groups)
+        group_of = _metis(graph, n_groups, weights, imbalance, seed, targets=list(ranks_per_group / parts) if n_groups > 1 else None)
+        membership = np.empty(graph.shape[0], np.int64)
+        for group in range(n_groups):
+            members = np.flatnonzero(group_of == group)
+            ranks = np.flatnonzero(rank_groups == group)
+            inner = _metis(sp.csr_array(graph[members][:, members]), ranks.size, weights[members], imbalance, seed)
+            membership[members] = ranks[inner]
+        return membership[:m]
+    raise AssertionError(method)
+
+
+def _position_order(method: str, matrix: sp.csr_array, seed: int) -> np.ndarray:
+    """The rows (bipartite: rows then columns) in the order of ``rcm`` or ``community``."""
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    graph = _symmetric_pattern(matrix)
+    if method == "rcm":
+        return np.asarray(reverse_cuthill_mckee(graph, symmetric_mode=True), np.int64)
+    import networkx as nx
+    from networkx.algorithms.community import louvain_communities
+
+    communities = louvain_communities(nx.from_scipy_sparse_array(graph), seed=seed)
+    communities = sorted((sorted(c) for c in communities), key=lambda c: (-len(c), c[0]))
+    return np.concatenate([np.asarray(c, np.int64) for c in communities]) if communities else np.zeros(0, np.int64)
+
+
+def _columns_follow_rows(matrix: sp.csr_array, row_part: np.ndarray, parts: int) -> np.ndarray:
+    """Part of every column: where most of its nonzeros' rows are (ties: lowest; empty: even)."""
+    coo = sp.coo_array(matrix)
+    counts = sp.csr_array((np.ones(coo.nnz), (coo.col, row_part[coo.row])), shape=(matrix.shape[1], parts)).toarray()
+    result = counts.argmax(axis=1).astype(np.int64)
+    empty = counts.sum(axis=1) == 0
+    result[empty] = (np.arange(int(empty.sum())) * parts) // max(int(empty.sum()), 1)
+    return result
+
+
+def partition(matrix: sp.sparray, parts: int, method: str = "even", *, topology=None, imbalance: float = 0.03, seed: int = 0) -> Partitioning:
+    """Not collective. Reorder and partition A for ``parts`` ranks with ``method`` (module docstring).
+
+    Args:
+        matrix: the global A.
+        parts: the number of ranks P.
+        method: one of ``PARTITIONERS``.
+        topology: the groups for ``metis-hier``.
+        imbalance: METIS's allowed excess of a part's nonzeros over the mean (0.03 = 3%).
+        seed: METIS's and Louvain's seed.
+
+    Returns:
+        :class:`Partitioning`.
+    """
+    if method not in PARTITIONERS:
+        raise InputError(f"unknown partition {method!r}; choose one of {', '.join(PARTITIONERS)}")
+    if parts < 1:
+        raise InputError(f"the number of parts must be at least 1 (got {parts})")
+    if not 0 < imbalance < 1:
+        raise InputError(f"imbalance {imbalance} must be in (0, 1), e.g. 0.03 for 3%")
+    started = time.perf_counter()
+    csr = sp.csr_array(matrix)
+    m, n = csr.shape
+    if method in ("even", "nnz"):
+        rows, cols = partition_matrix(csr, parts, method)
+        return Partitioning(method, rows, cols, None, None, time.perf_counter() - started)
+    if method in ("rcm", "community"):
+        order = _position_order(method, csr, seed)
+        row_order = order[order < m]
+        rows = balanced_nnz(np.diff(csr.indptr)[row_order], parts)
+        row_part = np.empty(m, np.int64)
+        row_part[row_order] = np.repeat(np.arange(parts), np.diff(rows.offsets))
+    else:
+        row_part = _row_membership(method, csr, parts, imbalance, seed, topology)
+        row_order, offsets = _order_by_parts(row_part, parts)
+        rows = RowPartition(offsets)
+    if m == n:
+        return Partitioning(method, rows, rows, row_order, row_order, time.perf_counter() - started)
+    col_part = _columns_follow_rows(csr, row_part, parts)
+    col_order, col_offsets = _order_by_parts(col_part, parts)
+    cols = RowPartition(col_offsets) if n else even_rows(0, parts)
+    return Partitioning(method, rows, cols, row_order, col_order, time.perf_counter() - started)
