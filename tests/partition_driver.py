@@ -1,5 +1,5 @@
 """Every partitioner x executable strategy under ``mpiexec -n P`` (tests/test_partitioners.py):
-``python tests/partition_driver.py SEED``. Users pass B and get C in their original indices: B
+``python tests/partition_driver.py SEED PLAN_PATH`` (a saved plan keeps the order). Users pass B and get C in their original indices: B
 blocks are ``matrix.rows_of(B)``, C is assembled by ``matrix.gather_dense``; exact on integer data."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from sparsewire.partitioners import PARTITIONERS
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
 
 
-def main(seed: int) -> str:
+def main(seed: int, path: str) -> str:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     rng = np.random.default_rng(seed)
@@ -34,6 +34,10 @@ def main(seed: int) -> str:
             for strategy in EXECUTABLE_STRATEGIES:
                 with matrix.spmm_plan(3, strategy=strategy.value, topology=topology, mode="bulk") as plan:
                     c = matrix.gather_dense(plan.multiply(matrix.rows_of(b)))
+                    if strategy.value == "joint":
+                        plan.save(path)
+                        with sparsewire.SpmmPlan.load(path, matrix) as loaded:
+                            assert np.array_equal(matrix.gather_dense(loaded.multiply(matrix.rows_of(b))), c) or rank != 0
                 if rank == 0:
                     assert np.array_equal(c, a @ b), f"{method}/{strategy.value}: C differs from SciPy's A @ B"
                 checked += 1
@@ -41,6 +45,6 @@ def main(seed: int) -> str:
 
 
 if __name__ == "__main__":
-    result = main(int(sys.argv[1]))
+    result = main(int(sys.argv[1]), sys.argv[2])
     if MPI.COMM_WORLD.Get_rank() == 0:
         print(result, flush=True)

@@ -312,8 +312,9 @@ class SpmmPlan:
     def save(self, path: str | os.PathLike) -> None:
         """Collective. Write the plan of every rank to one file at ``path`` (written by rank 0; every
         rank passes the same path). The file (NumPy .npz, no pickles) holds the format version, P,
-        the checksum of A's pattern, values and partitions (:meth:`DistributedMatrix.checksum`),
-        the settings and every rank's plan arrays."""
+        the checksum of A's pattern, values, partitions and orders (:meth:`DistributedMatrix.checksum`),
+        the partitioner's row and column orders when it reordered, the settings and every rank's
+        plan arrays."""
         checksum = self.matrix.checksum()
         arrays = _plan_arrays(self.rank_plan)
         gathered = self.comm.gather(arrays, root=0)
@@ -334,6 +335,10 @@ class SpmmPlan:
                            "model": self.choice.model, "candidates": self.choice.candidates},
             }
             flat = {"meta": np.array(json.dumps(meta))}
+            for name in ("row_order", "col_order"):  # the partitioner's permutation travels with the plan
+                order = getattr(self.matrix, name)
+                if order is not None:
+                    flat[name] = np.asarray(order, np.int64)
             for rank, rank_arrays in enumerate(gathered):
                 flat.update({f"r{rank}/{name}": value for name, value in rank_arrays.items()})
             try:
@@ -474,9 +479,13 @@ def _load(matrix: DistributedMatrix, cls, path, threads: int | None) -> SpmmPlan
                         f"{path} was saved for another matrix or partition (checksum {meta['checksum'][:12]} != "
                         f"{checksum[:12]}); plan this matrix with matrix.spmm_plan(...)"
                     )
+                for name in ("row_order", "col_order"):
+                    saved, current = (archive[name] if name in archive.files else None), getattr(matrix, name)
+                    if (saved is None) != (current is None) or (saved is not None and not np.array_equal(saved, current)):
+                        raise PlanMismatchError(f"{path} was saved for another ordering of the matrix ({name}); distribute it with the same partitioner")
                 pieces = [{} for _ in range(size)]
                 for name in archive.files:
-                    if name != "meta":
+                    if name not in ("meta", "row_order", "col_order"):
                         owner, _, field = name.partition("/")
                         pieces[int(owner[1:])][field] = archive[name]
         except (OSError, ValueError, KeyError) as error:
