@@ -1,13 +1,16 @@
 """The local CSR x dense kernel's achieved bandwidth against the machine's copy bandwidth, in one run.
 
-    .venv/bin/python bench/kernel_bandwidth.py [--matrices M ...] [--ks 8,32,128] [--threads 1,2]
+    .venv/bin/python bench/kernel_bandwidth.py [--matrices M ...] [--ks 8,32,128] [--threads 1,2] [--orders original,rcm]
 
 Copy bandwidth: a threaded copy of a 256 MiB array (bytes read + bytes written per second), the
 same threads as the kernel. Kernel: ``C = A @ B`` into a preallocated C, bytes = A once (values,
 column indices, row pointers) + B once + C once, per second: the rate if every byte crossed the
 memory bus once. Matrices whose rows reach B rows far apart read B rows several times from memory
-(the ratio is then below what a reordering would give). SciPy's ``A @ B`` (allocating C) is
-timed beside it. Medians of ``--repeat`` runs; writes bench/results/kernel_bandwidth.json.
+(the ratio is then below what a reordering would give): ``--orders original,rcm`` also times
+the matrix in the order of ``--partition rcm`` (:mod:`sparsewire.partitioners`, rows and columns
+permuted alike), which keeps the B rows a stretch of rows reads close together. SciPy's
+``A @ B`` (allocating C) is timed beside it. Medians of ``--repeat`` runs; writes
+bench/results/kernel_bandwidth.json.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from common import ROOT, default_matrices, short_name  # noqa: E402
 from sparsewire.exec import kernels  # noqa: E402
 from sparsewire.generators import deterministic_dense  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
+from sparsewire.partitioners import partition  # noqa: E402
 from sparsewire.report import format_table  # noqa: E402
 
 
@@ -45,6 +49,7 @@ def main() -> None:
     parser.add_argument("--ks", default="8,32,128", help="block widths (default: 8,32,128)")
     parser.add_argument("--threads", default="1,2", help="thread counts (default: 1,2)")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs (default: 10)")
+    parser.add_argument("--orders", default="original", help="original and/or rcm (default: original)")
     args = parser.parse_args()
     ks = [int(v) for v in args.ks.split(",")]
     thread_counts = [int(v) for v in args.threads.split(",")]
@@ -57,8 +62,11 @@ def main() -> None:
         copy_bandwidth[threads] = 2 * source.nbytes / seconds
         print(f"copy bandwidth, {threads} thread(s): {copy_bandwidth[threads] / 1e9:.1f} GB/s", file=sys.stderr, flush=True)
     results, rows = [], []
-    for spec in args.matrices:
+    orders = [o.strip() for o in args.orders.split(",")]
+    for spec, order in [(spec, order) for spec in args.matrices for order in orders]:
         matrix = load_matrix(spec)
+        if order == "rcm":
+            matrix = partition(matrix, 1, "rcm").permute(matrix)
         n_rows, n_cols = matrix.shape
         for k in ks:
             b = deterministic_dense(0, n_cols, k)
@@ -71,14 +79,14 @@ def main() -> None:
                 seconds = median_seconds(lambda: kernels.multiply(operand, b, out), args.repeat)
                 np.testing.assert_allclose(out, matrix @ b, rtol=1e-12, atol=1e-12)
                 achieved = moved / seconds
-                entry = {"matrix": short_name(spec), "k": k, "threads": threads, "seconds": seconds, "bytes": moved,
+                entry = {"matrix": short_name(spec), "order": order, "k": k, "threads": threads, "seconds": seconds, "bytes": moved,
                          "achieved_bytes_per_second": achieved, "copy_bytes_per_second": copy_bandwidth[threads],
                          "fraction_of_copy": achieved / copy_bandwidth[threads], "scipy_seconds": scipy_seconds}
                 results.append(entry)
-                rows.append([short_name(spec), k, threads, f"{seconds * 1e3:.3f}", f"{achieved / 1e9:.1f}",
+                rows.append([short_name(spec), order, k, threads, f"{seconds * 1e3:.3f}", f"{achieved / 1e9:.1f}",
                              f"{copy_bandwidth[threads] / 1e9:.1f}", f"{100 * entry['fraction_of_copy']:.0f}%",
                              f"{scipy_seconds * 1e3:.3f}", f"{scipy_seconds / seconds:.1f}x"])
-    print(format_table(["matrix", "k", "threads", "kernel ms", "GB/s", "copy GB/s", "of copy", "SciPy ms (1 thread)", "vs SciPy"], rows))
+    print(format_table(["matrix", "order", "k", "threads", "kernel ms", "GB/s", "copy GB/s", "of copy", "SciPy ms (1 thread)", "vs SciPy"], rows))
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "kernel_bandwidth.json").write_text(json.dumps({"copy_bytes_per_second": copy_bandwidth, "results": results}, indent=1))
