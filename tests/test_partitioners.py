@@ -83,13 +83,17 @@ def test_every_partitioner_and_strategy_gives_c_in_the_original_order(tmp_path, 
     assert f"OK partitions {2 * len(PARTITIONERS) * 7}" in completed.stdout, completed.stdout
 
 
-@pytest.mark.parametrize("method", ["metis", "rcm", "community", "metis-hier"])
-def test_spmm_check_with_a_reordering_partitioner(method):
-    completed = run_mpi(3, ["-m", "sparsewire", "spmm", "delaunay:900:2", "--partition", method, "--group-size", "2",
-                            "--strategy", "column,joint,joint-hier", "--mode", "bulk", "--check", "--json"], timeout=300)
-    assert completed.returncode == 0, completed.stderr
-    report = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert all(run["check_passed"] and run["measured_bytes"] == run["planned_bytes"] for run in report["runs"])
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_spmm_check_for_every_partitioner_and_strategy(ranks):
+    for method in PARTITIONERS:
+        completed = run_mpi(ranks, ["-m", "sparsewire", "spmm", "delaunay:700:2", "--partition", method, "--group-size", "2",
+                                    "--strategy", "all", "--mode", "bulk", "--repeat", "1", "--check", "--json"], timeout=300)
+        assert completed.returncode == 0, f"{method}: {completed.stderr}"
+        report = json.loads(completed.stdout.strip().splitlines()[-1])
+        assert len(report["runs"]) == 7, method
+        for run in report["runs"]:
+            assert run["check_passed"] and run["max_abs_error"] < 1e-12, (method, run["strategy"], run["max_abs_error"])
+            assert run["measured_bytes"] == run["planned_bytes"], (method, run["strategy"])
 
 
 def test_spgemm_check_with_metis():
