@@ -71,11 +71,9 @@ class Partitioning:
         return result
 
 
-def nnz_imbalance(matrix: sp.sparray, rows: RowPartition, row_order: np.ndarray | None = None) -> float:
-    """Not collective. Nonzeros per rank, max / mean."""
+def nnz_imbalance(matrix: sp.sparray, rows: RowPartition) -> float:
+    """Not collective. Nonzeros per rank of the (permuted) matrix, max / mean."""
     per_row = np.diff(sp.csr_array(matrix).indptr)
-    if row_order is not None:
-        per_row = per_row[row_order]
     per_rank = np.add.reduceat(per_row, rows.offsets[:-1]) if per_row.size else np.zeros(rows.n_parts)
     per_rank[np.diff(rows.offsets) == 0] = 0
     mean = per_rank.mean()

@@ -427,11 +427,11 @@ class SpmmExecutor:
     def multiply(self, b_local: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Collective. This rank's rows of ``C = A @ B`` from its rows of B (shape (rows of B
         owned, k)), written into ``out`` when given (shape (rows of A owned, k), C-contiguous, the
-        executor's dtype)."""
+        executor's dtype). Arguments are checked before any message is sent (PlanMismatchError)."""
         expected = (self.plan.local_shape[1], self.k)
-        if b_local.shape != expected:
+        if getattr(b_local, "shape", None) != expected:
             raise PlanMismatchError(
-                f"rank {self.plan.rank}: B block has shape {b_local.shape}, expected {expected} "
+                f"rank {self.plan.rank}: the B block has shape {getattr(b_local, 'shape', type(b_local).__name__)}, expected {expected} "
                 "(this rank's rows of B by k); give each rank its rows under the plan's column partition"
             )
         if self._closed:
@@ -442,7 +442,7 @@ class SpmmExecutor:
             out = np.empty((self.plan.local_shape[0], self.k), self.dtype)
         elif out.shape != (self.plan.local_shape[0], self.k) or out.dtype != self.dtype or not out.flags.c_contiguous:
             raise PlanMismatchError(
-                f"out must be a C-contiguous {self.dtype} array of shape {(self.plan.local_shape[0], self.k)} "
+                f"rank {self.plan.rank}: out must be a C-contiguous {self.dtype} array of shape {(self.plan.local_shape[0], self.k)} "
                 f"(got {out.dtype} {out.shape})"
             )
         self.bytes_received_from[:] = 0

@@ -232,30 +232,12 @@ class SpmmPlan:
             the other ranks may already wait for this rank's messages, so there the error
             aborts the job with its message instead (it never hangs).
         """
-        problem = self._local_problem(b_local, out)
-        if problem is not None:
+        try:
+            return self.executor.multiply(b_local, out)
+        except PlanMismatchError as error:  # raised before any message left this rank
             if self.comm.Get_size() > 1:
-                abort_job(self.comm, problem)
-            raise PlanMismatchError(problem)
-        return self.executor.multiply(b_local, out)
-
-    def _local_problem(self, b_local, out) -> str | None:
-        if self.executor._closed:
-            return "this plan was closed; make a new one with matrix.spmm_plan(...)"
-        rank = self.comm.Get_rank()
-        expected = (self.input_rows, self.k)
-        if not isinstance(b_local, np.ndarray) or b_local.shape != expected:
-            got = getattr(b_local, "shape", type(b_local).__name__)
-            return (
-                f"rank {rank}: the B block has shape {got}, expected {expected} (this rank's "
-                f"{'rows of A' if self.transposed else 'rows under the column partition'} by k = {self.k})"
-            )
-        if out is not None and (out.shape != (self.output_rows, self.k) or out.dtype != self.dtype or not out.flags.c_contiguous):
-            return (
-                f"rank {rank}: out must be a C-contiguous {self.dtype.name} array of shape {(self.output_rows, self.k)} "
-                f"(got {out.dtype} {out.shape})"
-            )
-        return None
+                abort_job(self.comm, str(error))
+            raise
 
     @property
     def bytes_received(self) -> int:
