@@ -3,10 +3,11 @@
 On fresh random integer matrices (square and rectangular A x B, empty rows, an all-empty B) for every
 named semiring, a user semiring whose multiplication does not commute (``plus.minus``) and a
 Numba-compiled one (``10 a - b``), every algorithm (SUMMA on the default grid, on 1 x P and P x 1;
-1D column, row, joint) and phases 1 and 3:
+1D column, row, joint, each with and without overlap) and phases 1 and 3:
 
 * C equals single-process GraphBLAS exactly (pattern and values);
-* the bytes the ranks hand to MPI equal the predicted bytes.
+* the bytes MPI delivered (receive statuses) equal the bytes predicted from counts, and a
+  prediction from corrupted counts does not (the check can fail).
 
 Then BFS, SSSP, triangle counts and k-hop reachability on random graphs equal their SciPy references.
 """
@@ -25,6 +26,7 @@ from sparsewire.spgemm import graphs
 from sparsewire.spgemm.distributed import DistributedSpgemm, reference_product
 from sparsewire.spgemm.semirings import SEMIRINGS, get_semiring, user_semiring
 from sparsewire.spgemm.distributed import compare_exactly
+from sparsewire.spgemm.local import row_counts
 from sparsewire.spgemm.summa import ProcessGrid
 
 
@@ -38,12 +40,44 @@ def integer_matrix(rng, n_rows, n_cols, density, signed=True):
 
 
 def algorithms(ranks):
-    yield "summa", Strategy.COLUMN, None
-    yield "summa", Strategy.COLUMN, ProcessGrid(1, ranks)
+    yield "summa", Strategy.COLUMN, None, False
+    yield "summa", Strategy.COLUMN, ProcessGrid(1, ranks), False
     if ranks > 1:
-        yield "summa", Strategy.COLUMN, ProcessGrid(ranks, 1)
+        yield "summa", Strategy.COLUMN, ProcessGrid(ranks, 1), False
     for strategy in (Strategy.COLUMN, Strategy.ROW, Strategy.JOINT):
-        yield "1d", strategy, None
+        for overlap in (False, True):
+            yield "1d", strategy, None, overlap
+
+
+def corrupted_predictions_are_caught(comm, a) -> int:
+    """A prediction made from wrong counts differs from what MPI delivered (the check can fail):
+    SUMMA on a 1 x P grid (A's stage blocks travel) with every A stage block counted one entry too
+    large, 1D with one copied row left out."""
+    rank, checks = comm.Get_rank(), 0
+    semiring = get_semiring("plus_times")
+    for algorithm in ("summa", "1d"):
+        grid = ProcessGrid(1, comm.Get_size()) if algorithm == "summa" else None
+        spgemm = DistributedSpgemm(comm, a if rank == 0 else None, a.shape, semiring, algorithm, grid=grid)
+        b_local = spgemm.scatter_b(a if rank == 0 else None)
+        honest = spgemm.predicted_bytes(b_local)
+        multiplier = spgemm.multiplier
+        if algorithm == "summa":
+            multiplier.a_sizes = {s: (listed, entries + 1) for s, (listed, entries) in multiplier.a_sizes.items()}
+        else:
+            keep = np.ones(multiplier.copy_rows.size, bool)
+            nonempty = np.flatnonzero(row_counts(b_local)[multiplier.copy_sources] > 0)
+            keep[nonempty[:1]] = False
+            multiplier.copy_rows, multiplier.copy_sources = multiplier.copy_rows[keep], multiplier.copy_sources[keep]
+        corrupted = spgemm.predicted_bytes(b_local)
+        before = spgemm.bytes_received
+        spgemm.multiply(b_local)
+        moved = comm.allreduce(spgemm.bytes_received - before, op=MPI.SUM)
+        if rank == 0:
+            assert moved == honest, (algorithm, moved, honest)
+            assert corrupted != moved, (algorithm, "the corrupted prediction went unnoticed", corrupted, moved)
+        spgemm.free()
+        checks += 1
+    return checks
 
 
 def main() -> int:
@@ -65,24 +99,27 @@ def main() -> int:
         b = a if b is None else b
         for semiring in semirings:
             reference = reference_product(a, b, semiring)
-            for algorithm, strategy, grid in algorithms(ranks):
+            for algorithm, strategy, grid, overlap in algorithms(ranks):
                 spgemm = DistributedSpgemm(
-                    comm, a if rank == 0 else None, b.shape, semiring, algorithm, strategy=strategy, grid=grid
+                    comm, a if rank == 0 else None, b.shape, semiring, algorithm, strategy=strategy, grid=grid, overlap=overlap
                 )
                 b_local = spgemm.scatter_b(b if rank == 0 else None)
                 for phases in (1, 3):
                     predicted = spgemm.predicted_bytes(b_local, phases)
-                    before = spgemm.bytes_sent
+                    before = spgemm.bytes_received
                     c_local = spgemm.multiply(b_local, phases=phases)
-                    moved = comm.allreduce(spgemm.bytes_sent - before, op=MPI.SUM)
+                    moved = comm.allreduce(spgemm.bytes_received - before, op=MPI.SUM)
                     gathered = spgemm.gather_c(c_local)
-                    label = f"{case}/{semiring.name}/{spgemm.name}/{grid}/phases={phases}"
+                    label = f"{case}/{semiring.name}/{spgemm.name}/{grid}/overlap={overlap}/phases={phases}"
                     if rank == 0:
                         outcome = compare_exactly(gathered, reference)
                         assert outcome["check_passed"] and outcome["exact"], (label, outcome)
                         assert moved == predicted, (label, moved, predicted)
                     checks += 1
                 spgemm.free()
+
+    if ranks > 1:  # (one rank sends nothing)
+        checks += corrupted_predictions_are_caught(comm, cases[0][1])
 
     graph = integer_matrix(rng, 40, 40, 0.06, signed=False)
     graph.setdiag(0)

@@ -11,7 +11,7 @@ from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.spgemm import graphs
 from sparsewire.spgemm.distributed import reference_product
-from sparsewire.spgemm.local import pack, pack_row_ranges, to_graphblas, to_scipy, unpack, wire_bytes
+from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, to_scipy, wire_bytes
 from sparsewire.spgemm.semirings import SEMIRINGS, get_semiring, user_semiring
 from sparsewire.spgemm.distributed import compare_exactly
 from sparsewire.spgemm.values import apply_values, check_values_spec
@@ -139,20 +139,30 @@ def test_wire_format_round_trip(rng, dtype):
     matrix[[3, 17], :] = 0  # empty rows are not listed
     matrix = sp.csr_array(matrix)
     block = to_graphblas(matrix, dtype)
-    ints, values, listed = pack(block)
+    itype = index_dtype(40, 30)
+    [(ints, values, listed)] = pack_row_ranges(block, np.array([0, 40]), itype)
+    assert block.nvals == matrix.nnz  # packing without consume gives the arrays back
     nonempty = int((np.diff(matrix.indptr) > 0).sum())
-    assert listed == nonempty
+    assert listed == nonempty == int((row_counts(block) > 0).sum())
     assert ints.dtype == np.int32 and ints.size == 2 * listed + matrix.nnz
     assert wire_bytes(listed, values.size, 4, np.dtype(dtype).itemsize) == 16 + 4 * ints.size + values.nbytes
-    back = to_scipy(unpack([(ints, values, listed)], np.zeros(1, np.int64), 40, 30, dtype))
+    back = to_scipy(import_messages([(ints, values, listed)], np.zeros(1, np.int64), 40, 30, dtype))
     assert (back != to_scipy(block)).nnz == 0
-    # Split by destination and rebuilt: the same matrix.
+    # Split by destination and rebuilt: the same matrix; consumed, the block is left empty.
     bounds = np.array([0, 10, 10, 25, 40])
-    int_parts, value_parts, listed_parts, entries = pack_row_ranges(block, bounds)
-    assert entries.sum() == matrix.nnz
-    pieces = list(zip(int_parts, value_parts, listed_parts.tolist()))
-    rebuilt = to_scipy(unpack(pieces, bounds[:-1], 40, 30, dtype))
-    assert (rebuilt != to_scipy(block)).nnz == 0
+    pieces = pack_row_ranges(block, bounds, itype, consume=True)
+    assert block.nvals == 0
+    assert sum(v.size for _, v, _ in pieces) == matrix.nnz
+    rebuilt = to_scipy(import_messages(pieces, bounds[:-1], 40, 30, dtype))
+    assert (rebuilt != to_scipy(to_graphblas(matrix, dtype))).nnz == 0
+
+
+def test_wire_format_of_empty_and_one_row_matrices():
+    for shape in [(1, 4), (6, 1), (0, 3), (3, 0)]:
+        block = to_graphblas(sp.csr_array(shape), np.float64)
+        pieces = pack_row_ranges(block, np.array([0, shape[0]]), np.dtype(np.int32))
+        assert pieces[0][0].size == 0 and pieces[0][2] == 0
+        assert import_messages(pieces, np.zeros(1, np.int64), *shape, np.float64).nvals == 0
 
 
 def test_values_and_exact_comparison():

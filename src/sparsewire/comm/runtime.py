@@ -43,11 +43,14 @@ def ranks_on_node(comm: MPI.Comm) -> int:
 
 
 def limit_threads_per_rank(comm: MPI.Comm) -> int:
-    """Collective. Cap BLAS/OpenMP threads to ``cores / ranks on this node`` (at least 1).
+    """Collective. Cap BLAS/OpenMP threads and SuiteSparse:GraphBLAS's threads to ``cores / ranks
+    on this node`` (at least 1).
 
     Busy-waiting BLAS threads starve MPI progress when ranks outnumber cores (measured: 90x
-    slower ring exchanges on 2 cores), so every rank caps its pools. ``SPARSEWIRE_THREADS_PER_RANK``
-    overrides the computed value. Returns the cap.
+    slower ring exchanges on 2 cores), so every rank caps its pools. GraphBLAS keeps its own
+    thread count (read once when it loads), so it is set too: left at the core count, 4 ranks on
+    2 cores ran 8 GraphBLAS threads. ``SPARSEWIRE_THREADS_PER_RANK`` overrides the computed value.
+    Returns the cap.
     """
     sharing = ranks_on_node(comm)
     setting = os.environ.get(THREADS_ENVIRONMENT_VARIABLE)
@@ -61,6 +64,9 @@ def limit_threads_per_rank(comm: MPI.Comm) -> int:
     else:
         threads = default_threads(sharing)
     threadpool_limits(limits=threads)
+    import graphblas
+
+    graphblas.ss.config["nthreads"] = threads
     return threads
 
 

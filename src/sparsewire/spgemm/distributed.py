@@ -7,8 +7,10 @@
   ``joint``).
 
 :func:`choose_algorithm` builds the candidates and keeps the one that would move the fewest bytes
-for the given B (each candidate counts its bytes exactly, as :meth:`predicted_bytes`; ties go to
-the earlier candidate in ``summa, 1d/column, 1d/joint, 1d/row``).
+for the given B (ties go to the earlier candidate in ``summa, 1d/column, 1d/joint, 1d/row``). The
+bytes come from counts, not trial products: SUMMA's and the column strategy's exactly from the
+blocks' row degrees; for the strategies that push partial C rows a lower bound from counts first,
+and the exact figure (a pattern-only product of the pushed rows) only when that bound could win.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, collective_errors
+from sparsewire.comm.runtime import agree_on_error, collective_errors, limit_threads_per_rank
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.plan.plan import build_rank_plan_collective
@@ -102,11 +104,14 @@ class DistributedSpgemm:
         a_local: sp.csr_array | None = None,
         a_shape: tuple[int, int] | None = None,
         partitions: tuple[RowPartition, RowPartition] | None = None,
+        overlap: bool = False,
     ) -> None:
         """Rank 0 passes the global A (others None), or every rank passes its own block
         ``a_local`` of the A layout (:meth:`a_block`) and ``a_shape``: a C computed earlier is
         already in that layout when A and B are square (C rows = A rows, C columns = B columns).
-        ``partitions``: the 1D algorithm's (row, column) partitions of A (default: even)."""
+        ``partitions``: the 1D algorithm's (row, column) partitions of A (default: even).
+        ``overlap``: 1D only, multiply the diagonal block while the rows travel and merge after
+        (:class:`~sparsewire.spgemm.onedim.OneDimMultiplier`; off by default, measured slower)."""
         self.comm, self.semiring, self.algorithm = comm, semiring, algorithm
         size = comm.Get_size()
         if a_local is None:
@@ -131,7 +136,7 @@ class DistributedSpgemm:
             self.multiplier = SummaMultiplier(comm, self.layout, to_graphblas(a_local, semiring.dtype), semiring)
         else:
             plan = build_rank_plan_collective(comm, a_local, self.row_partition, self.col_partition, strategy)
-            self.multiplier = OneDimMultiplier(comm, plan, semiring)
+            self.multiplier = OneDimMultiplier(comm, plan, semiring, overlap=overlap)
 
     def a_block(self, rank: int) -> tuple[slice, slice]:
         """Global (rows, columns) of A held by ``rank``."""
@@ -198,18 +203,25 @@ class DistributedSpgemm:
             pieces.append(piece)
         return gb.ss.concat([pieces])
 
-    def predicted_bytes(self, b_local: gb.Matrix, phases: int = 1) -> int:
-        """Collective. Bytes :meth:`multiply` will hand to MPI for this B, summed over ranks."""
+    def predicted_bytes(self, b_local: gb.Matrix, phases: int = 1, *, lower_bound: bool = False) -> int:
+        """Collective. Bytes :meth:`multiply` will put on the wire for this B, summed over ranks
+        (header, indices and values of every message, :func:`~sparsewire.spgemm.local.wire_bytes`),
+        from counts. ``lower_bound``: a bound from counts alone, never above the exact figure (the
+        same as it for SUMMA and the column strategy)."""
         total = 0
         for lo, hi in self._phase_columns(b_local, phases):
-            piece = b_local[:, lo:hi].new()
-            total += self.multiplier.predicted_bytes(piece)
+            piece = b_local if (lo, hi) == (0, b_local.ncols) else b_local[:, lo:hi].new()
+            if lower_bound and hasattr(self.multiplier, "bytes_lower_bound"):
+                total += self.multiplier.bytes_lower_bound(piece)
+            else:
+                total += self.multiplier.predicted_bytes(piece)
         return int(self.comm.allreduce(total, op=MPI.SUM))
 
     @property
-    def bytes_sent(self) -> int:
-        """Bytes this rank handed to MPI so far (counted by the algorithm)."""
-        return self.multiplier.bytes_sent
+    def bytes_received(self) -> int:
+        """Bytes MPI delivered to this rank so far (its receive statuses); summed over the ranks,
+        the bytes moved."""
+        return self.multiplier.bytes_received
 
     @property
     def peak_held_entries(self) -> int:
@@ -244,11 +256,13 @@ def choose_algorithm(
     grid: ProcessGrid | None = None,
     phases: int = 1,
     partitions: tuple[RowPartition, RowPartition] | None = None,
-) -> tuple[DistributedSpgemm, gb.Matrix, dict[str, int]]:
+    overlap: bool = False,
+) -> tuple[DistributedSpgemm, gb.Matrix, dict[str, int], list[str]]:
     """Collective. Build the candidates ``algorithm`` allows (``auto``: SUMMA and 1D; ``1d`` with
-    strategy ``auto``: column, joint, row), count each one's bytes for this B exactly, keep the
-    fewest. ``partitions``: the 1D row and column partitions (default: even). Returns (the chosen
-    algorithm, its local B, predicted bytes per candidate)."""
+    strategy ``auto``: column, joint, row), predict each one's bytes for this B from counts (see the
+    module docstring), keep the fewest. ``partitions``: the 1D row and column partitions (default: even). Returns (the chosen
+    algorithm, its local B, predicted bytes per candidate, the candidates whose figure is only a
+    lower bound because it already lost)."""
     rank = comm.Get_rank()
     b_shape = comm.bcast(b_global.shape if rank == 0 else None, root=0)
     candidates: list[tuple[str, Strategy | None]] = []
@@ -267,21 +281,34 @@ def choose_algorithm(
             candidates.append(("1d", chosen))
     if not candidates:
         raise InputError(f"unknown SpGEMM algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
-    best, best_b, predictions = None, None, {}
+    best, best_b, predictions, bounded = None, None, {}, []
     for name, candidate_strategy in candidates:
         built = DistributedSpgemm(
-            comm, a_global, b_shape, semiring, name, strategy=candidate_strategy or Strategy.COLUMN, grid=grid, partitions=partitions
+            comm, a_global, b_shape, semiring, name, strategy=candidate_strategy or Strategy.COLUMN, grid=grid, partitions=partitions,
+            overlap=overlap,
         )
         b_local = built.scatter_b(b_global)
-        predicted = built.predicted_bytes(b_local, phases)
+        predicted, exact = _predict(built, b_local, phases, None if best is None else predictions[best.name])
         predictions[built.name] = predicted
+        if not exact:
+            bounded.append(built.name)
         if best is None or predicted < predictions[best.name]:
             if best is not None:
                 best.free()
             best, best_b = built, b_local
         else:
             built.free()
-    return best, best_b, predictions
+    return best, best_b, predictions, bounded
+
+
+def _predict(candidate: DistributedSpgemm, b_local: gb.Matrix, phases: int, best: int | None) -> tuple[int, bool]:
+    """Collective. (bytes, exact): the candidate's exact bytes, or its lower bound from counts when
+    that already loses to ``best`` (then no pattern product is made)."""
+    if best is not None and candidate.algorithm == "1d":
+        bound = candidate.predicted_bytes(b_local, phases, lower_bound=True)
+        if bound >= best:
+            return bound, False
+    return candidate.predicted_bytes(b_local, phases), True
 
 
 def _redistribute(comm: MPI.Comm, entries: tuple[np.ndarray, np.ndarray, np.ndarray], owners: np.ndarray) -> tuple:
@@ -353,6 +380,7 @@ def spgemm_distributed(a, b, semiring="plus_times", algorithm: str = "auto", pha
         except InputError as error:
             problem = str(error)
     agree_on_error(comm, problem)
+    limit_threads_per_rank(comm)  # GraphBLAS would otherwise run cores threads on every rank
     names = ([("summa", None)] if algorithm in ("summa", "auto") else []) + (
         [("1d", s) for s in ONE_DIM_STRATEGIES] if algorithm in ("1d", "auto") else []
     )
@@ -369,7 +397,7 @@ def spgemm_distributed(a, b, semiring="plus_times", algorithm: str = "auto", pha
                 partitions=(a.row_partition, a.col_partition),
             )
             b_local = to_graphblas(b.local_rows, semiring.dtype)
-        predicted = built.predicted_bytes(b_local, phases)
+        predicted, _ = _predict(built, b_local, phases, None if best is None else best[2])
         if best is None or predicted < best[2]:
             if best is not None:
                 best[0].free()

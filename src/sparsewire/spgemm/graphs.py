@@ -88,7 +88,7 @@ def _vertex_sweep(comm, matrix, source, semiring_name, update):
             break
         if steps > n:
             raise InputError("distances still change after n steps: a negative cycle is reachable from the source")
-    moved = comm.allreduce(spgemm.bytes_sent, op=MPI.SUM)
+    moved = comm.allreduce(spgemm.bytes_received, op=MPI.SUM)
     spgemm.free()
     gathered = comm.gather((start, values), root=0)
     result = GraphRun(steps=steps, bytes_moved=int(moved), algorithm=spgemm.name)
@@ -144,12 +144,12 @@ def triangle_count(
     _square(comm, matrix)
     lower = lower_triangle(matrix) if comm.Get_rank() == 0 else None
     semiring = get_semiring("plus_pair")
-    spgemm, b_local, _ = choose_algorithm(comm, lower, lower, semiring, algorithm, grid=grid)
+    spgemm, b_local, _, _ = choose_algorithm(comm, lower, lower, semiring, algorithm, grid=grid)
     mask = spgemm.scatter_like_c(lower)
     product = spgemm.multiply(b_local, mask=mask)
     local = int(to_scipy(product).data.sum()) if product.nvals else 0
     count = comm.allreduce(local, op=MPI.SUM)
-    moved = comm.allreduce(spgemm.bytes_sent, op=MPI.SUM)
+    moved = comm.allreduce(spgemm.bytes_received, op=MPI.SUM)
     spgemm.free()
     return GraphRun(values=int(count), steps=1, bytes_moved=int(moved), algorithm=spgemm.name)
 
@@ -191,7 +191,7 @@ def _product(comm, left: gb.Matrix, right: gb.Matrix, n: int, semiring, algorith
         comm, None, (n, n), semiring, algorithm, grid=grid, a_local=to_scipy(left), a_shape=(n, n)
     )
     product = spgemm.multiply(right)
-    sent = comm.allreduce(spgemm.bytes_sent, op=MPI.SUM)
+    sent = comm.allreduce(spgemm.bytes_received, op=MPI.SUM)
     spgemm.free()
     return product, sent
 

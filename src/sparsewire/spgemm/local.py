@@ -24,9 +24,9 @@ __all__ = [
     "to_graphblas",
     "to_scipy",
     "index_dtype",
-    "pack",
+    "row_counts",
     "pack_row_ranges",
-    "unpack",
+    "import_messages",
     "wire_bytes",
     "empty",
 ]
@@ -71,6 +71,10 @@ def empty(nrows: int, ncols: int, dtype: np.dtype) -> gb.Matrix:
     return gb.Matrix(gb.dtypes.lookup_dtype(np.dtype(dtype)), nrows, ncols)
 
 
+def _numpy_type(matrix: gb.Matrix) -> np.dtype:
+    return np.dtype(matrix.dtype.np_type)
+
+
 def _full_values(exported: dict, nnz: int) -> np.ndarray:
     values = exported["values"]
     if exported.get("is_iso") and nnz != values.size:  # iso matrices export one value
@@ -78,64 +82,81 @@ def _full_values(exported: dict, nnz: int) -> np.ndarray:
     return values
 
 
-def pack(matrix: gb.Matrix) -> tuple[np.ndarray, np.ndarray, int]:
-    """The message of ``matrix``: (integer array, values, listed rows). See the module docstring."""
-    ints, values, listed, _ = pack_row_ranges(matrix, np.array([0, matrix.nrows], np.int64))
-    return ints[0], values[0], int(listed[0])
+def row_counts(matrix: gb.Matrix) -> np.ndarray:
+    """Stored entries of every row (int64, length nrows), from GraphBLAS's row degrees (no copy of
+    the matrix): the counts the byte predictions are made from."""
+    counts = np.zeros(matrix.nrows, np.int64)
+    rows, degrees = matrix.reduce_rowwise(gb.agg.count).new().to_coo()
+    counts[rows] = degrees
+    return counts
 
 
-def pack_row_ranges(matrix: gb.Matrix, bounds: np.ndarray) -> tuple[list, list, np.ndarray, np.ndarray]:
-    """One message per row range ``[bounds[d], bounds[d + 1])`` (row positions relative to the
-    range start): (integer arrays, value arrays, listed rows per range, entries per range)."""
-    exported = matrix.ss.export("hypercsr", sort=True)
-    rows = exported["rows"].astype(np.int64)
-    indptr = exported["indptr"].astype(np.int64)
-    values = _full_values(exported, int(indptr[-1]))
-    cols = exported["col_indices"]
-    itype = index_dtype(matrix.nrows, matrix.ncols)
-    cuts = np.searchsorted(rows, bounds)
-    ints, vals = [], []
-    listed = np.diff(cuts)
-    entries = indptr[cuts[1:]] - indptr[cuts[:-1]]
-    for d in range(bounds.size - 1):
-        first, last = cuts[d], cuts[d + 1]
-        start, stop = indptr[first], indptr[last]
-        ints.append(
-            np.concatenate(
-                [rows[first:last] - bounds[d], np.diff(indptr[first : last + 1]), cols[start:stop]]
-            ).astype(itype)
-        )
-        vals.append(values[start:stop])
-    return ints, vals, listed, entries
+def pack_row_ranges(
+    matrix: gb.Matrix, bounds: np.ndarray, itype: np.dtype, *, consume: bool = False
+) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """One message ``(integer array, values, listed rows)`` per row range ``[bounds[d], bounds[d+1])``,
+    row positions relative to the range start, integers of type ``itype`` (sender and receiver
+    must agree: see :func:`index_dtype`).
+
+    GraphBLAS hands its hypersparse arrays over without a copy (``unpack``, no re-sort: they are
+    kept sorted); each message's integer array is written once, narrowed to ``itype``.
+    ``consume``: the matrix is left empty and the arrays become the caller's, so the values are
+    views (for a send buffer made only to be sent: no copy at all). Otherwise the arrays go back
+    into the matrix (no copy) and each message's values are copied, because GraphBLAS may convert
+    the matrix it takes back (hypersparse to bitmap) and free them."""
+    if matrix.nvals == 0:  # (GraphBLAS refuses to take back the empty arrays of a 1-row matrix)
+        return [(np.zeros(0, itype), np.zeros(0, _numpy_type(matrix)), 0) for _ in range(len(bounds) - 1)]
+    arrays = matrix.ss.unpack("hypercsr", sort=True)
+    try:
+        rows, indptr, cols = arrays["rows"], arrays["indptr"], arrays["col_indices"]
+        values = _full_values(arrays, int(indptr[-1]))
+        cuts = np.searchsorted(rows, np.asarray(bounds, np.uint64))
+        messages = []
+        for d in range(len(bounds) - 1):
+            first, last = int(cuts[d]), int(cuts[d + 1])
+            start, stop = int(indptr[first]), int(indptr[last])
+            listed = last - first
+            ints = np.empty(2 * listed + stop - start, itype)
+            np.subtract(rows[first:last], np.uint64(bounds[d]), out=ints[:listed], casting="unsafe")
+            np.subtract(indptr[first + 1 : last + 1], indptr[first:last], out=ints[listed : 2 * listed], casting="unsafe")
+            ints[2 * listed :] = cols[start:stop]
+            messages.append((ints, values[start:stop] if consume else values[start:stop].copy(), listed))
+    finally:
+        if not consume:
+            matrix.ss.pack_hypercsr(**{key: value for key, value in arrays.items() if key not in ("nrows", "ncols", "format")},
+                                    take_ownership=True)
+    return messages
 
 
-def unpack(
-    pieces: list[tuple[np.ndarray, np.ndarray, int]], row_offsets: np.ndarray, nrows: int, ncols: int, dtype: np.dtype
+def import_messages(
+    pieces: list[tuple[np.ndarray, np.ndarray, int]], row_offsets: np.ndarray, nrows: int, ncols: int, dtype: np.dtype,
+    values: np.ndarray | None = None,
 ) -> gb.Matrix:
-    """Rebuild one matrix from messages: piece d = (integer array, values, listed rows) holds rows
-    starting at ``row_offsets[d]``; pieces must come in increasing row order."""
-    row_parts, length_parts, col_parts, value_parts = [], [], [], []
-    for (ints, values, listed), offset in zip(pieces, row_offsets):
-        row_parts.append(ints[:listed].astype(np.int64) + int(offset))
-        length_parts.append(ints[listed : 2 * listed].astype(np.int64))
-        col_parts.append(ints[2 * listed :])
-        value_parts.append(values)
-    rows = np.concatenate(row_parts) if row_parts else np.zeros(0, np.int64)
-    lengths = np.concatenate(length_parts) if length_parts else np.zeros(0, np.int64)
-    cols = np.concatenate(col_parts).astype(np.uint64) if col_parts else np.zeros(0, np.uint64)
-    values = np.concatenate(value_parts).astype(dtype) if value_parts else np.zeros(0, dtype)
-    # Full row pointers (CSR, not hypersparse): GraphBLAS picks its fastest kernels for CSR operands.
-    counts = np.zeros(nrows, np.int64)
-    counts[rows] = lengths
-    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.uint64)
-    return gb.Matrix.ss.import_csr(
-        nrows=nrows,
-        ncols=ncols,
-        indptr=indptr,
-        col_indices=cols,
-        values=values,
-        sorted_cols=True,
-        take_ownership=True,
+    """One hypersparse matrix from messages: piece d = (integer array, values, listed rows) holds
+    rows starting at ``row_offsets[d]``, pieces in increasing row order. Costs O(listed rows +
+    entries), not O(nrows): rows that received nothing are not touched. ``values``: all pieces'
+    values already contiguous in piece order (one receive buffer), handed to GraphBLAS as they are."""
+    listed_total = sum(listed for _, _, listed in pieces)
+    entries_total = sum(ints.size - 2 * listed for ints, _, listed in pieces)
+    if entries_total == 0:
+        return empty(nrows, ncols, dtype)
+    rows = np.empty(listed_total, np.uint64)
+    lengths = np.empty(listed_total, np.uint64)
+    cols = np.empty(entries_total, np.uint64)
+    r = e = 0
+    for (ints, _, listed), offset in zip(pieces, row_offsets):
+        entries = ints.size - 2 * listed
+        np.add(ints[:listed], int(offset), out=rows[r : r + listed], casting="unsafe")
+        lengths[r : r + listed] = ints[listed : 2 * listed]
+        cols[e : e + entries] = ints[2 * listed :]
+        r, e = r + listed, e + entries
+    if values is None:
+        values = pieces[0][1] if len(pieces) == 1 else np.concatenate([piece[1] for piece in pieces]) if pieces else np.zeros(0)
+    indptr = np.zeros(listed_total + 1, np.uint64)
+    np.cumsum(lengths, out=indptr[1:])
+    return gb.Matrix.ss.import_hypercsr(
+        nrows=nrows, ncols=ncols, rows=rows, indptr=indptr, col_indices=cols,
+        values=np.ascontiguousarray(values, dtype=dtype), nvec=listed_total, sorted_cols=True, take_ownership=True,
     )
 
 

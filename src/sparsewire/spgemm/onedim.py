@@ -17,9 +17,9 @@ So one multiply is, with (+.x) the semiring, (any.second) a row copy and (+.seco
 
 A stays on the left of every product, so non-commutative semirings are exact. The rows travel in
 the hypersparse format of :mod:`sparsewire.spgemm.local`: empty rows cost nothing but the header,
-which is what makes a sparse BFS frontier cheap. The exchange is one ``Neighbor_alltoall`` of the
-sizes and two ``Ineighbor_alltoallv`` (indices, values) on the plan's neighbour graph, overlapped
-with the diagonal product.
+which is what makes a sparse BFS frontier cheap. Each message goes point to point (header, then
+indices and values: :mod:`sparsewire.spgemm.exchange`), overlapped with the diagonal product, and
+the bytes are counted from the receive statuses.
 """
 
 from __future__ import annotations
@@ -31,13 +31,11 @@ from mpi4py import MPI
 
 from sparsewire.errors import PlanMismatchError
 from sparsewire.plan.plan import DIRECT_B, DIRECT_C, RankPlan
-from sparsewire.spgemm.local import HEADER_BYTES, index_dtype, pack_row_ranges, to_graphblas, unpack
+from sparsewire.spgemm.exchange import SparseTransfer
+from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
 
 __all__ = ["OneDimMultiplier"]
-
-_INT_TYPES = {np.dtype(np.int32): MPI.INT32_T, np.dtype(np.int64): MPI.INT64_T}
-
 
 def _rows_only(matrix: sp.csr_array, keep: np.ndarray, ones: bool = False) -> sp.csr_array:
     """``matrix`` with every row not in ``keep`` (a boolean mask) emptied; values 1 if ``ones``."""
@@ -58,11 +56,15 @@ class OneDimMultiplier:
     """Collective. One rank's side of 1D sparsity-aware SpGEMM for a flat SpMM plan.
 
     Build once per plan on every rank; :meth:`multiply` then computes this rank's rows of
-    ``C = A (+.x) B`` from its rows of B. Counts the bytes it hands to MPI and the most stored
+    ``C = A (+.x) B`` from its rows of B. Counts the bytes MPI delivered to it and the most stored
     entries it held at once.
     """
 
-    def __init__(self, comm: MPI.Comm, plan: RankPlan, semiring: Semiring) -> None:
+    def __init__(self, comm: MPI.Comm, plan: RankPlan, semiring: Semiring, *, overlap: bool = False) -> None:
+        """``overlap``: multiply the diagonal block while the rows travel and merge the received
+        rows' product into it afterwards; otherwise (the default, measured faster: the merge is a
+        pass over C, see docs/spgemm.md) one product ``[A(p, p) | A_received] (+.x) [B_p; R]``
+        once the rows are in."""
         if plan.strategy.hierarchical or len(plan.exchanges) != 1:
             raise PlanMismatchError(
                 f"1D SpGEMM runs flat single-exchange plans (column, row, joint); got {plan.strategy} with "
@@ -72,33 +74,45 @@ class OneDimMultiplier:
             raise PlanMismatchError(
                 f"plan for rank {plan.rank} of {plan.n_ranks} used on rank {comm.Get_rank()} of {comm.Get_size()}"
             )
-        self.comm, self.plan, self.semiring = comm, plan, semiring
+        self.plan, self.semiring = plan, semiring
         exchange = plan.exchanges[0]
         dtype = semiring.dtype
         n_b = plan.local_shape[1]
         send = sp.csr_array(exchange.send_matrix[:, :n_b])
+        send.sort_indices()
         copy_rows = exchange.send_kinds == DIRECT_B
         product_rows = exchange.send_kinds == DIRECT_C
         self.select = to_graphblas(_rows_only(send, copy_rows, ones=True), dtype)
-        self.terms = to_graphblas(_rows_only(send, product_rows), dtype) if product_rows.any() else None
+        # The B row each copied row is (one entry per such row), for predictions from counts.
+        self.copy_rows = np.flatnonzero(copy_rows)
+        self.copy_sources = send.indices[send.indptr[self.copy_rows]].astype(np.int64)
+        self.product_rows = np.flatnonzero(product_rows)
+        terms = _rows_only(send, product_rows)
+        self.terms = to_graphblas(terms, dtype) if product_rows.any() else None
+        self.terms_csr = sp.csr_array(terms[self.product_rows]) if product_rows.any() else None
         receive = sp.csr_array(exchange.receive_matrix)
-        self.received_terms = to_graphblas(_columns_only(receive, exchange.receive_kinds == DIRECT_B), dtype)
+        received_terms = _columns_only(receive, exchange.receive_kinds == DIRECT_B)
         merged = exchange.receive_kinds == DIRECT_C
         self.place = to_graphblas(_columns_only(receive, merged), dtype) if merged.any() else None
-        self.diagonal = to_graphblas(plan.diagonal, dtype)
+        self.overlap = overlap
+        if overlap:
+            self.diagonal = to_graphblas(plan.diagonal, dtype)
+            self.received_terms = to_graphblas(received_terms, dtype)
+        else:
+            self.combined = to_graphblas(sp.hstack([sp.csr_array(plan.diagonal), received_terms], format="csr"), dtype)
         self.send_ranks, self.recv_ranks = exchange.send_ranks, exchange.recv_ranks
         self.send_bounds = np.concatenate([[0], np.cumsum(exchange.send_counts)]).astype(np.int64)
         self.recv_offsets = np.concatenate([[0], np.cumsum(exchange.recv_counts)]).astype(np.int64)
         self.n_received = int(self.recv_offsets[-1])
-        self.graph = comm.Create_dist_graph_adjacent(
-            self.recv_ranks.tolist(), self.send_ranks.tolist(), reorder=False
-        )
-        self.bytes_sent = 0
+        # Row positions in a message stay below the longest send or receive buffer of any rank.
+        self.row_bound = comm.allreduce(max(int(self.send_bounds[-1]), self.n_received, 1), op=MPI.MAX)
+        self.comm = comm.Dup()  # its own tag space
+        self.bytes_received = 0
         self.peak_held_entries = 0
 
     def free(self) -> None:
-        """Release the neighbour-graph communicator."""
-        self.graph.Free()
+        """Release the duplicated communicator."""
+        self.comm.Free()
 
     def send_buffer(self, b_local: gb.Matrix) -> gb.Matrix:
         """The rows this rank sends, grouped by destination: copied B rows and partial C rows."""
@@ -108,73 +122,83 @@ class OneDimMultiplier:
             buffer(accum=semiring.accumulate) << self.terms.mxm(b_local, semiring.operator)
         return buffer
 
-    def predicted_bytes(self, b_local: gb.Matrix) -> int:
-        """Bytes :meth:`multiply` would send for this B (header, indices and values per message)."""
-        buffer = self.send_buffer(b_local)
-        _, _, listed, entries = pack_row_ranges(buffer, self.send_bounds)
-        index_bytes = index_dtype(buffer.nrows, buffer.ncols).itemsize
+    def _bytes(self, listed: np.ndarray, entries: np.ndarray, ncols: int) -> int:
+        """Wire bytes of the messages whose send-buffer rows have ``listed`` (0/1) and ``entries``."""
+        listed_per = _range_sums(listed, self.send_bounds)
+        entries_per = _range_sums(entries, self.send_bounds)
+        index_bytes = index_dtype(self.row_bound, ncols).itemsize
         value_bytes = np.dtype(self.semiring.dtype).itemsize
-        return int(
-            HEADER_BYTES * listed.size + index_bytes * (2 * listed.sum() + entries.sum()) + value_bytes * entries.sum()
-        )
+        return int(sum(wire_bytes(int(l), int(e), index_bytes, value_bytes) for l, e in zip(listed_per, entries_per)))
+
+    def predicted_bytes(self, b_local: gb.Matrix) -> int:
+        """Bytes :meth:`multiply` puts on the wire for this B, exactly, from counts: a copied row
+        has its B row's entries; a partial C row has the entries of the pattern of its terms times
+        B (a pattern-only product of those rows, made only for strategies that push partial rows)."""
+        entries = np.zeros(int(self.send_bounds[-1]), np.int64)
+        entries[self.copy_rows] = row_counts(b_local)[self.copy_sources]
+        if self.terms is not None:
+            pattern = self.terms.mxm(b_local, gb.semiring.any_pair[gb.dtypes.BOOL]).new(dtype=gb.dtypes.BOOL)
+            entries[self.product_rows] = row_counts(pattern)[self.product_rows]
+        return self._bytes((entries > 0).astype(np.int64), entries, b_local.ncols)
+
+    def bytes_lower_bound(self, b_local: gb.Matrix) -> int:
+        """At most :meth:`predicted_bytes`, from counts only (no product): a partial C row has at
+        least the entries of its longest term's B row."""
+        counts = row_counts(b_local)
+        entries = np.zeros(int(self.send_bounds[-1]), np.int64)
+        entries[self.copy_rows] = counts[self.copy_sources]
+        if self.terms_csr is not None and self.terms_csr.nnz:
+            longest = np.zeros(self.product_rows.size, np.int64)
+            nonempty = np.flatnonzero(np.diff(self.terms_csr.indptr))
+            longest[nonempty] = np.maximum.reduceat(counts[self.terms_csr.indices], self.terms_csr.indptr[nonempty])
+            entries[self.product_rows] = longest
+        return self._bytes((entries > 0).astype(np.int64), entries, b_local.ncols)
 
     def multiply(self, b_local: gb.Matrix, mask: gb.Matrix | None = None, held_elsewhere: int = 0) -> gb.Matrix:
         """Collective. This rank's rows of ``C = A (+.x) B`` (kept only where ``mask`` has an entry,
-        if given). ``held_elsewhere``: entries of earlier phases' results, added to the peak count."""
+        if given). ``held_elsewhere``: entries of earlier phases' results, added to the peak count.
+
+        Order: the receives' headers are posted; the send buffer is made and handed to MPI (one
+        message per destination, point to point, header first); the incoming headers are awaited
+        and the payload receives posted into one contiguous value array. With ``overlap`` the
+        diagonal block is multiplied while the rows travel and the received rows' product merged
+        in after; otherwise one product over B's rows stacked on the received rows. The received
+        rows become one hypersparse matrix without further copies."""
         semiring = self.semiring
         dtype = np.dtype(semiring.dtype)
+        itype = index_dtype(self.row_bound, b_local.ncols)
+        transfer = SparseTransfer(itype, dtype)
+        incoming = [transfer.post_header(self.comm, int(source), 0) for source in self.recv_ranks]
         buffer = self.send_buffer(b_local)
-        ints, values, listed, entries = pack_row_ranges(buffer, self.send_bounds)
-        itype = index_dtype(buffer.nrows, buffer.ncols)
-        sizes_out = np.stack([listed, entries], axis=1).astype(np.int64).ravel()
-        sizes_in = np.zeros(2 * self.recv_ranks.size, np.int64)
-        self.graph.Neighbor_alltoall(sizes_out, sizes_in)
-        listed_in, entries_in = sizes_in[0::2], sizes_in[1::2]
-        int_counts_in = 2 * listed_in + entries_in
-        send_ints = np.concatenate(ints) if ints else np.zeros(0, itype)
-        send_values = np.concatenate(values).astype(dtype) if values else np.zeros(0, dtype)
-        recv_ints = np.empty(int(int_counts_in.sum()), itype)
-        recv_values = np.empty(int(entries_in.sum()), dtype)
-        int_counts_out = np.array([part.size for part in ints], np.int64)
-        value_bytes_out = entries.astype(np.int64) * dtype.itemsize
-        value_bytes_in = entries_in * dtype.itemsize
-        int_type = _INT_TYPES[np.dtype(itype)]
-        requests = [
-            self.graph.Ineighbor_alltoallv(
-                [send_ints, (int_counts_out, _starts(int_counts_out)), int_type],
-                [recv_ints, (int_counts_in, _starts(int_counts_in)), int_type],
-            ),
-            self.graph.Ineighbor_alltoallv(
-                [send_values.view(np.uint8), (value_bytes_out, _starts(value_bytes_out)), MPI.BYTE],
-                [recv_values.view(np.uint8), (value_bytes_in, _starts(value_bytes_in)), MPI.BYTE],
-            ),
-        ]
-        self.bytes_sent += int(HEADER_BYTES * listed.size + send_ints.nbytes + send_values.nbytes)
-        # The diagonal block needs no message: compute it while the rows travel.
-        if mask is None:
-            result = self.diagonal.mxm(b_local, semiring.operator).new()
-        else:
-            result = self.diagonal.mxm(b_local, semiring.operator).new(mask=mask.S)
-        MPI.Request.Waitall(requests)
-        int_starts, value_starts = _starts(int_counts_in), _starts(entries_in)
-        pieces = [
-            (
-                recv_ints[int_starts[s] : int_starts[s] + int_counts_in[s]],
-                recv_values[value_starts[s] : value_starts[s] + entries_in[s]],
-                int(listed_in[s]),
-            )
-            for s in range(self.recv_ranks.size)
-        ]
-        received = unpack(pieces, self.recv_offsets[:-1], self.n_received, b_local.ncols, dtype)
-        held = b_local.nvals + buffer.nvals + received.nvals + result.nvals + held_elsewhere
+        sent_entries = buffer.nvals
+        messages = pack_row_ranges(buffer, self.send_bounds, itype, consume=True)
+        for destination, message in zip(self.send_ranks, messages):
+            transfer.send(self.comm, int(destination), 0, message)
+        sizes = [transfer.wait_header(message) for message in incoming]
+        value_starts = np.concatenate([[0], np.cumsum([entries for _, entries in sizes])]).astype(np.int64)
+        values = np.empty(int(value_starts[-1]), dtype)
+        for s, message in enumerate(incoming):
+            transfer.post_payload(message, values[value_starts[s] : value_starts[s + 1]])
         mask_arg = {} if mask is None else {"mask": mask.S}
-        result(accum=semiring.accumulate, **mask_arg) << self.received_terms.mxm(received, semiring.operator)
-        if self.place is not None:
+        if self.overlap:  # the diagonal block needs no message: compute it while the rows travel
+            result = self.diagonal.mxm(b_local, semiring.operator).new(**mask_arg)
+        pieces = [transfer.wait(message) for message in incoming]
+        received = import_messages(pieces, self.recv_offsets[:-1], self.n_received, b_local.ncols, dtype, values=values)
+        transfer.finish_sends()
+        self.bytes_received += transfer.bytes_received
+        held = b_local.nvals + sent_entries + received.nvals + held_elsewhere
+        if not self.overlap:
+            stacked = b_local if self.n_received == 0 else gb.ss.concat([[b_local], [received]])
+            result = self.combined.mxm(stacked, semiring.operator).new(**mask_arg)
+        elif received.nvals:  # (an empty accumulation still costs GraphBLAS a pass over C)
+            result(accum=semiring.accumulate, **mask_arg) << self.received_terms.mxm(received, semiring.operator)
+        if self.place is not None and received.nvals:
             result(accum=semiring.accumulate, **mask_arg) << self.place.mxm(received, semiring.merge)
         self.peak_held_entries = max(self.peak_held_entries, held + result.nvals)
         return result
 
 
-def _starts(counts: np.ndarray) -> np.ndarray:
-    return (np.cumsum(counts) - counts).astype(np.int64)
-
+def _range_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Sums of ``values[bounds[d]:bounds[d+1]]`` (empty ranges give 0)."""
+    cumulative = np.concatenate([[0], np.cumsum(values)])
+    return cumulative[bounds[1:]] - cumulative[bounds[:-1]]

@@ -28,7 +28,8 @@ from mpi4py import MPI
 
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
-from sparsewire.spgemm.local import empty, index_dtype, pack, unpack, wire_bytes
+from sparsewire.spgemm.exchange import SparseTransfer
+from sparsewire.spgemm.local import empty, import_messages, index_dtype, pack_row_ranges, row_counts, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
 
 __all__ = ["ProcessGrid", "choose_grid", "parse_grid", "summa_stages", "SummaMultiplier", "BlockLayout"]
@@ -129,8 +130,11 @@ class SummaMultiplier:
     """Collective. One rank's side of Sparse SUMMA for fixed blocks of A, over a semiring.
 
     Build once per (A, grid) on every rank; :meth:`multiply` then runs ``C(i, j) = A(i, :) (+.x)
-    B(:, j)`` for this rank's block of B. Counts the bytes this rank broadcasts (to every
-    receiver) and the most stored entries it held at once.
+    B(:, j)`` for this rank's block of B. The stage blocks go point to point along the grid rows
+    (A) and grid columns (B), all sends started at once, the receives of stage s + 1 posted
+    before stage s multiplies (double buffering: at most two stages' received blocks are held).
+    The A stage blocks this rank owns are packed once, here. Counts the bytes MPI delivered to
+    this rank and the most stored entries it held at once.
     """
 
     def __init__(self, comm: MPI.Comm, layout: BlockLayout, a_block: gb.Matrix, semiring: Semiring) -> None:
@@ -144,7 +148,18 @@ class SummaMultiplier:
         self.col_comm = comm.Split(color=self.col, key=self.row)
         self.a_block = a_block
         self.stages = summa_stages(layout.a_cols, layout.b_rows)
-        self.bytes_sent = 0
+        self.itype = index_dtype(max(int(layout.a_rows.counts().max()), int(layout.b_rows.counts().max())),
+                                 max(int(layout.a_cols.counts().max()), int(layout.b_cols.counts().max())))
+        a_start = int(layout.a_cols.offsets[self.col])
+        owned = [s for s, stage in enumerate(self.stages) if stage[2] == self.col]
+        # This rank's A stage blocks (GraphBLAS views for its own products, messages for its peers)
+        # and their sizes from counts (the prediction does not look at the messages).
+        self.a_pieces = {s: column_slice(a_block, self.stages[s][0] - a_start, self.stages[s][1] - a_start) for s in owned}
+        self.a_messages = {} if grid.cols == 1 else {
+            s: pack_row_ranges(piece, np.array([0, piece.nrows], np.int64), self.itype)[0] for s, piece in self.a_pieces.items()
+        }
+        self.a_sizes = {s: (int((row_counts(p) > 0).sum()), int(p.nvals)) for s, p in self.a_pieces.items()}
+        self.bytes_received = 0
         self.peak_held_entries = 0
 
     def free(self) -> None:
@@ -152,69 +167,84 @@ class SummaMultiplier:
         self.row_comm.Free()
         self.col_comm.Free()
 
-    def _broadcast(self, comm: MPI.Comm, root: int, block: gb.Matrix | None, shape: tuple[int, int]) -> gb.Matrix:
-        dtype = self.semiring.dtype
-        header = np.zeros(2, np.int64)
-        if comm.Get_rank() == root:
-            ints, values, listed = pack(block)
-            header[:] = (listed, values.size)
-        comm.Bcast(header, root=root)
-        listed, entries = int(header[0]), int(header[1])
-        if comm.Get_rank() != root:
-            ints = np.empty(2 * listed + entries, index_dtype(*shape))
-            values = np.empty(entries, dtype)
-        comm.Bcast(ints, root=root)
-        comm.Bcast(values.view(np.uint8), root=root)
-        if comm.Get_rank() == root:
-            size = wire_bytes(listed, entries, ints.itemsize, values.itemsize)
-            self.bytes_sent += (comm.Get_size() - 1) * size
-            return block
-        return unpack([(ints, values, listed)], np.zeros(1, np.int64), shape[0], shape[1], dtype)
+    def _b_stage_rows(self) -> list[tuple[int, int, int]]:
+        """(stage, first, last local row of B) of the stages whose B block this rank owns."""
+        start = int(self.layout.b_rows.offsets[self.row])
+        return [(s, lo - start, hi - start) for s, (lo, hi, _, b_owner) in enumerate(self.stages) if b_owner == self.row]
 
     def predicted_bytes(self, b_block: gb.Matrix) -> int:
-        """Bytes this rank's broadcasts in :meth:`multiply` would send for this B block: each stage
-        block it owns, packed, times the receivers (pc - 1 for A, pr - 1 for B)."""
-        layout, value_bytes = self.layout, np.dtype(self.semiring.dtype).itemsize
-        a_start = int(layout.a_cols.offsets[self.col])
-        b_start = int(layout.b_rows.offsets[self.row])
-        total = 0
-        for lo, hi, a_owner, b_owner in self.stages:
-            if self.col == a_owner:
-                ints, values, listed = pack(column_slice(self.a_block, lo - a_start, hi - a_start))
-                total += (layout.grid.cols - 1) * wire_bytes(listed, values.size, ints.itemsize, value_bytes)
-            if self.row == b_owner:
-                ints, values, listed = pack(row_slice(b_block, lo - b_start, hi - b_start))
-                total += (layout.grid.rows - 1) * wire_bytes(listed, values.size, ints.itemsize, value_bytes)
-        return total
+        """Bytes this rank's stage blocks put on the wire in :meth:`multiply` (each to pc - 1 or
+        pr - 1 receivers), from counts only: the A blocks' sizes found at setup, B's row degrees."""
+        grid, value_bytes, index_bytes = self.layout.grid, np.dtype(self.semiring.dtype).itemsize, self.itype.itemsize
+        total = sum((grid.cols - 1) * wire_bytes(listed, entries, index_bytes, value_bytes) for listed, entries in self.a_sizes.values())
+        counts = row_counts(b_block)
+        for _, first, last in self._b_stage_rows():
+            piece = counts[first:last]
+            total += (grid.rows - 1) * wire_bytes(int((piece > 0).sum()), int(piece.sum()), index_bytes, value_bytes)
+        return int(total)
 
     def multiply(self, b_block: gb.Matrix, mask: gb.Matrix | None = None, held_elsewhere: int = 0) -> gb.Matrix:
         """Collective over the grid. This rank's block C(i, j) (masked by ``mask`` if given: only
         entries where the mask has a stored entry are kept). ``held_elsewhere``: entries of earlier
         phases' results still held, added to the peak count."""
-        layout, semiring = self.layout, self.semiring
-        a_col_start = int(layout.a_cols.offsets[self.col])
-        b_row_start = int(layout.b_rows.offsets[self.row])
+        layout, semiring, grid = self.layout, self.semiring, self.layout.grid
         n_rows = int(layout.a_rows.counts()[self.row])
         n_cols = b_block.ncols
-        result = empty(n_rows, n_cols, semiring.dtype)
+        transfer = SparseTransfer(self.itype, semiring.dtype)
+        # Start every send at once: A blocks along the grid row, B blocks along the grid column.
+        for s, message in self.a_messages.items():
+            for peer in range(grid.cols):
+                if peer != self.col:
+                    transfer.send(self.row_comm, peer, s, message)
+        b_stages = self._b_stage_rows()
+        b_pieces = {}
+        if b_stages:
+            # The stages a grid row owns cover its B rows contiguously: one unpack of B packs them all.
+            bounds = np.array([b_stages[0][1]] + [last for _, _, last in b_stages], np.int64)
+            if grid.rows > 1:
+                for (s, _, _), message in zip(b_stages, pack_row_ranges(b_block, bounds, self.itype)):
+                    for peer in range(grid.rows):
+                        if peer != self.row:
+                            transfer.send(self.col_comm, peer, s, message)
+            for s, first, last in b_stages:
+                b_pieces[s] = row_slice(b_block, first, last)
+        incoming: dict[tuple[str, int], object] = {}
+
+        def post(stage: int) -> None:
+            lo, hi, a_owner, b_owner = self.stages[stage]
+            if a_owner != self.col:
+                incoming["a", stage] = transfer.post_header(self.row_comm, a_owner, stage)
+                transfer.post_payload(incoming["a", stage])
+            if b_owner != self.row:
+                incoming["b", stage] = transfer.post_header(self.col_comm, b_owner, stage)
+                transfer.post_payload(incoming["b", stage])
+
+        result = None
         base = self.a_block.nvals + b_block.nvals + held_elsewhere
-        for lo, hi, a_owner, b_owner in self.stages:
-            a_piece = None
-            if self.col == a_owner:
-                a_piece = column_slice(self.a_block, lo - a_col_start, hi - a_col_start)
-            a_piece = self._broadcast(self.row_comm, a_owner, a_piece, (n_rows, hi - lo))
-            b_piece = None
-            if self.row == b_owner:
-                b_piece = row_slice(b_block, lo - b_row_start, hi - b_row_start)
-            b_piece = self._broadcast(self.col_comm, b_owner, b_piece, (hi - lo, n_cols))
-            if mask is None:
-                product = a_piece.mxm(b_piece, semiring.operator).new()
+        if self.stages:
+            post(0)
+        for stage, (lo, hi, a_owner, b_owner) in enumerate(self.stages):
+            if stage + 1 < len(self.stages):
+                post(stage + 1)  # in flight while this stage multiplies
+            if a_owner == self.col:
+                a_piece = self.a_pieces[stage]
             else:
-                product = a_piece.mxm(b_piece, semiring.operator).new(mask=mask.S)
-            held = base + a_piece.nvals + b_piece.nvals + result.nvals + product.nvals
+                a_piece = import_messages([transfer.wait(incoming.pop(("a", stage)))], [0], n_rows, hi - lo, semiring.dtype)
+            if b_owner == self.row:
+                b_piece = b_pieces[stage]
+            else:
+                b_piece = import_messages([transfer.wait(incoming.pop(("b", stage)))], [0], hi - lo, n_cols, semiring.dtype)
+            mask_arg = {} if mask is None else {"mask": mask.S}
+            if result is None:
+                result = a_piece.mxm(b_piece, semiring.operator).new(**mask_arg)
+            elif a_piece.nvals and b_piece.nvals:  # (an empty accumulation still costs a pass over C)
+                result(accum=semiring.accumulate, **mask_arg) << a_piece.mxm(b_piece, semiring.operator)
+            waiting = sum(int(m.header[1]) for m in incoming.values())
+            held = base + a_piece.nvals + b_piece.nvals + waiting + result.nvals
             self.peak_held_entries = max(self.peak_held_entries, held)
-            result(accum=semiring.accumulate) << product
-        return result
+        transfer.finish_sends()
+        self.bytes_received += transfer.bytes_received
+        return empty(n_rows, n_cols, semiring.dtype) if result is None else result
 
 
 def column_slice(block: gb.Matrix, start: int, stop: int) -> gb.Matrix:
