@@ -59,7 +59,7 @@ class SparseTransfer:
         until :meth:`finish_sends`."""
         ints, values, listed = message
         header = np.array([listed, values.size], np.int64)
-        self._keep_alive.append(header)
+        self._keep_alive.append((header, message))  # the buffers must outlive the requests
         base = 3 * tag
         self.send_requests += [
             comm.Isend([header, MPI.BYTE], destination, base + _HEADER),
