@@ -2,8 +2,8 @@
 
 On fresh random integer matrices (square and rectangular A x B, empty rows, an all-empty B) for every
 named semiring, a user semiring whose multiplication does not commute (``plus.minus``) and a
-Numba-compiled one (``10 a - b``), every algorithm (SUMMA on the default grid, on 1 x P and P x 1;
-1D column, row, joint, each with and without overlap) and phases 1 and 3:
+Numba-compiled one (``10 a - b``), every algorithm (SUMMA on the default grid with 2 and 1 stages
+per product, on 1 x P, on P x 1 with 3; 1D column, row, joint, each with and without overlap) and phases 1 and 3:
 
 * C equals single-process GraphBLAS exactly (pattern and values);
 * the bytes MPI delivered (receive statuses) equal the bytes predicted from counts, and a
@@ -40,13 +40,15 @@ def integer_matrix(rng, n_rows, n_cols, density, signed=True):
 
 
 def algorithms(ranks):
-    yield "summa", Strategy.COLUMN, None, False
-    yield "summa", Strategy.COLUMN, ProcessGrid(1, ranks), False
+    """(algorithm, 1D strategy, SUMMA grid, keyword arguments)."""
+    yield "summa", Strategy.COLUMN, None, {}
+    yield "summa", Strategy.COLUMN, None, {"stages_per_product": 1}
+    yield "summa", Strategy.COLUMN, ProcessGrid(1, ranks), {}
     if ranks > 1:
-        yield "summa", Strategy.COLUMN, ProcessGrid(ranks, 1), False
+        yield "summa", Strategy.COLUMN, ProcessGrid(ranks, 1), {"stages_per_product": 3}
     for strategy in (Strategy.COLUMN, Strategy.ROW, Strategy.JOINT):
         for overlap in (False, True):
-            yield "1d", strategy, None, overlap
+            yield "1d", strategy, None, {"overlap": overlap}
 
 
 def corrupted_predictions_are_caught(comm, a) -> int:
@@ -99,9 +101,9 @@ def main() -> int:
         b = a if b is None else b
         for semiring in semirings:
             reference = reference_product(a, b, semiring)
-            for algorithm, strategy, grid, overlap in algorithms(ranks):
+            for algorithm, strategy, grid, options in algorithms(ranks):
                 spgemm = DistributedSpgemm(
-                    comm, a if rank == 0 else None, b.shape, semiring, algorithm, strategy=strategy, grid=grid, overlap=overlap
+                    comm, a if rank == 0 else None, b.shape, semiring, algorithm, strategy=strategy, grid=grid, **options
                 )
                 b_local = spgemm.scatter_b(b if rank == 0 else None)
                 for phases in (1, 3):
@@ -110,7 +112,7 @@ def main() -> int:
                     c_local = spgemm.multiply(b_local, phases=phases)
                     moved = comm.allreduce(spgemm.bytes_received - before, op=MPI.SUM)
                     gathered = spgemm.gather_c(c_local)
-                    label = f"{case}/{semiring.name}/{spgemm.name}/{grid}/overlap={overlap}/phases={phases}"
+                    label = f"{case}/{semiring.name}/{spgemm.name}/{grid}/{options}/phases={phases}"
                     if rank == 0:
                         outcome = compare_exactly(gathered, reference)
                         assert outcome["check_passed"] and outcome["exact"], (label, outcome)

@@ -18,7 +18,7 @@ NAMED = ["plus_times", "min_plus", "max_plus", "max_times", "min_times", "plus_m
 def test_every_semiring_algorithm_and_grid_is_exact(ranks):
     completed = run_mpi(ranks, ["tests/spgemm_driver.py", str(_seed())], timeout=300)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    algorithms = 8 if ranks == 1 else 9  # SUMMA default grid, 1 x P, (P x 1), 1D column, row, joint x overlap
+    algorithms = 9 if ranks == 1 else 10  # SUMMA default grid x 2, 1 x P, (P x 1), 1D column, row, joint x overlap
     corrupted = 0 if ranks == 1 else 2  # a corrupted prediction caught, SUMMA and 1D
     per_rank = 4 * 11 * algorithms * 2 + corrupted + 2 + 3 + 8  # cases x semirings x algorithms x phases + graph checks
     assert completed.stdout.strip() == f"OK {per_rank * ranks}"

@@ -51,6 +51,11 @@ def add_commands(commands) -> None:
         help="1D only: multiply the diagonal block while the rows travel, then merge the received rows' product into it "
         "(default: one product once the rows are in, which skips that merge and measured faster)",
     )
+    spgemm.add_argument(
+        "--stages-per-product", type=positive_int, default=2,
+        help="SUMMA only: stages multiplied as one product over their joined blocks; each further product is merged "
+        "into C (a pass over C), so more is faster and holds more received blocks (default: 2)",
+    )
     spgemm.add_argument("--phases", type=positive_int, default=1, help="split B's columns into N phases to bound peak memory (default: 1)")
     spgemm.add_argument("--repeat", type=positive_int, default=3, help="timed multiplies after one warm-up (default: 3)")
     spgemm.add_argument("--values", default="file", help=VALUES_HELP)
@@ -145,6 +150,7 @@ def _run_spgemm(args: argparse.Namespace) -> int:
         comm, args.matrix, args.matrix2, semiring, algorithm=args.algorithm, strategy=args.strategy, grid=grid,
         phases=args.phases, repeat=args.repeat, values=args.values, check=args.check, progress=progress,
         partition=args.partition, imbalance=args.imbalance, overlap=args.overlap,
+        stages_per_product=args.stages_per_product,
     )
     if comm.Get_rank() != 0:
         return 0
@@ -287,6 +293,7 @@ def _spgemm_session(
     partition: str = "even",
     imbalance: float = 0.03,
     overlap: bool = False,
+    stages_per_product: int = 2,
 ) -> dict | None:
     """Collective. ``C = A (+.x) B`` (B = A when ``second_spec`` is None); the result dict on rank 0.
 
@@ -337,7 +344,7 @@ def _spgemm_session(
         progress(f"choosing among {algorithm} candidates" if algorithm == "auto" or strategy == "auto" else f"building {algorithm}")
     spgemm, b_local, predictions, bounded = choose_algorithm(
         comm, a_global, b_global, semiring, algorithm, strategy=strategy, grid=grid, phases=phases, partitions=partitions,
-        overlap=overlap,
+        overlap=overlap, stages_per_product=stages_per_product,
     )
     if progress and rank == 0:
         progress(f"running {spgemm.name} on a {spgemm.grid} grid")

@@ -105,13 +105,16 @@ class DistributedSpgemm:
         a_shape: tuple[int, int] | None = None,
         partitions: tuple[RowPartition, RowPartition] | None = None,
         overlap: bool = False,
+        stages_per_product: int = 2,
     ) -> None:
         """Rank 0 passes the global A (others None), or every rank passes its own block
         ``a_local`` of the A layout (:meth:`a_block`) and ``a_shape``: a C computed earlier is
         already in that layout when A and B are square (C rows = A rows, C columns = B columns).
         ``partitions``: the 1D algorithm's (row, column) partitions of A (default: even).
         ``overlap``: 1D only, multiply the diagonal block while the rows travel and merge after
-        (:class:`~sparsewire.spgemm.onedim.OneDimMultiplier`; off by default, measured slower)."""
+        (:class:`~sparsewire.spgemm.onedim.OneDimMultiplier`; off by default, measured slower).
+        ``stages_per_product``: SUMMA only, stages multiplied together
+        (:class:`~sparsewire.spgemm.summa.SummaMultiplier`)."""
         self.comm, self.semiring, self.algorithm = comm, semiring, algorithm
         size = comm.Get_size()
         if a_local is None:
@@ -133,7 +136,9 @@ class DistributedSpgemm:
         if a_local is None:
             a_local = self._scatter(a_global, self.a_block)
         if algorithm == "summa":
-            self.multiplier = SummaMultiplier(comm, self.layout, to_graphblas(a_local, semiring.dtype), semiring)
+            self.multiplier = SummaMultiplier(
+                comm, self.layout, to_graphblas(a_local, semiring.dtype), semiring, stages_per_product=stages_per_product
+            )
         else:
             plan = build_rank_plan_collective(comm, a_local, self.row_partition, self.col_partition, strategy)
             self.multiplier = OneDimMultiplier(comm, plan, semiring, overlap=overlap)
@@ -257,6 +262,7 @@ def choose_algorithm(
     phases: int = 1,
     partitions: tuple[RowPartition, RowPartition] | None = None,
     overlap: bool = False,
+    stages_per_product: int = 2,
 ) -> tuple[DistributedSpgemm, gb.Matrix, dict[str, int], list[str]]:
     """Collective. Build the candidates ``algorithm`` allows (``auto``: SUMMA and 1D; ``1d`` with
     strategy ``auto``: column, joint, row), predict each one's bytes for this B from counts (see the
@@ -285,7 +291,7 @@ def choose_algorithm(
     for name, candidate_strategy in candidates:
         built = DistributedSpgemm(
             comm, a_global, b_shape, semiring, name, strategy=candidate_strategy or Strategy.COLUMN, grid=grid, partitions=partitions,
-            overlap=overlap,
+            overlap=overlap, stages_per_product=stages_per_product,
         )
         b_local = built.scatter_b(b_global)
         predicted, exact = _predict(built, b_local, phases, None if best is None else predictions[best.name])
