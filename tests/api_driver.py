@@ -3,7 +3,8 @@
 
 - ``roundtrip``: distribute -> spmm_plan() (auto) -> ten multiplies -> transpose().multiply, exact
   against SciPy's A @ B and A.T @ G on integer data, square and rectangular A != A.T, every rank
-  passing its own rows (row_offsets) as well as rank 0 holding A; spmm() one-liner; save/load.
+  passing its own rows (row_offsets) as well as rank 0 holding A; the bytes MPI delivered to the
+  transposed plan equal the forward plan's and the planned bytes; spmm() one-liner; save/load.
 - ``wrong_load``: load a plan saved for another matrix (PATH) -> one-line PlanMismatchError on every rank.
 - ``wrong_shape``: rank 1 passes a B block with one row too few (the job must abort, not hang).
 """
@@ -54,8 +55,11 @@ def roundtrip(seed: int, path: str) -> str:
                 for _ in range(10):
                     plan.multiply(b_local, out=out)
                     assert np.array_equal(gathered(comm, out), a @ b)
+                forward_bytes = comm.allreduce(plan.bytes_received, op=MPI.SUM)  # what MPI delivered
                 transposed = plan.transpose()
                 assert np.array_equal(gathered(comm, transposed.multiply(g_local)), a.T @ g)
+                backward_bytes = comm.allreduce(transposed.bytes_received, op=MPI.SUM)
+                assert backward_bytes == forward_bytes == plan.stats.total_bytes, (backward_bytes, forward_bytes)
                 assert transposed.stats.total_bytes == plan.stats.total_bytes
                 assert transposed.transpose() is plan
                 plan.save(path)
