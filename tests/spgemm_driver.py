@@ -9,7 +9,8 @@ per product, on 1 x P, on P x 1 with 3; 1D column, row, joint, each with and wit
 * the bytes MPI delivered (receive statuses) equal the bytes predicted from counts, and a
   prediction from corrupted counts does not (the check can fail).
 
-Then BFS, SSSP, triangle counts and k-hop reachability on random graphs equal their SciPy references.
+Then BFS, SSSP, triangle counts and k-hop reachability on random graphs equal their SciPy references,
+also with the vertices spread by the metis and rcm partitioners.
 """
 
 from __future__ import annotations
@@ -145,6 +146,18 @@ def main() -> int:
                 reference = graphs.reference_reachable_within(graph, hops)
                 assert (reach["values"] != reference).nnz == 0, ("reach", algorithm, hops)
             checks += 1
+    # Vertices spread by reordering partitioners: results come back in the original labels.
+    for partition in ("metis", "rcm"):
+        bfs = graphs.bfs_levels(comm, graph if rank == 0 else None, source, partition=partition)
+        sssp = graphs.shortest_paths(comm, graph if rank == 0 else None, source, partition=partition)
+        triangles = graphs.triangle_count(comm, graph if rank == 0 else None, partition=partition)
+        reach = graphs.reachable_within(comm, graph if rank == 0 else None, 2, algorithm="1d", partition=partition)
+        if rank == 0:
+            assert np.array_equal(bfs["values"], graphs.reference_bfs_levels(graph, source)), ("bfs", partition)
+            assert np.array_equal(sssp["values"], graphs.reference_shortest_paths(graph, source)), ("sssp", partition)
+            assert triangles["values"] == graphs.reference_triangle_count(graph), ("triangles", partition)
+            assert (reach["values"] != graphs.reference_reachable_within(graph, 2)).nnz == 0, ("reach", partition)
+        checks += 4
     total = comm.reduce(checks, op=MPI.SUM, root=0)
     if rank == 0:
         print(f"OK {total}")

@@ -20,7 +20,7 @@ def test_every_semiring_algorithm_and_grid_is_exact(ranks):
     assert completed.returncode == 0, completed.stdout + completed.stderr
     algorithms = 9 if ranks == 1 else 10  # SUMMA default grid x 2, 1 x P, (P x 1), 1D column, row, joint x overlap
     corrupted = 0 if ranks == 1 else 2  # a corrupted prediction caught, SUMMA and 1D
-    per_rank = 4 * 11 * algorithms * 2 + corrupted + 2 + 3 + 8  # cases x semirings x algorithms x phases + graph checks
+    per_rank = 4 * 11 * algorithms * 2 + corrupted + 2 + 3 + 8 + 8  # cases x semirings x algorithms x phases + graph checks
     assert completed.stdout.strip() == f"OK {per_rank * ranks}"
 
 
@@ -84,6 +84,11 @@ def test_cli_graph_commands_check_against_scipy(ranks):
     assert report["check_passed"] and report["triangles"] == report["reference_triangles"] > 0
     report = command_json(ranks, "reach", "rmat:8:4:4", "--hops", "3", "--check")
     assert report["check_passed"] and report["products"] == 3
+    # Vertices spread by METIS: the same answers, in the original labels.
+    report = command_json(ranks, "bfs", "rmat:10:8:4", "--source", "3", "--partition", "metis", "--check")
+    assert report["check_passed"]
+    report = command_json(ranks, "reach", "rmat:8:4:4", "--hops", "2", "--algorithm", "1d", "--partition", "rcm", "--check")
+    assert report["check_passed"]
 
 
 def error_of(ranks, args, timeout=120):
@@ -98,6 +103,7 @@ def test_cli_spgemm_bad_input(tmp_path):
     assert "unknown semiring" in error_of(2, ["spgemm", "rmat:6:4", "--semiring", "avg_times"])
     assert "product is the number of ranks" in error_of(3, ["spgemm", "rmat:6:4", "--grid", "2x2"])
     assert "random:SEED" in error_of(2, ["spgemm", "rmat:6:4", "--values", "gauss"])
+    assert "give a topology" in error_of(2, ["bfs", "rmat:6:4", "--partition", "metis-hier"])
     scipy.io.mmwrite(tmp_path / "a.mtx", sp.random_array((6, 5), density=0.5, format="coo", rng=1))
     assert "A's columns must equal B's rows" in error_of(2, ["spgemm", str(tmp_path / "a.mtx"), str(tmp_path / "a.mtx")])
     nan = sp.coo_array((np.array([1.0, np.nan]), ([0, 1], [1, 0])), shape=(2, 2))

@@ -72,6 +72,7 @@ def add_commands(commands) -> None:
         command.add_argument("matrix", help=MATRIX_HELP)
         command.add_argument("--source", type=int, default=0, help="source vertex (default: 0)")
         command.add_argument("--values", default="file", help=VALUES_HELP)
+        add_partition_arguments(command)
         command.add_argument("--check", action="store_true", help="compare with SciPy's shortest paths")
         command.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
         command.set_defaults(handler=_run_vertex_algorithm)
@@ -93,6 +94,7 @@ def add_commands(commands) -> None:
         command.add_argument("--algorithm", choices=["summa", "1d", "auto"] if command is triangles else ["summa", "1d"],
                              default="auto" if command is triangles else "summa", help="(default: %(default)s)")
         command.add_argument("--grid", help="SUMMA grid ROWSxCOLS (default: most nearly square)")
+        add_partition_arguments(command)
         command.add_argument("--check", action="store_true", help="compare with a SciPy reference")
         command.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     triangles.set_defaults(handler=_run_triangles)
@@ -194,7 +196,7 @@ def _run_vertex_algorithm(args: argparse.Namespace) -> int:
 
     matrix = _load_on_root(comm, args.matrix, args.values)
     function = graphs.bfs_levels if args.command == "bfs" else graphs.shortest_paths
-    run, seconds = _timed(comm, lambda: function(comm, matrix, args.source))
+    run, seconds = _timed(comm, lambda: function(comm, matrix, args.source, partition=args.partition, imbalance=args.imbalance))
     if comm.Get_rank() != 0:
         return 0
     values = run["values"]
@@ -233,7 +235,8 @@ def _run_on_pattern(args: argparse.Namespace, algorithm):
 def _run_triangles(args: argparse.Namespace) -> int:
     from sparsewire.spgemm import graphs
 
-    outcome = _run_on_pattern(args, lambda comm, matrix, grid: graphs.triangle_count(comm, matrix, algorithm=args.algorithm, grid=grid))
+    outcome = _run_on_pattern(args, lambda comm, matrix, grid: graphs.triangle_count(
+        comm, matrix, algorithm=args.algorithm, grid=grid, partition=args.partition, imbalance=args.imbalance))
     if outcome is None:
         return 0
     comm, matrix, run, seconds = outcome
@@ -255,7 +258,8 @@ def _run_reach(args: argparse.Namespace) -> int:
     from sparsewire.spgemm import graphs
 
     outcome = _run_on_pattern(
-        args, lambda comm, matrix, grid: graphs.reachable_within(comm, matrix, args.hops, algorithm=args.algorithm, grid=grid)
+        args, lambda comm, matrix, grid: graphs.reachable_within(
+            comm, matrix, args.hops, algorithm=args.algorithm, grid=grid, partition=args.partition, imbalance=args.imbalance)
     )
     if outcome is None:
         return 0

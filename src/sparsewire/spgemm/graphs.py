@@ -63,14 +63,38 @@ def _check_source(source: int, n: int) -> None:
         raise InputError(f"--source {source} is not a vertex; give 0..{n - 1}")
 
 
-def _vertex_sweep(comm, matrix, source, semiring_name, update):
+def _reordered(comm: MPI.Comm, matrix: sp.csr_array | None, partition: str, imbalance: float):
+    """Collective. The graph relabelled by a partitioner (:mod:`sparsewire.partitioners`):
+    (on rank 0 ``A[order][:, order]``, else None; ``order`` (new vertex -> original) or None;
+    the vertices' partition). Vertex labels are the same for rows and columns, as every
+    partitioner permutes a square matrix's rows and columns alike."""
+    from sparsewire.comm.runtime import agree_on_error
+    from sparsewire.partitioners import partition as reorder_and_partition
+
+    chosen, problem = None, None
+    if comm.Get_rank() == 0:
+        try:
+            chosen = reorder_and_partition(matrix, comm.Get_size(), partition, imbalance=imbalance)
+        except InputError as error:
+            problem = str(error)
+    agree_on_error(comm, problem)
+    if comm.Get_rank() == 0 and chosen.row_order is not None:
+        matrix = chosen.permute(matrix)
+    order, rows = comm.bcast(None if chosen is None else (chosen.row_order, chosen.rows), root=0)
+    return matrix, order, rows
+
+
+def _vertex_sweep(comm, matrix, source, semiring_name, update, partition="even", imbalance=0.03):
     """Shared loop of BFS and Bellman-Ford: y = A^T (+.x) x until no rank updates anything."""
     rank = comm.Get_rank()
     n = _square(comm, matrix)
     _check_source(source, n)
+    matrix, order, vertices = _reordered(comm, matrix, partition, imbalance)
+    if order is not None:
+        source = int(np.argsort(order)[source])  # the source's label in the partitioner's order
     transposed = sp.csr_array(matrix.T) if rank == 0 else None
     semiring = get_semiring(semiring_name)
-    spgemm = DistributedSpgemm(comm, transposed, (n, 1), semiring, "1d", strategy=Strategy.COLUMN)
+    spgemm = DistributedSpgemm(comm, transposed, (n, 1), semiring, "1d", strategy=Strategy.COLUMN, partitions=(vertices, vertices))
     start, stop = spgemm.b_block(rank)[0].start, spgemm.b_block(rank)[0].stop
     values = np.full(stop - start, np.inf)
     if start <= source < stop:
@@ -93,25 +117,34 @@ def _vertex_sweep(comm, matrix, source, semiring_name, update):
     gathered = comm.gather((start, values), root=0)
     result = GraphRun(steps=steps, bytes_moved=int(moved), algorithm=spgemm.name)
     if rank == 0:
-        result["values"] = np.concatenate([v for _, v in sorted(gathered, key=lambda item: item[0])])
+        values = np.concatenate([v for _, v in sorted(gathered, key=lambda item: item[0])])
+        if order is not None:
+            values[order] = values.copy()  # back to the original vertex labels
+        result["values"] = values
     return result
 
 
-def bfs_levels(comm: MPI.Comm, matrix: sp.csr_array | None, source: int) -> GraphRun:
+def bfs_levels(
+    comm: MPI.Comm, matrix: sp.csr_array | None, source: int, *, partition: str = "even", imbalance: float = 0.03
+) -> GraphRun:
     """Collective. BFS from ``source`` along A's edges; on rank 0 ``values`` holds each vertex's
-    level (hops), inf where unreachable."""
+    level (hops), inf where unreachable. ``partition``: how the vertices are spread over the ranks
+    (any partitioner of :mod:`sparsewire.partitioners`; results in the original labels)."""
 
     def update(levels, rows, _, step):
         fresh = np.unique(rows[np.isinf(levels[rows])])
         levels[fresh] = step
         return fresh
 
-    return _vertex_sweep(comm, matrix, source, "any_pair", update)
+    return _vertex_sweep(comm, matrix, source, "any_pair", update, partition, imbalance)
 
 
-def shortest_paths(comm: MPI.Comm, matrix: sp.csr_array | None, source: int) -> GraphRun:
+def shortest_paths(
+    comm: MPI.Comm, matrix: sp.csr_array | None, source: int, *, partition: str = "even", imbalance: float = 0.03
+) -> GraphRun:
     """Collective. Single-source shortest path lengths over A's weights (Bellman-Ford on (min, +));
-    on rank 0 ``values`` holds them, inf where unreachable. Weights must be non-negative."""
+    on rank 0 ``values`` holds them, inf where unreachable. Weights must be non-negative.
+    ``partition``: as for :func:`bfs_levels`."""
     negative = comm.bcast(int((matrix.data < 0).sum()) if comm.Get_rank() == 0 else None, root=0)
     if negative:
         raise InputError(
@@ -124,7 +157,7 @@ def shortest_paths(comm: MPI.Comm, matrix: sp.csr_array | None, source: int) -> 
         distances[rows[better]] = candidate[better]
         return rows[better]
 
-    return _vertex_sweep(comm, matrix, source, "min_plus", update)
+    return _vertex_sweep(comm, matrix, source, "min_plus", update, partition, imbalance)
 
 
 def lower_triangle(matrix: sp.sparray) -> sp.csr_array:
@@ -138,13 +171,16 @@ def lower_triangle(matrix: sp.sparray) -> sp.csr_array:
 
 
 def triangle_count(
-    comm: MPI.Comm, matrix: sp.csr_array | None, *, algorithm: str = "auto", grid: ProcessGrid | None = None
+    comm: MPI.Comm, matrix: sp.csr_array | None, *, algorithm: str = "auto", grid: ProcessGrid | None = None,
+    partition: str = "even", imbalance: float = 0.03,
 ) -> GraphRun:
-    """Collective. Triangles of the undirected graph of A: ``sum(L (+.pair) L masked by L)``."""
+    """Collective. Triangles of the undirected graph of A: ``sum(L (+.pair) L masked by L)``
+    (the count does not depend on the labels, so a reordering ``partition`` needs no way back)."""
     _square(comm, matrix)
+    matrix, _, vertices = _reordered(comm, matrix, partition, imbalance)
     lower = lower_triangle(matrix) if comm.Get_rank() == 0 else None
     semiring = get_semiring("plus_pair")
-    spgemm, b_local, _, _ = choose_algorithm(comm, lower, lower, semiring, algorithm, grid=grid)
+    spgemm, b_local, _, _ = choose_algorithm(comm, lower, lower, semiring, algorithm, grid=grid, partitions=(vertices, vertices))
     mask = spgemm.scatter_like_c(lower)
     product = spgemm.multiply(b_local, mask=mask)
     local = int(to_scipy(product).data.sum()) if product.nvals else 0
@@ -155,19 +191,23 @@ def triangle_count(
 
 
 def reachable_within(
-    comm: MPI.Comm, matrix: sp.csr_array | None, hops: int, *, algorithm: str = "summa", grid: ProcessGrid | None = None
+    comm: MPI.Comm, matrix: sp.csr_array | None, hops: int, *, algorithm: str = "summa", grid: ProcessGrid | None = None,
+    partition: str = "even", imbalance: float = 0.03,
 ) -> GraphRun:
     """Collective. The pattern of ``(I + A)^hops`` (v reachable from u in at most ``hops`` steps),
-    by repeated squaring over (lor, land); on rank 0 ``values`` is it as a boolean CSR matrix.
-    Every product is distributed; C is already in the layout of the next product's operands."""
+    by repeated squaring over (lor, land); on rank 0 ``values`` is it as a boolean CSR matrix in the
+    original labels. Every product is distributed; C is already in the layout of the next
+    product's operands. ``partition``: the vertices' partition of the 1D algorithm (SUMMA cuts the
+    relabelled matrix into even blocks)."""
     if hops < 0:
         raise InputError(f"hops must be >= 0, got {hops}")
     n = _square(comm, matrix)
+    matrix, order, vertices = _reordered(comm, matrix, partition, imbalance)
     semiring = get_semiring("lor_land")
     start = None
     if comm.Get_rank() == 0:
         start = sp.csr_array(((sp.csr_array(matrix) != 0) + sp.eye_array(n, format="csr")) != 0).astype(np.float64)
-    first = DistributedSpgemm(comm, start, (n, n), semiring, algorithm, grid=grid)
+    first = DistributedSpgemm(comm, start, (n, n), semiring, algorithm, grid=grid, partitions=(vertices, vertices))
     power = first.scatter_b(start)  # B layout == C layout == A layout (square, even blocks)
     first.free()
     rank = comm.Get_rank()
@@ -176,19 +216,23 @@ def reachable_within(
     steps, moved, remaining = 0, 0, hops
     while remaining:
         if remaining & 1:
-            result, sent = _product(comm, result, power, n, semiring, algorithm, grid)
+            result, sent = _product(comm, result, power, n, semiring, algorithm, grid, vertices)
             moved, steps = moved + sent, steps + 1
         remaining >>= 1
         if remaining:
-            power, sent = _product(comm, power, power, n, semiring, algorithm, grid)
+            power, sent = _product(comm, power, power, n, semiring, algorithm, grid, vertices)
             moved, steps = moved + sent, steps + 1
     gathered = first.gather_c(result)
+    if gathered is not None and order is not None:
+        back = np.argsort(order)  # original label -> position
+        gathered = sp.csr_array(gathered[back][:, back])
+        gathered.sort_indices()
     return GraphRun(values=gathered, steps=steps, bytes_moved=int(moved), algorithm=first.name)
 
 
-def _product(comm, left: gb.Matrix, right: gb.Matrix, n: int, semiring, algorithm: str, grid) -> tuple[gb.Matrix, int]:
+def _product(comm, left: gb.Matrix, right: gb.Matrix, n: int, semiring, algorithm: str, grid, vertices) -> tuple[gb.Matrix, int]:
     spgemm = DistributedSpgemm(
-        comm, None, (n, n), semiring, algorithm, grid=grid, a_local=to_scipy(left), a_shape=(n, n)
+        comm, None, (n, n), semiring, algorithm, grid=grid, a_local=to_scipy(left), a_shape=(n, n), partitions=(vertices, vertices)
     )
     product = spgemm.multiply(right)
     sent = comm.allreduce(spgemm.bytes_received, op=MPI.SUM)
