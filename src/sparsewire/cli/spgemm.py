@@ -302,8 +302,8 @@ def _spgemm_session(
     """Collective. ``C = A (+.x) B`` (B = A when ``second_spec`` is None); the result dict on rank 0.
 
     Timing: one untimed warm-up multiply, then ``repeat`` multiplies, each between barriers and
-    timed as the slowest rank. ``bytes_moved`` is what the ranks handed to MPI in one multiply
-    (equal to ``predicted_bytes``, counted before running). ``peak_held_entries`` is the most
+    timed as the slowest rank. ``bytes_moved`` is what MPI delivered to the ranks in one multiply
+    (receive statuses; it should equal ``predicted_bytes``, predicted from counts before running). ``peak_held_entries`` is the most
     stored entries any rank held at once inside the multiply; ``peak_rss_bytes`` the largest peak
     resident memory of any rank over the whole run.
     """

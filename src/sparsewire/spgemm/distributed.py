@@ -216,10 +216,8 @@ class DistributedSpgemm:
         total = 0
         for lo, hi in self._phase_columns(b_local, phases):
             piece = b_local if (lo, hi) == (0, b_local.ncols) else b_local[:, lo:hi].new()
-            if lower_bound and hasattr(self.multiplier, "bytes_lower_bound"):
-                total += self.multiplier.bytes_lower_bound(piece)
-            else:
-                total += self.multiplier.predicted_bytes(piece)
+            predict = self.multiplier.bytes_lower_bound if lower_bound else self.multiplier.predicted_bytes
+            total += predict(piece)
         return int(self.comm.allreduce(total, op=MPI.SUM))
 
     @property
@@ -266,9 +264,9 @@ def choose_algorithm(
 ) -> tuple[DistributedSpgemm, gb.Matrix, dict[str, int], list[str]]:
     """Collective. Build the candidates ``algorithm`` allows (``auto``: SUMMA and 1D; ``1d`` with
     strategy ``auto``: column, joint, row), predict each one's bytes for this B from counts (see the
-    module docstring), keep the fewest. ``partitions``: the 1D row and column partitions (default: even). Returns (the chosen
-    algorithm, its local B, predicted bytes per candidate, the candidates whose figure is only a
-    lower bound because it already lost)."""
+    module docstring), keep the fewest. ``partitions``: the 1D row and column partitions (default:
+    even). Returns (the chosen algorithm, its local B, predicted bytes per candidate, the
+    candidates whose figure is only a lower bound because it already lost)."""
     rank = comm.Get_rank()
     b_shape = comm.bcast(b_global.shape if rank == 0 else None, root=0)
     candidates: list[tuple[str, Strategy | None]] = []

@@ -1,4 +1,5 @@
-"""Local pieces of distributed SpGEMM: SciPy <-> python-graphblas conversion and the wire format.
+"""Local pieces of distributed SpGEMM: SciPy <-> python-graphblas conversion, row counts and the
+wire format.
 
 Sparse blocks and sparse row sets travel as *hypersparse rows* (DCSR, the row-wise twin of the
 DCSC that CombBLAS uses for hypersparse blocks, semiring SpGEMM paper sec. 2.5): only the rows that
@@ -10,7 +11,9 @@ large grid) costs what it stores. One message is
   dimensions fit, else int64);
 * the values (``nnz x`` element size; 1 byte for bool).
 
-:func:`wire_bytes` is that size exactly; the executors count the bytes they hand to MPI with it.
+:func:`wire_bytes` is that size exactly; the byte predictions use it, while the executors count
+what MPI delivered (:mod:`sparsewire.spgemm.exchange`). Packing and unpacking hand GraphBLAS's own
+hypersparse arrays over (``ss.unpack`` / ``import_hypercsr``) instead of exporting copies.
 """
 
 from __future__ import annotations

@@ -7,15 +7,15 @@ blocks and B's column blocks; rank (i, j) holds A(i, j), B(i, j) and computes C(
 The inner dimension m is cut twice: into pc pieces by A's column blocks and into pr pieces by B's
 row blocks. On a rectangular grid these differ, so the stages are their *common refinement*: the
 sorted union of both sets of boundaries, at most pr + pc - 1 stages. In the stage over inner
-columns [lo, hi), the grid column ja holding A's columns lo..hi broadcasts A(i, lo:hi) along each
-grid row i, the grid row ib holding B's rows lo..hi broadcasts B(lo:hi, j) along each grid column
+columns [lo, hi), the grid column ja holding A's columns lo..hi sends A(i, lo:hi) along each
+grid row i, the grid row ib holding B's rows lo..hi sends B(lo:hi, j) along each grid column
 j, and every rank multiply-accumulates ``C(i, j) (+)= A(i, lo:hi) (+.x) B(lo:hi, j)``. A stays on
 the left in every product, so non-commutative semirings are exact. CombBLAS needs pr == pc; here
 any factorisation works (3 ranks: 3 x 1 or 1 x 3).
 
 Phases (CombBLAS's ``phases``): B's local columns are cut into N pieces and SUMMA runs once per
 piece, so the stage blocks of B, the stage products and the partial C being accumulated are about
-1/N as large; A is broadcast N times.
+1/N as large; A is sent N times.
 """
 
 from __future__ import annotations
@@ -192,6 +192,10 @@ class SummaMultiplier:
             piece = counts[first:last]
             total += (grid.rows - 1) * wire_bytes(int((piece > 0).sum()), int(piece.sum()), index_bytes, value_bytes)
         return int(total)
+
+    def bytes_lower_bound(self, b_block: gb.Matrix) -> int:
+        """:meth:`predicted_bytes` (already exact from counts)."""
+        return self.predicted_bytes(b_block)
 
     def multiply(self, b_block: gb.Matrix, mask: gb.Matrix | None = None, held_elsewhere: int = 0) -> gb.Matrix:
         """Collective over the grid. This rank's block C(i, j) (masked by ``mask`` if given: only
