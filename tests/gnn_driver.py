@@ -34,9 +34,12 @@ def gradcheck(seed: int) -> str:
     adjacency.data = rng.integers(1, 4, adjacency.nnz).astype(float)
     adjacency = sp.csr_array(adjacency)
     assert (adjacency != adjacency.T).nnz > 0
-    matrix = sparsewire.distribute(comm, adjacency if comm.Get_rank() == 0 else None)
     checked = 0
-    for operator_matrix in (matrix, gcn_normalize(matrix)):
+    matrices = []
+    for partition in ("even", "rcm"):  # rcm relabels the nodes: scatter/gather must follow node ids
+        matrix = sparsewire.distribute(comm, adjacency if comm.Get_rank() == 0 else None, partition)
+        matrices += [matrix, gcn_normalize(matrix)]
+    for operator_matrix in matrices:
         operator = GraphOperator(operator_matrix, threads=1)
         x = torch.from_numpy(rng.standard_normal((n, 3))).requires_grad_(True)
 

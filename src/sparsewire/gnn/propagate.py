@@ -46,6 +46,7 @@ class GraphOperator:
         self.plans: dict[tuple[int, str], SpmmPlan] = {}
         self.bytes_forward = 0
         self.bytes_backward = 0
+        self._all_node_ids = None
 
     @property
     def row_offset(self) -> int:
@@ -56,6 +57,12 @@ class GraphOperator:
     def node_ids(self) -> np.ndarray:
         """Original ids of this rank's nodes (rows)."""
         return self.matrix.row_ids()
+
+    def all_node_ids(self) -> np.ndarray:
+        """Collective on first use. Every rank's node ids in rank order (cached)."""
+        if self._all_node_ids is None:
+            self._all_node_ids = np.concatenate(self.comm.allgather(self.node_ids))
+        return self._all_node_ids
 
     @property
     def local_nodes(self) -> int:
@@ -116,29 +123,34 @@ class _ScatterRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_global: torch.Tensor, operator: GraphOperator) -> torch.Tensor:
         ctx.operator = operator
-        start = operator.row_offset
-        return x_global[start : start + operator.local_nodes].clone()
+        return x_global[torch.from_numpy(operator.node_ids)].clone()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        parts = ctx.operator.comm.allgather(grad.detach().numpy())
-        return torch.from_numpy(np.concatenate(parts, axis=0)), None
+        operator = ctx.operator
+        parts = np.concatenate(operator.comm.allgather(grad.detach().numpy()), axis=0)
+        full = np.empty_like(parts)
+        full[operator.all_node_ids()] = parts
+        return torch.from_numpy(full), None
 
 
 class _GatherRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_local: torch.Tensor, operator: GraphOperator) -> torch.Tensor:
         ctx.operator = operator
-        return torch.from_numpy(np.concatenate(operator.comm.allgather(x_local.detach().numpy()), axis=0))
+        parts = np.concatenate(operator.comm.allgather(x_local.detach().numpy()), axis=0)
+        full = np.empty_like(parts)
+        full[operator.all_node_ids()] = parts
+        return torch.from_numpy(full)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        start = ctx.operator.row_offset
-        return grad[start : start + ctx.operator.local_nodes].clone(), None
+        return grad[torch.from_numpy(ctx.operator.node_ids)].clone(), None
 
 
 def scatter_rows(operator: GraphOperator, x_global: torch.Tensor) -> torch.Tensor:
-    """Collective in the backward. This rank's rows of a tensor every rank holds whole. Its
+    """Collective in the backward. This rank's rows of a tensor every rank holds whole, indexed by
+    node id (so a reordering partitioner is invisible: row v of ``x_global`` is node v). Its
     gradient is gathered from every rank, so a function of the replicated tensor built from
     :func:`scatter_rows`, :func:`propagate` and :func:`gather_rows` has the true gradient on every
     rank (what ``torch.autograd.gradcheck`` checks)."""
@@ -146,8 +158,8 @@ def scatter_rows(operator: GraphOperator, x_global: torch.Tensor) -> torch.Tenso
 
 
 def gather_rows(operator: GraphOperator, x_local: torch.Tensor) -> torch.Tensor:
-    """Collective. The whole tensor from every rank's rows (differentiable: the backward keeps
-    this rank's rows of the gradient)."""
+    """Collective. The whole tensor from every rank's rows, row v = node v (differentiable: the
+    backward keeps this rank's rows of the gradient)."""
     return _GatherRows.apply(x_local, operator)
 
 
