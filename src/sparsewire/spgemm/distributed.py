@@ -86,6 +86,9 @@ def reference_product(a: sp.sparray, b: sp.sparray, semiring: Semiring, mask: sp
 class DistributedSpgemm:
     """Collective. ``C = A (+.x) B`` distributed over ``comm`` with one algorithm.
 
+    Building one caps this rank's GraphBLAS and BLAS threads at cores / ranks on the node
+    (:func:`~sparsewire.comm.runtime.limit_threads_per_rank`).
+
     Rank 0 passes the global A (other ranks None). ``b_shape`` is B's (rows, columns); B itself
     comes later, per multiply, in this object's B layout (:meth:`scatter_b` hands it out from
     rank 0, or callers build their local B directly, as BFS does with its frontier).
@@ -116,6 +119,7 @@ class DistributedSpgemm:
         ``stages_per_product``: SUMMA only, stages multiplied together
         (:class:`~sparsewire.spgemm.summa.SummaMultiplier`)."""
         self.comm, self.semiring, self.algorithm = comm, semiring, algorithm
+        limit_threads_per_rank(comm)  # GraphBLAS would otherwise run (cores) threads in every rank
         size = comm.Get_size()
         if a_local is None:
             a_shape = comm.bcast(a_global.shape if comm.Get_rank() == 0 else None, root=0)
@@ -384,7 +388,6 @@ def spgemm_distributed(a, b, semiring="plus_times", algorithm: str = "auto", pha
         except InputError as error:
             problem = str(error)
     agree_on_error(comm, problem)
-    limit_threads_per_rank(comm)  # GraphBLAS would otherwise run cores threads on every rank
     names = ([("summa", None)] if algorithm in ("summa", "auto") else []) + (
         [("1d", s) for s in ONE_DIM_STRATEGIES] if algorithm in ("1d", "auto") else []
     )
