@@ -12,14 +12,16 @@ or ``joint``; CoLa sec. 3 / SHIRO sec. 3.2), built once and reused for every B:
 So one multiply is, with (+.x) the semiring, (any.second) a row copy and (+.second) a row merge:
 
     send    = Select (any.second) B_p  (+)  Terms (+.x) B_p          (rows grouped by destination)
-    C_p     = A(p, p) (+.x) B_p
-    C_p   (+)= A_received (+.x) R  (+)  Place (+.second) R            (R: the received rows)
+    C_p     = [A(p, p) | A_received] (+.x) [B_p ; R]                (R: the received rows)
+    C_p   (+)= Place (+.second) R                                   (pushed partial C rows)
 
 A stays on the left of every product, so non-commutative semirings are exact. The rows travel in
 the hypersparse format of :mod:`sparsewire.spgemm.local`: empty rows cost nothing but the header,
 which is what makes a sparse BFS frontier cheap. Each message goes point to point (header, then
-indices and values: :mod:`sparsewire.spgemm.exchange`), overlapped with the diagonal product, and
-the bytes are counted from the receive statuses.
+indices and values: :mod:`sparsewire.spgemm.exchange`), and the bytes are counted from the receive
+statuses. With ``overlap`` the diagonal product ``A(p, p) (+.x) B_p`` runs while the rows travel
+and ``A_received (+.x) R`` is merged into it afterwards (measured slower here: the merge is a pass
+over C).
 """
 
 from __future__ import annotations
