@@ -303,8 +303,8 @@ def _spgemm_session(
 
     Timing: one untimed warm-up multiply, then ``repeat`` multiplies, each between barriers and
     timed as the slowest rank. ``bytes_moved`` is what MPI delivered to the ranks in one multiply
-    (receive statuses; it should equal ``predicted_bytes``, predicted from counts before running). ``peak_held_entries`` is the most
-    stored entries any rank held at once inside the multiply; ``peak_rss_bytes`` the largest peak
+    (receive statuses; it should equal ``predicted_bytes``, predicted from counts before running).
+    ``peak_held_entries`` is the most stored entries any rank held at once inside the multiply; ``peak_rss_bytes`` the largest peak
     resident memory of any rank over the whole run.
     """
     import statistics
