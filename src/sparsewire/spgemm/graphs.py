@@ -26,7 +26,9 @@ import scipy.sparse as sp
 from mpi4py import MPI
 from scipy.sparse import csgraph
 
+from sparsewire.comm.runtime import agree_on_error
 from sparsewire.errors import InputError
+from sparsewire.partitioners import partition as reorder_and_partition
 from sparsewire.plan.strategies import Strategy
 from sparsewire.spgemm.distributed import DistributedSpgemm, choose_algorithm
 from sparsewire.spgemm.local import to_graphblas, to_scipy
@@ -68,9 +70,6 @@ def _reordered(comm: MPI.Comm, matrix: sp.csr_array | None, partition: str, imba
     (on rank 0 ``A[order][:, order]``, else None; ``order`` (new vertex -> original) or None;
     the vertices' partition). Vertex labels are the same for rows and columns, as every
     partitioner permutes a square matrix's rows and columns alike."""
-    from sparsewire.comm.runtime import agree_on_error
-    from sparsewire.partitioners import partition as reorder_and_partition
-
     chosen, problem = None, None
     if comm.Get_rank() == 0:
         try:

@@ -124,9 +124,16 @@ class OneDimMultiplier:
             buffer(accum=semiring.accumulate) << self.terms.mxm(b_local, semiring.operator)
         return buffer
 
-    def _bytes(self, listed: np.ndarray, entries: np.ndarray, ncols: int) -> int:
-        """Wire bytes of the messages whose send-buffer rows have ``listed`` (0/1) and ``entries``."""
-        listed_per = _range_sums(listed, self.send_bounds)
+    def _copied_entries(self, counts: np.ndarray) -> np.ndarray:
+        """Entries of every send-buffer row, set for the copied B rows (``counts``: B's row degrees)."""
+        entries = np.zeros(int(self.send_bounds[-1]), np.int64)
+        entries[self.copy_rows] = counts[self.copy_sources]
+        return entries
+
+    def _bytes(self, entries: np.ndarray, ncols: int) -> int:
+        """Wire bytes of the messages whose send-buffer rows hold ``entries`` (a row is listed when
+        it holds any)."""
+        listed_per = _range_sums((entries > 0).astype(np.int64), self.send_bounds)
         entries_per = _range_sums(entries, self.send_bounds)
         index_bytes = index_dtype(self.row_bound, ncols).itemsize
         value_bytes = np.dtype(self.semiring.dtype).itemsize
@@ -136,25 +143,23 @@ class OneDimMultiplier:
         """Bytes :meth:`multiply` puts on the wire for this B, exactly, from counts: a copied row
         has its B row's entries; a partial C row has the entries of the pattern of its terms times
         B (a pattern-only product of those rows, made only for strategies that push partial rows)."""
-        entries = np.zeros(int(self.send_bounds[-1]), np.int64)
-        entries[self.copy_rows] = row_counts(b_local)[self.copy_sources]
+        entries = self._copied_entries(row_counts(b_local))
         if self.terms is not None:
             pattern = self.terms.mxm(b_local, gb.semiring.any_pair[gb.dtypes.BOOL]).new(dtype=gb.dtypes.BOOL)
             entries[self.product_rows] = row_counts(pattern)[self.product_rows]
-        return self._bytes((entries > 0).astype(np.int64), entries, b_local.ncols)
+        return self._bytes(entries, b_local.ncols)
 
     def bytes_lower_bound(self, b_local: gb.Matrix) -> int:
         """At most :meth:`predicted_bytes`, from counts only (no product): a partial C row has at
         least the entries of its longest term's B row."""
         counts = row_counts(b_local)
-        entries = np.zeros(int(self.send_bounds[-1]), np.int64)
-        entries[self.copy_rows] = counts[self.copy_sources]
+        entries = self._copied_entries(counts)
         if self.terms_csr is not None and self.terms_csr.nnz:
             longest = np.zeros(self.product_rows.size, np.int64)
             nonempty = np.flatnonzero(np.diff(self.terms_csr.indptr))
             longest[nonempty] = np.maximum.reduceat(counts[self.terms_csr.indices], self.terms_csr.indptr[nonempty])
             entries[self.product_rows] = longest
-        return self._bytes((entries > 0).astype(np.int64), entries, b_local.ncols)
+        return self._bytes(entries, b_local.ncols)
 
     def multiply(self, b_local: gb.Matrix, mask: gb.Matrix | None = None, held_elsewhere: int = 0) -> gb.Matrix:
         """Collective. This rank's rows of ``C = A (+.x) B`` (kept only where ``mask`` has an entry,
