@@ -5,11 +5,15 @@
 Copy bandwidth: a threaded copy of a 256 MiB array (bytes read + bytes written per second), the
 same threads as the kernel. Kernel: ``C = A @ B`` into a preallocated C, bytes = A once (values,
 column indices, row pointers) + B once + C once, per second: the rate if every byte crossed the
-memory bus once. Matrices whose rows reach B rows far apart read B rows several times from memory
-(the ratio is then below what a reordering would give): ``--orders original,rcm`` also times
-the matrix in the order of ``--partition rcm`` (:mod:`sparsewire.partitioners`, rows and columns
-permuted alike), which keeps the B rows a stretch of rows reads close together. SciPy's
-``A @ B`` (allocating C) is timed beside it. Medians of ``--repeat`` runs; writes
+memory bus once. The copy and the kernel run alternately, ``--repeat`` times each, and each
+configuration is compared with the copy timed beside it: on a shared virtual machine the memory
+bandwidth drifts (seen here: a 2-thread copy at 34 GB/s in one minute and 53 GB/s in the next).
+Matrices whose rows reach B rows far apart read B rows several times from memory (the ratio is
+then below what a reordering would give): ``--orders original,rcm`` also times the matrix in the
+order of ``--partition rcm`` (:mod:`sparsewire.partitioners`, rows and columns permuted alike),
+which keeps the B rows a stretch of rows reads close together. SciPy's ``A @ B`` (allocating C)
+is timed beside it. The ``prefetch`` column says whether the kernel prefetched B rows
+(:data:`sparsewire.exec.kernels.PREFETCH_BELOW_ROW_NONZEROS`). Medians; writes
 bench/results/kernel_bandwidth.json.
 """
 
@@ -43,6 +47,19 @@ def median_seconds(function, repeat: int) -> float:
     return float(np.median(times))
 
 
+def alternating_medians(first, second, repeat: int) -> tuple[float, float]:
+    """Median seconds of ``first`` and of ``second``, run alternately (after one warm-up each)."""
+    first()
+    second()
+    times = ([], [])
+    for _ in range(repeat):
+        for function, sink in ((first, times[0]), (second, times[1])):
+            started = time.perf_counter()
+            function()
+            sink.append(time.perf_counter() - started)
+    return float(np.median(times[0])), float(np.median(times[1]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--matrices", nargs="*", default=default_matrices(["stencil3d:40:27"]), help="matrix files or generator specs")
@@ -55,12 +72,6 @@ def main() -> None:
     thread_counts = [int(v) for v in args.threads.split(",")]
     source = np.ones(32 * 1024 * 1024)
     target = np.empty_like(source)
-    copy_bandwidth = {}
-    for threads in thread_counts:
-        kernels.set_threads(threads)
-        seconds = median_seconds(lambda: kernels.copy(source, target, threads), args.repeat)
-        copy_bandwidth[threads] = 2 * source.nbytes / seconds
-        print(f"copy bandwidth, {threads} thread(s): {copy_bandwidth[threads] / 1e9:.1f} GB/s", file=sys.stderr, flush=True)
     results, rows = [], []
     orders = [o.strip() for o in args.orders.split(",")]
     for spec, order in [(spec, order) for spec in args.matrices for order in orders]:
@@ -76,20 +87,23 @@ def main() -> None:
             for threads in thread_counts:
                 kernels.set_threads(threads)
                 operand = kernels.CsrOperand.from_matrix(matrix, np.float64, threads)
-                seconds = median_seconds(lambda: kernels.multiply(operand, b, out), args.repeat)
+                seconds, copy_seconds = alternating_medians(
+                    lambda: kernels.multiply(operand, b, out), lambda: kernels.copy(source, target, threads), args.repeat
+                )
                 np.testing.assert_allclose(out, matrix @ b, rtol=1e-12, atol=1e-12)
-                achieved = moved / seconds
-                entry = {"matrix": short_name(spec), "order": order, "k": k, "threads": threads, "seconds": seconds, "bytes": moved,
-                         "achieved_bytes_per_second": achieved, "copy_bytes_per_second": copy_bandwidth[threads],
-                         "fraction_of_copy": achieved / copy_bandwidth[threads], "scipy_seconds": scipy_seconds}
+                achieved, copy_bandwidth = moved / seconds, 2 * source.nbytes / copy_seconds
+                entry = {"matrix": short_name(spec), "order": order, "k": k, "threads": threads, "prefetch": operand.prefetch,
+                         "seconds": seconds, "bytes": moved,
+                         "achieved_bytes_per_second": achieved, "copy_bytes_per_second": copy_bandwidth,
+                         "fraction_of_copy": achieved / copy_bandwidth, "scipy_seconds": scipy_seconds}
                 results.append(entry)
-                rows.append([short_name(spec), order, k, threads, f"{seconds * 1e3:.3f}", f"{achieved / 1e9:.1f}",
-                             f"{copy_bandwidth[threads] / 1e9:.1f}", f"{100 * entry['fraction_of_copy']:.0f}%",
+                rows.append([short_name(spec), order, k, threads, "yes" if operand.prefetch else "no", f"{seconds * 1e3:.3f}", f"{achieved / 1e9:.1f}",
+                             f"{copy_bandwidth / 1e9:.1f}", f"{100 * entry['fraction_of_copy']:.0f}%",
                              f"{scipy_seconds * 1e3:.3f}", f"{scipy_seconds / seconds:.1f}x"])
-    print(format_table(["matrix", "order", "k", "threads", "kernel ms", "GB/s", "copy GB/s", "of copy", "SciPy ms (1 thread)", "vs SciPy"], rows))
+    print(format_table(["matrix", "order", "k", "threads", "prefetch", "kernel ms", "GB/s", "copy GB/s", "of copy", "SciPy ms (1 thread)", "vs SciPy"], rows))
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "kernel_bandwidth.json").write_text(json.dumps({"copy_bytes_per_second": copy_bandwidth, "results": results}, indent=1))
+    (out_dir / "kernel_bandwidth.json").write_text(json.dumps({"results": results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -7,23 +7,65 @@ the GIL. ``*_range`` kernels are serial over one range of rows or elements (one 
 Accumulation order: a C row is summed nonzero by nonzero in the order its CSR row stores them,
 ``c = a_0 x_0; c += a_1 x_1; ...`` (four nonzeros per pass over the row, keeping that order, so
 the row is loaded and stored once per four nonzeros instead of once per nonzero). So results do not
-depend on the number of threads.
+depend on the number of threads. The products are compiled with floating-point contraction
+(``fastmath={"contract"}``): each ``c += a x`` is one fused multiply-add where the CPU has one, a
+single rounding, still in that order (no reassociation), so results stay bitwise reproducible.
+
+With ``prefetch``, the CSR product prefetches the B rows of the nonzeros :data:`PREFETCH_DISTANCE`
+ahead. The caller decides (:mod:`sparsewire.exec.kernels`): short rows wait on each B row in turn,
+long rows already keep many loads in flight and the prefetches only add instructions.
 """
 
 from __future__ import annotations
 
+from llvmlite import ir
 from numba import njit, prange
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+#: Nonzeros ahead whose B rows the CSR product prefetches (16 and 32 measured alike; 8 less).
+PREFETCH_DISTANCE = 16
+#: Cache lines of a B row prefetched (the hardware's own prefetcher takes the rest of a long row).
+PREFETCH_LINES = 4
+_CONTRACT = {"contract"}
 
 
-@njit(nogil=True, cache=True)
-def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumulate):
-    """Rows [row_start, row_stop) of ``out (+)= A @ x`` (A in CSR), each row summed in stored order.
+@intrinsic
+def _prefetch(typingctx, address):
+    """``llvm.prefetch`` (read, keep in all cache levels) of the byte at ``address``; a hint that
+    never faults, so any address is safe."""
+    signature = types.void(types.intp)
+
+    def codegen(context, builder, sig, args):
+        pointer_type = ir.PointerType(ir.IntType(8))
+        i32 = ir.IntType(32)
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [pointer_type, i32, i32, i32]), "llvm.prefetch.p0"
+        )
+        builder.call(function, [builder.inttoptr(args[0], pointer_type), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@njit(nogil=True, cache=True, fastmath=_CONTRACT)
+def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch):
+    """Rows [row_start, row_stop) of ``out (+)= A @ x`` (A in CSR), each row summed in stored order;
+    with ``prefetch``, the B rows of the nonzeros :data:`PREFETCH_DISTANCE` ahead are prefetched.
 
     The row loop is written out rather than calling a per-row helper: measured 20% faster on
     delaunay_n16 at k = 32 (the per-row call is not flattened as well)."""
     k = out.shape[1]
+    base, row_bytes = x.ctypes.data, x.strides[0]
+    lines = min(PREFETCH_LINES, (k * x.itemsize + 63) // 64)
+    last = indptr[row_stop] if prefetch else 0
     for i in range(row_start, row_stop):
         p, stop = indptr[i], indptr[i + 1]
+        # The B rows of this row's nonzeros shifted PREFETCH_DISTANCE ahead (none unless prefetch).
+        for q in range(p + PREFETCH_DISTANCE, min(stop + PREFETCH_DISTANCE, last)):
+            address = base + indices[q] * row_bytes
+            for line in range(lines):
+                _prefetch(address + 64 * line)
         if not accumulate:
             if p == stop:
                 for c in range(k):
@@ -52,10 +94,10 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def csr_dense_threads(indptr, indices, data, x, out, bounds, accumulate):
+def csr_dense_threads(indptr, indices, data, x, out, bounds, accumulate, prefetch):
     """``out (+)= A @ x``, thread t computing rows [bounds[t], bounds[t+1])."""
     for t in prange(bounds.size - 1):
-        csr_dense_range(indptr, indices, data, x, out, bounds[t], bounds[t + 1], accumulate)
+        csr_dense_range(indptr, indices, data, x, out, bounds[t], bounds[t + 1], accumulate, prefetch)
 
 
 @njit(nogil=True, cache=True)
@@ -102,7 +144,7 @@ def gather_elements(index, x, out_flat, element_start, element_stop):
         e += c1 - c0
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=_CONTRACT)
 def csr_elements(indptr, indices, data, x, out_flat, element_start, element_stop, accumulate):
     """Elements [element_start, element_stop) of the flattened ``A @ x`` (+= with ``accumulate``)."""
     k = x.shape[1]
@@ -121,7 +163,7 @@ def csr_elements(indptr, indices, data, x, out_flat, element_start, element_stop
         e += c1 - c0
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=_CONTRACT)
 def csc_columns_range(colptr, rows, data, buffer, out, col_start, col_stop):
     """``out[rows] += A[:, col_start:col_stop] @ buffer[col_start:col_stop]`` with A in CSC
     (one received message: Collom & Bienz Alg. 1, ``mult_append_msg``)."""
@@ -142,7 +184,7 @@ def csc_columns_threads(colptrs, rows, data, buffer, out, col_start, col_stop):
         csc_columns_range(colptrs[t], rows, data, buffer, out, col_start, col_stop)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=_CONTRACT)
 def csc_elements(colptr, rows, data, buffer_flat, k, out, element_start, element_stop):
     """Apply elements [element_start, element_stop) of a flattened receive buffer: whole B rows
     and the fragments of rows a partition cuts (Collom & Bienz Algs. 4 and 5)."""

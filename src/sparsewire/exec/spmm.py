@@ -473,11 +473,8 @@ class SpmmExecutor:
     def _pack_message(self, ex: _Exchange, message: int, b_local: np.ndarray) -> None:
         """Rows of one destination only (early relays); serial, small."""
         start, stop = int(ex.send_offsets[message]), int(ex.send_offsets[message + 1])
-        backend = kernels.backend
-        b_operand, i_operand = ex.pack_b, ex.pack_input
-        backend.csr_dense_range(b_operand.indptr, b_operand.indices, b_operand.data, b_local, ex.send_buffer, start, stop, False)
-        source = self._exchanges[ex.input].receive_buffer
-        backend.csr_dense_range(i_operand.indptr, i_operand.indices, i_operand.data, source, ex.send_buffer, start, stop, True)
+        kernels.multiply_rows(ex.pack_b, b_local, ex.send_buffer, start, stop)
+        kernels.multiply_rows(ex.pack_input, self._exchanges[ex.input].receive_buffer, ex.send_buffer, start, stop, accumulate=True)
 
     def _count(self, ex: _Exchange, message: int, received: int) -> None:
         """Bytes from one receive's element count (its MPI status); a count other than the plan's
@@ -730,8 +727,7 @@ class SpmmExecutor:
                         ex.partition_requests_send[message][thread].Start()
             if position == 0 and not self.deterministic:
                 lo, hi = int(self.row_bounds[thread]), int(self.row_bounds[thread + 1])
-                d = self._diagonal
-                kernels.backend.csr_dense_range(d.indptr, d.indices, d.data, b_local, out, lo, hi, False)
+                kernels.multiply_rows(self._diagonal, b_local, out, lo, hi)
             if position > 0:
                 apply_arrivals(self._schedule[position - 1], block=False)
         apply_arrivals(range(len(self._exchanges)), block=True)
