@@ -8,7 +8,7 @@ Accumulation order: a C row is summed nonzero by nonzero in the order its CSR ro
 ``c = a_0 x_0; c += a_1 x_1; ...`` (eight, then four nonzeros per pass over the row, keeping that
 order, so the row is loaded and stored once per eight nonzeros instead of once per nonzero; eight
 rather than four measured 0.93 -> 0.68 ms on bcsstk25 and 4.80 -> 4.46 ms on stencil3d:40:27 at
-k = 32, 2 threads, as each pass also pays run-time overlap checks of C and B). So results do not
+k = 32, 2 threads, no prefetch, as each pass also pays run-time overlap checks of C and B). So results do not
 depend on the number of threads. The products are compiled with floating-point contraction
 (``fastmath={"contract"}``): each ``c += a x`` is one fused multiply-add where the CPU has one, a
 single rounding, still in that order (no reassociation), so results stay bitwise reproducible.
