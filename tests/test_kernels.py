@@ -12,6 +12,12 @@ import scipy.sparse as sp
 from sparsewire.exec import kernels
 
 
+@pytest.fixture(autouse=True)
+def _one_thread_afterwards():
+    yield
+    kernels.set_threads(1)
+
+
 def _integer_matrix(rng, shape, density):
     matrix = sp.random_array(shape, density=density, rng=rng, format="csr")
     matrix.data = rng.integers(-9, 10, matrix.nnz).astype(np.float64)
@@ -37,7 +43,6 @@ def test_csr_product_exact_with_and_without_prefetch(k, dtype):
             np.testing.assert_array_equal(out, 2 * expected)
             results.append(out)
         assert results[0].tobytes() == results[1].tobytes()
-    kernels.set_threads(1)
 
 
 def test_prefetch_leaves_random_products_bitwise_unchanged_and_row_ranges_compose():

@@ -94,6 +94,8 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
                 t += v7 * x[j7, c]
                 out[i, c] = t
             p += 8
+        # Written out again for four: the 4-7 nonzeros an eight-pass leaves (most rows of a mesh
+        # have fewer than eight) take one pass instead of one per nonzero.
         while p + 4 <= stop:
             j0, j1, j2, j3 = indices[p], indices[p + 1], indices[p + 2], indices[p + 3]
             v0, v1, v2, v3 = data[p], data[p + 1], data[p + 2], data[p + 3]
