@@ -13,7 +13,9 @@ then below what a reordering would give): ``--orders original,rcm`` also times t
 order of ``--partition rcm`` (:mod:`sparsewire.partitioners`, rows and columns permuted alike),
 which keeps the B rows a stretch of rows reads close together. SciPy's ``A @ B`` (allocating C)
 is timed beside it. The ``prefetch`` column says whether the kernel prefetched B rows
-(:data:`sparsewire.exec.kernels.PREFETCH_BELOW_ROW_NONZEROS`). Medians; writes
+(:data:`sparsewire.exec.kernels.PREFETCH_BELOW_ROW_NONZEROS`), ``streamed C`` whether it wrote C
+with non-temporal stores (C aligned as the executor allocates it, and at least
+:data:`sparsewire.exec.kernels.STREAM_AT_LEAST_BYTES`). Medians; writes
 bench/results/kernel_bandwidth.json.
 """
 
@@ -81,7 +83,7 @@ def main() -> None:
         n_rows, n_cols = matrix.shape
         for k in ks:
             b = deterministic_dense(0, n_cols, k)
-            out = np.empty((n_rows, k))
+            out = kernels.empty_aligned((n_rows, k), np.float64)  # as the executor allocates C
             moved = matrix.nnz * (8 + 8) + (n_rows + 1) * 8 + (n_cols + n_rows) * k * 8
             scipy_seconds = median_seconds(lambda: matrix @ b, max(3, args.repeat // 3))
             for threads in thread_counts:
@@ -92,15 +94,16 @@ def main() -> None:
                 )
                 np.testing.assert_allclose(out, matrix @ b, rtol=1e-12, atol=1e-12)
                 achieved, copy_bandwidth = moved / seconds, 2 * source.nbytes / copy_seconds
-                entry = {"matrix": short_name(spec), "order": order, "k": k, "threads": threads, "prefetch": operand.prefetch,
+                streamed = out.nbytes >= kernels.STREAM_AT_LEAST_BYTES
+                entry = {"matrix": short_name(spec), "order": order, "k": k, "threads": threads, "prefetch": operand.prefetch, "streamed": streamed,
                          "seconds": seconds, "bytes": moved,
                          "achieved_bytes_per_second": achieved, "copy_bytes_per_second": copy_bandwidth,
                          "fraction_of_copy": achieved / copy_bandwidth, "scipy_seconds": scipy_seconds}
                 results.append(entry)
-                rows.append([short_name(spec), order, k, threads, "yes" if operand.prefetch else "no", f"{seconds * 1e3:.3f}", f"{achieved / 1e9:.1f}",
+                rows.append([short_name(spec), order, k, threads, "yes" if operand.prefetch else "no", "yes" if streamed else "no", f"{seconds * 1e3:.3f}", f"{achieved / 1e9:.1f}",
                              f"{copy_bandwidth / 1e9:.1f}", f"{100 * entry['fraction_of_copy']:.0f}%",
                              f"{scipy_seconds * 1e3:.3f}", f"{scipy_seconds / seconds:.1f}x"])
-    print(format_table(["matrix", "order", "k", "threads", "prefetch", "kernel ms", "GB/s", "copy GB/s", "of copy", "SciPy ms (1 thread)", "vs SciPy"], rows))
+    print(format_table(["matrix", "order", "k", "threads", "prefetch", "streamed C", "kernel ms", "GB/s", "copy GB/s", "of copy", "SciPy ms (1 thread)", "vs SciPy"], rows))
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "kernel_bandwidth.json").write_text(json.dumps({"results": results}, indent=1))

@@ -1,5 +1,6 @@
-"""The local CSR x dense kernel (exec/kernels.py): exact on integer data, the same bits with and
-without B-row prefetching, on any number of threads, and row ranges that compose."""
+"""The local CSR x dense kernel (exec/kernels.py): exact on integer data for every register block
+and column tail, the same bits with and without B-row prefetching and streamed stores, on any
+number of threads, float32 summed in float32, and row ranges that compose."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ def _integer_matrix(rng, shape, density):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("k", [1, 3, 32])
+# k = 8, 16, 32 fill 1, 2, 4 float64 registers; 24 and 40 mix blocks; 3, 67 and 1 leave scalar
+# columns (float32 registers hold 16: 32 is one block of two, 67 one of four and 3 columns).
+@pytest.mark.parametrize("k", [1, 3, 8, 16, 24, 32, 40, 67])
 def test_csr_product_exact_with_and_without_prefetch(k, dtype):
     rng = np.random.default_rng()
     matrix = _integer_matrix(rng, (300, 250), 0.05)
@@ -69,3 +72,72 @@ def test_prefetch_is_chosen_for_short_rows_only():
     assert kernels.CsrOperand.from_matrix(short, np.float64, 1).prefetch
     assert not kernels.CsrOperand.from_matrix(long, np.float64, 1).prefetch
     assert kernels.CsrOperand.from_matrix(sp.csr_array((0, 5)), np.float64, 1).prefetch
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("k", [3, 8, 24, 32, 67])
+def test_streamed_stores_give_the_same_bits_and_need_an_aligned_out(k, dtype):
+    """``stream`` writes registers with non-temporal stores only into an ``out`` whose rows start
+    on cache lines; into a misaligned view it must fall back to ordinary stores (a streamed store
+    to a misaligned address would fault)."""
+    rng = np.random.default_rng()
+    matrix = _integer_matrix(rng, (200, 150), 0.05)
+    x = rng.integers(-9, 10, (150, k)).astype(dtype)
+    expected = (matrix @ x.astype(np.float64)).astype(dtype)
+    for threads in (1, 2):
+        kernels.set_threads(threads)
+        op = kernels.CsrOperand.from_matrix(matrix, dtype, threads)
+        aligned = kernels.empty_aligned((200, k), dtype)
+        shifted = np.empty(200 * k + 1, dtype)[1:].reshape(200, k)  # one element off a line
+        for out in (aligned, shifted):
+            out[:] = np.nan
+            kernels.backend.csr_dense_threads(op.indptr, op.indices, op.data, x, out, op.bounds, False, op.prefetch, True)
+            np.testing.assert_array_equal(out, expected)
+            kernels.backend.csr_dense_range(op.indptr, op.indices, op.data, x, out, 0, 200, True, op.prefetch, True)
+            np.testing.assert_array_equal(out, 2 * expected)
+
+
+def test_multiply_streams_a_large_aligned_out_with_the_same_bits():
+    rng = np.random.default_rng()
+    rows = kernels.STREAM_AT_LEAST_BYTES // (32 * 8) + 100
+    matrix = sp.csr_array(sp.random_array((rows, 3000), density=5 / 3000, rng=rng, format="csr"))
+    x = rng.standard_normal((3000, 32))
+    op = kernels.CsrOperand.from_matrix(matrix, np.float64, 2)
+    kernels.set_threads(2)
+    streamed, plain = kernels.empty_aligned((rows, 32), np.float64), np.empty((rows * 32 + 1))[1:].reshape(rows, 32)
+    kernels.multiply(op, x, streamed)
+    kernels.multiply(op, x, plain)
+    assert streamed.tobytes() == plain.tobytes()
+    np.testing.assert_allclose(streamed, matrix @ x, rtol=1e-12, atol=1e-12)
+
+
+def test_float32_rows_are_summed_in_float32_in_stored_order():
+    """2**24 + 1 + 1: float32 rounds each partial sum back to 2**24, float64 reaches 2**24 + 2
+    (which float32 can hold); the registers and the scalar column (k = 17) must both round as
+    float32 does."""
+    matrix = sp.csr_array((np.ones(3), np.array([0, 1, 2]), np.array([0, 3])), shape=(1, 3))
+    x = np.repeat(np.array([[2.0**24], [1.0], [1.0]], np.float32), 17, axis=1)
+    operand = kernels.CsrOperand.from_matrix(matrix, np.float32, 1, keep_order=True)
+    out = np.empty((1, 17), np.float32)
+    kernels.multiply(operand, x, out)
+    np.testing.assert_array_equal(out, np.full((1, 17), 2.0**24, np.float32))
+
+
+def test_empty_rows_are_zero_whatever_b_holds():
+    matrix = sp.csr_array(np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]))
+    for k in (3, 32, 35):
+        x = np.vstack([np.ones((1, k)), np.full((1, k), np.inf)])
+        out = np.full((3, k), np.nan)
+        kernels.multiply(kernels.CsrOperand.from_matrix(matrix, np.float64, 1), x, out)
+        np.testing.assert_array_equal(out, np.vstack([np.zeros(k), np.ones(k), np.zeros(k)]))
+    out = np.full((3, 32), np.nan)
+    kernels.multiply(kernels.CsrOperand.from_matrix(sp.csr_array((3, 0)), np.float64, 1), np.empty((0, 32)), out)
+    np.testing.assert_array_equal(out, np.zeros((3, 32)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_empty_aligned_starts_on_a_cache_line(dtype):
+    for shape in [(0, 4), (1, 1), (7, 3), (1000, 32)]:
+        array = kernels.empty_aligned(shape, dtype)
+        assert array.shape == shape and array.dtype == dtype and array.flags.c_contiguous
+        assert array.size == 0 or array.ctypes.data % 64 == 0

@@ -31,6 +31,7 @@ __all__ = [
     "gather",
     "apply_columns",
     "copy",
+    "empty_aligned",
 ]
 
 
@@ -75,11 +76,13 @@ def balanced_bounds(indptr: np.ndarray, parts: int) -> np.ndarray:
 
 
 #: Mean nonzeros per row below which the CSR product prefetches B rows. Short rows wait on each B
-#: row in turn; long rows keep enough loads in flight by themselves, and there the prefetches only
-#: add instructions. Measured at k = 32, 2 threads, one process, prefetch off -> on: mdual (4.0 per
-#: row) 22.0 -> 16.9 ms, delaunay_n16 (6.0) 4.3 -> 2.9 ms, cit-HepTh (12.7) 3.7 -> 2.8 ms,
-#: bcsstk25 (16.3) 0.92 -> 0.80 ms, stencil3d:40:27 (25.7) 4.96 -> 5.66 ms.
-PREFETCH_BELOW_ROW_NONZEROS = 20.0
+#: row in turn; longer rows keep enough loads in flight by themselves, and there the prefetches only
+#: add instructions. Measured with the register kernel, 2 threads, one process, time with prefetch
+#: over time without (k = 32; k = 8): luxembourg_osm (2.1 per row) 0.66; 0.76, mdual (4.0) 0.74;
+#: 0.46, dblp-2010 (5.0) 0.84; 0.80, delaunay_n16 (6.0) 0.83; 0.98, cnr-2000 (9.9) 1.00; 1.17,
+#: soc-Slashdot0902 (11.5) 0.94; 1.02, cit-HepTh (12.7) 1.05; 1.19, bcsstk25 (16.3) 1.05; 1.26,
+#: stencil3d:40:27 (25.7) 1.09; 1.63.
+PREFETCH_BELOW_ROW_NONZEROS = 8.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,17 +115,44 @@ class CsrOperand:
         return int(self.indptr[-1])
 
 
+#: Bytes of C from which a product that overwrites C streams it to memory (non-temporal stores):
+#: a C that large does not stay in the cache for the next pass anyway, and streaming saves reading
+#: every line of it into the cache before it is written. Below it, C is left in the cache for the
+#: passes that add to it. Measured at k = 32, 2 threads, C aligned, regular -> streamed stores:
+#: luxembourg_osm (C 29 MB) 3.5 -> 2.6 ms, dblp-2010 (83 MB) 16.2 -> 13.9 ms, delaunay_n16
+#: (17 MB) 2.8 -> 2.5 ms, bcsstk25 (4 MB) 0.80 -> 0.73 ms.
+STREAM_AT_LEAST_BYTES = 4 << 20
+
+
+def _stream(out: np.ndarray, accumulate: bool) -> bool:
+    return not accumulate and out.nbytes >= STREAM_AT_LEAST_BYTES
+
+
 def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
-    """``out = A @ x`` or, with ``accumulate``, ``out += A @ x``; x and out row-major."""
+    """``out = A @ x`` or, with ``accumulate``, ``out += A @ x``; x and out row-major, of the
+    operand's dtype. An ``out`` of :data:`STREAM_AT_LEAST_BYTES` or more from :func:`empty_aligned`
+    is written with non-temporal stores."""
+    stream = _stream(out, accumulate)
     if operand.bounds.size == 2:
-        multiply_rows(operand, x, out, 0, operand.shape[0], accumulate)
+        backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate, operand.prefetch, stream)
     else:
-        backend.csr_dense_threads(operand.indptr, operand.indices, operand.data, x, out, operand.bounds, accumulate, operand.prefetch)
+        backend.csr_dense_threads(operand.indptr, operand.indices, operand.data, x, out, operand.bounds, accumulate, operand.prefetch, stream)
 
 
 def multiply_rows(operand: CsrOperand, x: np.ndarray, out: np.ndarray, start: int, stop: int, accumulate: bool = False) -> None:
     """Rows [start, stop) of :func:`multiply`, on the calling thread."""
-    backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, operand.prefetch)
+    backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, operand.prefetch, _stream(out, accumulate))
+
+
+def empty_aligned(shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array whose first element starts a cache line (64 bytes), so
+    that :func:`multiply` may stream into it (rows start on lines too when ``k * itemsize`` is a
+    multiple of 64)."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    raw = np.empty(count * dtype.itemsize + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start : start + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
 @dataclass(frozen=True, eq=False)

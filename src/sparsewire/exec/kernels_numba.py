@@ -5,25 +5,33 @@ the GIL. ``*_range`` kernels are serial over one range of rows or elements (one 
 ``*_threads`` kernels run the ranges of ``bounds`` (T + 1 offsets) on T threads of Numba's pool.
 
 Accumulation order: a C row is summed nonzero by nonzero in the order its CSR row stores them,
-``c = a_0 x_0; c += a_1 x_1; ...`` (eight, then four nonzeros per pass over the row, keeping that
-order, so the row is loaded and stored once per eight nonzeros instead of once per nonzero; eight
-rather than four measured 0.93 -> 0.68 ms on bcsstk25 and 4.80 -> 4.46 ms on stencil3d:40:27 at
-k = 32, 2 threads, no prefetch, as each pass also pays run-time overlap checks of C and B). So results do not
-depend on the number of threads. The products are compiled with floating-point contraction
-(``fastmath={"contract"}``): each ``c += a x`` is one fused multiply-add where the CPU has one, a
-single rounding, still in that order (no reassociation), so results stay bitwise reproducible.
+``c = a_0 x_0; c += a_1 x_1; ...``, whatever the number of threads. The CSR product keeps the row
+in SIMD registers (:mod:`sparsewire.exec.simd`) while it walks the row's nonzeros, so C is
+stored once per row and never re-read. Each ``c += a x`` is one fused multiply-add where the CPU
+has one (``fastmath={"contract"}`` in the scalar loops, ``llvm.fmuladd`` in the registers: the
+same rounding), a single rounding, never reassociated, so results are bitwise reproducible.
 
 With ``prefetch``, the CSR product prefetches the B rows of the nonzeros :data:`PREFETCH_DISTANCE`
-ahead. The caller decides (:mod:`sparsewire.exec.kernels`): short rows wait on each B row in turn,
-long rows already keep many loads in flight and the prefetches only add instructions.
+ahead. With ``stream``, C rows are written with non-temporal stores (no read of C into the cache
+first) when ``out`` is aligned to the cache line. The caller decides both
+(:mod:`sparsewire.exec.kernels`).
 """
 
 from __future__ import annotations
 
-from llvmlite import ir
 from numba import njit, prange
-from numba.core import cgutils, types
-from numba.extending import intrinsic
+
+from sparsewire.exec.simd import (
+    LINE_BYTES,
+    lanes_fma,
+    lanes_load,
+    lanes_scale,
+    lanes_store,
+    lanes_stream,
+    lanes_zero,
+    prefetch as _prefetch,
+    store_fence,
+)
 
 #: Nonzeros ahead whose B rows the CSR product prefetches (16 and 32 measured alike; 8 less).
 PREFETCH_DISTANCE = 16
@@ -32,34 +40,92 @@ PREFETCH_LINES = 4
 _CONTRACT = {"contract"}
 
 
-@intrinsic
-def _prefetch(typingctx, address):
-    """``llvm.prefetch`` (read, keep in all cache levels) of the byte at ``address``; a hint that
-    never faults, so any address is safe."""
-    signature = types.void(types.intp)
+@njit(nogil=True, cache=True, inline="always")
+def _put(out, i, c, value, stream):
+    if stream:
+        lanes_stream(out, i, c, value)
+    else:
+        lanes_store(out, i, c, value)
 
-    def codegen(context, builder, sig, args):
-        pointer_type = ir.PointerType(ir.IntType(8))
-        i32 = ir.IntType(32)
-        function = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [pointer_type, i32, i32, i32]), "llvm.prefetch.p0"
-        )
-        builder.call(function, [builder.inttoptr(args[0], pointer_type), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
 
-    return signature, codegen
+@njit(nogil=True, cache=True, inline="always")
+def _row_block4(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream):
+    """Columns [c, c + 4 lanes) of C row i in four registers, over nonzeros [p, stop)."""
+    c1, c2, c3 = c + lanes, c + 2 * lanes, c + 3 * lanes
+    if accumulate:
+        t0, t1, t2, t3 = lanes_load(out, i, c), lanes_load(out, i, c1), lanes_load(out, i, c2), lanes_load(out, i, c3)
+    elif p < stop:
+        j, v = indices[p], data[p]
+        t0, t1 = lanes_scale(v, lanes_load(x, j, c)), lanes_scale(v, lanes_load(x, j, c1))
+        t2, t3 = lanes_scale(v, lanes_load(x, j, c2)), lanes_scale(v, lanes_load(x, j, c3))
+        p += 1
+    else:
+        t0 = t1 = t2 = t3 = lanes_zero(out)
+    while p < stop:
+        j, v = indices[p], data[p]
+        t0, t1 = lanes_fma(t0, v, lanes_load(x, j, c)), lanes_fma(t1, v, lanes_load(x, j, c1))
+        t2, t3 = lanes_fma(t2, v, lanes_load(x, j, c2)), lanes_fma(t3, v, lanes_load(x, j, c3))
+        p += 1
+    _put(out, i, c, t0, stream)
+    _put(out, i, c1, t1, stream)
+    _put(out, i, c2, t2, stream)
+    _put(out, i, c3, t3, stream)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _row_block2(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream):
+    """Columns [c, c + 2 lanes) of C row i in two registers."""
+    c1 = c + lanes
+    if accumulate:
+        t0, t1 = lanes_load(out, i, c), lanes_load(out, i, c1)
+    elif p < stop:
+        j, v = indices[p], data[p]
+        t0, t1 = lanes_scale(v, lanes_load(x, j, c)), lanes_scale(v, lanes_load(x, j, c1))
+        p += 1
+    else:
+        t0 = t1 = lanes_zero(out)
+    while p < stop:
+        j, v = indices[p], data[p]
+        t0, t1 = lanes_fma(t0, v, lanes_load(x, j, c)), lanes_fma(t1, v, lanes_load(x, j, c1))
+        p += 1
+    _put(out, i, c, t0, stream)
+    _put(out, i, c1, t1, stream)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _row_block1(indices, data, x, out, i, p, stop, c, accumulate, stream):
+    """Columns [c, c + lanes) of C row i in one register."""
+    if accumulate:
+        t0 = lanes_load(out, i, c)
+    elif p < stop:
+        t0 = lanes_scale(data[p], lanes_load(x, indices[p], c))
+        p += 1
+    else:
+        t0 = lanes_zero(out)
+    while p < stop:
+        t0 = lanes_fma(t0, data[p], lanes_load(x, indices[p], c))
+        p += 1
+    _put(out, i, c, t0, stream)
 
 
 @njit(nogil=True, cache=True, fastmath=_CONTRACT)
-def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch):
-    """Rows [row_start, row_stop) of ``out (+)= A @ x`` (A in CSR), each row summed in stored order;
-    with ``prefetch``, the B rows of the nonzeros :data:`PREFETCH_DISTANCE` ahead are prefetched.
+def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream):
+    """Rows [row_start, row_stop) of ``out (+)= A @ x`` (A in CSR), each row summed in stored order.
 
-    The row loop is written out rather than calling a per-row helper: measured 20% faster on
-    delaunay_n16 at k = 32 (the per-row call is not flattened as well)."""
+    A C row is cut into blocks of 4, 2 or 1 registers of :data:`~sparsewire.exec.simd.LINE_BYTES`
+    bytes (k = 32 in float64: one block of four, one pass over the row's nonzeros), the columns
+    after the last whole register one scalar loop each. With ``prefetch``, the B rows of the
+    nonzeros :data:`PREFETCH_DISTANCE` ahead are prefetched. With ``stream`` (ignored when
+    accumulating or when ``out``'s rows do not start on cache lines), registers go to memory with
+    non-temporal stores, fenced before returning."""
     k = out.shape[1]
+    lanes = LINE_BYTES // out.itemsize
+    k4 = k - k % (4 * lanes)
+    k2 = k - k % (2 * lanes)
+    k1 = k - k % lanes
+    stream = stream and not accumulate and out.ctypes.data % LINE_BYTES == 0 and out.strides[0] % LINE_BYTES == 0
     base, row_bytes = x.ctypes.data, x.strides[0]
-    lines = min(PREFETCH_LINES, (k * x.itemsize + 63) // 64)
+    lines = min(PREFETCH_LINES, (k * x.itemsize + LINE_BYTES - 1) // LINE_BYTES)
     last = indptr[row_stop] if prefetch else 0
     for i in range(row_start, row_stop):
         p, stop = indptr[i], indptr[i + 1]
@@ -67,58 +133,36 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
         for q in range(p + PREFETCH_DISTANCE, min(stop + PREFETCH_DISTANCE, last)):
             address = base + indices[q] * row_bytes
             for line in range(lines):
-                _prefetch(address + 64 * line)
-        if not accumulate:
-            if p == stop:
-                for c in range(k):
-                    out[i, c] = 0.0
+                _prefetch(address + LINE_BYTES * line)
+        for c in range(0, k4, 4 * lanes):
+            _row_block4(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream)
+        for c in range(k4, k2, 2 * lanes):
+            _row_block2(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream)
+        for c in range(k2, k1, lanes):
+            _row_block1(indices, data, x, out, i, p, stop, c, accumulate, stream)
+        for c in range(k1, k):
+            q = p
+            if accumulate:
+                t = out[i, c]
+            elif q < stop:
+                t = data[q] * x[indices[q], c]
+                q += 1
+            else:
+                out[i, c] = 0.0
                 continue
-            j, v = indices[p], data[p]
-            for c in range(k):
-                out[i, c] = v * x[j, c]
-            p += 1
-        while p + 8 <= stop:
-            j0, j1, j2, j3 = indices[p], indices[p + 1], indices[p + 2], indices[p + 3]
-            j4, j5, j6, j7 = indices[p + 4], indices[p + 5], indices[p + 6], indices[p + 7]
-            v0, v1, v2, v3 = data[p], data[p + 1], data[p + 2], data[p + 3]
-            v4, v5, v6, v7 = data[p + 4], data[p + 5], data[p + 6], data[p + 7]
-            for c in range(k):
-                t = out[i, c]
-                t += v0 * x[j0, c]
-                t += v1 * x[j1, c]
-                t += v2 * x[j2, c]
-                t += v3 * x[j3, c]
-                t += v4 * x[j4, c]
-                t += v5 * x[j5, c]
-                t += v6 * x[j6, c]
-                t += v7 * x[j7, c]
-                out[i, c] = t
-            p += 8
-        # Written out again for four: the 4-7 nonzeros an eight-pass leaves (most rows of a mesh
-        # have fewer than eight) take one pass instead of one per nonzero.
-        while p + 4 <= stop:
-            j0, j1, j2, j3 = indices[p], indices[p + 1], indices[p + 2], indices[p + 3]
-            v0, v1, v2, v3 = data[p], data[p + 1], data[p + 2], data[p + 3]
-            for c in range(k):
-                t = out[i, c]
-                t += v0 * x[j0, c]
-                t += v1 * x[j1, c]
-                t += v2 * x[j2, c]
-                t += v3 * x[j3, c]
-                out[i, c] = t
-            p += 4
-        while p < stop:
-            j, v = indices[p], data[p]
-            for c in range(k):
-                out[i, c] += v * x[j, c]
-            p += 1
+            while q < stop:  # t keeps out's dtype: float32 sums round in float32
+                t += data[q] * x[indices[q], c]
+                q += 1
+            out[i, c] = t
+    if stream:
+        store_fence()
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def csr_dense_threads(indptr, indices, data, x, out, bounds, accumulate, prefetch):
+def csr_dense_threads(indptr, indices, data, x, out, bounds, accumulate, prefetch, stream):
     """``out (+)= A @ x``, thread t computing rows [bounds[t], bounds[t+1])."""
     for t in prange(bounds.size - 1):
-        csr_dense_range(indptr, indices, data, x, out, bounds[t], bounds[t + 1], accumulate, prefetch)
+        csr_dense_range(indptr, indices, data, x, out, bounds[t], bounds[t + 1], accumulate, prefetch, stream)
 
 
 @njit(nogil=True, cache=True)

@@ -439,7 +439,7 @@ class SpmmExecutor:
         if b_local.dtype != self.dtype or not b_local.flags.c_contiguous:
             b_local = np.ascontiguousarray(b_local, dtype=self.dtype)
         if out is None:
-            out = np.empty((self.plan.local_shape[0], self.k), self.dtype)
+            out = kernels.empty_aligned((self.plan.local_shape[0], self.k), self.dtype)
         elif out.shape != (self.plan.local_shape[0], self.k) or out.dtype != self.dtype or not out.flags.c_contiguous:
             raise PlanMismatchError(
                 f"rank {self.plan.rank}: out must be a C-contiguous {self.dtype} array of shape {(self.plan.local_shape[0], self.k)} "

@@ -35,7 +35,7 @@ def measure_compute_rate(repeat: int = 5, progress=None) -> dict:
     per_k = {}
     for k in (16, 32, 64):
         dense = np.random.default_rng(k).random((matrix.shape[1], k))
-        out = np.empty((matrix.shape[0], k))
+        out = kernels.empty_aligned((matrix.shape[0], k), np.float64)
         kernels.multiply(operand, dense, out)
         times = []
         for _ in range(repeat):
