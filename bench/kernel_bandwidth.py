@@ -2,17 +2,22 @@
 
     .venv/bin/python bench/kernel_bandwidth.py [--matrices M ...] [--ks 8,32,128] [--threads 1,2] [--orders original,rcm]
 
-Copy bandwidth: a threaded copy of a 256 MiB array (bytes read + bytes written per second), the
-same threads as the kernel. Kernel: ``C = A @ B`` into a preallocated C, bytes = A once (values,
-column indices, row pointers) + B once + C once, per second: the rate if every byte crossed the
-memory bus once. The copy and the kernel run alternately, ``--repeat`` times each, and each
-configuration is compared with the copy timed beside it: on a shared virtual machine the memory
-bandwidth drifts (seen here: a 2-thread copy at 34 GB/s in one minute and 53 GB/s in the next).
-Matrices whose rows reach B rows far apart read B rows several times from memory (the ratio is
-then below what a reordering would give): ``--orders original,rcm`` also times the matrix in the
-order of ``--partition rcm`` (:mod:`sparsewire.partitioners`, rows and columns permuted alike),
-which keeps the B rows a stretch of rows reads close together. SciPy's ``A @ B`` (allocating C)
-is timed beside it. The ``prefetch`` column says whether the kernel prefetched B rows
+Copy bandwidth (bytes read + bytes written per second, a 256 MiB array, the same threads as the
+kernel), two ways: ``memcpy`` (NumPy's ``copyto``, glibc's memcpy, one slice per thread) and a
+threaded element loop (:func:`sparsewire.exec.kernels.copy`, like STREAM's Copy compiled without
+streaming stores: each target line is read into the cache before it is written, so it moves three
+bytes for every two it counts). The kernel is compared with the faster of the two ("of copy") and,
+for comparison with earlier runs, with the loop ("of loop"). Kernel: ``C = A @ B`` into a
+preallocated C, bytes = A once (values, column indices, row pointers) + B once + C once, per
+second: the rate if every byte crossed the memory bus once. The copies and the kernel run
+alternately, ``--repeat`` times each, and each configuration is compared with the copies timed
+beside it: on a shared virtual machine the memory bandwidth drifts (seen here: a 2-thread copy at
+34 GB/s in one minute and 53 GB/s in the next). Matrices whose rows reach B rows far apart read B
+rows several times from memory (the ratio is then below what a reordering would give):
+``--orders original,rcm`` also times the matrix in the order of ``--partition rcm``
+(:mod:`sparsewire.partitioners`, rows and columns permuted alike), which keeps the B rows a
+stretch of rows reads close together. SciPy's ``A @ B`` (allocating C) is timed beside it. The
+``prefetch`` column says whether the kernel prefetched B rows
 (:data:`sparsewire.exec.kernels.PREFETCH_BELOW_ROW_NONZEROS`), ``streamed C`` whether it wrote C
 with non-temporal stores (C aligned as the executor allocates it, and at least
 :data:`sparsewire.exec.kernels.STREAM_AT_LEAST_BYTES`). Medians; writes
@@ -25,6 +30,7 @@ import argparse
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -49,17 +55,23 @@ def median_seconds(function, repeat: int) -> float:
     return float(np.median(times))
 
 
-def alternating_medians(first, second, repeat: int) -> tuple[float, float]:
-    """Median seconds of ``first`` and of ``second``, run alternately (after one warm-up each)."""
-    first()
-    second()
-    times = ([], [])
+def alternating_medians(functions, repeat: int) -> list[float]:
+    """Median seconds of each function, run in turn ``repeat`` times (after one warm-up each)."""
+    for function in functions:
+        function()
+    times = [[] for _ in functions]
     for _ in range(repeat):
-        for function, sink in ((first, times[0]), (second, times[1])):
+        for function, sink in zip(functions, times):
             started = time.perf_counter()
             function()
             sink.append(time.perf_counter() - started)
-    return float(np.median(times[0])), float(np.median(times[1]))
+    return [float(np.median(sink)) for sink in times]
+
+
+def memcpy_in_threads(source: np.ndarray, target: np.ndarray, pool: ThreadPoolExecutor, threads: int) -> None:
+    """glibc's memcpy (``np.copyto``, which releases the GIL) on one slice per thread."""
+    bounds = np.linspace(0, source.size, threads + 1).astype(np.int64)
+    list(pool.map(lambda t: np.copyto(target[bounds[t] : bounds[t + 1]], source[bounds[t] : bounds[t + 1]]), range(threads)))
 
 
 def main() -> None:
@@ -74,6 +86,7 @@ def main() -> None:
     thread_counts = [int(v) for v in args.threads.split(",")]
     source = np.ones(32 * 1024 * 1024)
     target = np.empty_like(source)
+    pools = {threads: ThreadPoolExecutor(threads) for threads in thread_counts}
     results, rows = [], []
     orders = [o.strip() for o in args.orders.split(",")]
     for spec, order in [(spec, order) for spec in args.matrices for order in orders]:
@@ -89,21 +102,27 @@ def main() -> None:
             for threads in thread_counts:
                 kernels.set_threads(threads)
                 operand = kernels.CsrOperand.from_matrix(matrix, np.float64, threads)
-                seconds, copy_seconds = alternating_medians(
-                    lambda: kernels.multiply(operand, b, out), lambda: kernels.copy(source, target, threads), args.repeat
+                seconds, loop_seconds, memcpy_seconds = alternating_medians(
+                    [lambda: kernels.multiply(operand, b, out), lambda: kernels.copy(source, target, threads),
+                     lambda: memcpy_in_threads(source, target, pools[threads], threads)], args.repeat
                 )
                 np.testing.assert_allclose(out, matrix @ b, rtol=1e-12, atol=1e-12)
-                achieved, copy_bandwidth = moved / seconds, 2 * source.nbytes / copy_seconds
+                achieved, loop_bandwidth, memcpy_bandwidth = moved / seconds, 2 * source.nbytes / loop_seconds, 2 * source.nbytes / memcpy_seconds
+                copy_bandwidth = max(loop_bandwidth, memcpy_bandwidth)
                 streamed = out.nbytes >= kernels.STREAM_AT_LEAST_BYTES
                 entry = {"matrix": short_name(spec), "order": order, "k": k, "threads": threads, "prefetch": operand.prefetch, "streamed": streamed,
                          "seconds": seconds, "bytes": moved,
                          "achieved_bytes_per_second": achieved, "copy_bytes_per_second": copy_bandwidth,
-                         "fraction_of_copy": achieved / copy_bandwidth, "scipy_seconds": scipy_seconds}
+                         "memcpy_bytes_per_second": memcpy_bandwidth, "loop_copy_bytes_per_second": loop_bandwidth,
+                         "fraction_of_copy": achieved / copy_bandwidth, "fraction_of_loop_copy": achieved / loop_bandwidth,
+                         "scipy_seconds": scipy_seconds}
                 results.append(entry)
                 rows.append([short_name(spec), order, k, threads, "yes" if operand.prefetch else "no", "yes" if streamed else "no", f"{seconds * 1e3:.3f}", f"{achieved / 1e9:.1f}",
-                             f"{copy_bandwidth / 1e9:.1f}", f"{100 * entry['fraction_of_copy']:.0f}%",
+                             f"{memcpy_bandwidth / 1e9:.1f}", f"{loop_bandwidth / 1e9:.1f}", f"{100 * entry['fraction_of_copy']:.0f}%",
+                             f"{100 * entry['fraction_of_loop_copy']:.0f}%",
                              f"{scipy_seconds * 1e3:.3f}", f"{scipy_seconds / seconds:.1f}x"])
-    print(format_table(["matrix", "order", "k", "threads", "prefetch", "streamed C", "kernel ms", "GB/s", "copy GB/s", "of copy", "SciPy ms (1 thread)", "vs SciPy"], rows))
+    print(format_table(["matrix", "order", "k", "threads", "prefetch", "streamed C", "kernel ms", "GB/s", "memcpy GB/s", "loop copy GB/s", "of copy", "of loop",
+                        "SciPy ms (1 thread)", "vs SciPy"], rows))
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "kernel_bandwidth.json").write_text(json.dumps({"results": results}, indent=1))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from sparsewire.errors import InputError
 from sparsewire.exec import kernels
 
 
@@ -141,3 +142,16 @@ def test_empty_aligned_starts_on_a_cache_line(dtype):
         array = kernels.empty_aligned(shape, dtype)
         assert array.shape == shape and array.dtype == dtype and array.flags.c_contiguous
         assert array.size == 0 or array.ctypes.data % 64 == 0
+
+
+def test_blocks_whose_rows_are_not_contiguous_are_refused():
+    matrix = sp.csr_array(np.eye(4))
+    operand = kernels.CsrOperand.from_matrix(matrix, np.float64, 1)
+    with pytest.raises(InputError, match="rows of contiguous elements"):
+        kernels.multiply(operand, np.asfortranarray(np.ones((4, 8))), np.empty((4, 8)))
+    with pytest.raises(InputError, match="rows of contiguous elements"):
+        kernels.multiply_rows(operand, np.ones((4, 8)), np.empty((8, 4)).T, 0, 4)
+    wide = np.arange(4 * 16, dtype=np.float64).reshape(4, 16)
+    out = np.empty((4, 8))
+    kernels.multiply(operand, wide[:, :8], out)  # rows strided apart but each contiguous: fine
+    np.testing.assert_array_equal(out, wide[:, :8])

@@ -124,7 +124,13 @@ class CsrOperand:
 STREAM_AT_LEAST_BYTES = 4 << 20
 
 
-def _stream(out: np.ndarray, accumulate: bool) -> bool:
+def _stream(x: np.ndarray, out: np.ndarray, accumulate: bool) -> bool:
+    """Whether to stream into ``out``; first checks that x and out are 2-D with rows of contiguous
+    elements, which the register loads and stores assume (a Fortran-ordered block would otherwise
+    be read wrong)."""
+    for name, array in (("x", x), ("out", out)):
+        if array.ndim != 2 or (array.size and array.shape[1] > 1 and array.strides[1] != array.itemsize):
+            raise InputError(f"the kernel's {name} must be 2-D with rows of contiguous elements (got strides {array.strides}); pass np.ascontiguousarray({name})")
     return not accumulate and out.nbytes >= STREAM_AT_LEAST_BYTES
 
 
@@ -132,7 +138,7 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
     """``out = A @ x`` or, with ``accumulate``, ``out += A @ x``; x and out row-major, of the
     operand's dtype. An ``out`` of :data:`STREAM_AT_LEAST_BYTES` or more from :func:`empty_aligned`
     is written with non-temporal stores."""
-    stream = _stream(out, accumulate)
+    stream = _stream(x, out, accumulate)
     if operand.bounds.size == 2:
         backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate, operand.prefetch, stream)
     else:
@@ -141,7 +147,7 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
 
 def multiply_rows(operand: CsrOperand, x: np.ndarray, out: np.ndarray, start: int, stop: int, accumulate: bool = False) -> None:
     """Rows [start, stop) of :func:`multiply`, on the calling thread."""
-    backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, operand.prefetch, _stream(out, accumulate))
+    backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, operand.prefetch, _stream(x, out, accumulate))
 
 
 def empty_aligned(shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:

@@ -129,6 +129,8 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
     last = indptr[row_stop] if prefetch else 0
     for i in range(row_start, row_stop):
         p, stop = indptr[i], indptr[i + 1]
+        if accumulate and p == stop:
+            continue  # nothing to add: C's row is not touched (an off-diagonal block is mostly empty rows)
         # The B rows of this row's nonzeros shifted PREFETCH_DISTANCE ahead (none unless prefetch).
         for q in range(p + PREFETCH_DISTANCE, min(stop + PREFETCH_DISTANCE, last)):
             address = base + indices[q] * row_bytes
