@@ -124,7 +124,7 @@ class CsrOperand:
 STREAM_AT_LEAST_BYTES = 4 << 20
 
 
-def _stream(x: np.ndarray, out: np.ndarray, accumulate: bool) -> bool:
+def _checked_stream(x: np.ndarray, out: np.ndarray, accumulate: bool) -> bool:
     """Whether to stream into ``out``; first checks that x and out are 2-D with rows of contiguous
     elements, which the register loads and stores assume (a Fortran-ordered block would otherwise
     be read wrong)."""
@@ -138,7 +138,7 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
     """``out = A @ x`` or, with ``accumulate``, ``out += A @ x``; x and out row-major, of the
     operand's dtype. An ``out`` of :data:`STREAM_AT_LEAST_BYTES` or more from :func:`empty_aligned`
     is written with non-temporal stores."""
-    stream = _stream(x, out, accumulate)
+    stream = _checked_stream(x, out, accumulate)
     if operand.bounds.size == 2:
         backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate, operand.prefetch, stream)
     else:
@@ -147,7 +147,7 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
 
 def multiply_rows(operand: CsrOperand, x: np.ndarray, out: np.ndarray, start: int, stop: int, accumulate: bool = False) -> None:
     """Rows [start, stop) of :func:`multiply`, on the calling thread."""
-    backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, operand.prefetch, _stream(x, out, accumulate))
+    backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, operand.prefetch, _checked_stream(x, out, accumulate))
 
 
 def empty_aligned(shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:

@@ -50,7 +50,9 @@ def _put(out, i, c, value, stream):
 
 @njit(nogil=True, cache=True, inline="always")
 def _row_block4(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream):
-    """Columns [c, c + 4 lanes) of C row i in four registers, over nonzeros [p, stop)."""
+    """Columns [c, c + 4 lanes) of C row i in four registers, over nonzeros [p, stop). Written
+    out once per width (4, 2, 1): the registers are variables, so their count is fixed when Numba
+    compiles."""
     c1, c2, c3 = c + lanes, c + 2 * lanes, c + 3 * lanes
     if accumulate:
         t0, t1, t2, t3 = lanes_load(out, i, c), lanes_load(out, i, c1), lanes_load(out, i, c2), lanes_load(out, i, c3)
