@@ -32,6 +32,7 @@ __all__ = [
     "apply_columns",
     "copy",
     "empty_aligned",
+    "streams",
 ]
 
 
@@ -124,21 +125,27 @@ class CsrOperand:
 STREAM_AT_LEAST_BYTES = 4 << 20
 
 
-def _checked_stream(x: np.ndarray, out: np.ndarray, accumulate: bool) -> bool:
-    """Whether to stream into ``out``; first checks that x and out are 2-D with rows of contiguous
-    elements, which the register loads and stores assume (a Fortran-ordered block would otherwise
-    be read wrong)."""
+def streams(out: np.ndarray, accumulate: bool = False) -> bool:
+    """Whether :func:`multiply` writes ``out`` with non-temporal stores: a product that overwrites
+    (not ``accumulate``) a C of :data:`STREAM_AT_LEAST_BYTES` or more. The kernel then streams
+    when ``out``'s rows start on cache lines (:func:`empty_aligned`) and stores as usual otherwise."""
+    return not accumulate and out.nbytes >= STREAM_AT_LEAST_BYTES
+
+
+def _require_contiguous_rows(x: np.ndarray, out: np.ndarray) -> None:
+    """The register loads and stores assume 2-D blocks with rows of contiguous elements (a
+    Fortran-ordered block would otherwise be read wrong)."""
     for name, array in (("x", x), ("out", out)):
         if array.ndim != 2 or (array.size and array.shape[1] > 1 and array.strides[1] != array.itemsize):
             raise InputError(f"the kernel's {name} must be 2-D with rows of contiguous elements (got strides {array.strides}); pass np.ascontiguousarray({name})")
-    return not accumulate and out.nbytes >= STREAM_AT_LEAST_BYTES
 
 
 def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
     """``out = A @ x`` or, with ``accumulate``, ``out += A @ x``; x and out row-major, of the
-    operand's dtype. An ``out`` of :data:`STREAM_AT_LEAST_BYTES` or more from :func:`empty_aligned`
-    is written with non-temporal stores."""
-    stream = _checked_stream(x, out, accumulate)
+    operand's dtype, rows contiguous. When :func:`streams` says so and ``out`` comes from
+    :func:`empty_aligned`, it is written with non-temporal stores."""
+    _require_contiguous_rows(x, out)
+    stream = streams(out, accumulate)
     if operand.bounds.size == 2:
         backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate, operand.prefetch, stream)
     else:
@@ -147,7 +154,8 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
 
 def multiply_rows(operand: CsrOperand, x: np.ndarray, out: np.ndarray, start: int, stop: int, accumulate: bool = False) -> None:
     """Rows [start, stop) of :func:`multiply`, on the calling thread."""
-    backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, operand.prefetch, _checked_stream(x, out, accumulate))
+    _require_contiguous_rows(x, out)
+    backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, operand.prefetch, streams(out, accumulate))
 
 
 def empty_aligned(shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
