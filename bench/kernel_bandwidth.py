@@ -8,8 +8,9 @@ threaded element loop (:func:`sparsewire.exec.kernels.copy`, like STREAM's Copy 
 streaming stores: each target line is read into the cache before it is written, so it moves three
 bytes for every two it counts). The kernel is compared with the faster of the two ("of copy") and,
 for comparison with earlier runs, with the loop ("of loop"). Kernel: ``C = A @ B`` into a
-preallocated C, bytes = A once (values, column indices, row pointers) + B once + C once, per
-second: the rate if every byte crossed the memory bus once. The copies and the kernel run
+preallocated C, bytes = A once (values, column indices, row pointers, in the kernel's own types:
+4-byte column indices) + B once + C once, per second: the rate if every byte crossed the memory
+bus once. B and C start on cache lines, as the library allocates them (:mod:`sparsewire.aligned`). The copies and the kernel run
 alternately, ``--repeat`` times each, and each configuration is compared with the copies timed
 beside it: on a shared virtual machine the memory bandwidth drifts (seen here: a 2-thread copy at
 34 GB/s in one minute and 53 GB/s in the next). Matrices whose rows reach B rows far apart read B
@@ -95,13 +96,14 @@ def main() -> None:
             matrix = partition(matrix, 1, "rcm").permute(matrix)
         n_rows, n_cols = matrix.shape
         for k in ks:
-            b = deterministic_dense(0, n_cols, k)
+            b = deterministic_dense(0, n_cols, k)  # rows on cache lines, as the library allocates B
             out = kernels.empty_aligned((n_rows, k), np.float64)  # as the executor allocates C
-            moved = matrix.nnz * (8 + 8) + (n_rows + 1) * 8 + (n_cols + n_rows) * k * 8
             scipy_seconds = median_seconds(lambda: matrix @ b, max(3, args.repeat // 3))
             for threads in thread_counts:
                 kernels.set_threads(threads)
                 operand = kernels.CsrOperand.from_matrix(matrix, np.float64, threads)
+                # The bytes the kernel must read and write: its own index and value arrays, B, C.
+                moved = operand.indptr.nbytes + operand.indices.nbytes + operand.data.nbytes + (n_cols + n_rows) * k * 8
                 seconds, loop_seconds, memcpy_seconds = alternating_medians(
                     [lambda: kernels.multiply(operand, b, out), lambda: kernels.copy(source, target, threads),
                      lambda: memcpy_in_threads(source, target, pools[threads], threads)], args.repeat

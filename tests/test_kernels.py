@@ -27,9 +27,10 @@ def _integer_matrix(rng, shape, density):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-# k = 8, 16, 32 fill 1, 2, 4 float64 registers; 24 and 40 mix blocks; 3, 67 and 1 leave scalar
-# columns (float32 registers hold 16: 32 is one block of two, 67 one of four and 3 columns).
-@pytest.mark.parametrize("k", [1, 3, 8, 16, 24, 32, 40, 67])
+# k = 8, 16, 32 fill exactly 1, 2, 4 float64 registers (the rows-of-one-block paths); 24, 40 and
+# 64 loop over blocks; 3, 67 and 1 leave scalar columns (float32 registers hold 16: 16, 32 and 64
+# are one block of one, two and four, 67 one of four and 3 columns).
+@pytest.mark.parametrize("k", [1, 3, 8, 16, 24, 32, 40, 64, 67])
 def test_csr_product_exact_with_and_without_prefetch(k, dtype):
     rng = np.random.default_rng()
     matrix = _integer_matrix(rng, (300, 250), 0.05)
@@ -136,12 +137,43 @@ def test_empty_rows_are_zero_whatever_b_holds():
     np.testing.assert_array_equal(out, np.zeros((3, 32)))
 
 
+def test_column_indices_are_four_bytes_and_give_the_same_bits_as_eight():
+    rng = np.random.default_rng()
+    matrix = sp.csr_array(sp.random_array((400, 300), density=0.03, rng=rng, format="csr"))
+    x = rng.standard_normal((300, 32))
+    narrow = kernels.CsrOperand.from_matrix(matrix, np.float64, 2)
+    assert narrow.indices.dtype == np.int32
+    wide = dataclasses.replace(narrow, indices=narrow.indices.astype(np.int64))  # as for > 2**31 columns
+    kernels.set_threads(2)
+    results = []
+    for operand in (narrow, wide):
+        out = np.empty((400, 32))
+        kernels.multiply(operand, x, out)
+        results.append(out.tobytes())
+    assert results[0] == results[1]
+    np.testing.assert_allclose(np.frombuffer(results[0]).reshape(400, 32), matrix @ x, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
 def test_empty_aligned_starts_on_a_cache_line(dtype):
-    for shape in [(0, 4), (1, 1), (7, 3), (1000, 32)]:
+    for shape in [(0, 4), (1, 1), (7, 3), (1000, 32), 5]:
         array = kernels.empty_aligned(shape, dtype)
-        assert array.shape == shape and array.dtype == dtype and array.flags.c_contiguous
+        assert array.shape == (shape if isinstance(shape, tuple) else (shape,))
+        assert array.dtype == dtype and array.flags.c_contiguous
         assert array.size == 0 or array.ctypes.data % 64 == 0
+        zeros = kernels.zeros_aligned(shape, dtype)
+        assert zeros.size == 0 or (zeros.ctypes.data % 64 == 0 and not zeros.any())
+
+
+def test_generated_b_starts_on_a_cache_line_whatever_its_rows():
+    from sparsewire.generators import deterministic_dense, deterministic_dense_rows
+
+    for start, stop, k in [(0, 10, 32), (3, 1000, 8), (17, 18, 3)]:
+        block = deterministic_dense(start, stop, k)
+        assert block.ctypes.data % 64 == 0 and block.flags.c_contiguous and block.shape == (stop - start, k)
+    block = deterministic_dense_rows(np.array([5, 1, 123456]), 8, np.float32)
+    assert block.ctypes.data % 64 == 0 and block.dtype == np.float32
+    assert block[2, 7] == np.float32(0.331205268856138)
 
 
 def test_blocks_whose_rows_are_not_contiguous_are_refused():

@@ -19,6 +19,7 @@ import sys as _sys
 if "numba" not in _sys.modules:
     _os.environ.setdefault("NUMBA_NUM_THREADS", str(max(64, _os.cpu_count() or 1)))
 
+from sparsewire.aligned import empty_aligned, zeros_aligned  # noqa: E402
 from sparsewire.errors import InputError, PlanMismatchError, SparsewireError  # noqa: E402
 from sparsewire.generators import deterministic_dense
 from sparsewire.io import load_matrix
@@ -83,6 +84,7 @@ __all__ = [
     "build_plan",
     "build_rank_plan_collective",
     "deterministic_dense",
+    "empty_aligned",
     "even_rows",
     "load_matrix",
     "minimum_vertex_cover",
@@ -90,4 +92,5 @@ __all__ = [
     "partition_matrix",
     "plan_stats",
     "rowwise_stats",
+    "zeros_aligned",
 ]

@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.spatial import Delaunay
 
+from sparsewire.aligned import empty_aligned
 from sparsewire.errors import InputError
 
 __all__ = ["rmat", "delaunay", "stencil2d", "stencil3d", "uniform", "from_spec", "deterministic_dense", "GENERATORS"]
@@ -215,4 +216,6 @@ def deterministic_dense_rows(rows: np.ndarray, k: int, dtype=np.float64) -> np.n
     x = (((x >> shift) ^ x) * multiplier) & mask
     x = (((x >> shift) ^ x) * multiplier) & mask
     x = (x >> shift) ^ x
-    return np.ascontiguousarray((x / 2.0**32 - 0.5).astype(dtype))
+    block = empty_aligned(x.shape, dtype)  # rows on cache lines: the kernel's fastest B
+    np.copyto(block, x / 2.0**32 - 0.5, casting="same_kind")
+    return block

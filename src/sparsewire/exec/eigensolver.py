@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
+from sparsewire.aligned import empty_aligned, is_aligned
 from sparsewire.errors import InputError
 from sparsewire.exec.spmm import SpmmExecutor
 from sparsewire.generators import deterministic_dense
@@ -94,9 +95,14 @@ def block_krylov_eigs(
     multiplies = 0
     fresh_draws = 0
 
+    staged = empty_aligned((n_local, b))
+
     def apply(block: np.ndarray, out: np.ndarray) -> None:
         nonlocal multiply_seconds, multiplies
         began = time.perf_counter()
+        if not is_aligned(block):  # the blocks come from NumPy products; the kernel wants lines
+            np.copyto(staged, block)
+            block = staged
         executor.multiply(block, out=out)
         multiply_seconds += time.perf_counter() - began
         multiplies += 1
@@ -123,11 +129,11 @@ def block_krylov_eigs(
         return w
 
     x = orthonormalize(deterministic_dense(row_start, row_start + n_local, b, np.float64), None)
-    ax = np.empty((n_local, b))
+    ax = empty_aligned((n_local, b))
     apply(x, ax)
     q = np.empty((n_local, steps * b))
     aq = np.empty((n_local, steps * b))
-    product = np.empty((n_local, b))
+    product = empty_aligned((n_local, b))
     theta = np.zeros(b)
     residuals = np.full(nev, np.inf)
     converged = False

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire.aligned import empty_aligned, zeros_aligned
 from sparsewire.errors import InputError
 from sparsewire.exec import kernels_numba as backend
 
@@ -32,6 +33,7 @@ __all__ = [
     "apply_columns",
     "copy",
     "empty_aligned",
+    "zeros_aligned",
     "streams",
 ]
 
@@ -77,13 +79,13 @@ def balanced_bounds(indptr: np.ndarray, parts: int) -> np.ndarray:
 
 
 #: Mean nonzeros per row below which the CSR product prefetches B rows. Short rows wait on each B
-#: row in turn; longer rows keep enough loads in flight by themselves, and there the prefetches only
-#: add instructions. Measured with the register kernel, 2 threads, one process, time with prefetch
-#: over time without (k = 32; k = 8): luxembourg_osm (2.1 per row) 0.66; 0.76, mdual (4.0) 0.74;
-#: 0.46, dblp-2010 (5.0) 0.84; 0.80, delaunay_n16 (6.0) 0.83; 0.98, cnr-2000 (9.9) 1.00; 1.17,
-#: soc-Slashdot0902 (11.5) 0.94; 1.02, cit-HepTh (12.7) 1.05; 1.19, bcsstk25 (16.3) 1.05; 1.26,
-#: stencil3d:40:27 (25.7) 1.09; 1.63.
-PREFETCH_BELOW_ROW_NONZEROS = 8.0
+#: row in turn; long rows keep enough loads in flight by themselves, and there the prefetches only
+#: add instructions. Measured with the register kernel, B and C aligned, 2 threads, caches flushed
+#: by a 512 MB copy before each run, time with prefetch over time without (k = 32; k = 8):
+#: luxembourg_osm (2.1 per row) 0.70; 0.72, mdual (4.0) 0.73; 0.61, dblp-2010 (5.0) 0.77; 0.90,
+#: delaunay_n16 (6.0) 0.83; 0.85, cnr-2000 (9.9) 1.00; 1.06, soc-Slashdot0902 (11.5) 0.89; 0.90,
+#: cit-HepTh (12.7) 0.92; 0.82, bcsstk25 (16.3) 1.03; 1.25, stencil3d:40:27 (25.7) 1.28; 1.30.
+PREFETCH_BELOW_ROW_NONZEROS = 14.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,8 +109,11 @@ class CsrOperand:
             csr.sum_duplicates()
         indptr = csr.indptr.astype(np.int64)
         prefetch = csr.nnz < PREFETCH_BELOW_ROW_NONZEROS * max(1, csr.shape[0])
+        # 4-byte column indices where they fit: 4 bytes less to read per nonzero (measured at
+        # k = 32, 2 threads: stencil3d:40:27 2.43 -> 2.05 ms, soc-Slashdot0902 4.97 -> 4.66 ms).
+        index_type = np.int32 if csr.shape[1] <= np.iinfo(np.int32).max else np.int64
         return CsrOperand(
-            indptr, csr.indices.astype(np.int64), csr.data.astype(dtype), csr.shape, balanced_bounds(indptr, threads), bool(prefetch)
+            indptr, csr.indices.astype(index_type), csr.data.astype(dtype), csr.shape, balanced_bounds(indptr, threads), bool(prefetch)
         )
 
     @property
@@ -156,17 +161,6 @@ def multiply_rows(operand: CsrOperand, x: np.ndarray, out: np.ndarray, start: in
     """Rows [start, stop) of :func:`multiply`, on the calling thread."""
     _require_contiguous_rows(x, out)
     backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, operand.prefetch, streams(out, accumulate))
-
-
-def empty_aligned(shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
-    """An uninitialised C-contiguous array whose first element starts a cache line (64 bytes), so
-    that :func:`multiply` may stream into it (rows start on lines too when ``k * itemsize`` is a
-    multiple of 64)."""
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape))
-    raw = np.empty(count * dtype.itemsize + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    return raw[start : start + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
 @dataclass(frozen=True, eq=False)

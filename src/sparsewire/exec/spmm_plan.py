@@ -220,11 +220,13 @@ class SpmmPlan:
 
         Args:
             b_local: this rank's rows of B, shape (``input_rows``, k): the rows
-                ``matrix.col_partition.range(rank)`` (``row_partition`` when transposed).
+                ``matrix.col_partition.range(rank)`` (``row_partition`` when transposed). The
+                product is fastest when B's rows start on cache lines (``sparsewire.empty_aligned``
+                allocates such an array; :mod:`sparsewire.aligned` has the measurements).
             out: optional C-contiguous array of shape (``output_rows``, k) and the plan's dtype to
                 write C into (then nothing is allocated). A large C is streamed to memory when its
-                rows start on cache lines: ``sparsewire.exec.kernels.empty_aligned`` allocates such
-                an array, as the plan does when ``out`` is not given.
+                rows start on cache lines: ``sparsewire.empty_aligned`` allocates such an array, as
+                the plan does when ``out`` is not given.
 
         Returns:
             ``C_p = sum_j A[rows_p, j] B[j, :]`` for this rank's rows p.
