@@ -24,6 +24,7 @@ from numba import njit, prange
 from sparsewire.exec.simd import (
     LINE_BYTES,
     lanes_fma,
+    lanes_in,
     lanes_load,
     lanes_scale,
     lanes_store,
@@ -127,7 +128,7 @@ def _rows_of_one_block(indptr, indices, data, x, out, row_start, row_stop, accum
     compile without loops over blocks or lines (a copy of this loop timed at k = 32 on 2 threads
     took 0.76-0.98 of the time of the general loop below, which works out each row's blocks at run
     time)."""
-    lanes = LINE_BYTES // out.itemsize
+    lanes = lanes_in(out)
     for i in range(row_start, row_stop):
         p, stop = indptr[i], indptr[i + 1]
         if accumulate and p == stop:
@@ -153,7 +154,7 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
     accumulating or when ``out``'s rows do not start on cache lines), registers go to memory with
     non-temporal stores, fenced before returning."""
     k = out.shape[1]
-    lanes = LINE_BYTES // out.itemsize
+    lanes = lanes_in(out)
     k4 = k - k % (4 * lanes)
     k2 = k - k % (2 * lanes)
     k1 = k - k % lanes

@@ -10,6 +10,10 @@ such registers.
 
 Rounding: :func:`lanes_fma` is ``llvm.fmuladd``, which is what ``fastmath={"contract"}`` makes of
 ``c += a * x`` in the scalar kernels, so a vector lane and a scalar loop give the same bits.
+
+Numba's on-disk cache (``cache=True``) is keyed on the file of the function it compiled, not on
+the files that function calls into: after editing this module, delete the ``*.nbi``/``*.nbc`` files
+in ``exec/__pycache__`` (or touch ``kernels_numba.py``), or the kernels keep the old code.
 """
 
 from __future__ import annotations
@@ -160,3 +164,15 @@ def prefetch(typingctx, address):
         return context.get_dummy_value()
 
     return types.void(types.intp), codegen
+
+
+@intrinsic
+def lanes_in(typingctx, array):
+    """The number of ``array``'s elements in one :class:`Lanes` register, as a constant the
+    compiler folds into the addresses (``array.itemsize`` is a run-time value to Numba)."""
+    count = Lanes(array.dtype).count
+
+    def codegen(context, builder, sig, args):
+        return context.get_constant(types.intp, count)
+
+    return types.intp(array), codegen
