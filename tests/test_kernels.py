@@ -187,3 +187,28 @@ def test_blocks_whose_rows_are_not_contiguous_are_refused():
     out = np.empty((4, 8))
     kernels.multiply(operand, wide[:, :8], out)  # rows strided apart but each contiguous: fine
     np.testing.assert_array_equal(out, wide[:, :8])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+# k = 8, 16, 32 (float64) and 16, 32, 64 (float32) keep the received row in 1, 2, 4 registers;
+# 3 and 40 take the scalar loop.
+@pytest.mark.parametrize("k", [3, 8, 16, 32, 40, 64])
+def test_csc_message_products_add_exactly_on_any_threads(k, dtype):
+    """``apply_columns``: C += A[:, cols] @ buffer[cols] one message (column range) at a time,
+    thread t adding only into its own C rows; exact on integer data, whatever the order of the
+    messages."""
+    rng = np.random.default_rng()
+    matrix = _integer_matrix(rng, (300, 120), 0.06)
+    buffer = rng.integers(-9, 10, (120, k)).astype(dtype)
+    start = rng.integers(-9, 10, (300, k)).astype(dtype)
+    expected = (start.astype(np.float64) + matrix @ buffer.astype(np.float64)).astype(dtype)
+    cuts = np.sort(rng.choice(np.arange(1, 120), 3, replace=False))
+    messages = list(zip([0, *cuts], [*cuts, 120]))
+    for threads in (1, 2, 3):
+        kernels.set_threads(threads)
+        bounds = kernels.balanced_bounds(matrix.indptr.astype(np.int64), threads)
+        operand = kernels.CscOperand.from_matrix(matrix, dtype, bounds)
+        out = start.copy()
+        for lo, hi in reversed(messages):
+            kernels.apply_columns(operand, buffer, out, int(lo), int(hi))
+        np.testing.assert_array_equal(out, expected)

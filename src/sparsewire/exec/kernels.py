@@ -226,6 +226,7 @@ class CscOperand:
 
 def apply_columns(operand: CscOperand, buffer: np.ndarray, out: np.ndarray, col_start: int, col_stop: int) -> None:
     """``out += A[:, col_start:col_stop] @ buffer[col_start:col_stop]`` (one received message)."""
+    _require_contiguous_rows(buffer, out)
     if operand.colptrs.shape[0] == 1:
         backend.csc_columns_range(operand.colptrs[0], operand.rows, operand.data, buffer, out, col_start, col_stop)
     else:
