@@ -10,19 +10,18 @@ bytes for every two it counts). The kernel is compared with the faster of the tw
 for comparison with earlier runs, with the loop ("of loop"). Kernel: ``C = A @ B`` into a
 preallocated C, bytes = A once (values, column indices, row pointers, in the kernel's own types:
 4-byte column indices) + B once + C once, per second: the rate if every byte crossed the memory
-bus once. B and C start on cache lines, as the library allocates them (:mod:`sparsewire.aligned`). The copies and the kernel run
-alternately, ``--repeat`` times each, and each configuration is compared with the copies timed
-beside it: on a shared virtual machine the memory bandwidth drifts (seen here: a 2-thread copy at
-34 GB/s in one minute and 53 GB/s in the next). Matrices whose rows reach B rows far apart read B
-rows several times from memory (the ratio is then below what a reordering would give):
-``--orders original,rcm`` also times the matrix in the order of ``--partition rcm``
-(:mod:`sparsewire.partitioners`, rows and columns permuted alike), which keeps the B rows a
-stretch of rows reads close together. SciPy's ``A @ B`` (allocating C) is timed beside it. The
-``prefetch`` column says whether the kernel prefetched B rows
+bus once. B and C start on cache lines, as the library allocates them (:mod:`sparsewire.aligned`).
+The copies and the kernel run alternately, ``--repeat`` times each, and each configuration is
+compared with the copies timed beside it: on a shared virtual machine the memory bandwidth drifts
+(seen here: a 2-thread copy at 34 GB/s in one minute and 53 GB/s in the next). Matrices whose rows
+reach B rows far apart read B rows several times from memory (the ratio is then below what a
+reordering would give): ``--orders original,rcm`` also times the matrix in the order of
+``--partition rcm`` (:mod:`sparsewire.partitioners`, rows and columns permuted alike), which keeps
+the B rows a stretch of rows reads close together. SciPy's ``A @ B`` (allocating C) is timed beside
+it. The ``prefetch`` column says whether the kernel prefetched B rows
 (:data:`sparsewire.exec.kernels.PREFETCH_BELOW_ROW_NONZEROS`), ``streamed C`` whether it wrote C
 with non-temporal stores (:func:`sparsewire.exec.kernels.streams`; C is aligned as the executor
-allocates it). Medians; writes
-bench/results/kernel_bandwidth.json.
+allocates it). Medians; writes bench/results/kernel_bandwidth.json.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, default_matrices, short_name  # noqa: E402
 
+from sparsewire.aligned import empty_aligned  # noqa: E402
 from sparsewire.exec import kernels  # noqa: E402
 from sparsewire.generators import deterministic_dense  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
@@ -97,13 +97,13 @@ def main() -> None:
         n_rows, n_cols = matrix.shape
         for k in ks:
             b = deterministic_dense(0, n_cols, k)  # rows on cache lines, as the library allocates B
-            out = kernels.empty_aligned((n_rows, k), np.float64)  # as the executor allocates C
+            out = empty_aligned((n_rows, k), np.float64)  # as the executor allocates C
             scipy_seconds = median_seconds(lambda: matrix @ b, max(3, args.repeat // 3))
             for threads in thread_counts:
                 kernels.set_threads(threads)
                 operand = kernels.CsrOperand.from_matrix(matrix, np.float64, threads)
                 # The bytes the kernel must read and write: its own index and value arrays, B, C.
-                moved = operand.indptr.nbytes + operand.indices.nbytes + operand.data.nbytes + (n_cols + n_rows) * k * 8
+                moved = operand.indptr.nbytes + operand.indices.nbytes + operand.data.nbytes + b.nbytes + out.nbytes
                 seconds, loop_seconds, memcpy_seconds = alternating_medians(
                     [lambda: kernels.multiply(operand, b, out), lambda: kernels.copy(source, target, threads),
                      lambda: memcpy_in_threads(source, target, pools[threads], threads)], args.repeat

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from sparsewire.aligned import empty_aligned, zeros_aligned
 from sparsewire.errors import InputError
 from sparsewire.exec import kernels
 
@@ -89,7 +90,7 @@ def test_streamed_stores_give_the_same_bits_and_need_an_aligned_out(k, dtype):
     for threads in (1, 2):
         kernels.set_threads(threads)
         op = kernels.CsrOperand.from_matrix(matrix, dtype, threads)
-        aligned = kernels.empty_aligned((200, k), dtype)
+        aligned = empty_aligned((200, k), dtype)
         shifted = np.empty(200 * k + 1, dtype)[1:].reshape(200, k)  # one element off a line
         for out in (aligned, shifted):
             out[:] = np.nan
@@ -106,7 +107,7 @@ def test_multiply_streams_a_large_aligned_out_with_the_same_bits():
     x = rng.standard_normal((3000, 32))
     op = kernels.CsrOperand.from_matrix(matrix, np.float64, 2)
     kernels.set_threads(2)
-    streamed, plain = kernels.empty_aligned((rows, 32), np.float64), np.empty((rows * 32 + 1))[1:].reshape(rows, 32)
+    streamed, plain = empty_aligned((rows, 32), np.float64), np.empty((rows * 32 + 1))[1:].reshape(rows, 32)
     kernels.multiply(op, x, streamed)
     kernels.multiply(op, x, plain)
     assert streamed.tobytes() == plain.tobytes()
@@ -157,11 +158,11 @@ def test_column_indices_are_four_bytes_and_give_the_same_bits_as_eight():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
 def test_empty_aligned_starts_on_a_cache_line(dtype):
     for shape in [(0, 4), (1, 1), (7, 3), (1000, 32), 5]:
-        array = kernels.empty_aligned(shape, dtype)
+        array = empty_aligned(shape, dtype)
         assert array.shape == (shape if isinstance(shape, tuple) else (shape,))
         assert array.dtype == dtype and array.flags.c_contiguous
         assert array.size == 0 or array.ctypes.data % 64 == 0
-        zeros = kernels.zeros_aligned(shape, dtype)
+        zeros = zeros_aligned(shape, dtype)
         assert zeros.size == 0 or (zeros.ctypes.data % 64 == 0 and not zeros.any())
 
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.aligned import empty_aligned, zeros_aligned
 from sparsewire.errors import InputError
 from sparsewire.exec import kernels_numba as backend
 
@@ -32,8 +31,6 @@ __all__ = [
     "gather",
     "apply_columns",
     "copy",
-    "empty_aligned",
-    "zeros_aligned",
     "streams",
 ]
 
@@ -126,14 +123,16 @@ class CsrOperand:
 #: every line of it into the cache before it is written. Below it, C is left in the cache for the
 #: passes that add to it. Measured at k = 32, 2 threads, C aligned, regular -> streamed stores:
 #: luxembourg_osm (C 29 MB) 3.5 -> 2.6 ms, dblp-2010 (83 MB) 16.2 -> 13.9 ms, delaunay_n16
-#: (17 MB) 2.8 -> 2.5 ms, bcsstk25 (4 MB) 0.80 -> 0.73 ms.
+#: (17 MB) 2.8 -> 2.5 ms. bcsstk25's C (3.8 MiB) stays below: streamed, the kernel alone took 0.96
+#: of the time, but the executor's accumulating passes would then read C from memory.
 STREAM_AT_LEAST_BYTES = 4 << 20
 
 
 def streams(out: np.ndarray, accumulate: bool = False) -> bool:
     """Whether :func:`multiply` writes ``out`` with non-temporal stores: a product that overwrites
     (not ``accumulate``) a C of :data:`STREAM_AT_LEAST_BYTES` or more. The kernel then streams
-    when ``out``'s rows start on cache lines (:func:`empty_aligned`) and stores as usual otherwise."""
+    when ``out``'s rows start on cache lines (:func:`sparsewire.aligned.empty_aligned`) and stores as
+    usual otherwise."""
     return not accumulate and out.nbytes >= STREAM_AT_LEAST_BYTES
 
 
@@ -148,7 +147,7 @@ def _require_contiguous_rows(x: np.ndarray, out: np.ndarray) -> None:
 def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
     """``out = A @ x`` or, with ``accumulate``, ``out += A @ x``; x and out row-major, of the
     operand's dtype, rows contiguous. When :func:`streams` says so and ``out`` comes from
-    :func:`empty_aligned`, it is written with non-temporal stores."""
+    :func:`sparsewire.aligned.empty_aligned`, it is written with non-temporal stores."""
     _require_contiguous_rows(x, out)
     stream = streams(out, accumulate)
     if operand.bounds.size == 2:

@@ -22,8 +22,10 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, models, register_model
 
+from sparsewire.aligned import CACHE_LINE_BYTES
+
 #: Bytes of one :class:`Lanes` register: a cache line, so a register is one line of a B row.
-LINE_BYTES = 64
+LINE_BYTES = CACHE_LINE_BYTES
 
 
 class Lanes(types.Type):

@@ -51,6 +51,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from sparsewire.aligned import empty_aligned, zeros_aligned
 from sparsewire.comm.runtime import mpi_datatype, ranks_on_node
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec import kernels
@@ -161,7 +162,7 @@ class _Exchange:
         send = sp.csr_array(exchange.send_matrix)
         n_send = int(self.send_offsets[-1])
         from_b = sp.csr_array(send[:, :n_b])
-        self.send_buffer = kernels.zeros_aligned((n_send, k), dtype)
+        self.send_buffer = zeros_aligned((n_send, k), dtype)
         self.pack_gather = self.pack_b = self.pack_input = None
         if exchange.input is None and _is_selection(from_b):
             index_rows = np.zeros(n_send, np.int64)
@@ -181,7 +182,7 @@ class _Exchange:
         # Receive side.
         n_recv = int(self.recv_offsets[-1])
         if receive_storage is None:
-            receive_storage = kernels.zeros_aligned((n_recv, k), dtype)
+            receive_storage = zeros_aligned((n_recv, k), dtype)
         self.receive_buffer = receive_storage[:n_recv]
         receive = self._move_columns(sp.csr_array(exchange.receive_matrix), recv_rows_map, n_recv)
         self.receive_matrix = receive  # in padded buffer positions (the deterministic product reads it)
@@ -348,7 +349,7 @@ class SpmmExecutor:
                 for e in plan.exchanges
             ]
             head = plan.local_shape[1] if self.deterministic else 0
-            self._stack = kernels.zeros_aligned((head + sum(rows), self.k), self.dtype)
+            self._stack = zeros_aligned((head + sum(rows), self.k), self.dtype)
             offsets = head + _offsets(np.array(rows, np.int64))
             for index, exchange in enumerate(plan.exchanges):
                 storage = self._stack[offsets[index] : offsets[index + 1]]
@@ -359,7 +360,7 @@ class SpmmExecutor:
                 if exchange.receive_slot is not None:
                     rows = int(exchange.recv_counts.sum())
                     slot_rows[exchange.receive_slot] = max(slot_rows.get(exchange.receive_slot, 0), rows)
-            slots = {slot: kernels.zeros_aligned((rows, self.k), self.dtype) for slot, rows in slot_rows.items()}
+            slots = {slot: zeros_aligned((rows, self.k), self.dtype) for slot, rows in slot_rows.items()}
             for index, exchange in enumerate(plan.exchanges):
                 storage = slots[exchange.receive_slot] if exchange.receive_slot is not None else None
                 self._exchanges.append(_Exchange(index, exchange, self, storage))
@@ -439,7 +440,7 @@ class SpmmExecutor:
         if b_local.dtype != self.dtype or not b_local.flags.c_contiguous:
             b_local = np.ascontiguousarray(b_local, dtype=self.dtype)
         if out is None:
-            out = kernels.empty_aligned((self.plan.local_shape[0], self.k), self.dtype)
+            out = empty_aligned((self.plan.local_shape[0], self.k), self.dtype)
         elif out.shape != (self.plan.local_shape[0], self.k) or out.dtype != self.dtype or not out.flags.c_contiguous:
             raise PlanMismatchError(
                 f"rank {self.plan.rank}: out must be a C-contiguous {self.dtype} array of shape {(self.plan.local_shape[0], self.k)} "

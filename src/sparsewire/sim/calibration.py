@@ -26,6 +26,7 @@ def default_calibration_path() -> Path:
 def measure_compute_rate(repeat: int = 5, progress=None) -> dict:
     """Median local SpMM rate (nonzero-columns per second) of the executor's CSR x dense kernel on
     one thread of this machine."""
+    from sparsewire.aligned import empty_aligned
     from sparsewire.exec import kernels
     from sparsewire.generators import rmat
 
@@ -35,7 +36,7 @@ def measure_compute_rate(repeat: int = 5, progress=None) -> dict:
     per_k = {}
     for k in (16, 32, 64):
         dense = np.random.default_rng(k).random((matrix.shape[1], k))
-        out = kernels.empty_aligned((matrix.shape[0], k), np.float64)
+        out = empty_aligned((matrix.shape[0], k), np.float64)
         kernels.multiply(operand, dense, out)
         times = []
         for _ in range(repeat):
