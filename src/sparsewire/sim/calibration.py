@@ -25,17 +25,17 @@ def default_calibration_path() -> Path:
 
 def measure_compute_rate(repeat: int = 5, progress=None) -> dict:
     """Median local SpMM rate (nonzero-columns per second) of the executor's CSR x dense kernel on
-    one thread of this machine."""
+    one thread of this machine, with B and C on cache lines as the executor allocates them."""
     from sparsewire.aligned import empty_aligned
     from sparsewire.exec import kernels
-    from sparsewire.generators import rmat
+    from sparsewire.generators import deterministic_dense, rmat
 
     matrix = rmat(16, 8, seed=1).astype(np.float64)
     kernels.set_threads(1)
     operand = kernels.CsrOperand.from_matrix(matrix, np.float64, 1)
     per_k = {}
     for k in (16, 32, 64):
-        dense = np.random.default_rng(k).random((matrix.shape[1], k))
+        dense = deterministic_dense(0, matrix.shape[1], k)
         out = empty_aligned((matrix.shape[0], k), np.float64)
         kernels.multiply(operand, dense, out)
         times = []
