@@ -213,3 +213,38 @@ def test_csc_message_products_add_exactly_on_any_threads(k, dtype):
         for lo, hi in reversed(messages):
             kernels.apply_columns(operand, buffer, out, int(lo), int(hi))
         np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("k", [3, 8, 16, 32, 40, 64])
+def test_partition_products_match_the_message_product_bit_for_bit(k, dtype):
+    """``apply_elements``: the partitioned mode's product of one partition of a flattened buffer,
+    cut anywhere (inside rows, within one row, whole rows), on every thread's rows. Exact on
+    integer data, and on random reals bitwise equal to ``apply_columns`` on the whole message (B
+    rows are applied in ascending order wherever the cuts fall)."""
+    rng = np.random.default_rng()
+    matrix = _integer_matrix(rng, (300, 120), 0.06)
+    buffer = rng.integers(-9, 10, (120, k)).astype(dtype)
+    start = rng.integers(-9, 10, (300, k)).astype(dtype)
+    expected = (start.astype(np.float64) + matrix @ buffer.astype(np.float64)).astype(dtype)
+    real_buffer, real_start = rng.standard_normal((120, k)).astype(dtype), rng.standard_normal((300, k)).astype(dtype)
+    real_matrix = matrix.astype(np.float64)
+    real_matrix.data = rng.standard_normal(real_matrix.nnz)
+    # Cuts inside a row, two in one row (a partition shorter than a row) and on row boundaries.
+    cuts = np.unique(np.concatenate([rng.choice(np.arange(1, 120 * k), 5, replace=False), [5 * k + 1, 5 * k + 2, 9 * k, 10 * k]]))
+    partitions = list(zip([0, *cuts], [*cuts, 120 * k]))
+    for threads in (1, 2, 3):
+        kernels.set_threads(threads)
+        bounds = kernels.balanced_bounds(matrix.indptr.astype(np.int64), threads)
+        for a, b, c0, exact in ((matrix, buffer, start, True), (real_matrix, real_buffer, real_start, False)):
+            operand = kernels.CscOperand.from_matrix(a, dtype, bounds)
+            out = c0.copy()
+            for lo, hi in partitions:
+                for thread in range(threads):
+                    kernels.apply_elements(operand, thread, b.reshape(-1), k, out, int(lo), int(hi))
+            if exact:
+                np.testing.assert_array_equal(out, expected)
+            else:
+                whole = c0.copy()
+                kernels.apply_columns(operand, b, whole, 0, 120)
+                np.testing.assert_array_equal(out, whole)

@@ -330,9 +330,8 @@ def csc_columns_threads(colptrs, rows, data, buffer, out, col_start, col_stop):
 
 
 @njit(nogil=True, cache=True, fastmath=_CONTRACT)
-def csc_elements(colptr, rows, data, buffer_flat, k, out, element_start, element_stop):
-    """Apply elements [element_start, element_stop) of a flattened receive buffer: whole B rows
-    and the fragments of rows a partition cuts (Collom & Bienz Algs. 4 and 5)."""
+def _csc_fragments(colptr, rows, data, buffer_flat, k, out, element_start, element_stop):
+    """:func:`csc_elements` element by element (the row fragments a partition cuts)."""
     e = element_start
     while e < element_stop:
         j, c0, c1 = _fragment(e, element_stop, k)
@@ -343,6 +342,24 @@ def csc_elements(colptr, rows, data, buffer_flat, k, out, element_start, element
             for c in range(source.size):
                 target[c] += v * source[c]
         e += c1 - c0
+
+
+@njit(nogil=True, cache=True, fastmath=_CONTRACT)
+def csc_elements(colptr, rows, data, buffer_flat, k, out, element_start, element_stop):
+    """Apply elements [element_start, element_stop) of a flattened receive buffer: whole B rows
+    and the fragments of rows a partition cuts (Collom & Bienz Algs. 4 and 5). The whole rows go
+    through :func:`csc_columns_range` (in registers where a row is 1, 2 or 4 of them), the
+    fragments at either end element by element; B rows are applied in ascending order either way,
+    so the bits do not depend on where the partitions cut."""
+    first_whole = (element_start + k - 1) // k
+    stop_whole = element_stop // k
+    if first_whole >= stop_whole:
+        _csc_fragments(colptr, rows, data, buffer_flat, k, out, element_start, element_stop)
+        return
+    _csc_fragments(colptr, rows, data, buffer_flat, k, out, element_start, first_whole * k)
+    buffer = buffer_flat[: stop_whole * k].reshape((stop_whole, k))
+    csc_columns_range(colptr, rows, data, buffer, out, first_whole, stop_whole)
+    _csc_fragments(colptr, rows, data, buffer_flat, k, out, stop_whole * k, element_stop)
 
 
 @njit(nogil=True, parallel=True, cache=True)
