@@ -37,8 +37,3 @@ def zeros_aligned(shape: int | tuple[int, ...], dtype=np.float64) -> np.ndarray:
     array = empty_aligned(shape, dtype)
     array.fill(0)
     return array
-
-
-def is_aligned(array: np.ndarray) -> bool:
-    """Not collective. Whether ``array``'s first element starts a cache line."""
-    return array.ctypes.data % CACHE_LINE_BYTES == 0

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire.aligned import empty_aligned, is_aligned
+from sparsewire.aligned import empty_aligned
 from sparsewire.errors import InputError
 from sparsewire.exec.spmm import SpmmExecutor
 from sparsewire.generators import deterministic_dense
@@ -95,17 +95,9 @@ def block_krylov_eigs(
     multiplies = 0
     fresh_draws = 0
 
-    staged = empty_aligned((n_local, b))
-
     def apply(block: np.ndarray, out: np.ndarray) -> None:
         nonlocal multiply_seconds, multiplies
         began = time.perf_counter()
-        if not is_aligned(block):
-            # The blocks come from NumPy products (16-byte aligned); the kernel loads whole cache
-            # lines. mdual, b = 8, P = 1, alternating runs: 80-81 multiplies/s with this copy
-            # (its time included), 48-75 without.
-            np.copyto(staged, block)
-            block = staged
         executor.multiply(block, out=out)
         multiply_seconds += time.perf_counter() - began
         multiplies += 1
