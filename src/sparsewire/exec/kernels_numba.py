@@ -270,6 +270,12 @@ def csr_elements(indptr, indices, data, x, out_flat, element_start, element_stop
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _add_scaled(out, i, c, v, register):
+    """``out[i, c : c + lanes] += v * register`` as one load, fused multiply-add and store."""
+    lanes_store(out, i, c, lanes_fma(lanes_load(out, i, c), v, register))
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _columns_of_one_block(colptr, rows, data, buffer, out, col_start, col_stop, registers):
     """:func:`csc_columns_range` when a row is exactly ``registers`` (4, 2 or 1) registers (a
     constant at each call site): the received row stays in registers while it is added to every C
@@ -281,23 +287,22 @@ def _columns_of_one_block(colptr, rows, data, buffer, out, col_start, col_stop, 
         if registers == 1:
             b0 = lanes_load(buffer, j, 0)
             for p in range(colptr[j], colptr[j + 1]):
-                i, v = rows[p], data[p]
-                lanes_store(out, i, 0, lanes_fma(lanes_load(out, i, 0), v, b0))
+                _add_scaled(out, rows[p], 0, data[p], b0)
         elif registers == 2:
             b0, b1 = lanes_load(buffer, j, 0), lanes_load(buffer, j, lanes)
             for p in range(colptr[j], colptr[j + 1]):
                 i, v = rows[p], data[p]
-                lanes_store(out, i, 0, lanes_fma(lanes_load(out, i, 0), v, b0))
-                lanes_store(out, i, lanes, lanes_fma(lanes_load(out, i, lanes), v, b1))
+                _add_scaled(out, i, 0, v, b0)
+                _add_scaled(out, i, lanes, v, b1)
         else:
             b0, b1 = lanes_load(buffer, j, 0), lanes_load(buffer, j, lanes)
             b2, b3 = lanes_load(buffer, j, 2 * lanes), lanes_load(buffer, j, 3 * lanes)
             for p in range(colptr[j], colptr[j + 1]):
                 i, v = rows[p], data[p]
-                lanes_store(out, i, 0, lanes_fma(lanes_load(out, i, 0), v, b0))
-                lanes_store(out, i, lanes, lanes_fma(lanes_load(out, i, lanes), v, b1))
-                lanes_store(out, i, 2 * lanes, lanes_fma(lanes_load(out, i, 2 * lanes), v, b2))
-                lanes_store(out, i, 3 * lanes, lanes_fma(lanes_load(out, i, 3 * lanes), v, b3))
+                _add_scaled(out, i, 0, v, b0)
+                _add_scaled(out, i, lanes, v, b1)
+                _add_scaled(out, i, 2 * lanes, v, b2)
+                _add_scaled(out, i, 3 * lanes, v, b3)
 
 
 @njit(nogil=True, cache=True, fastmath=_CONTRACT)
