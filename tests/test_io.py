@@ -183,3 +183,69 @@ def test_deterministic_dense_matches_python_integers_and_rows_do_not_repeat(rng)
     # The old (7i + 13j) mod 17 operand repeated every 17 rows; no two rows of this one are equal.
     assert len({tuple(row) for row in block}) == 40
     assert deterministic_dense(start, start + 3, 4, np.float32).dtype == np.float32
+
+
+# A 4-vertex METIS graph: edges 1-2 (weight 5), 1-3 (weight 2), 2-3 (weight 7); vertex 4 isolated.
+METIS_EDGES = {(0, 1): 5, (0, 2): 2, (1, 2): 7}
+
+
+def metis_dense(weighted):
+    dense = np.zeros((4, 4))
+    for (i, j), w in METIS_EDGES.items():
+        dense[i, j] = dense[j, i] = w if weighted else 1
+    return dense
+
+
+@pytest.mark.parametrize(
+    "text, weighted",
+    [
+        ("% a comment\n4 3\n2 3\n1 3\n1 2\n\n", False),
+        ("4 3 1\n2 5 3 2\n1 5 3 7\n1 2 2 7\n\n", True),
+        ("4 3 001\n3 2 2 5\n3 7 1 5\n% comment inside\n2 7 1 2\n\n", True),
+        ("4 3 11\n9 2 5 3 2\n1 1 5 3 7\n4 1 2 2 7\n3\n", True),  # one vertex weight each
+        ("4 3 111 2\n1 9 9 2 5 3 2\n1 1 1 1 5 3 7\n1 4 4 1 2 2 7\n1 3 3\n", True),  # size, two weights
+        ("4 3 100\n6 2 3\n6 1 3\n6 1 2\n6\n", False),  # vertex sizes only
+    ],
+)
+def test_metis_graph_formats(tmp_path, text, weighted):
+    matrix = load_matrix(write(tmp_path, "g.graph", text))
+    assert matrix.shape == (4, 4) and matrix.has_sorted_indices
+    np.testing.assert_array_equal(matrix.toarray(), metis_dense(weighted))
+
+
+def test_metis_graph_random_roundtrip(tmp_path, rng):
+    """A random weighted undirected graph written in METIS format (gzipped) reads back exactly."""
+    n = 200
+    upper = sp.triu(sp.random_array((n, n), density=0.05, rng=rng, format="csr"), k=1)
+    upper.data = rng.integers(1, 100, upper.nnz).astype(np.float64)
+    graph = sp.csr_array(upper + upper.T)
+    lines = [f"{n} {upper.nnz} 011 1"]
+    for i in range(n):
+        start, stop = graph.indptr[i], graph.indptr[i + 1]
+        pairs = " ".join(f"{j + 1} {int(w)}" for j, w in zip(graph.indices[start:stop], graph.data[start:stop]))
+        lines.append(f"{i + 3} {pairs}")
+    loaded = load_matrix(write(tmp_path, "r.graph.gz", "\n".join(lines) + "\n", compress=True))
+    assert loaded.shape == (n, n) and (loaded != graph).nnz == 0
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("", "empty METIS graph"),
+        ("4 x\n", "malformed METIS header"),
+        ("4 3 021\n", "not a METIS format"),
+        ("4 3 001 2\n", "needs vertex weights"),
+        ("4 3\n2 3\n1 3\n1 2\n", "promises 4 vertex lines but the file has 3"),
+        ("4 3\n2 3\n1 3\n1 2\n\n4\n", "promises 4 vertex lines but the file has 5"),
+        ("4 3 1\n2 5 3\n1 5 3 7\n1 2 2 7\n\n", "line 2 \\(vertex 1\\) has 3 numbers"),
+        ("4 3\n2 3\n1 3\n1 9\n\n", "neighbour 9 is outside 1..4"),
+        ("4 3\n2 3\n1 3\n1 x\n\n", "line 4: a METIS graph holds non-negative integers only"),
+        ("4 4\n2 3\n1 3\n1 2\n\n", "promises 4 edges \\(8 adjacency entries"),
+        ("4 3\n2 3\n1 3\n1 4\n\n", "edge 2-3 is not listed from both ends with one weight; a METIS graph is undirected, so vertex 3's line must list 2 too"),
+        ("4 3 1\n2 5 3 2\n1 5 3 7\n1 2 2 8\n\n", "edge 2-3 is not listed from both ends with one weight"),
+        ("4 3\n2 2 3\n1 1\n1\n\n", "listed twice"),
+    ],
+)
+def test_malformed_metis_graph(tmp_path, body, message):
+    with pytest.raises(InputError, match=message):
+        load_matrix(write(tmp_path, "bad.graph", body))

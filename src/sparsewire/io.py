@@ -1,12 +1,12 @@
-"""Reading sparse matrices: Matrix Market, SNAP edge lists, SciPy ``.npz`` and generator specs.
+"""Reading sparse matrices: Matrix Market, SNAP edge lists, METIS graphs, SciPy ``.npz`` and generator specs.
 
 Every loader returns a ``scipy.sparse.csr_array`` of float64 values with duplicates summed and
 column indices sorted. Pattern files read as value 1. Anything malformed raises
 :class:`~sparsewire.errors.InputError` with the file, the line and the fix.
 
 A *matrix spec* is what the command line accepts wherever a matrix is expected: a path
-(``.mtx``, ``.mtx.gz``, ``.txt``, ``.txt.gz``, ``.npz``) or a generator spec such as
-``rmat:16:8:1`` (see :mod:`sparsewire.generators`).
+(``.mtx``, ``.mtx.gz``, ``.txt``, ``.txt.gz``, ``.graph``, ``.graph.gz``, ``.npz``) or a
+generator spec such as ``rmat:16:8:1`` (see :mod:`sparsewire.generators`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import scipy.sparse as sp
 from sparsewire import generators
 from sparsewire.errors import InputError
 
-__all__ = ["load_matrix", "read_matrix_market", "read_edge_list", "read_npz", "nonfinite_entries"]
+__all__ = ["load_matrix", "read_matrix_market", "read_edge_list", "read_metis_graph", "read_npz", "nonfinite_entries"]
 
 _MM_FIELDS = {"real": 3, "integer": 3, "pattern": 2}
 _MM_SYMMETRIES = {"general", "symmetric", "skew-symmetric"}
@@ -37,7 +37,8 @@ def load_matrix(spec: str, *, symmetrize: bool = False) -> sp.csr_array:
     """Not collective. Load a matrix from a path or build it from a generator spec.
 
     Args:
-        spec: a file path (``.mtx``, ``.mtx.gz``, ``.txt``, ``.txt.gz``, ``.npz``) or a generator
+        spec: a file path (``.mtx``, ``.mtx.gz``, ``.txt``, ``.txt.gz``, ``.graph``, ``.graph.gz``,
+            ``.npz``) or a generator
             spec (``rmat:SCALE:EDGE_FACTOR[:SEED]``, ``delaunay:N[:SEED]``, ``stencil2d:NX[:NY]``,
             ``stencil3d:N[:7|27]``, ``uniform:ROWS[xCOLS]:PER_ROW[:SEED]``).
         symmetrize: for edge lists only, return the pattern union ``max(A, A^T)``.
@@ -60,7 +61,7 @@ def load_matrix(spec: str, *, symmetrize: bool = False) -> sp.csr_array:
     known = ", ".join(sorted(generators.GENERATORS))
     raise InputError(
         f"{spec!r} is neither an existing file nor a generator spec; "
-        f"give a .mtx/.mtx.gz/.txt/.txt.gz/.npz path or one of the generators ({known}), e.g. rmat:16:8:1"
+        f"give a .mtx/.mtx.gz/.txt/.txt.gz/.graph/.graph.gz/.npz path or one of the generators ({known}), e.g. rmat:16:8:1"
     )
 
 
@@ -70,6 +71,8 @@ def _file_kind(path: str) -> str | None:
         return "mtx"
     if lower.endswith((".txt", ".txt.gz", ".el", ".el.gz", ".tsv", ".tsv.gz", ".edges", ".edges.gz")):
         return "edges"
+    if lower.endswith((".graph", ".graph.gz")):
+        return "metis"
     if lower.endswith(".npz"):
         return "npz"
     return None
@@ -83,10 +86,13 @@ def _load_file(path: str, *, symmetrize: bool) -> sp.csr_array:
         return read_matrix_market(path)
     if kind == "edges":
         return read_edge_list(path, symmetrize=symmetrize)
+    if kind == "metis":
+        return read_metis_graph(path)
     if kind == "npz":
         return read_npz(path)
     raise InputError(
-        f"{path}: unknown file type; use .mtx or .mtx.gz (Matrix Market), .txt or .txt.gz (SNAP edge list) or .npz (SciPy)"
+        f"{path}: unknown file type; use .mtx or .mtx.gz (Matrix Market), .txt or .txt.gz (SNAP edge list), "
+        ".graph or .graph.gz (METIS) or .npz (SciPy)"
     )
 
 
@@ -232,6 +238,80 @@ def read_edge_list(path: str, *, symmetrize: bool = False) -> sp.csr_array:
     if symmetrize:
         matrix = sp.csr_array(matrix.maximum(matrix.T))
         matrix.sum_duplicates()
+    return matrix
+
+
+def read_metis_graph(path: str) -> sp.csr_array:
+    """Read a METIS graph file (the input format of METIS, ParMETIS and their test graphs),
+    optionally gzipped, as its symmetric adjacency matrix.
+
+    Format (METIS 5 manual, sec. 4.1.1): ``%`` comment lines; a header ``n m [fmt [ncon]]`` with
+    n vertices and m undirected edges; then one line per vertex i, in order (an isolated vertex has
+    an empty line): ``[size] [w_1 ... w_ncon] v_1 [e_1] v_2 [e_2] ...`` with 1-based neighbours
+    v and, where ``fmt``'s digits say so, a vertex size (first digit), ``ncon`` vertex weights
+    (second digit; ``ncon`` defaults to 1) and edge weights e (third digit). Vertex sizes and
+    weights are read and dropped (they steer partitioning, not the product). A_ij is the edge
+    weight, or 1 without weights. Checked as METIS's ``graphchk`` checks: n vertex lines, every
+    neighbour in 1..n, 2m adjacency entries, each edge listed from both ends with one weight.
+    """
+    pieces = _read_bytes(path).split(b"\n")
+    if pieces[-1] == b"":
+        pieces.pop()  # the newline that ends the last line does not start another
+    lines = [(number, line) for number, line in enumerate(pieces, 1) if not line.lstrip().startswith(b"%")]
+    while lines and not lines[0][1].strip():
+        lines.pop(0)  # blank lines before the header (after it, a blank line is an isolated vertex)
+    if not lines:
+        raise InputError(f"{path}: empty METIS graph; the first line must be 'n m [fmt [ncon]]'")
+    header_number, header_line = lines[0]
+    header = header_line.decode("ascii", "replace").split()
+    if not 2 <= len(header) <= 4 or not all(token.isdigit() for token in header):
+        raise InputError(f"{path}: line {header_number}: malformed METIS header {header_line[:80]!r}; expected 'n m [fmt [ncon]]' (non-negative integers)")
+    n, m = int(header[0]), int(header[1])
+    fmt = header[2].rjust(3, "0") if len(header) > 2 else "000"
+    if len(fmt) != 3 or set(fmt) - {"0", "1"}:
+        raise InputError(f"{path}: line {header_number}: fmt {header[2]!r} is not a METIS format; use up to three 0/1 digits (vertex sizes, vertex weights, edge weights)")
+    ncon = int(header[3]) if len(header) > 3 else 1
+    if (fmt[1] == "0" and len(header) > 3) or ncon < 1:
+        raise InputError(f"{path}: line {header_number}: ncon = {header[3]} needs vertex weights (fmt's middle digit 1) and must be at least 1")
+    vertex_lines = lines[1 : n + 1]
+    extra = [number for number, line in lines[n + 1 :] if line.strip()]
+    if len(vertex_lines) < n or extra:
+        found = len(vertex_lines) + len(extra)
+        raise InputError(f"{path}: the header promises {n} vertex lines but the file has {found} (after the header, every vertex has exactly one line, empty when it has no neighbours); fix the header or the file")
+    head = int(fmt[0]) + (ncon if fmt[1] == "1" else 0)  # tokens before the adjacency
+    step = 2 if fmt[2] == "1" else 1  # tokens per neighbour
+    counts = np.array([len(line.split()) for _, line in vertex_lines], dtype=np.int64)
+    bad = np.flatnonzero((counts < head) | ((counts - head) % step != 0))
+    if bad.size:
+        number = vertex_lines[int(bad[0])][0]
+        raise InputError(f"{path}: line {number} (vertex {int(bad[0]) + 1}) has {int(counts[bad[0]])} numbers, which does not fit fmt {fmt} ({head} before the neighbours, {step} per neighbour); fix that line or the header")
+    try:
+        tokens = np.array(b" ".join(line for _, line in vertex_lines).split(), dtype=np.int64)
+    except (ValueError, OverflowError):
+        first = next(number for number, line in vertex_lines if not all(token.isdigit() for token in line.split()))
+        raise InputError(f"{path}: line {first}: a METIS graph holds non-negative integers only; fix that line") from None
+    # Position of every token within its line; the adjacency starts after `head` tokens.
+    line_of = np.repeat(np.arange(n, dtype=np.int64), counts)
+    position = np.arange(tokens.size, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    adjacency = position >= head
+    neighbour_mask = adjacency & ((position - head) % step == 0)
+    rows, columns = line_of[neighbour_mask], tokens[neighbour_mask] - 1
+    values = tokens[adjacency & ((position - head) % step == 1)].astype(np.float64) if step == 2 else np.ones(rows.size)
+    outside = np.flatnonzero((columns < 0) | (columns >= n))
+    if outside.size:
+        vertex = int(rows[outside[0]])
+        raise InputError(f"{path}: line {vertex_lines[vertex][0]} (vertex {vertex + 1}): neighbour {int(columns[outside[0]]) + 1} is outside 1..{n}; fix that line")
+    if rows.size != 2 * m:
+        raise InputError(f"{path}: the header promises {m} edges ({2 * m} adjacency entries, each edge from both ends) but the file lists {rows.size}; fix the header's m or the file")
+    matrix = sp.coo_array((values, (rows, columns)), shape=(n, n)).tocsr()
+    if matrix.nnz != rows.size:
+        raise InputError(f"{path}: an edge is listed twice from the same vertex; a METIS graph lists each neighbour once per vertex")
+    mismatch = matrix != matrix.T
+    if mismatch.nnz:
+        first = sp.coo_array(mismatch)
+        i, j = int(first.row[0]), int(first.col[0])
+        raise InputError(f"{path}: edge {i + 1}-{j + 1} is not listed from both ends with one weight; a METIS graph is undirected, so vertex {j + 1}'s line must list {i + 1} too")
+    matrix.sort_indices()
     return matrix
 
 
