@@ -251,8 +251,8 @@ def read_metis_graph(path: str) -> sp.csr_array:
     v and, where ``fmt``'s digits say so, a vertex size (first digit), ``ncon`` vertex weights
     (second digit; ``ncon`` defaults to 1) and edge weights e (third digit). Vertex sizes and
     weights are read and dropped (they steer partitioning, not the product). A_ij is the edge
-    weight, or 1 without weights. Checked as METIS's ``graphchk`` checks: n vertex lines, every
-    neighbour in 1..n, 2m adjacency entries, each edge listed from both ends with one weight.
+    weight, or 1 without weights. Checked: n vertex lines, every neighbour in 1..n, 2m adjacency
+    entries, no neighbour twice on one line, each edge listed from both ends with one weight.
     """
     pieces = _read_bytes(path).split(b"\n")
     if pieces[-1] == b"":
