@@ -190,6 +190,16 @@ def test_blocks_whose_rows_are_not_contiguous_are_refused():
     np.testing.assert_array_equal(out, wide[:, :8])
 
 
+def _message_case(k, dtype):
+    """A fresh integer 300 x 120 matrix, a received buffer, C's starting rows and the exact
+    ``start + matrix @ buffer`` (integers: any summation order gives these bits)."""
+    rng = np.random.default_rng()
+    matrix = _integer_matrix(rng, (300, 120), 0.06)
+    buffer = rng.integers(-9, 10, (120, k)).astype(dtype)
+    start = rng.integers(-9, 10, (300, k)).astype(dtype)
+    return rng, matrix, buffer, start, (start.astype(np.float64) + matrix @ buffer.astype(np.float64)).astype(dtype)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 # k = 8, 16, 32 (float64) and 16, 32, 64 (float32) keep the received row in 1, 2, 4 registers;
 # 3 and 40 take the scalar loop.
@@ -198,11 +208,7 @@ def test_csc_message_products_add_exactly_on_any_threads(k, dtype):
     """``apply_columns``: C += A[:, cols] @ buffer[cols] one message (column range) at a time,
     thread t adding only into its own C rows; exact on integer data, whatever the order of the
     messages."""
-    rng = np.random.default_rng()
-    matrix = _integer_matrix(rng, (300, 120), 0.06)
-    buffer = rng.integers(-9, 10, (120, k)).astype(dtype)
-    start = rng.integers(-9, 10, (300, k)).astype(dtype)
-    expected = (start.astype(np.float64) + matrix @ buffer.astype(np.float64)).astype(dtype)
+    rng, matrix, buffer, start, expected = _message_case(k, dtype)
     cuts = np.sort(rng.choice(np.arange(1, 120), 3, replace=False))
     messages = list(zip([0, *cuts], [*cuts, 120]))
     for threads in (1, 2, 3):
@@ -222,11 +228,7 @@ def test_partition_products_match_the_message_product_bit_for_bit(k, dtype):
     cut anywhere (inside rows, within one row, whole rows), on every thread's rows. Exact on
     integer data, and on random reals bitwise equal to ``apply_columns`` on the whole message (B
     rows are applied in ascending order wherever the cuts fall)."""
-    rng = np.random.default_rng()
-    matrix = _integer_matrix(rng, (300, 120), 0.06)
-    buffer = rng.integers(-9, 10, (120, k)).astype(dtype)
-    start = rng.integers(-9, 10, (300, k)).astype(dtype)
-    expected = (start.astype(np.float64) + matrix @ buffer.astype(np.float64)).astype(dtype)
+    rng, matrix, buffer, start, expected = _message_case(k, dtype)
     real_buffer, real_start = rng.standard_normal((120, k)).astype(dtype), rng.standard_normal((300, k)).astype(dtype)
     real_matrix = matrix.astype(np.float64)
     real_matrix.data = rng.standard_normal(real_matrix.nnz)
