@@ -51,6 +51,31 @@ def test_csr_product_exact_with_and_without_prefetch(k, dtype):
         assert results[0].tobytes() == results[1].tobytes()
 
 
+@pytest.mark.parametrize("pool_threads", [1, 2, 3])
+def test_row_chunks_are_each_computed_once_whichever_thread_takes_them(pool_threads):
+    """Work stealing: an operand cut for 4 threads runs on a pool of 1, 2 or 3, so threads take
+    chunks of shares whose own thread is late or absent. Accumulating products show a chunk taken
+    twice (a row at 3x or more) or never (a row left at its start); each call must reset the
+    counters (a second call would otherwise find every chunk taken)."""
+    rng = np.random.default_rng()
+    matrix = _integer_matrix(rng, (rng.integers(150, 400), 120), 0.05)
+    n_rows = matrix.shape[0]
+    operand = kernels.CsrOperand.from_matrix(matrix, np.float64, 4)
+    chunks, bounds = operand.chunks, operand.bounds
+    assert chunks[0] == 0 and chunks[-1] == n_rows and np.all(np.diff(chunks) >= 0)
+    assert chunks.size == 4 * kernels.CHUNKS_PER_THREAD + 1
+    np.testing.assert_array_equal(chunks[:: kernels.CHUNKS_PER_THREAD], bounds)  # shares are the threads' ranges
+    kernels.set_threads(pool_threads)
+    out = np.full((n_rows, 32), np.nan)
+    for x in (rng.integers(-9, 10, (120, 32)).astype(np.float64) for _ in range(3)):
+        expected = matrix @ x
+        kernels.multiply(operand, x, out)
+        np.testing.assert_array_equal(out, expected)
+        kernels.multiply(operand, x, out, accumulate=True)
+        kernels.multiply(operand, x, out, accumulate=True)
+        np.testing.assert_array_equal(out, 3 * expected)
+
+
 def test_prefetch_leaves_random_products_bitwise_unchanged_and_row_ranges_compose():
     rng = np.random.default_rng()
     matrix = sp.csr_array(sp.random_array((500, 400), density=0.02, rng=rng, format="csr"))
@@ -94,7 +119,7 @@ def test_streamed_stores_give_the_same_bits_and_need_an_aligned_out(k, dtype):
         shifted = np.empty(200 * k + 1, dtype)[1:].reshape(200, k)  # one element off a line
         for out in (aligned, shifted):
             out[:] = np.nan
-            kernels.backend.csr_dense_threads(op.indptr, op.indices, op.data, x, out, op.bounds, False, op.prefetch, True)
+            kernels.backend.csr_dense_threads(op.indptr, op.indices, op.data, x, out, op.chunks, op.claimed, False, op.prefetch, True)
             np.testing.assert_array_equal(out, expected)
             kernels.backend.csr_dense_range(op.indptr, op.indices, op.data, x, out, 0, 200, True, op.prefetch, True)
             np.testing.assert_array_equal(out, 2 * expected)

@@ -2,7 +2,8 @@
 
 Operands are prepared once per executor (one plan, one k, one dtype, T threads): index arrays in
 the kernels' types, values cast to the dtype, and the row ranges of the T threads balanced by
-``nonzeros + rows`` (a row costs its nonzeros and one store of its C row). The products then write
+``nonzeros + rows`` (a row costs its nonzeros and one store of its C row), each cut into chunks
+that a thread done with its own range takes from the others. The products then write
 into preallocated outputs and allocate nothing per call.
 
 CPU backend: :mod:`sparsewire.exec.kernels_numba` (Numba; OpenMP threads where Numba has them).
@@ -85,10 +86,25 @@ def balanced_bounds(indptr: np.ndarray, parts: int) -> np.ndarray:
 PREFETCH_BELOW_ROW_NONZEROS = 14.0
 
 
+#: Chunks each thread's row range is cut into for :func:`multiply`'s work stealing. Two halves of
+#: equal work need not take equal time: on this 2-core virtual machine (k = 32, caches flushed)
+#: the halves of delaunay_n16 took 2.92 and 1.97 ms, of cit-HepTh 2.18 and 1.70 ms, and which half
+#: of stencil3d:40:27 was the slower one changed with the cores the two threads were pinned to.
+#: Time with stealing over time with fixed halves, 2 threads, same run, 10 matrices (copter2 and
+#: stencil3d:40:27 beside ../shared/data): geometric mean 0.94-0.96 at 32 chunks per thread in
+#: three runs (single matrices 0.85-1.04, the same bits), 0.95-0.96 at 8, 16 and 64.
+CHUNKS_PER_THREAD = 32
+
+
 @dataclass(frozen=True, eq=False)
 class CsrOperand:
     """A CSR matrix ready for :func:`multiply` on ``len(bounds) - 1`` threads; ``prefetch``: the
-    product prefetches B rows (mean nonzeros per row below :data:`PREFETCH_BELOW_ROW_NONZEROS`)."""
+    product prefetches B rows (mean nonzeros per row below :data:`PREFETCH_BELOW_ROW_NONZEROS`).
+
+    ``bounds``: thread t's own rows ``[bounds[t], bounds[t+1])`` (what :func:`multiply_rows`
+    callers and the per-thread CSC split use); ``chunks``: each of those ranges cut into
+    :data:`CHUNKS_PER_THREAD` chunks of about equal work, handed out by the counters in
+    ``claimed`` (scratch: one operand must not be multiplied by two threads at once)."""
 
     indptr: np.ndarray
     indices: np.ndarray
@@ -96,6 +112,8 @@ class CsrOperand:
     shape: tuple[int, int]
     bounds: np.ndarray
     prefetch: bool
+    chunks: np.ndarray
+    claimed: np.ndarray
 
     @staticmethod
     def from_matrix(matrix: sp.sparray, dtype: np.dtype, threads: int, *, keep_order: bool = False) -> CsrOperand:
@@ -109,8 +127,13 @@ class CsrOperand:
         # 4-byte column indices where they fit: 4 bytes less to read per nonzero (measured at
         # k = 32, 2 threads: stencil3d:40:27 2.43 -> 2.05 ms, soc-Slashdot0902 4.97 -> 4.66 ms).
         index_type = np.int32 if csr.shape[1] <= np.iinfo(np.int32).max else np.int64
+        bounds = balanced_bounds(indptr, threads)
+        chunks = np.concatenate(
+            [[0]] + [lo + balanced_bounds(indptr[lo : hi + 1] - indptr[lo], CHUNKS_PER_THREAD)[1:] for lo, hi in zip(bounds[:-1], bounds[1:])]
+        ).astype(np.int64)
         return CsrOperand(
-            indptr, csr.indices.astype(index_type), csr.data.astype(dtype), csr.shape, balanced_bounds(indptr, threads), bool(prefetch)
+            indptr, csr.indices.astype(index_type), csr.data.astype(dtype), csr.shape, bounds, bool(prefetch),
+            chunks, np.zeros(threads * backend.COUNTER_STRIDE, np.int64),
         )
 
     @property
@@ -153,7 +176,7 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
     if operand.bounds.size == 2:
         backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate, operand.prefetch, stream)
     else:
-        backend.csr_dense_threads(operand.indptr, operand.indices, operand.data, x, out, operand.bounds, accumulate, operand.prefetch, stream)
+        backend.csr_dense_threads(operand.indptr, operand.indices, operand.data, x, out, operand.chunks, operand.claimed, accumulate, operand.prefetch, stream)
 
 
 def multiply_rows(operand: CsrOperand, x: np.ndarray, out: np.ndarray, start: int, stop: int, accumulate: bool = False) -> None:

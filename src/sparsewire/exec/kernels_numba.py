@@ -2,7 +2,8 @@
 
 Every kernel writes into arrays the caller allocated once (no allocation per call) and releases
 the GIL. ``*_range`` kernels are serial over one range of rows or elements (one thread's share);
-``*_threads`` kernels run the ranges of ``bounds`` (T + 1 offsets) on T threads of Numba's pool.
+``*_threads`` kernels run on T threads of Numba's pool, each its range of ``bounds`` (T + 1
+offsets), except the CSR product, whose threads steal row chunks from each other.
 
 Accumulation order: a C row is summed nonzero by nonzero in the order its CSR row stores them,
 ``c = a_0 x_0; c += a_1 x_1; ...``, whatever the number of threads. The CSR product keeps the row
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from numba import njit, prange
 
+from sparsewire.exec.atomics import fetch_add
 from sparsewire.exec.simd import (
     LINE_BYTES,
     lanes_fma,
@@ -199,11 +201,31 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
         store_fence()
 
 
+#: int64 slots between two threads' counters in ``claimed`` (one cache line: no false sharing).
+COUNTER_STRIDE = 8
+
+
 @njit(nogil=True, parallel=True, cache=True)
-def csr_dense_threads(indptr, indices, data, x, out, bounds, accumulate, prefetch, stream):
-    """``out (+)= A @ x``, thread t computing rows [bounds[t], bounds[t+1])."""
-    for t in prange(bounds.size - 1):
-        csr_dense_range(indptr, indices, data, x, out, bounds[t], bounds[t + 1], accumulate, prefetch, stream)
+def csr_dense_threads(indptr, indices, data, x, out, chunks, claimed, accumulate, prefetch, stream):
+    """``out (+)= A @ x`` on T threads with work stealing. ``chunks`` holds the row offsets of
+    T x m chunks, thread t's own share being chunks [t m, (t + 1) m); ``claimed[t * COUNTER_STRIDE]``
+    (scratch, reset here) counts the chunks of share t handed out. Each thread takes its own
+    chunks in order, then what is left of the other shares, one chunk per :func:`fetch_add`, so
+    a thread slowed by its data or by a busy core no longer holds the others up. A row is summed
+    by whichever thread takes it in the same order, so the bits do not depend on who does."""
+    threads = claimed.size // COUNTER_STRIDE
+    per_thread = (chunks.size - 1) // threads
+    for t in range(threads):
+        claimed[t * COUNTER_STRIDE] = 0
+    for t in prange(threads):
+        for v in range(threads):
+            share = (t + v) % threads
+            while True:
+                c = fetch_add(claimed, share * COUNTER_STRIDE, 1)
+                if c >= per_thread:
+                    break
+                c += share * per_thread
+                csr_dense_range(indptr, indices, data, x, out, chunks[c], chunks[c + 1], accumulate, prefetch, stream)
 
 
 @njit(nogil=True, cache=True)
