@@ -23,7 +23,18 @@ it. The ``prefetch`` column says whether the kernel prefetched B rows
 with non-temporal stores (:func:`sparsewire.exec.kernels.streams`; C is aligned as the executor
 allocates it). ``vs fixed halves``: the kernel's time over its time with each thread held to its
 own row range (:data:`sparsewire.exec.kernels.CHUNKS_PER_THREAD`: the threads steal row chunks
-from each other; timed alternately with the rest). Medians; writes bench/results/kernel_bandwidth.json.
+from each other; timed alternately with the rest).
+
+Two more times per configuration. ``B reads``: a loop that reads only the B rows the nonzeros name,
+in the kernel's order, chunks and prefetches, and nothing else (no A values, no C), timed
+alternately with the rest after a copy: no kernel that walks the rows in this order and reads each
+nonzero's B row can beat it, so ``ceiling`` (the bytes above over that time, against the copy) is
+the most "of copy" any such kernel could show for that matrix in that order. ``warm``: the kernel repeated back to back, A, B
+and C left in the caches by the run before, as an iterative solver runs it on a problem that fits
+in L3 (and as a product timed in a loop usually is); "warm of copy" is against
+the same copy bandwidth. After the table, one line per order, k and thread count: geometric means
+over the matrices and how many reach 60% of the copy. Medians; writes
+bench/results/kernel_bandwidth.json.
 """
 
 from __future__ import annotations
@@ -43,10 +54,16 @@ from common import ROOT, default_matrices, short_name  # noqa: E402
 
 from sparsewire.aligned import empty_aligned  # noqa: E402
 from sparsewire.exec import kernels  # noqa: E402
+from sparsewire.exec.atomics import fetch_add  # noqa: E402
+from sparsewire.exec.kernels_numba import COUNTER_STRIDE, PREFETCH_DISTANCE, PREFETCH_LINES  # noqa: E402
+from sparsewire.exec.simd import LINE_BYTES, lanes_fma, lanes_in, lanes_load, lanes_store, lanes_zero, prefetch  # noqa: E402
 from sparsewire.generators import deterministic_dense  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partitioners import partition  # noqa: E402
 from sparsewire.report import format_table  # noqa: E402
+
+# After sparsewire, which sizes Numba's thread pool to the cores when it is imported first.
+from numba import njit, prange  # noqa: E402, I001
 
 
 def median_seconds(function, repeat: int) -> float:
@@ -70,6 +87,73 @@ def alternating_medians(functions, repeat: int) -> list[float]:
             function()
             sink.append(time.perf_counter() - started)
     return [float(np.median(sink)) for sink in times]
+
+
+@njit(nogil=True, cache=True)
+def read_b_rows_range(indptr, indices, x, sink, row_start, row_stop, use_prefetch):
+    """Read the B rows that the nonzeros of rows [row_start, row_stop) name, in the kernel's order,
+    with the kernel's prefetches, and nothing else: no A values, no C. Four registers take turns
+    (no chain of dependent adds holds the loads up); their sum goes to ``sink`` so that the loads
+    are not optimised away."""
+    k = x.shape[1]
+    lanes = lanes_in(x)
+    k4 = k - k % (4 * lanes)
+    k1 = k - k % lanes
+    lines = min(PREFETCH_LINES, (k * x.itemsize + LINE_BYTES - 1) // LINE_BYTES)
+    base, row_bytes = x.ctypes.data, x.strides[0]
+    last = indptr[row_stop]
+    a0 = a1 = a2 = a3 = lanes_zero(x)
+    rest = 0.0  # the columns after the last whole register
+    for p in range(indptr[row_start], last):
+        if use_prefetch and p + PREFETCH_DISTANCE < last:
+            for line in range(lines):
+                prefetch(base + indices[p + PREFETCH_DISTANCE] * row_bytes + LINE_BYTES * line)
+        j = indices[p]
+        for c in range(0, k4, 4 * lanes):
+            a0 = lanes_fma(a0, 1.0, lanes_load(x, j, c))
+            a1 = lanes_fma(a1, 1.0, lanes_load(x, j, c + lanes))
+            a2 = lanes_fma(a2, 1.0, lanes_load(x, j, c + 2 * lanes))
+            a3 = lanes_fma(a3, 1.0, lanes_load(x, j, c + 3 * lanes))
+        for c in range(k4, k1, lanes):
+            a0 = lanes_fma(a0, 1.0, lanes_load(x, j, c))
+        for c in range(k1, k):
+            rest += x[j, c]
+    if row_stop > row_start:  # an empty chunk starts where the next one does
+        lanes_store(sink, row_start, 0, lanes_fma(lanes_fma(lanes_fma(a0, 1.0, a1), 1.0, a2), 1.0, a3))
+        sink[row_start, lanes] = rest
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def read_b_rows_threads(indptr, indices, x, sink, chunks, claimed, use_prefetch):
+    """:func:`read_b_rows_range` over the kernel's row chunks, handed out as the kernel hands them
+    out (own chunks first, then the other threads'), so the two differ only in what they do per
+    nonzero."""
+    threads = claimed.size // COUNTER_STRIDE
+    per_thread = (chunks.size - 1) // threads
+    for t in range(threads):
+        claimed[t * COUNTER_STRIDE] = 0
+    for t in prange(threads):
+        for v in range(threads):
+            share = (t + v) % threads
+            while True:
+                c = fetch_add(claimed, share * COUNTER_STRIDE, 1)
+                if c >= per_thread:
+                    break
+                c += share * per_thread
+                read_b_rows_range(indptr, indices, x, sink, chunks[c], chunks[c + 1], use_prefetch)
+
+
+def read_b_rows(operand: kernels.CsrOperand, b: np.ndarray, sink: np.ndarray, claimed: np.ndarray) -> None:
+    """What any kernel that reads, per nonzero, the B row it names must do, on the operand's
+    threads (``claimed``: scratch counters shaped like ``operand.claimed``)."""
+    if operand.bounds.size == 2:
+        read_b_rows_range(operand.indptr, operand.indices, b, sink, 0, operand.shape[0], operand.prefetch)
+    else:
+        read_b_rows_threads(operand.indptr, operand.indices, b, sink, operand.chunks, claimed, operand.prefetch)
+
+
+def geometric_mean(values: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(values))))
 
 
 def memcpy_in_threads(source: np.ndarray, target: np.ndarray, pool: ThreadPoolExecutor, threads: int) -> None:
@@ -109,12 +193,22 @@ def main() -> None:
                 moved = operand.indptr.nbytes + operand.indices.nbytes + operand.data.nbytes + b.nbytes + out.nbytes
                 # The same product with each thread held to its own half (one chunk per thread, nothing left to steal).
                 fixed = dataclasses.replace(operand, chunks=operand.bounds)
-                # Each product follows a copy, which flushes the caches (512 MiB moved, L3 260 MiB here).
-                seconds, loop_seconds, fixed_seconds, memcpy_seconds = alternating_medians(
+                sink, claimed = np.zeros((n_rows + 1, LINE_BYTES // 8 + 1)), np.zeros_like(operand.claimed)
+                # Each product (and the B reads) follows a copy, which flushes the caches (512 MiB moved, L3 260 MiB here).
+                seconds, loop_seconds, fixed_seconds, memcpy_seconds, floor_seconds, _ = alternating_medians(
                     [lambda: kernels.multiply(operand, b, out), lambda: kernels.copy(source, target, threads),
-                     lambda: kernels.multiply(fixed, b, out), lambda: memcpy_in_threads(source, target, pools[threads], threads)], args.repeat
+                     lambda: kernels.multiply(fixed, b, out), lambda: memcpy_in_threads(source, target, pools[threads], threads),
+                     lambda: read_b_rows(operand, b, sink, claimed), lambda: kernels.copy(source, target, threads)], args.repeat
                 )
+                # Warm: the product repeated back to back, A, B and C left in the caches by the run before
+                # (an iterative solver's multiplies on a problem that fits in L3).
+                warm_seconds = median_seconds(lambda: kernels.multiply(operand, b, out), args.repeat)
                 np.testing.assert_allclose(out, matrix @ b, rtol=1e-12, atol=1e-12)
+                # The B reads must have read every nonzero's B row once: their sums add up to B's row sums, each times the count of its column.
+                sink[:] = 0
+                read_b_rows(operand, b, sink, claimed)
+                expected = float(b.sum(axis=1) @ np.bincount(operand.indices, minlength=n_cols))
+                np.testing.assert_allclose(sink.sum(), expected, rtol=1e-9, atol=1e-6 * max(1.0, abs(expected)))
                 achieved, loop_bandwidth, memcpy_bandwidth = moved / seconds, 2 * source.nbytes / loop_seconds, 2 * source.nbytes / memcpy_seconds
                 copy_bandwidth = max(loop_bandwidth, memcpy_bandwidth)
                 streamed = kernels.streams(out)  # the library's own rule (out is aligned)
@@ -123,14 +217,31 @@ def main() -> None:
                          "achieved_bytes_per_second": achieved, "copy_bytes_per_second": copy_bandwidth,
                          "memcpy_bytes_per_second": memcpy_bandwidth, "loop_copy_bytes_per_second": loop_bandwidth,
                          "fraction_of_copy": achieved / copy_bandwidth, "fraction_of_loop_copy": achieved / loop_bandwidth,
-                         "scipy_seconds": scipy_seconds, "fixed_halves_seconds": fixed_seconds}
+                         "scipy_seconds": scipy_seconds, "fixed_halves_seconds": fixed_seconds,
+                         "b_reads_seconds": floor_seconds, "ceiling_fraction_of_copy": moved / floor_seconds / copy_bandwidth,
+                         "warm_seconds": warm_seconds, "warm_fraction_of_copy": moved / warm_seconds / copy_bandwidth}
                 results.append(entry)
                 rows.append([short_name(spec), order, k, threads, "yes" if operand.prefetch else "no", "yes" if streamed else "no", f"{seconds * 1e3:.3f}", f"{achieved / 1e9:.1f}",
                              f"{memcpy_bandwidth / 1e9:.1f}", f"{loop_bandwidth / 1e9:.1f}", f"{100 * entry['fraction_of_copy']:.0f}%",
                              f"{100 * entry['fraction_of_loop_copy']:.0f}%",
+                             f"{floor_seconds * 1e3:.3f}", f"{100 * entry['ceiling_fraction_of_copy']:.0f}%",
+                             f"{warm_seconds * 1e3:.3f}", f"{100 * entry['warm_fraction_of_copy']:.0f}%",
                              f"{seconds / fixed_seconds:.2f}", f"{scipy_seconds * 1e3:.3f}", f"{scipy_seconds / seconds:.1f}x"])
     print(format_table(["matrix", "order", "k", "threads", "prefetch", "streamed C", "kernel ms", "GB/s", "memcpy GB/s", "loop copy GB/s", "of copy", "of loop",
-                        "vs fixed halves", "SciPy ms (1 thread)", "vs SciPy"], rows))
+                        "B reads ms", "ceiling", "warm ms", "warm of copy", "vs fixed halves", "SciPy ms (1 thread)", "vs SciPy"], rows))
+    summary = []
+    for key in dict.fromkeys((e["order"], e["k"], e["threads"]) for e in results):
+        group = [e for e in results if (e["order"], e["k"], e["threads"]) == key]
+        summary.append([*key, len(group), f"{100 * geometric_mean([e['fraction_of_copy'] for e in group]):.1f}%",
+                        f"{sum(e['fraction_of_copy'] >= 0.6 for e in group)} of {len(group)}",
+                        f"{100 * geometric_mean([e['fraction_of_loop_copy'] for e in group]):.1f}%",
+                        f"{100 * geometric_mean([e['ceiling_fraction_of_copy'] for e in group]):.1f}%",
+                        f"{100 * geometric_mean([e['warm_fraction_of_copy'] for e in group]):.1f}%",
+                        f"{sum(e['warm_fraction_of_copy'] >= 0.6 for e in group)} of {len(group)}",
+                        f"{geometric_mean([e['seconds'] / e['fixed_halves_seconds'] for e in group]):.3f}"])
+    print()
+    print(format_table(["order", "k", "threads", "matrices", "of copy (geometric mean)", "at >= 60% of copy", "of loop (geometric mean)",
+                        "ceiling (geometric mean)", "warm of copy (geometric mean)", "warm at >= 60%", "vs fixed halves (geometric mean)"], summary))
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "kernel_bandwidth.json").write_text(json.dumps({"results": results}, indent=1))
