@@ -29,11 +29,11 @@ Two more times per configuration. ``B reads``: a loop that reads only the B rows
 in the kernel's order, chunks and prefetches, and nothing else (no A values, no C), timed
 alternately with the rest after a copy: no kernel that walks the rows in this order and reads each
 nonzero's B row can beat it, so ``ceiling`` (the bytes above over that time, against the copy) is
-the most "of copy" any such kernel could show for that matrix in that order. ``warm``: the kernel repeated back to back, A, B
-and C left in the caches by the run before, as an iterative solver runs it on a problem that fits
-in L3 (and as a product timed in a loop usually is); "warm of copy" is against
-the same copy bandwidth. After the table, one line per order, k and thread count: geometric means
-over the matrices and how many reach 60% of the copy. Medians; writes
+the most "of copy" any such kernel could show for that matrix in that order. ``warm``: the kernel
+repeated back to back, A, B and C left in the caches by the run before, as an iterative solver runs
+it on a problem that fits in L3 (and as a product timed in a loop usually is); "warm of copy" is
+against the same copy bandwidth. After the table, one line per order, k and thread count:
+geometric means over the matrices and how many reach 60% of the copy. Medians; writes
 bench/results/kernel_bandwidth.json.
 """
 
@@ -127,7 +127,8 @@ def read_b_rows_range(indptr, indices, x, sink, row_start, row_stop, use_prefetc
 def read_b_rows_threads(indptr, indices, x, sink, chunks, claimed, use_prefetch):
     """:func:`read_b_rows_range` over the kernel's row chunks, handed out as the kernel hands them
     out (own chunks first, then the other threads'), so the two differ only in what they do per
-    nonzero."""
+    nonzero. The loop mirrors :func:`sparsewire.exec.kernels_numba.csr_dense_threads` rather than
+    sharing it: a Numba function passed as an argument is recompiled in every process."""
     threads = claimed.size // COUNTER_STRIDE
     per_thread = (chunks.size - 1) // threads
     for t in range(threads):
