@@ -54,8 +54,7 @@ from common import ROOT, default_matrices, short_name  # noqa: E402
 
 from sparsewire.aligned import empty_aligned  # noqa: E402
 from sparsewire.exec import kernels  # noqa: E402
-from sparsewire.exec.atomics import fetch_add  # noqa: E402
-from sparsewire.exec.kernels_numba import COUNTER_STRIDE, PREFETCH_DISTANCE, PREFETCH_LINES  # noqa: E402
+from sparsewire.exec.kernels_numba import PREFETCH_DISTANCE, PREFETCH_LINES, claim_chunk, reset_claims  # noqa: E402
 from sparsewire.exec.simd import LINE_BYTES, lanes_fma, lanes_in, lanes_load, lanes_store, lanes_zero, prefetch  # noqa: E402
 from sparsewire.generators import deterministic_dense  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
@@ -125,23 +124,18 @@ def read_b_rows_range(indptr, indices, x, sink, row_start, row_stop, use_prefetc
 
 @njit(nogil=True, parallel=True, cache=True)
 def read_b_rows_threads(indptr, indices, x, sink, chunks, claimed, use_prefetch):
-    """:func:`read_b_rows_range` over the kernel's row chunks, handed out as the kernel hands them
-    out (own chunks first, then the other threads'), so the two differ only in what they do per
-    nonzero. The loop mirrors :func:`sparsewire.exec.kernels_numba.csr_dense_threads` rather than
-    sharing it: a Numba function passed as an argument is recompiled in every process."""
-    threads = claimed.size // COUNTER_STRIDE
-    per_thread = (chunks.size - 1) // threads
-    for t in range(threads):
-        claimed[t * COUNTER_STRIDE] = 0
+    """:func:`read_b_rows_range` over the kernel's row chunks, handed out as
+    :func:`sparsewire.exec.kernels_numba.csr_dense_threads` hands them out (its counters, its order
+    of shares), so the two differ only in what they do per nonzero. The loop is the kernel's, not
+    shared with it: a Numba function passed as an argument is recompiled in every process."""
+    threads, per_thread = reset_claims(claimed, chunks)
     for t in prange(threads):
-        for v in range(threads):
-            share = (t + v) % threads
-            while True:
-                c = fetch_add(claimed, share * COUNTER_STRIDE, 1)
-                if c >= per_thread:
-                    break
-                c += share * per_thread
+        for offset in range(threads):
+            share = (t + offset) % threads
+            c = claim_chunk(claimed, share, per_thread)
+            while c >= 0:
                 read_b_rows_range(indptr, indices, x, sink, chunks[c], chunks[c + 1], use_prefetch)
+                c = claim_chunk(claimed, share, per_thread)
 
 
 def read_b_rows(operand: kernels.CsrOperand, b: np.ndarray, sink: np.ndarray, claimed: np.ndarray) -> None:

@@ -205,27 +205,40 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
 COUNTER_STRIDE = 8
 
 
-@njit(nogil=True, parallel=True, cache=True)
-def csr_dense_threads(indptr, indices, data, x, out, chunks, claimed, accumulate, prefetch, stream):
-    """``out (+)= A @ x`` on T threads with work stealing. ``chunks`` holds the row offsets of
-    T x m chunks, thread t's own share being chunks [t m, (t + 1) m); ``claimed[t * COUNTER_STRIDE]``
-    (scratch, reset here) counts the chunks of share t handed out. Each thread takes its own
-    chunks in order, then what is left of the other shares, one chunk per :func:`fetch_add`, so
-    a thread slowed by its data or by a busy core no longer holds the others up. A row is summed
-    by whichever thread takes it in the same order, so the bits do not depend on who does."""
+@njit(nogil=True, cache=True, inline="always")
+def reset_claims(claimed, chunks):
+    """Zero the counters of a work-stealing run over ``chunks`` (T x m chunks, thread t's own share
+    being chunks [t m, (t + 1) m)); returns T and m."""
     threads = claimed.size // COUNTER_STRIDE
-    per_thread = (chunks.size - 1) // threads
     for t in range(threads):
         claimed[t * COUNTER_STRIDE] = 0
+    return threads, (chunks.size - 1) // threads
+
+
+@njit(nogil=True, cache=True, inline="always")
+def claim_chunk(claimed, share, per_thread):
+    """The next chunk of thread ``share``'s share not yet handed out (``claimed[share *
+    COUNTER_STRIDE]`` counts them, one :func:`fetch_add` each): its index, or -1 when none is left."""
+    c = fetch_add(claimed, share * COUNTER_STRIDE, 1)
+    return share * per_thread + c if c < per_thread else -1
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def csr_dense_threads(indptr, indices, data, x, out, chunks, claimed, accumulate, prefetch, stream):
+    """``out (+)= A @ x`` on T threads with work stealing over the row ``chunks``: each thread
+    takes its own share's chunks in order, then what is left of the other shares, one
+    :func:`claim_chunk` each (``claimed`` is scratch, reset here), so a thread slowed by its data
+    or by a busy core no longer holds the others up. A row is summed by whichever thread takes it
+    in the same order, so the bits do not depend on who does. (A helper that also walked the
+    shares, returning a tuple, made bcsstk25's warm product 3% slower.)"""
+    threads, per_thread = reset_claims(claimed, chunks)
     for t in prange(threads):
-        for v in range(threads):
-            share = (t + v) % threads
-            while True:
-                c = fetch_add(claimed, share * COUNTER_STRIDE, 1)
-                if c >= per_thread:
-                    break
-                c += share * per_thread
+        for offset in range(threads):  # its own share first, then the others' leftovers
+            share = (t + offset) % threads
+            c = claim_chunk(claimed, share, per_thread)
+            while c >= 0:
                 csr_dense_range(indptr, indices, data, x, out, chunks[c], chunks[c + 1], accumulate, prefetch, stream)
+                c = claim_chunk(claimed, share, per_thread)
 
 
 @njit(nogil=True, cache=True)
