@@ -1,5 +1,6 @@
-"""Run under ``mpiexec -n P python tests/mpi_driver.py SEED [THREADS,...]``; prints ``OK <runs>``
-on rank 0.
+"""Run under ``mpiexec -n P python tests/mpi_driver.py SEED [THREADS,...] [TRANSPORT]``; prints
+``OK <runs>`` on rank 0. TRANSPORT is ``mpi`` (default) or ``torch`` (every mode it runs: all but
+partitioned).
 
 For a set of matrices (square and rectangular, empty rows and columns, ranks without rows, an
 empty matrix, k = 1, 3 and 32) and every executable strategy, topology (none, groups of 2 and of 3,
@@ -21,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.exec.spmm import MODES, SpmmExecutor, layout_for_mode
+from sparsewire.exec.spmm import MODES, SpmmExecutor, layout_for_mode, transport_problem
 from sparsewire.generators import from_spec
 from sparsewire.partition import partition_matrix
 from sparsewire.plan.plan import build_plan, build_rank_plan_collective
@@ -62,6 +63,7 @@ def main() -> None:
     rank, size = comm.Get_rank(), comm.Get_size()
     seed = int(sys.argv[1])
     thread_counts = [int(t) for t in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1]
+    transport = sys.argv[3] if len(sys.argv) > 3 else "mpi"
     runs = 0
     for name, matrix, partition, k, dtype in cases(seed, size):
         rows, cols = partition_matrix(matrix, size, partition)
@@ -81,9 +83,11 @@ def main() -> None:
                     assert plan.equals(global_plan.ranks[rank]), f"{label}: collective plan differs from global plan"
                     plans[layout] = plan
                 for mode in modes:
+                    if transport_problem(transport, mode):
+                        continue  # a mode this transport does not run
                     plan = plans[layout_for_mode(mode)]
                     for threads in thread_counts:
-                        with SpmmExecutor(plan, comm, k, dtype, mode, threads=threads) as executor:
+                        with SpmmExecutor(plan, comm, k, dtype, mode, threads=threads, transport=transport) as executor:
                             out = np.empty((plan.local_shape[0], k), dtype)
                             for _ in range(2):
                                 result = executor.multiply(b_local, out=out)

@@ -136,6 +136,7 @@ class DistributedMatrix:
         deterministic: bool = False,
         *,
         proxy: str = "local",
+        transport: str = "mpi",
     ):
         """Collective. A reusable plan of ``C = A @ B`` for B with ``k`` columns; see
         :func:`sparsewire.exec.spmm_plan.plan_spmm` for the arguments and the ``auto`` strategy.
@@ -146,7 +147,8 @@ class DistributedMatrix:
         from sparsewire.exec.spmm_plan import plan_spmm
 
         return plan_spmm(
-            self, k, dtype, strategy=strategy, topology=topology, mode=mode, threads=threads, deterministic=deterministic, proxy=proxy
+            self, k, dtype, strategy=strategy, topology=topology, mode=mode, threads=threads, deterministic=deterministic, proxy=proxy,
+            transport=transport,
         )
 
     def spgemm(self, other: DistributedMatrix, semiring: str = "plus_times", algorithm: str = "auto", phases: int = 1) -> DistributedMatrix:

@@ -8,10 +8,12 @@ import sys
 import numpy as np
 
 from sparsewire.errors import InputError
+from sparsewire.exec.modes import MODES, TRANSPORTS
 
 __all__ = [
     "MATRIX_HELP", "DTYPES", "DEFAULT_MODE", "Parser", "positive_int", "add_topology_arguments",
-    "topology_from_args", "start_mpi", "progress_printer", "add_partition_arguments", "PARTITION_HELP",
+    "topology_from_args", "start_mpi", "progress_printer", "add_partition_arguments", "PARTITION_HELP", "parse_modes",
+    "TRANSPORT_HELP", "TRANSPORTS",
 ]
 
 MATRIX_HELP = (
@@ -105,3 +107,26 @@ def add_partition_arguments(parser: argparse.ArgumentParser) -> None:
 def progress_printer(args: argparse.Namespace):
     """A callable printing progress lines to stderr, or None with --json (stdout holds one object)."""
     return None if getattr(args, "json", False) else (lambda text: print(text, file=sys.stderr, flush=True))
+
+
+def parse_modes(text: str) -> list[str]:
+    """Parse a comma-separated list of executor modes (``all`` means every mode; ``auto`` is
+    resolved by :func:`sparsewire.exec.modes.choose_mode` once k and the threads are known)."""
+    names = [name.strip().lower() for name in text.split(",") if name.strip()]
+    if names == ["all"]:
+        return list(MODES)
+    if names == ["auto"]:
+        return names
+    for name in names:
+        if name not in MODES:
+            raise InputError(f"unknown mode {name!r}; choose from {', '.join(MODES)}, auto or all")
+    if not names:
+        raise InputError(f"no mode given; choose from {', '.join(MODES)}")
+    return list(dict.fromkeys(names))
+
+
+TRANSPORT_HELP = (
+    "how messages move: mpi (MPI point-to-point or MPI-4 partitioned requests; bytes counted from receive "
+    "statuses) or torch (torch.distributed isend/irecv on Gloo, the process group set up from MPI; every mode "
+    "but partitioned) (default: mpi)"
+)

@@ -8,7 +8,8 @@ import json
 import sys
 
 from sparsewire.cli.common import (
-    DEFAULT_MODE, DTYPES, MATRIX_HELP, add_partition_arguments, add_topology_arguments, positive_int, progress_printer, start_mpi, topology_from_args,
+    DEFAULT_MODE, DTYPES, MATRIX_HELP, TRANSPORT_HELP, TRANSPORTS, add_partition_arguments, add_topology_arguments, parse_modes, positive_int,
+    progress_printer, start_mpi, topology_from_args,
 )
 from sparsewire.errors import InputError
 from sparsewire.report import format_bytes, format_table
@@ -45,6 +46,7 @@ def add_commands(commands) -> None:
         "(MPI-4 partitioned messages, one partition per thread), a comma list, all, or auto: early for k <= 16 when "
         f"ranks x threads fit the cores, else overlap (chosen by bench/async_modes.py; default: {DEFAULT_MODE})",
     )
+    spmm.add_argument("--transport", choices=TRANSPORTS, default="mpi", help=TRANSPORT_HELP)
     spmm.add_argument(
         "--threads",
         "-T",
@@ -83,6 +85,7 @@ def add_commands(commands) -> None:
     eigs.add_argument("--max-iterations", type=positive_int, default=500, help="restart cycles before giving up (default: 500)")
     eigs.add_argument("--strategy", default="auto", help="auto, block, column, row or joint (default: auto)")
     eigs.add_argument("--mode", default=DEFAULT_MODE, help=f"executor mode or auto, as for spmm (default: {DEFAULT_MODE})")
+    eigs.add_argument("--transport", choices=TRANSPORTS, default="mpi", help=TRANSPORT_HELP)
     eigs.add_argument("--threads", "-T", type=positive_int, help="threads per rank (default: cores / ranks on the node)")
     add_partition_arguments(eigs)
     eigs.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
@@ -94,13 +97,14 @@ def add_commands(commands) -> None:
 
 def run_spmm(args: argparse.Namespace) -> int:
     from sparsewire.plan.strategies import parse_strategies
-    from sparsewire.exec.spmm import parse_modes
 
     hierarchical = args.group_size is not None or args.topology is not None
     strategies = ["auto"] if args.strategy.strip().lower() == "auto" else [
         s.value for s in parse_strategies(args.strategy, executable_only=True, hierarchical=hierarchical)
     ]
     modes = parse_modes(args.mode)
+    if args.transport == "torch" and "partitioned" in modes:
+        raise InputError("the torch transport cannot run the partitioned mode (MPI-4 partitioned messages); drop it from --mode or use --transport mpi")
     if args.topology is not None and args.topology.strip().lower() != "mpi":
         topology_from_args(args)  # reject an unknown preset before MPI starts
 
@@ -129,6 +133,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         proxy=args.proxy,
         threads=args.threads,
         deterministic=args.deterministic,
+        transport=args.transport,
         progress=progress_printer(args),
     )
     if comm.Get_rank() != 0:
@@ -138,7 +143,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         if len(results) == 1:
             print(json.dumps(results[0]))
         else:
-            common = {key: results[0][key] for key in ("matrix", "n_rows", "n_cols", "nnz", "ranks", "threads", "k", "dtype")}
+            common = {key: results[0][key] for key in ("matrix", "n_rows", "n_cols", "nnz", "ranks", "threads", "k", "dtype", "transport")}
             print(json.dumps({**common, "runs": results}))
         return 1 if failed else 0
     first = results[0]
@@ -146,6 +151,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         f"{first['matrix']}: {first['n_rows']} x {first['n_cols']}, {first['nnz']} nonzeros; P = {first['ranks']}, "
         f"k = {first['k']}, {first['dtype']}, {first['threads']} thread(s) per rank, {args.repeat} timed multiplies"
         + (", deterministic" if args.deterministic else "")
+        + f"; {args.transport} transport, bytes counted from {first['bytes_counted_by']}"
     )
     baseline = next((r["median_seconds"] for r in results if r["strategy"] == "block"), None)
     rows = []
@@ -155,7 +161,7 @@ def run_spmm(args: argparse.Namespace) -> int:
                 r["strategy"],
                 r["mode"],
                 format_bytes(r["planned_bytes"]),
-                "yes" if _bytes_match(r) else f"NO ({r['measured_bytes']}, {r['delivery_problems']} bad messages)",
+                _bytes_verdict(r),
                 r["messages"],
                 f"{r['median_seconds'] * 1e3:.3f}",
                 f"{r['min_seconds'] * 1e3:.3f}",
@@ -165,7 +171,7 @@ def run_spmm(args: argparse.Namespace) -> int:
             + ([format_bytes(r["inter_group_bytes"]), f"{r['predicted_seconds'] * 1e3:.4f}"] if topology is not None else [])
             + ([f"{r['max_abs_error']:.2e}"] if args.check else [])
         )
-    headers = ["strategy", "mode", "bytes/multiply", "MPI delivered=planned", "messages", "median ms", "min ms", "speedup vs block", "plan s"]
+    headers = ["strategy", "mode", "bytes/multiply", "delivered=planned", "messages", "median ms", "min ms", "speedup vs block", "plan s"]
     headers += ["inter-group", "predicted ms"] if topology is not None else []
     if topology is not None:
         print(f"topology {topology.describe()}; proxy {args.proxy}")
@@ -180,7 +186,6 @@ def run_spmm(args: argparse.Namespace) -> int:
 
 
 def run_eigs(args: argparse.Namespace) -> int:
-    from sparsewire.exec.spmm import parse_modes
     from sparsewire.plan.strategies import parse_strategies
 
     strategies = ["auto"] if args.strategy.strip().lower() == "auto" else [
@@ -201,7 +206,7 @@ def run_eigs(args: argparse.Namespace) -> int:
         comm, args.matrix, args.nev, block=args.block, steps=args.steps, tol=args.tol,
         max_iterations=args.max_iterations, strategy=strategies[0], mode=modes[0], threads=args.threads,
         partition=args.partition, imbalance=args.imbalance, symmetrize=args.symmetrize, check=args.check,
-        progress=progress_printer(args),
+        transport=args.transport, progress=progress_printer(args),
     )
     if comm.Get_rank() != 0:
         return 0
@@ -228,9 +233,20 @@ def run_eigs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bytes_verdict(result: dict) -> str:
+    """The table's delivered=planned cell: yes / NO (measured) on MPI; on torch, whose counts are
+    the receivers' own tensor sizes, that they were agreed with the senders at setup."""
+    if not _bytes_match(result):
+        return f"NO ({result['measured_bytes']}, {result['delivery_problems']} bad messages)"
+    return "yes" if result["bytes_measured"] else "agreed at setup"
+
+
 def _bytes_match(result: dict) -> bool:
     """Bytes MPI delivered equal the plan's, in total and per link class, and every message had
-    the size its receiver's plan expects."""
+    the size its receiver's plan expects. On a transport without receive statuses (torch) only the
+    received tensor sizes can be compared; their agreement with the senders was checked at setup."""
+    if not result["bytes_measured"]:
+        return result["received_tensor_bytes"] == result["planned_bytes"] and result["delivery_problems"] == 0
     same = result["measured_bytes"] == result["planned_bytes"] and result["delivery_problems"] == 0
     if "inter_group_bytes" in result:
         same = same and result["measured_inter_group_bytes"] == result["inter_group_bytes"]
@@ -260,14 +276,16 @@ def _load(comm, spec: str, partition: str, symmetrize: bool, topology=None, imba
 
 
 def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition, imbalance, check, symmetrize, topology, proxy,
-                  threads, deterministic, progress) -> list[dict] | None:
+                  threads, deterministic, progress, transport="mpi") -> list[dict] | None:
     """Collective. Every (strategy, mode) on the matrix ``spec``: one result dict per run on rank 0
     (None on other ranks). B is :func:`~sparsewire.generators.deterministic_dense`.
 
     Each run: plan (timed, the slowest rank), one untimed warm-up multiply, then ``repeat`` timed
     multiplies, each between barriers and timed as the slowest rank's time. Measured bytes are
     what MPI delivered (receive statuses), summed over the ranks; with a topology, per link class
-    (each counted from the senders' groups) and the predicted communication time.
+    (each counted from the senders' groups) and the predicted communication time. On the torch
+    transport, which has no receive status, ``measured_bytes`` is None and
+    ``received_tensor_bytes`` sums the sizes of the tensors received into.
     ``delivery_problems`` counts messages whose size differed from the receiver's plan.
     """
     import statistics
@@ -275,7 +293,7 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
     import numpy as np
     from mpi4py import MPI
 
-    from sparsewire.exec.spmm import choose_mode
+    from sparsewire.exec.modes import choose_mode
     from sparsewire.comm.runtime import ranks_on_node
     from sparsewire.exec.kernels import default_threads
     from sparsewire.generators import deterministic_dense, deterministic_dense_rows
@@ -301,7 +319,7 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
                 progress(f"planning and running {strategy}/{mode}")
             comm.Barrier()
             started = MPI.Wtime()
-            plan = matrix.spmm_plan(k, dtype, strategy, topology, mode, threads, deterministic, proxy=proxy)
+            plan = matrix.spmm_plan(k, dtype, strategy, topology, mode, threads, deterministic, proxy=proxy, transport=transport)
             plan_seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
             with plan:
                 result = np.empty((plan.output_rows, k), dtype)
@@ -320,6 +338,7 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
                     measured_inter = comm.allreduce(int(received[~same].sum()), op=MPI.SUM)
                 problems = [p for ps in comm.allgather(plan.executor.delivery_problems) for p in ps]
                 stats, chosen, used_threads, layout = plan.stats, plan.rank_plan.strategy.value, plan.threads, plan.rank_plan.layout
+                counted_by, measured_independently = plan.counted_by, plan.bytes_measured
                 reason = plan.choice.reason()
             checksum_sum = comm.allreduce(float(result.sum(dtype=np.float64)), op=MPI.SUM)
             checksum_squares = comm.allreduce(float(np.square(result, dtype=np.float64).sum()), op=MPI.SUM)
@@ -334,7 +353,10 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
                 "min_seconds": min(times) if times else None,
                 "plan_seconds": plan_seconds,
                 "planned_bytes": stats.total_bytes,
-                "measured_bytes": int(measured),
+                "transport": transport,
+                "bytes_counted_by": counted_by,
+                "bytes_measured": measured_independently,
+                "measured_bytes": int(measured) if measured_independently else None,
                 "delivery_problems": len(problems),
                 "messages": stats.messages,
                 "setup_bytes": int(stats.setup_bytes),
@@ -342,11 +364,14 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
                 "checksum_sum": checksum_sum,
                 "checksum_fro": float(np.sqrt(checksum_squares)),
             }
+            if not measured_independently:
+                row["received_tensor_bytes"] = int(measured)
             if topology is not None:
                 classes = stats.class_totals()
                 row.update(topology=topology.name, proxy=proxy, intra_group_bytes=classes["intra_group_bytes"],
-                           inter_group_bytes=classes["inter_group_bytes"], measured_intra_group_bytes=int(measured_intra),
-                           measured_inter_group_bytes=int(measured_inter), predicted_seconds=stats.as_dict()["predicted_seconds"])
+                           inter_group_bytes=classes["inter_group_bytes"],
+                           measured_intra_group_bytes=int(measured_intra) if measured_independently else None,
+                           measured_inter_group_bytes=int(measured_inter) if measured_independently else None, predicted_seconds=stats.as_dict()["predicted_seconds"])
             if problems:
                 row["first_delivery_problem"] = problems[0]
             if check:
@@ -358,7 +383,7 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
 
 
 def _eigs_session(comm, spec, nev, *, block, steps, tol, max_iterations, strategy, mode, threads, partition, imbalance, symmetrize,
-                  check, progress) -> dict | None:
+                  check, progress, transport="mpi") -> dict | None:
     """Collective. The ``nev`` largest-magnitude eigenvalues of the symmetric matrix ``spec`` by
     :func:`~sparsewire.exec.eigensolver.block_krylov_eigs` on one plan; a result dict on rank 0
     (None elsewhere). ``check`` adds SciPy's ``eigsh`` (ARPACK) on rank 0 and the largest relative
@@ -387,7 +412,7 @@ def _eigs_session(comm, spec, nev, *, block, steps, tol, max_iterations, strateg
         elif block < nev:
             problem = f"--block {block} must be at least --nev {nev}"
     agree_on_error(comm, problem)
-    with matrix.spmm_plan(block, np.float64, strategy, None, mode, threads) as plan:
+    with matrix.spmm_plan(block, np.float64, strategy, None, mode, threads, transport=transport) as plan:
         result = block_krylov_eigs(
             plan.executor, matrix.row_offset, matrix.shape[0], nev, steps=steps, tol=tol, max_iterations=max_iterations,
             progress=progress,
@@ -400,7 +425,7 @@ def _eigs_session(comm, spec, nev, *, block, steps, tol, max_iterations, strateg
         return None
     report = {
         "matrix": spec, "n": matrix.shape[0], "nnz": matrix.nnz, "ranks": comm.Get_size(), "threads": used_threads,
-        "strategy": chosen, "mode": mode, "nev": nev, "block": block,
+        "strategy": chosen, "mode": mode, "transport": transport, "nev": nev, "block": block,
         "eigenvalues": result.eigenvalues.tolist(), "residuals": result.residuals.tolist(), "converged": result.converged,
         "iterations": result.iterations, "multiplies": result.multiplies, "seconds": seconds,
         "multiply_seconds": multiply_seconds,

@@ -21,7 +21,7 @@ from mpi4py import MPI
 from sparsewire.comm.runtime import abort_job, agree_on_error, collective_errors, ranks_on_node
 from sparsewire.distributed import DistributedMatrix
 from sparsewire.errors import InputError, PlanMismatchError
-from sparsewire.exec.spmm import MODES, SpmmExecutor, choose_mode, layout_for_mode
+from sparsewire.exec.spmm import MODES, TRANSPORTS, SpmmExecutor, choose_mode, layout_for_mode, transport_problem
 from sparsewire.partition import RowPartition
 from sparsewire.plan.plan import Exchange, RankPlan, build_rank_plan_collective
 from sparsewire.plan.stats import PlanStats, plan_stats, predicted_seconds, rank_send_summary
@@ -72,7 +72,7 @@ def _stats(comm: MPI.Comm, plan: RankPlan, k: int, itemsize: int, model: Topolog
     return plan_stats(summaries, k, itemsize, plan.strategy, comm.Get_size(), model)
 
 
-def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mode, threads, proxy) -> str | None:
+def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mode, threads, proxy, transport) -> str | None:
     if not isinstance(matrix, DistributedMatrix):
         return f"expected a DistributedMatrix from sparsewire.distribute (got {type(matrix).__name__})"
     if not isinstance(k, (int, np.integer)) or k < 1:
@@ -85,6 +85,8 @@ def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mo
         return f"threads must be a positive integer or None (got {threads!r})"
     if topology is not None and not isinstance(topology, Topology):
         return f"topology must be a sparsewire.Topology or None (got {type(topology).__name__}); see sparsewire.parse_topology"
+    if transport not in TRANSPORTS:
+        return f"unknown transport {transport!r}; choose {' or '.join(TRANSPORTS)}"
     if proxy not in ("local", "balanced"):
         return f"unknown proxy {proxy!r}; choose local or balanced"
     if strategy != "auto":
@@ -111,6 +113,7 @@ def plan_spmm(
     threads: int | None = None,
     deterministic: bool = False,
     proxy: str = "local",
+    transport: str = "mpi",
 ) -> SpmmPlan:
     """Collective. Plan ``C = A @ B`` for the distributed A and a B of ``k`` columns.
 
@@ -130,18 +133,22 @@ def plan_spmm(
         deterministic: fixed summation order (C bitwise identical across runs, modes, threads).
         proxy: hierarchical strategies: which rank of a group receives a remote rank's B rows,
             ``local`` (the same local rank, CoLa) or ``balanced`` (spread by bytes).
+        transport: how messages move: ``mpi`` (default) or ``torch`` (torch.distributed on the
+            default process group, set up from MPI when there is none; every mode but
+            partitioned; see :mod:`sparsewire.exec.torch_transport`).
 
     Returns:
         :class:`SpmmPlan`, ready to multiply.
     """
     comm = matrix.comm if isinstance(matrix, DistributedMatrix) else MPI.COMM_SELF
-    agree_on_error(comm, _check_arguments(matrix, k, dtype, strategy, topology, mode, threads, proxy))
+    agree_on_error(comm, _check_arguments(matrix, k, dtype, strategy, topology, mode, threads, proxy, transport))
     k, dtype = int(k), np.dtype(dtype)
     if mode in (None, "auto"):
         from sparsewire.exec.kernels import default_threads
 
         sharing = ranks_on_node(comm)
         mode = choose_mode(k, sharing, threads or default_threads(sharing))
+    agree_on_error(comm, transport_problem(transport, mode))
     if topology is not None and topology.rank_groups is not None:
         topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
     layout = layout_for_mode(mode)
@@ -160,7 +167,7 @@ def plan_spmm(
             best = (plan, stats, seconds)
     plan, stats, _ = best
     choice = StrategyChoice(plan.strategy, strategy if strategy == "auto" else Strategy(strategy).value, model.name, candidates)
-    return SpmmPlan(matrix, plan, stats, k, dtype, mode, threads, deterministic, topology, choice)
+    return SpmmPlan(matrix, plan, stats, k, dtype, mode, threads, deterministic, topology, choice, transport=transport)
 
 
 class SpmmPlan:
@@ -171,7 +178,7 @@ class SpmmPlan:
         rank_plan: this rank's :class:`~sparsewire.plan.plan.RankPlan`.
         stats: the :class:`~sparsewire.plan.stats.PlanStats` (bytes, messages, per-rank maxima,
             per link class and predicted time under the topology, flat when none was given).
-        k, dtype, mode, threads, deterministic: what the executor runs.
+        k, dtype, mode, threads, deterministic, transport: what the executor runs.
         transposed: True for the plan of ``A.T @ G``.
         choice: the :class:`StrategyChoice` (why this strategy).
     """
@@ -190,20 +197,26 @@ class SpmmPlan:
         choice: StrategyChoice,
         *,
         transposed: bool = False,
+        transport: str = "mpi",
     ) -> None:
         """Collective (makes the executor). Use :func:`plan_spmm` or ``matrix.spmm_plan``."""
         self.matrix, self.comm = matrix, matrix.comm
         self.rank_plan, self.stats = rank_plan, stats
         self.k, self.dtype, self.mode = int(k), np.dtype(dtype), mode
         self.deterministic, self.topology, self.choice = bool(deterministic), topology, choice
-        self.transposed = transposed
-        self.executor = SpmmExecutor(rank_plan, self.comm, self.k, self.dtype, mode, threads=threads, deterministic=deterministic)
+        self.transposed, self.transport = transposed, transport
+        self.executor = SpmmExecutor(
+            rank_plan, self.comm, self.k, self.dtype, mode, threads=threads, deterministic=deterministic, transport=transport
+        )
         self.threads = self.executor.threads
         self._transpose: SpmmPlan | None = None
 
     def __repr__(self) -> str:
         what = "A.T @ G" if self.transposed else "A @ B"
-        return f"<SpmmPlan {what}: {self.rank_plan.strategy.value}/{self.mode}, k = {self.k}, {self.dtype.name}, {self.comm.Get_size()} ranks>"
+        return (
+            f"<SpmmPlan {what}: {self.rank_plan.strategy.value}/{self.mode}, k = {self.k}, {self.dtype.name}, "
+            f"{self.comm.Get_size()} ranks, {self.transport} transport>"
+        )
 
     @property
     def input_rows(self) -> int:
@@ -245,15 +258,27 @@ class SpmmPlan:
 
     @property
     def bytes_received(self) -> int:
-        """Bytes MPI delivered to this rank in the last multiply (receive statuses)."""
+        """Bytes this rank received in the last multiply, as the transport counted them
+        (:attr:`counted_by`; MPI: the receive statuses)."""
         return self.executor.bytes_received
+
+    @property
+    def counted_by(self) -> str:
+        """What :attr:`bytes_received` comes from (the transport's own knowledge of each receive)."""
+        return self.executor.counted_by
+
+    @property
+    def bytes_measured(self) -> bool:
+        """Whether :attr:`bytes_received` is measured per message independently of the receiving
+        plan (MPI's receive statuses), rather than the sizes the receiver posted (torch)."""
+        return self.executor.transport.counts_measured
 
     @collective_errors
     def transpose(self) -> SpmmPlan:
         """Collective. The plan of ``A.T @ G`` on the same partitions (G rows under A's row
         partition, result rows under A's column partition), with the same k, dtype, mode and
         threads. It is the adjoint of this plan (:mod:`sparsewire.plan.transpose`): every message
-        reversed with the same rows, so its bytes equal this plan's. Made once and cached;
+        reversed with the same rows, so its bytes equal this plan's; on the same transport. Made once and cached;
         ``plan.transpose().transpose()`` is ``plan``."""
         if self._transpose is None:
             send_keys = _send_keys(self.comm, self.rank_plan)
@@ -262,7 +287,7 @@ class SpmmPlan:
             stats = _stats(self.comm, plan, self.k, self.dtype.itemsize, model)
             self._transpose = SpmmPlan(
                 self.matrix, plan, stats, self.k, self.dtype, self.mode, self.threads, self.deterministic,
-                self.topology, self.choice, transposed=not self.transposed,
+                self.topology, self.choice, transposed=not self.transposed, transport=self.transport,
             )
             self._transpose._transpose = self
         return self._transpose
@@ -277,6 +302,7 @@ class SpmmPlan:
             f"{self.matrix.nnz} nonzeros, P = {size}, k = {self.k}, {self.dtype.name}",
             f"strategy {self.rank_plan.strategy.value}, mode {self.mode}, {self.threads} thread(s) per rank"
             + (", deterministic" if self.deterministic else ""),
+            f"transport {self.transport}: bytes counted from {self.counted_by}",
             self.choice.reason(),
         ]
         if self.choice.requested == "auto" and len(self.choice.candidates) > 1:
@@ -316,6 +342,7 @@ class SpmmPlan:
                 "mode": self.mode,
                 "deterministic": self.deterministic,
                 "transposed": self.transposed,
+                "transport": self.transport,
                 "topology": None if self.topology is None else self.topology.name,
                 "choice": {"strategy": self.choice.strategy.value, "requested": self.choice.requested,
                            "model": self.choice.model, "candidates": self.choice.candidates},
@@ -335,16 +362,16 @@ class SpmmPlan:
         agree_on_error(self.comm, problem)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, matrix: DistributedMatrix, *, threads: int | None = None) -> SpmmPlan:
+    def load(cls, path: str | os.PathLike, matrix: DistributedMatrix, *, threads: int | None = None, transport: str | None = None) -> SpmmPlan:
         """Collective. The plan :meth:`save` wrote, for the same A on the same P (every rank passes
-        the same path; rank 0 reads it).
+        the same path; rank 0 reads it), on ``transport`` (None: the one it was saved with).
 
         Raises:
             PlanMismatchError on every rank, in one line, when the file is for another matrix
             (checksum), another number of ranks or another format version; InputError when it is
             not a plan file.
         """
-        return _load(matrix, cls, path, threads)
+        return _load(matrix, cls, path, threads, transport)
 
     def close(self) -> None:
         """Collective. Free the executor's requests and communicator (and the transposed plan's)."""
@@ -442,7 +469,7 @@ def _plan_from_arrays(arrays: dict[str, np.ndarray]) -> RankPlan:
 
 
 @collective_errors
-def _load(matrix: DistributedMatrix, cls, path, threads: int | None) -> SpmmPlan:
+def _load(matrix: DistributedMatrix, cls, path, threads: int | None, transport: str | None) -> SpmmPlan:
     comm = matrix.comm
     rank, size = comm.Get_rank(), comm.Get_size()
     checksum = matrix.checksum()
@@ -481,6 +508,8 @@ def _load(matrix: DistributedMatrix, cls, path, threads: int | None) -> SpmmPlan
                 problem = InputError(f"cannot read a plan from {path}: {error}; give a file written by SpmmPlan.save")
     agree_on_error(comm, problem)
     meta = comm.bcast(meta, root=0)
+    transport = transport or meta.get("transport", "mpi")  # files saved before transports ran on MPI
+    agree_on_error(comm, transport_problem(transport, meta["mode"]))
     plan = _plan_from_arrays(comm.scatter(pieces, root=0))
     topology = _topology_named(meta["topology"], comm)
     model = topology or Topology.flat()
@@ -492,7 +521,7 @@ def _load(matrix: DistributedMatrix, cls, path, threads: int | None) -> SpmmPlan
     )
     return cls(
         matrix, plan, stats, meta["k"], np.dtype(meta["dtype"]), meta["mode"], threads, meta["deterministic"],
-        topology, choice, transposed=meta["transposed"],
+        topology, choice, transposed=meta["transposed"], transport=transport,
     )
 
 

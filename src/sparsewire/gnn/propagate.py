@@ -32,17 +32,20 @@ class GraphOperator:
 
     Args:
         matrix: the (normalised) adjacency, rows = targets, from :func:`sparsewire.distribute`.
-        strategy, topology, mode, threads: as for :meth:`DistributedMatrix.spmm_plan`.
+        strategy, topology, mode, threads, transport: as for :meth:`DistributedMatrix.spmm_plan`.
 
     Attributes:
         bytes_forward, bytes_backward: bytes MPI delivered to this rank by the propagations so far
             (receive statuses), forward and backward (reset them to measure an epoch).
     """
 
-    def __init__(self, matrix: DistributedMatrix, strategy: str = "auto", topology=None, mode: str | None = None, threads: int | None = None):
+    def __init__(
+        self, matrix: DistributedMatrix, strategy: str = "auto", topology=None, mode: str | None = None, threads: int | None = None,
+        transport: str = "mpi",
+    ):
         """Not collective (plans are made later, collectively, per width)."""
         self.matrix, self.comm = matrix, matrix.comm
-        self.strategy, self.topology, self.mode, self.threads = strategy, topology, mode, threads
+        self.strategy, self.topology, self.mode, self.threads, self.transport = strategy, topology, mode, threads, transport
         self.plans: dict[tuple[int, str], SpmmPlan] = {}
         self.bytes_forward = 0
         self.bytes_backward = 0
@@ -76,7 +79,8 @@ class GraphOperator:
             if dtype not in _NUMPY:
                 raise TypeError(f"features must be float32 or float64 tensors (got {dtype})")
             self.plans[key] = plan_spmm(
-                self.matrix, int(width), _NUMPY[dtype], strategy=self.strategy, topology=self.topology, mode=self.mode, threads=self.threads
+                self.matrix, int(width), _NUMPY[dtype], strategy=self.strategy, topology=self.topology, mode=self.mode, threads=self.threads,
+                transport=self.transport,
             )
         return self.plans[key]
 

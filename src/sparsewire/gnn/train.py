@@ -52,7 +52,7 @@ class TrainResult:
 
 
 def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn", *, partition="even", strategy: str = "auto",
-                     topology=None, threads: int | None = 1, root: int = 0, imbalance: float = 0.03) -> LocalGraph:
+                     topology=None, threads: int | None = 1, root: int = 0, imbalance: float = 0.03, transport: str = "mpi") -> LocalGraph:
     """Collective. Hand every rank its nodes: ``data`` on ``root`` (None elsewhere). The adjacency
     is distributed by rows and normalised for the model (GCN: ``D^-1/2 (A + I) D^-1/2``; SAGE: the
     mean over in-neighbours), features as float64 rows (sparse COO when mostly zero).
@@ -60,7 +60,10 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     ``threads`` (default 1) are the executor's threads per rank: on graphs of Cora's size a
     propagation takes tens of microseconds and more threads only add wake-ups; with PyTorch's own
     pool also at one thread (``torch.set_num_threads(1)``, as ``sparsewire gcn`` does) a Cora epoch
-    took 21 ms on the 2-core machine against 62-72 ms with either pool at two threads."""
+    took 21 ms on the 2-core machine against 62-72 ms with either pool at two threads.
+
+    ``transport``: how the propagations' messages move, ``mpi`` or ``torch`` (torch.distributed;
+    see :func:`sparsewire.exec.spmm_plan.plan_spmm`)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     problem = None
     if rank == root and data is None:
@@ -88,7 +91,7 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
         header = None
     totals, classes = comm.bcast(header, root=root)
     features, labels, masks = comm.scatter(pieces, root=root)
-    operator = GraphOperator(matrix, strategy=strategy, topology=topology, threads=threads)
+    operator = GraphOperator(matrix, strategy=strategy, topology=topology, threads=threads, transport=transport)
     return LocalGraph(
         operator, _feature_tensor(features), torch.from_numpy(labels),
         {name: torch.from_numpy(mask) for name, mask in masks.items()}, totals, classes, matrix.shape[0],

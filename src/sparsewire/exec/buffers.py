@@ -1,0 +1,293 @@
+"""An executor's buffers and operands, built once from a :class:`~sparsewire.plan.plan.RankPlan`.
+
+Pure NumPy (no MPI): for every exchange e of the plan, with B_p this rank's rows of B,
+
+* the send buffer, ``send_matrix_e @ [B_p ; receive buffer of e's input]``, packed by a gather
+  when every row is one B row (``pack_gather``), else by a CSR product (``pack_b``, plus
+  ``pack_input`` on the input's receive buffer);
+* the receive buffer and the unpack operand, ``C_p += receive_matrix_e @ receive_buffer_e``: a CSR
+  operand applied per exchange, or a CSC operand split by output rows among the T threads, applied
+  per message or per partition;
+* message offsets in rows, padded where messages are cut into T partitions (whole padding rows,
+  so ``rows * k`` divides by T; the row maps say where every plan row moved);
+* for relays sent message by message, which input messages each sent message reads.
+
+With ``ordered`` (the deterministic combine) the receive buffers are one stack behind a copy of
+B_p, and one CSR operand ``merged`` over that stack sums every C row in a fixed order.
+
+Everything is immutable once built; what changes per multiply lives in the buffers' contents and
+in the schedule's own state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparsewire.aligned import zeros_aligned
+from sparsewire.errors import PlanMismatchError
+from sparsewire.exec import kernels
+from sparsewire.plan.plan import AGGREGATE_C, DIRECT_C, Exchange, RankPlan
+
+__all__ = ["BufferNeeds", "ExchangeBuffers", "Buffers", "build_buffers", "padded_rows"]
+
+
+@dataclass(frozen=True)
+class BufferNeeds:
+    """What the schedule and combine need from the buffers.
+
+    Attributes:
+        partitions: parts every message is cut into (1: whole messages).
+        unpack: ``"exchange"`` (a CSR operand per receive matrix), ``"message"`` (a CSC operand
+            split by the threads' output rows) or ``None`` (the ordered combine's ``merged`` only).
+        dependencies: list, per sent message of a relaying exchange, the input messages it reads.
+        ordered: the receive buffers form one stack behind a copy of B_p, with the ``merged``
+            operand over it.
+    """
+
+    partitions: int = 1
+    unpack: str | None = "exchange"
+    dependencies: bool = False
+    ordered: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class ExchangeBuffers:
+    """Buffers, offsets and operands of one exchange of one rank (offsets in rows of k elements;
+    ``*_elements`` per message; ``recv_elements`` includes padding, ``expected_elements`` is the
+    plan's payload)."""
+
+    index: int
+    exchange: Exchange
+    input: int | None
+    send_ranks: tuple[int, ...]
+    recv_ranks: tuple[int, ...]
+    send_offsets: np.ndarray
+    recv_offsets: np.ndarray
+    send_elements: tuple[int, ...]
+    recv_elements: tuple[int, ...]
+    expected_elements: tuple[int, ...]
+    send_rows_map: np.ndarray
+    recv_rows_map: np.ndarray
+    send_buffer: np.ndarray
+    receive_buffer: np.ndarray
+    pack_gather: kernels.GatherOperand | None
+    pack_b: kernels.CsrOperand | None
+    pack_input: kernels.CsrOperand | None
+    receive_matrix: sp.csr_array
+    unpack: kernels.CsrOperand | None
+    unpack_columns: kernels.CscOperand | None
+    dependencies: tuple[tuple[int, ...], ...]
+
+    @property
+    def send_flat(self) -> np.ndarray:
+        """The send buffer as one 1-D view (messages at ``send_offsets * k``)."""
+        return self.send_buffer.reshape(-1)
+
+    @property
+    def recv_flat(self) -> np.ndarray:
+        """The receive buffer as one 1-D view (messages at ``recv_offsets * k``)."""
+        return self.receive_buffer.reshape(-1)
+
+
+@dataclass(frozen=True, eq=False)
+class Buffers:
+    """Every exchange's buffers, the diagonal operand and the order of the exchanges.
+
+    Attributes:
+        steps: exchange indices per step, in order; within a step, those that read no input
+            first (their transfers are in flight while the others wait for what they relay).
+        dependents: per exchange, per received message, the (exchange, sent message) pairs that
+            read it (the inverse of ``ExchangeBuffers.dependencies``).
+        row_bounds: thread t owns C rows ``[row_bounds[t], row_bounds[t+1])`` (the diagonal
+            operand's balanced ranges, also the CSC split's).
+        stack, merged: the ordered combine's ``[B_p ; receive buffers]`` and its CSR operand.
+    """
+
+    plan: RankPlan
+    k: int
+    dtype: np.dtype
+    threads: int
+    needs: BufferNeeds
+    diagonal: kernels.CsrOperand
+    row_bounds: np.ndarray
+    exchanges: tuple[ExchangeBuffers, ...]
+    steps: tuple[tuple[int, ...], ...]
+    dependents: tuple[tuple[tuple[tuple[int, int], ...], ...], ...]
+    stack: np.ndarray | None
+    merged: kernels.CsrOperand | None
+
+
+def offsets(counts: np.ndarray) -> np.ndarray:
+    """``[0, c0, c0 + c1, ...]`` as int64."""
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
+def padded_rows(rows: np.ndarray, k: int, partitions: int) -> np.ndarray:
+    """Fewest rows >= ``rows`` whose ``rows * k`` elements split into ``partitions`` equal parts."""
+    padded = np.asarray(rows, np.int64).copy()
+    for position, count in enumerate(padded):
+        while (count * k) % partitions:
+            count += 1
+        padded[position] = count
+    return padded
+
+
+def row_map(plain: np.ndarray, padded: np.ndarray) -> np.ndarray:
+    """New position of every row when each message's rows move from offset ``plain`` to ``padded``."""
+    shift = np.repeat(padded[:-1] - plain[:-1], np.diff(plain))
+    return np.arange(plain[-1], dtype=np.int64) + shift
+
+
+def _is_selection(matrix: sp.csr_array) -> bool:
+    return bool(np.all(np.diff(matrix.indptr) == 1) and np.all(matrix.data == 1))
+
+
+def _move_rows(matrix: sp.csr_array, rows_map: np.ndarray, n_rows: int) -> sp.csr_array:
+    coo = sp.coo_array(matrix)
+    return sp.csr_array((coo.data, (rows_map[coo.row], coo.col)), shape=(n_rows, matrix.shape[1]))
+
+
+def _move_columns(matrix: sp.csr_array, columns_map: np.ndarray, n_cols: int) -> sp.csr_array:
+    coo = sp.coo_array(matrix)
+    return sp.csr_array((coo.data, (coo.row, columns_map[coo.col])), shape=(matrix.shape[0], n_cols))
+
+
+def _exchange_buffers(
+    index: int, exchange: Exchange, built: list[ExchangeBuffers], receive_storage: np.ndarray | None,
+    plan: RankPlan, k: int, dtype: np.dtype, threads: int, row_bounds: np.ndarray, needs: BufferNeeds,
+) -> ExchangeBuffers:
+    n_b = plan.local_shape[1]
+    if exchange.input is not None and not 0 <= exchange.input < index:
+        raise PlanMismatchError(f"exchange {index} reads exchange {exchange.input}, which does not come before it; the plan is corrupt")
+    source = built[exchange.input] if exchange.input is not None else None
+    plain_send, plain_recv = offsets(exchange.send_counts), offsets(exchange.recv_counts)
+    send_offsets = offsets(padded_rows(exchange.send_counts, k, needs.partitions))
+    recv_offsets = offsets(padded_rows(exchange.recv_counts, k, needs.partitions))
+    send_rows_map, recv_rows_map = row_map(plain_send, send_offsets), row_map(plain_recv, recv_offsets)
+    n_send, n_recv = int(send_offsets[-1]), int(recv_offsets[-1])
+
+    # Send side: a gather where every row is one B row, else a CSR product (+ the input part).
+    send = sp.csr_array(exchange.send_matrix)
+    from_b = sp.csr_array(send[:, :n_b])
+    pack_gather = pack_b = pack_input = None
+    if exchange.input is None and _is_selection(from_b):
+        index_rows = np.zeros(n_send, np.int64)
+        index_rows[send_rows_map] = from_b.indices
+        pack_gather = kernels.GatherOperand.from_index(index_rows, threads)
+    else:
+        pack_b = kernels.CsrOperand.from_matrix(_move_rows(from_b, send_rows_map, n_send), dtype, threads)
+        if source is not None:
+            from_input = _move_columns(sp.csr_array(send[:, n_b:]), source.recv_rows_map, int(source.recv_offsets[-1]))
+            pack_input = kernels.CsrOperand.from_matrix(_move_rows(from_input, send_rows_map, n_send), dtype, threads)
+
+    # Receive side, in padded buffer positions (the ordered combine reads receive_matrix).
+    if receive_storage is None:
+        receive_storage = zeros_aligned((n_recv, k), dtype)
+    receive = _move_columns(sp.csr_array(exchange.receive_matrix), recv_rows_map, n_recv)
+    unpack = unpack_columns = None
+    if needs.unpack == "exchange":
+        unpack = kernels.CsrOperand.from_matrix(receive, dtype, threads)
+    elif needs.unpack == "message":
+        unpack_columns = kernels.CscOperand.from_matrix(receive, dtype, row_bounds)
+
+    dependencies: list[list[int]] = [[] for _ in exchange.send_ranks]
+    if source is not None and needs.dependencies:
+        rows = np.repeat(np.arange(pack_input.shape[0]), np.diff(pack_input.indptr))
+        message_of_row = np.searchsorted(send_offsets, rows, side="right") - 1
+        message_of_col = np.searchsorted(source.recv_offsets, pack_input.indices, side="right") - 1
+        for message, needed in np.unique(np.stack([message_of_row, message_of_col]), axis=1).T.tolist():
+            dependencies[message].append(needed)
+
+    return ExchangeBuffers(
+        index=index, exchange=exchange, input=exchange.input,
+        send_ranks=tuple(exchange.send_ranks.tolist()), recv_ranks=tuple(exchange.recv_ranks.tolist()),
+        send_offsets=send_offsets, recv_offsets=recv_offsets,
+        send_elements=tuple((np.diff(send_offsets) * k).tolist()), recv_elements=tuple((np.diff(recv_offsets) * k).tolist()),
+        expected_elements=tuple((np.diff(plain_recv) * k).tolist()),
+        send_rows_map=send_rows_map, recv_rows_map=recv_rows_map,
+        send_buffer=zeros_aligned((n_send, k), dtype), receive_buffer=receive_storage[:n_recv],
+        pack_gather=pack_gather, pack_b=pack_b, pack_input=pack_input,
+        receive_matrix=receive, unpack=unpack, unpack_columns=unpack_columns,
+        dependencies=tuple(tuple(d) for d in dependencies),
+    )
+
+
+def _merged_operand(plan: RankPlan, exchanges: tuple[ExchangeBuffers, ...], stack_rows: int, dtype, threads: int) -> kernels.CsrOperand:
+    """The ordered product: one CSR over the stack [B_p ; every receive buffer], each row ordered
+    by global column (B rows) and then by buffer position (received partial C rows)."""
+    n_b = plan.local_shape[1]
+    col_start = int(plan.col_partition.offsets[plan.rank])
+    n_cols = plan.col_partition.n
+    diagonal = sp.coo_array(plan.diagonal)
+    rows, cols, values, keys = [diagonal.row], [diagonal.col], [diagonal.data], [diagonal.col + col_start]
+    offset = 0
+    for ex in exchanges:
+        rows_here = int(ex.recv_offsets[-1])
+        coo = sp.coo_array(ex.receive_matrix)
+        # Buffer position -> the received row's kind and global key (padding rows have none).
+        original = np.full(rows_here, -1, np.int64)
+        original[ex.recv_rows_map] = np.arange(ex.recv_rows_map.size)
+        kinds = ex.exchange.receive_kinds[original[coo.col]]
+        global_keys = ex.exchange.receive_keys[original[coo.col]]
+        is_c = np.isin(kinds, (DIRECT_C, AGGREGATE_C))
+        keys.append(np.where(is_c, n_cols + offset + coo.col, global_keys))
+        rows.append(coo.row)
+        cols.append(n_b + offset + coo.col)
+        values.append(coo.data)
+        offset += rows_here
+    rows, cols, values, keys = map(np.concatenate, (rows, cols, values, keys))
+    order = np.lexsort((keys, rows))
+    shape = (plan.local_shape[0], stack_rows)
+    indptr = np.searchsorted(rows[order], np.arange(shape[0] + 1)).astype(np.int64)
+    matrix = sp.csr_array((values[order], cols[order], indptr), shape=shape)
+    return kernels.CsrOperand.from_matrix(matrix, dtype, threads, keep_order=True)
+
+
+def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeeds) -> Buffers:
+    """Not collective. Every buffer and operand of ``plan`` for blocks of ``k`` columns of
+    ``dtype`` on ``threads`` threads, as ``needs`` asks (see the module docstring)."""
+    dtype = np.dtype(dtype)
+    diagonal = kernels.CsrOperand.from_matrix(plan.diagonal, dtype, threads)
+    row_bounds = diagonal.bounds
+    storage: list[np.ndarray | None]
+    stack = None
+    if needs.ordered:
+        # One buffer per exchange (no slot sharing), all in one array after a copy of B_p, so one
+        # CSR product over it reads B rows and received rows.
+        rows = [int(padded_rows(e.recv_counts, k, needs.partitions).sum()) for e in plan.exchanges]
+        head = plan.local_shape[1]
+        stack = zeros_aligned((head + sum(rows), k), dtype)
+        bounds = head + offsets(np.array(rows, np.int64))
+        storage = [stack[bounds[i] : bounds[i + 1]] for i in range(len(plan.exchanges))]
+    else:
+        slot_rows: dict[int, int] = {}
+        for exchange in plan.exchanges:
+            if exchange.receive_slot is not None:
+                rows_here = int(padded_rows(exchange.recv_counts, k, needs.partitions).sum())
+                slot_rows[exchange.receive_slot] = max(slot_rows.get(exchange.receive_slot, 0), rows_here)
+        slots = {slot: zeros_aligned((rows_here, k), dtype) for slot, rows_here in slot_rows.items()}
+        storage = [slots.get(e.receive_slot) if e.receive_slot is not None else None for e in plan.exchanges]
+    built: list[ExchangeBuffers] = []
+    for index, exchange in enumerate(plan.exchanges):
+        built.append(_exchange_buffers(index, exchange, built, storage[index], plan, k, dtype, threads, row_bounds, needs))
+    exchanges = tuple(built)
+
+    dependents: list[list[list[tuple[int, int]]]] = [[[] for _ in ex.recv_ranks] for ex in exchanges]
+    for ex in exchanges:
+        for message, needed in enumerate(ex.dependencies):
+            for input_message in needed:
+                dependents[ex.input][input_message].append((ex.index, message))
+    step_numbers = sorted({e.step for e in plan.exchanges})
+    steps = tuple(
+        tuple(sorted((i for i, e in enumerate(plan.exchanges) if e.step == step), key=lambda i: plan.exchanges[i].input is not None))
+        for step in step_numbers
+    )
+    merged = _merged_operand(plan, exchanges, stack.shape[0], dtype, threads) if needs.ordered else None
+    return Buffers(
+        plan=plan, k=int(k), dtype=dtype, threads=int(threads), needs=needs, diagonal=diagonal, row_bounds=row_bounds,
+        exchanges=exchanges, steps=steps, dependents=tuple(tuple(tuple(m) for m in ex) for ex in dependents),
+        stack=stack, merged=merged,
+    )

@@ -1,0 +1,83 @@
+"""How received rows become C: streaming (added as each exchange, message or partition completes)
+or ordered (one product after everything arrived, every C row summed in a fixed order).
+
+A schedule calls the combine at five points and never asks which one it has:
+
+* ``diagonal(b, out)`` / ``diagonal_rows(b, out, thread)``: ``C_p = A(p, p) B_p`` (all rows, or
+  thread t's rows ``row_bounds[t]:row_bounds[t+1]``);
+* ``exchange_arrived(ex, out)``: every message of ``ex`` is in its receive buffer;
+* ``message_arrived(ex, message, out)``: one message is;
+* ``partition_arrived(ex, thread, start, stop, out)``: elements ``[start, stop)`` of the flattened
+  receive buffer are (one partition, applied to thread t's rows of C);
+* ``finish(b, out)``: every message has arrived.
+
+:class:`OrderedCombine` does its work in ``finish``: ``C_p = merged @ [B_p ; receive buffers]``,
+each row's entries ordered by global column (B rows) and then by buffer position (partial C rows).
+So C is bitwise identical across runs, modes, transports and thread counts, and for the
+column-based strategies across P too (the serial CSR product in ascending column order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sparsewire.exec import kernels
+from sparsewire.exec.buffers import Buffers, ExchangeBuffers
+
+__all__ = ["StreamingCombine", "OrderedCombine"]
+
+
+class StreamingCombine:
+    """Adds received rows to C as they complete (the buffers hold the unpack operands the
+    schedule applies: CSR per exchange, or CSC per message and partition)."""
+
+    def __init__(self, buffers: Buffers) -> None:
+        self.buffers = buffers
+
+    def diagonal(self, b: np.ndarray, out: np.ndarray) -> None:
+        kernels.multiply(self.buffers.diagonal, b, out)
+
+    def diagonal_rows(self, b: np.ndarray, out: np.ndarray, thread: int) -> None:
+        bounds = self.buffers.row_bounds
+        kernels.multiply_rows(self.buffers.diagonal, b, out, int(bounds[thread]), int(bounds[thread + 1]))
+
+    def exchange_arrived(self, ex: ExchangeBuffers, out: np.ndarray) -> None:
+        kernels.multiply(ex.unpack, ex.receive_buffer, out, accumulate=True)
+
+    def message_arrived(self, ex: ExchangeBuffers, message: int, out: np.ndarray) -> None:
+        start, stop = int(ex.recv_offsets[message]), int(ex.recv_offsets[message + 1])
+        kernels.apply_columns(ex.unpack_columns, ex.receive_buffer, out, start, stop)
+
+    def partition_arrived(self, ex: ExchangeBuffers, thread: int, start: int, stop: int, out: np.ndarray) -> None:
+        kernels.apply_elements(ex.unpack_columns, thread, ex.recv_flat, self.buffers.k, out, start, stop)
+
+    def finish(self, b: np.ndarray, out: np.ndarray) -> None:
+        """Nothing left: every row was added as it arrived."""
+
+
+class OrderedCombine:
+    """Computes C once every message has arrived, in the fixed order of the ``merged`` operand
+    (the buffers' stack starts with a copy of B_p)."""
+
+    def __init__(self, buffers: Buffers) -> None:
+        self.buffers = buffers
+        self._head = buffers.plan.local_shape[1]
+
+    def diagonal(self, b: np.ndarray, out: np.ndarray) -> None:
+        """Part of :meth:`finish`."""
+
+    def diagonal_rows(self, b: np.ndarray, out: np.ndarray, thread: int) -> None:
+        """Part of :meth:`finish`."""
+
+    def exchange_arrived(self, ex: ExchangeBuffers, out: np.ndarray) -> None:
+        """Kept in its receive buffer for :meth:`finish`."""
+
+    def message_arrived(self, ex: ExchangeBuffers, message: int, out: np.ndarray) -> None:
+        """Kept in its receive buffer for :meth:`finish`."""
+
+    def partition_arrived(self, ex: ExchangeBuffers, thread: int, start: int, stop: int, out: np.ndarray) -> None:
+        """Kept in its receive buffer for :meth:`finish`."""
+
+    def finish(self, b: np.ndarray, out: np.ndarray) -> None:
+        self.buffers.stack[: self._head] = b
+        kernels.multiply(self.buffers.merged, self.buffers.stack, out)

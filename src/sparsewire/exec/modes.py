@@ -1,0 +1,81 @@
+"""Executor modes: which schedule runs a plan, and what each needs from the buffers and transport.
+
+A mode names one schedule (:mod:`sparsewire.exec.schedules`) and the plan layout it runs:
+
+===============  ==========  ================  =================================================
+mode             layout      unpack            what it needs besides
+===============  ==========  ================  =================================================
+``bulk``         merged      per exchange      nothing
+``overlap``      merged      per exchange      nothing
+``pipelined``    pipelined   per exchange      a plan of the pipelined layout (CoLa Alg. 3)
+``early``        merged      per message       which input messages each relayed message needs
+``partitioned``  merged      per partition     T partitions per message (padded), thread-level MPI
+===============  ==========  ================  =================================================
+
+``choose_mode`` is the ``auto`` rule.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["Mode", "MODES", "TRANSPORTS", "choose_mode", "layout_for_mode"]
+
+
+class Mode(enum.StrEnum):
+    """An executor mode (equal to its name as a string: ``Mode.BULK == "bulk"``)."""
+
+    BULK = "bulk"
+    OVERLAP = "overlap"
+    PIPELINED = "pipelined"
+    EARLY = "early"
+    PARTITIONED = "partitioned"
+
+    @property
+    def layout(self) -> str:
+        """The plan layout the mode runs: ``pipelined`` for the pipelined mode, ``merged`` otherwise."""
+        return "pipelined" if self is Mode.PIPELINED else "merged"
+
+    @property
+    def per_message(self) -> bool:
+        """Received rows are added to C message by message (or partition by partition), through
+        a CSC operand per receive matrix, instead of one CSR product per exchange."""
+        return self in (Mode.EARLY, Mode.PARTITIONED)
+
+    @property
+    def relays_per_message(self) -> bool:
+        """A relayed message is packed and sent as soon as the input messages it reads have
+        arrived, so the buffers list which input messages each relayed message needs."""
+        return self is Mode.EARLY
+
+    @property
+    def partitions_per_thread(self) -> bool:
+        """Every message is cut into T partitions (one per thread, padded to whole rows with
+        ``rows * k`` divisible by T) that the T threads pack, send and apply themselves, so every
+        thread calls the transport (MPI_THREAD_MULTIPLE) and every rank must run T threads."""
+        return self is Mode.PARTITIONED
+
+
+#: Every mode's name, in the order tables list them.
+MODES = tuple(mode.value for mode in Mode)
+
+#: The transports an executor runs on (:mod:`sparsewire.exec.transport`); each declares its modes.
+TRANSPORTS = ("mpi", "torch")
+
+
+def layout_for_mode(mode: str) -> str:
+    """The plan layout a mode runs: ``pipelined`` for the pipelined mode, ``merged`` otherwise."""
+    return Mode(mode).layout
+
+
+def choose_mode(k: int, node_ranks: int, threads: int) -> str:
+    """The default mode, from ``bench/async_modes.py`` on the 2-core reference machine (8 matrices,
+    k = 1 ... 256, geometric mean of the time ratio to ``bulk``): with ranks x threads within the
+    cores, ``early`` 0.87 and ``overlap`` 0.94 for k <= 16, ``overlap`` 1.03 and ``early`` 1.08
+    above; oversubscribed (4 ranks on 2 cores), ``overlap`` 0.99 and ``early`` 1.77 (its
+    ``MPI_Waitany`` polling takes the cores other ranks need). So ``early`` for k <= 16 when the
+    cores suffice, else ``overlap``."""
+    from sparsewire.exec.kernels import default_threads
+
+    within_cores = node_ranks * threads <= default_threads(1)
+    return Mode.EARLY.value if within_cores and k <= 16 else Mode.OVERLAP.value

@@ -1,0 +1,245 @@
+"""MPI transports: persistent point-to-point requests, MPI-4 partitioned messages, and partitioned
+messages over point-to-point requests (where MPI has no partitioned communication).
+
+Every request is made once, on the executor's own communicator (a duplicate, so its tags never
+match the caller's messages), over the buffers' slices, and started again each multiply. Bytes are
+counted from the receive statuses (``MPI_Get_count``), minus partition padding.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+from mpi4py import MPI
+
+from sparsewire.comm.runtime import mpi_datatype
+from sparsewire.exec.buffers import Buffers, ExchangeBuffers
+from sparsewire.exec.modes import Mode
+from sparsewire.exec.transport import ByteLedger, Transport
+
+__all__ = ["MpiTransport", "MpiPartitionedTransport", "MpiPartitionsOverPointToPoint", "partitioned_available"]
+
+_TAG = 4242  # + exchange index: exchanges of one step between the same pair must not match each other
+_PARTITION_TAG = 8000  # + exchange index * T + partition
+_COUNTED_BY = "MPI receive statuses (MPI_Get_count)"
+
+
+def partitioned_available(comm: MPI.Comm) -> bool:
+    """Whether the MPI library offers MPI-4 partitioned communication (``MPI_Psend_init``).
+
+    ``SPARSEWIRE_PARTITIONED=off`` in the environment answers no (to exercise the fallback)."""
+    if os.environ.get("SPARSEWIRE_PARTITIONED", "").lower() in ("off", "0", "no"):
+        return False
+    # MPI-4 libraries have it (probing with MPI_PROC_NULL crashes MPICH 5.0, so ask the version).
+    return hasattr(comm, "Psend_init") and MPI.Get_version() >= (4, 0)
+
+
+def _messages(offsets: np.ndarray, elements: tuple[int, ...], k: int):
+    """(start element, element count) of every message."""
+    return zip((offsets[:-1] * k).tolist(), elements)
+
+
+class MpiTransport(Transport):
+    """One persistent ``MPI_Send_init``/``MPI_Recv_init`` request per message."""
+
+    name = "mpi"
+    modes = frozenset({Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY})
+    counted_by = _COUNTED_BY
+
+    def __init__(self, comm: MPI.Comm, buffers: Buffers, ledger: ByteLedger) -> None:
+        super().__init__(buffers, ledger)
+        self._type = mpi_datatype(buffers.dtype)
+        k = buffers.k
+        self._recv: list[list[MPI.Prequest]] = []
+        self._send: list[list[MPI.Prequest]] = []
+        for ex in buffers.exchanges:
+            tag, flat_recv, flat_send = _TAG + ex.index, ex.recv_flat, ex.send_flat
+            self._recv.append([
+                comm.Recv_init([flat_recv[start : start + count], self._type], source, tag)
+                for source, (start, count) in zip(ex.recv_ranks, _messages(ex.recv_offsets, ex.recv_elements, k))
+            ])
+            self._send.append([
+                comm.Send_init([flat_send[start : start + count], self._type], destination, tag)
+                for destination, (start, count) in zip(ex.send_ranks, _messages(ex.send_offsets, ex.send_elements, k))
+            ])
+        self._statuses = [[MPI.Status() for _ in requests] for requests in self._recv]
+        # Every receive in one list for MPI_Waitany, with its (exchange, message).
+        self._all_recv = [request for requests in self._recv for request in requests]
+        self._owner = [(index, message) for index, requests in enumerate(self._recv) for message in range(len(requests))]
+        self._any_status = MPI.Status()
+
+    def post_receives(self, ex: ExchangeBuffers) -> None:
+        if self._recv[ex.index]:
+            MPI.Prequest.Startall(self._recv[ex.index])
+
+    def start_sends(self, ex: ExchangeBuffers) -> None:
+        if self._send[ex.index]:
+            MPI.Prequest.Startall(self._send[ex.index])
+
+    def start_send(self, ex: ExchangeBuffers, message: int) -> None:
+        self._send[ex.index][message].Start()
+
+    def wait_receives(self, ex: ExchangeBuffers) -> None:
+        requests, statuses = self._recv[ex.index], self._statuses[ex.index]
+        if requests:
+            MPI.Request.Waitall(requests, statuses)
+            for message, status in enumerate(statuses):
+                self.ledger.record(ex, message, status.Get_count(self._type))
+
+    def wait_any(self) -> tuple[int, int]:
+        position = MPI.Request.Waitany(self._all_recv, self._any_status)
+        if position == MPI.UNDEFINED:
+            raise RuntimeError("no receive is active but messages are missing; the executor's schedule is broken")
+        index, message = self._owner[position]
+        self.ledger.record(self.buffers.exchanges[index], message, self._any_status.Get_count(self._type))
+        return index, message
+
+    def wait_sends(self, ex: ExchangeBuffers) -> None:
+        MPI.Request.Waitall(self._send[ex.index])
+
+    def free(self) -> None:
+        for request in self._all_recv + [r for requests in self._send for r in requests]:
+            request.Free()
+        self._recv, self._send, self._all_recv = [], [], []
+
+
+class _Partitioned(Transport):
+    """What the two partitioned transports share: T partitions per message, and a flag per
+    received partition once it has arrived (the fallback's request must not be tested again once
+    complete, and a flag costs less than asking MPI)."""
+
+    name = "mpi"
+    modes = frozenset({Mode.PARTITIONED})
+    counted_by = _COUNTED_BY
+
+    def __init__(self, comm: MPI.Comm, buffers: Buffers, ledger: ByteLedger) -> None:
+        super().__init__(buffers, ledger)
+        self._type = mpi_datatype(buffers.dtype)
+        self._parts = buffers.needs.partitions
+        self._arrived = [np.zeros((len(ex.recv_ranks), self._parts), bool) for ex in buffers.exchanges]
+
+    def _reset_arrivals(self, ex: ExchangeBuffers) -> None:
+        self._arrived[ex.index][:] = False
+
+
+class MpiPartitionedTransport(_Partitioned):
+    """MPI-4 ``MPI_Psend_init``/``MPI_Precv_init``: one request per message, T partitions each,
+    ``MPI_Pready`` per packed partition, ``MPI_Parrived`` per arrived one."""
+
+    def __init__(self, comm: MPI.Comm, buffers: Buffers, ledger: ByteLedger) -> None:
+        super().__init__(comm, buffers, ledger)
+        k, T = buffers.k, self._parts
+        self._recv, self._send = [], []
+        for ex in buffers.exchanges:
+            tag, flat_recv, flat_send = _TAG + ex.index, ex.recv_flat, ex.send_flat
+            self._recv.append([
+                comm.Precv_init([flat_recv[start : start + count], count // T, self._type], T, source, tag)
+                for source, (start, count) in zip(ex.recv_ranks, _messages(ex.recv_offsets, ex.recv_elements, k))
+            ])
+            self._send.append([
+                comm.Psend_init([flat_send[start : start + count], count // T, self._type], T, destination, tag)
+                for destination, (start, count) in zip(ex.send_ranks, _messages(ex.send_offsets, ex.send_elements, k))
+            ])
+        self._statuses = [[MPI.Status() for _ in requests] for requests in self._recv]
+
+    def post_receives(self, ex: ExchangeBuffers) -> None:
+        self._reset_arrivals(ex)
+        if self._recv[ex.index]:
+            MPI.Prequest.Startall(self._recv[ex.index])
+
+    def start_sends(self, ex: ExchangeBuffers) -> None:
+        if self._send[ex.index]:
+            MPI.Prequest.Startall(self._send[ex.index])
+
+    def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
+        self._send[ex.index][message].Pready(partition)
+
+    def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
+        flags = self._arrived[ex.index]
+        if flags[message, partition]:
+            return True
+        arrived = self._recv[ex.index][message].Parrived(partition)
+        if arrived:
+            flags[message, partition] = True
+        return arrived
+
+    def wait_receives(self, ex: ExchangeBuffers) -> None:
+        requests, statuses = self._recv[ex.index], self._statuses[ex.index]
+        if requests:
+            MPI.Request.Waitall(requests, statuses)
+            for message, status in enumerate(statuses):
+                self.ledger.record(ex, message, status.Get_count(self._type))
+
+    def wait_sends(self, ex: ExchangeBuffers) -> None:
+        MPI.Request.Waitall(self._send[ex.index])
+
+    def free(self) -> None:
+        for request in [r for requests in self._recv + self._send for r in requests]:
+            request.Free()
+        self._recv, self._send = [], []
+
+
+class MpiPartitionsOverPointToPoint(_Partitioned):
+    """The partitioned protocol where MPI has no partitioned communication: one persistent
+    point-to-point request per partition; a receive is tested (``MPI_Test``, under a lock: the T
+    threads share the requests) until it completes, and counted from those statuses."""
+
+    def __init__(self, comm: MPI.Comm, buffers: Buffers, ledger: ByteLedger) -> None:
+        super().__init__(comm, buffers, ledger)
+        k, T = buffers.k, self._parts
+        self._recv, self._send = [], []
+        for ex in buffers.exchanges:
+            flat_recv, flat_send = ex.recv_flat, ex.send_flat
+            tags = [_PARTITION_TAG + ex.index * T + t for t in range(T)]
+            self._recv.append([
+                [comm.Recv_init([flat_recv[start + t * (count // T) : start + (t + 1) * (count // T)], self._type], source, tags[t]) for t in range(T)]
+                for source, (start, count) in zip(ex.recv_ranks, _messages(ex.recv_offsets, ex.recv_elements, k))
+            ])
+            self._send.append([
+                [comm.Send_init([flat_send[start + t * (count // T) : start + (t + 1) * (count // T)], self._type], destination, tags[t]) for t in range(T)]
+                for destination, (start, count) in zip(ex.send_ranks, _messages(ex.send_offsets, ex.send_elements, k))
+            ])
+        self._statuses = [[[MPI.Status() for _ in range(T)] for _ in ex.recv_ranks] for ex in buffers.exchanges]
+        self._lock = threading.Lock() if T > 1 else None
+
+    def post_receives(self, ex: ExchangeBuffers) -> None:
+        self._reset_arrivals(ex)
+        for requests in self._recv[ex.index]:
+            MPI.Prequest.Startall(requests)
+
+    def start_sends(self, ex: ExchangeBuffers) -> None:
+        """Nothing to open: each partition's send starts when it is marked ready."""
+
+    def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
+        self._send[ex.index][message][partition].Start()
+
+    def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
+        flags = self._arrived[ex.index]
+        if flags[message, partition]:
+            return True
+        request, status = self._recv[ex.index][message][partition], self._statuses[ex.index][message][partition]
+        if self._lock is None:
+            arrived = request.Test(status)
+        else:
+            with self._lock:
+                arrived = bool(flags[message, partition]) or request.Test(status)
+        if arrived:
+            flags[message, partition] = True
+        return arrived
+
+    def wait_receives(self, ex: ExchangeBuffers) -> None:
+        """Every partition was completed by :meth:`partition_arrived`; count their statuses."""
+        for message, statuses in enumerate(self._statuses[ex.index]):
+            elements = sum(status.Get_count(self._type) for status in statuses)
+            self.ledger.record(ex, message, elements)
+
+    def wait_sends(self, ex: ExchangeBuffers) -> None:
+        for requests in self._send[ex.index]:
+            MPI.Request.Waitall(requests)
+
+    def free(self) -> None:
+        for request in [r for requests in self._recv + self._send for group in requests for r in group]:
+            request.Free()
+        self._recv, self._send = [], []

@@ -1,0 +1,159 @@
+"""Schedules: the order in which one multiply packs, moves and combines a plan's exchanges.
+
+Each schedule is made once per executor from the buffers, a transport and a combine, and
+``run(b, out)`` computes this rank's rows of C (every schedule ends with ``combine.finish``):
+
+* :class:`BulkSchedule`: exchange after exchange, all messages of one completed before its
+  product; the diagonal block first.
+* :class:`OverlapSchedule` (``overlap``, and ``pipelined`` on a plan of the pipelined layout, CoLa
+  Alg. 3): the exchanges of a step start together, the diagonal block is multiplied while the
+  first step's messages are in flight (PETSc's MatMult ordering), a relay waits only for the
+  exchange it forwards from (SHIRO Alg. 1).
+* :class:`EarlySchedule` (Collom & Bienz sec. 3.2, Alg. 1): receives complete one at a time; each
+  arriving message is combined at once, and a relayed message is packed and sent as soon as the
+  input messages it reads have arrived.
+* :class:`~sparsewire.exec.partitioned.PartitionedSchedule` (sec. 3.3, Algs. 3-5): T threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sparsewire.exec import kernels
+from sparsewire.exec.buffers import Buffers, ExchangeBuffers
+from sparsewire.exec.transport import Transport
+
+__all__ = ["BulkSchedule", "OverlapSchedule", "EarlySchedule", "pack", "pack_message"]
+
+
+def pack(buffers: Buffers, ex: ExchangeBuffers, b: np.ndarray) -> None:
+    """``send_buffer = send_matrix @ [b ; input's receive buffer]`` (every message of ``ex``)."""
+    if ex.pack_gather is not None:
+        kernels.gather(ex.pack_gather, b, ex.send_buffer)
+        return
+    kernels.multiply(ex.pack_b, b, ex.send_buffer)
+    if ex.pack_input is not None:
+        kernels.multiply(ex.pack_input, buffers.exchanges[ex.input].receive_buffer, ex.send_buffer, accumulate=True)
+
+
+def pack_message(buffers: Buffers, ex: ExchangeBuffers, message: int, b: np.ndarray) -> None:
+    """The rows of one destination only (a relay sent message by message); serial, small."""
+    start, stop = int(ex.send_offsets[message]), int(ex.send_offsets[message + 1])
+    kernels.multiply_rows(ex.pack_b, b, ex.send_buffer, start, stop)
+    kernels.multiply_rows(ex.pack_input, buffers.exchanges[ex.input].receive_buffer, ex.send_buffer, start, stop, accumulate=True)
+
+
+class _Schedule:
+    def __init__(self, buffers: Buffers, transport: Transport, combine) -> None:
+        self.buffers, self.transport, self.combine = buffers, transport, combine
+
+    def close(self) -> None:
+        """Release what the schedule holds (threads)."""
+
+
+class BulkSchedule(_Schedule):
+    """Exchange after exchange (see the module docstring)."""
+
+    def run(self, b: np.ndarray, out: np.ndarray) -> None:
+        transport, combine = self.transport, self.combine
+        combine.diagonal(b, out)
+        for ex in self.buffers.exchanges:
+            transport.post_receives(ex)
+            pack(self.buffers, ex, b)
+            transport.start_sends(ex)
+            transport.wait_receives(ex)
+            combine.exchange_arrived(ex, out)
+            transport.wait_sends(ex)
+        combine.finish(b, out)
+
+
+class OverlapSchedule(_Schedule):
+    """Steps in flight while the diagonal block and the previous step are computed (see the
+    module docstring)."""
+
+    def __init__(self, buffers: Buffers, transport: Transport, combine) -> None:
+        super().__init__(buffers, transport, combine)
+        self._finished = np.zeros(len(buffers.exchanges), bool)
+
+    def _finish(self, index: int, out: np.ndarray) -> None:
+        if not self._finished[index]:
+            ex = self.buffers.exchanges[index]
+            self.transport.wait_receives(ex)
+            self.combine.exchange_arrived(ex, out)
+            self._finished[index] = True
+
+    def run(self, b: np.ndarray, out: np.ndarray) -> None:
+        transport, steps, exchanges = self.transport, self.buffers.steps, self.buffers.exchanges
+        self._finished[:] = False
+        for position, step in enumerate(steps):
+            for index in step:
+                ex = exchanges[index]
+                transport.post_receives(ex)
+                if ex.input is not None:
+                    self._finish(ex.input, out)
+                pack(self.buffers, ex, b)
+                transport.start_sends(ex)
+            if position == 0:
+                self.combine.diagonal(b, out)  # while the first messages are in flight
+            else:
+                for index in steps[position - 1]:
+                    self._finish(index, out)
+        for index in range(len(exchanges)):
+            self._finish(index, out)
+        for ex in exchanges:
+            transport.wait_sends(ex)
+        self.combine.finish(b, out)
+
+
+class EarlySchedule(_Schedule):
+    """Each message combined as it arrives; relays sent message by message (see the module
+    docstring)."""
+
+    def __init__(self, buffers: Buffers, transport: Transport, combine) -> None:
+        super().__init__(buffers, transport, combine)
+        self._arrived = [np.zeros(len(ex.recv_ranks), bool) for ex in buffers.exchanges]
+        self._waiting = [np.zeros(len(ex.send_ranks), np.int64) for ex in buffers.exchanges]
+
+    def run(self, b: np.ndarray, out: np.ndarray) -> None:
+        transport, steps, exchanges = self.transport, self.buffers.steps, self.buffers.exchanges
+        for arrived in self._arrived:
+            arrived[:] = False
+        for position, step in enumerate(steps):
+            for index in step:
+                ex = exchanges[index]
+                transport.post_receives(ex)
+                if ex.input is None:
+                    pack(self.buffers, ex, b)
+                    transport.start_sends(ex)
+                    continue
+                arrived, waiting = self._arrived[ex.input], self._waiting[index]
+                for message, needed in enumerate(ex.dependencies):
+                    waiting[message] = sum(1 for m in needed if not arrived[m])
+                    if waiting[message] == 0:
+                        pack_message(self.buffers, ex, message, b)
+                        transport.start_send(ex, message)
+            if position == 0:
+                self.combine.diagonal(b, out)  # while the first messages are in flight
+            else:
+                self._arrivals_until(steps[position - 1], b, out)
+        self._arrivals_until(range(len(exchanges)), b, out)
+        for ex in exchanges:
+            transport.wait_sends(ex)
+        self.combine.finish(b, out)
+
+    def _arrivals_until(self, indices, b: np.ndarray, out: np.ndarray) -> None:
+        """Complete receives in arrival order until every message of the exchanges ``indices``
+        has been combined."""
+        exchanges, dependents = self.buffers.exchanges, self.buffers.dependents
+        while not all(self._arrived[i].all() for i in indices):
+            index, message = self.transport.wait_any()
+            ex = exchanges[index]
+            self._arrived[index][message] = True
+            self.combine.message_arrived(ex, message, out)
+            for dependent_index, send_message in dependents[index][message]:
+                waiting = self._waiting[dependent_index]
+                waiting[send_message] -= 1
+                if waiting[send_message] == 0:
+                    dependent = exchanges[dependent_index]
+                    pack_message(self.buffers, dependent, send_message, b)
+                    self.transport.start_send(dependent, send_message)

@@ -1,0 +1,120 @@
+"""Transports: how an exchange's messages move between ranks (PetscSF's split of a communication
+graph from the ``-sf_type`` that runs it).
+
+A transport is made once per executor from its :class:`~sparsewire.exec.buffers.Buffers` (it
+binds every message to its slice of the send and receive buffers) and offers one protocol to the
+schedules:
+
+* ``post_receives(ex)``, ``start_sends(ex)``, ``start_send(ex, message)``: begin an exchange's
+  receives, all of its sends, or one send (relays sent message by message);
+* ``wait_receives(ex)``, ``wait_any()``, ``wait_sends(ex)``: complete every receive of an
+  exchange, any one receive of the posted ones, or every send;
+* ``mark_ready(ex, message, partition)``, ``partition_arrived(ex, message, partition)``:
+  partitioned messages (one partition per thread);
+* ``free()``.
+
+Every completed receive is counted in the transport's :class:`ByteLedger` from what the transport
+itself knows of it, and ``counted_by`` says what that is. Which modes a transport runs is
+explicit (``modes``); the executor refuses another pair.
+
+Implementations: :mod:`sparsewire.exec.mpi_transport` (persistent point-to-point, MPI-4
+partitioned, partitioned over point-to-point) and :mod:`sparsewire.exec.torch_transport`
+(torch.distributed: Gloo for CPU tensors, NCCL for CUDA tensors).
+"""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+
+from sparsewire.exec.buffers import Buffers, ExchangeBuffers
+from sparsewire.exec.modes import TRANSPORTS, Mode
+
+__all__ = ["TRANSPORTS", "ByteLedger", "Transport"]
+
+class ByteLedger:
+    """Bytes received per source rank in the last multiply, and every message whose size differed
+    from the receiving plan's, over all multiplies.
+
+    Attributes:
+        bytes_from: bytes from each rank (reset before every multiply).
+        problems: one line per message whose payload differed from the plan's.
+    """
+
+    def __init__(self, rank: int, n_ranks: int, itemsize: int) -> None:
+        self.rank, self.itemsize = rank, itemsize
+        self.bytes_from = np.zeros(n_ranks, np.int64)
+        self.problems: list[str] = []
+
+    def reset(self) -> None:
+        """Start a multiply: zero the byte counts (the problems stay)."""
+        self.bytes_from[:] = 0
+
+    def record(self, ex: ExchangeBuffers, message: int, received_elements: int) -> None:
+        """Count one received message of ``received_elements`` elements (padding included); a
+        payload other than the plan's is a delivery problem."""
+        payload = received_elements - (ex.recv_elements[message] - ex.expected_elements[message])
+        source = ex.recv_ranks[message]
+        self.bytes_from[source] += payload * self.itemsize
+        if payload != ex.expected_elements[message]:
+            self.problems.append(
+                f"rank {self.rank} received {payload} elements from rank {source} in exchange {ex.index} but its "
+                f"plan expects {ex.expected_elements[message]}; the ranks' plans disagree, so build them together "
+                "with build_rank_plan_collective"
+            )
+
+
+class Transport(abc.ABC):
+    """The protocol the schedules use to move messages (see the module docstring)."""
+
+    #: ``mpi`` or ``torch``.
+    name: str = ""
+    #: The modes this transport runs.
+    modes: frozenset[Mode] = frozenset()
+    #: What the ledger's counts come from (reported in the JSON and ``explain()``).
+    counted_by: str = ""
+    #: Whether those counts are independent of the receiving plan (a receive status) or only the
+    #: sizes the receiver posted, checked against the senders' counts once at setup.
+    counts_measured: bool = True
+
+    def __init__(self, buffers: Buffers, ledger: ByteLedger) -> None:
+        self.buffers, self.ledger = buffers, ledger
+
+    @abc.abstractmethod
+    def post_receives(self, ex: ExchangeBuffers) -> None:
+        """Begin every receive of ``ex``."""
+
+    @abc.abstractmethod
+    def start_sends(self, ex: ExchangeBuffers) -> None:
+        """Begin every send of ``ex`` (its send buffer is packed; partitioned: open the messages,
+        whose partitions are then marked ready one by one)."""
+
+    def start_send(self, ex: ExchangeBuffers, message: int) -> None:
+        """Begin the send of one message of ``ex`` (its rows are packed)."""
+        raise NotImplementedError(f"the {self.name} transport sends whole exchanges only")
+
+    @abc.abstractmethod
+    def wait_receives(self, ex: ExchangeBuffers) -> None:
+        """Complete every receive of ``ex`` and count it."""
+
+    def wait_any(self) -> tuple[int, int]:
+        """Complete one of the posted receives not yet completed, count it, and return its
+        (exchange, message)."""
+        raise NotImplementedError(f"the {self.name} transport does not complete receives one at a time")
+
+    @abc.abstractmethod
+    def wait_sends(self, ex: ExchangeBuffers) -> None:
+        """Complete every send of ``ex``."""
+
+    def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
+        """Partition ``partition`` of sent ``message`` is packed: let it go."""
+        raise NotImplementedError(f"the {self.name} transport has no partitioned messages")
+
+    def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
+        """Whether partition ``partition`` of received ``message`` has arrived (thread-safe)."""
+        raise NotImplementedError(f"the {self.name} transport has no partitioned messages")
+
+    @abc.abstractmethod
+    def free(self) -> None:
+        """Release every request (no message may be in flight)."""
