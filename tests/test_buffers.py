@@ -1,0 +1,159 @@
+"""The executor's buffers in-process (no MPI): packing and unpacking maps against the plan's
+matrices on random patterns, padded offsets, relay dependencies, and every rank's product
+assembled by hand-delivering the messages between the ranks' buffers (streaming and ordered
+combine), exact against SciPy on integer data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from conftest import _seed
+from sparsewire.exec import kernels
+from sparsewire.exec.buffers import BufferNeeds, build_buffers, padded_rows
+from sparsewire.exec.combine import OrderedCombine, StreamingCombine
+from sparsewire.exec.schedules import pack, pack_message
+from sparsewire.partition import partition_matrix
+from sparsewire.plan.plan import build_plan
+from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
+from sparsewire.topology import Topology
+
+NEEDS = [
+    BufferNeeds(),
+    BufferNeeds(unpack="message", dependencies=True),
+    BufferNeeds(partitions=3, unpack="message"),
+    BufferNeeds(unpack=None, ordered=True),
+    BufferNeeds(partitions=2, unpack=None, ordered=True),
+]
+
+
+def integer_matrix(rng, shape, density):
+    matrix = sp.random_array(shape, density=density, rng=rng, format="csr")
+    matrix.data = rng.integers(-5, 6, matrix.nnz).astype(np.float64)
+    matrix.data[matrix.data == 0] = 7
+    return sp.csr_array(matrix)
+
+
+def plans(rng):
+    """(label, matrix, CommPlan) for random patterns, every executable strategy, P = 1..4, both layouts."""
+    for ranks in (1, 2, 3, 4):
+        shape = (int(rng.integers(20, 60)), int(rng.integers(20, 60)))
+        matrix = integer_matrix(rng, shape, float(rng.uniform(0.03, 0.2)))
+        rows, cols = partition_matrix(matrix, ranks, str(rng.choice(["even", "nnz"])))
+        for strategy in EXECUTABLE_STRATEGIES:
+            for layout in ("merged", "pipelined"):
+                topology = Topology.nodes(2) if strategy.hierarchical or layout == "pipelined" else None
+                yield f"P={ranks}/{strategy.value}/{layout}", matrix, build_plan(matrix, rows, cols, strategy, topology, layout=layout)
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return list(plans(np.random.default_rng(_seed())))
+
+
+@pytest.mark.parametrize("needs", NEEDS, ids=lambda n: f"T{n.partitions}-{n.unpack}-{'ordered' if n.ordered else 'streaming'}")
+def test_pack_and_unpack_maps_equal_the_plans_products(cases, needs, rng):
+    kernels.set_threads(1)
+    k = int(rng.integers(1, 6))
+    for label, _, plan in cases:
+        for rank_plan in plan.ranks:
+            buffers = build_buffers(rank_plan, k, np.float64, 1, needs)
+            b = rng.integers(-3, 4, (rank_plan.local_shape[1], k)).astype(np.float64)
+            for ex in buffers.exchanges:
+                exchange = ex.exchange
+                # Offsets: the fewest padded rows per message whose elements split into the partitions.
+                assert np.array_equal(np.diff(ex.recv_offsets), padded_rows(exchange.recv_counts, k, needs.partitions))
+                assert all((e % needs.partitions) == 0 for e in ex.recv_elements + ex.send_elements), label
+                assert sum(ex.expected_elements) == int(exchange.recv_counts.sum()) * k
+                # Pack: the input's receive buffer holds random rows in its plan positions, garbage in padding.
+                inputs = np.zeros((0, k))
+                if ex.input is not None:
+                    source = buffers.exchanges[ex.input]
+                    source.receive_buffer[:] = 99.0
+                    inputs = rng.integers(-3, 4, (source.recv_rows_map.size, k)).astype(np.float64)
+                    source.receive_buffer[source.recv_rows_map] = inputs
+                ex.send_buffer[:] = 0.0
+                pack(buffers, ex, b)
+                expected = sp.csr_array(exchange.send_matrix) @ np.vstack([b, inputs])
+                assert np.array_equal(ex.send_buffer[ex.send_rows_map], expected), f"{label}: pack"
+                if needs.dependencies and ex.input is not None:
+                    ex.send_buffer[:] = 0.0
+                    for message in range(len(ex.send_ranks)):
+                        pack_message(buffers, ex, message, b)
+                    assert np.array_equal(ex.send_buffer[ex.send_rows_map], expected), f"{label}: pack by message"
+                # Unpack: padding rows hold garbage the operands must not read.
+                received = rng.integers(-3, 4, (ex.recv_rows_map.size, k)).astype(np.float64)
+                ex.receive_buffer[:] = -77.0
+                ex.receive_buffer[ex.recv_rows_map] = received
+                reference = sp.csr_array(exchange.receive_matrix) @ received
+                out = np.zeros((rank_plan.local_shape[0], k))
+                if needs.unpack == "exchange":
+                    kernels.multiply(ex.unpack, ex.receive_buffer, out, accumulate=True)
+                    assert np.array_equal(out, reference), f"{label}: unpack"
+                elif needs.unpack == "message":
+                    for message in range(len(ex.recv_ranks)):
+                        kernels.apply_columns(ex.unpack_columns, ex.receive_buffer, out, int(ex.recv_offsets[message]), int(ex.recv_offsets[message + 1]))
+                    assert np.array_equal(out, reference), f"{label}: unpack by message"
+
+
+def test_relay_dependencies_name_exactly_the_input_messages_each_sent_message_reads(cases):
+    for label, _, plan in cases:
+        for rank_plan in plan.ranks:
+            buffers = build_buffers(rank_plan, 2, np.float64, 1, BufferNeeds(unpack="message", dependencies=True))
+            for ex in buffers.exchanges:
+                if ex.input is None:
+                    assert all(not needed for needed in ex.dependencies)
+                    continue
+                source = buffers.exchanges[ex.input]
+                n_b = rank_plan.local_shape[1]
+                reads = sp.csr_array(ex.exchange.send_matrix)[:, n_b:]
+                send_bounds, recv_bounds = np.cumsum(ex.exchange.send_counts), np.cumsum(source.exchange.recv_counts)
+                for message in range(len(ex.send_ranks)):
+                    start = 0 if message == 0 else send_bounds[message - 1]
+                    columns = np.unique(reads[start : send_bounds[message]].indices)
+                    expected = sorted(set(np.searchsorted(recv_bounds, columns, side="right").tolist()))
+                    assert list(ex.dependencies[message]) == expected, f"{label}: message {message}"
+                    for needed in expected:
+                        assert (ex.index, message) in buffers.dependents[ex.input][needed]
+
+
+@pytest.mark.parametrize("needs", NEEDS, ids=lambda n: f"T{n.partitions}-{n.unpack}-{'ordered' if n.ordered else 'streaming'}")
+def test_hand_delivered_messages_give_the_exact_product_on_every_rank(cases, needs, rng):
+    """Every rank's buffers, with messages copied from the sender's send buffer into the
+    receiver's receive buffer as a transport would: C equals SciPy's A @ B exactly."""
+    kernels.set_threads(1)
+    k = int(rng.integers(1, 5))
+    for label, matrix, plan in cases:
+        b = rng.integers(-4, 5, (matrix.shape[1], k)).astype(np.float64)
+        ranks = plan.ranks
+        cols = ranks[0].col_partition
+        everyone = [build_buffers(p, k, np.float64, 1, needs) for p in ranks]
+        combines = [(OrderedCombine if needs.ordered else StreamingCombine)(buffers) for buffers in everyone]
+        blocks = [np.ascontiguousarray(b[slice(*cols.range(p.rank))]) for p in ranks]
+        outs = [np.zeros((p.local_shape[0], k)) for p in ranks]
+        for buffers, combine, block, out in zip(everyone, combines, blocks, outs):
+            combine.diagonal(block, out)
+        n_exchanges = {len(buffers.exchanges) for buffers in everyone}
+        assert len(n_exchanges) == 1, label
+        for index in range(n_exchanges.pop()):  # an exchange's input always comes before it
+            for buffers, block in zip(everyone, blocks):
+                pack(buffers, buffers.exchanges[index], block)
+            for sender in everyone:
+                ex = sender.exchanges[index]
+                for message, destination in enumerate(ex.send_ranks):
+                    target = everyone[destination].exchanges[index]
+                    slot = target.recv_ranks.index(sender.plan.rank)
+                    assert target.recv_elements[slot] == ex.send_elements[message], f"{label}: counts"
+                    start, to = int(ex.send_offsets[message]) * k, int(target.recv_offsets[slot]) * k
+                    target.recv_flat[to : to + target.recv_elements[slot]] = ex.send_flat[start : start + ex.send_elements[message]]
+            for buffers, combine, out in zip(everyone, combines, outs):
+                ex = buffers.exchanges[index]
+                if needs.unpack == "message":
+                    for message in range(len(ex.recv_ranks)):
+                        combine.message_arrived(ex, message, out)
+                else:
+                    combine.exchange_arrived(ex, out)
+        for buffers, combine, block, out in zip(everyone, combines, blocks, outs):
+            combine.finish(block, out)
+        assert np.array_equal(np.vstack(outs), matrix @ b), label

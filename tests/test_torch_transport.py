@@ -1,0 +1,82 @@
+"""The torch.distributed transport (Gloo on CPU): exact products in every mode it runs, the
+transposed plan, a count mismatch caught at setup, a caller's own process group, and the command
+line (``--transport torch`` on spmm and gcn). Every test runs ``mpiexec -n P`` with a timeout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from conftest import SHARED_DATA, _seed, run_mpi  # noqa: E402
+
+CORA = SHARED_DATA / "gnn" / "cora.npz"
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_torch_transport_is_exact_for_every_strategy_mode_and_thread_count(ranks):
+    completed = run_mpi(ranks, ["tests/mpi_driver.py", str(_seed()), "1,2", "torch"], timeout=400)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    # cases x (flat: 4 strategies x 3 merged modes + 4 pipelined, hierarchical: 3 strategies x 2 topologies x 4
+    # modes; no partitioned) x 2 thread counts, on every rank
+    assert completed.stdout.strip() == f"OK {7 * (4 * 3 + 4 + 3 * 2 * 4) * 2 * ranks}"
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_torch_transport_transposed_saved_and_deterministic_plans(ranks):
+    completed = run_mpi(ranks, ["tests/torch_driver.py", "roundtrip", str(_seed())], timeout=300)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert completed.stdout.strip() == "OK roundtrip 2"
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_count_mismatch_is_one_clear_error_on_every_rank_not_a_hang(ranks):
+    completed = run_mpi(ranks, ["tests/torch_driver.py", "mismatch", str(_seed())], timeout=60)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert f"OK mismatch on {ranks} ranks" in completed.stdout
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_process_group_the_caller_made_is_used_with_its_own_rank_order(ranks):
+    completed = run_mpi(ranks, ["tests/torch_driver.py", "own_group", str(_seed())], timeout=120)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert completed.stdout.strip() == f"OK own_group {ranks}"
+
+
+def test_cli_spmm_on_torch_says_what_its_bytes_are():
+    completed = run_mpi(3, ["-m", "sparsewire", "spmm", "rmat:10:8:2", "--transport", "torch", "--mode", "bulk,overlap,early",
+                            "--strategy", "joint", "--check", "--json", "--repeat", "2", "--k", "4"], timeout=240)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    report = json.loads(completed.stdout)
+    assert report["transport"] == "torch" and len(report["runs"]) == 3
+    for run in report["runs"]:
+        assert run["check_passed"] and run["max_abs_error"] == 0.0
+        assert run["measured_bytes"] is None and not run["bytes_measured"]
+        assert run["received_tensor_bytes"] == run["planned_bytes"] > 0
+        assert "no receive status" in run["bytes_counted_by"]
+
+
+def test_cli_refuses_the_partitioned_mode_on_torch_in_one_line():
+    completed = run_mpi(2, ["-m", "sparsewire", "spmm", "stencil2d:8", "--transport", "torch", "--mode", "partitioned"], timeout=120)
+    assert completed.returncode != 0
+    errors = [line for line in completed.stderr.splitlines() if line.startswith("sparsewire: error:")]
+    assert errors and "torch transport cannot run the partitioned mode" in errors[0], completed.stderr
+
+
+@pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_gcn_on_torch_trains_as_on_mpi(ranks):
+    histories = {}
+    for transport in ("mpi", "torch"):
+        completed = run_mpi(ranks, ["-m", "sparsewire", "gcn", str(CORA), "--epochs", "30", "--transport", transport, "--json"], timeout=400)
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        report = json.loads(completed.stdout.strip().splitlines()[-1])
+        assert report["transport"] == transport
+        histories[transport] = report["history"]
+    mpi_losses = [entry["loss"] for entry in histories["mpi"]]
+    torch_losses = [entry["loss"] for entry in histories["torch"]]
+    assert len(torch_losses) == 30
+    assert max(abs(a - b) for a, b in zip(mpi_losses, torch_losses)) <= 1e-6
+    assert [entry["bytes"] for entry in histories["mpi"]] == [entry["bytes"] for entry in histories["torch"]]
