@@ -1,35 +1,44 @@
-"""Every executor mode side by side (Collom & Bienz sec. 4): median time per multiply and the ratio
-to ``bulk``, for P = 2 and 4 and T = 1 and 2 where P x T <= 4, block widths k = 1, 4, 16, 64, 256,
-on the matrices of ../shared/data.
+"""Every executor mode side by side (Collom & Bienz sec. 4), on every transport, and optionally
+beside an earlier executor: median time per multiply and the ratio to ``bulk``, for P = 2 and 4
+and T = 1 and 2 where P x T <= 4, block widths k = 1, 4, 16, 64, 256, on the matrices of
+../shared/data.
 
     .venv/bin/python bench/async_modes.py [--matrices M ...] [--ks 1,4,16,64,256] [--repeat 10]
+        [--transports mpi,torch] [--baseline GIT_REF] [--rounds 2]
 
 One ``mpiexec -n P`` run per (matrix, P, T) loads the matrix once, plans once per layout (strategy
 ``--strategy``, default joint; the pipelined mode on groups of one rank, so it pipelines one round
-per remote rank), and times every mode and k (one warm-up, then ``--repeat`` multiplies between
-barriers, the slowest rank's time). P x T above the machine's cores oversubscribes it: those rows
-are marked. With ``--deterministic`` every mode is also timed with ``deterministic=True`` and a
-second table gives its cost (time / the same mode's). Prints the tables and writes
-bench/results/async_modes.json.
+per remote rank), and times every mode, transport and k (one warm-up, then ``--repeat`` multiplies
+between barriers, the slowest rank's time). The torch transport (torch.distributed on Gloo) runs
+every mode but partitioned. With ``--baseline REF`` the sparsewire package of that git commit is
+extracted to a temporary directory and the same run is made with it (MPI transport), alternating
+with the current code ``--rounds`` times; each entry keeps its fastest median over the rounds, and
+a summary gives the geometric mean of current / baseline per mode and overall, and of torch / MPI
+per mode. P x T above the machine's cores oversubscribes it: those rows are marked. With
+``--deterministic`` every mode is also timed with ``deterministic=True`` and a second table gives
+its cost (time / the same mode's). Prints the tables and writes bench/results/async_modes.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, default_matrices, short_name  # noqa: E402
 
 CONFIGURATIONS = [(2, 1), (2, 2), (4, 1)]
+MODE_ORDER = ("bulk", "overlap", "pipelined", "early", "partitioned")
 
 
-def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int, deterministic_too: bool) -> None:
+def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int, deterministic_too: bool, transports: list[str]) -> None:
     import numpy as np
     from mpi4py import MPI
 
@@ -52,22 +61,57 @@ def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int,
     start, stop = distributed.col_partition.range(rank)
     for k in ks:
         b = deterministic_dense(start, stop, k)
-        for mode, deterministic in [(m, d) for m in MODES for d in ((False, True) if deterministic_too else (False,))]:
-            plan = plans[layout_for_mode(mode)]
-            with SpmmExecutor(plan, comm, k, np.float64, mode, threads=threads, deterministic=deterministic) as executor:
-                out = np.empty((plan.local_shape[0], k))
-                executor.multiply(b, out=out)
-                times = []
-                for _ in range(repeat):
-                    comm.Barrier()
-                    began = MPI.Wtime()
+        for transport in transports:
+            for mode, deterministic in [(m, d) for m in MODES for d in ((False, True) if deterministic_too else (False,))]:
+                if transport == "torch" and mode == "partitioned":
+                    continue  # MPI-4 partitioned messages only
+                plan = plans[layout_for_mode(mode)]
+                options = {} if transport == "mpi" else {"transport": transport}  # a baseline may predate transports
+                with SpmmExecutor(plan, comm, k, np.float64, mode, threads=threads, deterministic=deterministic, **options) as executor:
+                    out = np.empty((plan.local_shape[0], k))
                     executor.multiply(b, out=out)
-                    times.append(comm.allreduce(MPI.Wtime() - began, op=MPI.MAX))
-                checksum = comm.allreduce(float(out.sum()), op=MPI.SUM)
-                delivered = comm.allreduce(executor.bytes_received, op=MPI.SUM)
-            if rank == 0:
-                print(json.dumps({"k": k, "mode": mode, "deterministic": deterministic, "median_seconds": statistics.median(times),
-                                  "checksum": checksum, "bytes": delivered}), flush=True)
+                    times = []
+                    for _ in range(repeat):
+                        comm.Barrier()
+                        began = MPI.Wtime()
+                        executor.multiply(b, out=out)
+                        times.append(comm.allreduce(MPI.Wtime() - began, op=MPI.MAX))
+                    checksum = comm.allreduce(float(out.sum()), op=MPI.SUM)
+                    delivered = comm.allreduce(executor.bytes_received, op=MPI.SUM)
+                if rank == 0:
+                    print(json.dumps({"k": k, "mode": mode, "transport": transport, "deterministic": deterministic,
+                                      "median_seconds": statistics.median(times), "checksum": checksum, "bytes": delivered,
+                                      "package": str(Path(sparsewire.__file__).parent)}), flush=True)
+
+
+def run_worker(matrix: str, ranks: int, threads: int, args, transports: list[str], source: str | None) -> list[dict]:
+    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    command = [mpiexec, "-n", str(ranks), sys.executable, __file__, "--worker", matrix, str(threads), "--ks", args.ks,
+               "--repeat", str(args.repeat), "--strategy", args.strategy, "--transports", ",".join(transports)]
+    command += ["--deterministic"] if args.deterministic else []
+    environment = dict(os.environ)
+    if source is not None:
+        environment["PYTHONPATH"] = source  # ahead of the editable install of the current code
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=3600, env=environment)
+    if completed.returncode != 0:
+        sys.exit(f"worker failed: {completed.stderr[-2000:]}")
+    entries = [json.loads(line) for line in completed.stdout.strip().splitlines()]
+    expected = source if source is not None else str(ROOT / "src")
+    if entries and not entries[0]["package"].startswith(expected):
+        sys.exit(f"the worker imported sparsewire from {entries[0]['package']}, not from {expected}")
+    return entries
+
+
+def extract_baseline(ref: str) -> str:
+    """The ``src`` tree of git commit ``ref`` in a temporary directory (what PYTHONPATH gets)."""
+    target = Path(tempfile.mkdtemp(prefix="sparsewire-baseline-"))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    return str(target / "src")
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
 
 
 def main() -> None:
@@ -76,58 +120,84 @@ def main() -> None:
     parser.add_argument("--ks", default="1,4,16,64,256", help="block widths (default: 1,4,16,64,256)")
     parser.add_argument("--repeat", type=int, default=10, help="timed multiplies per mode (default: 10)")
     parser.add_argument("--strategy", default="joint", help="strategy (default: joint)")
+    parser.add_argument("--transports", default="mpi,torch", help="transports of the current code (default: mpi,torch)")
+    parser.add_argument("--baseline", metavar="GIT_REF", help="also time the executor of this git commit (MPI), same run")
+    parser.add_argument("--rounds", type=int, default=2, help="with --baseline: alternations of current and baseline (default: 2)")
     parser.add_argument("--deterministic", action="store_true", help="also time every mode with deterministic=True")
     parser.add_argument("--worker", nargs=2, metavar=("MATRIX", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     ks = [int(v) for v in args.ks.split(",")]
+    transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     if args.worker:
-        worker(args.worker[0], ks, args.repeat, args.strategy, int(args.worker[1]), args.deterministic)
+        worker(args.worker[0], ks, args.repeat, args.strategy, int(args.worker[1]), args.deterministic, transports)
         return
     from sparsewire.report import format_table
 
+    baseline_source = extract_baseline(args.baseline) if args.baseline else None
     cores = len(os.sched_getaffinity(0))
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
-    results, rows, deterministic_rows = [], [], []
+    results, rows, deterministic_rows, ratios_old, ratios_torch = [], [], [], {}, {}
+    variants = [(t, None) for t in transports] + ([("baseline", baseline_source)] if baseline_source else [])
+    columns = [m for m in MODE_ORDER]
     for matrix in args.matrices:
         for ranks, threads in CONFIGURATIONS:
             print(f"{short_name(matrix)}: P={ranks} T={threads}", file=sys.stderr, flush=True)
-            command = [mpiexec, "-n", str(ranks), sys.executable, __file__, "--worker", matrix, str(threads),
-                       "--ks", args.ks, "--repeat", str(args.repeat), "--strategy", args.strategy]
-            command += ["--deterministic"] if args.deterministic else []
-            completed = subprocess.run(command, capture_output=True, text=True, timeout=3600)
-            if completed.returncode != 0:
-                sys.exit(f"worker failed: {completed.stderr[-2000:]}")
-            entries = [json.loads(line) for line in completed.stdout.strip().splitlines()]
+            best: dict[tuple, dict] = {}  # (variant, k, mode, deterministic) -> the entry with the fastest median
+            for _ in range(args.rounds if baseline_source else 1):
+                runs = [("current", run_worker(matrix, ranks, threads, args, transports, None))]
+                if baseline_source:
+                    runs.append(("baseline", run_worker(matrix, ranks, threads, args, ["mpi"], baseline_source)))
+                for variant, entries in runs:
+                    for e in entries:
+                        key = ("baseline" if variant == "baseline" else e["transport"], e["k"], e["mode"], e["deterministic"])
+                        if key not in best or e["median_seconds"] < best[key]["median_seconds"]:
+                            best[key] = e
+            over = ranks * threads > cores
             for k in ks:
-                here = {e["mode"]: e for e in entries if e["k"] == k and not e["deterministic"]}
-                fixed = {e["mode"]: e for e in entries if e["k"] == k and e["deterministic"]}
-                bulk = here["bulk"]["median_seconds"]
+                here = {(v, m): e for (v, kk, m, d), e in best.items() if kk == k and not d}
+                bulk = here[("mpi", "bulk")]["median_seconds"] if ("mpi", "bulk") in here else here[(transports[0], "bulk")]["median_seconds"]
                 checksums = {round(e["checksum"], 6) for e in here.values()}
-                for mode, e in here.items():
-                    entry = {"matrix": short_name(matrix), "ranks": ranks, "threads": threads, "k": k, "mode": mode,
-                             "median_seconds": e["median_seconds"], "ratio_to_bulk": e["median_seconds"] / bulk,
-                             "bytes": e["bytes"], "oversubscribed": ranks * threads > cores, "checksums_agree": len(checksums) == 1}
-                    results.append(entry)
-                for mode, e in fixed.items():
+                for (variant, mode), e in here.items():
                     results.append({"matrix": short_name(matrix), "ranks": ranks, "threads": threads, "k": k, "mode": mode,
-                                    "deterministic": True, "median_seconds": e["median_seconds"],
-                                    "ratio_to_same_mode": e["median_seconds"] / here[mode]["median_seconds"],
-                                    "oversubscribed": ranks * threads > cores})
+                                    "variant": variant, "median_seconds": e["median_seconds"], "ratio_to_bulk": e["median_seconds"] / bulk,
+                                    "bytes": e["bytes"], "oversubscribed": over, "checksums_agree": len(checksums) == 1})
+                for variant, _ in variants:
+                    present = [m for m in columns if (variant, m) in here]
+                    if not present:
+                        continue
+                    base = here[(variant, "bulk")]["median_seconds"]
+                    rows.append([short_name(matrix), f"{ranks}x{threads}" + (" (over)" if over else ""), k, variant, f"{base * 1e3:.3f}"]
+                                + [f"{here[(variant, m)]['median_seconds'] / base:.2f}" if (variant, m) in here else "-" for m in columns[1:]]
+                                + ["yes" if len(checksums) == 1 else "NO"])
+                for mode in columns:
+                    if ("mpi", mode) in here and ("baseline", mode) in here:
+                        ratios_old.setdefault((mode, over), []).append(here[("mpi", mode)]["median_seconds"] / here[("baseline", mode)]["median_seconds"])
+                    if ("mpi", mode) in here and ("torch", mode) in here:
+                        ratios_torch.setdefault((mode, over), []).append(here[("torch", mode)]["median_seconds"] / here[("mpi", mode)]["median_seconds"])
+                fixed = {m: e for (v, kk, m, d), e in best.items() if kk == k and d and v == transports[0]}
                 if fixed:
                     deterministic_rows.append([short_name(matrix), f"{ranks}x{threads}", k]
-                                              + [f"{fixed[m]['median_seconds'] / here[m]['median_seconds']:.2f}" for m in here])
-                rows.append([short_name(matrix), f"{ranks}x{threads}" + (" (over)" if ranks * threads > cores else ""), k,
-                             f"{bulk * 1e3:.3f}"] + [f"{here[m]['median_seconds'] / bulk:.2f}" for m in here if m != "bulk"]
-                            + ["yes" if len(checksums) == 1 else "NO"])
-    modes = [m for m in ("overlap", "pipelined", "early", "partitioned")]
-    print(format_table(["matrix", "PxT", "k", "bulk ms"] + [f"{m}/bulk" for m in modes] + ["same C"], rows))
+                                              + [f"{fixed[m]['median_seconds'] / here[(transports[0], m)]['median_seconds']:.2f}" for m in columns if m in fixed])
+    print(format_table(["matrix", "PxT", "k", "executor", "bulk ms"] + [f"{m}/bulk" for m in columns[1:]] + ["same C"], rows))
     if deterministic_rows:
         print()
         print("deterministic=True, time / the same mode's")
-        print(format_table(["matrix", "PxT", "k", "bulk"] + modes, deterministic_rows))
+        print(format_table(["matrix", "PxT", "k"] + columns, deterministic_rows))
+    summary = []
+    for label, ratios in (("current MPI / baseline", ratios_old), ("torch / MPI", ratios_torch)):
+        for over in (False, True):
+            per_mode = {m: ratios[(m, over)] for m in columns if (m, over) in ratios}
+            if per_mode:
+                everything = [r for values in per_mode.values() for r in values]
+                summary.append([label, "oversubscribed" if over else "within cores"]
+                               + [f"{geometric_mean(per_mode[m]):.3f}" if m in per_mode else "-" for m in columns]
+                               + [f"{geometric_mean(everything):.3f}", len(everything)])
+    if summary:
+        print()
+        print("geometric means of time ratios (median times, fastest round)")
+        print(format_table(["ratio", "PxT"] + columns + ["all", "entries"], summary))
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "async_modes.json").write_text(json.dumps({"results": results}, indent=1))
+    (out / "async_modes.json").write_text(json.dumps({"baseline": args.baseline, "results": results, "summary": summary}, indent=1))
 
 
 if __name__ == "__main__":

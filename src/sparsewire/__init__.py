@@ -20,7 +20,7 @@ if "numba" not in _sys.modules:
     _os.environ.setdefault("NUMBA_NUM_THREADS", str(max(64, _os.cpu_count() or 1)))
 
 from sparsewire.aligned import empty_aligned, zeros_aligned  # noqa: E402
-from sparsewire.errors import InputError, PlanMismatchError, SparsewireError  # noqa: E402
+from sparsewire.errors import FallbackWarning, InputError, PlanMismatchError, SparsewireError, SparsewireWarning  # noqa: E402
 from sparsewire.generators import deterministic_dense
 from sparsewire.io import load_matrix
 from sparsewire.partition import RowPartition, balanced_nnz, even_rows, partition_matrix
@@ -70,6 +70,7 @@ __all__ = [
     "distribute",
     "spmm",
     "CommPlan",
+    "FallbackWarning",
     "InputError",
     "Level",
     "LinkClass",
@@ -78,6 +79,7 @@ __all__ = [
     "RankPlan",
     "RowPartition",
     "SparsewireError",
+    "SparsewireWarning",
     "Strategy",
     "Topology",
     "balanced_nnz",

@@ -9,67 +9,27 @@ call (the model is PETSc's ``PetscSF``: set up once, run many times, invert for 
 
 from __future__ import annotations
 
-import json
 import os
 import weakref
-from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 from mpi4py import MPI
 
 from sparsewire.comm.runtime import abort_job, agree_on_error, collective_errors, ranks_on_node
 from sparsewire.distributed import DistributedMatrix
-from sparsewire.errors import InputError, PlanMismatchError
+from sparsewire.errors import PlanMismatchError
+from sparsewire.exec.auto_strategy import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
+from sparsewire.exec.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
 from sparsewire.exec.spmm import MODES, TRANSPORTS, SpmmExecutor, choose_mode, layout_for_mode, transport_problem
-from sparsewire.partition import RowPartition
-from sparsewire.plan.plan import Exchange, RankPlan, build_rank_plan_collective
-from sparsewire.plan.stats import PlanStats, plan_stats, predicted_seconds, rank_send_summary
+from sparsewire.plan.plan import RankPlan
+from sparsewire.plan.stats import PlanStats, predicted_seconds
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
-from sparsewire.plan.transpose import transpose_rank_plan
+from sparsewire.plan.transpose import send_keys_collective, transpose_rank_plan
 from sparsewire.report import format_bytes
-from sparsewire.topology import Topology, parse_topology
+from sparsewire.topology import Topology
 
 __all__ = ["SpmmPlan", "StrategyChoice", "plan_spmm", "candidate_strategies", "spmm", "PLAN_FORMAT", "PLAN_FORMAT_VERSION"]
 
-PLAN_FORMAT = "sparsewire-spmm-plan"
-PLAN_FORMAT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class StrategyChoice:
-    """Why a plan has its strategy: every candidate's predicted seconds and bytes per multiply
-    under ``model`` (the topology's cost model, :func:`~sparsewire.plan.stats.predicted_seconds`)."""
-
-    strategy: Strategy
-    requested: str
-    model: str
-    candidates: dict[str, tuple[float, int]]
-
-    def reason(self) -> str:
-        """Not collective. One sentence: the chosen strategy and why."""
-        if self.requested != "auto":
-            return f"strategy {self.strategy.value} was requested"
-        seconds, nbytes = self.candidates[self.strategy.value]
-        others = sorted((s, b, name) for name, (s, b) in self.candidates.items() if name != self.strategy.value)
-        text = f"auto chose {self.strategy.value}: least predicted time under {self.model} ({seconds * 1e6:.2f} us, {format_bytes(nbytes)})"
-        if others:
-            s, b, name = others[0]
-            tie = " (a tie, broken by fewer bytes)" if s == seconds else ""
-            text += f"; next {name} ({s * 1e6:.2f} us, {format_bytes(b)}){tie}"
-        return text
-
-
-def candidate_strategies(topology: Topology | None) -> list[Strategy]:
-    """The strategies ``auto`` compares: the executable flat ones, and the hierarchical ones when
-    the topology has groups (more than one level)."""
-    grouped = topology is not None and len(topology.levels) > 1
-    return [s for s in EXECUTABLE_STRATEGIES if grouped or not s.hierarchical]
-
-
-def _stats(comm: MPI.Comm, plan: RankPlan, k: int, itemsize: int, model: Topology) -> PlanStats:
-    summaries = comm.allgather(rank_send_summary(plan))
-    return plan_stats(summaries, k, itemsize, plan.strategy, comm.Get_size(), model)
 
 
 def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mode, threads, proxy, transport) -> str | None:
@@ -123,7 +83,7 @@ def plan_spmm(
         dtype: numpy.float32 or numpy.float64.
         strategy: ``auto`` or one of block, column, row, joint (and with a grouped topology
             column-hier, joint-hier, joint-group). ``auto`` plans every candidate
-            (:func:`candidate_strategies`) and keeps the least predicted communication time
+            (:func:`~sparsewire.exec.auto_strategy.candidate_strategies`) and keeps the least predicted communication time
             ``T = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)``
             under ``topology`` (flat, one link class, when None); ties go to fewer bytes.
         topology: the cluster model (:class:`~sparsewire.topology.Topology`); None = flat.
@@ -151,22 +111,7 @@ def plan_spmm(
     agree_on_error(comm, transport_problem(transport, mode))
     if topology is not None and topology.rank_groups is not None:
         topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
-    layout = layout_for_mode(mode)
-    model = topology or Topology.flat()
-    names = candidate_strategies(topology) if strategy == "auto" else [Strategy(strategy)]
-    best = None
-    candidates = {}
-    for candidate in names:
-        plan = build_rank_plan_collective(
-            comm, matrix.local_rows, matrix.row_partition, matrix.col_partition, candidate, topology, layout=layout, proxy=proxy
-        )
-        stats = _stats(comm, plan, k, dtype.itemsize, model)
-        seconds = predicted_seconds(stats)
-        candidates[candidate.value] = (seconds, stats.total_bytes)
-        if best is None or (seconds, stats.total_bytes) < (best[2], best[1].total_bytes):
-            best = (plan, stats, seconds)
-    plan, stats, _ = best
-    choice = StrategyChoice(plan.strategy, strategy if strategy == "auto" else Strategy(strategy).value, model.name, candidates)
+    plan, stats, choice = choose_strategy(matrix, k, dtype, strategy, topology, layout_for_mode(mode), proxy)
     return SpmmPlan(matrix, plan, stats, k, dtype, mode, threads, deterministic, topology, choice, transport=transport)
 
 
@@ -281,10 +226,10 @@ class SpmmPlan:
         reversed with the same rows, so its bytes equal this plan's; on the same transport. Made once and cached;
         ``plan.transpose().transpose()`` is ``plan``."""
         if self._transpose is None:
-            send_keys = _send_keys(self.comm, self.rank_plan)
+            send_keys = send_keys_collective(self.comm, self.rank_plan)
             plan = transpose_rank_plan(self.rank_plan, send_keys)
             model = self.topology or Topology.flat()
-            stats = _stats(self.comm, plan, self.k, self.dtype.itemsize, model)
+            stats = collective_stats(self.comm, plan, self.k, self.dtype.itemsize, model)
             self._transpose = SpmmPlan(
                 self.matrix, plan, stats, self.k, self.dtype, self.mode, self.threads, self.deterministic,
                 self.topology, self.choice, transposed=not self.transposed, transport=self.transport,
@@ -327,39 +272,18 @@ class SpmmPlan:
         the checksum of A's pattern, values, partitions and orders (:meth:`DistributedMatrix.checksum`),
         the partitioner's row and column orders when it reordered, the settings and every rank's
         plan arrays."""
-        checksum = self.matrix.checksum()
-        arrays = _plan_arrays(self.rank_plan)
-        gathered = self.comm.gather(arrays, root=0)
-        problem = None
-        if self.comm.Get_rank() == 0:
-            meta = {
-                "format": PLAN_FORMAT,
-                "version": PLAN_FORMAT_VERSION,
-                "ranks": self.comm.Get_size(),
-                "checksum": checksum,
-                "k": self.k,
-                "dtype": self.dtype.name,
-                "mode": self.mode,
-                "deterministic": self.deterministic,
-                "transposed": self.transposed,
-                "transport": self.transport,
-                "topology": None if self.topology is None else self.topology.name,
-                "choice": {"strategy": self.choice.strategy.value, "requested": self.choice.requested,
-                           "model": self.choice.model, "candidates": self.choice.candidates},
-            }
-            flat = {"meta": np.array(json.dumps(meta))}
-            for name in ("row_order", "col_order"):  # the partitioner's permutation travels with the plan
-                order = getattr(self.matrix, name)
-                if order is not None:
-                    flat[name] = np.asarray(order, np.int64)
-            for rank, rank_arrays in enumerate(gathered):
-                flat.update({f"r{rank}/{name}": value for name, value in rank_arrays.items()})
-            try:
-                with open(path, "wb") as handle:
-                    np.savez(handle, **flat)
-            except OSError as error:
-                problem = f"cannot write the plan to {path}: {error.strerror}; check the directory exists and is writable"
-        agree_on_error(self.comm, problem)
+        settings = {
+            "k": self.k,
+            "dtype": self.dtype.name,
+            "mode": self.mode,
+            "deterministic": self.deterministic,
+            "transposed": self.transposed,
+            "transport": self.transport,
+            "topology": None if self.topology is None else self.topology.name,
+            "choice": {"strategy": self.choice.strategy.value, "requested": self.choice.requested,
+                       "model": self.choice.model, "candidates": self.choice.candidates},
+        }
+        write_plan_file(path, self.matrix, self.rank_plan, settings)
 
     @classmethod
     def load(cls, path: str | os.PathLike, matrix: DistributedMatrix, *, threads: int | None = None, transport: str | None = None) -> SpmmPlan:
@@ -371,7 +295,7 @@ class SpmmPlan:
             (checksum), another number of ranks or another format version; InputError when it is
             not a plan file.
         """
-        return _load(matrix, cls, path, threads, transport)
+        return load_plan(cls, path, matrix, threads, transport)
 
     def close(self) -> None:
         """Collective. Free the executor's requests and communicator (and the transposed plan's)."""
@@ -386,151 +310,6 @@ class SpmmPlan:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _send_keys(comm: MPI.Comm, plan: RankPlan) -> list[np.ndarray]:
-    """Collective. The global key of every row this rank sends, per exchange: each receiver hands
-    every sender the keys of the rows it receives from it."""
-    keys = []
-    size = comm.Get_size()
-    for exchange in plan.exchanges:
-        outgoing = [np.zeros(0, np.int64) for _ in range(size)]
-        bounds = np.concatenate(([0], np.cumsum(exchange.recv_counts)))
-        for position, source in enumerate(exchange.recv_ranks):
-            outgoing[int(source)] = exchange.receive_keys[bounds[position] : bounds[position + 1]]
-        incoming = comm.alltoall(outgoing)
-        keys.append(np.concatenate([incoming[int(d)] for d in exchange.send_ranks] + [np.zeros(0, np.int64)]))
-    return keys
-
-
-_EXCHANGE_ARRAYS = ("send_ranks", "send_counts", "recv_ranks", "recv_counts", "send_kinds", "receive_kinds", "receive_keys")
-
-
-def _csr_arrays(prefix: str, matrix: sp.csr_array) -> dict[str, np.ndarray]:
-    return {f"{prefix}.indptr": matrix.indptr, f"{prefix}.indices": matrix.indices, f"{prefix}.data": matrix.data,
-            f"{prefix}.shape": np.asarray(matrix.shape, np.int64)}
-
-
-def _csr_from(arrays, prefix: str) -> sp.csr_array:
-    shape = tuple(int(v) for v in arrays[f"{prefix}.shape"])
-    return sp.csr_array((arrays[f"{prefix}.data"], arrays[f"{prefix}.indices"], arrays[f"{prefix}.indptr"]), shape=shape)
-
-
-def _plan_arrays(plan: RankPlan) -> dict[str, np.ndarray]:
-    """A rank plan as named arrays (the .npz layout of :meth:`SpmmPlan.save`)."""
-    arrays = {
-        "header": np.array([plan.rank, plan.setup_entries, len(plan.exchanges)], np.int64),
-        "strategy": np.array(plan.strategy.value),
-        "layout": np.array(plan.layout),
-        "row_offsets": plan.row_partition.offsets,
-        "col_offsets": plan.col_partition.offsets,
-        "groups": np.asarray(plan.groups, np.int64),
-        **_csr_arrays("diagonal", plan.diagonal),
-    }
-    for index, exchange in enumerate(plan.exchanges):
-        prefix = f"e{index}"
-        arrays[f"{prefix}.header"] = np.array(
-            [exchange.step, -1 if exchange.input is None else exchange.input, -1 if exchange.receive_slot is None else exchange.receive_slot],
-            np.int64,
-        )
-        arrays.update({f"{prefix}.{name}": np.asarray(getattr(exchange, name)) for name in _EXCHANGE_ARRAYS})
-        arrays.update(_csr_arrays(f"{prefix}.send_matrix", exchange.send_matrix))
-        arrays.update(_csr_arrays(f"{prefix}.receive_matrix", exchange.receive_matrix))
-    return arrays
-
-
-def _plan_from_arrays(arrays: dict[str, np.ndarray]) -> RankPlan:
-    rank, setup_entries, n_exchanges = (int(v) for v in arrays["header"])
-    exchanges = []
-    for index in range(n_exchanges):
-        prefix = f"e{index}"
-        step, source, slot = (int(v) for v in arrays[f"{prefix}.header"])
-        exchanges.append(
-            Exchange(
-                step=step,
-                input=None if source < 0 else source,
-                receive_slot=None if slot < 0 else slot,
-                send_matrix=_csr_from(arrays, f"{prefix}.send_matrix"),
-                receive_matrix=_csr_from(arrays, f"{prefix}.receive_matrix"),
-                **{name: arrays[f"{prefix}.{name}"] for name in _EXCHANGE_ARRAYS},
-            )
-        )
-    return RankPlan(
-        rank=rank,
-        strategy=Strategy(str(arrays["strategy"])),
-        layout=str(arrays["layout"]),
-        row_partition=RowPartition(arrays["row_offsets"]),
-        col_partition=RowPartition(arrays["col_offsets"]),
-        groups=arrays["groups"],
-        diagonal=_csr_from(arrays, "diagonal"),
-        exchanges=tuple(exchanges),
-        setup_entries=setup_entries,
-    )
-
-
-@collective_errors
-def _load(matrix: DistributedMatrix, cls, path, threads: int | None, transport: str | None) -> SpmmPlan:
-    comm = matrix.comm
-    rank, size = comm.Get_rank(), comm.Get_size()
-    checksum = matrix.checksum()
-    problem, meta, pieces = None, None, None
-    if rank == 0:
-        try:
-            with np.load(path, allow_pickle=False) as archive:
-                meta = json.loads(str(archive["meta"]))
-                if meta.get("format") != PLAN_FORMAT:
-                    raise InputError(f"{path} is not a sparsewire SpMM plan file")
-                if meta["version"] != PLAN_FORMAT_VERSION:
-                    raise PlanMismatchError(
-                        f"{path} is plan format version {meta['version']} but this sparsewire reads version "
-                        f"{PLAN_FORMAT_VERSION}; plan again and save"
-                    )
-                if meta["ranks"] != size:
-                    raise PlanMismatchError(f"{path} holds a plan for P = {meta['ranks']} ranks, not {size}; load it on {meta['ranks']} ranks or plan again")
-                if meta["checksum"] != checksum:
-                    raise PlanMismatchError(
-                        f"{path} was saved for another matrix or partition (checksum {meta['checksum'][:12]} != "
-                        f"{checksum[:12]}); plan this matrix with matrix.spmm_plan(...)"
-                    )
-                for name in ("row_order", "col_order"):
-                    saved, current = (archive[name] if name in archive.files else None), getattr(matrix, name)
-                    if (saved is None) != (current is None) or (saved is not None and not np.array_equal(saved, current)):
-                        raise PlanMismatchError(f"{path} was saved for another ordering of the matrix ({name}); distribute it with the same partitioner")
-                pieces = [{} for _ in range(size)]
-                for name in archive.files:
-                    if name not in ("meta", "row_order", "col_order"):
-                        owner, _, field = name.partition("/")
-                        pieces[int(owner[1:])][field] = archive[name]
-        except (OSError, ValueError, KeyError) as error:
-            if isinstance(error, (InputError, PlanMismatchError)):
-                problem = error
-            else:
-                problem = InputError(f"cannot read a plan from {path}: {error}; give a file written by SpmmPlan.save")
-    agree_on_error(comm, problem)
-    meta = comm.bcast(meta, root=0)
-    transport = transport or meta.get("transport", "mpi")  # files saved before transports ran on MPI
-    agree_on_error(comm, transport_problem(transport, meta["mode"]))
-    plan = _plan_from_arrays(comm.scatter(pieces, root=0))
-    topology = _topology_named(meta["topology"], comm)
-    model = topology or Topology.flat()
-    stats = _stats(comm, plan, meta["k"], np.dtype(meta["dtype"]).itemsize, model)
-    choice_meta = meta["choice"]
-    choice = StrategyChoice(
-        Strategy(choice_meta["strategy"]), choice_meta["requested"], choice_meta["model"],
-        {name: (float(s), int(b)) for name, (s, b) in choice_meta["candidates"].items()},
-    )
-    return cls(
-        matrix, plan, stats, meta["k"], np.dtype(meta["dtype"]), meta["mode"], threads, meta["deterministic"],
-        topology, choice, transposed=meta["transposed"], transport=transport,
-    )
-
-
-def _topology_named(name: str | None, comm: MPI.Comm) -> Topology | None:
-    if name is None:
-        return None
-    if name == "mpi-nodes":
-        return Topology.from_mpi(comm)
-    return parse_topology(name)
 
 
 _PLAN_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

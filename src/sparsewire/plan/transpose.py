@@ -31,7 +31,7 @@ from sparsewire.plan.plan import (
     RankPlan,
 )
 
-__all__ = ["transpose_rank_plan", "transpose_comm_plan", "send_keys_from_receivers"]
+__all__ = ["transpose_rank_plan", "transpose_comm_plan", "send_keys_from_receivers", "send_keys_collective"]
 
 # The kind a row has in the adjoint: a B row j sent becomes the partial row j of A.T G sent back,
 # a partial C row i becomes the G row i, a hop-1 record becomes the hop-2 record of the other way.
@@ -53,6 +53,22 @@ def send_keys_from_receivers(plans: tuple[RankPlan, ...] | list[RankPlan], rank:
             start = int(theirs.recv_counts[:at].sum())
             parts.append(theirs.receive_keys[start : start + int(theirs.recv_counts[at])])
         keys.append(np.concatenate(parts + [np.zeros(0, np.int64)]).astype(np.int64))
+    return keys
+
+
+def send_keys_collective(comm, plan: RankPlan) -> list[np.ndarray]:
+    """Collective over ``comm`` (an MPI communicator; this module does not import MPI). What
+    :func:`send_keys_from_receivers` reads off every plan, for this rank only: each receiver hands
+    every sender the keys of the rows it receives from it (one all-to-all per exchange)."""
+    keys = []
+    size = comm.Get_size()
+    for exchange in plan.exchanges:
+        outgoing = [np.zeros(0, np.int64) for _ in range(size)]
+        bounds = np.concatenate(([0], np.cumsum(exchange.recv_counts)))
+        for position, source in enumerate(exchange.recv_ranks):
+            outgoing[int(source)] = exchange.receive_keys[bounds[position] : bounds[position + 1]]
+        incoming = comm.alltoall(outgoing)
+        keys.append(np.concatenate([incoming[int(d)] for d in exchange.send_ranks] + [np.zeros(0, np.int64)]))
     return keys
 
 

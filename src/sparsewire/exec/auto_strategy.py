@@ -1,0 +1,82 @@
+"""The ``auto`` strategy: plan every candidate strategy and keep the least predicted
+communication time (:class:`StrategyChoice` records why)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from sparsewire.distributed import DistributedMatrix
+from sparsewire.plan.plan import RankPlan, build_rank_plan_collective
+from sparsewire.plan.stats import PlanStats, plan_stats, predicted_seconds, rank_send_summary
+from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
+from sparsewire.report import format_bytes
+from sparsewire.topology import Topology
+
+__all__ = ["StrategyChoice", "candidate_strategies", "collective_stats", "choose_strategy"]
+
+
+@dataclass(frozen=True)
+class StrategyChoice:
+    """Why a plan has its strategy: every candidate's predicted seconds and bytes per multiply
+    under ``model`` (the topology's cost model, :func:`~sparsewire.plan.stats.predicted_seconds`)."""
+
+    strategy: Strategy
+    requested: str
+    model: str
+    candidates: dict[str, tuple[float, int]]
+
+    def reason(self) -> str:
+        """Not collective. One sentence: the chosen strategy and why."""
+        if self.requested != "auto":
+            return f"strategy {self.strategy.value} was requested"
+        seconds, nbytes = self.candidates[self.strategy.value]
+        others = sorted((s, b, name) for name, (s, b) in self.candidates.items() if name != self.strategy.value)
+        text = f"auto chose {self.strategy.value}: least predicted time under {self.model} ({seconds * 1e6:.2f} us, {format_bytes(nbytes)})"
+        if others:
+            s, b, name = others[0]
+            tie = " (a tie, broken by fewer bytes)" if s == seconds else ""
+            text += f"; next {name} ({s * 1e6:.2f} us, {format_bytes(b)}){tie}"
+        return text
+
+
+def candidate_strategies(topology: Topology | None) -> list[Strategy]:
+    """The strategies ``auto`` compares: the executable flat ones, and the hierarchical ones when
+    the topology has groups (more than one level)."""
+    grouped = topology is not None and len(topology.levels) > 1
+    return [s for s in EXECUTABLE_STRATEGIES if grouped or not s.hierarchical]
+
+
+def collective_stats(comm: MPI.Comm, plan: RankPlan, k: int, itemsize: int, model: Topology) -> PlanStats:
+    """Collective. The :class:`~sparsewire.plan.stats.PlanStats` of every rank's ``plan`` (each
+    rank's send summary gathered everywhere), for blocks of ``k`` columns of ``itemsize`` bytes."""
+    summaries = comm.allgather(rank_send_summary(plan))
+    return plan_stats(summaries, k, itemsize, plan.strategy, comm.Get_size(), model)
+
+
+def choose_strategy(
+    matrix: DistributedMatrix, k: int, dtype: np.dtype, strategy: str, topology: Topology | None, layout: str, proxy: str
+) -> tuple[RankPlan, PlanStats, StrategyChoice]:
+    """Collective. This rank's plan of ``strategy`` (``auto``: of every
+    :func:`candidate_strategies` entry, keeping the least predicted communication time
+    ``T = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)`` under
+    ``topology``, flat when None; ties go to fewer bytes), its stats and the choice's record."""
+    comm = matrix.comm
+    model = topology or Topology.flat()
+    names = candidate_strategies(topology) if strategy == "auto" else [Strategy(strategy)]
+    best = None
+    candidates = {}
+    for candidate in names:
+        plan = build_rank_plan_collective(
+            comm, matrix.local_rows, matrix.row_partition, matrix.col_partition, candidate, topology, layout=layout, proxy=proxy
+        )
+        stats = collective_stats(comm, plan, k, dtype.itemsize, model)
+        seconds = predicted_seconds(stats)
+        candidates[candidate.value] = (seconds, stats.total_bytes)
+        if best is None or (seconds, stats.total_bytes) < (best[2], best[1].total_bytes):
+            best = (plan, stats, seconds)
+    plan, stats, _ = best
+    choice = StrategyChoice(plan.strategy, strategy if strategy == "auto" else Strategy(strategy).value, model.name, candidates)
+    return plan, stats, choice
