@@ -121,12 +121,13 @@ class Buffers:
 
 
 def offsets(counts: np.ndarray) -> np.ndarray:
-    """``[0, c0, c0 + c1, ...]`` as int64."""
+    """Not collective. ``[0, c0, c0 + c1, ...]`` as int64."""
     return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
 
 def padded_rows(rows: np.ndarray, k: int, partitions: int) -> np.ndarray:
-    """Fewest rows >= ``rows`` whose ``rows * k`` elements split into ``partitions`` equal parts."""
+    """Not collective. Fewest rows >= ``rows`` whose ``rows * k`` elements split into ``partitions``
+    equal parts."""
     padded = np.asarray(rows, np.int64).copy()
     for position, count in enumerate(padded):
         while (count * k) % partitions:
@@ -136,7 +137,8 @@ def padded_rows(rows: np.ndarray, k: int, partitions: int) -> np.ndarray:
 
 
 def row_map(plain: np.ndarray, padded: np.ndarray) -> np.ndarray:
-    """New position of every row when each message's rows move from offset ``plain`` to ``padded``."""
+    """Not collective. New position of every row when each message's rows move from offset ``plain``
+    to ``padded``."""
     shift = np.repeat(padded[:-1] - plain[:-1], np.diff(plain))
     return np.arange(plain[-1], dtype=np.int64) + shift
 

@@ -1,7 +1,8 @@
 """How received rows become C: streaming (added as each exchange, message or partition completes)
 or ordered (one product after everything arrived, every C row summed in a fixed order).
 
-A schedule calls the combine at five points and never asks which one it has:
+A schedule calls the combine at five points (Not collective: local arithmetic only) and never asks
+which one it has:
 
 * ``diagonal(b, out)`` / ``diagonal_rows(b, out, thread)``: ``C_p = A(p, p) B_p`` (all rows, or
   thread t's rows ``row_bounds[t]:row_bounds[t+1]``);

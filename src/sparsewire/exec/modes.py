@@ -64,12 +64,13 @@ TRANSPORTS = ("mpi", "torch")
 
 
 def layout_for_mode(mode: str) -> str:
-    """The plan layout a mode runs: ``pipelined`` for the pipelined mode, ``merged`` otherwise."""
+    """Not collective. The plan layout a mode runs: ``pipelined`` for the pipelined mode, ``merged``
+    otherwise."""
     return Mode(mode).layout
 
 
 def choose_mode(k: int, node_ranks: int, threads: int) -> str:
-    """The default mode, from ``bench/async_modes.py`` on the 2-core reference machine (8 matrices,
+    """Not collective. The default mode, from ``bench/async_modes.py`` on the 2-core reference machine (8 matrices,
     k = 1 ... 256, geometric mean of the time ratio to ``bulk``): with ranks x threads within the
     cores, ``early`` 0.87 and ``overlap`` 0.94 for k <= 16, ``overlap`` 1.03 and ``early`` 1.08
     above; oversubscribed (4 ranks on 2 cores), ``overlap`` 0.99 and ``early`` 1.77 (its

@@ -27,7 +27,7 @@ _COUNTED_BY = "MPI receive statuses (MPI_Get_count)"
 
 
 def partitioned_available(comm: MPI.Comm) -> bool:
-    """Whether the MPI library offers MPI-4 partitioned communication (``MPI_Psend_init``).
+    """Not collective. Whether the MPI library offers MPI-4 partitioned communication (``MPI_Psend_init``).
 
     ``SPARSEWIRE_PARTITIONED=off`` in the environment answers no (to exercise the fallback)."""
     if os.environ.get("SPARSEWIRE_PARTITIONED", "").lower() in ("off", "0", "no"):

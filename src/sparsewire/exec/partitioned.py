@@ -45,6 +45,7 @@ class PartitionedSchedule:
                 self._workers.append(worker)
 
     def run(self, b: np.ndarray, out: np.ndarray) -> None:
+        """Collective (every rank runs its schedule in the same multiply). C into ``out``."""
         transport = self.transport
         for ex in self.buffers.exchanges:
             transport.post_receives(ex)
@@ -137,7 +138,7 @@ class PartitionedSchedule:
         self._apply_arrivals(thread, range(len(exchanges)), out, block=True)
 
     def close(self) -> None:
-        """Stop the helper threads."""
+        """Not collective. Stop the helper threads."""
         if self._closed:
             return
         self._closed = True

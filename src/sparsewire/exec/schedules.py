@@ -27,7 +27,8 @@ __all__ = ["BulkSchedule", "OverlapSchedule", "EarlySchedule", "pack", "pack_mes
 
 
 def pack(buffers: Buffers, ex: ExchangeBuffers, b: np.ndarray) -> None:
-    """``send_buffer = send_matrix @ [b ; input's receive buffer]`` (every message of ``ex``)."""
+    """Not collective. ``send_buffer = send_matrix @ [b ; input's receive buffer]`` (every message
+    of ``ex``)."""
     if ex.pack_gather is not None:
         kernels.gather(ex.pack_gather, b, ex.send_buffer)
         return
@@ -37,13 +38,16 @@ def pack(buffers: Buffers, ex: ExchangeBuffers, b: np.ndarray) -> None:
 
 
 def pack_message(buffers: Buffers, ex: ExchangeBuffers, message: int, b: np.ndarray) -> None:
-    """The rows of one destination only (a relay sent message by message); serial, small."""
+    """Not collective. The rows of one destination only (a relay sent message by message); serial,
+    small."""
     start, stop = int(ex.send_offsets[message]), int(ex.send_offsets[message + 1])
     kernels.multiply_rows(ex.pack_b, b, ex.send_buffer, start, stop)
     kernels.multiply_rows(ex.pack_input, buffers.exchanges[ex.input].receive_buffer, ex.send_buffer, start, stop, accumulate=True)
 
 
 class _Schedule:
+    """``run(b, out)`` is Collective: every rank runs its schedule in the same multiply."""
+
     def __init__(self, buffers: Buffers, transport: Transport, combine) -> None:
         self.buffers, self.transport, self.combine = buffers, transport, combine
 

@@ -77,7 +77,12 @@ def transport_problem(transport: str, mode: str) -> str | None:
         return f"unknown transport {transport!r}; choose {' or '.join(TRANSPORTS)}"
     if mode not in MODES:
         return f"unknown mode {mode!r}; choose from {', '.join(MODES)}"
-    runs = _transport_class(transport, Mode(mode), MPI.COMM_SELF).modes
+    if transport == "torch":
+        from sparsewire.exec.torch_transport import TorchTransport
+
+        runs = TorchTransport.modes
+    else:
+        runs = MpiTransport.modes | MpiPartitionedTransport.modes
     if Mode(mode) not in runs:
         return (
             f"the {transport} transport cannot run the {mode} mode (it runs {', '.join(m for m in MODES if m in runs)})"

@@ -66,7 +66,8 @@ class ByteLedger:
 
 
 class Transport(abc.ABC):
-    """The protocol the schedules use to move messages (see the module docstring)."""
+    """The protocol the schedules use to move messages (see the module docstring). Each call
+    involves only this rank's messages (Not collective); a multiply as a whole is Collective."""
 
     #: ``mpi`` or ``torch``.
     name: str = ""
