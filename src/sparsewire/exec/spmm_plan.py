@@ -31,7 +31,6 @@ from sparsewire.topology import Topology
 __all__ = ["SpmmPlan", "StrategyChoice", "plan_spmm", "candidate_strategies", "spmm", "PLAN_FORMAT", "PLAN_FORMAT_VERSION"]
 
 
-
 def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mode, threads, proxy, transport) -> str | None:
     if not isinstance(matrix, DistributedMatrix):
         return f"expected a DistributedMatrix from sparsewire.distribute (got {type(matrix).__name__})"
@@ -83,8 +82,8 @@ def plan_spmm(
         dtype: numpy.float32 or numpy.float64.
         strategy: ``auto`` or one of block, column, row, joint (and with a grouped topology
             column-hier, joint-hier, joint-group). ``auto`` plans every candidate
-            (:func:`~sparsewire.exec.auto_strategy.candidate_strategies`) and keeps the least predicted communication time
-            ``T = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)``
+            (:func:`~sparsewire.exec.auto_strategy.candidate_strategies`) and keeps the least
+            predicted communication time ``T = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)``
             under ``topology`` (flat, one link class, when None); ties go to fewer bytes.
         topology: the cluster model (:class:`~sparsewire.topology.Topology`); None = flat.
         mode: executor mode (bulk, overlap, pipelined, early, partitioned) or None/``auto``
