@@ -103,6 +103,8 @@ def run_spmm(args: argparse.Namespace) -> int:
         s.value for s in parse_strategies(args.strategy, executable_only=True, hierarchical=hierarchical)
     ]
     modes = parse_modes(args.mode)
+    if args.transport == "torch" and args.mode.strip().lower() == "all":
+        modes = [mode for mode in modes if mode != "partitioned"]  # every mode the transport runs
     if args.transport == "torch" and "partitioned" in modes:
         raise InputError("the torch transport cannot run the partitioned mode (MPI-4 partitioned messages); drop it from --mode or use --transport mpi")
     if args.topology is not None and args.topology.strip().lower() != "mpi":
