@@ -74,7 +74,7 @@ def losses(seed: int, epochs: str, dropout: str, model: str, data_path: str | No
             labels[[5, 17]] = -1  # unlabelled nodes, in no split
             nodes = np.flatnonzero(labels >= 0)
             data = GraphData("random", adjacency, sp.csr_array(rng.random((n, 8))), labels, nodes[:20], nodes[20:35], nodes[35:], 3)
-    graph = distribute_graph(comm, data, model)
+    graph = distribute_graph(comm, data, model, dtype=torch.float64)  # compared with float64 references to 1e-5
     result = train(comm, graph, model=model, epochs=int(epochs), dropout=float(dropout), seed=seed)
     weights = {name: value.detach().numpy().tolist() for name, value in result.model.state_dict().items()}
     report = {"losses": [h["loss"] for h in result.history], "test_accuracy": result.test_accuracy, "weights": weights}

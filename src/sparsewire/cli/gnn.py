@@ -35,6 +35,8 @@ def add_commands(commands) -> None:
     gcn.add_argument("--dropout", type=float, default=0.5, help="dropout before every layer, masks from global node ids (default: 0.5)")
     gcn.add_argument("--strategy", default="auto", help="SpMM strategy of the propagations: auto, block, column, row, joint (default: auto)")
     add_partition_arguments(gcn)
+    gcn.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                     help="features, weights and propagations (default: float32, as PyTorch trains)")
     gcn.add_argument("--transport", choices=TRANSPORTS, default="mpi", help=TRANSPORT_HELP)
     gcn.add_argument("--threads", "-T", type=positive_int, default=1, help="threads per rank for the executor and PyTorch (default: 1)")
     gcn.add_argument("--seed", type=int, default=0, help="weights and dropout masks (default: 0)")
@@ -74,7 +76,7 @@ def run_gcn(args: argparse.Namespace) -> int:
     progress = progress_printer(args)
     graph = distribute_graph(
         comm, data, args.model, partition=args.partition, strategy=args.strategy, topology=topology, threads=args.threads,
-        imbalance=args.imbalance, transport=args.transport,
+        imbalance=args.imbalance, transport=args.transport, dtype=getattr(torch, args.dtype),
     )
     if progress and rank == 0:
         progress(f"{args.data}: {graph.n} nodes, {graph.operator.matrix.nnz} nonzeros, {graph.classes} classes; P = {comm.Get_size()}")
@@ -91,7 +93,7 @@ def run_gcn(args: argparse.Namespace) -> int:
         "data": args.data, "model": args.model, "ranks": comm.Get_size(), "nodes": graph.n, "classes": graph.classes,
         "layers": args.layers, "hidden": args.hidden, "epochs": args.epochs, "lr": args.lr, "weight_decay": args.weight_decay,
         "dropout": args.dropout, "seed": args.seed, "strategy_requested": args.strategy, "strategies": strategies,
-        "transport": args.transport, "bytes_counted_by": counted_by,
+        "transport": args.transport, "bytes_counted_by": counted_by, "dtype": args.dtype,
         "history": result.history, "test_accuracy": result.test_accuracy, "seconds_per_epoch": result.seconds_per_epoch,
         "bytes_per_epoch": result.bytes_per_epoch,
     }

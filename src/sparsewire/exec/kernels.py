@@ -11,6 +11,7 @@ CPU backend: :mod:`sparsewire.exec.kernels_numba` (Numba; OpenMP threads where N
 
 from __future__ import annotations
 
+import ctypes
 import os
 from dataclasses import dataclass
 
@@ -62,7 +63,39 @@ def set_threads(threads: int, ranks_on_node: int = 1) -> None:
             f"{threads} threads asked for but Numba's pool has {limit}; set NUMBA_NUM_THREADS={threads} "
             "before Python starts (sparsewire sets it itself when it is imported before numba)"
         )
-    numba.set_num_threads(threads)
+    _threaded(numba.set_num_threads, threads)  # the first call launches Numba's pool
+
+
+_OPENMP: tuple | None = None  # (omp_get_max_threads, omp_set_num_threads) of the global scope
+
+
+def _threaded(kernel, *args) -> None:
+    """Run a threaded (Numba ``parallel=True``) kernel, or what may launch Numba's thread pool,
+    without changing the calling thread's OpenMP team size.
+
+    Numba's OpenMP layer calls ``omp_set_num_threads(NUMBA_NUM_THREADS)`` when it launches its
+    thread pool (64 here: sparsewire raises Numba's pool so that ``threads`` may exceed the
+    cores). PyTorch loads its own libgomp into the process's global symbol scope, so that call
+    lands in PyTorch's OpenMP runtime, and every later PyTorch parallel region then ran 64 threads
+    on 2 cores: alternating a 17 us propagation with a 4 us ``torch.relu`` took 1.1 ms and 2.9 ms,
+    and a GCN epoch on Cora with 1 rank x 2 threads 41 ms against 16 ms on one thread (measured on
+    the 2-core machine; it happened whenever PyTorch ran a parallel region before Numba first did).
+    Restoring the team size after each threaded kernel (two calls into libgomp, under a
+    microsecond) brings them back to 18 us and 4 us. Without an OpenMP runtime in the global scope
+    (no PyTorch) there is nothing to restore."""
+    global _OPENMP
+    if _OPENMP is None:
+        scope = ctypes.CDLL(None)
+        if hasattr(scope, "omp_get_max_threads") and hasattr(scope, "omp_set_num_threads"):
+            _OPENMP = (scope.omp_get_max_threads, scope.omp_set_num_threads)
+    if _OPENMP is None:
+        kernel(*args)
+        return
+    team = _OPENMP[0]()
+    try:
+        kernel(*args)
+    finally:
+        _OPENMP[1](team)
 
 
 def balanced_bounds(indptr: np.ndarray, parts: int) -> np.ndarray:
@@ -176,7 +209,10 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
     if operand.bounds.size == 2:
         backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate, operand.prefetch, stream)
     else:
-        backend.csr_dense_threads(operand.indptr, operand.indices, operand.data, x, out, operand.chunks, operand.claimed, accumulate, operand.prefetch, stream)
+        _threaded(
+            backend.csr_dense_threads, operand.indptr, operand.indices, operand.data, x, out, operand.chunks, operand.claimed, accumulate,
+            operand.prefetch, stream,
+        )
 
 
 def multiply_rows(operand: CsrOperand, x: np.ndarray, out: np.ndarray, start: int, stop: int, accumulate: bool = False) -> None:
@@ -203,7 +239,7 @@ def gather(operand: GatherOperand, x: np.ndarray, out: np.ndarray) -> None:
     if operand.bounds.size == 2:
         backend.gather_range(operand.index, x, out, 0, operand.index.size)
     else:
-        backend.gather_threads(operand.index, x, out, operand.bounds)
+        _threaded(backend.gather_threads, operand.index, x, out, operand.bounds)
 
 
 def gather_elements(operand: GatherOperand, x: np.ndarray, out_flat: np.ndarray, start: int, stop: int) -> None:
@@ -252,7 +288,7 @@ def apply_columns(operand: CscOperand, buffer: np.ndarray, out: np.ndarray, col_
     if operand.colptrs.shape[0] == 1:
         backend.csc_columns_range(operand.colptrs[0], operand.rows, operand.data, buffer, out, col_start, col_stop)
     else:
-        backend.csc_columns_threads(operand.colptrs, operand.rows, operand.data, buffer, out, col_start, col_stop)
+        _threaded(backend.csc_columns_threads, operand.colptrs, operand.rows, operand.data, buffer, out, col_start, col_stop)
 
 
 def apply_elements(operand: CscOperand, thread: int, buffer_flat: np.ndarray, k: int, out: np.ndarray, start: int, stop: int) -> None:
@@ -264,5 +300,5 @@ def apply_elements(operand: CscOperand, thread: int, buffer_flat: np.ndarray, k:
 def copy(source: np.ndarray, target: np.ndarray, threads: int) -> None:
     """``target[:] = source[:]`` (1-D) on ``threads`` threads: the machine's copy bandwidth."""
     bounds = np.linspace(0, source.size, threads + 1).astype(np.int64)
-    backend.copy_threads(source, target, bounds)
+    _threaded(backend.copy_threads, source, target, bounds)
 

@@ -11,6 +11,7 @@ summed over the ranks.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,10 +53,13 @@ class TrainResult:
 
 
 def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn", *, partition="even", strategy: str = "auto",
-                     topology=None, threads: int | None = 1, root: int = 0, imbalance: float = 0.03, transport: str = "mpi") -> LocalGraph:
+                     topology=None, threads: int | None = 1, root: int = 0, imbalance: float = 0.03, transport: str = "mpi",
+                     dtype: torch.dtype = torch.float32) -> LocalGraph:
     """Collective. Hand every rank its nodes: ``data`` on ``root`` (None elsewhere). The adjacency
     is distributed by rows and normalised for the model (GCN: ``D^-1/2 (A + I) D^-1/2``; SAGE: the
-    mean over in-neighbours), features as float64 rows (sparse COO when mostly zero).
+    mean over in-neighbours), features as rows of ``dtype`` (float32 by default, as PyTorch trains;
+    float64 for results that must match another float64 code to 1e-6), sparse COO when mostly zero.
+    The model :func:`train` builds, and every propagation's plan, take the features' dtype.
 
     ``threads`` (default 1) are the executor's threads per rank: on graphs of Cora's size a
     propagation takes tens of microseconds and more threads only add wake-ups; with PyTorch's own
@@ -66,7 +70,9 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     see :func:`sparsewire.exec.spmm_plan.plan_spmm`)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     problem = None
-    if rank == root and data is None:
+    if dtype not in (torch.float32, torch.float64):
+        problem = f"dtype must be torch.float32 or torch.float64 (got {dtype})"
+    elif rank == root and data is None:
         problem = f"rank {root} must pass the graph data"
     elif model not in ("gcn", "sage"):
         problem = f"unknown model {model!r}; choose gcn or sage"
@@ -93,14 +99,14 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     features, labels, masks = comm.scatter(pieces, root=root)
     operator = GraphOperator(matrix, strategy=strategy, topology=topology, threads=threads, transport=transport)
     return LocalGraph(
-        operator, _feature_tensor(features), torch.from_numpy(labels),
+        operator, _feature_tensor(features, dtype), torch.from_numpy(labels),
         {name: torch.from_numpy(mask) for name, mask in masks.items()}, totals, classes, matrix.shape[0],
     )
 
 
-def _feature_tensor(features: sp.csr_array) -> torch.Tensor:
-    """Sparse COO (coalesced, float64) when at most a quarter of the entries are stored, else dense."""
-    features = sp.csr_array(features, dtype=np.float64)
+def _feature_tensor(features: sp.csr_array, dtype: torch.dtype) -> torch.Tensor:
+    """Sparse COO (coalesced, ``dtype``) when at most a quarter of the entries are stored, else dense."""
+    features = sp.csr_array(features, dtype=np.float32 if dtype == torch.float32 else np.float64)
     if features.nnz > features.shape[0] * features.shape[1] / 4:
         return torch.from_numpy(np.ascontiguousarray(features.toarray()))
     coo = sp.coo_array(features)
@@ -129,6 +135,7 @@ def train(
     seed: int = 0,
     channels: list[int] | None = None,
     initial_state: dict | None = None,
+    dtype: torch.dtype | None = None,
     progress=None,
     progress_every: int = 10,
 ) -> TrainResult:
@@ -142,6 +149,8 @@ def train(
             Welling's GCN (and PyG's example).
         dropout: before every convolution, masks from global node ids (the same at any P).
         seed: ``torch.manual_seed(seed)`` before the weights are drawn (the same on every rank).
+        dtype: the dtype of the weights and every propagation (None: the features' dtype, from
+            :func:`distribute_graph`; another dtype casts the features once).
         initial_state: a ``state_dict`` to start from instead (e.g. another library's weights).
         progress: called with a line every ``progress_every`` epochs on rank 0.
 
@@ -151,10 +160,12 @@ def train(
         backward propagations, all ranks); the final test accuracy; means per epoch.
     """
     rank = comm.Get_rank()
+    if dtype not in (None, graph.features.dtype):
+        graph = dataclasses.replace(graph, features=graph.features.to(dtype))
     features = graph.features
     channels = channels or [features.shape[1]] + [hidden] * (layers - 1) + [graph.classes]
     torch.manual_seed(seed)
-    network = GNN(model, channels, dropout=dropout, seed=seed)
+    network = GNN(model, channels, dropout=dropout, seed=seed, dtype=features.dtype)
     if initial_state is not None:
         network.load_state_dict(initial_state)
     first, rest = list(network.convs[0].parameters()), [p for conv in network.convs[1:] for p in conv.parameters()]
