@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from sparsewire.gnn.propagate import GraphOperator, propagate
+from sparsewire.gnn.sparse_input import sparse_linear
 
 __all__ = ["GCNConv", "SAGEConv", "GNN", "hash_dropout", "glorot_"]
 
@@ -65,7 +66,7 @@ class GCNConv(nn.Module):
 
     def forward(self, x: torch.Tensor, operator: GraphOperator) -> torch.Tensor:
         """Collective. This rank's rows of the layer's output (``x`` dense, or sparse COO input features)."""
-        out = propagate(operator, torch.sparse.mm(x, self.weight.T) if x.is_sparse else x @ self.weight.T)
+        out = propagate(operator, sparse_linear(x, self.weight, operator.threads or 1) if x.is_sparse else x @ self.weight.T)
         return out + self.bias if self.bias is not None else out
 
     def __repr__(self) -> str:
