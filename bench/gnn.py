@@ -1,22 +1,32 @@
-"""Distributed GCN training against single-process PyTorch Geometric, in one run.
+"""Distributed GNN training against PyTorch Geometric configured as its users run it, in one run.
 
-    .venv/bin/python bench/gnn.py [--ranks 1,2,4] [--strategies block,column,row,joint,auto] [--epochs 20]
+    .venv/bin/python bench/gnn.py [--configs 1x1,1x2,2x1] [--graphs cora,rmat:14:16:1,rmat:16:16:1]
+        [--models gcn2,gcn5,sage2] [--dtype float32] [--epochs 30]
 
-Graphs: Cora (``../shared/data/gnn/cora.npz``, when present) and a generated R-MAT graph
-(``--rmat rmat:14:16:1``, directed as generated, 16 random features, 16 random classes). Model: CoLa sec. 6.6's GCN, 5
-layers 16 -> 32 -> 32 -> 32 -> 32 -> 16 (on Cora: its 1433 features in, 7 classes out), dropout 0,
-float64, Adam. Per (graph, P, strategy): ``mpiexec -n P`` trains ``--epochs`` epochs and reports
-the median seconds per epoch (training step: forward, backward, gradient allreduce, Adam; the
-slowest rank; the first epoch, which makes the plans, left out) and the bytes MPI delivered per
-epoch (forward + backward propagations, all ranks). PyG: ``GCNConv`` layers (cached
-normalisation) on the same data, one process, the same epoch. P x 1 thread above 2 ranks
-oversubscribes the 2-core reference machine. Writes bench/results/gnn.json.
+Graphs: Cora (``../shared/data/gnn/cora.npz``, when present; 1433 sparse bag-of-words features,
+7 classes) and generated R-MAT graphs (16 random features, 16 random classes). Models: ``gcn2``
+(Kipf and Welling: 2 GCN layers, hidden 16), ``gcn5`` (CoLa sec. 6.6: 5 GCN layers, hidden 32),
+``sage2`` (2 GraphSAGE mean layers, hidden 16); Adam, lr 0.01; ``--dropout`` before every layer
+(default 0: PyTorch's dropout on Cora's dense 2708 x 1433 input alone takes about 20 ms a call,
+which would measure the random number generator rather than the propagation).
+
+Ours: ``mpiexec -n P`` with T threads per rank (executor and PyTorch both at T), ``--dtype``.
+PyG: one process, ``torch.set_num_threads(P x T)`` (the cores ours uses), the adjacency as a CSR
+``adj_t`` (``torch.sparse_csr_tensor``, so a propagation is one ``torch.sparse.mm``), ``GCNConv``
+with ``cached=True`` (the normalisation made once), ``SAGEConv`` with the mean aggregator, the
+same dtype and dense features. Per run: the median seconds of a training step (zero_grad,
+forward, loss, backward, Adam; ours: the slowest rank, gradient allreduce included) over the epochs
+after the first, bytes per epoch (ours: forward + backward propagations, all ranks) and the peak
+resident memory per rank (``ru_maxrss``; PyG in its own process). P x T above the cores
+oversubscribes the 2-core reference machine. Prints the table with ratios and, per graph, 1 x 2
+over 2 x 1; writes bench/results/gnn.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -28,51 +38,58 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT  # noqa: E402
 
 CORA = ROOT.parent / "shared" / "data" / "gnn" / "cora.npz"
+MODELS = {"gcn2": ("gcn", 2, 16), "gcn5": ("gcn", 5, 32), "sage2": ("sage", 2, 16)}
 
 
 def graph_data(spec: str):
     from sparsewire.gnn import load_graph
 
-    return load_graph(spec) if spec.endswith(".npz") else load_graph(spec, features="random:16", classes=16)
+    if spec == "cora":
+        return load_graph(str(CORA))
+    return load_graph(spec, features="random:16", classes=16)
 
 
-def channels_for(data) -> list[int]:
-    return [data.features.shape[1], 32, 32, 32, 32, data.classes]
+def peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def worker(spec: str, strategy: str, epochs: int) -> None:
+def ours(spec: str, model: str, threads: int, epochs: int, dtype: str, dropout: float) -> None:
     import torch
     from mpi4py import MPI
 
     from sparsewire.gnn import distribute_graph, train
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     comm = MPI.COMM_WORLD
+    kind, layers, hidden = MODELS[model]
     data = graph_data(spec) if comm.Get_rank() == 0 else None
-    channels = comm.bcast(channels_for(data) if data is not None else None, root=0)
-    graph = distribute_graph(comm, data, "gcn", strategy=strategy)
-    result = train(comm, graph, channels=channels, epochs=epochs, dropout=0.0)
-    chosen = sorted({plan.rank_plan.strategy.value for plan in graph.operator.plans.values()})
+    graph = distribute_graph(comm, data, kind, threads=threads, dtype=getattr(torch, dtype))
+    result = train(comm, graph, model=kind, layers=layers, hidden=hidden, epochs=epochs, dropout=dropout)
     graph.operator.close()
+    peaks = comm.gather(peak_mib(), root=0)
     if comm.Get_rank() == 0:
         steady = result.history[1:] or result.history
-        print(json.dumps({"seconds_per_epoch": float(np.median([h["seconds"] for h in steady])),
-                          "bytes_per_epoch": int(steady[-1]["bytes"]), "strategy": ",".join(chosen),
-                          "final_loss": result.history[-1]["loss"]}))
+        print(json.dumps({"seconds_per_epoch": float(np.median([h["seconds"] for h in steady])), "bytes_per_epoch": int(steady[-1]["bytes"]),
+                          "peak_mib_per_rank": max(peaks), "final_loss": result.history[-1]["loss"]}))
 
 
-def pyg_seconds_per_epoch(data, epochs: int) -> float:
+def pyg(spec: str, model: str, threads: int, epochs: int, dtype: str, dropout: float) -> None:
     import scipy.sparse as sp
     import torch
-    from torch_geometric.nn import GCNConv
+    from torch_geometric.nn import GCNConv, SAGEConv
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
-    channels = channels_for(data)
-    convs = torch.nn.ModuleList(GCNConv(a, b, cached=True).double() for a, b in zip(channels[:-1], channels[1:]))
-    coo = sp.coo_array(data.adjacency)
-    edge_index = torch.from_numpy(np.vstack([coo.col, coo.row]).astype(np.int64))
-    x = torch.from_numpy(data.features.toarray())
+    data = graph_data(spec)
+    kind, layers, hidden = MODELS[model]
+    dtype = getattr(torch, dtype)
+    channels = [data.features.shape[1]] + [hidden] * (layers - 1) + [data.classes]
+    layer = (lambda a, b: GCNConv(a, b, cached=True)) if kind == "gcn" else (lambda a, b: SAGEConv(a, b, aggr="mean"))
+    convs = torch.nn.ModuleList(layer(a, b) for a, b in zip(channels[:-1], channels[1:])).to(dtype)
+    csr = sp.csr_array(data.adjacency)  # rows = targets: adj_t as PyG stores it
+    adj_t = torch.sparse_csr_tensor(torch.from_numpy(csr.indptr.astype(np.int64)), torch.from_numpy(csr.indices.astype(np.int64)),
+                                    torch.from_numpy(csr.data).to(dtype), size=csr.shape)
+    x = torch.from_numpy(data.features.toarray()).to(dtype)
     y, train = torch.from_numpy(data.labels), torch.from_numpy(data.train_idx)
     optimizer = torch.optim.Adam(convs.parameters(), lr=0.01)
     times = []
@@ -81,53 +98,74 @@ def pyg_seconds_per_epoch(data, epochs: int) -> float:
         optimizer.zero_grad()
         h = x
         for index, conv in enumerate(convs):
-            h = conv(h, edge_index)
+            h = torch.nn.functional.dropout(h, dropout, training=True) if dropout > 0 else h
+            h = conv(h, adj_t)
             h = torch.relu(h) if index < len(convs) - 1 else torch.log_softmax(h, dim=-1)
         loss = torch.nn.functional.nll_loss(h[train], y[train])
         loss.backward()
         optimizer.step()
         times.append(time.perf_counter() - started)
-    return float(np.median(times[1:]))
+    print(json.dumps({"seconds_per_epoch": float(np.median(times[1:])), "peak_mib_per_rank": peak_mib()}))
+
+
+def run(command: list[str]) -> dict:
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    if completed.returncode != 0:
+        raise SystemExit(f"{' '.join(command[-8:])} failed: {completed.stderr[-2000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ranks", default="1,2,4", help="rank counts (default: 1,2,4)")
-    parser.add_argument("--strategies", default="block,column,row,joint,auto", help="SpMM strategies (default: block,column,row,joint,auto)")
-    parser.add_argument("--epochs", type=int, default=20, help="epochs per run (default: 20)")
-    parser.add_argument("--rmat", default="rmat:14:16:1", help="the generated graph (default: rmat:14:16:1)")
-    parser.add_argument("--worker", nargs=2, metavar=("GRAPH", "STRATEGY"), help=argparse.SUPPRESS)
+    parser.add_argument("--configs", default="1x1,1x2,2x1", help="ranks x threads (default: 1x1,1x2,2x1)")
+    parser.add_argument("--graphs", default="cora,rmat:14:16:1,rmat:16:16:1", help="cora and R-MAT specs (default: cora,rmat:14:16:1,rmat:16:16:1)")
+    parser.add_argument("--models", default="gcn2,gcn5,sage2", help=f"of {', '.join(MODELS)} (default: all)")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="both sides (default: float32)")
+    parser.add_argument("--epochs", type=int, default=30, help="epochs per run (default: 30)")
+    parser.add_argument("--dropout", type=float, default=0.0, help="dropout before every layer, both sides (default: 0)")
+    parser.add_argument("--worker", nargs=4, metavar=("SIDE", "GRAPH", "MODEL", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker[0], args.worker[1], args.epochs)
+        side, spec, model, threads = args.worker
+        (ours if side == "ours" else pyg)(spec, model, int(threads), args.epochs, args.dtype, args.dropout)
         return
     from sparsewire.report import format_table
 
-    graphs = ([str(CORA)] if CORA.exists() else []) + [args.rmat]
+    configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
+    graphs = [g for g in args.graphs.split(",") if g != "cora" or CORA.exists()]
     mpiexec = str(Path(sys.executable).parent / "mpiexec")
-    results, rows = [], []
+    results, rows, thread_rows = [], [], []
     for spec in graphs:
-        data = graph_data(spec)
-        print(f"{Path(spec).name}: {data.n} nodes, {data.adjacency.nnz} nonzeros; PyG ...", file=sys.stderr, flush=True)
-        pyg = pyg_seconds_per_epoch(data, args.epochs)
-        for ranks in [int(v) for v in args.ranks.split(",")]:
-            for strategy in args.strategies.split(","):
-                print(f"  P = {ranks}, {strategy} ...", file=sys.stderr, flush=True)
-                completed = subprocess.run(
-                    [mpiexec, "-n", str(ranks), sys.executable, __file__, "--epochs", str(args.epochs), "--worker", spec, strategy],
-                    capture_output=True, text=True, timeout=900,
-                )
-                if completed.returncode != 0:
-                    raise SystemExit(f"worker failed: {completed.stderr[-2000:]}")
-                run = json.loads(completed.stdout.strip().splitlines()[-1])
-                entry = {"graph": Path(spec).name, "ranks": ranks, "strategy_requested": strategy, **run, "pyg_seconds_per_epoch": pyg}
-                results.append(entry)
-                rows.append([Path(spec).name, ranks, strategy, run["strategy"], f"{run['seconds_per_epoch'] * 1e3:.2f}",
-                             run["bytes_per_epoch"], f"{pyg * 1e3:.2f}", f"{run['seconds_per_epoch'] / pyg:.2f}"])
-    print(format_table(["graph", "P", "strategy", "ran", "ms/epoch", "bytes/epoch", "PyG ms/epoch (1 process)", "ours / PyG"], rows))
+        for model in args.models.split(","):
+            references, times = {}, {}
+            for ranks, threads in configs:
+                cores = ranks * threads
+                if cores not in references:
+                    print(f"{spec} {model}: PyG on {cores} thread(s) ...", file=sys.stderr, flush=True)
+                    references[cores] = run([sys.executable, __file__, "--epochs", str(args.epochs), "--dtype", args.dtype,
+                                             "--dropout", str(args.dropout), "--worker", "pyg", spec, model, str(cores)])
+                print(f"{spec} {model}: ours {ranks} x {threads} ...", file=sys.stderr, flush=True)
+                mine = run([mpiexec, "-n", str(ranks), sys.executable, __file__, "--epochs", str(args.epochs), "--dtype", args.dtype,
+                            "--dropout", str(args.dropout), "--worker", "ours", spec, model, str(threads)])
+                reference = references[cores]
+                times[(ranks, threads)] = mine["seconds_per_epoch"]
+                ratio = mine["seconds_per_epoch"] / reference["seconds_per_epoch"]
+                results.append({"graph": spec, "model": model, "ranks": ranks, "threads": threads, "dtype": args.dtype, **mine,
+                                "pyg_seconds_per_epoch": reference["seconds_per_epoch"], "pyg_peak_mib": reference["peak_mib_per_rank"],
+                                "ratio_to_pyg": ratio})
+                rows.append([spec, model, f"{ranks}x{threads}", f"{mine['seconds_per_epoch'] * 1e3:.2f}",
+                             f"{reference['seconds_per_epoch'] * 1e3:.2f}", f"{ratio:.2f}", mine["bytes_per_epoch"],
+                             f"{mine['peak_mib_per_rank']:.0f}", f"{reference['peak_mib_per_rank']:.0f}"])
+            if (1, 2) in times and (2, 1) in times:
+                thread_rows.append([spec, model, f"{times[(1, 2)] / times[(2, 1)]:.2f}"])
+    print(format_table(["graph", "model", "PxT", "ours ms/epoch", "PyG ms/epoch", "ours / PyG", "bytes/epoch", "ours peak MiB/rank",
+                        "PyG peak MiB"], rows))
+    if thread_rows:
+        print()
+        print(format_table(["graph", "model", "1x2 / 2x1"], thread_rows))
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gnn.json").write_text(json.dumps({"epochs": args.epochs, "results": results}, indent=1))
+    (out / "gnn.json").write_text(json.dumps({"epochs": args.epochs, "dtype": args.dtype, "dropout": args.dropout, "results": results}, indent=1))
 
 
 if __name__ == "__main__":
