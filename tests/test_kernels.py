@@ -30,8 +30,9 @@ def _integer_matrix(rng, shape, density):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 # k = 8, 16, 32 fill exactly 1, 2, 4 float64 registers (the rows-of-one-block paths); 24, 40 and
 # 64 loop over blocks; 3, 67 and 1 leave scalar columns (float32 registers hold 16: 16, 32 and 64
-# are one block of one, two and four, 67 one of four and 3 columns).
-@pytest.mark.parametrize("k", [1, 3, 8, 16, 24, 32, 40, 64, 67])
+# are one block of one, two and four, 67 one of four and 3 columns). Half a register (4 float64,
+# 8 float32) has a loop of its own, and 12 ends in a half register (float64) or starts with one.
+@pytest.mark.parametrize("k", [1, 3, 4, 8, 12, 16, 24, 32, 40, 64, 67])
 def test_csr_product_exact_with_and_without_prefetch(k, dtype):
     rng = np.random.default_rng()
     matrix = _integer_matrix(rng, (300, 250), 0.05)
@@ -144,11 +145,12 @@ def test_float32_rows_are_summed_in_float32_in_stored_order():
     (which float32 can hold); the registers and the scalar column (k = 17) must both round as
     float32 does."""
     matrix = sp.csr_array((np.ones(3), np.array([0, 1, 2]), np.array([0, 3])), shape=(1, 3))
-    x = np.repeat(np.array([[2.0**24], [1.0], [1.0]], np.float32), 17, axis=1)
     operand = kernels.CsrOperand.from_matrix(matrix, np.float32, 1, keep_order=True)
-    out = np.empty((1, 17), np.float32)
-    kernels.multiply(operand, x, out)
-    np.testing.assert_array_equal(out, np.full((1, 17), 2.0**24, np.float32))
+    for k in (17, 8, 16, 12):  # a register and a scalar column, half a register, one, one half and scalars
+        x = np.repeat(np.array([[2.0**24], [1.0], [1.0]], np.float32), k, axis=1)
+        out = np.empty((1, k), np.float32)
+        kernels.multiply(operand, x, out)
+        np.testing.assert_array_equal(out, np.full((1, k), 2.0**24, np.float32))
 
 
 def test_empty_rows_are_zero_whatever_b_holds():

@@ -29,11 +29,12 @@ LINE_BYTES = CACHE_LINE_BYTES
 
 
 class Lanes(types.Type):
-    """One SIMD register of :data:`LINE_BYTES` bytes of ``dtype`` values (a Numba type)."""
+    """One SIMD register of :data:`LINE_BYTES` bytes of ``dtype`` values (a Numba type), or with
+    ``half`` of half as many (a C row of 8 float32 or 4 float64 values: :func:`half_load`)."""
 
-    def __init__(self, dtype: types.Float):
-        self.dtype = dtype
-        self.count = LINE_BYTES // (dtype.bitwidth // 8)
+    def __init__(self, dtype: types.Float, half: bool = False):
+        self.dtype, self.half = dtype, half
+        self.count = LINE_BYTES // (dtype.bitwidth // 8) // (2 if half else 1)
         super().__init__(name=f"Lanes({dtype}x{self.count})")
 
 
@@ -69,6 +70,30 @@ def lanes_load(typingctx, array, row, column):
         return builder.load(pointer, align=array.dtype.bitwidth // 8)
 
     return lanes(array, types.intp, types.intp), codegen
+
+
+@intrinsic
+def half_load(typingctx, array, row, column):
+    """The half register ``array[row, column : column + count // 2]`` (any alignment)."""
+    lanes = Lanes(array.dtype, half=True)
+
+    def codegen(context, builder, sig, args):
+        address = _element_address(context, builder, sig.args[0], *args)
+        pointer = builder.inttoptr(address, context.get_value_type(lanes).as_pointer())
+        return builder.load(pointer, align=array.dtype.bitwidth // 8)
+
+    return lanes(array, types.intp, types.intp), codegen
+
+
+@intrinsic
+def half_zero(typingctx, array):
+    """A half register of zeros of ``array``'s dtype."""
+    lanes = Lanes(array.dtype, half=True)
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(context.get_value_type(lanes), None)
+
+    return lanes(array), codegen
 
 
 @intrinsic
