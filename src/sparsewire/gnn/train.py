@@ -61,10 +61,11 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     float64 for results that must match another float64 code to 1e-6), sparse COO when mostly zero.
     The model :func:`train` builds, and every propagation's plan, take the features' dtype.
 
-    ``threads`` (default 1) are the executor's threads per rank: on graphs of Cora's size a
-    propagation takes tens of microseconds and more threads only add wake-ups; with PyTorch's own
-    pool also at one thread (``torch.set_num_threads(1)``, as ``sparsewire gcn`` does) a Cora epoch
-    took 21 ms on the 2-core machine against 62-72 ms with either pool at two threads.
+    ``threads`` (default 1) are the executor's threads per rank; give PyTorch the same
+    (``torch.set_num_threads``, as ``sparsewire gcn --threads`` does). The two pools no longer
+    fight (:func:`sparsewire.exec.kernels.set_threads` keeps Numba from resizing PyTorch's OpenMP
+    teams): a float32 Cora epoch took 3.5 ms with 1 rank x 2 threads against 3.8 ms on one thread
+    on the 2-core machine (41 ms before that fix).
 
     ``transport``: how the propagations' messages move, ``mpi`` or ``torch`` (torch.distributed;
     see :func:`sparsewire.exec.spmm_plan.plan_spmm`)."""
