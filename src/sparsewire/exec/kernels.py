@@ -200,6 +200,20 @@ def _require_contiguous_rows(x: np.ndarray, out: np.ndarray) -> None:
             raise InputError(f"the kernel's {name} must be 2-D with rows of contiguous elements (got strides {array.strides}); pass np.ascontiguousarray({name})")
 
 
+#: Bytes of a B row up to which the CSR product never prefetches: a row of one cache line or less
+#: (k = 16 float32, 8 float64 and below). Measured warm (the product repeated back to back), 1
+#: thread, k = 8 float32: cnr-2000 6.13 ms with the prefetches, 4.41 ms without, luxembourg_osm
+#: 0.66 and 0.64 ms, delaunay_n16 0.95 and 0.82 ms (k = 16: 6.72 and 5.12, 0.77 and 0.78, 1.05
+#: and 0.99 ms): at these widths a row is one load, and issuing the prefetches costs more than
+#: they hide. (With the caches flushed before each product they had paid at k = 8 float64; the
+#: GNN widths that use these rows run warm.)
+PREFETCH_ABOVE_ROW_BYTES = 64
+
+
+def _prefetches(operand: CsrOperand, x: np.ndarray) -> bool:
+    return operand.prefetch and x.shape[1] * x.itemsize > PREFETCH_ABOVE_ROW_BYTES
+
+
 def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
     """``out = A @ x`` or, with ``accumulate``, ``out += A @ x``; x and out row-major, of the
     operand's dtype, rows contiguous. When :func:`streams` says so and ``out`` comes from
@@ -207,18 +221,18 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
     _require_contiguous_rows(x, out)
     stream = streams(out, accumulate)
     if operand.bounds.size == 2:
-        backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate, operand.prefetch, stream)
+        backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate, _prefetches(operand, x), stream)
     else:
         _threaded(
             backend.csr_dense_threads, operand.indptr, operand.indices, operand.data, x, out, operand.chunks, operand.claimed, accumulate,
-            operand.prefetch, stream,
+            _prefetches(operand, x), stream,
         )
 
 
 def multiply_rows(operand: CsrOperand, x: np.ndarray, out: np.ndarray, start: int, stop: int, accumulate: bool = False) -> None:
     """Rows [start, stop) of :func:`multiply`, on the calling thread."""
     _require_contiguous_rows(x, out)
-    backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, operand.prefetch, streams(out, accumulate))
+    backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, _prefetches(operand, x), streams(out, accumulate))
 
 
 @dataclass(frozen=True, eq=False)

@@ -134,76 +134,6 @@ def _row_half(indices, data, x, out, i, p, stop, c, accumulate):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _load_row(x, j, half):
-    if half:
-        return half_load(x, j, 0)
-    return lanes_load(x, j, 0)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _start_row(indices, data, x, out, i, p, stop, accumulate, half):
-    """The register that starts C row i (its old value, its first product, or zeros) and the
-    nonzero after the ones it used."""
-    if accumulate:
-        return _load_row(out, i, half), p
-    if p < stop:
-        return lanes_scale(data[p], _load_row(x, indices[p], half)), p + 1
-    if half:
-        return half_zero(out), p
-    return lanes_zero(out), p
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _two_rows(indices, data, x, out, i, p0, s0, p1, s1, accumulate, stream, half):
-    """C rows i and i + 1 when a row is one register (or half of one), their nonzeros taken in
-    turns: each row is still summed in its stored order (the same bits), but the two rows' chains
-    of fused multiply-adds overlap instead of one waiting on the latency of the last (a row of 10
-    nonzeros is otherwise one dependent chain)."""
-    t0, p0 = _start_row(indices, data, x, out, i, p0, s0, accumulate, half)
-    t1, p1 = _start_row(indices, data, x, out, i + 1, p1, s1, accumulate, half)
-    while p0 < s0 and p1 < s1:
-        t0 = lanes_fma(t0, data[p0], _load_row(x, indices[p0], half))
-        t1 = lanes_fma(t1, data[p1], _load_row(x, indices[p1], half))
-        p0 += 1
-        p1 += 1
-    while p0 < s0:
-        t0 = lanes_fma(t0, data[p0], _load_row(x, indices[p0], half))
-        p0 += 1
-    while p1 < s1:
-        t1 = lanes_fma(t1, data[p1], _load_row(x, indices[p1], half))
-        p1 += 1
-    if half:
-        lanes_store(out, i, 0, t0)
-        lanes_store(out, i + 1, 0, t1)
-    else:
-        _put(out, i, 0, t0, stream)
-        _put(out, i + 1, 0, t1, stream)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _rows_in_pairs(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, half, last, base, row_bytes):
-    """Rows [row_start, row_stop) two at a time (:func:`_two_rows`) when a C row is one register
-    or, with ``half``, half of one; an accumulating pass still skips rows without nonzeros."""
-    i = row_start
-    while i < row_stop:
-        p, stop = indptr[i], indptr[i + 1]
-        if i + 1 < row_stop and not (accumulate and (p == stop or indptr[i + 2] == stop)):
-            if prefetch:
-                _prefetch_ahead(indices, p, indptr[i + 2], last, base, row_bytes, 1)
-            _two_rows(indices, data, x, out, i, p, stop, stop, indptr[i + 2], accumulate, stream, half)
-            i += 2
-            continue
-        if not (accumulate and p == stop):
-            if prefetch:
-                _prefetch_ahead(indices, p, stop, last, base, row_bytes, 1)
-            if half:
-                _row_half(indices, data, x, out, i, p, stop, 0, accumulate)
-            else:
-                _row_block1(indices, data, x, out, i, p, stop, 0, accumulate, stream)
-        i += 1
-
-
-@njit(nogil=True, cache=True, inline="always")
 def _prefetch_ahead(indices, p, stop, last, base, row_bytes, lines):
     """Prefetch ``lines`` cache lines of the B rows of nonzeros [p, stop) shifted
     :data:`PREFETCH_DISTANCE` ahead (not past ``last``)."""
@@ -259,11 +189,17 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
     elif k == 2 * lanes:
         _rows_of_one_block(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, 2, last, base, row_bytes)
     elif k == lanes:
-        _rows_in_pairs(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, False, last, base, row_bytes)
+        _rows_of_one_block(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, 1, last, base, row_bytes)
     elif 2 * k == lanes:
         # Half a register (k = 8 in float32, 4 in float64): the scalar loop below would take
         # each of the row's columns in turn (7x MKL's time at k = 8 in float32).
-        _rows_in_pairs(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, False, True, last, base, row_bytes)
+        for i in range(row_start, row_stop):
+            p, stop = indptr[i], indptr[i + 1]
+            if accumulate and p == stop:
+                continue
+            if prefetch:
+                _prefetch_ahead(indices, p, stop, last, base, row_bytes, 1)
+            _row_half(indices, data, x, out, i, p, stop, 0, accumulate)
     else:
         lines = min(PREFETCH_LINES, (k * x.itemsize + LINE_BYTES - 1) // LINE_BYTES)
         for i in range(row_start, row_stop):
