@@ -36,6 +36,14 @@ def partitioned_available(comm: MPI.Comm) -> bool:
     return hasattr(comm, "Psend_init") and MPI.Get_version() >= (4, 0)
 
 
+def _wait_and_count(requests: list, statuses: list, ledger: ByteLedger, ex: ExchangeBuffers, datatype: MPI.Datatype) -> None:
+    """Complete one request per received message of ``ex`` and count each from its status."""
+    if requests:
+        MPI.Request.Waitall(requests, statuses)
+        for message, status in enumerate(statuses):
+            ledger.record(ex, message, status.Get_count(datatype))
+
+
 def _messages(offsets: np.ndarray, elements: tuple[int, ...], k: int):
     """(start element, element count) of every message."""
     return zip((offsets[:-1] * k).tolist(), elements)
@@ -82,11 +90,7 @@ class MpiTransport(Transport):
         self._send[ex.index][message].Start()
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
-        requests, statuses = self._recv[ex.index], self._statuses[ex.index]
-        if requests:
-            MPI.Request.Waitall(requests, statuses)
-            for message, status in enumerate(statuses):
-                self.ledger.record(ex, message, status.Get_count(self._type))
+        _wait_and_count(self._recv[ex.index], self._statuses[ex.index], self.ledger, ex, self._type)
 
     def wait_any(self) -> tuple[int, int]:
         position = MPI.Request.Waitany(self._all_recv, self._any_status)
@@ -166,11 +170,7 @@ class MpiPartitionedTransport(_Partitioned):
         return arrived
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
-        requests, statuses = self._recv[ex.index], self._statuses[ex.index]
-        if requests:
-            MPI.Request.Waitall(requests, statuses)
-            for message, status in enumerate(statuses):
-                self.ledger.record(ex, message, status.Get_count(self._type))
+        _wait_and_count(self._recv[ex.index], self._statuses[ex.index], self.ledger, ex, self._type)
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
         MPI.Request.Waitall(self._send[ex.index])
