@@ -311,7 +311,7 @@ def _spgemm_session(
 
     from mpi4py import MPI
 
-    from sparsewire.comm.runtime import agree_on_error
+    from sparsewire.comm.runtime import agree_on_error, problem_from
     from sparsewire.spgemm.distributed import choose_algorithm, compare_exactly, peak_rss_bytes, reference_product
     from sparsewire.spgemm.local import to_scipy
     from sparsewire.partitioners import partition as reorder_and_partition
@@ -331,7 +331,7 @@ def _spgemm_session(
                 )
             chosen = reorder_and_partition(a_global, comm.Get_size(), partition, imbalance=imbalance)
         except Exception as error:  # reported on every rank by agree_on_error
-            problem = str(error)
+            problem = problem_from(error)
     agree_on_error(comm, problem)
     # A reordering partitioner: the ranks multiply A' = A[order][:, col_order] by B' = B[col_order],
     # so C' = C[order]; with --check C is put back in order before the comparison.

@@ -23,6 +23,7 @@ __all__ = [
     "ranks_on_node",
     "limit_threads_per_rank",
     "agree_on_error",
+    "problem_from",
     "collective_errors",
     "abort_job",
     "mpi_datatype",
@@ -70,14 +71,24 @@ def limit_threads_per_rank(comm: MPI.Comm) -> int:
     return threads
 
 
+def problem_from(error: BaseException) -> str | SparsewireError:
+    """Not collective. What :func:`agree_on_error` should hear about an exception caught on one
+    rank: a :class:`SparsewireError` as it is, any other exception as its type and message (a
+    ``MemoryError()`` has an empty message, which must not read as "no problem")."""
+    if isinstance(error, SparsewireError):
+        return error
+    return f"{type(error).__name__}: {error}" if str(error) else f"{type(error).__name__} (without a message)"
+
+
 def agree_on_error(comm: MPI.Comm, problem: str | SparsewireError | None) -> None:
     """Collective. If any rank found a problem, every rank raises the first one (lowest rank), as
     the same :class:`SparsewireError` subclass (a string is an :class:`InputError`), so no rank is
-    left waiting in a collective the others skipped."""
+    left waiting in a collective the others skipped. Only None means no problem: an empty string
+    is one (an exception without a message; :func:`problem_from` names its type)."""
     if isinstance(problem, SparsewireError):
-        problem = (type(problem).__name__, str(problem))
-    elif problem:
-        problem = ("InputError", str(problem))
+        problem = (type(problem).__name__, str(problem) or type(problem).__name__)
+    elif problem is not None:
+        problem = ("InputError", str(problem) or "an error without a message")
     problems = [p for p in comm.allgather(problem or None) if p]
     if problems:
         name, message = problems[0]
