@@ -207,3 +207,19 @@ def test_float32_is_the_default_and_reaches_eighty_percent_on_cora_at_one_rank()
     assert completed.returncode == 0, completed.stderr[-3000:]
     report = json.loads(completed.stdout.strip().splitlines()[-1])
     assert report["dtype"] == "float32" and report["test_accuracy"] >= 0.80, report["test_accuracy"]
+
+
+def test_gcn_with_a_rank_without_nodes_trains_as_on_one_rank(tmp_path):
+    """--partition nnz on a star graph at P = 4 leaves a rank without rows (the normalisation
+    used to fail there: "truth value of an array is ambiguous"); the losses equal P = 1's."""
+    n = 40
+    star = tmp_path / "star.mtx"
+    star.write_text("%%MatrixMarket matrix coordinate pattern symmetric\n" + f"{n} {n} {n - 1}\n"
+                    + "".join(f"{i + 1} 1\n" for i in range(1, n)))
+    losses = {}
+    for ranks in (1, 4):
+        completed = run_mpi(ranks, ["-m", "sparsewire", "gcn", str(star), "--features", "random:4", "--classes", "2", "--epochs", "5",
+                                    "--partition", "nnz", "--dtype", "float64", "--json"], timeout=300)
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        losses[ranks] = [entry["loss"] for entry in json.loads(completed.stdout.strip().splitlines()[-1])["history"]]
+    np.testing.assert_allclose(losses[4], losses[1], rtol=0, atol=1e-9)

@@ -184,7 +184,12 @@ def gcn_normalize(matrix: DistributedMatrix) -> DistributedMatrix:
     local = sp.csr_array(matrix.local_rows, dtype=np.float64, copy=True)
     rows = np.arange(local.shape[0])
     columns = rows + matrix.row_offset
-    diagonal = np.asarray(local[rows, columns]).ravel()
+    # The diagonal from the stored entries (SciPy's fancy indexing returns a sparse result for a
+    # rank without rows, whose comparison has no truth value).
+    coo = sp.coo_array(local)
+    on_diagonal = coo.col == coo.row + matrix.row_offset
+    diagonal = np.zeros(local.shape[0])
+    np.add.at(diagonal, coo.row[on_diagonal], coo.data[on_diagonal])
     missing = diagonal == 0
     loops = sp.csr_array((np.ones(int(missing.sum())), (rows[missing], columns[missing])), shape=local.shape)
     local = sp.csr_array(local + loops)
