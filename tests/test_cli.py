@@ -151,3 +151,19 @@ def test_spmm_runs_as_a_single_process():
     assert report["ranks"] == 1 and report["planned_bytes"] == report["measured_bytes"] == 0
     assert report["max_abs_error"] <= 1e-9
     assert np.isfinite(report["checksum_fro"])
+
+
+def test_json_with_nan_results_is_strict_json_with_a_warning(tmp_path):
+    """C holds NaN when A does: the report says null (Python's json would write bare NaN tokens,
+    which JSON parsers reject) and a warning line says so."""
+    path = tmp_path / "nan.mtx"
+    path.write_text("%%MatrixMarket matrix coordinate real general\n3 3 3\n1 1 1.0\n2 2 nan\n3 1 2.0\n")
+    completed = run_cli(["spmm", str(path), "--json", "--k", "2", "--repeat", "1"])
+    assert completed.returncode == 0, completed.stderr
+
+    def refuse(token):
+        raise ValueError(f"non-standard JSON token {token}")
+
+    report = json.loads(completed.stdout, parse_constant=refuse)
+    assert report["checksum_sum"] is None and report["checksum_fro"] is None
+    assert "2 numbers in the JSON are NaN or infinite; written as null" in completed.stderr

@@ -5,13 +5,12 @@ over :func:`sparsewire.plan.stats.strategy_stats` and :func:`sparsewire.advisor.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 import numpy as np
 
-from sparsewire.cli.common import DTYPES, MATRIX_HELP, add_partition_arguments, add_topology_arguments, positive_int, topology_from_args
+from sparsewire.cli.common import DTYPES, MATRIX_HELP, add_partition_arguments, add_topology_arguments, positive_int, topology_from_args, json_text
 from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
@@ -109,7 +108,7 @@ def run_analyze(args: argparse.Namespace) -> int:
             "proxy": args.proxy,
         }
     if args.json:
-        print(json.dumps(report))
+        print(json_text(report))
         return 0
     print(
         f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nonzeros; "
@@ -172,7 +171,7 @@ def run_advise(args: argparse.Namespace) -> int:
     if args.plot:
         plot_advice(report, args.plot, args.matrix)
     if args.json:
-        print(json.dumps(report))
+        print(json_text(report))
         return 0
     print(f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nonzeros; P = {args.ranks}, k = {args.k}, {args.dtype}, {report['topology']}")
     table = []

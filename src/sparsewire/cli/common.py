@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 
 import numpy as np
@@ -13,7 +15,7 @@ from sparsewire.exec.modes import MODES, TRANSPORTS
 __all__ = [
     "MATRIX_HELP", "DTYPES", "DEFAULT_MODE", "Parser", "positive_int", "add_topology_arguments",
     "topology_from_args", "start_mpi", "progress_printer", "add_partition_arguments", "PARTITION_HELP", "parse_modes",
-    "TRANSPORT_HELP", "TRANSPORTS",
+    "TRANSPORT_HELP", "TRANSPORTS", "json_text",
 ]
 
 MATRIX_HELP = (
@@ -130,3 +132,26 @@ TRANSPORT_HELP = (
     "statuses) or torch (torch.distributed isend/irecv on Gloo, the process group set up from MPI; every mode "
     "but partitioned) (default: mpi)"
 )
+
+
+def json_text(value, indent: int | None = None) -> str:
+    """Strict JSON of a report: NaN and infinite numbers become ``null`` (Python's ``json`` would
+    write bare ``NaN`` / ``Infinity`` tokens, which JSON parsers reject), with one warning line on
+    stderr saying how many."""
+    replaced = 0
+
+    def finite(item):
+        nonlocal replaced
+        if isinstance(item, float) and not math.isfinite(item):
+            replaced += 1
+            return None
+        if isinstance(item, dict):
+            return {key: finite(entry) for key, entry in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [finite(entry) for entry in item]
+        return item
+
+    text = json.dumps(finite(value), indent=indent, allow_nan=False)
+    if replaced:
+        print(f"sparsewire: warning: {replaced} numbers in the JSON are NaN or infinite; written as null", file=sys.stderr, flush=True)
+    return text

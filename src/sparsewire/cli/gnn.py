@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from sparsewire.cli.common import TRANSPORT_HELP, TRANSPORTS, add_partition_arguments, MATRIX_HELP, add_topology_arguments, positive_int, progress_printer, topology_from_args
+from sparsewire.cli.common import TRANSPORT_HELP, TRANSPORTS, add_partition_arguments, MATRIX_HELP, add_topology_arguments, positive_int, progress_printer, topology_from_args, json_text
 from sparsewire.errors import InputError
 
 __all__ = ["add_commands"]
@@ -98,7 +97,7 @@ def run_gcn(args: argparse.Namespace) -> int:
         "bytes_per_epoch": result.bytes_per_epoch,
     }
     if args.json:
-        print(json.dumps(report))
+        print(json_text(report))
     else:
         print(
             f"test accuracy {result.test_accuracy:.4f} after {args.epochs} epochs ({args.model}, strategy {', '.join(strategies)}); "

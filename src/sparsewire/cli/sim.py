@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparsewire.cli.common import MATRIX_HELP, add_partition_arguments, positive_int, progress_printer
+from sparsewire.cli.common import MATRIX_HELP, add_partition_arguments, positive_int, progress_printer, json_text
 from sparsewire.errors import InputError
 from sparsewire.sim.calibration import default_calibration_path, measure_compute_rate
 from sparsewire.report import format_bytes, format_table
@@ -103,10 +103,10 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     result = measure_compute_rate(args.repeat, progress_printer(args))
     path = Path(args.output) if args.output else default_calibration_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
+    path.write_text(json_text(result, indent=1))
     result["path"] = str(path)
     if args.json:
-        print(json.dumps(result))
+        print(json_text(result))
     else:
         print(f"local SpMM rate {result['compute_rate']:.3g} nonzero-columns/s, written to {path}")
     return 0
@@ -170,7 +170,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         "strategies": entries,
     }
     if args.json:
-        print(json.dumps(report))
+        print(json_text(report))
         return 0
     print(f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nonzeros; P = {args.ranks}, k = {args.k}")
     print(f"network {network.describe()}")
@@ -306,7 +306,7 @@ def _run_netsparse(args: argparse.Namespace) -> int:
         report["plot"] = args.plot
     report["elapsed_seconds"] = round(time.perf_counter() - started, 2)
     if args.json:
-        print(json.dumps(report))
+        print(json_text(report))
         return 0
     _print_netsparse(report)
     return 0

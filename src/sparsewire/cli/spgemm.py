@@ -4,13 +4,12 @@ mpiexec): thin handlers over :mod:`sparsewire.spgemm` (algorithms, graph algorit
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.cli.common import MATRIX_HELP, add_partition_arguments, positive_int
+from sparsewire.cli.common import MATRIX_HELP, add_partition_arguments, positive_int, json_text
 from sparsewire.errors import InputError
 from sparsewire.report import format_bytes
 
@@ -128,7 +127,7 @@ def _load_on_root(comm, spec: str, values: str):
 def _print(args, report: dict, lines: list[str]) -> int:
     failed = report.get("check_passed") is False
     if args.json:
-        print(json.dumps(report))
+        print(json_text(report))
     else:
         print("\n".join(lines))
     if failed:

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from sparsewire.cli.common import (
-    DEFAULT_MODE, DTYPES, MATRIX_HELP, TRANSPORT_HELP, TRANSPORTS, add_partition_arguments, add_topology_arguments, parse_modes, positive_int,
-    progress_printer, start_mpi, topology_from_args,
+    DEFAULT_MODE, DTYPES, MATRIX_HELP, TRANSPORT_HELP, TRANSPORTS, add_partition_arguments, add_topology_arguments, json_text, parse_modes,
+    positive_int, progress_printer, start_mpi, topology_from_args,
 )
 from sparsewire.errors import InputError
 from sparsewire.report import format_bytes, format_table
@@ -143,10 +142,10 @@ def run_spmm(args: argparse.Namespace) -> int:
     failed = any(not _bytes_match(r) or not r.get("check_passed", True) for r in results)
     if args.json:
         if len(results) == 1:
-            print(json.dumps(results[0]))
+            print(json_text(results[0]))
         else:
             common = {key: results[0][key] for key in ("matrix", "n_rows", "n_cols", "nnz", "ranks", "threads", "k", "dtype", "transport")}
-            print(json.dumps({**common, "runs": results}))
+            print(json_text({**common, "runs": results}))
         return 1 if failed else 0
     first = results[0]
     print(
@@ -214,7 +213,7 @@ def run_eigs(args: argparse.Namespace) -> int:
         return 0
     failed = not report["converged"] or report.get("max_relative_difference", 0.0) > 1e-6
     if args.json:
-        print(json.dumps(report))
+        print(json_text(report))
         return 1 if failed else 0
     print(
         f"{report['matrix']}: n = {report['n']}, {report['nnz']} nonzeros; P = {report['ranks']}, "
