@@ -249,3 +249,42 @@ def test_metis_graph_random_roundtrip(tmp_path, rng):
 def test_malformed_metis_graph(tmp_path, body, message):
     with pytest.raises(InputError, match=message):
         load_matrix(write(tmp_path, "bad.graph", body))
+
+
+def test_symmetric_files_store_one_triangle_and_skew_symmetric_no_diagonal(tmp_path):
+    both = HEADER.format(field="real", symmetry="symmetric") + "2 2 2\n2 1 3\n1 2 3\n"  # (1, 2) would be doubled
+    with pytest.raises(InputError, match=r"entry \(1, 2\) lies above the diagonal.*change the header to 'general'"):
+        load_matrix(write(tmp_path, "both.mtx", both))
+    diagonal = HEADER.format(field="real", symmetry="skew-symmetric") + "2 2 2\n1 1 4\n2 1 3\n"
+    with pytest.raises(InputError, match=r"entry \(1, 1\) lies on or above the diagonal"):
+        load_matrix(write(tmp_path, "skew.mtx", diagonal))
+    lower = HEADER.format(field="real", symmetry="symmetric") + "3 3 3\n1 1 2\n3 1 5\n2 2 -1\n"
+    np.testing.assert_array_equal(load_matrix(write(tmp_path, "lower.mtx", lower)).toarray(), [[2, 0, 5], [0, -1, 0], [5, 0, 0]])
+
+
+def _save_raw_csr(path, data, indices, indptr, shape):
+    """An .npz laid out as scipy.sparse.save_npz writes a CSR matrix, with arrays we choose."""
+    np.savez(path, data=np.asarray(data), indices=np.asarray(indices, np.int32), indptr=np.asarray(indptr, np.int32),
+             shape=np.asarray(shape), format=np.asarray(b"csr"))
+
+
+def test_npz_files_are_validated_before_use(tmp_path, rng):
+    for name, indices in (("big.npz", [1_000_000, 1]), ("negative.npz", [-5, 1])):
+        _save_raw_csr(tmp_path / name, [1.0, 2.0], indices, [0, 1, 2], (2, 50))
+        with pytest.raises(InputError, match="corrupt CSR arrays"):
+            load_matrix(str(tmp_path / name))
+    _save_raw_csr(tmp_path / "pointer.npz", [1.0, 2.0], [0, 1], [0, 2, 1], (2, 2))
+    with pytest.raises(InputError, match="corrupt CSR arrays"):
+        load_matrix(str(tmp_path / "pointer.npz"))
+    sp.save_npz(tmp_path / "complex.npz", sp.csr_array(np.array([[1 + 2j, 0], [0, 3]])))
+    with pytest.raises(InputError, match="complex values"):
+        load_matrix(str(tmp_path / "complex.npz"))
+    sp.save_npz(tmp_path / "coo.npz", sp.coo_array((np.ones(2), (np.array([0, 7]), np.array([0, 1]))), shape=(8, 2)))
+    assert load_matrix(str(tmp_path / "coo.npz")).nnz == 2
+    good = tmp_path / "good.npz"
+    sp.save_npz(good, sp.random_array((30, 30), density=0.2, rng=rng, format="csr"))
+    whole = good.read_bytes()
+    for cut in sorted({0, 1, 10, len(whole) // 3, len(whole) // 2, len(whole) - 1} | set(rng.integers(1, len(whole), 5).tolist())):
+        (tmp_path / "cut.npz").write_bytes(whole[:cut])
+        with pytest.raises(InputError, match="not a readable SciPy sparse .npz file"):
+            load_matrix(str(tmp_path / "cut.npz"))

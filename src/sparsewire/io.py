@@ -155,8 +155,10 @@ def read_matrix_market(path: str) -> sp.csr_array:
     _check_field_counts(path, data[end + 1 :], line_number + 1, _MM_FIELDS[field], n_entries, field)
 
     # SciPy's fast_matrix_market parses the numbers; an 'integer' file is parsed as real so that
-    # a non-integer value is caught instead of silently truncated.
-    to_parse = data if field != "integer" else data.replace(b"integer", b"real", 1)
+    # a non-integer value is caught instead of silently truncated, and a symmetric one as general,
+    # so that the stored triangle is checked before it is mirrored here.
+    first = (f"%%MatrixMarket matrix coordinate {'real' if field == 'integer' else field} general").encode()
+    to_parse = first + data[len(lines[0]) :]
     try:
         coo = scipy.io.mmread(io.BytesIO(to_parse))
     except (ValueError, OverflowError) as error:
@@ -167,11 +169,36 @@ def read_matrix_market(path: str) -> sp.csr_array:
                 "fix that entry or the size line"
             ) from None
         raise InputError(f"{path}: {message}; fix that entry") from None
+    if symmetry != "general":
+        coo = _mirror(path, sp.coo_array(coo), symmetry)
     matrix = sp.csr_array(coo, dtype=np.float64)
     if field == "integer" and matrix.nnz and not np.all(np.mod(matrix.data[np.isfinite(matrix.data)], 1) == 0):
         raise InputError(f"{path}: the header says 'integer' but some values are not integers; change the header to 'real'")
     matrix.sum_duplicates()
     return matrix
+
+
+def _mirror(path: str, coo: sp.coo_array, symmetry: str) -> sp.coo_array:
+    """The full matrix of a symmetric (``A + A^T`` off the diagonal) or skew-symmetric
+    (``A - A^T``) file, whose entries must all lie on or below the diagonal (strictly below for
+    skew-symmetric), as the Matrix Market format stores them."""
+    above = coo.row < coo.col
+    if symmetry == "skew-symmetric":
+        above |= coo.row == coo.col
+    if above.any():
+        first = int(np.flatnonzero(above)[0])
+        where = "on or above" if symmetry == "skew-symmetric" else "above"
+        raise InputError(
+            f"{path}: entry ({coo.row[first] + 1}, {coo.col[first] + 1}) lies {where} the diagonal, but a {symmetry} file stores "
+            f"only the lower triangle{' without the diagonal' if symmetry == 'skew-symmetric' else ''} (its mirror image is implied); "
+            "remove the upper entries or change the header to 'general'"
+        )
+    off = coo.row != coo.col
+    sign = -1.0 if symmetry == "skew-symmetric" else 1.0
+    return sp.coo_array(
+        (np.concatenate([coo.data, sign * coo.data[off]]), (np.concatenate([coo.row, coo.col[off]]), np.concatenate([coo.col, coo.row[off]]))),
+        shape=coo.shape,
+    )
 
 
 def _check_field_counts(path: str, body: bytes, first_line: int, fields: int, n_entries: int, field: str) -> None:
@@ -316,13 +343,26 @@ def read_metis_graph(path: str) -> sp.csr_array:
 
 
 def read_npz(path: str) -> sp.csr_array:
-    """Read a matrix saved with ``scipy.sparse.save_npz``."""
+    """Read a matrix saved with ``scipy.sparse.save_npz``, as untrusted input: a truncated or
+    damaged file, indices out of range (SciPy would read outside its arrays), a broken row
+    pointer and complex values are each an InputError, checked before the matrix is converted."""
     try:
         matrix = sp.load_npz(path)
-    except (ValueError, OSError, KeyError) as error:
-        raise InputError(f"{path}: not a SciPy sparse .npz file ({error}); save it with scipy.sparse.save_npz") from None
+    except Exception as error:  # noqa: BLE001 - zipfile, zlib, NumPy and SciPy each raise their own
+        raise InputError(f"{path}: not a readable SciPy sparse .npz file ({type(error).__name__}: {error}); save it with scipy.sparse.save_npz") from None
     if matrix.ndim != 2:
         raise InputError(f"{path}: holds a {matrix.ndim}-dimensional array; a 2-D sparse matrix is needed")
+    if np.iscomplexobj(matrix.data):
+        raise InputError(f"{path}: holds complex values; sparsewire multiplies real matrices (save the real part, or split it)")
+    try:
+        if matrix.format in ("csr", "csc", "bsr"):
+            matrix.check_format(full_check=True)
+        elif matrix.format == "coo":
+            rows, cols = matrix.coords
+            if rows.size and (rows.min() < 0 or cols.min() < 0 or rows.max() >= matrix.shape[0] or cols.max() >= matrix.shape[1]):
+                raise ValueError(f"an index lies outside the {matrix.shape[0]} x {matrix.shape[1]} shape")
+    except ValueError as error:
+        raise InputError(f"{path}: corrupt {matrix.format.upper()} arrays ({error}); save the matrix again with scipy.sparse.save_npz") from None
     matrix = sp.csr_array(matrix, dtype=np.float64)
     matrix.sum_duplicates()
     return matrix
