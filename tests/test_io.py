@@ -288,3 +288,21 @@ def test_npz_files_are_validated_before_use(tmp_path, rng):
         (tmp_path / "cut.npz").write_bytes(whole[:cut])
         with pytest.raises(InputError, match="not a readable SciPy sparse .npz file"):
             load_matrix(str(tmp_path / "cut.npz"))
+
+
+@pytest.mark.parametrize("spec", ["rmat:31:8:1", "stencil2d:100000000", "stencil3d:2000", "uniform:99999999999x5:1"])
+def test_generator_specs_too_large_for_the_machine_are_refused_before_allocating(spec):
+    with pytest.raises(InputError, match=r"needs about [0-9.]+ GiB to build, more than this machine's"):
+        from_spec(spec)
+
+
+def test_a_negative_generator_seed_is_one_clear_error():
+    for spec in ("rmat:10:8:-1", "delaunay:50:-3", "uniform:20:2:-1"):
+        with pytest.raises(InputError, match="the seed must be a non-negative integer"):
+            from_spec(spec)
+
+
+def test_a_size_line_too_large_for_the_machine_is_refused_before_allocating(tmp_path):
+    text = HEADER.format(field="real", symmetry="general") + "1000000000000 1000000000000 1\n1 1 1.0\n"
+    with pytest.raises(InputError, match="needs about .* GiB to build"):
+        load_matrix(write(tmp_path, "huge.mtx", text))

@@ -27,6 +27,7 @@ from scipy.spatial import Delaunay
 
 from sparsewire.aligned import empty_aligned
 from sparsewire.errors import InputError
+from sparsewire.sizes import check_fits
 
 __all__ = ["rmat", "delaunay", "stencil2d", "stencil3d", "uniform", "from_spec", "deterministic_dense", "GENERATORS"]
 
@@ -143,23 +144,37 @@ def _ints(spec: str, fields: list[str], minimum: int, maximum: int, usage: str) 
         raise InputError(f"generator spec {spec!r}: every field must be an integer; expected {usage}") from None
 
 
+def _seed(spec: str, values: list[int], position: int) -> int:
+    seed = values[position] if len(values) > position else 1
+    if seed < 0:
+        raise InputError(f"generator spec {spec!r}: the seed must be a non-negative integer (got {seed})")
+    return seed
+
+
 def _from_rmat(spec: str, fields: list[str]) -> sp.csr_array:
     values = _ints(spec, fields, 2, 3, "rmat:SCALE:EDGE_FACTOR[:SEED]")
-    return rmat(values[0], values[1], values[2] if len(values) > 2 else 1)
+    if 1 <= values[0] <= 31 and values[1] >= 1:
+        check_fits(2 ** values[0], 2 ** values[0], values[1] * 2 ** values[0], spec)
+    return rmat(values[0], values[1], _seed(spec, values, 2))
 
 
 def _from_delaunay(spec: str, fields: list[str]) -> sp.csr_array:
     values = _ints(spec, fields, 1, 2, "delaunay:N[:SEED]")
-    return delaunay(values[0], values[1] if len(values) > 1 else 1)
+    check_fits(values[0], values[0], 7 * values[0], spec)
+    return delaunay(values[0], _seed(spec, values, 1))
 
 
 def _from_stencil2d(spec: str, fields: list[str]) -> sp.csr_array:
     values = _ints(spec, fields, 1, 2, "stencil2d:NX[:NY]")
+    cells = values[0] * (values[-1] if len(values) > 1 else values[0])
+    check_fits(cells, cells, 5 * cells, spec)
     return stencil2d(*values)
 
 
 def _from_stencil3d(spec: str, fields: list[str]) -> sp.csr_array:
     values = _ints(spec, fields, 1, 2, "stencil3d:N[:7|27]")
+    cells = max(values[0], 0) ** 3
+    check_fits(cells, cells, (values[1] if len(values) > 1 else 7) * cells, spec)
     return stencil3d(*values)
 
 
@@ -172,7 +187,8 @@ def _from_uniform(spec: str, fields: list[str]) -> sp.csr_array:
     n_rows = values[0]
     n_cols = values[1] if len(shape) == 2 else n_rows
     rest = values[len(shape) :]
-    return uniform(n_rows, n_cols, rest[0], rest[1] if len(rest) > 1 else 1)
+    check_fits(n_rows, n_cols, n_rows * max(rest[0], 0), spec)
+    return uniform(n_rows, n_cols, rest[0], _seed(spec, rest, 1))
 
 
 GENERATORS = {

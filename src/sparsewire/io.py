@@ -22,6 +22,7 @@ import scipy.sparse as sp
 
 from sparsewire import generators
 from sparsewire.errors import InputError
+from sparsewire.sizes import check_fits
 
 __all__ = ["load_matrix", "read_matrix_market", "read_edge_list", "read_metis_graph", "read_npz", "nonfinite_entries"]
 
@@ -152,6 +153,7 @@ def read_matrix_market(path: str) -> sp.csr_array:
             f"{path}: line {line_number}: malformed size line {text[:80].decode('ascii', 'replace')!r}; "
             "expected three non-negative integers 'ROWS COLUMNS ENTRIES'"
         ) from None
+    check_fits(n_rows, n_cols, n_entries * (1 if symmetry == "general" else 2), path)
     _check_field_counts(path, data[end + 1 :], line_number + 1, _MM_FIELDS[field], n_entries, field)
 
     # SciPy's fast_matrix_market parses the numbers; an 'integer' file is parsed as real so that

@@ -1,0 +1,37 @@
+"""A size check before any reader or generator allocates a matrix: a size line of 10^12 x 10^12 or
+``stencil3d:2000`` must be one clear error, not a MemoryError traceback or tens of GB taken."""
+
+from __future__ import annotations
+
+import os
+
+from sparsewire.errors import InputError
+
+__all__ = ["check_fits", "physical_memory_bytes"]
+
+#: Bytes a matrix costs while it is built, per stored entry and per row: coordinates and values
+#: while they are generated or parsed (two int64 indices, one float64) and the CSR made from them
+#: (an int64 or int32 index and a float64), plus the row pointer, once more for the conversions.
+BYTES_PER_ENTRY = 2 * (8 + 8 + 8)
+BYTES_PER_ROW = 2 * 8
+
+
+def physical_memory_bytes() -> int:
+    """Not collective. This machine's physical memory (0 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_fits(rows: int, cols: int, entries: int, what: str) -> None:
+    """Not collective. Raise InputError when building a ``rows`` x ``cols`` matrix with about
+    ``entries`` stored entries would need more than this machine's physical memory
+    (``entries * BYTES_PER_ENTRY + rows * BYTES_PER_ROW`` bytes); ``what`` names the file or spec."""
+    needed = max(0, entries) * BYTES_PER_ENTRY + max(0, rows) * BYTES_PER_ROW
+    available = physical_memory_bytes()
+    if available and needed > available:
+        raise InputError(
+            f"{what}: a {rows} x {cols} matrix with about {entries} entries needs about {needed / 2**30:.1f} GiB to build, more than "
+            f"this machine's {available / 2**30:.1f} GiB; use a smaller size"
+        )
