@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import run_mpi
 
-AGREE = """
+AGREE = r"""
 from mpi4py import MPI
 from sparsewire.comm.runtime import agree_on_error, problem_from
 from sparsewire.errors import InputError, PlanMismatchError
@@ -16,12 +16,16 @@ cases = [
     ("typed", problem_from(PlanMismatchError("plans differ")) if rank == 1 else None),
     ("none", None),
 ]
+outcomes = []
 for name, problem in cases:
     try:
         agree_on_error(comm, problem)
-        print(f"{name} {rank} no error", flush=True)
+        outcomes.append(f"{name} {rank} no error")
     except (InputError, PlanMismatchError) as error:
-        print(f"{name} {rank} {type(error).__name__}: {error}", flush=True)
+        outcomes.append(f"{name} {rank} {type(error).__name__}: {error}")
+everyone = comm.gather(outcomes)  # one printer: the ranks' lines must not interleave
+if rank == 0:
+    print("\n".join(line for lines in everyone for line in lines), flush=True)
 """
 
 
