@@ -223,3 +223,36 @@ def test_gcn_with_a_rank_without_nodes_trains_as_on_one_rank(tmp_path):
         assert completed.returncode == 0, completed.stderr[-3000:]
         losses[ranks] = [entry["loss"] for entry in json.loads(completed.stdout.strip().splitlines()[-1])["history"]]
     np.testing.assert_allclose(losses[4], losses[1], rtol=0, atol=1e-9)
+
+
+def test_planetoid_files_are_validated_before_use(tmp_path):
+    """A damaged file, an index out of range in the graph or the features (SciPy would read
+    outside its arrays) and a label that would make a 10^6-class output layer are one InputError."""
+    from sparsewire import InputError
+    from sparsewire.gnn import load_planetoid
+
+    good = tmp_path / "good.npz"
+    write_planetoid(good, sp.eye_array(3), np.eye(3), [0, 1, 1], [0, 1], [2], [])
+    assert load_planetoid(str(good)).classes == 2
+    whole = good.read_bytes()
+    for cut in (0, 10, len(whole) // 2, len(whole) - 1):
+        (tmp_path / "cut.npz").write_bytes(whole[:cut])
+        with pytest.raises(InputError, match="cannot read"):
+            load_planetoid(str(tmp_path / "cut.npz"))
+    arrays = dict(np.load(good))
+    for key, value in (("adj_indices", [0, 7, 2]), ("feat_indices", [0, 1, 1_000_000])):
+        np.savez(tmp_path / "corrupt.npz", **{**arrays, key: np.asarray(value, np.int64)})
+        with pytest.raises(InputError, match="corrupt graph or feature arrays"):
+            load_planetoid(str(tmp_path / "corrupt.npz"))
+    np.savez(tmp_path / "label.npz", **{**arrays, "labels": np.asarray([0, 1, 10**12], np.int64)})
+    with pytest.raises(InputError, match="classes: largest label"):
+        load_planetoid(str(tmp_path / "label.npz"))
+
+
+def test_an_edge_list_with_a_vertex_id_beyond_the_machine_is_refused(tmp_path):
+    from sparsewire import InputError
+    from sparsewire.io import load_matrix
+
+    (tmp_path / "far.txt").write_text("0 1\n1 4000000000000\n")  # 4e12 rows: beyond any machine
+    with pytest.raises(InputError, match=r"largest vertex id \+ 1.*needs about"):
+        load_matrix(str(tmp_path / "far.txt"))

@@ -258,6 +258,7 @@ def read_edge_list(path: str, *, symmetrize: bool = False) -> sp.csr_array:
         raise InputError(f"{path}: edge {row + 1} has a vertex id that is not a non-negative integer; fix that line")
     sources, targets = ids[:, 0].astype(np.int64), ids[:, 1].astype(np.int64)
     n = int(max(sources.max(), targets.max())) + 1
+    check_fits(n, n, len(sources), f"{path} (n = largest vertex id + 1)")
     weighted = table.shape[1] == 3
     values = table[:, 2] if weighted else np.ones(len(sources))
     matrix = sp.coo_array((values, (sources, targets)), shape=(n, n)).tocsr()

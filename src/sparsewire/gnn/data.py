@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.errors import InputError
+from sparsewire.sizes import check_fits
 from sparsewire.io import load_matrix
 
 __all__ = ["GraphData", "load_planetoid", "synthetic_graph", "load_graph", "PLANETOID_KEYS"]
@@ -62,28 +63,40 @@ def load_planetoid(path: str, *, add_raw_self_loops: bool = False) -> GraphData:
     features row-normalised as in Kipf and Welling. ``add_raw_self_loops`` puts back the raw
     graph's self-loops (GCN adds the remaining ones itself)."""
     try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise InputError(f"cannot read {path}: {error}; give a Planetoid .npz file") from None
-    with archive:
-        missing = [key for key in PLANETOID_KEYS if key not in archive.files]
-        if missing:
-            raise InputError(f"{path} lacks {', '.join(missing)}; a Planetoid .npz holds {', '.join(PLANETOID_KEYS)}")
-        n = int(archive["n"])
-        adjacency = sp.csr_array((np.ones(archive["adj_indices"].size), archive["adj_indices"], archive["adj_indptr"]), shape=(n, n))
-        if add_raw_self_loops and "adj_raw_self_loops" in archive.files:
-            loops = archive["adj_raw_self_loops"]
-            adjacency = sp.csr_array(adjacency + sp.csr_array((np.ones(loops.size), (loops, loops)), shape=(n, n)))
-        shape = tuple(int(v) for v in archive["feat_shape"])
-        features = sp.csr_array((archive["feat_data"].astype(np.float64), archive["feat_indices"], archive["feat_indptr"]), shape=shape)
-        labels = archive["labels"].astype(np.int64)
-        split = [archive[key].astype(np.int64) for key in ("train_idx", "val_idx", "test_idx")]
+        with np.load(path, allow_pickle=False) as archive:
+            missing = [key for key in PLANETOID_KEYS if key not in archive.files]
+            if missing:
+                raise InputError(f"{path} lacks {', '.join(missing)}; a Planetoid .npz holds {', '.join(PLANETOID_KEYS)}")
+            arrays = {key: archive[key] for key in archive.files}
+    except InputError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a truncated or damaged file: zipfile, zlib and NumPy each raise their own
+        raise InputError(f"cannot read {path} ({type(error).__name__}: {error}); give a Planetoid .npz file") from None
+    try:
+        n = int(arrays["n"])
+        shape = tuple(int(v) for v in arrays["feat_shape"])
+        check_fits(n, n, arrays["adj_indices"].size + arrays["feat_data"].size, path)
+        adjacency = sp.csr_array((np.ones(arrays["adj_indices"].size), arrays["adj_indices"], arrays["adj_indptr"]), shape=(n, n))
+        features = sp.csr_array((arrays["feat_data"].astype(np.float64), arrays["feat_indices"], arrays["feat_indptr"]), shape=shape)
+        # Indices out of range would be read outside the arrays by SciPy and the kernels.
+        adjacency.check_format(full_check=True)
+        features.check_format(full_check=True)
+    except (ValueError, TypeError) as error:
+        raise InputError(f"{path}: corrupt graph or feature arrays ({error}); give a Planetoid .npz file as its MANIFEST describes") from None
+    if add_raw_self_loops and "adj_raw_self_loops" in arrays:
+        loops = arrays["adj_raw_self_loops"].astype(np.int64)
+        if loops.size and (loops.min() < 0 or loops.max() >= n):
+            raise InputError(f"{path}: a raw self-loop names a node outside 0..{n - 1}")
+        adjacency = sp.csr_array(adjacency + sp.csr_array((np.ones(loops.size), (loops, loops)), shape=(n, n)))
+    labels = arrays["labels"].astype(np.int64)
+    split = [arrays[key].astype(np.int64) for key in ("train_idx", "val_idx", "test_idx")]
     if labels.shape != (n,) or shape[0] != n:
         raise InputError(f"{path}: {n} nodes but labels {labels.shape} and features {shape}; the file is inconsistent")
     for name, nodes in zip(("train", "val", "test"), split):
         if nodes.size and (nodes.min() < 0 or nodes.max() >= n or np.any(labels[nodes] < 0)):
             raise InputError(f"{path}: the {name} split holds nodes outside 0..{n - 1} or without a label")
     classes = int(labels.max(initial=-1)) + 1
+    check_fits(n, classes, n * classes, f"{path} (the output layer's {classes} classes: largest label + 1)")
     return GraphData(os.path.basename(path), adjacency, _row_normalise(features), labels, *split, classes)
 
 
