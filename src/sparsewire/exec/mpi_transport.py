@@ -17,7 +17,7 @@ from mpi4py import MPI
 from sparsewire.comm.runtime import mpi_datatype
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.exec.modes import Mode
-from sparsewire.exec.transport import ByteLedger, Transport
+from sparsewire.exec.transport import ByteLedger, MessageTransport, PartitionedTransport
 
 __all__ = ["MpiTransport", "MpiPartitionedTransport", "MpiPartitionsOverPointToPoint", "partitioned_available"]
 
@@ -49,7 +49,7 @@ def _messages(offsets: np.ndarray, elements: tuple[int, ...], k: int):
     return zip((offsets[:-1] * k).tolist(), elements)
 
 
-class MpiTransport(Transport):
+class MpiTransport(MessageTransport):
     """One persistent ``MPI_Send_init``/``MPI_Recv_init`` request per message."""
 
     name = "mpi"
@@ -109,7 +109,7 @@ class MpiTransport(Transport):
         self._recv, self._send, self._all_recv = [], [], []
 
 
-class _Partitioned(Transport):
+class _Partitioned(PartitionedTransport):
     """What the two partitioned transports share: T partitions per message, and a flag per
     received partition once it has arrived (the fallback's request must not be tested again once
     complete, and a flag costs less than asking MPI)."""

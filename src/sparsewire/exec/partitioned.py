@@ -19,7 +19,7 @@ import numpy as np
 
 from sparsewire.exec import kernels
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
-from sparsewire.exec.transport import Transport
+from sparsewire.exec.transport import PartitionedTransport
 
 __all__ = ["PartitionedSchedule"]
 
@@ -27,7 +27,7 @@ __all__ = ["PartitionedSchedule"]
 class PartitionedSchedule:
     """T threads per rank, one partition of every message each (see the module docstring)."""
 
-    def __init__(self, buffers: Buffers, transport: Transport, combine) -> None:
+    def __init__(self, buffers: Buffers, transport: PartitionedTransport, combine) -> None:
         self.buffers, self.transport, self.combine = buffers, transport, combine
         threads = buffers.threads
         # Per thread, per exchange: the received partitions it has applied this multiply.

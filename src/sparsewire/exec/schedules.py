@@ -21,7 +21,7 @@ import numpy as np
 
 from sparsewire.exec import kernels
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
-from sparsewire.exec.transport import Transport
+from sparsewire.exec.transport import MessageTransport
 
 __all__ = ["BulkSchedule", "OverlapSchedule", "EarlySchedule", "pack", "pack_message"]
 
@@ -48,7 +48,7 @@ def pack_message(buffers: Buffers, ex: ExchangeBuffers, message: int, b: np.ndar
 class _Schedule:
     """``run(b, out)`` is Collective: every rank runs its schedule in the same multiply."""
 
-    def __init__(self, buffers: Buffers, transport: Transport, combine) -> None:
+    def __init__(self, buffers: Buffers, transport: MessageTransport, combine) -> None:
         self.buffers, self.transport, self.combine = buffers, transport, combine
 
     def close(self) -> None:
@@ -75,7 +75,7 @@ class OverlapSchedule(_Schedule):
     """Steps in flight while the diagonal block and the previous step are computed (see the
     module docstring)."""
 
-    def __init__(self, buffers: Buffers, transport: Transport, combine) -> None:
+    def __init__(self, buffers: Buffers, transport: MessageTransport, combine) -> None:
         super().__init__(buffers, transport, combine)
         self._finished = np.zeros(len(buffers.exchanges), bool)
 
@@ -113,7 +113,7 @@ class EarlySchedule(_Schedule):
     """Each message combined as it arrives; relays sent message by message (see the module
     docstring)."""
 
-    def __init__(self, buffers: Buffers, transport: Transport, combine) -> None:
+    def __init__(self, buffers: Buffers, transport: MessageTransport, combine) -> None:
         super().__init__(buffers, transport, combine)
         self._arrived = [np.zeros(len(ex.recv_ranks), bool) for ex in buffers.exchanges]
         self._waiting = [np.zeros(len(ex.send_ranks), np.int64) for ex in buffers.exchanges]

@@ -35,7 +35,7 @@ from sparsewire.comm.runtime import agree_on_error, ranks_on_node
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.exec.modes import Mode
-from sparsewire.exec.transport import ByteLedger, Transport
+from sparsewire.exec.transport import ByteLedger, MessageTransport
 
 __all__ = ["TorchTransport", "process_group_ranks", "TIMEOUT_ENVIRONMENT_VARIABLE"]
 
@@ -117,7 +117,7 @@ def _count_problems(comm: MPI.Comm, buffers: Buffers) -> str | None:
     return None
 
 
-class TorchTransport(Transport):
+class TorchTransport(MessageTransport):
     """``isend``/``irecv`` on the torch.distributed default group (see the module docstring)."""
 
     name = "torch"

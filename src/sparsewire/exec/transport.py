@@ -2,16 +2,15 @@
 graph from the ``-sf_type`` that runs it).
 
 A transport is made once per executor from its :class:`~sparsewire.exec.buffers.Buffers` (it
-binds every message to its slice of the send and receive buffers) and offers one protocol to the
-schedules:
+binds every message to its slice of the send and receive buffers) and offers the schedules one
+protocol, in two flavours (:class:`MessageTransport`, :class:`PartitionedTransport`):
 
-* ``post_receives(ex)``, ``start_sends(ex)``, ``start_send(ex, message)``: begin an exchange's
-  receives, all of its sends, or one send (relays sent message by message);
-* ``wait_receives(ex)``, ``wait_any()``, ``wait_sends(ex)``: complete every receive of an
-  exchange, any one receive of the posted ones, or every send;
-* ``mark_ready(ex, message, partition)``, ``partition_arrived(ex, message, partition)``:
-  partitioned messages (one partition per thread);
-* ``free()``.
+* every transport: ``post_receives(ex)``, ``start_sends(ex)`` (begin an exchange's receives or
+  all of its sends), ``wait_receives(ex)``, ``wait_sends(ex)`` (complete them), ``free()``;
+* whole messages: ``start_send(ex, message)`` (relays sent message by message) and
+  ``wait_any()`` (complete any one posted receive);
+* partitioned messages (one partition per thread): ``mark_ready(ex, message, partition)``,
+  ``partition_arrived(ex, message, partition)``.
 
 Every completed receive is counted in the transport's :class:`ByteLedger` from what the transport
 itself knows of it, and ``counted_by`` says what that is. Which modes a transport runs is
@@ -31,7 +30,7 @@ import numpy as np
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.exec.modes import TRANSPORTS, Mode
 
-__all__ = ["TRANSPORTS", "ByteLedger", "Transport"]
+__all__ = ["TRANSPORTS", "ByteLedger", "Transport", "MessageTransport", "PartitionedTransport"]
 
 class ByteLedger:
     """Bytes received per source rank in the last multiply, and every message whose size differed
@@ -66,8 +65,8 @@ class ByteLedger:
 
 
 class Transport(abc.ABC):
-    """The protocol the schedules use to move messages (see the module docstring). Each call
-    involves only this rank's messages (Not collective); a multiply as a whole is Collective."""
+    """What every transport offers the schedules (see the module docstring). Each call involves
+    only this rank's messages (Not collective); a multiply as a whole is Collective."""
 
     #: ``mpi`` or ``torch``.
     name: str = ""
@@ -91,31 +90,40 @@ class Transport(abc.ABC):
         """Begin every send of ``ex`` (its send buffer is packed; partitioned: open the messages,
         whose partitions are then marked ready one by one)."""
 
-    def start_send(self, ex: ExchangeBuffers, message: int) -> None:
-        """Begin the send of one message of ``ex`` (its rows are packed)."""
-        raise NotImplementedError(f"the {self.name} transport sends whole exchanges only")
-
     @abc.abstractmethod
     def wait_receives(self, ex: ExchangeBuffers) -> None:
         """Complete every receive of ``ex`` and count it."""
-
-    def wait_any(self) -> tuple[int, int]:
-        """Complete one of the posted receives not yet completed, count it, and return its
-        (exchange, message)."""
-        raise NotImplementedError(f"the {self.name} transport does not complete receives one at a time")
 
     @abc.abstractmethod
     def wait_sends(self, ex: ExchangeBuffers) -> None:
         """Complete every send of ``ex``."""
 
-    def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
-        """Partition ``partition`` of sent ``message`` is packed: let it go."""
-        raise NotImplementedError(f"the {self.name} transport has no partitioned messages")
-
-    def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
-        """Whether partition ``partition`` of received ``message`` has arrived (thread-safe)."""
-        raise NotImplementedError(f"the {self.name} transport has no partitioned messages")
-
     @abc.abstractmethod
     def free(self) -> None:
         """Release every request (no message may be in flight)."""
+
+
+class MessageTransport(Transport):
+    """Whole messages, which also go one at a time: the bulk, overlap, pipelined and early
+    schedules."""
+
+    @abc.abstractmethod
+    def start_send(self, ex: ExchangeBuffers, message: int) -> None:
+        """Begin the send of one message of ``ex`` (its rows are packed)."""
+
+    @abc.abstractmethod
+    def wait_any(self) -> tuple[int, int]:
+        """Complete one of the posted receives not yet completed, count it, and return its
+        (exchange, message)."""
+
+
+class PartitionedTransport(Transport):
+    """Messages in T partitions, each sent and received on its own: the partitioned schedule."""
+
+    @abc.abstractmethod
+    def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
+        """Partition ``partition`` of sent ``message`` is packed: let it go."""
+
+    @abc.abstractmethod
+    def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
+        """Whether partition ``partition`` of received ``message`` has arrived (thread-safe)."""
