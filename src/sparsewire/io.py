@@ -22,9 +22,9 @@ import scipy.sparse as sp
 
 from sparsewire import generators
 from sparsewire.errors import InputError
-from sparsewire.sizes import check_fits
+from sparsewire.sizes import check_archive_fits, check_fits
 
-__all__ = ["load_matrix", "read_matrix_market", "read_edge_list", "read_metis_graph", "read_npz", "nonfinite_entries"]
+__all__ = ["open_archive", "load_matrix", "read_matrix_market", "read_edge_list", "read_metis_graph", "read_npz", "nonfinite_entries"]
 
 _MM_FIELDS = {"real": 3, "integer": 3, "pattern": 2}
 _MM_SYMMETRIES = {"general", "symmetric", "skew-symmetric"}
@@ -345,12 +345,33 @@ def read_metis_graph(path: str) -> sp.csr_array:
     return matrix
 
 
+def open_archive(path, what: str) -> np.lib.npyio.NpzFile:
+    """Not collective. The NumPy ``.npz`` archive at ``path`` opened without pickles (use it in a
+    ``with``), after checking that it is an archive, not one ``.npy`` array (InputError naming
+    ``what`` should be there), and that its arrays fit in memory once unpacked
+    (:func:`~sparsewire.sizes.check_archive_fits`). Reading a damaged archive may still raise
+    OSError, ValueError, EOFError or ``zipfile.BadZipFile``; callers turn those into InputError."""
+    archive = np.load(path, allow_pickle=False)
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise InputError(f"{path} holds a single array, not an .npz archive; give {what}")
+    try:
+        check_archive_fits(archive, str(path))
+    except InputError:
+        archive.close()
+        raise
+    return archive
+
+
 def read_npz(path: str) -> sp.csr_array:
     """Read a matrix saved with ``scipy.sparse.save_npz``, as untrusted input: a truncated or
     damaged file, indices out of range (SciPy would read outside its arrays), a broken row
     pointer and complex values are each an InputError, checked before the matrix is converted."""
     try:
+        with open_archive(path, "a SciPy sparse .npz file"):
+            pass
         matrix = sp.load_npz(path)
+    except InputError:
+        raise
     except Exception as error:  # noqa: BLE001 - zipfile, zlib, NumPy and SciPy each raise their own
         raise InputError(f"{path}: not a readable SciPy sparse .npz file ({type(error).__name__}: {error}); save it with scipy.sparse.save_npz") from None
     if matrix.ndim != 2:

@@ -7,7 +7,7 @@ import os
 
 from sparsewire.errors import InputError
 
-__all__ = ["check_fits", "physical_memory_bytes"]
+__all__ = ["check_archive_fits", "check_fits", "physical_memory_bytes"]
 
 #: Bytes a matrix costs while it is built, per stored entry and per row: coordinates and values
 #: while they are generated or parsed (two int64 indices, one float64) and the CSR made from them
@@ -35,3 +35,13 @@ def check_fits(rows: int, cols: int, entries: int, what: str) -> None:
             f"{what}: a {rows} x {cols} matrix with about {entries} entries needs about {needed / 2**30:.1f} GiB to build, more than "
             f"this machine's {available / 2**30:.1f} GiB; use a smaller size"
         )
+
+
+def check_archive_fits(archive, what: str) -> None:
+    """Not collective. Raise InputError when the arrays of an opened ``.npz`` (a NumPy ``NpzFile``)
+    would take more than this machine's physical memory once read: their sizes as the archive
+    declares them, so a compressed file that unpacks to terabytes is refused before it is read."""
+    declared = sum(info.file_size for info in archive.zip.infolist())
+    available = physical_memory_bytes()
+    if available and declared > available:
+        raise InputError(f"{what}: its arrays take {declared / 2**30:.1f} GiB once unpacked, more than this machine's {available / 2**30:.1f} GiB")

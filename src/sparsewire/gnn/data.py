@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from sparsewire.errors import InputError
 from sparsewire.sizes import check_fits
-from sparsewire.io import load_matrix
+from sparsewire.io import load_matrix, open_archive
 
 __all__ = ["GraphData", "load_planetoid", "synthetic_graph", "load_graph", "PLANETOID_KEYS"]
 
@@ -63,7 +63,7 @@ def load_planetoid(path: str, *, add_raw_self_loops: bool = False) -> GraphData:
     features row-normalised as in Kipf and Welling. ``add_raw_self_loops`` puts back the raw
     graph's self-loops (GCN adds the remaining ones itself)."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with open_archive(path, "a Planetoid .npz file") as archive:
             missing = [key for key in PLANETOID_KEYS if key not in archive.files]
             if missing:
                 raise InputError(f"{path} lacks {', '.join(missing)}; a Planetoid .npz holds {', '.join(PLANETOID_KEYS)}")
