@@ -19,6 +19,17 @@ SHARED_MATRICES = sorted(SHARED_DATA.glob("*.mtx.gz")) if SHARED_DATA.is_dir() e
 CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+#: What tests/test_faults.py measured: each fault case's time to exit, printed after the run.
+EXIT_TIMES: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    if EXIT_TIMES:
+        terminalreporter.write_line("fault tests, time to exit (limit 30 s):")
+        for line in EXIT_TIMES:
+            terminalreporter.write_line(f"  {line}")
+
+
 def pytest_report_header(config):
     return f"sparsewire test seed: {_seed()} (set SPARSEWIRE_TEST_SEED to reproduce)"
 

@@ -59,14 +59,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sparsewire: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        _abort_if_several_ranks("interrupted (SIGINT)", 130)
         return 130
-    except Exception:
-        mpi = sys.modules.get("mpi4py.MPI")
-        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
-            # One rank failing would leave the others waiting forever in a collective (mpi4py.run does the same).
-            import traceback
-
-            traceback.print_exc()
-            sys.stderr.flush()
-            mpi.COMM_WORLD.Abort(1)
+    except Exception as error:
+        if _abort_if_several_ranks(f"{type(error).__name__}: {error}", 1, traceback=True):
+            return 1  # not reached: MPI_Abort ends the process
         raise
+
+
+def _abort_if_several_ranks(message: str, status: int, traceback: bool = False) -> bool:
+    """If MPI runs a job of several ranks, abort all of them (after the traceback if asked): one
+    rank failing or interrupted would leave the others waiting forever in a collective, and its
+    own exit would block in MPI_Finalize (mpi4py.run does the same)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized() or mpi.COMM_WORLD.Get_size() == 1:
+        return False
+    if traceback:
+        import traceback as tracebacks
+
+        tracebacks.print_exc()
+    from sparsewire.comm.runtime import abort_job
+
+    abort_job(mpi.COMM_WORLD, message, status)
+    return True

@@ -78,6 +78,16 @@ def topology_from_args(args: argparse.Namespace, comm=None):
     return parse_topology(args.topology)
 
 
+def agree_on_arguments(comm, args: argparse.Namespace) -> None:
+    """Collective. The same PlanMismatchError on every rank when the ranks were started with
+    different arguments (an MPMD launch, ``mpiexec -n 1 ... --repeat 3 : -n 1 ... --repeat 5``):
+    one rank would run more multiplies than the others and wait for them forever."""
+    from sparsewire.comm.runtime import agree_on_values
+
+    values = {f"the argument {name}": value for name, value in sorted(vars(args).items()) if not callable(value)}
+    agree_on_values(comm, values, "start every rank with the same command line")
+
+
 def start_mpi(modes: list[str], threads: int | None):
     """Import mpi4py's MPI at the thread level the modes need: MULTIPLE only for the partitioned
     mode with several threads (every thread calls MPI), FUNNELED otherwise."""

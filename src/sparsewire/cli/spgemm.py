@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.cli.common import MATRIX_HELP, add_partition_arguments, positive_int, json_text
+from sparsewire.cli.common import MATRIX_HELP, agree_on_arguments, add_partition_arguments, positive_int, json_text
 from sparsewire.errors import InputError
 from sparsewire.report import format_bytes
 
@@ -100,12 +100,13 @@ def add_commands(commands) -> None:
     reach.set_defaults(handler=_run_reach)
 
 
-def _start_mpi():
+def _start_mpi(args: argparse.Namespace):
     from mpi4py import MPI
 
     from sparsewire.comm.runtime import limit_threads_per_rank
 
     comm = MPI.COMM_WORLD
+    agree_on_arguments(comm, args)
     limit_threads_per_rank(comm)
     return comm
 
@@ -142,7 +143,7 @@ def _run_spgemm(args: argparse.Namespace) -> int:
 
     semiring = get_semiring(args.semiring)
     check_values_spec(args.values)
-    comm = _start_mpi()
+    comm = _start_mpi(args)
     from sparsewire.spgemm.summa import parse_grid
 
     grid = parse_grid(args.grid, comm.Get_size())
@@ -190,7 +191,7 @@ def _run_vertex_algorithm(args: argparse.Namespace) -> int:
     from sparsewire.spgemm.values import check_values_spec
 
     check_values_spec(args.values)
-    comm = _start_mpi()
+    comm = _start_mpi(args)
     from sparsewire.spgemm import graphs
 
     matrix = _load_on_root(comm, args.matrix, args.values)
@@ -222,7 +223,7 @@ def _run_vertex_algorithm(args: argparse.Namespace) -> int:
 def _run_on_pattern(args: argparse.Namespace, algorithm):
     """Load the pattern (values 1) on rank 0 and time ``algorithm(comm, matrix, grid)`` on every
     rank; (comm, matrix, run, seconds), or None on ranks other than 0."""
-    comm = _start_mpi()
+    comm = _start_mpi(args)
     from sparsewire.spgemm.summa import parse_grid
 
     grid = parse_grid(args.grid, comm.Get_size())

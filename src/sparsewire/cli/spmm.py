@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from sparsewire.cli.common import (
-    DEFAULT_MODE, DTYPES, MATRIX_HELP, TRANSPORT_HELP, TRANSPORTS, add_partition_arguments, add_topology_arguments, json_text, parse_modes,
+    DEFAULT_MODE, DTYPES, MATRIX_HELP, agree_on_arguments, TRANSPORT_HELP, TRANSPORTS, add_partition_arguments, add_topology_arguments, json_text, parse_modes,
     positive_int, progress_printer, start_mpi, topology_from_args,
 )
 from sparsewire.errors import InputError
@@ -114,6 +114,7 @@ def run_spmm(args: argparse.Namespace) -> int:
     from sparsewire.comm.runtime import limit_threads_per_rank
 
     comm = MPI.COMM_WORLD
+    agree_on_arguments(comm, args)
     topology = topology_from_args(args, comm)
     if topology is not None and topology.rank_groups is None:
         topology.groups(comm.Get_size())
@@ -202,6 +203,7 @@ def run_eigs(args: argparse.Namespace) -> int:
     from sparsewire.comm.runtime import limit_threads_per_rank
 
     comm = MPI.COMM_WORLD
+    agree_on_arguments(comm, args)
     limit_threads_per_rank(comm)
     report = _eigs_session(
         comm, args.matrix, args.nev, block=args.block, steps=args.steps, tol=args.tol,

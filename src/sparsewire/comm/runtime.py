@@ -23,6 +23,8 @@ __all__ = [
     "ranks_on_node",
     "limit_threads_per_rank",
     "agree_on_error",
+    "agree_on_values",
+    "install_abort_on_error",
     "problem_from",
     "collective_errors",
     "abort_job",
@@ -98,12 +100,62 @@ def agree_on_error(comm: MPI.Comm, problem: str | SparsewireError | None) -> Non
         raise error
 
 
-def abort_job(comm: MPI.Comm, message: str) -> None:
+def agree_on_values(comm: MPI.Comm, values: dict[str, object], advice: str) -> None:
+    """Collective. Raise the same :class:`~sparsewire.errors.PlanMismatchError` on every rank
+    when the ranks hold different ``values`` (compared by ``repr``), naming the first argument
+    that differs and what each rank holds, followed by ``advice``. Ranks that planned with
+    different k or dtype, or an MPMD launch with a different ``--repeat`` per rank, would
+    otherwise post messages of different sizes or counts and hang or fail inside MPI."""
+    mine = {name: repr(value) for name, value in values.items()}
+    gathered = comm.allgather(mine)
+    problem = None
+    for name in mine:
+        held = [ranks_values.get(name) for ranks_values in gathered]
+        if len(set(held)) > 1:
+            shown = ", ".join(f"rank {rank} has {value}" for rank, value in enumerate(held[:8]))
+            problem = errors.PlanMismatchError(f"the ranks disagree on {name} ({shown}{', ...' if len(held) > 8 else ''}); {advice}")
+            break
+    agree_on_error(comm, problem)
+
+
+def abort_job(comm: MPI.Comm, message: str, status: int = 1) -> None:
     """Print ``sparsewire: error: <message>`` and abort every rank of ``comm`` (an error on some
     ranks only, where the others may already wait in MPI: mpi4py's own rule for an unhandled
-    exception under ``python -m mpi4py``)."""
+    exception under ``python -m mpi4py``), with exit status ``status``."""
+    sys.stdout.flush()
     print(f"sparsewire: error: rank {comm.Get_rank()}: {message}; aborting the job", file=sys.stderr, flush=True)
-    comm.Abort(1)
+    comm.Abort(status)
+
+
+ABORT_ENVIRONMENT_VARIABLE = "SPARSEWIRE_ABORT_ON_ERROR"
+
+
+def install_abort_on_error() -> None:
+    """Not collective. Make an exception that nothing catches, or Ctrl-C (SIGINT), on one rank end
+    the whole job instead of hanging it: without this, that rank's interpreter exits through
+    ``MPI_Finalize``, which waits for ranks that themselves wait for it in a collective. The hook
+    prints the traceback as Python would, then ``sparsewire: error: rank R: ...; aborting the
+    job`` and calls ``MPI_Abort`` on ``COMM_WORLD`` (what ``python -m mpi4py`` does), and only
+    when the job has several ranks. Installed once, when :mod:`sparsewire.comm.runtime` is
+    imported (every MPI path of sparsewire imports it); the previous hook is kept and called for
+    single-rank jobs. ``SPARSEWIRE_ABORT_ON_ERROR=0`` leaves ``sys.excepthook`` alone."""
+    if os.environ.get(ABORT_ENVIRONMENT_VARIABLE, "1") == "0" or getattr(sys.excepthook, "sparsewire", False):
+        return
+    previous = sys.excepthook
+
+    def abort_on_error(kind, value, trace):
+        if not (MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1):
+            previous(kind, value, trace)
+            return
+        if issubclass(kind, KeyboardInterrupt):
+            message = "interrupted (SIGINT)"
+        else:
+            traceback.print_exception(kind, value, trace)
+            message = f"{kind.__name__}: {value}" if str(value) else kind.__name__
+        abort_job(MPI.COMM_WORLD, message, 130 if issubclass(kind, KeyboardInterrupt) else 1)
+
+    abort_on_error.sparsewire = True
+    sys.excepthook = abort_on_error
 
 
 def collective_errors(function):
@@ -134,3 +186,6 @@ def mpi_datatype(dtype: np.dtype) -> MPI.Datatype:
         return _MPI_TYPES[np.dtype(dtype)]
     except KeyError:
         raise InputError(f"dtype {np.dtype(dtype)} is not supported; use float32 or float64") from None
+
+
+install_abort_on_error()

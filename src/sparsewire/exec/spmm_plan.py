@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import abort_job, agree_on_error, collective_errors, ranks_on_node
+from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, collective_errors, ranks_on_node
 from sparsewire.distributed import DistributedMatrix
 from sparsewire.errors import PlanMismatchError
 from sparsewire.exec.auto_strategy import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
@@ -102,11 +102,18 @@ def plan_spmm(
     comm = matrix.comm if isinstance(matrix, DistributedMatrix) else MPI.COMM_SELF
     agree_on_error(comm, _check_arguments(matrix, k, dtype, strategy, topology, mode, threads, proxy, transport))
     k, dtype = int(k), np.dtype(dtype)
+    agree_on_values(
+        comm,
+        {"k": k, "dtype": dtype.name, "strategy": strategy, "mode": mode, "deterministic": bool(deterministic), "proxy": proxy,
+         "transport": transport, "topology": None if topology is None else topology.name},
+        "every rank must plan with the same arguments",
+    )
     if mode in (None, "auto"):
         from sparsewire.exec.kernels import default_threads
 
         sharing = ranks_on_node(comm)
-        mode = choose_mode(k, sharing, threads or default_threads(sharing))
+        # Rank 0 decides: threads (and so the choice) may differ per rank, the mode may not.
+        mode = comm.bcast(choose_mode(k, sharing, threads or default_threads(sharing)), root=0)
     agree_on_error(comm, transport_problem(transport, mode))
     if topology is not None and topology.rank_groups is not None:
         topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
