@@ -312,7 +312,7 @@ def _spgemm_session(
     from mpi4py import MPI
 
     from sparsewire.comm.runtime import agree_on_error, problem_from
-    from sparsewire.spgemm.distributed import choose_algorithm, compare_exactly, peak_rss_bytes, reference_product
+    from sparsewire.spgemm.distributed import choose_algorithm, compare_products, peak_rss_bytes, reference_product
     from sparsewire.spgemm.local import to_scipy
     from sparsewire.partitioners import partition as reorder_and_partition
     from sparsewire.spgemm.values import load_operand
@@ -398,5 +398,5 @@ def _spgemm_session(
     }
     if check:
         reference = reference_product(original_a, original_b, semiring)
-        report.update(compare_exactly(gathered, reference))
+        report.update(compare_products(gathered, reference, original_a, original_b, semiring))
     return report
