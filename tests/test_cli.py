@@ -167,3 +167,27 @@ def test_json_with_nan_results_is_strict_json_with_a_warning(tmp_path):
     report = json.loads(completed.stdout, parse_constant=refuse)
     assert report["checksum_sum"] is None and report["checksum_fro"] is None
     assert "2 numbers in the JSON are NaN or infinite; written as null" in completed.stderr
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["advise", "stencil2d:20", "--ranks", "2", "--plot", "/nonexistent-dir/advice.png"], "the directory /nonexistent-dir does not exist"),
+        (["advise", "stencil2d:20", "--ranks", "2", "--plot", "{tmp}"], "is a directory; give a file path"),
+        (["netsparse", "rmat:8:4:1", "--nodes", "4", "--rack", "2", "--compare-plans", "--plot", "/nonexistent-dir/x.png"], "the directory /nonexistent-dir does not exist"),
+        (["calibrate", "--output", "/nonexistent-dir/rate.json"], "the directory /nonexistent-dir does not exist"),
+    ],
+)
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_run(tmp_path, args, expected):
+    """It was a traceback after the whole run."""
+    completed = run_cli([arg.replace("{tmp}", str(tmp_path)) for arg in args], timeout=120)
+    assert completed.returncode == 2 and completed.stderr.count("sparsewire: error:") == 1, completed.stderr
+    assert expected in completed.stderr and "Traceback" not in completed.stderr
+
+
+@pytest.mark.parametrize("command", ["bfs", "sssp"])
+def test_graph_commands_on_an_empty_graph_say_so(tmp_path, command):
+    path = tmp_path / "empty.mtx"
+    path.write_text("%%MatrixMarket matrix coordinate real general\n0 0 0\n")
+    completed = run_cli([command, str(path)], timeout=120)
+    assert completed.returncode == 2 and "the graph has no vertices (a 0 x 0 matrix)" in completed.stderr, completed.stderr

@@ -186,3 +186,25 @@ def test_plan_equality_detects_differences():
     changed.data[changed.data == 2] = 3
     assert not first.equals(build_plan(changed, rows, cols, "joint").ranks[1])
     assert RowPartition(np.array([0, 4, 8])) == rows
+
+
+def test_plan_keys_that_would_overflow_int64_are_refused():
+    """6 P^2 n >= 2^63 made two records' keys collide (P = 2^20, n = 2^23)."""
+    from sparsewire.plan.plan import check_key_space
+
+    check_key_space(2**20, 2**20)  # 6 * 2^60 < 2^63
+    with pytest.raises(InputError, match="beyond the planner's 64-bit record keys"):
+        check_key_space(2**20, 2**23)
+    with pytest.raises(InputError, match="6 P\\^2 n must stay below 2\\^63"):
+        check_key_space(3 * 2**30, 2**3)
+
+
+def test_a_key_missing_from_a_buffer_order_is_an_error_not_a_neighbour():
+    """np.searchsorted returns the neighbour's slot for a missing key: a silently wrong product."""
+    from sparsewire.plan.plan import _positions
+
+    order = np.array([3, 7, 9, 20])
+    assert _positions(order, np.array([9, 3, 20]), "rows").tolist() == [2, 0, 3]
+    for missing in ([8], [21], [0]):
+        with pytest.raises(PlanMismatchError, match="the plan lost 1 rows"):
+            _positions(order, np.array(missing), "rows")

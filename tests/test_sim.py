@@ -276,6 +276,35 @@ def test_mechanisms_cut_requests_and_bytes_on_a_random_matrix():
     assert all(r["seconds"] >= r["lower_bound_seconds"] * (1 - 1e-9) for r in rows)
 
 
+@pytest.mark.parametrize("capacity", [0.0, -1.0, np.nan, np.inf])
+def test_a_link_without_a_finite_positive_capacity_is_refused(capacity):
+    """A flow over such a link was reported as finished at t = 0."""
+    with pytest.raises(InputError, match="link 1 has capacity"):
+        solve_max_min(np.array([0, 2]), np.array([0, 1]), np.array([100.0]), np.array([10.0, capacity]))
+    assert solve_max_min(np.array([0, 2]), np.array([0, 1]), np.array([100.0]), np.array([10.0, 5.0])).makespan == pytest.approx(20.0)
+
+
+def test_nodes_that_own_only_empty_rows_are_simulated(rng):
+    """np.add.reduceat at the array's length raised IndexError when the last nodes' rows were empty."""
+    dense = (rng.random((64, 64)) < 0.1).astype(float)
+    dense[40:] = 0.0  # nodes 5..7 of 8 own only empty rows
+    dense[8:16] = 0.0  # and node 1 too
+    matrix = sp.csr_array(dense)
+    workload = ns.Workload.from_matrix(matrix, 8)
+    simulator = ns.NetSparseSimulator(workload, leaf_spine(8, rack_size=4, spines=2), 4)
+    rows = ns.ablation(simulator, ns.su_opt(workload, leaf_spine(8, rack_size=4, spines=2), 4), ns.Hardware(batch=64))
+    assert rows[0]["issued_requests"] == int(workload.remote.sum()) > 0
+    owner = np.arange(64) // 8
+    rows_of, cols_of = matrix.nonzero()
+    assert rows[0]["issued_requests"] == int(np.sum(owner[rows_of] != owner[cols_of]))  # counted independently
+
+
+def test_netsparse_refuses_ids_beyond_32_bits():
+    huge = sp.csr_array((np.ones(1), (np.array([0]), np.array([2**31]))), shape=(4, 2**31 + 1))
+    with pytest.raises(InputError, match="32 bits"):
+        ns.Workload.from_matrix(huge, 2)
+
+
 # --- CLI --------------------------------------------------------------------------------------
 
 def test_cli_netsparse_json_fields(tmp_path):

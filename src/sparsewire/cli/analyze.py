@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from sparsewire.cli.common import DTYPES, MATRIX_HELP, add_partition_arguments, add_topology_arguments, positive_int, topology_from_args, json_text
+from sparsewire.cli.common import DTYPES, MATRIX_HELP, add_partition_arguments, add_topology_arguments, check_writable, json_text, positive_int, topology_from_args, write_output
 from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
@@ -161,6 +161,8 @@ def run_advise(args: argparse.Namespace) -> int:
         unknown = [p for p in partitioners if p not in PARTITIONERS]
         if unknown or not partitioners:
             raise InputError(f"--partitions {args.partitions!r}: choose from {', '.join(PARTITIONERS)} or all")
+    if args.plot:
+        check_writable(args.plot, "--plot")
     matrix = load_matrix(args.matrix, symmetrize=args.symmetrize)
     progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
     report = advise(
@@ -169,7 +171,7 @@ def run_advise(args: argparse.Namespace) -> int:
     )
     report["matrix"]["path"] = args.matrix
     if args.plot:
-        plot_advice(report, args.plot, args.matrix)
+        write_output(args.plot, "--plot", lambda target: plot_advice(report, target, args.matrix))
     if args.json:
         print(json_text(report))
         return 0

@@ -78,6 +78,31 @@ def topology_from_args(args: argparse.Namespace, comm=None):
     return parse_topology(args.topology)
 
 
+def check_writable(path, flag: str) -> None:
+    """InputError, before any work, when ``path`` (given as ``flag``) cannot be written: its
+    directory is missing or not writable, or it is a directory (else the whole run would end in
+    a traceback at the last step). ``write_output`` still turns a later failure into one line."""
+    import os
+
+    target = os.path.abspath(os.fspath(path))
+    directory = os.path.dirname(target)
+    if os.path.isdir(target):
+        raise InputError(f"{flag} {path} is a directory; give a file path")
+    if not os.path.isdir(directory):
+        raise InputError(f"{flag} {path}: the directory {directory} does not exist; create it or give another path")
+    if not os.access(directory, os.W_OK) or (os.path.exists(target) and not os.access(target, os.W_OK)):
+        raise InputError(f"{flag} {path} cannot be written (permission denied); give a path in a writable directory")
+
+
+def write_output(path, flag: str, write) -> None:
+    """Call ``write(path)``; an OSError (the disk filled, the directory went away) becomes one
+    InputError naming ``flag`` and the path."""
+    try:
+        write(path)
+    except OSError as error:
+        raise InputError(f"{flag} {path} could not be written: {error.strerror or error}; give a path in a writable directory") from None
+
+
 def agree_on_arguments(comm, args: argparse.Namespace) -> None:
     """Collective. The same PlanMismatchError on every rank when the ranks were started with
     different arguments (an MPMD launch, ``mpiexec -n 1 ... --repeat 3 : -n 1 ... --repeat 5``):

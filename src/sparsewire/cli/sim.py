@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparsewire.cli.common import MATRIX_HELP, add_partition_arguments, positive_int, progress_printer, json_text
+from sparsewire.cli.common import MATRIX_HELP, add_partition_arguments, check_writable, json_text, positive_int, progress_printer, write_output
 from sparsewire.errors import InputError
 from sparsewire.sim.calibration import default_calibration_path, measure_compute_rate
 from sparsewire.report import format_bytes, format_table
@@ -100,10 +100,11 @@ def add_commands(commands) -> None:
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
-    result = measure_compute_rate(args.repeat, progress_printer(args))
     path = Path(args.output) if args.output else default_calibration_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json_text(result, indent=1))
+    if args.output:
+        check_writable(path, "--output")
+    result = measure_compute_rate(args.repeat, progress_printer(args))
+    write_output(path, "--output", lambda target: (target.parent.mkdir(parents=True, exist_ok=True), target.write_text(json_text(result, indent=1))))
     result["path"] = str(path)
     if args.json:
         print(json_text(result))
@@ -252,6 +253,8 @@ def _run_netsparse(args: argparse.Namespace) -> int:
     from sparsewire.sim import netsparse as ns
 
     progress = progress_printer(args)
+    if args.compare_plans:
+        check_writable(args.plot, "--plot")
     sweeps = [name.strip().lower() for name in args.sweep.split(",") if name.strip()]
     for name in sweeps:
         if name not in ns.SWEEPS:
@@ -302,7 +305,7 @@ def _run_netsparse(args: argparse.Namespace) -> int:
     if args.compare_plans:
         comparison = report["results"] + _plans_rows(matrix, network, args.nodes, args.k, su, progress)
         report["comparison"] = comparison
-        _plot(comparison, args.plot, f"{os.path.basename(args.matrix)}: {args.nodes} nodes, K = {args.k}, {network.name}")
+        write_output(args.plot, "--plot", lambda target: _plot(comparison, target, f"{os.path.basename(args.matrix)}: {args.nodes} nodes, K = {args.k}, {network.name}"))
         report["plot"] = args.plot
     report["elapsed_seconds"] = round(time.perf_counter() - started, 2)
     if args.json:

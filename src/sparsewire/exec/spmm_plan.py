@@ -17,11 +17,11 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, collective_errors, ranks_on_node
 from sparsewire.distributed import DistributedMatrix
-from sparsewire.errors import PlanMismatchError
+from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.auto_strategy import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
 from sparsewire.exec.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
 from sparsewire.exec.spmm import MODES, TRANSPORTS, SpmmExecutor, choose_mode, layout_for_mode, transport_problem
-from sparsewire.plan.plan import RankPlan
+from sparsewire.plan.plan import RankPlan, check_key_space
 from sparsewire.plan.stats import PlanStats, predicted_seconds
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
 from sparsewire.plan.transpose import send_keys_collective, transpose_rank_plan
@@ -48,6 +48,10 @@ def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mo
         return f"unknown transport {transport!r}; choose {' or '.join(TRANSPORTS)}"
     if proxy not in ("local", "balanced"):
         return f"unknown proxy {proxy!r}; choose local or balanced"
+    try:
+        check_key_space(matrix.comm.Get_size(), max(matrix.shape))
+    except InputError as error:
+        return str(error)
     if strategy != "auto":
         try:
             chosen = Strategy(strategy)

@@ -227,11 +227,34 @@ def _records(kind, sender, receiver, key, round_, terms=None) -> _Records:
     return _Records(full(kind), full(sender), full(receiver), full(key), full(round_), *terms)
 
 
+def check_key_space(n_ranks: int, n_keys: int) -> None:
+    """Not collective. InputError when P ranks and n rows (or columns) would overflow the
+    planner's record keys ``((kind P + sender) P + receiver) n + key`` in int64 (6 P^2 n >= 2^63:
+    two records would collide, e.g. at P = 2^20, n = 2^23)."""
+    if _N_KINDS * int(n_ranks) * int(n_ranks) * max(int(n_keys), 1) >= 2**63:
+        raise InputError(
+            f"P = {n_ranks} ranks and n = {n_keys} rows are beyond the planner's 64-bit record keys "
+            f"(6 P^2 n must stay below 2^63); use fewer ranks or split the matrix"
+        )
+
+
+def _positions(sorted_keys: np.ndarray, wanted: np.ndarray, what: str) -> np.ndarray:
+    """Positions of ``wanted`` in ``sorted_keys``, every one of which must be there (a missing
+    one would silently take its neighbour's slot: a wrong product, not an error)."""
+    positions = np.searchsorted(sorted_keys, wanted)
+    found = positions < sorted_keys.size
+    found[found] = sorted_keys[positions[found]] == wanted[found]
+    if not found.all():
+        raise PlanMismatchError(f"the plan lost {int((~found).sum())} {what}; the records of the ranks disagree (a planner bug: please report it)")
+    return positions
+
+
 class _Keys:
     """Integer encodings of record identities and buffer orders."""
 
     def __init__(self, n_ranks: int, n_keys: int) -> None:
         self.n_ranks, self.n_keys = n_ranks, max(n_keys, 1)
+        check_key_space(n_ranks, n_keys)
 
     def identity(self, kind, sender, receiver, key):
         return ((kind * self.n_ranks + sender) * self.n_ranks + receiver) * self.n_keys + key
@@ -382,7 +405,7 @@ def _assemble(
         recv_kind = (recv_order // keys.n_keys) % _N_KINDS
         recv_key = recv_order % keys.n_keys
         on = cs_exchange == index
-        b_slots = np.searchsorted(recv_order, keys.order(cs_sender[on], cs_kind[on], cs_cols[on]))
+        b_slots = _positions(recv_order, keys.order(cs_sender[on], cs_kind[on], cs_cols[on]), "received B rows")
         c_slots = np.flatnonzero(np.isin(recv_kind, (DIRECT_C, AGGREGATE_C)))
         receive_matrix = sp.csr_array(
             (
@@ -405,14 +428,13 @@ def _assemble(
         cols.append(send_key[selected] - col_start)
         values.append(np.ones(selected.size))
         term_on = known.term_sender == rank
-        term_rows = np.searchsorted(
-            send_order, keys.order(known.term_receiver[term_on], known.term_kind[term_on], known.term_key[term_on])
-        )
         # A term's round: from this rank's group to the group owning its C row.
         term_round = (groups[rank] - groups[row_partition.owner(known.term_key[term_on])]) % n_groups
         term_exchange = _exchange_of(_HOP[known.term_kind[term_on]], term_round, layout, hierarchical)
         term_here = term_exchange == index
-        rows.append(term_rows[term_here])
+        rows.append(_positions(send_order, keys.order(
+            known.term_receiver[term_on][term_here], known.term_kind[term_on][term_here], known.term_key[term_on][term_here]
+        ), "partial C rows"))
         cols.append(known.term_col[term_on][term_here] - col_start)
         values.append(known.term_value[term_on][term_here])
         if input_index is not None:
@@ -422,12 +444,12 @@ def _assemble(
             forwards = np.flatnonzero(send_kind == FORWARD_B)
             owners = np.asarray(col_partition.owner(send_key[forwards]), np.int64)
             rows.append(forwards)
-            cols.append(n_b + np.searchsorted(input_order, keys.order(owners, FETCH_B, send_key[forwards])))
+            cols.append(n_b + _positions(input_order, keys.order(owners, FETCH_B, send_key[forwards]), "forwarded B rows"))
             values.append(np.ones(forwards.size))
             partial_slots = np.flatnonzero(input_kind == PARTIAL_C)
             aggregates = np.flatnonzero(send_kind == AGGREGATE_C)
             by_key = aggregates[np.argsort(send_key[aggregates], kind="stable")]
-            rows.append(by_key[np.searchsorted(send_key[by_key], input_key[partial_slots])])
+            rows.append(by_key[_positions(send_key[by_key], input_key[partial_slots], "aggregated C rows")])
             cols.append(n_b + partial_slots)
             values.append(np.ones(partial_slots.size))
             n_input = input_order.size

@@ -192,7 +192,8 @@ def solve_max_min(flow_offsets: np.ndarray, flow_links: np.ndarray, sizes: np.nd
     """Completion time of every flow of one phase under max-min fair sharing (module docstring).
 
     ``flow_offsets``/``flow_links``: routes as CSR (flow f crosses ``flow_links[flow_offsets[f]:
-    flow_offsets[f+1]]``); ``sizes`` in bytes; ``capacities`` in bytes/s per link. Zero-size flows
+    flow_offsets[f+1]]``); ``sizes`` in bytes; ``capacities`` in bytes/s per link, finite and positive (a zero, negative
+    or NaN capacity is an InputError: the flows on it would never finish). Zero-size flows
     finish at 0.
     """
     flow_offsets = np.asarray(flow_offsets, np.int64)
@@ -205,6 +206,10 @@ def solve_max_min(flow_offsets: np.ndarray, flow_links: np.ndarray, sizes: np.nd
         raise InputError("flow sizes must be finite and non-negative")
     if flow_links.size and (flow_links.min() < 0 or flow_links.max() >= capacities.size):
         raise InputError("a route names a link the network does not have")
+    bad_link = ~(np.isfinite(capacities) & (capacities > 0))  # NaN fails both comparisons
+    if bad_link.any():
+        first = int(np.argmax(bad_link))
+        raise InputError(f"link {first} has capacity {capacities[first]}; every link needs a finite positive capacity (bytes/s)")
     empty_route = (np.diff(flow_offsets) == 0) & (sizes > 0)
     if empty_route.any():
         raise InputError(f"flow {int(np.argmax(empty_route))} has bytes but no links (a host to itself?)")

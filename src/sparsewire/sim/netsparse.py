@@ -119,6 +119,8 @@ class Workload:
             raise InputError(f"need at least one node (got {nodes})")
         if nodes > max(n_rows, 1):
             raise InputError(f"{nodes} nodes but only {n_rows} rows; use at most {n_rows} nodes")
+        if max(n_rows, n_cols) >= 2**31:
+            raise InputError(f"a {n_rows} x {n_cols} matrix is beyond the simulator, which holds row and column ids in 32 bits; use fewer than 2^31 rows and columns")
         matrix.sort_indices()
         rows = even_rows(n_rows, nodes)
         col_owner = np.asarray(even_rows(n_cols, nodes).owner(np.arange(n_cols)), np.int32)
@@ -447,8 +449,10 @@ class NetSparseSimulator:
         workload = self.workload
         matrix = workload.matrix
         n = workload.nodes
-        remote_counts = np.add.reduceat(workload.remote, workload.node_starts[:-1]) if matrix.nnz else np.zeros(n)
-        remote_counts = np.where(np.diff(workload.node_starts) > 0, remote_counts, 0).astype(np.int64)
+        # Remote nonzeros per node, as differences of a running count (np.add.reduceat fails on
+        # nodes that own only empty rows at the end, and miscounts empty ones elsewhere).
+        running = np.concatenate([[0], np.cumsum(workload.remote, dtype=np.int64)])
+        remote_counts = running[workload.node_starts[1:]] - running[workload.node_starts[:-1]]
         total = int(remote_counts.sum())
         cols = np.empty(total, np.int32)
         destinations = np.empty(total, np.int32)

@@ -94,8 +94,8 @@ class Network:
         if self.link_kinds is None:
             self.link_kinds = np.zeros(self.capacities.size, np.int64)
             self.kind_names = self.kind_names or ("link",)
-        if np.any(self.capacities <= 0):
-            raise InputError(f"network {self.name!r}: every link needs a positive capacity")
+        if not np.all(np.isfinite(self.capacities) & (self.capacities > 0)):  # NaN fails both
+            raise InputError(f"network {self.name!r}: every link needs a finite positive capacity")
 
     @property
     def n_hosts(self) -> int:

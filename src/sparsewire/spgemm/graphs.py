@@ -61,6 +61,8 @@ def _square(comm: MPI.Comm, matrix: sp.csr_array | None) -> int:
 
 
 def _check_source(source: int, n: int) -> None:
+    if n == 0:
+        raise InputError("the graph has no vertices (a 0 x 0 matrix); give a graph with at least one vertex")
     if not 0 <= source < n:
         raise InputError(f"--source {source} is not a vertex; give 0..{n - 1}")
 
