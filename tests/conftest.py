@@ -21,13 +21,16 @@ CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", 
 
 #: What tests/test_faults.py measured: each fault case's time to exit, printed after the run.
 EXIT_TIMES: list[str] = []
+#: What tests/test_fuzz.py ran: the number of inputs and the seed, printed after the run.
+FUZZ_LINES: list[str] = []
 
 
 def pytest_terminal_summary(terminalreporter):
-    if EXIT_TIMES:
-        terminalreporter.write_line("fault tests, time to exit (limit 30 s):")
-        for line in EXIT_TIMES:
-            terminalreporter.write_line(f"  {line}")
+    for title, lines in (("fault tests, time to exit (limit 30 s):", EXIT_TIMES), ("fuzzing of the readers:", FUZZ_LINES)):
+        if lines:
+            terminalreporter.write_line(title)
+            for line in lines:
+                terminalreporter.write_line(f"  {line}")
 
 
 def pytest_report_header(config):

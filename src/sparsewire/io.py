@@ -256,6 +256,9 @@ def read_edge_list(path: str, *, symmetrize: bool = False) -> sp.csr_array:
     if not np.all(np.isfinite(ids)) or np.any(ids < 0) or np.any(np.mod(ids, 1) != 0):
         row = int(np.flatnonzero(~np.all(np.isfinite(ids) & (ids >= 0) & (np.mod(ids, 1) == 0), axis=1))[0])
         raise InputError(f"{path}: edge {row + 1} has a vertex id that is not a non-negative integer; fix that line")
+    if np.any(ids >= 2**53):  # beyond exact integers in float64 (and int64 at 2^63): no machine holds such a graph
+        row = int(np.flatnonzero(np.any(ids >= 2**53, axis=1))[0])
+        raise InputError(f"{path}: edge {row + 1} has a vertex id of 2^53 or more; renumber the vertices from 0")
     sources, targets = ids[:, 0].astype(np.int64), ids[:, 1].astype(np.int64)
     n = int(max(sources.max(), targets.max())) + 1
     check_fits(n, n, len(sources), f"{path} (n = largest vertex id + 1)")
@@ -376,6 +379,7 @@ def read_npz(path: str) -> sp.csr_array:
         raise InputError(f"{path}: not a readable SciPy sparse .npz file ({type(error).__name__}: {error}); save it with scipy.sparse.save_npz") from None
     if matrix.ndim != 2:
         raise InputError(f"{path}: holds a {matrix.ndim}-dimensional array; a 2-D sparse matrix is needed")
+    check_fits(int(matrix.shape[0]), int(matrix.shape[1]), int(matrix.nnz), path)  # before any conversion sizes by the shape
     if np.iscomplexobj(matrix.data):
         raise InputError(f"{path}: holds complex values; sparsewire multiplies real matrices (save the real part, or split it)")
     try:

@@ -7,7 +7,7 @@ import os
 
 from sparsewire.errors import InputError
 
-__all__ = ["check_archive_fits", "check_fits", "physical_memory_bytes"]
+__all__ = ["check_archive_fits", "check_fits", "physical_memory_bytes", "available_memory_bytes"]
 
 #: Bytes a matrix costs while it is built, per stored entry and per row: coordinates and values
 #: while they are generated or parsed (two int64 indices, one float64) and the CSR made from them
@@ -24,16 +24,34 @@ def physical_memory_bytes() -> int:
         return 0
 
 
+def available_memory_bytes() -> int:
+    """Not collective. What this process may allocate at most: the physical memory, or less where
+    a resource limit (``ulimit -d`` / ``-v``: RLIMIT_DATA, RLIMIT_AS) says so; 0 when unknown."""
+    limits = [physical_memory_bytes()]
+    try:
+        import resource
+
+        for kind in (resource.RLIMIT_DATA, resource.RLIMIT_AS):
+            soft, _ = resource.getrlimit(kind)
+            if soft != resource.RLIM_INFINITY:
+                limits.append(int(soft))
+    except (ImportError, ValueError, OSError):
+        pass
+    known = [limit for limit in limits if limit > 0]
+    return min(known) if known else 0
+
+
 def check_fits(rows: int, cols: int, entries: int, what: str) -> None:
     """Not collective. Raise InputError when building a ``rows`` x ``cols`` matrix with about
-    ``entries`` stored entries would need more than this machine's physical memory
-    (``entries * BYTES_PER_ENTRY + rows * BYTES_PER_ROW`` bytes); ``what`` names the file or spec."""
+    ``entries`` stored entries would need more than this process may allocate
+    (:func:`available_memory_bytes`: ``entries * BYTES_PER_ENTRY + rows * BYTES_PER_ROW`` bytes);
+    ``what`` names the file or spec."""
     needed = max(0, entries) * BYTES_PER_ENTRY + max(0, rows) * BYTES_PER_ROW
-    available = physical_memory_bytes()
+    available = available_memory_bytes()
     if available and needed > available:
         raise InputError(
             f"{what}: a {rows} x {cols} matrix with about {entries} entries needs about {needed / 2**30:.1f} GiB to build, more than "
-            f"this machine's {available / 2**30:.1f} GiB; use a smaller size"
+            f"the {available / 2**30:.1f} GiB this process may use; use a smaller size"
         )
 
 
@@ -42,6 +60,6 @@ def check_archive_fits(archive, what: str) -> None:
     would take more than this machine's physical memory once read: their sizes as the archive
     declares them, so a compressed file that unpacks to terabytes is refused before it is read."""
     declared = sum(info.file_size for info in archive.zip.infolist())
-    available = physical_memory_bytes()
+    available = available_memory_bytes()
     if available and declared > available:
-        raise InputError(f"{what}: its arrays take {declared / 2**30:.1f} GiB once unpacked, more than this machine's {available / 2**30:.1f} GiB")
+        raise InputError(f"{what}: its arrays take {declared / 2**30:.1f} GiB once unpacked, more than the {available / 2**30:.1f} GiB this process may use")
