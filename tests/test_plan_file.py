@@ -1,4 +1,4 @@
-"""A saved plan file is untrusted input: edited values, indices out of range, a truncated file,
+"""Untrusted input given to the API. A saved plan file: edited values, indices out of range, a truncated file,
 damaged settings and missing arrays are each one InputError, never a wrong product, a segfault or
 a traceback (issue 28). In-process on MPI.COMM_SELF; tests/test_api.py covers P > 1."""
 
@@ -122,3 +122,14 @@ def test_a_damaged_plan_of_one_rank_is_the_same_error_on_every_rank(tmp_path):
     # Every rank prints the one error (lines of several ranks may interleave).
     expected = "holds a damaged plan (rank 2's e0.send_matrix has a column index outside 0..47); plan again and save"
     assert completed.returncode == 0 and completed.stdout.count(expected) == 3, completed.stdout + completed.stderr
+
+
+@pytest.mark.parametrize("with_offsets", [False, True])
+def test_complex_rows_are_refused_not_truncated(with_offsets):
+    """The imaginary part was dropped silently (only NumPy's ComplexWarning) with row_offsets."""
+    complex_rows = sp.csr_array(np.array([[1 + 2j, 0], [0, 3]]))
+    with pytest.raises(sparsewire.InputError, match="complex128; give a real matrix"):
+        if with_offsets:
+            sparsewire.distribute(MPI.COMM_SELF, complex_rows, row_offsets=[0, 2])
+        else:
+            sparsewire.distribute(MPI.COMM_SELF, complex_rows)

@@ -266,6 +266,8 @@ def _from_local_rows(comm: MPI.Comm, local, row_offsets) -> DistributedMatrix:
             raise InputError(f"row_offsets has {offsets.size} entries; give P + 1 = {size + 1} (one range per rank)")
         if not sp.issparse(local):
             raise InputError(f"with row_offsets, source must be this rank's rows as a SciPy sparse matrix (got {type(local).__name__})")
+        if local.dtype.kind not in "fiub":  # complex would lose its imaginary part in the conversion
+            raise InputError(f"rank {rank}'s rows have dtype {local.dtype}; give a real matrix")
         local = sp.csr_array(local, dtype=np.float64)
         local.sum_duplicates()
         expected = row_partition.range(rank)[1] - row_partition.range(rank)[0]
