@@ -306,3 +306,16 @@ def test_a_size_line_too_large_for_the_machine_is_refused_before_allocating(tmp_
     text = HEADER.format(field="real", symmetry="general") + "1000000000000 1000000000000 1\n1 1 1.0\n"
     with pytest.raises(InputError, match="needs about .* GiB to build"):
         load_matrix(write(tmp_path, "huge.mtx", text))
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+def test_npz_with_a_broken_row_pointer_and_no_entries_is_refused_not_a_segfault(tmp_path, layout):
+    """Found by fuzzing: SciPy's full check skips the row pointer when it ends at 0 entries, and
+    converting such a matrix read out of bounds (a segfault)."""
+    indptr = np.zeros(9, np.int64)
+    indptr[4] = 2**31 - 1
+    shape = (8, 0) if layout == "csr" else (0, 8)
+    np.savez(tmp_path / "broken.npz", indices=np.zeros(0, np.int32), indptr=indptr, format=np.bytes_(layout.encode()),
+             shape=np.array(shape), data=np.zeros(0), _is_array=np.array(True))
+    with pytest.raises(InputError, match="the index pointer must start at 0, never decrease"):
+        load_matrix(str(tmp_path / "broken.npz"))

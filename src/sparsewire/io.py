@@ -24,7 +24,7 @@ from sparsewire import generators
 from sparsewire.errors import InputError
 from sparsewire.sizes import check_archive_fits, check_fits
 
-__all__ = ["open_archive", "load_matrix", "read_matrix_market", "read_edge_list", "read_metis_graph", "read_npz", "nonfinite_entries"]
+__all__ = ["open_archive", "check_compressed", "load_matrix", "read_matrix_market", "read_edge_list", "read_metis_graph", "read_npz", "nonfinite_entries"]
 
 _MM_FIELDS = {"real": 3, "integer": 3, "pattern": 2}
 _MM_SYMMETRIES = {"general", "symmetric", "skew-symmetric"}
@@ -365,6 +365,17 @@ def open_archive(path, what: str) -> np.lib.npyio.NpzFile:
     return archive
 
 
+def check_compressed(matrix) -> None:
+    """Not collective. Raise ValueError unless the CSR/CSC/BSR ``matrix`` (from untrusted arrays)
+    is safe to use: SciPy's ``check_format(full_check=True)`` plus the row pointer itself, which
+    SciPy skips when it ends at 0 entries: a decreasing one is then read out of bounds by the next
+    conversion (a segfault, found by fuzzing)."""
+    indptr = np.asarray(matrix.indptr)
+    if indptr.size == 0 or indptr[0] != 0 or np.any(np.diff(indptr) < 0) or indptr[-1] > matrix.indices.size:
+        raise ValueError("the index pointer must start at 0, never decrease and end within the stored entries")
+    matrix.check_format(full_check=True)
+
+
 def read_npz(path: str) -> sp.csr_array:
     """Read a matrix saved with ``scipy.sparse.save_npz``, as untrusted input: a truncated or
     damaged file, indices out of range (SciPy would read outside its arrays), a broken row
@@ -384,7 +395,7 @@ def read_npz(path: str) -> sp.csr_array:
         raise InputError(f"{path}: holds complex values; sparsewire multiplies real matrices (save the real part, or split it)")
     try:
         if matrix.format in ("csr", "csc", "bsr"):
-            matrix.check_format(full_check=True)
+            check_compressed(matrix)
         elif matrix.format == "coo":
             rows, cols = matrix.coords
             if rows.size and (rows.min() < 0 or cols.min() < 0 or rows.max() >= matrix.shape[0] or cols.max() >= matrix.shape[1]):

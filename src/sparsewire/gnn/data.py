@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from sparsewire.errors import InputError
 from sparsewire.sizes import check_fits
-from sparsewire.io import load_matrix, open_archive
+from sparsewire.io import check_compressed, load_matrix, open_archive
 
 __all__ = ["GraphData", "load_planetoid", "synthetic_graph", "load_graph", "PLANETOID_KEYS"]
 
@@ -79,8 +79,8 @@ def load_planetoid(path: str, *, add_raw_self_loops: bool = False) -> GraphData:
         adjacency = sp.csr_array((np.ones(arrays["adj_indices"].size), arrays["adj_indices"], arrays["adj_indptr"]), shape=(n, n))
         features = sp.csr_array((arrays["feat_data"].astype(np.float64), arrays["feat_indices"], arrays["feat_indptr"]), shape=shape)
         # Indices out of range would be read outside the arrays by SciPy and the kernels.
-        adjacency.check_format(full_check=True)
-        features.check_format(full_check=True)
+        check_compressed(adjacency)
+        check_compressed(features)
     except (ValueError, TypeError) as error:
         raise InputError(f"{path}: corrupt graph or feature arrays ({error}); give a Planetoid .npz file as its MANIFEST describes") from None
     if add_raw_self_loops and "adj_raw_self_loops" in arrays:
