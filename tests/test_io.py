@@ -319,3 +319,24 @@ def test_npz_with_a_broken_row_pointer_and_no_entries_is_refused_not_a_segfault(
              shape=np.array(shape), data=np.zeros(0), _is_array=np.array(True))
     with pytest.raises(InputError, match="the index pointer must start at 0, never decrease"):
         load_matrix(str(tmp_path / "broken.npz"))
+
+
+@pytest.mark.parametrize(
+    "content, suffix, expected",
+    [  # each found by tests/fuzz_readers.py
+        (b"0 9223372036854775807\n", ".txt", "vertex id of 2\\^53 or more"),
+        (b"0 1e308\n", ".txt", "vertex id of 2\\^53 or more"),
+        (b"%%MatrixMarket matrix coordinate real symmetric\n1 2 1\n1 2 1\n", ".mtx", "a symmetric matrix must be square"),
+    ],
+)
+def test_inputs_found_by_fuzzing_are_one_error(tmp_path, content, suffix, expected):
+    path = tmp_path / f"found{suffix}"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=expected):
+        load_matrix(str(path))
+
+
+@pytest.mark.parametrize("spec", ["uniform:1x1000000000000000000000000000000:1", "rmat:4:4:99999999999999999999999"])
+def test_generator_fields_beyond_int64_are_one_error(spec):
+    with pytest.raises(InputError, match="2\\^62 or more is out of range"):
+        from_spec(spec)

@@ -133,3 +133,11 @@ def test_complex_rows_are_refused_not_truncated(with_offsets):
             sparsewire.distribute(MPI.COMM_SELF, complex_rows, row_offsets=[0, 2])
         else:
             sparsewire.distribute(MPI.COMM_SELF, complex_rows)
+
+
+def test_a_plan_for_a_k_beyond_memory_is_refused_before_allocating(tmp_path, rng):
+    """Found by fuzzing: k = 2^31 in a plan file passed and the buffers' allocation failed."""
+    matrix, path = _saved(tmp_path, rng)
+    _rewrite(path, lambda arrays, meta: meta.update(k=2**31))
+    with pytest.raises(sparsewire.InputError, match="the executor's buffers: blocks of .* need .* GiB, more than"):
+        sparsewire.SpmmPlan.load(path, matrix)

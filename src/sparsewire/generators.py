@@ -139,9 +139,12 @@ def _ints(spec: str, fields: list[str], minimum: int, maximum: int, usage: str) 
     if not minimum <= len(fields) <= maximum:
         raise InputError(f"generator spec {spec!r} has {len(fields)} fields; expected {usage}")
     try:
-        return [int(f) for f in fields]
+        values = [int(f) for f in fields]
     except ValueError:
         raise InputError(f"generator spec {spec!r}: every field must be an integer; expected {usage}") from None
+    if any(abs(value) >= 2**62 for value in values):  # beyond int64 arithmetic (a column count is not sized by the memory check)
+        raise InputError(f"generator spec {spec!r}: a field of 2^62 or more is out of range; expected {usage}")
+    return values
 
 
 def _seed(spec: str, values: list[int], position: int) -> int:

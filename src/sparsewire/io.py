@@ -153,6 +153,8 @@ def read_matrix_market(path: str) -> sp.csr_array:
             f"{path}: line {line_number}: malformed size line {text[:80].decode('ascii', 'replace')!r}; "
             "expected three non-negative integers 'ROWS COLUMNS ENTRIES'"
         ) from None
+    if symmetry != "general" and n_rows != n_cols:
+        raise InputError(f"{path}: line {line_number}: a {symmetry} matrix must be square, but the size line says {n_rows} x {n_cols}; fix the size line or the header")
     check_fits(n_rows, n_cols, n_entries * (1 if symmetry == "general" else 2), path)
     _check_field_counts(path, data[end + 1 :], line_number + 1, _MM_FIELDS[field], n_entries, field)
 

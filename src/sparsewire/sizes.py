@@ -7,13 +7,15 @@ import os
 
 from sparsewire.errors import InputError
 
-__all__ = ["check_archive_fits", "check_fits", "physical_memory_bytes", "available_memory_bytes"]
+__all__ = ["check_dense_fits", "check_archive_fits", "check_fits", "physical_memory_bytes", "available_memory_bytes"]
 
 #: Bytes a matrix costs while it is built, per stored entry and per row: coordinates and values
 #: while they are generated or parsed (two int64 indices, one float64) and the CSR made from them
-#: (an int64 or int32 index and a float64), plus the row pointer, once more for the conversions.
+#: (an int64 or int32 index and a float64), plus the row pointer, which the conversions (COO to
+#: CSR, transposes, duplicates summed) hold up to four times at once (measured by fuzzing under a
+#: memory limit: two copies were not enough).
 BYTES_PER_ENTRY = 2 * (8 + 8 + 8)
-BYTES_PER_ROW = 2 * 8
+BYTES_PER_ROW = 4 * 8
 
 
 def physical_memory_bytes() -> int:
@@ -25,20 +27,48 @@ def physical_memory_bytes() -> int:
 
 
 def available_memory_bytes() -> int:
-    """Not collective. What this process may allocate at most: the physical memory, or less where
-    a resource limit (``ulimit -d`` / ``-v``: RLIMIT_DATA, RLIMIT_AS) says so; 0 when unknown."""
-    limits = [physical_memory_bytes()]
+    """Not collective. About what this process may still allocate: the memory the OS reports
+    available (``MemAvailable``; the physical memory where that is unknown), or less where a
+    resource limit (``ulimit -d`` / ``-v``: RLIMIT_DATA, RLIMIT_AS) leaves less above what the
+    process already uses; 0 when nothing is known."""
+    limits = [_meminfo_available() or physical_memory_bytes()]
     try:
         import resource
 
-        for kind in (resource.RLIMIT_DATA, resource.RLIMIT_AS):
+        used = _process_status_bytes()
+        for kind, field in ((resource.RLIMIT_DATA, "VmData"), (resource.RLIMIT_AS, "VmSize")):
             soft, _ = resource.getrlimit(kind)
             if soft != resource.RLIM_INFINITY:
-                limits.append(int(soft))
+                limits.append(max(int(soft) - used.get(field, 0), 1))
     except (ImportError, ValueError, OSError):
         pass
     known = [limit for limit in limits if limit > 0]
     return min(known) if known else 0
+
+
+def _meminfo_available() -> int:
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _process_status_bytes() -> dict[str, int]:
+    """VmData and VmSize of this process (Linux /proc/self/status), in bytes; empty elsewhere."""
+    sizes = {}
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                name, _, value = line.partition(":")
+                if name in ("VmData", "VmSize"):
+                    sizes[name] = int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return sizes
 
 
 def check_fits(rows: int, cols: int, entries: int, what: str) -> None:
@@ -63,3 +93,15 @@ def check_archive_fits(archive, what: str) -> None:
     available = available_memory_bytes()
     if available and declared > available:
         raise InputError(f"{what}: its arrays take {declared / 2**30:.1f} GiB once unpacked, more than the {available / 2**30:.1f} GiB this process may use")
+
+
+def check_dense_fits(rows: int, k: int, itemsize: int, what: str) -> None:
+    """Not collective. Raise InputError when dense blocks of ``rows`` rows of ``k`` columns of
+    ``itemsize`` bytes (B, C and the message buffers of one rank, summed over them) would need
+    more than this process may allocate: a ``k`` of 2^31 from a damaged plan file or a typo is one
+    error before the executor allocates, not a MemoryError traceback."""
+    needed = max(0, int(rows)) * max(0, int(k)) * max(1, int(itemsize))
+    available = available_memory_bytes()
+    if available and needed > available:
+        raise InputError(f"{what}: blocks of {rows} rows x k = {k} columns need {needed / 2**30:.1f} GiB, more than the "
+                         f"{available / 2**30:.1f} GiB this process may use; use a smaller k")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import zipfile
 
 import numpy as np
 import scipy.sparse as sp
@@ -187,7 +186,7 @@ def _check_meta(meta, path) -> None:
         raise InputError(f"{path} is not a sparsewire SpMM plan file")
     if meta.get("version") != PLAN_FORMAT_VERSION:
         raise PlanMismatchError(
-            f"{path} is plan format version {meta.get('version')} but this sparsewire reads version "
+            f"{path} is plan format version {meta.get('version')!r} but this sparsewire reads version "
             f"{PLAN_FORMAT_VERSION}; plan again and save"
         )
     for name, kind in _SETTINGS.items():
@@ -277,13 +276,13 @@ def _read_archive(path, matrix: DistributedMatrix, size: int, checksum: str) -> 
                 raise PlanMismatchError(f"{path} holds a plan for P = {meta['ranks']} ranks, not {size}; load it on {meta['ranks']} ranks or plan again")
             if meta["checksum"] != checksum:
                 raise PlanMismatchError(
-                    f"{path} was saved for another matrix or partition (checksum {meta['checksum'][:12]} != "
-                    f"{checksum[:12]}); plan this matrix with matrix.spmm_plan(...)"
+                    f"{path} was saved for another matrix or partition (checksum {meta['checksum'][:12]!r} != "
+                    f"{checksum[:12]!r}); plan this matrix with matrix.spmm_plan(...)"
                 )
             flat = {name: archive[name] for name in archive.files if name != "meta"}
     except (InputError, PlanMismatchError):
         raise
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as error:
+    except Exception as error:  # noqa: BLE001 - zipfile (BadZipFile, NotImplementedError, RuntimeError), zlib, NumPy, json each raise their own
         raise InputError(f"cannot read a plan from {path}: {error or type(error).__name__}; give a file written by SpmmPlan.save") from None
     if arrays_checksum(flat) != meta["plan_checksum"]:
         raise InputError(f"{path} was changed after it was saved: its plan arrays do not match their checksum; plan again and save")

@@ -38,7 +38,7 @@ import numpy as np
 from mpi4py import MPI
 
 from sparsewire.aligned import empty_aligned
-from sparsewire.comm.runtime import ranks_on_node
+from sparsewire.comm.runtime import agree_on_error, ranks_on_node
 from sparsewire.errors import FallbackWarning, InputError, PlanMismatchError
 from sparsewire.exec import kernels
 from sparsewire.exec.buffers import BufferNeeds, build_buffers
@@ -49,6 +49,7 @@ from sparsewire.exec.partitioned import PartitionedSchedule
 from sparsewire.exec.schedules import BulkSchedule, EarlySchedule, OverlapSchedule
 from sparsewire.exec.transport import TRANSPORTS, ByteLedger, Transport
 from sparsewire.plan.plan import RankPlan
+from sparsewire.sizes import check_dense_fits
 
 __all__ = ["SpmmExecutor", "MODES", "TRANSPORTS", "layout_for_mode", "partitioned_available", "choose_mode", "transport_problem"]
 
@@ -139,6 +140,15 @@ class SpmmExecutor:
                 f"mode {mode!r} runs plans with the {mode.layout!r} layout but this plan is {plan.layout!r}; "
                 f"build it with layout={mode.layout!r}"
             )
+        # B, C and every message buffer, before any is allocated (a k of 2^31 from a damaged plan
+        # file is one error on every rank, not a MemoryError on some).
+        rows = sum(plan.local_shape) + sum(int(e.send_counts.sum() + e.recv_counts.sum()) for e in plan.exchanges)
+        try:
+            check_dense_fits(rows, k, np.dtype(dtype).itemsize, "the executor's buffers")
+            problem = None
+        except InputError as error:
+            problem = error
+        agree_on_error(comm, problem)
         sharing = ranks_on_node(comm)
         if threads is None:
             threads = kernels.default_threads(sharing)
