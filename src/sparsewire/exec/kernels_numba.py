@@ -8,12 +8,7 @@ the GIL. The kernels for messages (gather, element ranges, CSC) are in
 offsets), except the CSR product, whose threads steal row chunks from each other.
 
 Accumulation order: a C row is summed nonzero by nonzero in the order its CSR row stores them,
-``c = a_0 x_0; c += a_1 x_1; ...``, whatever the number of threads. Where a row's columns fit in
-one register or half of one (k = 16 or 8 in float32, 8 or 4 in float64), one chain of dependent
-fused multiply-adds would wait on each other's latency, so the row is summed as two chains, the
-even-numbered nonzeros ``c = a_0 x_0 + a_2 x_2 + ...`` and the odd ones ``d = a_1 x_1 + a_3 x_3
-+ ...``, then ``c + d`` (and the last nonzero of an odd count added to that): a fixed order, so
-still independent of the threads and bitwise reproducible. The CSR product keeps the row
+``c = a_0 x_0; c += a_1 x_1; ...``, whatever the number of threads. The CSR product keeps the row
 in SIMD registers (:mod:`sparsewire.exec.simd`) while it walks the row's nonzeros, so C is
 stored once per row and never re-read. Each ``c += a x`` is one fused multiply-add where the CPU
 has one (``fastmath={"contract"}`` in the scalar loops, ``llvm.fmuladd`` in the registers: the
@@ -108,7 +103,7 @@ def _row_block2(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream)
 
 @njit(nogil=True, cache=True, inline="always")
 def _row_block1(indices, data, x, out, i, p, stop, c, accumulate, stream):
-    """Columns [c, c + lanes) of C row i in one register, as two chains (see the module docstring)."""
+    """Columns [c, c + lanes) of C row i in one register."""
     if accumulate:
         t0 = lanes_load(out, i, c)
     elif p < stop:
@@ -116,23 +111,15 @@ def _row_block1(indices, data, x, out, i, p, stop, c, accumulate, stream):
         p += 1
     else:
         t0 = lanes_zero(out)
-    if p + 1 < stop:
-        t1 = lanes_scale(data[p], lanes_load(x, indices[p], c))
-        p += 1
-        while p + 1 < stop:
-            t0 = lanes_fma(t0, data[p], lanes_load(x, indices[p], c))
-            t1 = lanes_fma(t1, data[p + 1], lanes_load(x, indices[p + 1], c))
-            p += 2
-        t0 = lanes_fma(t0, 1.0, t1)  # t0 + t1, exactly one rounding
-    if p < stop:
+    while p < stop:
         t0 = lanes_fma(t0, data[p], lanes_load(x, indices[p], c))
+        p += 1
     _put(out, i, c, t0, stream)
 
 
 @njit(nogil=True, cache=True, inline="always")
 def _row_half(indices, data, x, out, i, p, stop, c, accumulate):
-    """Columns [c, c + lanes / 2) of C row i in one half register (8 float32 or 4 float64), as
-    two chains like :func:`_row_block1`."""
+    """Columns [c, c + lanes / 2) of C row i in one half register (8 float32 or 4 float64)."""
     if accumulate:
         t0 = half_load(out, i, c)
     elif p < stop:
@@ -140,16 +127,9 @@ def _row_half(indices, data, x, out, i, p, stop, c, accumulate):
         p += 1
     else:
         t0 = half_zero(out)
-    if p + 1 < stop:
-        t1 = lanes_scale(data[p], half_load(x, indices[p], c))
-        p += 1
-        while p + 1 < stop:
-            t0 = lanes_fma(t0, data[p], half_load(x, indices[p], c))
-            t1 = lanes_fma(t1, data[p + 1], half_load(x, indices[p + 1], c))
-            p += 2
-        t0 = lanes_fma(t0, 1.0, t1)
-    if p < stop:
+    while p < stop:
         t0 = lanes_fma(t0, data[p], half_load(x, indices[p], c))
+        p += 1
     lanes_store(out, i, c, t0)
 
 
