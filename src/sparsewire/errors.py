@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 import warnings
 
+__all__ = ["SparsewireError", "InputError", "PlanMismatchError", "SparsewireWarning", "FallbackWarning"]
+
 
 class SparsewireError(Exception):
     """Base class of every error sparsewire raises on purpose."""

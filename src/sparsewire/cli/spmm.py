@@ -290,7 +290,7 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
 
     from sparsewire.exec.modes import choose_mode
     from sparsewire.comm.runtime import ranks_on_node
-    from sparsewire.exec.kernels import default_threads
+    from sparsewire.cores import default_threads
     from sparsewire.generators import deterministic_dense, deterministic_dense_rows
     from sparsewire.tolerance import allowed_error, within
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -17,7 +18,7 @@ from threadpoolctl import threadpool_limits
 
 from sparsewire import errors
 from sparsewire.errors import InputError, SparsewireError
-from sparsewire.exec.kernels import default_threads
+from sparsewire.cores import default_threads
 
 __all__ = [
     "ranks_on_node",
@@ -124,6 +125,9 @@ def abort_job(comm: MPI.Comm, message: str, status: int = 1) -> None:
     exception under ``python -m mpi4py``), with exit status ``status``."""
     sys.stdout.flush()
     print(f"sparsewire: error: rank {comm.Get_rank()}: {message}; aborting the job", file=sys.stderr, flush=True)
+    # MPI_Abort makes the launcher kill every process, and Hydra may do so before it has read this
+    # rank's last lines from their pipe (seen once in CI: the message lost); give it a moment.
+    time.sleep(0.25)
     comm.Abort(status)
 
 

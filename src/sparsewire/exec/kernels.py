@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.errors import InputError
+from sparsewire.cores import default_threads  # re-exported: the kernels size their pools by it
 from sparsewire.exec import kernels_numba as backend
 
 __all__ = [
@@ -35,12 +36,6 @@ __all__ = [
     "copy",
     "streams",
 ]
-
-
-def default_threads(ranks_on_node: int) -> int:
-    """``cores / ranks on this node``, at least 1 (cores: this process's CPU affinity)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, ranks_on_node))
 
 
 def set_threads(threads: int, ranks_on_node: int = 1) -> None:

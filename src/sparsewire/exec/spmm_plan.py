@@ -113,7 +113,7 @@ def plan_spmm(
         "every rank must plan with the same arguments",
     )
     if mode in (None, "auto"):
-        from sparsewire.exec.kernels import default_threads
+        from sparsewire.cores import default_threads
 
         sharing = ranks_on_node(comm)
         # Rank 0 decides: threads (and so the choice) may differ per rank, the mode may not.

@@ -137,7 +137,7 @@ class OneDimMultiplier:
         entries_per = _range_sums(entries, self.send_bounds)
         index_bytes = index_dtype(self.row_bound, ncols).itemsize
         value_bytes = np.dtype(self.semiring.dtype).itemsize
-        return int(sum(wire_bytes(int(l), int(e), index_bytes, value_bytes) for l, e in zip(listed_per, entries_per)))
+        return int(sum(wire_bytes(int(listed), int(e), index_bytes, value_bytes) for listed, e in zip(listed_per, entries_per)))
 
     def predicted_bytes(self, b_local: gb.Matrix) -> int:
         """Bytes :meth:`multiply` puts on the wire for this B, exactly, from counts: a copied row
