@@ -11,11 +11,6 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "tools"))
 import check_architecture  # noqa: E402
 
-#: The one import cycle left, to be removed by issue 31 (DistributedMatrix knows its consumers:
-#: its spmm_plan and spgemm methods import them). A new cycle fails this test.
-KNOWN_CYCLES = [
-    ["sparsewire.distributed", "sparsewire.exec.auto_strategy", "sparsewire.exec.plan_file", "sparsewire.exec.spmm_plan", "sparsewire.spgemm.distributed"],
-]
 
 
 def test_ruff_passes():
@@ -28,7 +23,7 @@ def test_ruff_passes():
 def test_no_new_import_cycle_and_the_cli_imports_only_public_names():
     cycles, private, modules, imports = check_architecture.analyse()
     assert modules > 50 and imports > 200  # the checker sees the package
-    assert cycles == KNOWN_CYCLES, cycles
+    assert cycles == [], cycles
     assert private == [], private
 
 

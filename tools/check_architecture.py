@@ -1,5 +1,6 @@
 """Architecture checks run by the tests (issue 31): no import cycle among the modules of
-``src/sparsewire`` counting imports inside functions, and the command line imports only names in
+``src/sparsewire`` counting imports inside functions (not those under ``if TYPE_CHECKING:``,
+which never run), and the command line imports only names in
 the ``__all__`` of the module it imports from. Usage: ``.venv/bin/python tools/check_architecture.py``;
 prints every cycle and every private import, exits 1 if there is any."""
 
@@ -30,7 +31,13 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, li
     tree = ast.parse(path.read_text(), str(path))
     is_package = path.name == "__init__.py"
     found = []
+    skipped = set()  # imports under `if TYPE_CHECKING:` never run
     for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(inner) for statement in node.body for inner in ast.walk(statement))
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] == PACKAGE:

@@ -8,12 +8,16 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire.distributed import DistributedMatrix
 from sparsewire.plan.plan import RankPlan, build_rank_plan_collective
 from sparsewire.plan.stats import PlanStats, plan_stats, predicted_seconds, rank_send_summary
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
 from sparsewire.report import format_bytes
 from sparsewire.topology import Topology
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for annotations only: the matrix's class imports this module's users
+    from sparsewire.distributed import DistributedMatrix
 
 __all__ = ["StrategyChoice", "candidate_strategies", "collective_stats", "choose_strategy"]
 

@@ -29,7 +29,6 @@ from mpi4py import MPI
 from sparsewire.comm.runtime import agree_on_error, collective_errors
 from sparsewire.exec.auto_strategy import StrategyChoice, collective_stats
 from sparsewire.exec.spmm import transport_problem
-from sparsewire.distributed import DistributedMatrix
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.modes import MODES
 from sparsewire.partition import RowPartition
@@ -37,6 +36,11 @@ from sparsewire.plan.plan import AGGREGATE_C, LAYOUTS, Exchange, RankPlan
 from sparsewire.plan.strategies import Strategy
 from sparsewire.io import open_archive
 from sparsewire.topology import Topology, parse_topology
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for annotations only: the matrix's class imports this module's users
+    from sparsewire.distributed import DistributedMatrix
 
 __all__ = ["PLAN_FORMAT", "PLAN_FORMAT_VERSION", "plan_arrays", "plan_from_arrays", "write_plan_file", "read_plan_file", "load_plan"]
 

@@ -16,7 +16,6 @@ import numpy as np
 from mpi4py import MPI
 
 from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, collective_errors, ranks_on_node
-from sparsewire.distributed import DistributedMatrix
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.auto_strategy import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
 from sparsewire.exec.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
@@ -28,11 +27,22 @@ from sparsewire.plan.transpose import send_keys_collective, transpose_rank_plan
 from sparsewire.report import format_bytes
 from sparsewire.topology import Topology
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for annotations only: the matrix's class imports this module's users
+    from sparsewire.distributed import DistributedMatrix
+
 __all__ = ["SpmmPlan", "StrategyChoice", "plan_spmm", "candidate_strategies", "spmm", "PLAN_FORMAT", "PLAN_FORMAT_VERSION"]
 
 
+def is_distributed_matrix(value) -> bool:
+    """Not collective. Whether ``value`` is a :class:`~sparsewire.distributed.DistributedMatrix`,
+    told by its fields (the class's module imports this one, so this one does not import it)."""
+    return all(hasattr(value, name) for name in ("comm", "local_rows", "row_partition", "col_partition", "checksum"))
+
+
 def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mode, threads, proxy, transport) -> str | None:
-    if not isinstance(matrix, DistributedMatrix):
+    if not is_distributed_matrix(matrix):
         return f"expected a DistributedMatrix from sparsewire.distribute (got {type(matrix).__name__})"
     if not isinstance(k, (int, np.integer)) or k < 1:
         return f"k must be a positive integer (got {k!r})"
@@ -103,7 +113,7 @@ def plan_spmm(
     Returns:
         :class:`SpmmPlan`, ready to multiply.
     """
-    comm = matrix.comm if isinstance(matrix, DistributedMatrix) else MPI.COMM_SELF
+    comm = matrix.comm if is_distributed_matrix(matrix) else MPI.COMM_SELF
     agree_on_error(comm, _check_arguments(matrix, k, dtype, strategy, topology, mode, threads, proxy, transport))
     k, dtype = int(k), np.dtype(dtype)
     agree_on_values(

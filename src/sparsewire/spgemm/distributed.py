@@ -440,13 +440,13 @@ def spgemm_distributed(a, b, semiring="plus_times", algorithm: str = "auto", pha
     are moved from rows to blocks first and C back to A's rows (setup traffic, not counted in the
     candidates' bytes). C has A's row partition and order and B's column partition and order.
     """
-    from sparsewire.distributed import DistributedMatrix
     from sparsewire.spgemm.semirings import get_semiring
 
+    matrix_class = type(a)  # DistributedMatrix, whose module imports this one
     comm = a.comm
     rank, size = comm.Get_rank(), comm.Get_size()
     problem = None
-    if not isinstance(b, DistributedMatrix) or b.comm.Get_size() != size:
+    if not isinstance(b, matrix_class) or b.comm.Get_size() != size:
         problem = "B must be a DistributedMatrix over the same communicator as A"
     elif a.shape[1] != b.shape[0]:
         problem = f"shapes do not match: A is {a.shape[0]} x {a.shape[1]}, B is {b.shape[0]} x {b.shape[1]}"
@@ -501,7 +501,7 @@ def spgemm_distributed(a, b, semiring="plus_times", algorithm: str = "auto", pha
     c_local = sp.csr_array(c_local, dtype=np.float64)
     c_local.sort_indices()
     nnz = comm.allreduce(int(c_local.nnz), op=MPI.SUM)
-    return DistributedMatrix(comm, c_local, a.row_partition, b.col_partition, nnz, a.row_order, b.col_order)
+    return matrix_class(comm, c_local, a.row_partition, b.col_partition, nnz, a.row_order, b.col_order)
 
 
 def _same_order(first, second) -> bool:
