@@ -64,7 +64,6 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "__version__",
     "DistributedMatrix",
     "SpmmPlan",
     "StrategyChoice",

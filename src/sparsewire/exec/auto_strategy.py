@@ -4,6 +4,7 @@ communication time (:class:`StrategyChoice` records why)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from mpi4py import MPI
@@ -13,8 +14,6 @@ from sparsewire.plan.stats import PlanStats, plan_stats, predicted_seconds, rank
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
 from sparsewire.report import format_bytes
 from sparsewire.topology import Topology
-
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # for annotations only: the matrix's class imports this module's users
     from sparsewire.distributed import DistributedMatrix

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -36,8 +37,6 @@ from sparsewire.plan.plan import AGGREGATE_C, LAYOUTS, Exchange, RankPlan
 from sparsewire.plan.strategies import Strategy
 from sparsewire.io import open_archive
 from sparsewire.topology import Topology, parse_topology
-
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # for annotations only: the matrix's class imports this module's users
     from sparsewire.distributed import DistributedMatrix

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from typing import TYPE_CHECKING
 
 import numpy as np
 from mpi4py import MPI
@@ -26,8 +27,6 @@ from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
 from sparsewire.plan.transpose import send_keys_collective, transpose_rank_plan
 from sparsewire.report import format_bytes
 from sparsewire.topology import Topology
-
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # for annotations only: the matrix's class imports this module's users
     from sparsewire.distributed import DistributedMatrix
