@@ -39,3 +39,26 @@ def test_the_checker_sees_a_planted_cycle(tmp_path):
     known = {"sparsewire": package / "__init__.py", "sparsewire.one": package / "one.py", "sparsewire.two": package / "two.py"}
     edges = {name: {target for target, _, _ in check_architecture.imports(name, path, known)} for name, path in known.items()}
     assert "sparsewire.two" in edges["sparsewire.one"] and "sparsewire.one" in edges["sparsewire.two"]
+
+
+def test_every_public_function_says_whether_it_is_collective():
+    """Every function in a library module's ``__all__`` (the command line aside) says Collective
+    or Not collective in its docstring (the top-level API's methods: tests/test_api.py)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import sparsewire
+
+    silent, seen = [], 0
+    for module_info in pkgutil.walk_packages(sparsewire.__path__, "sparsewire."):
+        if module_info.name.startswith("sparsewire.cli") or module_info.name == "sparsewire.__main__":
+            continue
+        module = importlib.import_module(module_info.name)
+        for name in getattr(module, "__all__", ()):
+            value = getattr(module, name, None)
+            if inspect.isfunction(value) and value.__module__ == module.__name__:
+                seen += 1
+                if "ollective" not in (inspect.getdoc(value) or ""):
+                    silent.append(f"{module.__name__}.{name}")
+    assert seen > 150 and not silent, silent

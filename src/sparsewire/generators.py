@@ -42,7 +42,7 @@ def _pattern(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int]) -> sp.c
 
 
 def rmat(scale: int, edge_factor: int, seed: int = 1, abc: tuple[float, float, float] = GRAPH500_ABC) -> sp.csr_array:
-    """R-MAT graph (Chakrabarti et al. 2004; Graph500 parameters by default).
+    """Not collective. R-MAT graph (Chakrabarti et al. 2004; Graph500 parameters by default).
 
     Each of ``edge_factor * 2**scale`` edges picks, bit by bit from the top, one of the four
     quadrants with probabilities a, b, c, d = 1 - a - b - c. Vertex labels are then permuted
@@ -74,7 +74,7 @@ def rmat(scale: int, edge_factor: int, seed: int = 1, abc: tuple[float, float, f
 
 
 def delaunay(n: int, seed: int = 1) -> sp.csr_array:
-    """Symmetric adjacency (no diagonal) of the Delaunay triangulation of n random points."""
+    """Not collective. Symmetric adjacency (no diagonal) of the Delaunay triangulation of n random points."""
     if n < 3:
         raise InputError(f"delaunay needs at least 3 points (got {n})")
     points = np.random.default_rng(seed).random((n, 2))
@@ -89,7 +89,7 @@ def _path_laplacian(n: int) -> sp.csr_array:
 
 
 def stencil2d(nx: int, ny: int | None = None) -> sp.csr_array:
-    """5-point Laplacian on an nx x ny grid: 4 on the diagonal, -1 to each grid neighbour."""
+    """Not collective. 5-point Laplacian on an nx x ny grid: 4 on the diagonal, -1 to each grid neighbour."""
     ny = nx if ny is None else ny
     if nx < 1 or ny < 1:
         raise InputError(f"stencil2d grid sizes must be positive (got {nx} x {ny})")
@@ -98,7 +98,7 @@ def stencil2d(nx: int, ny: int | None = None) -> sp.csr_array:
 
 
 def stencil3d(n: int, points: int = 7) -> sp.csr_array:
-    """7-point (diagonal 6) or 27-point (diagonal 26) Laplacian on an n x n x n grid."""
+    """Not collective. 7-point (diagonal 6) or 27-point (diagonal 26) Laplacian on an n x n x n grid."""
     if n < 1:
         raise InputError(f"stencil3d grid size must be positive (got {n})")
     identity = sp.eye_array(n)
@@ -119,7 +119,7 @@ def stencil3d(n: int, points: int = 7) -> sp.csr_array:
 
 
 def uniform(n_rows: int, n_cols: int, per_row: int, seed: int = 1) -> sp.csr_array:
-    """Each row gets ``per_row`` uniformly random columns (repeats count once), value 1."""
+    """Not collective. Each row gets ``per_row`` uniformly random columns (repeats count once), value 1."""
     if n_rows < 1 or n_cols < 1 or per_row < 0:
         raise InputError(f"uniform needs positive sizes and a non-negative count per row (got {n_rows}x{n_cols}, {per_row})")
     rng = np.random.default_rng(seed)
@@ -204,7 +204,7 @@ GENERATORS = {
 
 
 def from_spec(spec: str) -> sp.csr_array:
-    """Build a matrix from a generator spec such as ``rmat:16:8:1`` (see the module docstring)."""
+    """Not collective. Build a matrix from a generator spec such as ``rmat:16:8:1`` (see the module docstring)."""
     name, _, rest = spec.partition(":")
     builder = GENERATORS.get(name.lower())
     if builder is None:

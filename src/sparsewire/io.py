@@ -112,7 +112,7 @@ def _read_bytes(path: str) -> bytes:
 
 
 def read_matrix_market(path: str) -> sp.csr_array:
-    """Read a Matrix Market coordinate file (optionally gzipped) strictly.
+    """Not collective. Read a Matrix Market coordinate file (optionally gzipped) strictly.
 
     Supported: fields ``real``, ``integer``, ``pattern``; symmetries ``general``, ``symmetric``,
     ``skew-symmetric`` (expanded to the full matrix). Every data line must hold exactly two
@@ -237,7 +237,7 @@ def _check_field_counts(path: str, body: bytes, first_line: int, fields: int, n_
 
 
 def read_edge_list(path: str, *, symmetrize: bool = False) -> sp.csr_array:
-    """Read a SNAP-style edge list: ``SOURCE TARGET [WEIGHT]`` per line, ``#`` comments, 0-based ids.
+    """Not collective. Read a SNAP-style edge list: ``SOURCE TARGET [WEIGHT]`` per line, ``#`` comments, 0-based ids.
 
     The matrix is n x n with n = largest id + 1. Without a weight column every edge has value 1
     and repeated edges count once; with one, repeated edges are summed. ``symmetrize`` returns
@@ -277,7 +277,7 @@ def read_edge_list(path: str, *, symmetrize: bool = False) -> sp.csr_array:
 
 
 def read_metis_graph(path: str) -> sp.csr_array:
-    """Read a METIS graph file (the input format of METIS, ParMETIS and their test graphs),
+    """Not collective. Read a METIS graph file (the input format of METIS, ParMETIS and their test graphs),
     optionally gzipped, as its symmetric adjacency matrix.
 
     Format (METIS 5 manual, sec. 4.1.1): ``%`` comment lines; a header ``n m [fmt [ncon]]`` with
@@ -379,7 +379,7 @@ def check_compressed(matrix) -> None:
 
 
 def read_npz(path: str) -> sp.csr_array:
-    """Read a matrix saved with ``scipy.sparse.save_npz``, as untrusted input: a truncated or
+    """Not collective. Read a matrix saved with ``scipy.sparse.save_npz``, as untrusted input: a truncated or
     damaged file, indices out of range (SciPy would read outside its arrays), a broken row
     pointer and complex values are each an InputError, checked before the matrix is converted."""
     try:
@@ -410,5 +410,5 @@ def read_npz(path: str) -> sp.csr_array:
 
 
 def nonfinite_entries(matrix: sp.csr_array) -> int:
-    """Number of stored entries that are NaN or infinite."""
+    """Not collective. Number of stored entries that are NaN or infinite."""
     return int(np.count_nonzero(~np.isfinite(matrix.data)))

@@ -8,7 +8,7 @@ __all__ = ["format_table", "format_bytes"]
 
 
 def format_bytes(count: int | float) -> str:
-    """Human-readable byte count with binary-free decimal units (B, kB, MB, GB), as the papers use."""
+    """Not collective. Human-readable byte count with binary-free decimal units (B, kB, MB, GB), as the papers use."""
     value = float(count)
     for unit in ("B", "kB", "MB", "GB"):
         if abs(value) < 1000 or unit == "GB":
@@ -18,7 +18,7 @@ def format_bytes(count: int | float) -> str:
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Columns aligned: text left, numbers right."""
+    """Not collective. Columns aligned: text left, numbers right."""
     cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     numeric = [all(_is_number(row[i]) for row in rows) for i in range(len(headers))]

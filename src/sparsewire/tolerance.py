@@ -30,32 +30,32 @@ __all__ = ["unit_roundoff", "gamma", "allowed_error", "within", "eigenvalues_all
 
 
 def unit_roundoff(dtype) -> float:
-    """Half the distance from 1 to the next number of ``dtype`` (2^-53 for float64)."""
+    """Not collective. Half the distance from 1 to the next number of ``dtype`` (2^-53 for float64)."""
     return float(np.finfo(np.dtype(dtype)).eps) / 2
 
 
 def gamma(terms, dtype) -> np.ndarray:
-    """``m u / (1 - m u)`` for ``m = terms`` (an array or a number) in ``dtype``."""
+    """Not collective. ``m u / (1 - m u)`` for ``m = terms`` (an array or a number) in ``dtype``."""
     mu = np.asarray(terms, np.float64) * unit_roundoff(dtype)
     return np.where(mu < 1, mu / np.maximum(1 - mu, 1e-300), np.inf)
 
 
 def allowed_error(scale, terms, dtype) -> np.ndarray:
-    """The largest |ours - reference| the rule accepts (module docstring): ``scale`` is the sum
+    """Not collective. The largest |ours - reference| the rule accepts (module docstring): ``scale`` is the sum
     of the magnitudes of the terms of each entry, ``terms`` their number (broadcast with scale)."""
     terms = np.asarray(terms, np.float64)
     return (gamma(terms + 2, dtype) + gamma(terms, np.float64)) * np.asarray(scale, np.float64)
 
 
 def within(result, reference, allowed) -> np.ndarray:
-    """Elementwise: ``result`` equals ``reference`` or is within ``allowed`` of it (NaN never is)."""
+    """Not collective. Elementwise: ``result`` equals ``reference`` or is within ``allowed`` of it (NaN never is)."""
     result, reference = np.asarray(result, np.float64), np.asarray(reference, np.float64)
     with np.errstate(invalid="ignore"):
         return (result == reference) | (np.abs(result - reference) <= allowed)
 
 
 def eigenvalues_allowed(reference, n: int, rtol: float = 1e-6) -> np.ndarray:
-    """The largest |ours - reference| accepted for each eigenvalue of ``reference`` (of a
+    """Not collective. The largest |ours - reference| accepted for each eigenvalue of ``reference`` (of a
     symmetric matrix of order ``n``): ``rtol |lambda_i| + max(gamma_n, eps^(2/3)) max |lambda|``."""
     reference = np.abs(np.asarray(reference, np.float64))
     floor = max(float(gamma(n, np.float64)), float(np.finfo(np.float64).eps) ** (2 / 3))

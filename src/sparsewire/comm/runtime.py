@@ -120,7 +120,7 @@ def agree_on_values(comm: MPI.Comm, values: dict[str, object], advice: str) -> N
 
 
 def abort_job(comm: MPI.Comm, message: str, status: int = 1) -> None:
-    """Print ``sparsewire: error: <message>`` and abort every rank of ``comm`` (an error on some
+    """Not collective. Print ``sparsewire: error: <message>`` and abort every rank of ``comm`` (an error on some
     ranks only, where the others may already wait in MPI: mpi4py's own rule for an unhandled
     exception under ``python -m mpi4py``), with exit status ``status``."""
     sys.stdout.flush()
@@ -185,7 +185,7 @@ def collective_errors(function):
 
 
 def mpi_datatype(dtype: np.dtype) -> MPI.Datatype:
-    """The MPI datatype of a supported element type (float32, float64)."""
+    """Not collective. The MPI datatype of a supported element type (float32, float64)."""
     try:
         return _MPI_TYPES[np.dtype(dtype)]
     except KeyError:

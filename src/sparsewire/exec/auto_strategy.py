@@ -46,7 +46,7 @@ class StrategyChoice:
 
 
 def candidate_strategies(topology: Topology | None) -> list[Strategy]:
-    """The strategies ``auto`` compares: the executable flat ones, and the hierarchical ones when
+    """Not collective. The strategies ``auto`` compares: the executable flat ones, and the hierarchical ones when
     the topology has groups (more than one level)."""
     grouped = topology is not None and len(topology.levels) > 1
     return [s for s in EXECUTABLE_STRATEGIES if grouped or not s.hierarchical]

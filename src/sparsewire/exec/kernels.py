@@ -39,7 +39,7 @@ __all__ = [
 
 
 def set_threads(threads: int, ranks_on_node: int = 1) -> None:
-    """Use ``threads`` threads in the threaded kernels of the calling thread.
+    """Not collective. Use ``threads`` threads in the threaded kernels of the calling thread.
 
     When ``threads * ranks_on_node`` exceeds the cores, idle OpenMP threads must sleep rather than
     spin, or they take the cores the other ranks need (measured: 2 ranks x 2 threads on 2 cores,
@@ -94,7 +94,7 @@ def _threaded(kernel, *args) -> None:
 
 
 def balanced_bounds(indptr: np.ndarray, parts: int) -> np.ndarray:
-    """``parts + 1`` row offsets splitting a CSR matrix into ranges of about equal
+    """Not collective. ``parts + 1`` row offsets splitting a CSR matrix into ranges of about equal
     ``nonzeros + rows``."""
     n_rows = indptr.size - 1
     work = indptr.astype(np.int64) + np.arange(n_rows + 1, dtype=np.int64)
@@ -180,7 +180,7 @@ STREAM_AT_LEAST_BYTES = 4 << 20
 
 
 def streams(out: np.ndarray, accumulate: bool = False) -> bool:
-    """Whether :func:`multiply` writes ``out`` with non-temporal stores: a product that overwrites
+    """Not collective. Whether :func:`multiply` writes ``out`` with non-temporal stores: a product that overwrites
     (not ``accumulate``) a C of :data:`STREAM_AT_LEAST_BYTES` or more. The kernel then streams
     when ``out``'s rows start on cache lines (:func:`sparsewire.aligned.empty_aligned`) and stores as
     usual otherwise."""
@@ -210,7 +210,7 @@ def _prefetches(operand: CsrOperand, x: np.ndarray) -> bool:
 
 
 def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
-    """``out = A @ x`` or, with ``accumulate``, ``out += A @ x``; x and out row-major, of the
+    """Not collective. ``out = A @ x`` or, with ``accumulate``, ``out += A @ x``; x and out row-major, of the
     operand's dtype, rows contiguous. When :func:`streams` says so and ``out`` comes from
     :func:`sparsewire.aligned.empty_aligned`, it is written with non-temporal stores."""
     _require_contiguous_rows(x, out)
@@ -225,7 +225,7 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
 
 
 def multiply_rows(operand: CsrOperand, x: np.ndarray, out: np.ndarray, start: int, stop: int, accumulate: bool = False) -> None:
-    """Rows [start, stop) of :func:`multiply`, on the calling thread."""
+    """Not collective. Rows [start, stop) of :func:`multiply`, on the calling thread."""
     _require_contiguous_rows(x, out)
     backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, _prefetches(operand, x), streams(out, accumulate))
 
@@ -244,7 +244,7 @@ class GatherOperand:
 
 
 def gather(operand: GatherOperand, x: np.ndarray, out: np.ndarray) -> None:
-    """``out[r] = x[index[r]]`` for every row r of out."""
+    """Not collective. ``out[r] = x[index[r]]`` for every row r of out."""
     if operand.bounds.size == 2:
         backend.gather_range(operand.index, x, out, 0, operand.index.size)
     else:
@@ -292,7 +292,7 @@ class CscOperand:
 
 
 def apply_columns(operand: CscOperand, buffer: np.ndarray, out: np.ndarray, col_start: int, col_stop: int) -> None:
-    """``out += A[:, col_start:col_stop] @ buffer[col_start:col_stop]`` (one received message)."""
+    """Not collective. ``out += A[:, col_start:col_stop] @ buffer[col_start:col_stop]`` (one received message)."""
     _require_contiguous_rows(buffer, out)
     if operand.colptrs.shape[0] == 1:
         backend.csc_columns_range(operand.colptrs[0], operand.rows, operand.data, buffer, out, col_start, col_stop)
@@ -307,7 +307,7 @@ def apply_elements(operand: CscOperand, thread: int, buffer_flat: np.ndarray, k:
 
 
 def copy(source: np.ndarray, target: np.ndarray, threads: int) -> None:
-    """``target[:] = source[:]`` (1-D) on ``threads`` threads: the machine's copy bandwidth."""
+    """Not collective. ``target[:] = source[:]`` (1-D) on ``threads`` threads: the machine's copy bandwidth."""
     bounds = np.linspace(0, source.size, threads + 1).astype(np.int64)
     _threaded(backend.copy_threads, source, target, bounds)
 

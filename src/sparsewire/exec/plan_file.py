@@ -87,7 +87,7 @@ def _array(arrays, name: str, ndim: int, kind: type, length: int | None = None, 
 
 
 def plan_arrays(plan: RankPlan) -> dict[str, np.ndarray]:
-    """A rank plan as named arrays (the .npz layout of :meth:`SpmmPlan.save`)."""
+    """Not collective. A rank plan as named arrays (the .npz layout of :meth:`SpmmPlan.save`)."""
     arrays = {
         "header": np.array([plan.rank, plan.setup_entries, len(plan.exchanges)], np.int64),
         "strategy": np.array(plan.strategy.value),
@@ -110,7 +110,7 @@ def plan_arrays(plan: RankPlan) -> dict[str, np.ndarray]:
 
 
 def plan_from_arrays(arrays: dict[str, np.ndarray], rank: int, row_partition: RowPartition, col_partition: RowPartition) -> RankPlan:
-    """The rank plan :func:`plan_arrays` wrote for ``rank`` of a matrix distributed as
+    """Not collective. The rank plan :func:`plan_arrays` wrote for ``rank`` of a matrix distributed as
     ``row_partition`` x ``col_partition``, with every array checked against the shape and index
     range the executor relies on (:class:`InputError` naming the array otherwise)."""
     size = row_partition.n_parts

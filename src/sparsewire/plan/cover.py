@@ -58,7 +58,7 @@ def minimum_vertex_cover(
 
 
 def maximum_matching_size(biadjacency: sp.sparray) -> int:
-    """Size of a maximum matching of the bipartite graph (Hopcroft-Karp)."""
+    """Not collective. Size of a maximum matching of the bipartite graph (Hopcroft-Karp)."""
     graph = _pattern(biadjacency)
     if graph.nnz == 0:
         return 0

@@ -28,14 +28,14 @@ __all__ = ["group_members", "local_ranks", "local_proxies", "balanced_proxies", 
 
 
 def group_members(groups: np.ndarray) -> list[np.ndarray]:
-    """Ranks of each group, ascending."""
+    """Not collective. Ranks of each group, ascending."""
     order = np.argsort(groups, kind="stable")
     bounds = np.searchsorted(groups[order], np.arange(int(groups.max(initial=-1)) + 2))
     return [order[bounds[g] : bounds[g + 1]].astype(np.int64) for g in range(bounds.size - 1)]
 
 
 def local_ranks(groups: np.ndarray) -> np.ndarray:
-    """Position of each rank inside its group."""
+    """Not collective. Position of each rank inside its group."""
     result = np.zeros(groups.size, np.int64)
     for members in group_members(groups):
         result[members] = np.arange(members.size)
@@ -43,7 +43,7 @@ def local_ranks(groups: np.ndarray) -> np.ndarray:
 
 
 def local_proxies(groups: np.ndarray, group: int) -> np.ndarray:
-    """``proxy[q]``: the rank of ``group`` that receives q's B rows for the whole group (-1 for q inside it)."""
+    """Not collective. ``proxy[q]``: the rank of ``group`` that receives q's B rows for the whole group (-1 for q inside it)."""
     members = group_members(groups)[group]
     proxy = members[local_ranks(groups) % members.size]
     proxy[groups == group] = -1
@@ -51,7 +51,7 @@ def local_proxies(groups: np.ndarray, group: int) -> np.ndarray:
 
 
 def balanced_proxies(groups: np.ndarray, group: int, rows_from_source: np.ndarray) -> np.ndarray:
-    """``proxy[q]`` spreading the received rows evenly: sources in order of decreasing rows (ties by
+    """Not collective. ``proxy[q]`` spreading the received rows evenly: sources in order of decreasing rows (ties by
     rank) each go to the member of ``group`` with the fewest rows so far (ties by rank).
 
     ``rows_from_source[q]``: distinct B rows the group needs from q (the union over its ranks).
@@ -68,7 +68,7 @@ def balanced_proxies(groups: np.ndarray, group: int, rows_from_source: np.ndarra
 
 
 def aggregators(groups: np.ndarray, rank: int) -> np.ndarray:
-    """``aggregator[g]``: the rank of group g that sums g's partial C rows for ``rank`` (-1 for rank's own group)."""
+    """Not collective. ``aggregator[g]``: the rank of group g that sums g's partial C rows for ``rank`` (-1 for rank's own group)."""
     position = local_ranks(groups)[rank]
     result = np.array([members[position % members.size] for members in group_members(groups)], np.int64)
     result[groups[rank]] = -1
@@ -78,7 +78,7 @@ def aggregators(groups: np.ndarray, rank: int) -> np.ndarray:
 def group_cover_row_based(
     member_rows: list[np.ndarray], member_cols: list[np.ndarray], member_source_groups: list[np.ndarray], n_groups: int
 ) -> list[np.ndarray]:
-    """``joint-group``'s choice for the off-group nonzeros of one destination group.
+    """Not collective. ``joint-group``'s choice for the off-group nonzeros of one destination group.
 
     Args:
         member_rows, member_cols, member_source_groups: per member rank, its off-group nonzeros as

@@ -151,7 +151,7 @@ class PlanStats:
 
 
 def predicted_seconds(stats: PlanStats, topology: Topology | None = None) -> float:
-    """Communication time per multiply under the topology's cost model.
+    """Not collective. Communication time per multiply under the topology's cost model.
 
     For every step s, link class c and rank x, with m messages and b bytes that x sends over class
     c in step s (and m', b' that it receives):
@@ -181,7 +181,7 @@ def predicted_seconds(stats: PlanStats, topology: Topology | None = None) -> flo
 
 
 def rank_send_summary(plan: RankPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(step, destination, rows) of every message one rank sends, and its row-based A entries."""
+    """Not collective. (step, destination, rows) of every message one rank sends, and its row-based A entries."""
     steps = [np.full(e.send_ranks.size, e.step, np.int64) for e in plan.exchanges]
     destinations = [e.send_ranks for e in plan.exchanges]
     rows = [e.send_counts for e in plan.exchanges]
@@ -254,7 +254,7 @@ def rowwise_stats(
 
 
 def block_stats(col_partition: RowPartition, k: int, element_bytes: int, topology: Topology | None = None) -> PlanStats:
-    """Volumes of ``block`` (CoLa eq. 5) without building its plan: every rank q with m_q B rows
+    """Not collective. Volumes of ``block`` (CoLa eq. 5) without building its plan: every rank q with m_q B rows
     sends ``s*k*m_q`` bytes to each of the other P - 1 ranks, ``s*k*m*(P-1)`` in all. Equal to
     ``plan_stats`` of the built plan, which holds m*(P-1) selection rows (too many to build just
     for analysis at large P)."""
@@ -283,7 +283,7 @@ def strategy_stats(
     *,
     proxy: str = "local",
 ) -> PlanStats:
-    """Volumes of any strategy from the global matrix, without MPI: ``rowwise`` and ``block`` are
+    """Not collective. Volumes of any strategy from the global matrix, without MPI: ``rowwise`` and ``block`` are
     counted from the partitions (:func:`rowwise_stats`, :func:`block_stats`), the others from
     their built plans (:func:`~sparsewire.plan.plan.build_plan` with the ``merged`` layout,
     :func:`plan_stats`)."""

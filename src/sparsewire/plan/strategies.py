@@ -74,7 +74,7 @@ HIERARCHICAL_STRATEGIES = tuple(s for s in Strategy if s.hierarchical)
 
 
 def parse_strategies(text: str, *, executable_only: bool = False, hierarchical: bool = False) -> list[Strategy]:
-    """Parse a comma-separated strategy list (``all`` means every one that applies).
+    """Not collective. Parse a comma-separated strategy list (``all`` means every one that applies).
 
     ``hierarchical``: whether a topology is given; without one, ``all`` means the flat strategies
     and naming a hierarchical one is an error.
@@ -108,7 +108,7 @@ def parse_strategies(text: str, *, executable_only: bool = False, hierarchical: 
 
 
 def choose_row_based(strategy: Strategy, blocks: LocalBlocks, n_ranks: int) -> np.ndarray:
-    """For each off-diagonal nonzero of ``blocks``, True if it is served row-based (partial C row
+    """Not collective. For each off-diagonal nonzero of ``blocks``, True if it is served row-based (partial C row
     pushed by the B-row owner), False if column-based (B row fetched).
 
     ``joint`` (and ``joint-hier``, ``joint-group`` before the group-level step of
@@ -126,7 +126,7 @@ def choose_row_based(strategy: Strategy, blocks: LocalBlocks, n_ranks: int) -> n
 
 
 def cover_row_based(row_keys: np.ndarray, col_keys: np.ndarray) -> np.ndarray:
-    """Serve each nonzero (row vertex ``row_keys[e]``, column vertex ``col_keys[e]``) row-based or
+    """Not collective. Serve each nonzero (row vertex ``row_keys[e]``, column vertex ``col_keys[e]``) row-based or
     column-based by a minimum vertex cover of the bipartite graph they form: True where the column
     is not in the cover (so the row is)."""
     if row_keys.size == 0:

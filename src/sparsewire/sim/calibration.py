@@ -17,14 +17,14 @@ __all__ = ["measure_compute_rate", "default_calibration_path"]
 
 
 def default_calibration_path() -> Path:
-    """Where ``sparsewire calibrate`` writes and ``simulate`` reads the measured compute rate:
+    """Not collective. Where ``sparsewire calibrate`` writes and ``simulate`` reads the measured compute rate:
     ``$XDG_CACHE_HOME/sparsewire/calibration.json`` (``~/.cache`` by default)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "sparsewire" / "calibration.json"
 
 
 def measure_compute_rate(repeat: int = 5, progress=None) -> dict:
-    """Median local SpMM rate (nonzero-columns per second) of the executor's CSR x dense kernel on
+    """Not collective. Median local SpMM rate (nonzero-columns per second) of the executor's CSR x dense kernel on
     one thread of this machine, with B and C on cache lines as the executor allocates them."""
     from sparsewire.aligned import empty_aligned
     from sparsewire.exec import kernels

@@ -173,13 +173,13 @@ class FlowResult:
 
 
 def link_loads(flow_offsets: np.ndarray, flow_links: np.ndarray, sizes: np.ndarray, n_links: int) -> np.ndarray:
-    """Bytes crossing every link: the sum of the sizes of the flows whose route holds it."""
+    """Not collective. Bytes crossing every link: the sum of the sizes of the flows whose route holds it."""
     counts = np.diff(flow_offsets)
     return np.bincount(flow_links, weights=np.repeat(np.asarray(sizes, np.float64), counts), minlength=n_links)
 
 
 def lower_bound(flow_offsets: np.ndarray, flow_links: np.ndarray, sizes: np.ndarray, capacities: np.ndarray) -> tuple[float, int]:
-    """``max_l load_l / capacity_l`` and the link attaining it (-1 when nothing moves)."""
+    """Not collective. ``max_l load_l / capacity_l`` and the link attaining it (-1 when nothing moves)."""
     loads = link_loads(flow_offsets, flow_links, sizes, capacities.size)
     if loads.size == 0 or loads.max(initial=0.0) == 0.0:
         return 0.0, -1
@@ -189,7 +189,7 @@ def lower_bound(flow_offsets: np.ndarray, flow_links: np.ndarray, sizes: np.ndar
 
 
 def solve_max_min(flow_offsets: np.ndarray, flow_links: np.ndarray, sizes: np.ndarray, capacities: np.ndarray) -> FlowResult:
-    """Completion time of every flow of one phase under max-min fair sharing (module docstring).
+    """Not collective. Completion time of every flow of one phase under max-min fair sharing (module docstring).
 
     ``flow_offsets``/``flow_links``: routes as CSR (flow f crosses ``flow_links[flow_offsets[f]:
     flow_offsets[f+1]]``); ``sizes`` in bytes; ``capacities`` in bytes/s per link, finite and positive (a zero, negative

@@ -89,7 +89,7 @@ def _sorted_unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def header_share_percent(k: int, element_bytes: int = ELEMENT_BYTES) -> float:
-    """Share of headers in unconcatenated SA traffic: ``100 * 160 / (160 + element_bytes * K)``
+    """Not collective. Share of headers in unconcatenated SA traffic: ``100 * 160 / (160 + element_bytes * K)``
     (NetSparse Table 3)."""
     return 100.0 * PAIR_HEADER_BYTES / (PAIR_HEADER_BYTES + element_bytes * k)
 
@@ -152,7 +152,7 @@ class Workload:
 
 
 def characterize(workload: Workload, group_size: int = 16, window: int = 64) -> dict:
-    """NetSparse sec. 3 for this matrix and node count.
+    """Not collective. NetSparse sec. 3 for this matrix and node count.
 
     * ``su_redundant_per_useful``: SU sends every node every remote property,
       ``sum_i (n_cols - own_i)`` transfers, of which ``U = sum_i useful_i`` are useful:
@@ -316,7 +316,7 @@ def _tail(network: Network, workload: Workload, finish_by_node: np.ndarray, rece
 
 
 def su_opt(workload: Workload, network: Network, k: int) -> CommunicationResult:
-    """SUOpt: every node receives every remote property at line rate, no headers, no latency."""
+    """Not collective. SUOpt: every node receives every remote property at line rate, no headers, no latency."""
     _check_network(workload, network)
     payload = ELEMENT_BYTES * k
     received = (workload.n_cols - workload.own_cols()) * payload
@@ -362,7 +362,7 @@ def _solve_pairs(network: Network, nodes: int, pair_bytes: np.ndarray, latency: 
 
 
 def sa_opt(workload: Workload, network: Network, k: int, cores: int = 64, overhead_seconds: float = 800e-9) -> CommunicationResult:
-    """SAOpt (module docstring): per-core perfect dedup, per (core, node) concatenation, software
+    """Not collective. SAOpt (module docstring): per-core perfect dedup, per (core, node) concatenation, software
     overhead per PR, no latency."""
     _check_network(workload, network)
     payload = ELEMENT_BYTES * k
@@ -603,12 +603,12 @@ class NetSparseSimulator:
 
 def simulate_netsparse(workload: Workload, network: Network, k: int, mechanisms: Mechanisms = Mechanisms(),
                        hardware: Hardware = Hardware(), progress: Progress = None) -> CommunicationResult:
-    """One NetSparse configuration (all mechanisms by default)."""
+    """Not collective. One NetSparse configuration (all mechanisms by default)."""
     return NetSparseSimulator(workload, network, k, progress).run(mechanisms, hardware)
 
 
 def ablation(simulator: NetSparseSimulator, su: CommunicationResult, hardware: Hardware = Hardware()) -> list[dict]:
-    """Table 8: the mechanisms switched on one after the other, each row against SUOpt."""
+    """Not collective. Table 8: the mechanisms switched on one after the other, each row against SUOpt."""
     return [simulator.run(mechanisms, hardware, name).row(su) for name, mechanisms in ABLATION]
 
 
@@ -622,7 +622,7 @@ SWEEPS = {
 
 
 def sweep(simulator: NetSparseSimulator, what: str, hardware: Hardware = Hardware()) -> dict:
-    """One sensitivity sweep of :data:`SWEEPS` with every mechanism on."""
+    """Not collective. One sensitivity sweep of :data:`SWEEPS` with every mechanism on."""
     if what not in SWEEPS:
         raise InputError(f"unknown sweep {what!r}; choose from {', '.join(SWEEPS)}")
     description, values, _ = SWEEPS[what]

@@ -226,7 +226,7 @@ def leaf_spine(
     n_hosts: int, rack_size: int = 16, spines: int = 16, bandwidth: float = 400 * GIGABIT,
     link_latency: float = 450e-9, switch_latency: float = 300e-9, name: str = "leaf-spine", **options,
 ) -> Network:
-    """Racks of ``rack_size`` hosts, ``spines`` spines, d-mod-k routing (module docstring)."""
+    """Not collective. Racks of ``rack_size`` hosts, ``spines`` spines, d-mod-k routing (module docstring)."""
     if rack_size < 1 or spines < 1:
         raise InputError("leaf-spine needs a rack size and a spine count of at least 1")
     racks = -(-n_hosts // rack_size)
@@ -251,7 +251,7 @@ def fat_tree(
     n_hosts: int, rack_size: int = 16, uplinks: int = 16, bandwidth: float = 400 * GIGABIT,
     link_latency: float = 450e-9, switch_latency: float = 300e-9, name: str = "fat-tree", **options,
 ) -> Network:
-    """Two-level fat tree with a non-blocking core: per leaf one aggregated uplink and downlink of
+    """Not collective. Two-level fat tree with a non-blocking core: per leaf one aggregated uplink and downlink of
     ``uplinks * bandwidth`` (traffic sprayed over all spines)."""
     racks = -(-n_hosts // rack_size)
     builder = _Builder(n_hosts, ("nic-up", "nic-down", "leaf-up", "spine-down"))
@@ -275,7 +275,7 @@ def dragonfly(
     bandwidth: float = 400 * GIGABIT, link_latency: float = 450e-9, switch_latency: float = 300e-9,
     name: str = "dragonfly", **options,
 ) -> Network:
-    """Dragonfly with minimal routing (module docstring); groups are the host groups."""
+    """Not collective. Dragonfly with minimal routing (module docstring); groups are the host groups."""
     switches = -(-n_hosts // hosts_per_switch)
     groups = -(-switches // switches_per_group)
     builder = _Builder(n_hosts, ("nic-up", "nic-down", "local", "global"))
@@ -328,7 +328,7 @@ def hyperx(
     n_hosts: int, shape: tuple[int, ...] = (4, 4, 2), hosts_per_switch: int = 4, bandwidth: float = 400 * GIGABIT,
     link_latency: float = 450e-9, switch_latency: float = 300e-9, name: str = "hyperx", **options,
 ) -> Network:
-    """HyperX: switches on a grid, all-to-all links along each dimension, dimension-order routing.
+    """Not collective. HyperX: switches on a grid, all-to-all links along each dimension, dimension-order routing.
     Host groups are the switches."""
     switches = int(np.prod(shape))
     if switches * hosts_per_switch < n_hosts:
@@ -364,7 +364,7 @@ def hyperx(
 def gpu_cluster(
     n_hosts: int, gpus_per_node: int, nvlink: LinkClass, infiniband: LinkClass, name: str = "gpu-cluster",
 ) -> Network:
-    """Nodes of ``gpus_per_node`` GPUs on an NVSwitch; one InfiniBand NIC per GPU into a non-blocking
+    """Not collective. Nodes of ``gpus_per_node`` GPUs on an NVSwitch; one InfiniBand NIC per GPU into a non-blocking
     fat tree. Path latencies equal the link classes' latencies; ``message_overhead`` is the
     InfiniBand class's (proxy-based transport, CoLa sec. 4.1)."""
     nodes = -(-n_hosts // gpus_per_node)
@@ -402,7 +402,7 @@ PRESETS: dict[str, tuple[str, int | None]] = {
 
 
 def build_network(preset: str, n_hosts: int | None = None) -> Network:
-    """The network of a preset for ``n_hosts`` hosts (default: the preset's own size; GPU presets
+    """Not collective. The network of a preset for ``n_hosts`` hosts (default: the preset's own size; GPU presets
     need a count). NetSparse presets accept fewer hosts than 128 (the first ones of the machine)."""
     name = preset.strip().lower()
     if name not in PRESETS:

@@ -80,7 +80,7 @@ class PlanTime:
 
 
 def wire_bytes(payload: np.ndarray, network: Network) -> np.ndarray:
-    """Payload plus one ``packet_header_bytes`` per packet of at most ``mtu`` bytes."""
+    """Not collective. Payload plus one ``packet_header_bytes`` per packet of at most ``mtu`` bytes."""
     payload = np.asarray(payload, np.int64)
     room = network.mtu - network.packet_header_bytes
     if room <= 0:
@@ -90,7 +90,7 @@ def wire_bytes(payload: np.ndarray, network: Network) -> np.ndarray:
 
 
 def rank_nonzeros(matrix: sp.sparray, row_partition: RowPartition, col_partition: RowPartition) -> tuple[np.ndarray, np.ndarray]:
-    """Per rank: nonzeros of its diagonal block and of its off-diagonal blocks."""
+    """Not collective. Per rank: nonzeros of its diagonal block and of its off-diagonal blocks."""
     coo = sp.coo_array(matrix)
     rows = np.asarray(row_partition.owner(coo.row), np.int64)
     cols = np.asarray(col_partition.owner(coo.col), np.int64)
@@ -108,7 +108,7 @@ def simulate_plan(
     off_diagonal_nonzeros: np.ndarray | None = None,
     compute_rate: float | None = None,
 ) -> PlanTime:
-    """Predicted time of one plan (module docstring). Without ``compute_rate`` the compute terms
+    """Not collective. Predicted time of one plan (module docstring). Without ``compute_rate`` the compute terms
     are zero (communication only)."""
     n = stats.n_ranks
     if n > network.n_hosts:

@@ -56,12 +56,12 @@ def peak_rss_bytes(comm: MPI.Comm) -> int:
 
 
 def compare_exactly(result: sp.csr_array, reference: sp.csr_array) -> dict:
-    """Compare two sparse matrices entry by entry: the same stored pattern and equal values."""
+    """Not collective. Compare two sparse matrices entry by entry: the same stored pattern and equal values."""
     return _compare(result, reference, lambda got, want: got == want, exact=True)
 
 
 def compare_products(result: sp.csr_array, reference: sp.csr_array, a: sp.sparray, b: sp.sparray, semiring: Semiring) -> dict:
-    """Compare a distributed ``A (+.x) B`` with the single-process reference: the same stored
+    """Not collective. Compare a distributed ``A (+.x) B`` with the single-process reference: the same stored
     pattern, and values under the one rule of :mod:`sparsewire.tolerance`:
 
     * ``any`` monoid: every value must be one of its terms ``A(i, k) (x) B(k, j)`` (any one is
@@ -112,7 +112,7 @@ def _compare(result: sp.csr_array, reference: sp.csr_array, equal, exact: bool) 
 
 
 def product_terms(a: sp.sparray, b: sp.sparray, semiring: Semiring) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every term ``A(i, k) (x) B(k, j)`` of ``A (+.x) B`` as (i, j, value) arrays, the values
+    """Not collective. Every term ``A(i, k) (x) B(k, j)`` of ``A (+.x) B`` as (i, j, value) arrays, the values
     computed by the semiring's own multiplication (GraphBLAS, elementwise): one per flop, so
     for checks, not for speed."""
     a, b = sp.csr_array(a), sp.csr_array(b)
@@ -153,7 +153,7 @@ def _compare_membership(result: sp.csr_array, reference: sp.csr_array, a, b, sem
 
 
 def reference_product(a: sp.sparray, b: sp.sparray, semiring: Semiring, mask: sp.sparray | None = None) -> sp.csr_array:
-    """Single-process ``A (+.x) B`` (masked by the pattern of ``mask``) with SuiteSparse:GraphBLAS."""
+    """Not collective. Single-process ``A (+.x) B`` (masked by the pattern of ``mask``) with SuiteSparse:GraphBLAS."""
     left, right = to_graphblas(a, semiring.dtype), to_graphblas(b, semiring.dtype)
     if mask is None:
         return to_scipy(left.mxm(right, semiring.operator).new())

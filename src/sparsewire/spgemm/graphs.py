@@ -162,7 +162,7 @@ def shortest_paths(
 
 
 def lower_triangle(matrix: sp.sparray) -> sp.csr_array:
-    """The strictly lower triangle of the undirected pattern ``A + A^T`` (no self loops), values 1."""
+    """Not collective. The strictly lower triangle of the undirected pattern ``A + A^T`` (no self loops), values 1."""
     pattern = sp.csr_array(matrix, copy=True)
     pattern.data = np.ones_like(pattern.data)
     undirected = sp.csr_array(((pattern + pattern.T) != 0).astype(np.float64))
@@ -246,25 +246,25 @@ def _product(comm, left: gb.Matrix, right: gb.Matrix, n: int, semiring, algorith
 
 
 def reference_bfs_levels(matrix: sp.sparray, source: int) -> np.ndarray:
-    """Hops from ``source`` along A's edges (SciPy), inf where unreachable."""
+    """Not collective. Hops from ``source`` along A's edges (SciPy), inf where unreachable."""
     pattern = sp.csr_array(matrix, copy=True)
     pattern.data = np.ones_like(pattern.data)
     return csgraph.shortest_path(pattern, method="D", directed=True, unweighted=True, indices=source)
 
 
 def reference_shortest_paths(matrix: sp.sparray, source: int) -> np.ndarray:
-    """Shortest path lengths from ``source`` over A's (non-negative) weights (SciPy Dijkstra)."""
+    """Not collective. Shortest path lengths from ``source`` over A's (non-negative) weights (SciPy Dijkstra)."""
     return csgraph.dijkstra(sp.csr_array(matrix), directed=True, indices=source)
 
 
 def reference_triangle_count(matrix: sp.sparray) -> int:
-    """Triangles of the undirected graph of A: ``sum((L @ L) * L)`` in integers (SciPy)."""
+    """Not collective. Triangles of the undirected graph of A: ``sum((L @ L) * L)`` in integers (SciPy)."""
     lower = lower_triangle(matrix).astype(np.int64)
     return int((lower @ lower).multiply(lower).sum())
 
 
 def reference_reachable_within(matrix: sp.sparray, hops: int) -> sp.csr_array:
-    """The pattern of ``(I + A)^hops`` by ``hops`` SciPy boolean products."""
+    """Not collective. The pattern of ``(I + A)^hops`` by ``hops`` SciPy boolean products."""
     n = matrix.shape[0]
     step = sp.csr_array(((sp.csr_array(matrix) != 0) + sp.eye_array(n, format="csr")) != 0).astype(np.int64)
     reach = sp.eye_array(n, format="csr", dtype=np.int64)

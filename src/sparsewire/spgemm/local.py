@@ -38,12 +38,12 @@ HEADER_BYTES = 16
 
 
 def index_dtype(nrows: int, ncols: int) -> np.dtype:
-    """int32 when every row and column index fits in it, else int64."""
+    """Not collective. int32 when every row and column index fits in it, else int64."""
     return np.dtype(np.int32) if max(nrows, ncols) < 2**31 else np.dtype(np.int64)
 
 
 def to_graphblas(matrix: sp.sparray, dtype: np.dtype) -> gb.Matrix:
-    """A python-graphblas copy of a SciPy matrix, every stored entry kept (explicit zeros too),
+    """Not collective. A python-graphblas copy of a SciPy matrix, every stored entry kept (explicit zeros too),
     values cast to ``dtype`` (bool: nonzero is True)."""
     csr = sp.csr_array(matrix)
     csr.sort_indices()
@@ -60,7 +60,7 @@ def to_graphblas(matrix: sp.sparray, dtype: np.dtype) -> gb.Matrix:
 
 
 def to_scipy(matrix: gb.Matrix) -> sp.csr_array:
-    """A SciPy CSR copy of a python-graphblas matrix (every stored entry kept)."""
+    """Not collective. A SciPy CSR copy of a python-graphblas matrix (every stored entry kept)."""
     exported = matrix.ss.export("csr", sort=True)
     values = _full_values(exported, int(exported["indptr"][-1]))
     return sp.csr_array(
@@ -70,7 +70,7 @@ def to_scipy(matrix: gb.Matrix) -> sp.csr_array:
 
 
 def empty(nrows: int, ncols: int, dtype: np.dtype) -> gb.Matrix:
-    """An all-empty matrix (no stored entries)."""
+    """Not collective. An all-empty matrix (no stored entries)."""
     return gb.Matrix(gb.dtypes.lookup_dtype(np.dtype(dtype)), nrows, ncols)
 
 
@@ -86,7 +86,7 @@ def _full_values(exported: dict, nnz: int) -> np.ndarray:
 
 
 def row_counts(matrix: gb.Matrix) -> np.ndarray:
-    """Stored entries of every row (int64, length nrows), from GraphBLAS's row degrees (no copy of
+    """Not collective. Stored entries of every row (int64, length nrows), from GraphBLAS's row degrees (no copy of
     the matrix): the counts the byte predictions are made from."""
     counts = np.zeros(matrix.nrows, np.int64)
     rows, degrees = matrix.reduce_rowwise(gb.agg.count).new().to_coo()
@@ -97,7 +97,7 @@ def row_counts(matrix: gb.Matrix) -> np.ndarray:
 def pack_row_ranges(
     matrix: gb.Matrix, bounds: np.ndarray, itype: np.dtype, *, consume: bool = False
 ) -> list[tuple[np.ndarray, np.ndarray, int]]:
-    """One message ``(integer array, values, listed rows)`` per row range ``[bounds[d], bounds[d+1])``,
+    """Not collective. One message ``(integer array, values, listed rows)`` per row range ``[bounds[d], bounds[d+1])``,
     row positions relative to the range start, integers of type ``itype`` (sender and receiver
     must agree: see :func:`index_dtype`).
 
@@ -135,7 +135,7 @@ def import_messages(
     pieces: list[tuple[np.ndarray, np.ndarray, int]], row_offsets: np.ndarray, nrows: int, ncols: int, dtype: np.dtype,
     values: np.ndarray | None = None,
 ) -> gb.Matrix:
-    """One hypersparse matrix from messages: piece d = (integer array, values, listed rows) holds
+    """Not collective. One hypersparse matrix from messages: piece d = (integer array, values, listed rows) holds
     rows starting at ``row_offsets[d]``, pieces in increasing row order. Costs O(listed rows +
     entries), not O(nrows): rows that received nothing are not touched. ``values``: all pieces'
     values already contiguous in piece order (one receive buffer), handed to GraphBLAS as they are."""
@@ -164,5 +164,5 @@ def import_messages(
 
 
 def wire_bytes(listed_rows: int, entries: int, index_bytes: int, value_bytes: int) -> int:
-    """Bytes of one message: header + (2 * listed rows + entries) indices + entries values."""
+    """Not collective. Bytes of one message: header + (2 * listed rows + entries) indices + entries values."""
     return HEADER_BYTES + index_bytes * (2 * listed_rows + entries) + value_bytes * entries

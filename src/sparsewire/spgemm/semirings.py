@@ -139,7 +139,7 @@ SEMIRINGS: tuple[str, ...] = tuple(_NAMED)
 
 
 def get_semiring(name: str) -> Semiring:
-    """A named semiring (``min_plus``) or a user one written ``ADD.MULTIPLY`` (``plus.minus``),
+    """Not collective. A named semiring (``min_plus``) or a user one written ``ADD.MULTIPLY`` (``plus.minus``),
     where ADD is a monoid of :data:`MONOIDS` and MULTIPLY any python-graphblas binary operator
     name (user semirings run in float64, or bool for lor)."""
     text = name.strip().lower()
@@ -159,7 +159,7 @@ def get_semiring(name: str) -> Semiring:
 
 
 def user_semiring(name: str, add: str, multiply: Callable[[float, float], float], dtype=np.float64) -> Semiring:
-    """A semiring from a monoid name and a Python function ``multiply(a, b)``, compiled by Numba
+    """Not collective. A semiring from a monoid name and a Python function ``multiply(a, b)``, compiled by Numba
     through python-graphblas. Its multiplication is assumed not to commute (never exploited)."""
     if add not in MONOIDS:
         raise InputError(f"unknown monoid {add!r}; choose from {', '.join(MONOIDS)}")

@@ -56,7 +56,7 @@ class ProcessGrid:
 
 
 def choose_grid(ranks: int) -> ProcessGrid:
-    """The most nearly square grid with pr >= pc and pr * pc = ranks (4: 2x2, 3: 3x1, 6: 3x2)."""
+    """Not collective. The most nearly square grid with pr >= pc and pr * pc = ranks (4: 2x2, 3: 3x1, 6: 3x2)."""
     if ranks < 1:
         raise InputError(f"cannot make a process grid of {ranks} ranks")
     cols = max(d for d in range(1, int(np.sqrt(ranks)) + 1) if ranks % d == 0)
@@ -64,7 +64,7 @@ def choose_grid(ranks: int) -> ProcessGrid:
 
 
 def parse_grid(text: str | None, ranks: int) -> ProcessGrid:
-    """``RxC`` (rows x columns) or None for :func:`choose_grid`; R * C must equal the ranks."""
+    """Not collective. ``RxC`` (rows x columns) or None for :func:`choose_grid`; R * C must equal the ranks."""
     if text is None or text == "auto":
         return choose_grid(ranks)
     try:
@@ -114,7 +114,7 @@ class BlockLayout:
 
 
 def summa_stages(a_cols: RowPartition, b_rows: RowPartition) -> list[tuple[int, int, int, int]]:
-    """The stages of the common refinement of A's column blocks and B's row blocks:
+    """Not collective. The stages of the common refinement of A's column blocks and B's row blocks:
     (lo, hi, grid column owning A(:, lo:hi), grid row owning B(lo:hi, :)), empty ranges dropped."""
     if a_cols.n != b_rows.n:
         raise InputError(f"inner dimensions differ: A has {a_cols.n} columns, B has {b_rows.n} rows")

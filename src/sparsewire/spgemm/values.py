@@ -13,7 +13,7 @@ __all__ = ["check_values_spec", "apply_values", "load_operand"]
 
 
 def check_values_spec(values: str) -> None:
-    """Reject a malformed ``--values`` (before any matrix is loaded)."""
+    """Not collective. Reject a malformed ``--values`` (before any matrix is loaded)."""
     if values in ("file", "ones"):
         return
     if values.startswith("random:"):
@@ -26,7 +26,7 @@ def check_values_spec(values: str) -> None:
 
 
 def apply_values(matrix: sp.csr_array, values: str) -> sp.csr_array:
-    """Set the stored values: ``file`` keeps them (pattern files read as 1), ``ones`` sets 1,
+    """Not collective. Set the stored values: ``file`` keeps them (pattern files read as 1), ``ones`` sets 1,
     ``random:SEED`` sets deterministic integers in 1..9 (entry e of the canonical CSR order gets
     the e-th draw of NumPy's default generator seeded with SEED), so integer semirings are exact."""
     check_values_spec(values)
@@ -41,7 +41,7 @@ def apply_values(matrix: sp.csr_array, values: str) -> sp.csr_array:
 
 
 def load_operand(spec: str, values: str) -> sp.csr_array:
-    """Load a matrix and set its values (:func:`apply_values`); NaN or infinite values are an error."""
+    """Not collective. Load a matrix and set its values (:func:`apply_values`); NaN or infinite values are an error."""
     matrix = apply_values(load_matrix(spec), values)
     bad = nonfinite_entries(matrix)
     if bad:
