@@ -36,24 +36,29 @@ class StreamingCombine:
         self.buffers = buffers
 
     def diagonal(self, b: np.ndarray, out: np.ndarray) -> None:
+        """Not collective."""
         kernels.multiply(self.buffers.diagonal, b, out)
 
     def diagonal_rows(self, b: np.ndarray, out: np.ndarray, thread: int) -> None:
+        """Not collective."""
         bounds = self.buffers.row_bounds
         kernels.multiply_rows(self.buffers.diagonal, b, out, int(bounds[thread]), int(bounds[thread + 1]))
 
     def exchange_arrived(self, ex: ExchangeBuffers, out: np.ndarray) -> None:
+        """Not collective."""
         kernels.multiply(ex.unpack, ex.receive_buffer, out, accumulate=True)
 
     def message_arrived(self, ex: ExchangeBuffers, message: int, out: np.ndarray) -> None:
+        """Not collective."""
         start, stop = int(ex.recv_offsets[message]), int(ex.recv_offsets[message + 1])
         kernels.apply_columns(ex.unpack_columns, ex.receive_buffer, out, start, stop)
 
     def partition_arrived(self, ex: ExchangeBuffers, thread: int, start: int, stop: int, out: np.ndarray) -> None:
+        """Not collective."""
         kernels.apply_elements(ex.unpack_columns, thread, ex.recv_flat, self.buffers.k, out, start, stop)
 
     def finish(self, b: np.ndarray, out: np.ndarray) -> None:
-        """Nothing left: every row was added as it arrived."""
+        """Not collective. Nothing left: every row was added as it arrived."""
 
 
 class OrderedCombine:
@@ -65,20 +70,21 @@ class OrderedCombine:
         self._head = buffers.plan.local_shape[1]
 
     def diagonal(self, b: np.ndarray, out: np.ndarray) -> None:
-        """Part of :meth:`finish`."""
+        """Not collective. Part of :meth:`finish`."""
 
     def diagonal_rows(self, b: np.ndarray, out: np.ndarray, thread: int) -> None:
-        """Part of :meth:`finish`."""
+        """Not collective. Part of :meth:`finish`."""
 
     def exchange_arrived(self, ex: ExchangeBuffers, out: np.ndarray) -> None:
-        """Kept in its receive buffer for :meth:`finish`."""
+        """Not collective. Kept in its receive buffer for :meth:`finish`."""
 
     def message_arrived(self, ex: ExchangeBuffers, message: int, out: np.ndarray) -> None:
-        """Kept in its receive buffer for :meth:`finish`."""
+        """Not collective. Kept in its receive buffer for :meth:`finish`."""
 
     def partition_arrived(self, ex: ExchangeBuffers, thread: int, start: int, stop: int, out: np.ndarray) -> None:
-        """Kept in its receive buffer for :meth:`finish`."""
+        """Not collective. Kept in its receive buffer for :meth:`finish`."""
 
     def finish(self, b: np.ndarray, out: np.ndarray) -> None:
+        """Not collective."""
         self.buffers.stack[: self._head] = b
         kernels.multiply(self.buffers.merged, self.buffers.stack, out)

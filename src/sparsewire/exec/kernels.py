@@ -145,7 +145,7 @@ class CsrOperand:
 
     @staticmethod
     def from_matrix(matrix: sp.sparray, dtype: np.dtype, threads: int, *, keep_order: bool = False) -> CsrOperand:
-        """``keep_order``: each row is summed in the order ``matrix`` stores it (no duplicates
+        """Not collective. ``keep_order``: each row is summed in the order ``matrix`` stores it (no duplicates
         allowed); otherwise duplicates are summed and rows sorted by column."""
         csr = sp.csr_array(matrix)
         if not keep_order:
@@ -239,6 +239,7 @@ class GatherOperand:
 
     @staticmethod
     def from_index(index: np.ndarray, threads: int) -> GatherOperand:
+        """Not collective."""
         index = np.asarray(index, np.int64)
         return GatherOperand(index, np.linspace(0, index.size, threads + 1).astype(np.int64))
 
@@ -273,6 +274,7 @@ class CscOperand:
 
     @staticmethod
     def from_matrix(matrix: sp.sparray, dtype: np.dtype, row_bounds: np.ndarray) -> CscOperand:
+        """Not collective."""
         coo = sp.coo_array(matrix)
         threads = row_bounds.size - 1
         n_cols = coo.shape[1]

@@ -79,20 +79,25 @@ class MpiTransport(MessageTransport):
         self._any_status = MPI.Status()
 
     def post_receives(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         if self._recv[ex.index]:
             MPI.Prequest.Startall(self._recv[ex.index])
 
     def start_sends(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         if self._send[ex.index]:
             MPI.Prequest.Startall(self._send[ex.index])
 
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         self._send[ex.index][message].Start()
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         _wait_and_count(self._recv[ex.index], self._statuses[ex.index], self.ledger, ex, self._type)
 
     def wait_any(self) -> tuple[int, int]:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         position = MPI.Request.Waitany(self._all_recv, self._any_status)
         if position == MPI.UNDEFINED:
             raise RuntimeError("no receive is active but messages are missing; the executor's schedule is broken")
@@ -101,9 +106,11 @@ class MpiTransport(MessageTransport):
         return index, message
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         MPI.Request.Waitall(self._send[ex.index])
 
     def free(self) -> None:
+        """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transport`."""
         for request in self._all_recv + [r for requests in self._send for r in requests]:
             request.Free()
         self._recv, self._send, self._all_recv = [], [], []
@@ -149,18 +156,22 @@ class MpiPartitionedTransport(_Partitioned):
         self._statuses = [[MPI.Status() for _ in requests] for requests in self._recv]
 
     def post_receives(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         self._reset_arrivals(ex)
         if self._recv[ex.index]:
             MPI.Prequest.Startall(self._recv[ex.index])
 
     def start_sends(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         if self._send[ex.index]:
             MPI.Prequest.Startall(self._send[ex.index])
 
     def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         self._send[ex.index][message].Pready(partition)
 
     def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         flags = self._arrived[ex.index]
         if flags[message, partition]:
             return True
@@ -170,12 +181,15 @@ class MpiPartitionedTransport(_Partitioned):
         return arrived
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         _wait_and_count(self._recv[ex.index], self._statuses[ex.index], self.ledger, ex, self._type)
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         MPI.Request.Waitall(self._send[ex.index])
 
     def free(self) -> None:
+        """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transport`."""
         for request in [r for requests in self._recv + self._send for r in requests]:
             request.Free()
         self._recv, self._send = [], []
@@ -205,17 +219,20 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
         self._lock = threading.Lock() if T > 1 else None
 
     def post_receives(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         self._reset_arrivals(ex)
         for requests in self._recv[ex.index]:
             MPI.Prequest.Startall(requests)
 
     def start_sends(self, ex: ExchangeBuffers) -> None:
-        """Nothing to open: each partition's send starts when it is marked ready."""
+        """Not collective (point to point with the peers). Nothing to open: each partition's send starts when it is marked ready."""
 
     def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         self._send[ex.index][message][partition].Start()
 
     def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         flags = self._arrived[ex.index]
         if flags[message, partition]:
             return True
@@ -230,16 +247,18 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
         return arrived
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
-        """Every partition was completed by :meth:`partition_arrived`; count their statuses."""
+        """Not collective (point to point with the peers). Every partition was completed by :meth:`partition_arrived`; count their statuses."""
         for message, statuses in enumerate(self._statuses[ex.index]):
             elements = sum(status.Get_count(self._type) for status in statuses)
             self.ledger.record(ex, message, elements)
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         for requests in self._send[ex.index]:
             MPI.Request.Waitall(requests)
 
     def free(self) -> None:
+        """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transport`."""
         for request in [r for requests in self._recv + self._send for group in requests for r in group]:
             request.Free()
         self._recv, self._send = [], []

@@ -59,6 +59,7 @@ class BulkSchedule(_Schedule):
     """Exchange after exchange (see the module docstring)."""
 
     def run(self, b: np.ndarray, out: np.ndarray) -> None:
+        """Collective over the plan's peers."""
         transport, combine = self.transport, self.combine
         combine.diagonal(b, out)
         for ex in self.buffers.exchanges:
@@ -87,6 +88,7 @@ class OverlapSchedule(_Schedule):
             self._finished[index] = True
 
     def run(self, b: np.ndarray, out: np.ndarray) -> None:
+        """Collective over the plan's peers."""
         transport, steps, exchanges = self.transport, self.buffers.steps, self.buffers.exchanges
         self._finished[:] = False
         for position, step in enumerate(steps):
@@ -119,6 +121,7 @@ class EarlySchedule(_Schedule):
         self._waiting = [np.zeros(len(ex.send_ranks), np.int64) for ex in buffers.exchanges]
 
     def run(self, b: np.ndarray, out: np.ndarray) -> None:
+        """Collective over the plan's peers."""
         transport, steps, exchanges = self.transport, self.buffers.steps, self.buffers.exchanges
         for arrived in self._arrived:
             arrived[:] = False

@@ -150,16 +150,19 @@ class TorchTransport(MessageTransport):
         self._pending: list[tuple[int, int]] = []  # posted receives not yet completed, in posting order
 
     def post_receives(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         works, tag = self._recv_works[ex.index], self._tags[ex.index]
         for message, (source, tensor) in enumerate(zip(ex.recv_ranks, self._recv_tensors[ex.index])):
             works[message] = self._dist.irecv(tensor, src=self._peer[source], tag=tag)
             self._pending.append((ex.index, message))
 
     def start_sends(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         for message in range(len(ex.send_ranks)):
             self.start_send(ex, message)
 
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         destination = self._peer[ex.send_ranks[message]]
         self._send_works[ex.index][message] = self._dist.isend(self._send_tensors[ex.index][message], dst=destination, tag=self._tags[ex.index])
 
@@ -170,12 +173,14 @@ class TorchTransport(MessageTransport):
         self.ledger.record(self.buffers.exchanges[index], message, self._recv_tensors[index][message].numel())
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         for message, work in enumerate(self._recv_works[ex.index]):
             if work is not None:
                 self._complete(ex.index, message)
         self._pending = [p for p in self._pending if p[0] != ex.index]
 
     def wait_any(self) -> tuple[int, int]:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         while self._pending:
             index, message = self._pending.pop(0)
             if self._recv_works[index][message] is not None:
@@ -184,6 +189,7 @@ class TorchTransport(MessageTransport):
         raise RuntimeError("no receive is active but messages are missing; the executor's schedule is broken")
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         works = self._send_works[ex.index]
         for message, work in enumerate(works):
             if work is not None:
@@ -191,5 +197,5 @@ class TorchTransport(MessageTransport):
                 works[message] = None
 
     def free(self) -> None:
-        """Nothing is held between multiplies (torch.distributed has no persistent requests)."""
+        """Not collective (frees this rank's requests). Nothing is held between multiplies (torch.distributed has no persistent requests)."""
         self._pending = []

@@ -47,11 +47,11 @@ class ByteLedger:
         self.problems: list[str] = []
 
     def reset(self) -> None:
-        """Start a multiply: zero the byte counts (the problems stay)."""
+        """Not collective. Start a multiply: zero the byte counts (the problems stay)."""
         self.bytes_from[:] = 0
 
     def record(self, ex: ExchangeBuffers, message: int, received_elements: int) -> None:
-        """Count one received message of ``received_elements`` elements (padding included); a
+        """Not collective. Count one received message of ``received_elements`` elements (padding included); a
         payload other than the plan's is a delivery problem."""
         payload = received_elements - (ex.recv_elements[message] - ex.expected_elements[message])
         source = ex.recv_ranks[message]
@@ -83,24 +83,24 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def post_receives(self, ex: ExchangeBuffers) -> None:
-        """Begin every receive of ``ex``."""
+        """Not collective (point to point with the peers). Begin every receive of ``ex``."""
 
     @abc.abstractmethod
     def start_sends(self, ex: ExchangeBuffers) -> None:
-        """Begin every send of ``ex`` (its send buffer is packed; partitioned: open the messages,
+        """Not collective (point to point with the peers). Begin every send of ``ex`` (its send buffer is packed; partitioned: open the messages,
         whose partitions are then marked ready one by one)."""
 
     @abc.abstractmethod
     def wait_receives(self, ex: ExchangeBuffers) -> None:
-        """Complete every receive of ``ex`` and count it."""
+        """Not collective (point to point with the peers). Complete every receive of ``ex`` and count it."""
 
     @abc.abstractmethod
     def wait_sends(self, ex: ExchangeBuffers) -> None:
-        """Complete every send of ``ex``."""
+        """Not collective (point to point with the peers). Complete every send of ``ex``."""
 
     @abc.abstractmethod
     def free(self) -> None:
-        """Release every request (no message may be in flight)."""
+        """Not collective (frees this rank's requests). Release every request (no message may be in flight)."""
 
 
 class MessageTransport(Transport):
@@ -109,11 +109,11 @@ class MessageTransport(Transport):
 
     @abc.abstractmethod
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
-        """Begin the send of one message of ``ex`` (its rows are packed)."""
+        """Not collective (point to point with the peers). Begin the send of one message of ``ex`` (its rows are packed)."""
 
     @abc.abstractmethod
     def wait_any(self) -> tuple[int, int]:
-        """Complete one of the posted receives not yet completed, count it, and return its
+        """Not collective (point to point with the peers). Complete one of the posted receives not yet completed, count it, and return its
         (exchange, message)."""
 
 
@@ -122,8 +122,8 @@ class PartitionedTransport(Transport):
 
     @abc.abstractmethod
     def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
-        """Partition ``partition`` of sent ``message`` is packed: let it go."""
+        """Not collective (point to point with the peers). Partition ``partition`` of sent ``message`` is packed: let it go."""
 
     @abc.abstractmethod
     def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
-        """Whether partition ``partition`` of received ``message`` has arrived (thread-safe)."""
+        """Not collective (point to point with the peers). Whether partition ``partition`` of received ``message`` has arrived (thread-safe)."""

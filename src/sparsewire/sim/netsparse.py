@@ -112,7 +112,7 @@ class Workload:
 
     @classmethod
     def from_matrix(cls, matrix: sp.sparray, nodes: int) -> Workload:
-        """Even rows of ``matrix`` (and of the property array: its columns) over ``nodes`` nodes."""
+        """Not collective. Even rows of ``matrix`` (and of the property array: its columns) over ``nodes`` nodes."""
         matrix = sp.csr_array(matrix)
         n_rows, n_cols = matrix.shape
         if nodes < 1:
@@ -135,15 +135,15 @@ class Workload:
         return int(self.matrix.shape[1])
 
     def node_of_nonzeros(self) -> np.ndarray:
-        """Node of every nonzero, in CSR order."""
+        """Not collective. Node of every nonzero, in CSR order."""
         return np.repeat(np.arange(self.nodes, dtype=np.int32), np.diff(self.node_starts))
 
     def own_cols(self) -> np.ndarray:
-        """Properties each node holds."""
+        """Not collective. Properties each node holds."""
         return np.bincount(self.col_owner, minlength=self.nodes).astype(np.int64)
 
     def useful(self) -> np.ndarray:
-        """Distinct remote properties each node needs (its useful transfers)."""
+        """Not collective. Distinct remote properties each node needs (its useful transfers)."""
         if self._useful is None:
             nodes = self.node_of_nonzeros()[self.remote].astype(np.int64)
             keys, _ = _sorted_unique(nodes * self.n_cols + self.matrix.indices[self.remote])
@@ -206,7 +206,7 @@ class Mechanisms:
     cache: bool = True
 
     def label(self) -> str:
-        """Short name: the last mechanism of the ablation order that is on."""
+        """Not collective. Short name: the last mechanism of the ablation order that is on."""
         for name, mechanisms in reversed(ABLATION):
             if mechanisms == self:
                 return name
@@ -244,7 +244,7 @@ class Hardware:
     cache_line_min: int = 16
 
     def cycles(self, seconds: np.ndarray | float) -> np.ndarray:
-        """Seconds as NIC cycles (rounded up)."""
+        """Not collective. Seconds as NIC cycles (rounded up)."""
         return np.ceil(np.asarray(seconds) * self.clock_hz).astype(np.int64)
 
 
@@ -273,7 +273,7 @@ class CommunicationResult:
         return self.requests / self.packets if self.packets else 0.0
 
     def row(self, su: CommunicationResult) -> dict:
-        """This result against SUOpt: the fields of an ablation / comparison row."""
+        """Not collective. This result against SUOpt: the fields of an ablation / comparison row."""
         return {
             "mechanisms": self.name,
             "seconds": self.seconds,

@@ -108,12 +108,12 @@ class Network:
         return int(self.capacities.size)
 
     def route(self, source: int, destination: int) -> np.ndarray:
-        """Link ids from ``source`` to ``destination`` (empty for a host to itself)."""
+        """Not collective. Link ids from ``source`` to ``destination`` (empty for a host to itself)."""
         links = self.routes[source, destination]
         return links[links >= 0]
 
     def route_lists(self, sources: np.ndarray, destinations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Routes of many pairs as CSR: ``(offsets, links)``, flow ``f``'s links are
+        """Not collective. Routes of many pairs as CSR: ``(offsets, links)``, flow ``f``'s links are
         ``links[offsets[f]:offsets[f + 1]]``."""
         table = self.routes[np.asarray(sources, np.int64), np.asarray(destinations, np.int64)]
         valid = table >= 0
@@ -122,7 +122,7 @@ class Network:
         return offsets, table[valid].astype(np.int64)
 
     def path_latency(self, sources: np.ndarray, destinations: np.ndarray) -> np.ndarray:
-        """Zero-load one-way latency of each pair: link latencies plus ``switch_latency`` per switch."""
+        """Not collective. Zero-load one-way latency of each pair: link latencies plus ``switch_latency`` per switch."""
         table = self.routes[np.asarray(sources, np.int64), np.asarray(destinations, np.int64)]
         valid = table >= 0
         link_latency = np.where(valid, self.latencies[np.where(valid, table, 0)], 0.0).sum(axis=-1)
@@ -130,19 +130,19 @@ class Network:
         return link_latency + self.switch_latency * np.maximum(hops - 1, 0)
 
     def first_switches(self) -> np.ndarray:
-        """The switch each host's NIC plugs into (its top-of-rack switch), numbered 0, 1, ..."""
+        """Not collective. The switch each host's NIC plugs into (its top-of-rack switch), numbered 0, 1, ..."""
         return np.asarray(self.host_switches, np.int64)
 
     def host_uplinks(self) -> np.ndarray:
-        """Each host's NIC link in the send direction (the first link of its routes off its switch)."""
+        """Not collective. Each host's NIC link in the send direction (the first link of its routes off its switch)."""
         return np.asarray(self.uplinks, np.int64)
 
     def host_downlinks(self) -> np.ndarray:
-        """Each host's NIC link in the receive direction."""
+        """Not collective. Each host's NIC link in the receive direction."""
         return np.asarray(self.downlinks, np.int64)
 
     def planner_topology(self, n_ranks: int | None = None) -> Topology:
-        """The :class:`~sparsewire.topology.Topology` the planner's hierarchical strategies use for
+        """Not collective. The :class:`~sparsewire.topology.Topology` the planner's hierarchical strategies use for
         ranks on hosts ``0 .. n_ranks - 1``: level-0 groups = :attr:`host_groups`, link classes from
         one route inside a group and one between groups (bandwidth of its slowest link, its path
         latency, :attr:`message_overhead`)."""
@@ -167,11 +167,11 @@ class Network:
         return Topology(self.name, levels, tuple(int(g) for g in groups))
 
     def kind_of(self, link: int) -> str:
-        """Name of a link's kind (``nic-up``, ``leaf-up``, ...)."""
+        """Not collective. Name of a link's kind (``nic-up``, ``leaf-up``, ...)."""
         return self.kind_names[int(self.link_kinds[link])]
 
     def describe(self) -> str:
-        """One line: hosts, groups, link kinds with capacities."""
+        """Not collective. One line: hosts, groups, link kinds with capacities."""
         kinds = []
         for index, kind in enumerate(self.kind_names):
             mask = self.link_kinds == index

@@ -63,7 +63,7 @@ class PlanTime:
     slowest_rank: int
 
     def as_dict(self) -> dict:
-        """The JSON fields of ``sparsewire simulate``."""
+        """Not collective. The JSON fields of ``sparsewire simulate``."""
         return {
             "name": self.strategy,
             "communication_seconds": self.communication_seconds,

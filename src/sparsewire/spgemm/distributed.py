@@ -225,7 +225,7 @@ class DistributedSpgemm:
             self.multiplier = OneDimMultiplier(comm, plan, semiring, overlap=overlap)
 
     def a_block(self, rank: int) -> tuple[slice, slice]:
-        """Global (rows, columns) of A held by ``rank``."""
+        """Not collective. Global (rows, columns) of A held by ``rank``."""
         if self.algorithm == "summa":
             return self.layout.a_block(rank)
         return slice(*self.row_partition.range(rank)), slice(0, self.a_shape[1])
@@ -236,7 +236,7 @@ class DistributedSpgemm:
         return "summa" if self.algorithm == "summa" else f"1d/{self.strategy.value}"
 
     def free(self) -> None:
-        """Release the communicators the algorithm made."""
+        """Collective (frees the communicators the algorithm made). Release the communicators the algorithm made."""
         self.multiplier.free()
 
     def _scatter(self, matrix: sp.sparray | None, block_of) -> sp.csr_array:
@@ -251,13 +251,13 @@ class DistributedSpgemm:
         return comm.scatter(pieces, root=0)
 
     def b_block(self, rank: int) -> tuple[slice, slice]:
-        """Global (rows, columns) of B held by ``rank``."""
+        """Not collective. Global (rows, columns) of B held by ``rank``."""
         if self.algorithm == "summa":
             return self.layout.b_block(rank)
         return slice(*self.col_partition.range(rank)), slice(0, self.b_shape[1])
 
     def c_block(self, rank: int) -> tuple[slice, slice]:
-        """Global (rows, columns) of C computed by ``rank``."""
+        """Not collective. Global (rows, columns) of C computed by ``rank``."""
         if self.algorithm == "summa":
             return self.layout.c_block(rank)
         return slice(*self.row_partition.range(rank)), slice(0, self.b_shape[1])

@@ -113,11 +113,11 @@ class OneDimMultiplier:
         self.peak_held_entries = 0
 
     def free(self) -> None:
-        """Release the duplicated communicator."""
+        """Collective (frees its communicator). Release the duplicated communicator."""
         self.comm.Free()
 
     def send_buffer(self, b_local: gb.Matrix) -> gb.Matrix:
-        """The rows this rank sends, grouped by destination: copied B rows and partial C rows."""
+        """Not collective. The rows this rank sends, grouped by destination: copied B rows and partial C rows."""
         semiring = self.semiring
         buffer = self.select.mxm(b_local, semiring.copy).new()
         if self.terms is not None:
@@ -140,7 +140,7 @@ class OneDimMultiplier:
         return int(sum(wire_bytes(int(listed), int(e), index_bytes, value_bytes) for listed, e in zip(listed_per, entries_per)))
 
     def predicted_bytes(self, b_local: gb.Matrix) -> int:
-        """Bytes :meth:`multiply` puts on the wire for this B, exactly, from counts: a copied row
+        """Not collective. Bytes :meth:`multiply` puts on the wire for this B, exactly, from counts: a copied row
         has its B row's entries; a partial C row has the entries of the pattern of its terms times
         B (a pattern-only product of those rows, made only for strategies that push partial rows)."""
         entries = self._copied_entries(row_counts(b_local))
@@ -150,7 +150,7 @@ class OneDimMultiplier:
         return self._bytes(entries, b_local.ncols)
 
     def bytes_lower_bound(self, b_local: gb.Matrix) -> int:
-        """At most :meth:`predicted_bytes`, from counts only (no product): a partial C row has at
+        """Not collective. At most :meth:`predicted_bytes`, from counts only (no product): a partial C row has at
         least the entries of its longest term's B row."""
         counts = row_counts(b_local)
         entries = self._copied_entries(counts)

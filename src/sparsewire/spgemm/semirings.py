@@ -78,7 +78,7 @@ class Semiring:
         return gb.dtypes.lookup_dtype(self.dtype)
 
     def describe(self) -> dict:
-        """The facts as a JSON-ready dict."""
+        """Not collective. The facts as a JSON-ready dict."""
         identity = self.identity
         if isinstance(identity, float) and not np.isfinite(identity):
             identity = "inf" if identity > 0 else "-inf"

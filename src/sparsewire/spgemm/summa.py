@@ -48,7 +48,7 @@ class ProcessGrid:
         return self.rows * self.cols
 
     def position(self, rank: int) -> tuple[int, int]:
-        """(grid row, grid column) of ``rank``."""
+        """Not collective. (grid row, grid column) of ``rank``."""
         return rank // self.cols, rank % self.cols
 
     def __str__(self) -> str:
@@ -88,7 +88,7 @@ class BlockLayout:
 
     @staticmethod
     def even(grid: ProcessGrid, a_shape: tuple[int, int], b_shape: tuple[int, int]) -> BlockLayout:
-        """Even blocks: A rows and B rows into pr parts, A columns and B columns into pc parts."""
+        """Not collective. Even blocks: A rows and B rows into pr parts, A columns and B columns into pc parts."""
         return BlockLayout(
             grid,
             even_rows(a_shape[0], grid.rows),
@@ -98,17 +98,17 @@ class BlockLayout:
         )
 
     def a_block(self, rank: int) -> tuple[slice, slice]:
-        """Global (rows, columns) of A held by ``rank``."""
+        """Not collective. Global (rows, columns) of A held by ``rank``."""
         i, j = self.grid.position(rank)
         return slice(*self.a_rows.range(i)), slice(*self.a_cols.range(j))
 
     def b_block(self, rank: int) -> tuple[slice, slice]:
-        """Global (rows, columns) of B held by ``rank``."""
+        """Not collective. Global (rows, columns) of B held by ``rank``."""
         i, j = self.grid.position(rank)
         return slice(*self.b_rows.range(i)), slice(*self.b_cols.range(j))
 
     def c_block(self, rank: int) -> tuple[slice, slice]:
-        """Global (rows, columns) of C computed by ``rank``."""
+        """Not collective. Global (rows, columns) of C computed by ``rank``."""
         i, j = self.grid.position(rank)
         return slice(*self.a_rows.range(i)), slice(*self.b_cols.range(j))
 
@@ -173,7 +173,7 @@ class SummaMultiplier:
         self.peak_held_entries = 0
 
     def free(self) -> None:
-        """Release the grid row and column communicators."""
+        """Collective (frees its row and column communicators). Release the grid row and column communicators."""
         self.row_comm.Free()
         self.col_comm.Free()
 
@@ -183,7 +183,7 @@ class SummaMultiplier:
         return [(s, lo - start, hi - start) for s, (lo, hi, _, b_owner) in enumerate(self.stages) if b_owner == self.row]
 
     def predicted_bytes(self, b_block: gb.Matrix) -> int:
-        """Bytes this rank's stage blocks put on the wire in :meth:`multiply` (each to pc - 1 or
+        """Not collective. Bytes this rank's stage blocks put on the wire in :meth:`multiply` (each to pc - 1 or
         pr - 1 receivers), from counts only: the A blocks' sizes found at setup, B's row degrees."""
         grid, value_bytes, index_bytes = self.layout.grid, np.dtype(self.semiring.dtype).itemsize, self.itype.itemsize
         total = sum((grid.cols - 1) * wire_bytes(listed, entries, index_bytes, value_bytes) for listed, entries in self.a_sizes.values())
@@ -194,7 +194,7 @@ class SummaMultiplier:
         return int(total)
 
     def bytes_lower_bound(self, b_block: gb.Matrix) -> int:
-        """:meth:`predicted_bytes` (already exact from counts)."""
+        """Not collective. :meth:`predicted_bytes` (already exact from counts)."""
         return self.predicted_bytes(b_block)
 
     def multiply(self, b_block: gb.Matrix, mask: gb.Matrix | None = None, held_elsewhere: int = 0) -> gb.Matrix:
