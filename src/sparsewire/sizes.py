@@ -77,22 +77,16 @@ def check_fits(rows: int, cols: int, entries: int, what: str) -> None:
     (:func:`available_memory_bytes`: ``entries * BYTES_PER_ENTRY + rows * BYTES_PER_ROW`` bytes);
     ``what`` names the file or spec."""
     needed = max(0, entries) * BYTES_PER_ENTRY + max(0, rows) * BYTES_PER_ROW
-    available = available_memory_bytes()
-    if available and needed > available:
-        raise InputError(
-            f"{what}: a {rows} x {cols} matrix with about {entries} entries needs about {needed / 2**30:.1f} GiB to build, more than "
-            f"the {available / 2**30:.1f} GiB this process may use; use a smaller size"
-        )
+    _refuse_above(needed, f"{what}: a {rows} x {cols} matrix with about {entries} entries needs about {{needed}} to build", "use a smaller size")
 
 
 def check_archive_fits(archive, what: str) -> None:
     """Not collective. Raise InputError when the arrays of an opened ``.npz`` (a NumPy ``NpzFile``)
-    would take more than this machine's physical memory once read: their sizes as the archive
-    declares them, so a compressed file that unpacks to terabytes is refused before it is read."""
+    would take more than this process may allocate (:func:`available_memory_bytes`) once read:
+    their sizes as the archive declares them, so a compressed file that unpacks to terabytes is
+    refused before it is read."""
     declared = sum(info.file_size for info in archive.zip.infolist())
-    available = available_memory_bytes()
-    if available and declared > available:
-        raise InputError(f"{what}: its arrays take {declared / 2**30:.1f} GiB once unpacked, more than the {available / 2**30:.1f} GiB this process may use")
+    _refuse_above(declared, f"{what}: its arrays take {{needed}} once unpacked", "give a smaller file")
 
 
 def check_dense_fits(rows: int, k: int, itemsize: int, what: str) -> None:
@@ -101,7 +95,14 @@ def check_dense_fits(rows: int, k: int, itemsize: int, what: str) -> None:
     more than this process may allocate: a ``k`` of 2^31 from a damaged plan file or a typo is one
     error before the executor allocates, not a MemoryError traceback."""
     needed = max(0, int(rows)) * max(0, int(k)) * max(1, int(itemsize))
+    _refuse_above(needed, f"{what}: blocks of {rows} rows x k = {k} columns need {{needed}}", "use a smaller k")
+
+
+def _refuse_above(needed: int, problem: str, fix: str) -> None:
+    """The one refusal of every check here: InputError ``<problem>, more than the N GiB this
+    process may use; <fix>`` when ``needed`` bytes exceed :func:`available_memory_bytes`
+    (``{needed}`` in ``problem`` becomes the size in GiB)."""
     available = available_memory_bytes()
     if available and needed > available:
-        raise InputError(f"{what}: blocks of {rows} rows x k = {k} columns need {needed / 2**30:.1f} GiB, more than the "
-                         f"{available / 2**30:.1f} GiB this process may use; use a smaller k")
+        size = f"{needed / 2**30:.1f} GiB"
+        raise InputError(f"{problem.format(needed=size)}, more than the {available / 2**30:.1f} GiB this process may use; {fix}")

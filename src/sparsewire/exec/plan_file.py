@@ -20,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
+import zlib
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -285,7 +287,9 @@ def _read_archive(path, matrix: DistributedMatrix, size: int, checksum: str) -> 
             flat = {name: archive[name] for name in archive.files if name != "meta"}
     except (InputError, PlanMismatchError):
         raise
-    except Exception as error:  # noqa: BLE001 - zipfile (BadZipFile, NotImplementedError, RuntimeError), zlib, NumPy, json each raise their own
+    except (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile, zlib.error) as error:
+        # What a damaged archive raises: zipfile (BadZipFile; RuntimeError for encryption,
+        # NotImplementedError, a RuntimeError, for unknown methods), zlib, NumPy, json (ValueError).
         raise InputError(f"cannot read a plan from {path}: {error or type(error).__name__}; give a file written by SpmmPlan.save") from None
     if arrays_checksum(flat) != meta["plan_checksum"]:
         raise InputError(f"{path} was changed after it was saved: its plan arrays do not match their checksum; plan again and save")
