@@ -57,7 +57,7 @@ def peak_rss_bytes(comm: MPI.Comm) -> int:
 
 def compare_exactly(result: sp.csr_array, reference: sp.csr_array) -> dict:
     """Not collective. Compare two sparse matrices entry by entry: the same stored pattern and equal values."""
-    return _compare(result, reference, lambda got, want: got == want, exact=True)
+    return _compare(result, reference, lambda ours, wanted: ours.data == wanted.data, exact=True)
 
 
 def compare_products(result: sp.csr_array, reference: sp.csr_array, a: sp.sparray, b: sp.sparray, semiring: Semiring) -> dict:
@@ -87,16 +87,17 @@ def compare_products(result: sp.csr_array, reference: sp.csr_array, a: sp.sparra
         matrix.sort_indices()
     # count and magnitude have the reference's pattern (an entry exists iff it has a term).
 
-    def close(got, wanted):
-        if count.nnz != wanted.size:
-            return np.zeros(wanted.size, bool)
-        scale = magnitude.data if semiring.add == "plus" else np.abs(wanted)
-        return within(got, wanted, allowed_error(scale, count.data, np.float64))
+    def close(ours, wanted):
+        if count.nnz != wanted.nnz:
+            return np.zeros(wanted.nnz, bool)
+        scale = magnitude.data if semiring.add == "plus" else np.abs(wanted.data)
+        return within(ours.data, wanted.data, allowed_error(scale, count.data, np.float64))
 
     return _compare(result, reference, close, exact=False)
 
 
 def _compare(result: sp.csr_array, reference: sp.csr_array, equal, exact: bool) -> dict:
+    """Both in canonical CSR; the same pattern, then ``equal(result, reference)`` per stored entry."""
     result, reference = sp.csr_array(result), sp.csr_array(reference)
     result.sort_indices()
     reference.sort_indices()
@@ -107,7 +108,7 @@ def _compare(result: sp.csr_array, reference: sp.csr_array, equal, exact: bool) 
     )
     if not same_pattern:
         return {"check_passed": False, "pattern_equal": False, "mismatched_values": None}
-    bad = ~np.asarray(equal(result.data, reference.data), bool)
+    bad = ~np.asarray(equal(result, reference), bool)
     return {"check_passed": not bad.any(), "pattern_equal": True, "mismatched_values": int(bad.sum()), "exact": exact}
 
 
@@ -134,20 +135,17 @@ def product_terms(a: sp.sparray, b: sp.sparray, semiring: Semiring) -> tuple[np.
 
 def _compare_membership(result: sp.csr_array, reference: sp.csr_array, a, b, semiring: Semiring) -> dict:
     """The ``any`` monoid: the pattern of the reference, and each value one of its terms."""
-    def members(got, wanted):
-        result_coo = sp.coo_array(sp.csr_array(result))
-        rows, cols, terms = product_terms(a, b, semiring)
-        # Rows (i, j, value bits) of the terms and of ours; ours is a member when its row occurs twice.
-        def keyed(i, j, values):
-            values = np.asarray(values, np.float64) + 0.0  # -0.0 and 0.0 are the same value
-            return np.stack([np.asarray(i, np.int64), np.asarray(j, np.int64), values.view(np.int64)], axis=1)
+    def keyed(i, j, values):
+        # Rows (i, j, value bits); -0.0 and 0.0 are the same value.
+        values = np.asarray(values, np.float64) + 0.0
+        return np.stack([np.asarray(i, np.int64), np.asarray(j, np.int64), values.view(np.int64)], axis=1)
 
-        known = np.unique(keyed(rows, cols, terms), axis=0)
-        ours = keyed(result_coo.row, result_coo.col, result_coo.data)
-        _, inverse, counts = np.unique(np.vstack([known, ours]), axis=0, return_inverse=True, return_counts=True)
-        found = counts[inverse.ravel()[known.shape[0]:]] >= 2
-        order = np.lexsort((result_coo.col, result_coo.row))  # _compare sorts by row, then column
-        return found[order]
+    def members(ours, wanted):
+        known = np.unique(keyed(*product_terms(a, b, semiring)), axis=0)
+        mine = keyed(np.repeat(np.arange(ours.shape[0]), np.diff(ours.indptr)), ours.indices, ours.data)
+        # Each of ours is a member when its (i, j, value) occurs among the terms too.
+        _, inverse, counts = np.unique(np.vstack([known, mine]), axis=0, return_inverse=True, return_counts=True)
+        return counts[inverse.ravel()[known.shape[0]:]] >= 2
 
     return _compare(result, reference, members, exact=False)
 
