@@ -125,9 +125,12 @@ def block_krylov_eigs(
             # Also drop what is roundoff against the block as it came in (norms below ~1e-13 of it):
             # a block that lay in the basis (A = I) leaves only roundoff, all of it alike, which a
             # threshold relative to the projected block alone would keep and normalise.
-            before = float(_allreduce_matrix(comm, np.einsum("ij,ij->j", w, w)).max(initial=0.0))
+            before = 0.0  # without a projection, the block's own largest L already bounds it
             if basis is not None and basis.shape[1]:
-                w = w - basis @ _allreduce_matrix(comm, basis.T @ w)
+                # One reduction for the projection and the incoming column norms.
+                reduced = _allreduce_matrix(comm, np.vstack([basis.T @ w, np.einsum("ij,ij->j", w, w)]))
+                before = float(reduced[-1].max(initial=0.0))
+                w = w - basis @ reduced[:-1]
             gram = _allreduce_matrix(comm, w.T @ w)
             values, vectors = np.linalg.eigh((gram + gram.T) / 2)
             keep = values > 1e-12 * max(values.max(initial=0.0), 1e-14 * before, 1e-300)
