@@ -126,3 +126,36 @@ def test_shared_matrices_graph_algorithms_match_references(path):
         assert report["check_passed"], (path.name, command)
     report = command_json(4, "triangles", matrix, "--check", timeout=600)
     assert report["check_passed"], path.name
+
+
+API_AND_CLI_CASES = [
+    ("rmat:8:6:3", None, ["--algorithm", "summa", "--stages-per-product", "1"]),
+    ("rmat:8:6:3", None, ["--algorithm", "1d", "--strategy", "joint", "--overlap", "--partition", "metis"]),
+    ("delaunay:300:2", None, ["--algorithm", "auto", "--phases", "2", "--semiring", "min_plus", "--partition", "rcm"]),
+    ("a.mtx", "b.mtx", ["--algorithm", "summa", "--grid", "1xP", "--semiring", "max_times"]),
+    ("a.mtx", "b.mtx", ["--algorithm", "1d", "--strategy", "row", "--partition", "nnz"]),
+]
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_cli_spgemm_and_the_library_give_the_same_c_and_bytes(tmp_path, rng, ranks):
+    """``sparsewire spgemm`` and ``DistributedMatrix.spgemm`` / ``plan_spgemm`` with the same
+    options: the same C entry for entry (integer values: exact) and the same bytes delivered."""
+    scipy.io.mmwrite(tmp_path / "a.mtx", sp.random_array((41, 29), density=0.12, rng=rng, format="coo"))
+    scipy.io.mmwrite(tmp_path / "b.mtx", sp.random_array((29, 37), density=0.12, rng=rng, format="coo"))
+    for number, (first, second, options) in enumerate(API_AND_CLI_CASES):
+        operands = [str(tmp_path / name) if name and name.endswith(".mtx") else name for name in (first, second) if name]
+        options = [option.replace("P", str(ranks)) if option == "1xP" else option for option in options]
+        options += ["--values", "random:7"]
+        cli_c, api_c = tmp_path / f"cli{number}.npz", tmp_path / f"api{number}.npz"
+        report = command_json(ranks, "spgemm", *operands, *options, "--repeat", "1", "--output", str(cli_c))
+        completed = run_mpi(ranks, ["tests/spgemm_api_driver.py", str(api_c), *operands, *options], timeout=240)
+        assert completed.returncode == 0, completed.stdout + completed.stderr
+        library = json.loads(completed.stdout.strip().splitlines()[-1])
+        label = f"{first} {options}"
+        assert library["algorithm"] == report["algorithm"], label
+        assert library["bytes_moved"] == report["bytes_moved"] == report["predicted_bytes"], label
+        ours, theirs = sp.load_npz(cli_c), sp.load_npz(api_c)
+        assert ours.shape == theirs.shape and ours.nnz == theirs.nnz == report["nnz_out"] > 0, label
+        assert abs(ours - theirs).max() == 0, label
+        assert float(ours.sum()) == report["checksum_sum"], label

@@ -46,6 +46,8 @@ _LAZY = {
     "SpmmPlan": "sparsewire.exec.spmm_plan",
     "StrategyChoice": "sparsewire.exec.spmm_plan",
     "spmm": "sparsewire.exec.spmm_plan",
+    "SpgemmPlan": "sparsewire.spgemm_plan",
+    "plan_spgemm": "sparsewire.spgemm_plan",
 }
 
 
@@ -66,8 +68,10 @@ def __dir__() -> list[str]:
 __all__ = [
     "DistributedMatrix",
     "SpmmPlan",
+    "SpgemmPlan",
     "StrategyChoice",
     "distribute",
+    "plan_spgemm",
     "spmm",
     "CommPlan",
     "FallbackWarning",

@@ -151,35 +151,72 @@ class DistributedMatrix:
             transport=transport,
         )
 
-    def spgemm(self, other: DistributedMatrix, semiring: str = "plus_times", algorithm: str = "auto", phases: int = 1) -> DistributedMatrix:
-        """Collective. ``C = A (+.x) other`` over a semiring, C distributed like A's rows; see
-        :func:`sparsewire.spgemm.distributed.spgemm_distributed`.
+    def right_operand_partitioning(self) -> Partitioning:
+        """Not collective. How to distribute a B for ``C = A @ B`` (:meth:`spgemm`, or a sparse
+        B in general): B's rows partitioned and ordered like A's columns. A square B also takes
+        that partition and order for its columns (so C can be fed back as B); a B with other
+        column counts is split evenly in the original order. Pass it as ``distribute(comm, B,
+        partition=...)``."""
+        return Partitioning("columns of A", self.col_partition, None, self.col_order, None)
+
+    def spgemm(
+        self,
+        other: DistributedMatrix,
+        semiring="plus_times",
+        algorithm: str = "auto",
+        phases: int = 1,
+        *,
+        strategy: str = "auto",
+        grid=None,
+        overlap: bool = False,
+        stages_per_product: int = 2,
+    ) -> DistributedMatrix:
+        """Collective. ``C = A (+.x) other`` over a semiring, C distributed like A's rows (and
+        ordered like A's rows and B's columns): :func:`sparsewire.spgemm_plan.plan_spgemm` with
+        these arguments, one multiply, C moved to A's rows, the plan freed.
 
         Args:
-            other: B, distributed over the same communicator with ``other.row_partition ==
-                self.col_partition`` (true for square A and B distributed alike).
-            semiring: a name of :func:`sparsewire.spgemm.semirings.get_semiring` (plus_times,
-                min_plus, max_times, lor_land, ...) or a ``Semiring``.
-            algorithm: ``auto`` (the candidate that sends the fewest bytes for this B), ``1d``
-                (best 1D strategy) or ``summa``.
-            phases: multiply B's columns in this many pieces (peak memory ~1/phases).
+            other: B, distributed with ``partition=self.right_operand_partitioning()`` (or A
+                itself when square).
+            semiring, algorithm, phases, strategy, grid, overlap, stages_per_product: as for
+                :func:`~sparsewire.spgemm_plan.plan_spgemm`.
         """
-        from sparsewire.spgemm.distributed import spgemm_distributed
+        from sparsewire.spgemm_plan import plan_spgemm
 
-        return spgemm_distributed(self, other, semiring, algorithm, phases)
+        plan = plan_spgemm(
+            self, other, semiring, algorithm, strategy=strategy, grid=grid, phases=phases, overlap=overlap,
+            stages_per_product=stages_per_product,
+        )
+        try:
+            return plan.to_distributed(plan.multiply())
+        finally:
+            plan.free()
 
 
 def _partition_of(partition, matrix: sp.csr_array, n_parts: int, topology, imbalance: float) -> Partitioning:
+    n_rows, n_cols = matrix.shape
     if isinstance(partition, RowPartition):
-        if partition.n != matrix.shape[0] or partition.n_parts != n_parts:
+        partition = Partitioning("given", partition, None, None, None)
+    if isinstance(partition, Partitioning):
+        if partition.rows.n != n_rows or partition.rows.n_parts != n_parts:
             raise InputError(
-                f"the row partition covers {partition.n} rows in {partition.n_parts} parts, but A has "
-                f"{matrix.shape[0]} rows and the communicator {n_parts} ranks; give one part per rank"
+                f"the row partition covers {partition.rows.n} rows in {partition.rows.n_parts} parts, but the matrix has "
+                f"{n_rows} rows and the communicator {n_parts} ranks; give one part per rank"
             )
-        n_cols = matrix.shape[1]
-        return Partitioning("given", partition, partition if n_cols == partition.n else even_rows(n_cols, n_parts), None, None)
+        if partition.row_order is not None and len(partition.row_order) != n_rows:
+            raise InputError(f"the partitioning orders {len(partition.row_order)} rows, but the matrix has {n_rows}")
+        if partition.cols is None:  # columns follow the rows when square, else even in the original order
+            square = n_cols == n_rows
+            cols = partition.rows if square else even_rows(n_cols, n_parts)
+            partition = Partitioning(partition.method, partition.rows, cols, partition.row_order, partition.row_order if square else None)
+        elif partition.cols.n != n_cols or partition.cols.n_parts != n_parts:
+            raise InputError(
+                f"the column partition covers {partition.cols.n} columns in {partition.cols.n_parts} parts, but the "
+                f"matrix has {n_cols} columns and the communicator {n_parts} ranks"
+            )
+        return partition
     if partition not in PARTITIONERS:
-        raise InputError(f"unknown partition {partition!r}; give one of {', '.join(PARTITIONERS)} or a RowPartition")
+        raise InputError(f"unknown partition {partition!r}; give one of {', '.join(PARTITIONERS)}, a RowPartition or a Partitioning")
     return reorder_and_partition(matrix, n_parts, partition, topology=topology, imbalance=imbalance)
 
 
@@ -187,7 +224,7 @@ def _partition_of(partition, matrix: sp.csr_array, n_parts: int, topology, imbal
 def distribute(
     comm: MPI.Comm,
     source,
-    partition: str | RowPartition = "even",
+    partition: str | RowPartition | Partitioning = "even",
     *,
     symmetrize: bool = False,
     root: int = 0,
@@ -207,7 +244,10 @@ def distribute(
         partition: a partitioner of :mod:`sparsewire.partitioners` (``even``: equal rows,
             ``nnz``: balanced nonzeros, ``metis``, ``rcm``, ``community``, ``metis-hier``; the
             reordering ones keep their order in ``row_order`` / ``col_order``) or a
-            :class:`~sparsewire.partition.RowPartition` of the rows; ignored with ``row_offsets``.
+            :class:`~sparsewire.partition.RowPartition` of the rows, or a
+            :class:`~sparsewire.partitioners.Partitioning` (rows, columns and their orders; its
+            ``cols`` may be None: the rows' when square, else even), such as
+            :meth:`DistributedMatrix.right_operand_partitioning` for a B; ignored with ``row_offsets``.
         symmetrize: edge lists only: use the undirected graph max(A, A^T).
         root: the rank that reads or holds the whole matrix.
         row_offsets: with local rows: P + 1 global row offsets, rank p holding rows

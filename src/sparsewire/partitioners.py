@@ -47,14 +47,16 @@ class Partitioning:
 
     Attributes:
         method: the partitioner's name.
-        rows, cols: partitions of the reordered rows and columns.
+        rows, cols: partitions of the reordered rows and columns (``cols`` None only in a
+            partitioning handed to ``distribute``: the columns then follow the rows when the
+            matrix is square, else an even split in the original order).
         row_order, col_order: position -> original index (None: the original order).
         seconds: time the partitioner took.
     """
 
     method: str
     rows: RowPartition
-    cols: RowPartition
+    cols: RowPartition | None
     row_order: np.ndarray | None
     col_order: np.ndarray | None
     seconds: float = 0.0

@@ -9,7 +9,15 @@ import sys
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.cli.common import MATRIX_HELP, agree_on_arguments, add_partition_arguments, positive_int, json_text
+from sparsewire.cli.common import (
+    MATRIX_HELP,
+    add_partition_arguments,
+    agree_on_arguments,
+    check_writable,
+    json_text,
+    positive_int,
+    write_output,
+)
 from sparsewire.errors import InputError
 from sparsewire.report import format_bytes
 
@@ -60,6 +68,7 @@ def add_commands(commands) -> None:
     spgemm.add_argument("--values", default="file", help=VALUES_HELP)
     add_partition_arguments(spgemm)
     spgemm.add_argument("--check", action="store_true", help="compare C with single-process GraphBLAS, entry by entry")
+    spgemm.add_argument("--output", metavar="FILE", help="write C (original row and column order) as a SciPy .npz on rank 0")
     spgemm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     spgemm.set_defaults(handler=_run_spgemm)
 
@@ -143,6 +152,8 @@ def _run_spgemm(args: argparse.Namespace) -> int:
 
     semiring = get_semiring(args.semiring)
     check_values_spec(args.values)
+    if args.output:
+        check_writable(args.output, "--output")
     comm = _start_mpi(args)
     from sparsewire.spgemm.summa import parse_grid
 
@@ -150,7 +161,7 @@ def _run_spgemm(args: argparse.Namespace) -> int:
     progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
     report = _spgemm_session(
         comm, args.matrix, args.matrix2, semiring, algorithm=args.algorithm, strategy=args.strategy, grid=grid,
-        phases=args.phases, repeat=args.repeat, values=args.values, check=args.check, progress=progress,
+        phases=args.phases, repeat=args.repeat, values=args.values, check=args.check, output=args.output, progress=progress,
         partition=args.partition, imbalance=args.imbalance, overlap=args.overlap,
         stages_per_product=args.stages_per_product,
     )
@@ -293,13 +304,15 @@ def _spgemm_session(
     repeat: int = 3,
     values: str = "file",
     check: bool = False,
+    output: str | None = None,
     progress=None,
     partition: str = "even",
     imbalance: float = 0.03,
     overlap: bool = False,
     stages_per_product: int = 2,
 ) -> dict | None:
-    """Collective. ``C = A (+.x) B`` (B = A when ``second_spec`` is None); the result dict on rank 0.
+    """Collective. ``C = A (+.x) B`` (B = A when ``second_spec`` is None) through the public path
+    (:func:`sparsewire.distribute`, :func:`sparsewire.plan_spgemm`); the result dict on rank 0.
 
     Timing: one untimed warm-up multiply, then ``repeat`` multiplies, each between barriers and
     timed as the slowest rank. ``bytes_moved`` is what MPI delivered to the ranks in one multiply
@@ -311,92 +324,76 @@ def _spgemm_session(
 
     from mpi4py import MPI
 
-    from sparsewire.comm.runtime import agree_on_error, problem_from
-    from sparsewire.spgemm.distributed import choose_algorithm, compare_products, peak_rss_bytes, reference_product
+    from sparsewire import distribute, plan_spgemm
+    from sparsewire.comm.runtime import agree_on_error
+    from sparsewire.spgemm.distributed import compare_products, peak_rss_bytes, reference_product
     from sparsewire.spgemm.local import to_scipy
-    from sparsewire.partitioners import partition as reorder_and_partition
-    from sparsewire.spgemm.values import load_operand
 
     rank = comm.Get_rank()
-    a_global = b_global = None
+    a_global = _load_on_root(comm, spec, values)
+    b_global = a_global if second_spec is None else _load_on_root(comm, second_spec, values)
     problem = None
-    if rank == 0:
-        try:
-            a_global = load_operand(spec, values)
-            b_global = a_global if second_spec is None else load_operand(second_spec, values)
-            if a_global.shape[1] != b_global.shape[0]:
-                raise InputError(
-                    f"cannot multiply {a_global.shape[0]} x {a_global.shape[1]} by {b_global.shape[0]} x "
-                    f"{b_global.shape[1]}: A's columns must equal B's rows"
-                )
-            chosen = reorder_and_partition(a_global, comm.Get_size(), partition, imbalance=imbalance)
-        except Exception as error:  # reported on every rank by agree_on_error
-            problem = problem_from(error)
+    if rank == 0 and a_global.shape[1] != b_global.shape[0]:
+        problem = (f"cannot multiply {a_global.shape[0]} x {a_global.shape[1]} by {b_global.shape[0]} x {b_global.shape[1]}: "
+                   "A's columns must equal B's rows")
     agree_on_error(comm, problem)
-    # A reordering partitioner: the ranks multiply A' = A[order][:, col_order] by B' = B[col_order],
-    # so C' = C[order]; with --check C is put back in order before the comparison.
-    original_a = original_b = a_global
-    row_order, partitions = None, None
-    if rank == 0:
-        original_b = b_global
-        if chosen.row_order is not None:
-            a_global = chosen.permute(a_global)
-            b_global = sp.csr_array(b_global[chosen.col_order])
-        row_order, partitions = chosen.row_order, (chosen.rows, chosen.cols)
-    row_order, partitions = comm.bcast((row_order, partitions), root=0)
+    a = distribute(comm, a_global, partition, imbalance=imbalance)
+    b = a if second_spec is None else distribute(comm, b_global, a.right_operand_partitioning())
     if progress and rank == 0:
         progress(f"choosing among {algorithm} candidates" if algorithm == "auto" or strategy == "auto" else f"building {algorithm}")
-    spgemm, b_local, predictions, bounded = choose_algorithm(
-        comm, a_global, b_global, semiring, algorithm, strategy=strategy, grid=grid, phases=phases, partitions=partitions,
-        overlap=overlap, stages_per_product=stages_per_product,
+    plan = plan_spgemm(
+        a, b, semiring, algorithm, strategy=strategy, grid=grid, phases=phases, overlap=overlap, stages_per_product=stages_per_product
     )
     if progress and rank == 0:
-        progress(f"running {spgemm.name} on a {spgemm.grid} grid")
-    result = spgemm.multiply(b_local, phases=phases)  # warm-up
-    received_before = spgemm.bytes_received
+        progress(f"running {plan.algorithm} on a {plan.grid} grid")
+    result = plan.multiply()  # warm-up
+    received_before = plan.bytes_received
     times = []
     for _ in range(repeat):
         comm.Barrier()
         started = MPI.Wtime()
-        result = spgemm.multiply(b_local, phases=phases)
+        result = plan.multiply()
         times.append(comm.allreduce(MPI.Wtime() - started, op=MPI.MAX))
-    moved = comm.allreduce(spgemm.bytes_received - received_before, op=MPI.SUM) // max(repeat, 1)
+    moved = comm.allreduce(plan.bytes_received - received_before, op=MPI.SUM) // max(repeat, 1)
     nnz_out = comm.allreduce(int(result.nvals), op=MPI.SUM)
     # float64 sum of the stored values; a boolean True counts 1
     checksum = comm.allreduce(float(to_scipy(result).data.sum(dtype=np.float64)), op=MPI.SUM)
-    peak_held = comm.allreduce(spgemm.peak_held_entries, op=MPI.MAX)
-    gathered = spgemm.gather_c(result) if check else None
-    if gathered is not None and row_order is not None:
-        gathered = sp.csr_array(gathered[np.argsort(row_order)])
+    peak_held = comm.allreduce(plan.peak_held_entries, op=MPI.MAX)
+    gathered = plan.gather(result) if check or output else None
     rss = peak_rss_bytes(comm)
-    spgemm.free()
+    plan.free()
     if rank != 0:
         return None
+    if output:
+        write_output(output, "--output", lambda target: sp.save_npz(target, gathered))
     report = {
         "matrix": spec,
         "matrix2": second_spec,
-        "shape": [int(a_global.shape[0]), int(b_global.shape[1])],
-        "nnz_a": int(a_global.nnz),
-        "nnz_b": int(b_global.nnz),
+        "shape": [int(a.shape[0]), int(b.shape[1])],
+        "nnz_a": int(a.nnz),
+        "nnz_b": int(b.nnz),
         "ranks": comm.Get_size(),
-        "grid": str(spgemm.grid),
-        "algorithm": spgemm.name,
+        "grid": str(plan.grid),
+        "algorithm": plan.algorithm,
         "semiring": semiring.name,
         "semiring_facts": semiring.describe(),
         "values": values,
+        "partition": partition,
         "phases": phases,
         "repeat": repeat,
         "median_seconds": statistics.median(times) if times else None,
         "nnz_out": int(nnz_out),
         "checksum_sum": float(checksum),
         "bytes_moved": int(moved),
-        "predicted_bytes": int(predictions[spgemm.name]),
-        "predicted_bytes_by_algorithm": predictions,
-        "lower_bounds_only": bounded,
+        "predicted_bytes": plan.predicted_bytes,
+        "predicted_bytes_by_algorithm": plan.predicted_bytes_by_algorithm,
+        "lower_bounds_only": plan.lower_bounds_only,
         "peak_held_entries": int(peak_held),
         "peak_rss_bytes": rss,
     }
+    if output:
+        report["output"] = output
     if check:
-        reference = reference_product(original_a, original_b, semiring)
-        report.update(compare_products(gathered, reference, original_a, original_b, semiring))
+        reference = reference_product(a_global, b_global, semiring)
+        report.update(compare_products(gathered, reference, a_global, b_global, semiring))
     return report

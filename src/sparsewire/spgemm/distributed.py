@@ -6,8 +6,8 @@
 * ``1d``: rows (:mod:`sparsewire.spgemm.onedim`) with a flat SpMM plan (``column``, ``row`` or
   ``joint``).
 
-:func:`choose_algorithm` builds the candidates and keeps the one that would move the fewest bytes
-for the given B (ties go to the earlier candidate in ``summa, 1d/column, 1d/joint, 1d/row``). The
+:func:`keep_fewest_bytes` builds the candidates (:func:`candidate_names`) and keeps the one that
+would move the fewest bytes for the given B (ties go to the earlier candidate in ``summa, 1d/column, 1d/joint, 1d/row``). The
 bytes come from counts, not trial products: SUMMA's and the column strategy's exactly from the
 blocks' row degrees; for the strategies that push partial C rows a lower bound from counts first,
 and the exact figure (a pattern-only product of the pushed rows) only when that bound could win.
@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, collective_errors, limit_threads_per_rank
+from sparsewire.comm.runtime import limit_threads_per_rank
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.plan.plan import build_rank_plan_collective
@@ -37,8 +37,11 @@ __all__ = [
     "ALGORITHMS",
     "ONE_DIM_STRATEGIES",
     "DistributedSpgemm",
+    "candidate_names",
+    "keep_fewest_bytes",
     "choose_algorithm",
-    "spgemm_distributed",
+    "rows_to_blocks",
+    "blocks_to_rows",
     "reference_product",
     "compare_exactly",
     "compare_products",
@@ -327,30 +330,13 @@ class DistributedSpgemm:
         return result
 
 
-def choose_algorithm(
-    comm: MPI.Comm,
-    a_global: sp.csr_array | None,
-    b_global: sp.csr_array | None,
-    semiring: Semiring,
-    algorithm: str,
-    *,
-    strategy: str = "auto",
-    grid: ProcessGrid | None = None,
-    phases: int = 1,
-    partitions: tuple[RowPartition, RowPartition] | None = None,
-    overlap: bool = False,
-    stages_per_product: int = 2,
-) -> tuple[DistributedSpgemm, gb.Matrix, dict[str, int], list[str]]:
-    """Collective. Build the candidates ``algorithm`` allows (``auto``: SUMMA and 1D; ``1d`` with
-    strategy ``auto``: column, joint, row), predict each one's bytes for this B from counts (see the
-    module docstring), keep the fewest. ``partitions``: the 1D row and column partitions (default:
-    even). Returns (the chosen algorithm, its local B, predicted bytes per candidate, the
-    candidates whose figure is only a lower bound because it already lost)."""
-    rank = comm.Get_rank()
-    b_shape = comm.bcast(b_global.shape if rank == 0 else None, root=0)
-    candidates: list[tuple[str, Strategy | None]] = []
-    if algorithm in ("summa", "auto"):
-        candidates.append(("summa", None))
+def candidate_names(algorithm: str, strategy: str = "auto") -> list[tuple[str, Strategy | None]]:
+    """Not collective. The (algorithm, 1D strategy) candidates ``algorithm`` and ``strategy`` allow,
+    in the order ties are broken: ``summa``, then the 1D strategies column, joint, row (``1d`` with
+    strategy ``auto``: all three; another strategy: that one)."""
+    if algorithm not in ALGORITHMS:
+        raise InputError(f"unknown SpGEMM algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
+    candidates: list[tuple[str, Strategy | None]] = [("summa", None)] if algorithm in ("summa", "auto") else []
     if algorithm in ("1d", "auto"):
         if strategy == "auto":
             candidates.extend(("1d", s) for s in ONE_DIM_STRATEGIES)
@@ -360,17 +346,20 @@ def choose_algorithm(
             except ValueError:
                 chosen = None
             if chosen not in ONE_DIM_STRATEGIES:
-                raise InputError(f"--strategy {strategy!r}: 1D SpGEMM runs column, row, joint or auto")
+                raise InputError(f"SpGEMM strategy {strategy!r}: 1D SpGEMM runs column, row, joint or auto")
             candidates.append(("1d", chosen))
-    if not candidates:
-        raise InputError(f"unknown SpGEMM algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
+    return candidates
+
+
+def keep_fewest_bytes(builders, phases: int) -> tuple[DistributedSpgemm, gb.Matrix, dict[str, int], list[str]]:
+    """Collective. Build each candidate in turn (``builders``: callables returning a
+    :class:`DistributedSpgemm` and its local B), predict its bytes for this B from counts (see the
+    module docstring) and keep the fewest, freeing the others; ties go to the earlier candidate.
+    Returns (the chosen algorithm, its local B, predicted bytes per candidate, the candidates whose
+    figure is only a lower bound because it already lost)."""
     best, best_b, predictions, bounded = None, None, {}, []
-    for name, candidate_strategy in candidates:
-        built = DistributedSpgemm(
-            comm, a_global, b_shape, semiring, name, strategy=candidate_strategy or Strategy.COLUMN, grid=grid, partitions=partitions,
-            overlap=overlap, stages_per_product=stages_per_product,
-        )
-        b_local = built.scatter_b(b_global)
+    for build in builders:
+        built, b_local = build()
         predicted, exact = _predict(built, b_local, phases, None if best is None else predictions[best.name])
         predictions[built.name] = predicted
         if not exact:
@@ -382,6 +371,34 @@ def choose_algorithm(
         else:
             built.free()
     return best, best_b, predictions, bounded
+
+
+def choose_algorithm(
+    comm: MPI.Comm,
+    a_global: sp.csr_array | None,
+    b_global: sp.csr_array | None,
+    semiring: Semiring,
+    algorithm: str,
+    *,
+    grid: ProcessGrid | None = None,
+    partitions: tuple[RowPartition, RowPartition] | None = None,
+) -> tuple[DistributedSpgemm, gb.Matrix, dict[str, int], list[str]]:
+    """Collective. :func:`keep_fewest_bytes` over the candidates ``algorithm`` allows, built from A
+    and B on rank 0 (the graph algorithms' entry; distributed operands go through
+    :func:`sparsewire.spgemm_plan.plan_spgemm`). ``partitions``: the 1D row and column partitions
+    (default: even)."""
+    b_shape = comm.bcast(b_global.shape if comm.Get_rank() == 0 else None, root=0)
+
+    def builder(name: str, strategy: Strategy | None):
+        def build():
+            built = DistributedSpgemm(
+                comm, a_global, b_shape, semiring, name, strategy=strategy or Strategy.COLUMN, grid=grid, partitions=partitions
+            )
+            return built, built.scatter_b(b_global)
+
+        return build
+
+    return keep_fewest_bytes([builder(name, strategy) for name, strategy in candidate_names(algorithm)], 1)
 
 
 def _predict(candidate: DistributedSpgemm, b_local: gb.Matrix, phases: int, best: int | None) -> tuple[int, bool]:
@@ -419,8 +436,10 @@ def _entries(matrix: sp.sparray, row_offset: int = 0, col_offset: int = 0) -> tu
     return coo.row.astype(np.int64) + row_offset, coo.col.astype(np.int64) + col_offset, coo.data
 
 
-def _to_blocks(comm: MPI.Comm, rows_held, row_offset: int, block_of) -> sp.csr_array:
-    """Collective. Rows held by each rank -> the 2D block ``block_of(rank)`` of every rank."""
+def rows_to_blocks(comm: MPI.Comm, rows_held: sp.sparray, row_offset: int, block_of) -> sp.csr_array:
+    """Collective. 1D rows -> 2D blocks: every rank passes the rows it holds (global columns, its
+    first row ``row_offset``) and gets the block ``block_of(rank)`` (a (rows, columns) pair of
+    slices, e.g. :meth:`DistributedSpgemm.a_block`) of the whole, with block-local indices."""
     entries = _entries(rows_held, row_offset)
     received = _redistribute(comm, entries, _block_owners(entries[0], entries[1], block_of, comm.Get_size()))
     row_slice, col_slice = block_of(comm.Get_rank())
@@ -428,81 +447,11 @@ def _to_blocks(comm: MPI.Comm, rows_held, row_offset: int, block_of) -> sp.csr_a
     return sp.csr_array((received[2], (received[0] - row_slice.start, received[1] - col_slice.start)), shape=shape)
 
 
-@collective_errors
-def spgemm_distributed(a, b, semiring="plus_times", algorithm: str = "auto", phases: int = 1):
-    """Collective. ``C = A (+.x) B`` for two :class:`~sparsewire.distributed.DistributedMatrix`
-    (Azad et al. sec. 3: 2D SUMMA or a 1D SpMM plan whose B rows carry sparse rows).
-
-    ``auto`` builds SUMMA and the 1D strategies column, joint, row and keeps the candidate whose
-    exact byte count for this B is smallest (ties: that order). SUMMA needs 2D blocks, so A and B
-    are moved from rows to blocks first and C back to A's rows (setup traffic, not counted in the
-    candidates' bytes). C has A's row partition and order and B's column partition and order.
-    """
-    from sparsewire.spgemm.semirings import get_semiring
-
-    matrix_class = type(a)  # DistributedMatrix, whose module imports this one
-    comm = a.comm
-    rank, size = comm.Get_rank(), comm.Get_size()
-    problem = None
-    if not isinstance(b, matrix_class) or b.comm.Get_size() != size:
-        problem = "B must be a DistributedMatrix over the same communicator as A"
-    elif a.shape[1] != b.shape[0]:
-        problem = f"shapes do not match: A is {a.shape[0]} x {a.shape[1]}, B is {b.shape[0]} x {b.shape[1]}"
-    elif not np.array_equal(b.row_partition.offsets, a.col_partition.offsets) or not _same_order(b.row_order, a.col_order):
-        problem = (
-            "B's rows must be distributed (and ordered) like A's columns; distribute B with partition=a.col_partition, "
-            "or both with the same reordering partitioner"
-        )
-    elif algorithm not in ALGORITHMS:
-        problem = f"unknown SpGEMM algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}"
-    elif not isinstance(phases, (int, np.integer)) or phases < 1:
-        problem = f"phases must be a positive integer (got {phases!r})"
-    if problem is None:
-        try:
-            semiring = semiring if isinstance(semiring, Semiring) else get_semiring(semiring)
-        except InputError as error:
-            problem = str(error)
-    agree_on_error(comm, problem)
-    names = ([("summa", None)] if algorithm in ("summa", "auto") else []) + (
-        [("1d", s) for s in ONE_DIM_STRATEGIES] if algorithm in ("1d", "auto") else []
-    )
-    best = None
-    for name, strategy in names:
-        if name == "summa":
-            layout = BlockLayout.even(choose_grid(size), a.shape, b.shape)
-            a_local = _to_blocks(comm, a.local_rows, a.row_offset, layout.a_block)
-            built = DistributedSpgemm(comm, None, b.shape, semiring, "summa", a_local=a_local, a_shape=a.shape, grid=layout.grid)
-            b_local = to_graphblas(_to_blocks(comm, b.local_rows, b.row_offset, built.b_block), semiring.dtype)
-        else:
-            built = DistributedSpgemm(
-                comm, None, b.shape, semiring, "1d", strategy=strategy, a_local=a.local_rows, a_shape=a.shape,
-                partitions=(a.row_partition, a.col_partition),
-            )
-            b_local = to_graphblas(b.local_rows, semiring.dtype)
-        predicted, _ = _predict(built, b_local, phases, None if best is None else best[2])
-        if best is None or predicted < best[2]:
-            if best is not None:
-                best[0].free()
-            best = (built, b_local, predicted)
-        else:
-            built.free()
-    built, b_local, _ = best
-    c_local = to_scipy(built.multiply(b_local, phases=phases))
-    built.free()
-    if built.algorithm == "summa":
-        row_slice, col_slice = built.c_block(rank)
-        entries = _entries(c_local, row_slice.start, col_slice.start)
-        owners = np.searchsorted(a.row_partition.offsets, entries[0], side="right") - 1
-        rows, cols, values = _redistribute(comm, entries, owners)
-        start, stop = a.row_partition.range(rank)
-        c_local = sp.csr_array((values, (rows - start, cols)), shape=(stop - start, b.shape[1]))
-    c_local = sp.csr_array(c_local, dtype=np.float64)
-    c_local.sort_indices()
-    nnz = comm.allreduce(int(c_local.nnz), op=MPI.SUM)
-    return matrix_class(comm, c_local, a.row_partition, b.col_partition, nnz, a.row_order, b.col_order)
-
-
-def _same_order(first, second) -> bool:
-    if first is None or second is None:
-        return first is None and second is None
-    return np.array_equal(first, second)
+def blocks_to_rows(comm: MPI.Comm, block: sp.sparray, row_start: int, col_start: int, rows: RowPartition, n_cols: int) -> sp.csr_array:
+    """Collective. 2D blocks -> 1D rows, the inverse of :func:`rows_to_blocks`: every rank passes its
+    block (first global row ``row_start``, first column ``col_start``) and gets its rows
+    ``rows.range(rank)`` of the whole, with global column indices."""
+    entries = _entries(block, row_start, col_start)
+    received_rows, received_cols, values = _redistribute(comm, entries, rows.owner(entries[0]))
+    start, stop = rows.range(comm.Get_rank())
+    return sp.csr_array((values, (received_rows - start, received_cols)), shape=(stop - start, n_cols))
