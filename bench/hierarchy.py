@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from common import default_matrices, short_name  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
-from sparsewire.partition import partition_matrix  # noqa: E402
+from sparsewire.partition import partition  # noqa: E402
 from sparsewire.plan import build_plan, plan_stats, strategy_stats  # noqa: E402
 from sparsewire.plan.stats import predicted_seconds  # noqa: E402
 from sparsewire.report import format_table  # noqa: E402
@@ -42,7 +42,7 @@ K, ELEMENT_BYTES = 32, 4
 
 
 def measure(spec: str, matrix, n_ranks: int, group_size: int, proxy: str) -> dict:
-    rows, cols = partition_matrix(matrix, n_ranks, "even")
+    rows, cols = partition(matrix, n_ranks, "even").partitions
     topology = Topology.nodes(group_size)
     preset = PRESETS.get(PRESET_FOR_GROUP_SIZE.get(group_size, ""))
     entry = {"matrix": short_name(spec), "ranks": n_ranks, "group_size": group_size, "proxy": proxy, "preset": preset and preset.name}

@@ -16,7 +16,7 @@ compared with the copies timed beside it: on a shared virtual machine the memory
 (seen here: a 2-thread copy at 34 GB/s in one minute and 53 GB/s in the next). Matrices whose rows
 reach B rows far apart read B rows several times from memory (the ratio is then below what a
 reordering would give): ``--orders original,rcm`` also times the matrix in the order of
-``--partition rcm`` (:mod:`sparsewire.partitioners`, rows and columns permuted alike), which keeps
+``--partition rcm`` (:mod:`sparsewire.partition`, rows and columns permuted alike), which keeps
 the B rows a stretch of rows reads close together. SciPy's ``A @ B`` (allocating C) is timed beside
 it. The ``prefetch`` column says whether the kernel prefetched B rows
 (:data:`sparsewire.exec.kernels.PREFETCH_BELOW_ROW_NONZEROS`), ``streamed C`` whether it wrote C
@@ -58,7 +58,7 @@ from sparsewire.exec.kernels_numba import PREFETCH_DISTANCE, PREFETCH_LINES, cla
 from sparsewire.exec.simd import LINE_BYTES, lanes_fma, lanes_in, lanes_load, lanes_store, lanes_zero, prefetch  # noqa: E402
 from sparsewire.generators import deterministic_dense  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
-from sparsewire.partitioners import partition  # noqa: E402
+from sparsewire.partition import partition  # noqa: E402
 from sparsewire.report import format_table  # noqa: E402
 
 # After sparsewire, which sizes Numba's thread pool to the cores when it is imported first.

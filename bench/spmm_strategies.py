@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from common import default_matrices, short_name  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
-from sparsewire.partition import partition_matrix  # noqa: E402
+from sparsewire.partition import partition  # noqa: E402
 from sparsewire.plan import strategy_stats  # noqa: E402
 from sparsewire.plan.strategies import FLAT_STRATEGIES  # noqa: E402
 from sparsewire.report import format_table  # noqa: E402
@@ -41,7 +41,7 @@ STRATEGIES = list(FLAT_STRATEGIES)
 def volume_rows(spec: str, matrix, ranks: list[int], k: int, element_bytes: int) -> list[dict]:
     rows = []
     for n_ranks in ranks:
-        row_partition, col_partition = partition_matrix(matrix, n_ranks, "even")
+        row_partition, col_partition = partition(matrix, n_ranks, "even").partitions
         entry = {"matrix": short_name(spec), "ranks": n_ranks, "k": k, "element_bytes": element_bytes}
         for strategy in STRATEGIES:
             started = time.perf_counter()

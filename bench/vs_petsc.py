@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, default_matrices, short_name  # noqa: E402
 
 from sparsewire.io import load_matrix  # noqa: E402
-from sparsewire.partition import partition_matrix  # noqa: E402
+from sparsewire.partition import partition  # noqa: E402
 from sparsewire.report import format_table  # noqa: E402
 
 PETSC_DIR = "/usr/lib/petscdir/petsc3.18/x86_64-linux-gnu-real"
@@ -79,7 +79,7 @@ def main() -> None:
             petsc_cache: dict[int, dict] = {}
             for label, ranks, threads, petsc_ranks in CONFIGURATIONS:
                 if petsc_ranks not in petsc_cache:
-                    offsets, _ = partition_matrix(a, petsc_ranks, "even")
+                    offsets, _ = partition(a, petsc_ranks, "even").partitions
                     np.save(f"{directory}/offsets.npy", offsets.offsets)
                     print(f"{name}: PETSc P={petsc_ranks}", file=sys.stderr, flush=True)
                     petsc_cache[petsc_ranks] = run_petsc(directory, petsc_ranks, ks, args.repeat)

@@ -26,7 +26,7 @@ from mpi4py import MPI
 from sparsewire.exec import kernels
 from sparsewire.exec.spmm import MODES, SpmmExecutor, layout_for_mode
 from sparsewire.generators import from_spec
-from sparsewire.partition import partition_matrix
+from sparsewire.partition import partition
 from sparsewire.plan.plan import build_rank_plan_collective
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
 from sparsewire.topology import Topology
@@ -48,7 +48,7 @@ def deterministic(seed: int) -> str:
     reference = np.empty((70, k))
     kernels.set_threads(1)
     kernels.multiply(kernels.CsrOperand.from_matrix(matrix, np.float64, 1), b, reference)
-    rows, cols = partition_matrix(matrix, comm.Get_size(), "even")
+    rows, cols = partition(matrix, comm.Get_size(), "even").partitions
     local = matrix[slice(*rows.range(rank))]
     checked = 0
     for strategy in EXECUTABLE_STRATEGIES:
@@ -82,7 +82,7 @@ def allocation(seed: int) -> str:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     matrix = from_spec(f"uniform:100000:8:{seed}")
-    rows, cols = partition_matrix(matrix, comm.Get_size(), "even")
+    rows, cols = partition(matrix, comm.Get_size(), "even").partitions
     local = matrix[slice(*rows.range(rank))]
     k = 32
     b = np.ones((cols.counts()[rank], k))
@@ -108,7 +108,7 @@ def corrupted(seed: int) -> str:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     matrix = from_spec("stencil2d:12")
-    rows, cols = partition_matrix(matrix, comm.Get_size(), "even")
+    rows, cols = partition(matrix, comm.Get_size(), "even").partitions
     local = matrix[slice(*rows.range(rank))]
     k = 3
     plan = build_rank_plan_collective(comm, local, rows, cols, "column", None)

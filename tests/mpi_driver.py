@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 from sparsewire.exec.spmm import MODES, SpmmExecutor, layout_for_mode, transport_problem
 from sparsewire.generators import from_spec
-from sparsewire.partition import partition_matrix
+from sparsewire.partition import partition
 from sparsewire.plan.plan import build_plan, build_rank_plan_collective
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
 from sparsewire.topology import Topology
@@ -65,8 +65,8 @@ def main() -> None:
     thread_counts = [int(t) for t in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1]
     transport = sys.argv[3] if len(sys.argv) > 3 else "mpi"
     runs = 0
-    for name, matrix, partition, k, dtype in cases(seed, size):
-        rows, cols = partition_matrix(matrix, size, partition)
+    for name, matrix, method, k, dtype in cases(seed, size):
+        rows, cols = partition(matrix, size, method).partitions
         local = matrix[slice(*rows.range(rank))]
         b_dense = np.random.default_rng(seed + 1).integers(-4, 5, (matrix.shape[1], k)).astype(dtype)
         b_local = b_dense[slice(*cols.range(rank))]

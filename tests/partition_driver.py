@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import sparsewire
-from sparsewire.partitioners import PARTITIONERS
+from sparsewire.partition import PARTITIONERS
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
 
 

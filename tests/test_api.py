@@ -59,7 +59,7 @@ def test_wrong_b_shape_on_one_rank_aborts_the_job_quickly():
 def test_transposed_plan_is_exact_and_moves_the_same_bytes_for_every_strategy(rng, ranks):
     for shape in [(45, 45), (33, 58), (64, 21)]:
         matrix = random_integer_matrix(rng, *shape, 0.1)
-        rows, cols = sparsewire.partition_matrix(matrix, ranks, "even")
+        rows, cols = sparsewire.partition.partition(matrix, ranks, "even").partitions
         for strategy in EXECUTABLE_STRATEGIES:
             for layout in ("merged", "pipelined"):
                 topology = sparsewire.Topology.nodes(2) if strategy.hierarchical or layout == "pipelined" else None
@@ -76,7 +76,7 @@ AUTO_SCRIPT = """
 import json, sys
 from mpi4py import MPI
 import sparsewire
-from sparsewire.exec.spmm_plan import candidate_strategies
+from sparsewire.spmm_plan import candidate_strategies
 comm = MPI.COMM_WORLD
 matrix = sparsewire.distribute(comm, sys.argv[1])
 topology = None if sys.argv[2] == "flat" else sparsewire.parse_topology(sys.argv[2])

@@ -14,7 +14,7 @@ from sparsewire.exec import kernels
 from sparsewire.exec.buffers import BufferNeeds, build_buffers, padded_rows
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
 from sparsewire.exec.schedules import pack, pack_message
-from sparsewire.partition import partition_matrix
+from sparsewire.partition import partition
 from sparsewire.plan.plan import build_plan
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
 from sparsewire.topology import Topology
@@ -40,7 +40,7 @@ def plans(rng):
     for ranks in (1, 2, 3, 4):
         shape = (int(rng.integers(20, 60)), int(rng.integers(20, 60)))
         matrix = integer_matrix(rng, shape, float(rng.uniform(0.03, 0.2)))
-        rows, cols = partition_matrix(matrix, ranks, str(rng.choice(["even", "nnz"])))
+        rows, cols = partition(matrix, ranks, str(rng.choice(["even", "nnz"]))).partitions
         for strategy in EXECUTABLE_STRATEGIES:
             for layout in ("merged", "pipelined"):
                 topology = Topology.nodes(2) if strategy.hierarchical or layout == "pipelined" else None

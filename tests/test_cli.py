@@ -10,7 +10,7 @@ import pytest
 from conftest import SHARED_MATRICES, run_cli
 from oracles import formula_volumes, inter_group_formulas
 from sparsewire.io import load_matrix
-from sparsewire.partition import partition_matrix
+from sparsewire.partition import partition
 
 
 def analyze_json(matrix: str, ranks: int, *extra: str, timeout: float = 300) -> dict:
@@ -21,9 +21,9 @@ def analyze_json(matrix: str, ranks: int, *extra: str, timeout: float = 300) -> 
     return json.loads(lines[0])
 
 
-def assert_matches_formulas(report: dict, spec: str, ranks: int, k: int, element_bytes: int, partition: str = "even"):
+def assert_matches_formulas(report: dict, spec: str, ranks: int, k: int, element_bytes: int, method: str = "even"):
     matrix = load_matrix(spec)
-    rows, cols = partition_matrix(matrix, ranks, partition)
+    rows, cols = partition(matrix, ranks, method).partitions
     expected = formula_volumes(matrix, rows, cols, k, element_bytes)
     got = {entry["name"]: entry["total_bytes"] for entry in report["strategies"]}
     assert got == expected
@@ -71,7 +71,7 @@ def test_analyze_inter_group_bytes_equal_formulas_on_shared_data(path):
     ranks, group_size = 16, 4
     report = analyze_json(str(path), ranks, "--group-size", str(group_size), "--strategies", "column-hier,joint-hier,joint-group")
     matrix = load_matrix(str(path))
-    rows, cols = partition_matrix(matrix, ranks, "even")
+    rows, cols = partition(matrix, ranks, "even").partitions
     groups = np.arange(ranks) // group_size
     expected = inter_group_formulas(matrix, rows, cols, groups, 32, 4)
     got = {e["name"]: e["inter_group_bytes"] for e in report["strategies"]}

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 
 from oracles import inter_group_formulas, random_integer_matrix, replay_plan
 from sparsewire.errors import InputError
-from sparsewire.partition import even_rows, partition_matrix
+from sparsewire.partition import even_rows, partition
 from sparsewire.plan import build_plan, plan_stats, strategy_stats
 from sparsewire.plan.hierarchy import aggregators, balanced_proxies, local_proxies, local_ranks
 from sparsewire.plan.stats import predicted_seconds
@@ -83,7 +83,7 @@ def test_inter_group_bytes_equal_formulas_and_ordering(rng, trial):
     matrix = random_integer_matrix(rng, n_rows, n_cols, rng.uniform(0.01, 0.25))
     n_ranks, group_size = int(rng.integers(1, 10)), int(rng.integers(1, 5))
     topology = Topology.nodes(group_size)
-    rows, cols = partition_matrix(matrix, n_ranks, ["even", "nnz"][trial % 2])
+    rows, cols = partition(matrix, n_ranks, ["even", "nnz"][trial % 2]).partitions
     k, s = int(rng.integers(1, 5)), int(rng.choice([4, 8]))
     expected = inter_group_formulas(matrix, rows, cols, topology.groups(n_ranks), k, s)
     proxy = ["local", "balanced"][trial % 2]
@@ -105,7 +105,7 @@ def test_every_layout_and_proxy_gives_the_exact_product(rng, trial):
     n_cols = n_rows if trial % 2 else int(rng.integers(1, 50))
     matrix = random_integer_matrix(rng, n_rows, n_cols, rng.uniform(0.0, 0.3))
     n_ranks = int(rng.integers(1, 9))
-    rows, cols = partition_matrix(matrix, n_ranks, "even")
+    rows, cols = partition(matrix, n_ranks, "even").partitions
     b_dense = rng.integers(-5, 6, (n_cols, int(rng.integers(1, 4)))).astype(np.float64)
     expected = matrix @ b_dense
     topology = Topology.nodes(int(rng.integers(1, 4)))
@@ -119,7 +119,7 @@ def test_every_layout_and_proxy_gives_the_exact_product(rng, trial):
 
 def test_pipelined_layout_has_one_stage_per_remote_group(rng):
     matrix = random_integer_matrix(rng, 60, 60, 0.2)
-    rows, cols = partition_matrix(matrix, 6)
+    rows, cols = partition(matrix, 6).partitions
     topology = Topology.nodes(2)  # three groups
     merged = build_plan(matrix, rows, cols, "column-hier", topology)
     pipelined = build_plan(matrix, rows, cols, "column-hier", topology, layout="pipelined")

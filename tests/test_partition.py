@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from sparsewire.errors import InputError
-from sparsewire.partition import RowPartition, balanced_nnz, even_rows, partition_matrix
+from sparsewire.partition import RowPartition, balanced_nnz, even_rows, partition
 
 
 @pytest.mark.parametrize("n, parts", [(10, 3), (7, 7), (2, 4), (0, 3), (1000, 32), (5, 1)])
@@ -38,9 +38,9 @@ def test_balanced_nnz_balances(rng):
 
 def test_rectangular_partitions_columns_separately():
     matrix = sp.csr_array(np.ones((6, 10)))
-    rows, cols = partition_matrix(matrix, 4, "even")
+    rows, cols = partition(matrix, 4, "even").partitions
     assert rows == even_rows(6, 4) and cols == even_rows(10, 4)
-    square_rows, square_cols = partition_matrix(sp.csr_array(np.ones((6, 6))), 4, "nnz")
+    square_rows, square_cols = partition(sp.csr_array(np.ones((6, 6))), 4, "nnz").partitions
     assert square_rows is square_cols
 
 
@@ -54,4 +54,4 @@ def test_bad_arguments():
     with pytest.raises(InputError, match="at least 1"):
         even_rows(5, 0)
     with pytest.raises(InputError, match="unknown partition"):
-        partition_matrix(sp.csr_array((3, 3)), 2, "metis")
+        partition(sp.csr_array((3, 3)), 2, "bogus")

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 import sparsewire
 from conftest import ROOT, SHARED_DATA, run_cli, run_mpi
 from oracles import random_integer_matrix
-from sparsewire.partitioners import PARTITIONERS, nnz_imbalance, partition
+from sparsewire.partition import PARTITIONERS, nnz_imbalance, partition
 from sparsewire.plan.stats import strategy_stats
 
 DRIVER = str(ROOT / "tests" / "partition_driver.py")

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 from oracles import formula_volumes, random_integer_matrix, replay_plan
 from sparsewire.errors import InputError, PlanMismatchError
-from sparsewire.partition import RowPartition, even_rows, partition_matrix
+from sparsewire.partition import RowPartition, even_rows, partition
 from sparsewire.plan import block_stats, build_plan, plan_stats, rowwise_stats
 from sparsewire.plan.blocks import split_local_rows
 from sparsewire.plan.strategies import Strategy, choose_row_based, parse_strategies
@@ -79,7 +79,7 @@ def test_volumes_equal_formulas_on_random_matrices(rng, trial):
         n_cols = n_rows
     matrix = random_integer_matrix(rng, n_rows, n_cols, rng.uniform(0.01, 0.3))
     n_ranks = int(rng.integers(1, 7))
-    rows, cols = partition_matrix(matrix, n_ranks, ["even", "nnz"][trial % 2])
+    rows, cols = partition(matrix, n_ranks, ["even", "nnz"][trial % 2]).partitions
     k, s = int(rng.integers(1, 9)), int(rng.choice([4, 8]))
     expected = formula_volumes(matrix, rows, cols, k, s)
     stats = volumes(matrix, rows, cols, k, s)
@@ -97,7 +97,7 @@ def test_replayed_plans_give_exact_product(rng, trial):
     n_cols = n_rows if trial % 2 else int(rng.integers(1, 50))
     matrix = random_integer_matrix(rng, n_rows, n_cols, rng.uniform(0.0, 0.3))
     n_ranks = int(rng.integers(1, 8))  # often more ranks than rows: ranks without rows
-    rows, cols = partition_matrix(matrix, n_ranks, "even")
+    rows, cols = partition(matrix, n_ranks, "even").partitions
     k = int(rng.integers(1, 6))
     b_dense = rng.integers(-5, 6, (n_cols, k)).astype(np.float64)
     expected = matrix @ b_dense
@@ -110,7 +110,7 @@ def test_replayed_plans_give_exact_product(rng, trial):
 def test_block_stats_equal_the_built_plan(rng, trial):
     n_rows, n_cols = (int(x) for x in rng.integers(1, 40, 2))
     matrix = random_integer_matrix(rng, n_rows, n_cols, 0.1)
-    rows, cols = partition_matrix(matrix, int(rng.integers(1, 9)), "even")
+    rows, cols = partition(matrix, int(rng.integers(1, 9)), "even").partitions
     direct = block_stats(cols, 3, 4)
     built = plan_stats(build_plan(matrix, rows, cols, "block").ranks, 3, 4)
     for field in ("pair_sources", "pair_destinations", "pair_bytes", "send_bytes_per_rank", "recv_bytes_per_rank"):
@@ -120,7 +120,7 @@ def test_block_stats_equal_the_built_plan(rng, trial):
 
 def test_joint_per_pair_never_exceeds_row_or_column(rng):
     matrix = random_integer_matrix(rng, 200, 200, 0.03)
-    rows, cols = partition_matrix(matrix, 5)
+    rows, cols = partition(matrix, 5).partitions
     per_pair = {}
     for name in ("row", "column", "joint"):
         stat = plan_stats(build_plan(matrix, rows, cols, name).ranks, 1, 1)
@@ -131,7 +131,7 @@ def test_joint_per_pair_never_exceeds_row_or_column(rng):
 
 def test_joint_assignment_is_served_by_the_cover(rng):
     matrix = random_integer_matrix(rng, 80, 80, 0.08)
-    rows, cols = partition_matrix(matrix, 4)
+    rows, cols = partition(matrix, 4).partitions
     blocks = split_local_rows(1, matrix[slice(*rows.range(1))], cols)
     row_based = choose_row_based(Strategy.JOINT, blocks, 4)
     # Column-based nonzeros need their B row, row-based ones their C row: the union is a cover

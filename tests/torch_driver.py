@@ -28,7 +28,7 @@ from mpi4py import MPI
 import sparsewire
 from sparsewire.exec.spmm import SpmmExecutor
 from sparsewire.generators import from_spec
-from sparsewire.partition import partition_matrix
+from sparsewire.partition import partition
 from sparsewire.plan.plan import build_rank_plan_collective
 
 
@@ -85,7 +85,7 @@ def mismatch(seed: int) -> str:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     matrix = from_spec("stencil2d:12")
-    rows, cols = partition_matrix(matrix, comm.Get_size(), "even")
+    rows, cols = partition(matrix, comm.Get_size(), "even").partitions
     local = matrix[slice(*rows.range(rank))]
     plan = build_rank_plan_collective(comm, local, rows, cols, "column", None)
     if rank == 0:

@@ -23,7 +23,7 @@ from sparsewire.aligned import empty_aligned, zeros_aligned  # noqa: E402
 from sparsewire.errors import FallbackWarning, InputError, PlanMismatchError, SparsewireError, SparsewireWarning  # noqa: E402
 from sparsewire.generators import deterministic_dense
 from sparsewire.io import load_matrix
-from sparsewire.partition import RowPartition, balanced_nnz, even_rows, partition_matrix
+from sparsewire.partition import Partitioning, RowPartition, balanced_nnz, even_rows
 from sparsewire.topology import LinkClass, Level, Topology, parse_topology
 from sparsewire.plan import (
     CommPlan,
@@ -43,9 +43,9 @@ __version__ = "0.1.0"
 _LAZY = {
     "distribute": "sparsewire.distributed",
     "DistributedMatrix": "sparsewire.distributed",
-    "SpmmPlan": "sparsewire.exec.spmm_plan",
-    "StrategyChoice": "sparsewire.exec.spmm_plan",
-    "spmm": "sparsewire.exec.spmm_plan",
+    "SpmmPlan": "sparsewire.spmm_plan",
+    "StrategyChoice": "sparsewire.spmm_plan",
+    "spmm": "sparsewire.spmm_plan",
     "SpgemmPlan": "sparsewire.spgemm_plan",
     "plan_spgemm": "sparsewire.spgemm_plan",
 }
@@ -81,6 +81,7 @@ __all__ = [
     "PlanMismatchError",
     "PlanStats",
     "RankPlan",
+    "Partitioning",
     "RowPartition",
     "SparsewireError",
     "SparsewireWarning",
@@ -95,7 +96,6 @@ __all__ = [
     "load_matrix",
     "minimum_vertex_cover",
     "parse_topology",
-    "partition_matrix",
     "plan_stats",
     "rowwise_stats",
     "zeros_aligned",

@@ -1,6 +1,6 @@
 """The partition advisor: every partitioner x strategy measured side by side, and a recommendation.
 
-For the global matrix (no MPI), each partitioner of :mod:`sparsewire.partitioners` reorders and
+For the global matrix (no MPI), each partitioner of :mod:`sparsewire.partition` reorders and
 splits A for P ranks; each strategy is planned on the result (:func:`~sparsewire.plan.stats.strategy_stats`).
 A row reports total and inter-group bytes per multiply, messages, nonzeros and received bytes per
 rank as max/mean, the predicted communication time under the topology's cost model (flat without
@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.errors import InputError
-from sparsewire.partitioners import PARTITIONERS, nnz_imbalance, partition
+from sparsewire.partition import PARTITIONERS, nnz_imbalance, partition
 from sparsewire.plan.stats import predicted_seconds, strategy_stats
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
 from sparsewire.topology import Topology

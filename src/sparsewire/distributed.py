@@ -20,9 +20,8 @@ from mpi4py import MPI
 from sparsewire.comm.runtime import agree_on_error, collective_errors
 from sparsewire.errors import InputError
 from sparsewire.io import load_matrix
-from sparsewire.partition import RowPartition, even_rows
-from sparsewire.partitioners import PARTITIONERS, Partitioning
-from sparsewire.partitioners import partition as reorder_and_partition
+from sparsewire.partition import PARTITIONERS, Partitioning, RowPartition, even_rows
+from sparsewire.partition import partition as choose_partitioning
 
 __all__ = ["DistributedMatrix", "distribute"]
 
@@ -39,7 +38,7 @@ class DistributedMatrix:
         local_rows: this rank's rows as a SciPy CSR array with global column indices (in the
             partitioner's order when it reordered: see ``row_order``).
         row_order, col_order: position -> original index of the rows and columns when the
-            partitioner reordered (:mod:`sparsewire.partitioners`), else None. :meth:`row_ids`
+            partitioner reordered (:mod:`sparsewire.partition`), else None. :meth:`row_ids`
             and :meth:`input_ids` give this rank's original indices; :meth:`gather` and
             :meth:`gather_dense` return original order.
     """
@@ -139,12 +138,12 @@ class DistributedMatrix:
         transport: str = "mpi",
     ):
         """Collective. A reusable plan of ``C = A @ B`` for B with ``k`` columns; see
-        :func:`sparsewire.exec.spmm_plan.plan_spmm` for the arguments and the ``auto`` strategy.
+        :func:`sparsewire.spmm_plan.plan_spmm` for the arguments and the ``auto`` strategy.
 
         Returns:
-            :class:`~sparsewire.exec.spmm_plan.SpmmPlan`.
+            :class:`~sparsewire.spmm_plan.SpmmPlan`.
         """
-        from sparsewire.exec.spmm_plan import plan_spmm
+        from sparsewire.spmm_plan import plan_spmm
 
         return plan_spmm(
             self, k, dtype, strategy=strategy, topology=topology, mode=mode, threads=threads, deterministic=deterministic, proxy=proxy,
@@ -217,7 +216,7 @@ def _partition_of(partition, matrix: sp.csr_array, n_parts: int, topology, imbal
         return partition
     if partition not in PARTITIONERS:
         raise InputError(f"unknown partition {partition!r}; give one of {', '.join(PARTITIONERS)}, a RowPartition or a Partitioning")
-    return reorder_and_partition(matrix, n_parts, partition, topology=topology, imbalance=imbalance)
+    return choose_partitioning(matrix, n_parts, partition, topology=topology, imbalance=imbalance)
 
 
 @collective_errors
@@ -241,11 +240,11 @@ def distribute(
               ``stencil2d:64``, read on ``root`` (the other ranks may pass the same or None);
             - a SciPy sparse matrix on ``root`` (the other ranks pass None);
             - this rank's rows (SciPy sparse, global column indices), with ``row_offsets``.
-        partition: a partitioner of :mod:`sparsewire.partitioners` (``even``: equal rows,
+        partition: a partitioner of :mod:`sparsewire.partition` (``even``: equal rows,
             ``nnz``: balanced nonzeros, ``metis``, ``rcm``, ``community``, ``metis-hier``; the
             reordering ones keep their order in ``row_order`` / ``col_order``) or a
             :class:`~sparsewire.partition.RowPartition` of the rows, or a
-            :class:`~sparsewire.partitioners.Partitioning` (rows, columns and their orders; its
+            :class:`~sparsewire.partition.Partitioning` (rows, columns and their orders; its
             ``cols`` may be None: the rows' when square, else even), such as
             :meth:`DistributedMatrix.right_operand_partitioning` for a B; ignored with ``row_offsets``.
         symmetrize: edge lists only: use the undirected graph max(A, A^T).
@@ -257,7 +256,7 @@ def distribute(
 
     Returns:
         A :class:`DistributedMatrix`. Its column partition equals the row partition for square A
-        and otherwise follows the same rule over the columns (:func:`partition_matrix`).
+        and otherwise follows the same rule over the columns (:func:`~sparsewire.partition.rows.split_in_order`).
 
     Raises:
         InputError on every rank: unreadable file, wrong shapes, offsets that do not fit.

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from sparsewire.generators import rmat
-from sparsewire.partition import partition_matrix
+from sparsewire.partition import partition
 from sparsewire.plan.stats import strategy_stats
 from sparsewire.sim.network import build_network, dragonfly, leaf_spine
 
@@ -42,7 +42,7 @@ def main():
 
     big = build_network("netsparse-leafspine")
     matrix = rmat(14, 8, seed=3)
-    rows, cols = partition_matrix(matrix, 128, "even")
+    rows, cols = partition(matrix, 128, "even").partitions
     stats = strategy_stats(matrix, rows, cols, "column", 16, 4)
     write("leafspine128_column_plan", big, stats.pair_sources, stats.pair_destinations, stats.pair_bytes)
 

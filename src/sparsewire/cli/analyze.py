@@ -69,7 +69,7 @@ def add_commands(commands) -> None:
 
 def run_analyze(args: argparse.Namespace) -> int:
     from sparsewire.io import load_matrix
-    from sparsewire.partitioners import partition
+    from sparsewire.partition import partition
     from sparsewire.plan.stats import strategy_stats
     from sparsewire.plan.strategies import parse_strategies
 
@@ -149,7 +149,7 @@ def run_advise(args: argparse.Namespace) -> int:
     from sparsewire.advisor import advise, plot_advice
     from sparsewire.errors import InputError
     from sparsewire.io import load_matrix
-    from sparsewire.partitioners import PARTITIONERS
+    from sparsewire.partition import PARTITIONERS
     from sparsewire.plan.strategies import parse_strategies
 
     topology = topology_from_args(args)

@@ -134,8 +134,8 @@ PARTITION_HELP = (
 
 
 def add_partition_arguments(parser: argparse.ArgumentParser) -> None:
-    """--partition (every partitioner of sparsewire.partitioners) and --imbalance."""
-    from sparsewire.partitioners import PARTITIONERS
+    """--partition (every partitioner of sparsewire.partition) and --imbalance."""
+    from sparsewire.partition import PARTITIONERS
 
     parser.add_argument("--partition", choices=PARTITIONERS, default="even", help=PARTITION_HELP)
     parser.add_argument("--imbalance", type=float, default=0.03, help="metis, metis-hier: allowed excess of nonzeros per rank over the mean (default: 0.03)")

@@ -136,7 +136,7 @@ def _compute_rate(args: argparse.Namespace, progress) -> tuple[float | None, str
 
 def _run_simulate(args: argparse.Namespace) -> int:
     from sparsewire.io import load_matrix
-    from sparsewire.partitioners import partition
+    from sparsewire.partition import partition
     from sparsewire.plan.stats import strategy_stats
     from sparsewire.plan.strategies import parse_strategies
     from sparsewire.sim.network import build_network
@@ -197,13 +197,13 @@ def _netsparse_network(args: argparse.Namespace, name: str | None = None):
 
 
 def _plans_rows(matrix, network, nodes: int, k: int, su, progress) -> list[dict]:
-    from sparsewire.partition import partition_matrix
+    from sparsewire.partition import partition
     from sparsewire.plan.stats import strategy_stats
     from sparsewire.sim.plans import simulate_plan, wire_bytes
 
     topology = network.planner_topology(nodes)
     grouped = len(topology.levels) > 1
-    rows, cols = partition_matrix(matrix, nodes, "even")
+    rows, cols = partition(matrix, nodes, "even").partitions
     result = []
     for name in SOFTWARE_PLANS:
         if name.endswith(("-hier", "-group")) and not grouped:

@@ -1,7 +1,7 @@
 """The SpMM plan file: every rank's :class:`~sparsewire.plan.plan.RankPlan` in one NumPy ``.npz``
-(no pickles), written by :meth:`SpmmPlan.save <sparsewire.exec.spmm_plan.SpmmPlan.save>` and read
+(no pickles), written by :meth:`SpmmPlan.save <sparsewire.spmm_plan.SpmmPlan.save>` and read
 back, checked against the matrix and the ranks, by :meth:`SpmmPlan.load
-<sparsewire.exec.spmm_plan.SpmmPlan.load>`.
+<sparsewire.spmm_plan.SpmmPlan.load>`.
 
 Layout: ``meta`` (JSON: format name and version, P, the checksum of A's pattern, values,
 partitions and orders, the checksum of the plan's own arrays, and the plan's settings),
@@ -310,7 +310,7 @@ def _read_archive(path, matrix: DistributedMatrix, size: int, checksum: str) -> 
 
 @collective_errors
 def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, threads: int | None, transport: str | None):
-    """Collective. The :class:`~sparsewire.exec.spmm_plan.SpmmPlan` (``cls``) saved at ``path`` for
+    """Collective. The :class:`~sparsewire.spmm_plan.SpmmPlan` (``cls``) saved at ``path`` for
     ``matrix``, with its executor on ``threads`` threads and ``transport`` (None: as saved)."""
     comm = matrix.comm
     meta, plan = read_plan_file(path, matrix)

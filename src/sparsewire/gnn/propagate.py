@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, collective_errors
 from sparsewire.distributed import DistributedMatrix
-from sparsewire.exec.spmm_plan import SpmmPlan, plan_spmm
+from sparsewire.spmm_plan import SpmmPlan, plan_spmm
 
 __all__ = ["GraphOperator", "propagate", "scatter_rows", "gather_rows", "gcn_normalize", "mean_normalize"]
 

@@ -68,7 +68,7 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     on the 2-core machine (41 ms before that fix).
 
     ``transport``: how the propagations' messages move, ``mpi`` or ``torch`` (torch.distributed;
-    see :func:`sparsewire.exec.spmm_plan.plan_spmm`)."""
+    see :func:`sparsewire.spmm_plan.plan_spmm`)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     problem = None
     if dtype not in (torch.float32, torch.float64):

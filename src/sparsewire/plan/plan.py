@@ -610,7 +610,7 @@ def build_plan(
     if row_partition.n != csr.shape[0] or col_partition.n != csr.shape[1]:
         raise PlanMismatchError(
             f"partitions cover {row_partition.n} rows and {col_partition.n} columns but the matrix is "
-            f"{csr.shape[0]} x {csr.shape[1]}; build them with partition_matrix on this matrix"
+            f"{csr.shape[0]} x {csr.shape[1]}; build them with sparsewire.partition.partition on this matrix"
         )
     if row_partition.n_parts != col_partition.n_parts:
         raise PlanMismatchError(

@@ -28,7 +28,7 @@ from scipy.sparse import csgraph
 
 from sparsewire.comm.runtime import agree_on_error
 from sparsewire.errors import InputError
-from sparsewire.partitioners import partition as reorder_and_partition
+from sparsewire.partition import partition as choose_partitioning
 from sparsewire.plan.strategies import Strategy
 from sparsewire.spgemm.distributed import DistributedSpgemm, choose_algorithm
 from sparsewire.spgemm.local import to_graphblas, to_scipy
@@ -68,14 +68,14 @@ def _check_source(source: int, n: int) -> None:
 
 
 def _reordered(comm: MPI.Comm, matrix: sp.csr_array | None, partition: str, imbalance: float):
-    """Collective. The graph relabelled by a partitioner (:mod:`sparsewire.partitioners`):
+    """Collective. The graph relabelled by a partitioner (:mod:`sparsewire.partition`):
     (on rank 0 ``A[order][:, order]``, else None; ``order`` (new vertex -> original) or None;
     the vertices' partition). Vertex labels are the same for rows and columns, as every
     partitioner permutes a square matrix's rows and columns alike."""
     chosen, problem = None, None
     if comm.Get_rank() == 0:
         try:
-            chosen = reorder_and_partition(matrix, comm.Get_size(), partition, imbalance=imbalance)
+            chosen = choose_partitioning(matrix, comm.Get_size(), partition, imbalance=imbalance)
         except InputError as error:
             problem = str(error)
     agree_on_error(comm, problem)
@@ -130,7 +130,7 @@ def bfs_levels(
 ) -> GraphRun:
     """Collective. BFS from ``source`` along A's edges; on rank 0 ``values`` holds each vertex's
     level (hops), inf where unreachable. ``partition``: how the vertices are spread over the ranks
-    (any partitioner of :mod:`sparsewire.partitioners`; results in the original labels)."""
+    (any partitioner of :mod:`sparsewire.partition`; results in the original labels)."""
 
     def update(levels, rows, _, step):
         fresh = np.unique(rows[np.isinf(levels[rows])])

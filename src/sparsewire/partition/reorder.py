@@ -1,7 +1,7 @@
-"""Partitioners that reorder: which rows (and B rows) each rank owns, chosen to cut the bytes.
+"""The partitioners: which rows (and B rows) each rank owns, in an order chosen to cut the bytes.
 
 A :class:`Partitioning` is a new order of A's rows and columns plus contiguous
-:class:`~sparsewire.partition.RowPartition` s over that order: rank p owns the rows
+:class:`~sparsewire.partition.rows.RowPartition` s over that order: rank p owns the rows
 ``row_order[rows.range(p)]`` of the original A (and the B rows ``col_order[cols.range(p)]``).
 Distributing ``A[row_order][:, col_order]`` by the partitions is what the planner and executor
 see; :class:`~sparsewire.distributed.DistributedMatrix` keeps the orders, so users pass B and get
@@ -9,7 +9,7 @@ C in their own indices.
 
 Methods (``PARTITIONERS``):
 
-- ``even``, ``nnz``: the original order split by rows or by nonzeros (:func:`partition_matrix`).
+- ``even``, ``nnz``: the original order split by rows or by nonzeros (:func:`~sparsewire.partition.rows.split_in_order`).
 - ``metis``: METIS k-way (pymetis) on the graph of A + A^T, vertex weights = row nonzeros,
   ``imbalance`` the allowed excess over the mean part weight (default 3%).
 - ``rcm``: SciPy's reverse Cuthill-McKee order of A + A^T, split by nonzeros.
@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.errors import InputError
-from sparsewire.partition import RowPartition, balanced_nnz, even_rows, partition_matrix
+from sparsewire.partition.rows import RowPartition, balanced_nnz, even_rows, split_in_order
 
 __all__ = ["PARTITIONERS", "Partitioning", "partition", "nnz_imbalance"]
 
@@ -60,6 +60,11 @@ class Partitioning:
     row_order: np.ndarray | None
     col_order: np.ndarray | None
     seconds: float = 0.0
+
+    @property
+    def partitions(self) -> tuple[RowPartition, RowPartition | None]:
+        """(rows, cols): the partitions of the reordered rows and columns."""
+        return self.rows, self.cols
 
     def permute(self, matrix: sp.sparray) -> sp.csr_array:
         """Not collective. ``A[row_order][:, col_order]``, the matrix the ranks hold."""
@@ -200,7 +205,7 @@ def partition(matrix: sp.sparray, parts: int, method: str = "even", *, topology=
     csr = sp.csr_array(matrix)
     m, n = csr.shape
     if method in ("even", "nnz"):
-        rows, cols = partition_matrix(csr, parts, method)
+        rows, cols = split_in_order(csr, parts, method)
         return Partitioning(method, rows, cols, None, None, time.perf_counter() - started)
     if method in ("rcm", "community"):
         order = _position_order(method, csr, seed)

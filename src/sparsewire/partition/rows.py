@@ -1,4 +1,4 @@
-"""1D row partitions: which rank owns which contiguous range of rows.
+"""1D row partitions: which rank owns which contiguous range of rows (in the matrix's own order).
 
 A :class:`RowPartition` over n rows and P ranks is the offsets array ``offsets[0] = 0 <= ... <=
 offsets[P] = n``; rank p owns rows ``offsets[p] : offsets[p + 1]`` (possibly none).
@@ -18,9 +18,7 @@ import scipy.sparse as sp
 
 from sparsewire.errors import InputError
 
-__all__ = ["RowPartition", "even_rows", "balanced_nnz", "partition_matrix", "PARTITION_METHODS"]
-
-PARTITION_METHODS = ("even", "nnz")
+__all__ = ["RowPartition", "even_rows", "balanced_nnz", "split_in_order"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,15 +104,12 @@ def balanced_nnz(weights: np.ndarray, parts: int) -> RowPartition:
     return RowPartition(np.maximum.accumulate(offsets))
 
 
-def partition_matrix(matrix: sp.sparray, parts: int, method: str = "even") -> tuple[RowPartition, RowPartition]:
-    """Not collective. Row partition (rows of A and C) and column partition (rows of B) of ``matrix``.
-
-    ``even`` splits rows evenly; ``nnz`` balances nonzeros per rank. A square matrix uses one
-    partition for both; a rectangular one applies the same rule to its columns separately
-    (``nnz`` then balances nonzeros per column).
-    """
-    if method not in PARTITION_METHODS:
-        raise InputError(f"unknown partition {method!r}; choose one of {', '.join(PARTITION_METHODS)}")
+def split_in_order(matrix: sp.sparray, parts: int, method: str) -> tuple[RowPartition, RowPartition]:
+    """Not collective. The row partition (rows of A and C) and column partition (rows of B) of
+    ``matrix`` in its own order: ``even`` splits rows evenly, ``nnz`` balances nonzeros per rank.
+    A square matrix uses one partition for both; a rectangular one applies the same rule to its
+    columns separately (``nnz`` then balances nonzeros per column). The ``even`` and ``nnz``
+    partitioners of :func:`sparsewire.partition.partition`."""
     n_rows, n_cols = matrix.shape
     if method == "even":
         rows = even_rows(n_rows, parts)
