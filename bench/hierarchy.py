@@ -44,7 +44,8 @@ K, ELEMENT_BYTES = 32, 4
 def measure(spec: str, matrix, n_ranks: int, group_size: int, proxy: str) -> dict:
     rows, cols = partition(matrix, n_ranks, "even").partitions
     topology = Topology.nodes(group_size)
-    preset = PRESETS.get(PRESET_FOR_GROUP_SIZE.get(group_size, ""))
+    machine = PRESETS.get(PRESET_FOR_GROUP_SIZE.get(group_size, ""))
+    preset = machine.topology if machine else None
     entry = {"matrix": short_name(spec), "ranks": n_ranks, "group_size": group_size, "proxy": proxy, "preset": preset and preset.name}
     for name in STRATEGIES:
         started = time.perf_counter()

@@ -22,10 +22,10 @@ EXECUTABLE = ["block", "column", "row", "joint", "column-hier", "joint-hier", "j
 def test_presets_and_nodes_groups():
     assert parse_topology("nodes:3").groups(7).tolist() == [0, 0, 0, 1, 1, 1, 2]  # the last group is smaller
     assert parse_topology("flat").groups(5).tolist() == [0] * 5
-    assert PRESETS["cola-a800"].groups(17).tolist() == [0] * 8 + [1] * 8 + [2]
-    assert PRESETS["cola-a800"].levels[0].link.bandwidth == 300e9 and PRESETS["cola-a800"].levels[1].link.bandwidth == 18e9
-    assert PRESETS["shiro-h100"].levels[0].group_size == 4 and PRESETS["shiro-h100"].levels[1].link.bandwidth == 25e9
-    assert PRESETS["leafspine-16"].levels[0].group_size == 16 and PRESETS["leafspine-16"].levels[0].link.bandwidth == 50e9
+    assert PRESETS["cola-a800"].topology.groups(17).tolist() == [0] * 8 + [1] * 8 + [2]
+    assert PRESETS["cola-a800"].topology.levels[0].link.bandwidth == 300e9 and PRESETS["cola-a800"].topology.levels[1].link.bandwidth == 18e9
+    assert PRESETS["shiro-h100"].topology.levels[0].group_size == 4 and PRESETS["shiro-h100"].topology.levels[1].link.bandwidth == 25e9
+    assert PRESETS["leafspine-16"].topology.levels[0].group_size == 16 and PRESETS["leafspine-16"].topology.levels[0].link.bandwidth == 50e9
     topology = Topology.nodes(2)
     assert topology.link_levels(np.array([0, 0, 3]), np.array([1, 2, 2]), 4).tolist() == [0, 1, 0]
     for bad in ("torus", "nodes:0", "nodes:x"):

@@ -17,8 +17,9 @@ from sparsewire.plan.strategies import Strategy
 from sparsewire.sim import netsparse as ns
 from sparsewire.sim import pipeline
 from sparsewire.sim.flows import solve_max_min
-from sparsewire.sim.network import GIGABIT, PRESETS, build_network, dragonfly, hyperx, leaf_spine
+from sparsewire.sim.network import GIGABIT, build_network, dragonfly, hyperx, leaf_spine, network_presets
 from sparsewire.sim.plans import simulate_plan, wire_bytes
+from sparsewire.topology import PRESETS, parse_topology
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 MB50 = 50e6
@@ -45,7 +46,7 @@ def test_netsparse_cluster_matches_table5(cluster):
     assert latency == pytest.approx([1.2e-6, 2.7e-6], rel=1e-12)  # RTT 2.4 / 5.4 us
 
 
-@pytest.mark.parametrize("preset", [p for p in PRESETS if p.startswith("netsparse")])
+@pytest.mark.parametrize("preset", [p for p in network_presets() if p.startswith("netsparse")])
 def test_every_route_leaves_by_the_source_nic_and_enters_by_the_destination_nic(preset):
     network = build_network(preset)
     up, down = network.host_uplinks(), network.host_downlinks()
@@ -58,6 +59,32 @@ def test_every_route_leaves_by_the_source_nic_and_enters_by_the_destination_nic(
                 continue
             assert route[0] == up[source] and route[-1] == down[destination]
             assert len(set(route.tolist())) == route.size
+
+
+@pytest.mark.parametrize("preset", network_presets())
+def test_one_preset_table_the_planner_and_the_simulator_agree(preset):
+    """The planner's topology of a named machine (``analyze --topology``) is the one the
+    simulator reads off the modelled network (``simulate --topology``): group sizes, bandwidths
+    and latencies of both levels, and the per-message overhead between groups (a modelled network
+    has one overhead for every message: the GPU clusters take InfiniBand's)."""
+    machine = PRESETS[preset]
+    hosts = machine.hosts or 4 * machine.topology.levels[0].group_size
+    derived = build_network(preset, hosts).planner_topology()
+    assert parse_topology(preset) is machine.topology and len(derived.levels) == len(machine.topology.levels) == 2
+    for level, (ours, theirs) in enumerate(zip(machine.topology.levels, derived.levels)):
+        assert ours.group_size == theirs.group_size, preset
+        for field in ("bandwidth", "latency") + (("overhead",) if level == 1 else ()):
+            assert getattr(ours.link, field) == pytest.approx(getattr(theirs.link, field), rel=1e-12), (preset, field)
+
+
+def test_planner_only_presets_are_refused_by_the_simulator_with_the_choices():
+    planner_only = [name for name, machine in PRESETS.items() if machine.network is None]
+    assert planner_only and set(planner_only).isdisjoint(network_presets())
+    for name in planner_only:
+        with pytest.raises(InputError, match="planner topology the simulator does not model.*netsparse-leafspine"):
+            build_network(name, 16)
+    with pytest.raises(InputError, match="unknown network preset"):
+        build_network("nowhere", 16)
 
 
 @pytest.mark.parametrize("preset, gpus", [("cola-a800", 8), ("shiro-h100", 4)])

@@ -24,9 +24,9 @@ SOFTWARE_PLANS = ("column", "joint", "column-hier", "joint-hier", "joint-group")
 
 def add_commands(commands) -> None:
     """Add ``simulate``, ``calibrate`` and ``netsparse`` to the CLI's subparsers."""
-    from sparsewire.sim.network import PRESETS
+    from sparsewire.sim.network import network_presets
 
-    presets = ", ".join(PRESETS)
+    presets = ", ".join(network_presets())
     simulate = commands.add_parser(
         "simulate",
         help="predicted time of each strategy's plan on a modelled cluster (no MPI needed)",

@@ -26,7 +26,8 @@ Builders (all routes deterministic):
 * :func:`gpu_cluster`: nodes of ``gpus_per_node`` GPUs on an NVSwitch (one NVLink port each way per
   GPU), one InfiniBand NIC per GPU into a non-blocking fat tree (CoLa's A800 and SHIRO's H100 nodes).
 
-:data:`PRESETS` names the papers' machines; :func:`build_network` makes one for a host count.
+:func:`build_network` makes the network of a named machine of :data:`sparsewire.topology.PRESETS`
+(the table the planner reads too) for a host count.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sparsewire.errors import InputError
-from sparsewire.topology import PRESETS as TOPOLOGY_PRESETS
-from sparsewire.topology import Level, LinkClass, Topology
+from sparsewire.topology import PRESETS, Level, LinkClass, Topology
 
 __all__ = [
     "Network",
@@ -46,7 +46,7 @@ __all__ = [
     "dragonfly",
     "hyperx",
     "gpu_cluster",
-    "PRESETS",
+    "network_presets",
     "build_network",
     "GIGABIT",
 ]
@@ -387,40 +387,30 @@ def gpu_cluster(
     return builder.network(name, routes, node, switch_latency=0.0, message_overhead=infiniband.overhead)
 
 
-def _topology_link(preset: str, level: int) -> LinkClass:
-    return TOPOLOGY_PRESETS[preset].levels[level].link
+NETSPARSE_OPTIONS = dict(mtu=1500, packet_header_bytes=50, message_overhead=1e-6)
+_FAMILIES = {"leaf-spine": leaf_spine, "fat-tree": fat_tree, "dragonfly": dragonfly, "hyperx": hyperx}
 
 
-PRESETS: dict[str, tuple[str, int | None]] = {
-    "netsparse-leafspine": ("NetSparse Table 5: leaf-spine, racks of 16, 16 spines, 400 Gb/s, 450 ns links, 300 ns switches, 1500 B MTU", 128),
-    "netsparse-fattree": ("the Table 5 links as a two-level fat tree with a non-blocking core (racks of 16)", 128),
-    "netsparse-dragonfly": ("NetSparse sec. 9.6: dragonfly, 32 switches in 4 groups, 4 hosts and 4 global links per switch", 128),
-    "netsparse-hyperx": ("NetSparse sec. 9.6: HyperX 4x4x2 switches, 4 hosts per switch", 128),
-    "cola-a800": ("CoLa's A800 nodes: 8 GPUs on NVLink 300 GB/s, InfiniBand 18 GB/s per GPU", None),
-    "shiro-h100": ("SHIRO's H100 nodes: 4 GPUs on NVLink 450 GB/s, InfiniBand 25 GB/s per GPU", None),
-}
+def network_presets() -> list[str]:
+    """Not collective. The names in :data:`sparsewire.topology.PRESETS` that the simulator models."""
+    return [name for name, machine in PRESETS.items() if machine.network is not None]
 
 
 def build_network(preset: str, n_hosts: int | None = None) -> Network:
     """Not collective. The network of a preset for ``n_hosts`` hosts (default: the preset's own size; GPU presets
     need a count). NetSparse presets accept fewer hosts than 128 (the first ones of the machine)."""
     name = preset.strip().lower()
-    if name not in PRESETS:
-        raise InputError(f"unknown network preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    default = PRESETS[name][1]
+    machine = PRESETS.get(name)
+    if machine is None or machine.network is None:
+        problem = f"{preset!r} is a planner topology the simulator does not model" if machine else f"unknown network preset {preset!r}"
+        raise InputError(f"{problem}; choose one of {', '.join(network_presets())}")
+    default = machine.hosts
     hosts = n_hosts if n_hosts is not None else default
     if hosts is None:
         raise InputError(f"preset {name!r} needs a host (rank) count")
     if default is not None and hosts > default:
         raise InputError(f"preset {name!r} has {default} hosts; asked for {hosts}. Use fewer ranks or another preset")
-    netsparse = dict(mtu=1500, packet_header_bytes=50, message_overhead=1e-6)
-    if name == "netsparse-leafspine":
-        return leaf_spine(hosts, name=name, **netsparse)
-    if name == "netsparse-fattree":
-        return fat_tree(hosts, name=name, **netsparse)
-    if name == "netsparse-dragonfly":
-        return dragonfly(hosts, name=name, **netsparse)
-    if name == "netsparse-hyperx":
-        return hyperx(hosts, name=name, **netsparse)
-    gpus = TOPOLOGY_PRESETS[name].levels[0].group_size
-    return gpu_cluster(hosts, gpus, _topology_link(name, 0), _topology_link(name, 1), name=name)
+    if machine.network in _FAMILIES:
+        return _FAMILIES[machine.network](hosts, name=name, **NETSPARSE_OPTIONS)
+    node, cluster = machine.topology.levels
+    return gpu_cluster(hosts, node.group_size, node.link, cluster.link, name=name)
