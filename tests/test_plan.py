@@ -199,6 +199,24 @@ def test_plan_keys_that_would_overflow_int64_are_refused():
         check_key_space(3 * 2**30, 2**3)
 
 
+def test_record_keys_unpack_what_they_pack(rng):
+    """The buffer order keys decode to the (peer, kind, key) they were made from, at the largest
+    sizes the overflow check allows, and sort by peer, then kind, then key."""
+    from sparsewire.plan.plan import RecordKeys, RecordKind
+
+    for n_ranks, n_keys in ((1, 1), (3, 17), (2**20, 2**20), (5, 2**55)):
+        keys = RecordKeys(n_ranks, n_keys)
+        peer = rng.integers(0, n_ranks, 500)
+        kind = rng.integers(0, len(RecordKind), 500)
+        key = rng.integers(0, n_keys, 500)
+        packed = keys.order(peer, kind, key)
+        rows = keys.rows_of(packed)
+        assert np.array_equal(rows.peer, peer) and np.array_equal(rows.kind, kind) and np.array_equal(rows.key, key)
+        by_fields = np.lexsort((key, kind, peer))
+        assert np.array_equal(packed[by_fields], np.sort(packed))
+    assert [kind.hop for kind in RecordKind] == [1, 1, 1, 1, 2, 2]
+
+
 def test_a_key_missing_from_a_buffer_order_is_an_error_not_a_neighbour():
     """np.searchsorted returns the neighbour's slot for a missing key: a silently wrong product."""
     from sparsewire.plan.plan import _positions

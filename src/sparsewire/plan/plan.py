@@ -45,7 +45,8 @@ the same code (:func:`_plan_ranks`), so the plans are identical.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Callable
+from enum import IntEnum
+from typing import Callable, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -63,6 +64,10 @@ __all__ = [
     "CommPlan",
     "LAYOUTS",
     "RECORD_KINDS",
+    "RecordKind",
+    "RecordKeys",
+    "BufferRows",
+    "check_key_space",
     "DIRECT_B",
     "DIRECT_C",
     "FETCH_B",
@@ -76,10 +81,26 @@ __all__ = [
 LAYOUTS = ("merged", "pipelined")
 PROXY_POLICIES = ("local", "balanced")
 
-DIRECT_B, DIRECT_C, FETCH_B, PARTIAL_C, FORWARD_B, AGGREGATE_C = range(6)
-RECORD_KINDS = ("DIRECT_B", "DIRECT_C", "FETCH_B", "PARTIAL_C", "FORWARD_B", "AGGREGATE_C")
-_N_KINDS = 6
-_HOP = np.array([1, 1, 1, 1, 2, 2])
+class RecordKind(IntEnum):
+    """The kinds of transferred rows (module docstring); stored as int8 in ``send_kinds`` and
+    ``receive_kinds``."""
+
+    DIRECT_B = 0
+    DIRECT_C = 1
+    FETCH_B = 2
+    PARTIAL_C = 3
+    FORWARD_B = 4
+    AGGREGATE_C = 5
+
+    @property
+    def hop(self) -> int:
+        """1 for a record sent by the rank that has the row, 2 for one a proxy or aggregator sends on."""
+        return 2 if self in (RecordKind.FORWARD_B, RecordKind.AGGREGATE_C) else 1
+
+
+DIRECT_B, DIRECT_C, FETCH_B, PARTIAL_C, FORWARD_B, AGGREGATE_C = RecordKind
+RECORD_KINDS = tuple(kind.name for kind in RecordKind)
+_HOP = np.array([kind.hop for kind in RecordKind])  # hop of a kind, indexable by arrays of kinds
 
 
 @dataclass(frozen=True, eq=False)
@@ -231,7 +252,7 @@ def check_key_space(n_ranks: int, n_keys: int) -> None:
     """Not collective. InputError when P ranks and n rows (or columns) would overflow the
     planner's record keys ``((kind P + sender) P + receiver) n + key`` in int64 (6 P^2 n >= 2^63:
     two records would collide, e.g. at P = 2^20, n = 2^23)."""
-    if _N_KINDS * int(n_ranks) * int(n_ranks) * max(int(n_keys), 1) >= 2**63:
+    if len(RecordKind) * int(n_ranks) * int(n_ranks) * max(int(n_keys), 1) >= 2**63:
         raise InputError(
             f"P = {n_ranks} ranks and n = {n_keys} rows are beyond the planner's 64-bit record keys "
             f"(6 P^2 n must stay below 2^63); use fewer ranks or split the matrix"
@@ -249,19 +270,52 @@ def _positions(sorted_keys: np.ndarray, wanted: np.ndarray, what: str) -> np.nda
     return positions
 
 
-class _Keys:
-    """Integer encodings of record identities and buffer orders."""
+class BufferRows(NamedTuple):
+    """The rows of one exchange's buffer decoded from their packed order keys."""
+
+    peer: np.ndarray
+    kind: np.ndarray
+    key: np.ndarray
+
+
+class RecordKeys:
+    """The one place records are packed into int64 keys (for sorting and matching at NumPy speed)
+    and unpacked again; the constructor checks the packing cannot overflow (:func:`check_key_space`).
+
+    * identity ``((kind P + sender) P + receiver) n + key``: equal for equal records;
+    * buffer order ``(peer K + kind) n + key`` (K kinds): a buffer's rows by peer, kind, key.
+    """
 
     def __init__(self, n_ranks: int, n_keys: int) -> None:
         self.n_ranks, self.n_keys = n_ranks, max(n_keys, 1)
         check_key_space(n_ranks, n_keys)
 
     def identity(self, kind, sender, receiver, key):
+        """Not collective. The identity key of records."""
         return ((kind * self.n_ranks + sender) * self.n_ranks + receiver) * self.n_keys + key
 
     def order(self, peer, kind, key):
-        """Position key inside one exchange's buffer: by peer, then kind, then key."""
-        return (peer * _N_KINDS + kind) * self.n_keys + key
+        """Not collective. Position keys inside one exchange's buffer: by peer, then kind, then key."""
+        return (peer * len(RecordKind) + kind) * self.n_keys + key
+
+    def rows_of(self, order_keys: np.ndarray) -> BufferRows:
+        """Not collective. (peer, kind, key) of every packed buffer order key (:meth:`order` inverted)."""
+        key = order_keys % self.n_keys
+        rest = order_keys // self.n_keys
+        return BufferRows(rest // len(RecordKind), rest % len(RecordKind), key)
+
+
+@dataclass
+class _ColumnServing:
+    """For every column-based nonzero of a rank: its local row, value and column, and the record
+    that brings its B row (kind, sender, round)."""
+
+    rows: np.ndarray
+    values: np.ndarray
+    cols: np.ndarray
+    kind: np.ndarray
+    sender: np.ndarray
+    round: np.ndarray
 
 
 def _request_records(
@@ -274,7 +328,7 @@ def _request_records(
     row_partition: RowPartition,
     col_partition: RowPartition,
     strategy: Strategy,
-) -> tuple[_Records, tuple]:
+) -> tuple[_Records, _ColumnServing]:
     """Receiver step of rank p: the records that serve its off-diagonal nonzeros, and for each
     column-based nonzero the record that brings its B row (kind, sender, round)."""
     p = blocks.rank
@@ -303,7 +357,7 @@ def _request_records(
     parts.append(_records(FORWARD_B, relay[forwarded], p, j[forwarded], rnd[forwarded]))
     serving_kind = np.where(cb_direct, DIRECT_B, np.where(forwarded, FORWARD_B, FETCH_B))
     serving_sender = np.where(cb_direct | ~forwarded, q, relay)
-    column_serving = (blocks.rows[cb], blocks.values[cb], j, serving_kind, serving_sender, rnd)
+    column_serving = _ColumnServing(blocks.rows[cb], blocks.values[cb], j, serving_kind, serving_sender, rnd)
 
     # Row-based: partial C rows, with their A entries as terms.
     rb = row_based
@@ -320,7 +374,7 @@ def _request_records(
     return _Records.concat(parts), column_serving
 
 
-def _unique_records(records: _Records, keys: _Keys) -> _Records:
+def _unique_records(records: _Records, keys: RecordKeys) -> _Records:
     """One record per identity (the same B row can be requested by several nonzeros and ranks)."""
     identity = keys.identity(records.kind, records.sender, records.receiver, records.key)
     _, first = np.unique(identity, return_index=True)
@@ -372,13 +426,13 @@ def _assemble(
     rank: int,
     blocks: LocalBlocks,
     known: _Records,
-    column_serving: tuple,
+    column_serving: _ColumnServing,
     strategy: Strategy,
     layout: str,
     groups: np.ndarray,
     row_partition: RowPartition,
     col_partition: RowPartition,
-    keys: _Keys,
+    keys: RecordKeys,
 ) -> RankPlan:
     """Sender and receiver matrices of every exchange of one rank from the records it knows."""
     known = _unique_records(known, keys)
@@ -389,8 +443,8 @@ def _assemble(
     n_b = int(col_partition.counts()[rank])
     n_c = blocks.n_local_rows
     col_start, row_start = int(col_partition.offsets[rank]), int(row_partition.offsets[rank])
-    cs_rows, cs_values, cs_cols, cs_kind, cs_sender, cs_round = column_serving
-    cs_exchange = _exchange_of(_HOP[cs_kind], cs_round, layout, hierarchical)
+    served = column_serving
+    served_exchange = _exchange_of(_HOP[served.kind], served.round, layout, hierarchical)
 
     receive_orders = []
     exchanges = []
@@ -400,17 +454,15 @@ def _assemble(
         incoming = np.flatnonzero(mine & (known.receiver == rank))
         recv_order = np.sort(keys.order(known.sender[incoming], known.kind[incoming], known.key[incoming]))
         receive_orders.append(recv_order)
-        recv_senders = recv_order // (_N_KINDS * keys.n_keys)
-        recv_ranks, recv_counts = np.unique(recv_senders, return_counts=True)
-        recv_kind = (recv_order // keys.n_keys) % _N_KINDS
-        recv_key = recv_order % keys.n_keys
-        on = cs_exchange == index
-        b_slots = _positions(recv_order, keys.order(cs_sender[on], cs_kind[on], cs_cols[on]), "received B rows")
-        c_slots = np.flatnonzero(np.isin(recv_kind, (DIRECT_C, AGGREGATE_C)))
+        received = keys.rows_of(recv_order)
+        recv_ranks, recv_counts = np.unique(received.peer, return_counts=True)
+        on = served_exchange == index
+        b_slots = _positions(recv_order, keys.order(served.sender[on], served.kind[on], served.cols[on]), "received B rows")
+        c_slots = np.flatnonzero(np.isin(received.kind, (DIRECT_C, AGGREGATE_C)))
         receive_matrix = sp.csr_array(
             (
-                np.concatenate([cs_values[on], np.ones(c_slots.size)]),
-                (np.concatenate([cs_rows[on], recv_key[c_slots] - row_start]), np.concatenate([b_slots, c_slots])),
+                np.concatenate([served.values[on], np.ones(c_slots.size)]),
+                (np.concatenate([served.rows[on], received.key[c_slots] - row_start]), np.concatenate([b_slots, c_slots])),
             ),
             shape=(n_c, recv_order.size),
         )
@@ -418,10 +470,9 @@ def _assemble(
         # Send side: rows ordered by (receiver, kind, key).
         outgoing = np.flatnonzero(mine & (known.sender == rank))
         send_order = np.sort(keys.order(known.receiver[outgoing], known.kind[outgoing], known.key[outgoing]))
-        send_receivers = send_order // (_N_KINDS * keys.n_keys)
-        send_kind = (send_order // keys.n_keys) % _N_KINDS
-        send_key = send_order % keys.n_keys
-        send_ranks, send_counts = np.unique(send_receivers, return_counts=True)
+        sent = keys.rows_of(send_order)
+        send_kind, send_key = sent.kind, sent.key
+        send_ranks, send_counts = np.unique(sent.peer, return_counts=True)
         rows, cols, values = [], [], []
         selected = np.flatnonzero(np.isin(send_kind, (DIRECT_B, FETCH_B)))
         rows.append(selected)
@@ -439,8 +490,7 @@ def _assemble(
         values.append(known.term_value[term_on][term_here])
         if input_index is not None:
             input_order = receive_orders[input_index]
-            input_kind = (input_order // keys.n_keys) % _N_KINDS
-            input_key = input_order % keys.n_keys
+            _, input_kind, input_key = keys.rows_of(input_order)
             forwards = np.flatnonzero(send_kind == FORWARD_B)
             owners = np.asarray(col_partition.owner(send_key[forwards]), np.int64)
             rows.append(forwards)
@@ -471,8 +521,8 @@ def _assemble(
                 recv_counts=recv_counts.astype(np.int64),
                 receive_matrix=receive_matrix,
                 send_kinds=send_kind.astype(np.int8),
-                receive_kinds=recv_kind.astype(np.int8),
-                receive_keys=recv_key.astype(np.int64),
+                receive_kinds=received.kind.astype(np.int8),
+                receive_keys=received.key.astype(np.int64),
             )
         )
     setup_entries = int(np.count_nonzero(known.term_sender == rank))
@@ -517,7 +567,7 @@ def _plan_ranks(
     n_ranks = row_partition.n_parts
     n_groups = int(groups.max(initial=0)) + 1
     hierarchical = strategy.hierarchical
-    keys = _Keys(n_ranks, max(row_partition.n, col_partition.n))
+    keys = RecordKeys(n_ranks, max(row_partition.n, col_partition.n))
 
     row_based = {rank: choose_row_based(strategy, blocks, n_ranks) for rank, blocks in local_blocks.items()}
     if strategy is Strategy.JOINT_GROUP and n_groups > 1:
