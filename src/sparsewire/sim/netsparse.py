@@ -486,103 +486,40 @@ class NetSparseSimulator:
         return result
 
     def run(self, mechanisms: Mechanisms, hardware: Hardware = Hardware(), name: str | None = None) -> CommunicationResult:
-        """Communication time and statistics of one configuration (module docstring)."""
+        """Communication time and statistics of one configuration (module docstring): the issued
+        reads (:meth:`issue`), packed at the requesters' NICs; the top-of-rack cache's hits
+        (:meth:`_cache_hits`); the responses of the owners' NICs; with switch concatenation or
+        the cache, what the switches send on (:meth:`_switch_flows`); then the flows solved on
+        the network."""
         name = name or mechanisms.label()
         self._say(f"netsparse {name} (batch {self.batch(hardware)}, NIC delay {hardware.nic_delay_cycles}, cache {hardware.cache_bytes})")
         issued = self.issue(hardware, mechanisms)
-        n = self.workload.nodes
-        payload = self.payload
-        mtu = self.network.mtu
-        read_cap = _requests_per_packet(0, mtu) if mechanisms.nic_concatenation else 1
-        response_cap = _requests_per_packet(payload, mtu) if mechanisms.nic_concatenation else 1
-        nic_delay = hardware.nic_delay_cycles if mechanisms.nic_concatenation else 0
-        switch_delay = int(np.ceil(hardware.switch_delay_cycles * hardware.clock_hz / hardware.switch_clock_hz))
-        switch_read_cap = _requests_per_packet(0, mtu) if mechanisms.switch_concatenation else 1
-        switch_response_cap = _requests_per_packet(payload, mtu) if mechanisms.switch_concatenation else 1
-        switches = int(self.switch.max(initial=0)) + 1
-
-        requester, owner, cols, times = issued.nodes.astype(np.int64), issued.destinations.astype(np.int64), issued.cols, issued.times
+        n, payload, mtu = self.workload.nodes, self.payload, self.network.mtu
+        concatenate = mechanisms.nic_concatenation
+        nic_delay = hardware.nic_delay_cycles if concatenate else 0
+        requester, owner, times = issued.nodes.astype(np.int64), issued.destinations.astype(np.int64), issued.times
         inter = self.switch[requester] != self.switch[owner]
-        split = mechanisms.switch_concatenation or mechanisms.cache
         # Reads at the requester's NIC.
         order = np.lexsort((times, requester))
+        read_cap = _requests_per_packet(0, mtu) if concatenate else 1
         read_packets = pipeline.concatenate(requester[order], owner[order], times[order], n, n, nic_delay, read_cap)
-        read_requests = np.zeros((n, n), np.int64)
-        np.add.at(read_requests, (requester, owner), 1)
-        # Top-of-rack cache for reads leaving the switch.
-        hits = np.zeros(requester.size, bool)
-        hit_bytes_down = np.zeros(n, np.float64)
-        hit_packets_total = 0
-        if mechanisms.cache and inter.any():
-            line = max(hardware.cache_line_min, payload)
-            unbounded = hardware.cache_bytes is None
-            sets = 1 if unbounded else max(0, (hardware.cache_bytes // line) // hardware.cache_ways)
-            index = np.flatnonzero(inter)
-            if unbounded or sets > 0:
-                lookup_times = times[index] + hardware.cycles(self.network.latencies[self.network.host_uplinks()[requester[index]]])
-                fill = hardware.cycles(2 * self.one_way[requester[index], owner[index]])
-                order_c = np.lexsort((lookup_times, self.switch[requester[index]]))
-                hit_sorted = pipeline.property_cache(
-                    self.switch[requester[index]][order_c], cols[index][order_c].astype(np.int64), lookup_times[order_c],
-                    fill[order_c], max(sets, 1), hardware.cache_ways, unbounded, self.workload.n_cols,
-                )
-                hits[index[order_c]] = hit_sorted
-            hit_index = np.flatnonzero(hits)
-            if hit_index.size:
-                order_h = np.lexsort((times[hit_index], self.switch[requester[hit_index]]))
-                packets = pipeline.concatenate(
-                    self.switch[requester[hit_index]][order_h], requester[hit_index][order_h], times[hit_index][order_h],
-                    switches, n, switch_delay if mechanisms.switch_concatenation else 0, switch_response_cap,
-                )
-                per_requester = np.bincount(requester[hit_index], minlength=n)
-                hit_packets_total = int(packets.sum())
-                hit_bytes_down = packets.sum(axis=0) * PACKET_HEADER_BYTES + per_requester * (REQUEST_HEADER_BYTES + payload)
-        served = ~hits
+        read_requests = _pair_counts(requester, owner, n)
+        hits, hit_packets, hit_bytes_down = self._cache_hits(issued, inter, mechanisms, hardware)
         # Responses at the owner's NIC, in the order the reads arrive.
-        s_req, s_own, s_time = requester[served], owner[served], times[served]
-        arrival = s_time + hardware.cycles(self.one_way[s_req, s_own])
+        served = ~hits
+        s_req, s_own = requester[served], owner[served]
+        arrival = times[served] + hardware.cycles(self.one_way[s_req, s_own])
         order = np.lexsort((arrival, s_own))
+        response_cap = _requests_per_packet(payload, mtu) if concatenate else 1
         response_packets = pipeline.concatenate(s_own[order], s_req[order], arrival[order], n, n, nic_delay, response_cap)
-        response_requests = np.zeros((n, n), np.int64)
-        np.add.at(response_requests, (s_own, s_req), 1)
+        response_requests = _pair_counts(s_own, s_req, n)
         nic_bytes = (read_packets + response_packets) * PACKET_HEADER_BYTES + read_requests * REQUEST_HEADER_BYTES \
             + response_requests * (REQUEST_HEADER_BYTES + payload)
-        packets = int(read_packets.sum() + response_packets.sum()) + hit_packets_total
-        requests = int(read_requests.sum() + response_requests.sum() + hits.sum())
-        inter_pairs = self.switch[:, None] != self.switch[None, :]
-        extra_flows = []
-        if split:
-            # What the switches send on: missed reads and responses leaving the source switch.
-            trunk = np.zeros((n, n), np.float64)
-            for kind, (src, dst, t, cap, per_request) in {
-                "read": (requester[served & inter], owner[served & inter], times[served & inter], switch_read_cap, REQUEST_HEADER_BYTES),
-                "response": (s_own[inter[served]], s_req[inter[served]], arrival[inter[served]], switch_response_cap, REQUEST_HEADER_BYTES + payload),
-            }.items():
-                if src.size == 0:
-                    continue
-                order_s = np.lexsort((t, self.switch[src]))
-                delay = switch_delay if mechanisms.switch_concatenation else 0
-                switch_packets = pipeline.concatenate(self.switch[src][order_s], dst[order_s], t[order_s], switches, n, delay, cap)
-                pair_requests = np.zeros((n, n), np.float64)
-                np.add.at(pair_requests, (src, dst), 1)
-                switch_requests = np.zeros((switches, n), np.float64)
-                np.add.at(switch_requests, (self.switch[src], dst), 1)
-                share = pair_requests / np.maximum(switch_requests[self.switch[:n]], 1)
-                trunk += share * switch_packets[self.switch[:n]] * PACKET_HEADER_BYTES + pair_requests * per_request
-            uplinks = self.network.host_uplinks()
-            downlinks = self.network.host_downlinks()
-            for host in range(n):
-                up_bytes = float(nic_bytes[host][inter_pairs[host]].sum())
-                extra_flows.append(([uplinks[host]], up_bytes, 0.0, (host, -1)))
-                extra_flows.append(([downlinks[host]], float(hit_bytes_down[host]), 0.0, (-1, host)))
-            pair_bytes = np.where(inter_pairs, 0.0, nic_bytes)
-            sources, destinations = np.nonzero(trunk)
-            for s, d in zip(sources, destinations):
-                route = self.network.route(int(s), int(d))[1:]
-                extra_flows.append((route, float(trunk[s, d]), float(self.one_way[s, d]), (s, d)))
+        if mechanisms.switch_concatenation or mechanisms.cache:
+            pair_bytes, extra_flows = self._switch_flows(issued, inter, served, arrival, nic_bytes, hit_bytes_down, mechanisms, hardware)
         else:
-            pair_bytes = nic_bytes.astype(np.float64)
-        by_node, makespan, bound, flows, received = _solve_pairs(self.network, n, pair_bytes, True, extra_flows)
+            pair_bytes, extra_flows = nic_bytes.astype(np.float64), []
+        by_node, _, bound, flows, received = _solve_pairs(self.network, n, pair_bytes, True, extra_flows)
         one_way = float(self.one_way[requester, owner].max(initial=0.0))
         generation = issued.last_cycle / hardware.clock_hz
         finish = np.maximum(by_node + one_way, generation)
@@ -592,13 +529,97 @@ class NetSparseSimulator:
         dropped = issued.filtered + issued.coalesced
         return CommunicationResult(
             name, seconds, bound + one_way, tail, traffic, goodput, line_use,
-            requests=requests, packets=packets,
+            requests=int(read_requests.sum() + response_requests.sum() + hits.sum()),
+            packets=int(read_packets.sum() + response_packets.sum()) + hit_packets,
             filter_coalesce_percent=100.0 * dropped / remote_total if remote_total else 0.0,
             cache_hit_percent=100.0 * float(hits.sum()) / max(int(inter.sum()), 1),
             flows=flows,
             extra={"generation_seconds": float(generation.max(initial=0.0)), "issued_requests": int(requester.size), "batch": self.batch(hardware),
                    "filtered": issued.filtered, "coalesced": issued.coalesced},
         )
+
+    def _switch_delay(self, mechanisms: Mechanisms, hardware: Hardware) -> int:
+        """Cycles a switch waits to concatenate (in NIC cycles), 0 without switch concatenation."""
+        if not mechanisms.switch_concatenation:
+            return 0
+        return int(np.ceil(hardware.switch_delay_cycles * hardware.clock_hz / hardware.switch_clock_hz))
+
+    def _cache_hits(self, issued: _Issued, inter: np.ndarray, mechanisms: Mechanisms, hardware: Hardware) -> tuple[np.ndarray, int, np.ndarray]:
+        """The top-of-rack cache for reads leaving the requester's switch: which reads hit, the
+        packets the switches answer hits with, and the bytes they send down to each requester."""
+        n, payload = self.workload.nodes, self.payload
+        requester, times = issued.nodes.astype(np.int64), issued.times
+        hits = np.zeros(requester.size, bool)
+        if not (mechanisms.cache and inter.any()):
+            return hits, 0, np.zeros(n, np.float64)
+        line = max(hardware.cache_line_min, payload)
+        unbounded = hardware.cache_bytes is None
+        sets = 1 if unbounded else max(0, (hardware.cache_bytes // line) // hardware.cache_ways)
+        index = np.flatnonzero(inter)
+        if unbounded or sets > 0:
+            owner = issued.destinations.astype(np.int64)
+            lookup_times = times[index] + hardware.cycles(self.network.latencies[self.network.host_uplinks()[requester[index]]])
+            fill = hardware.cycles(2 * self.one_way[requester[index], owner[index]])
+            order = np.lexsort((lookup_times, self.switch[requester[index]]))
+            hits[index[order]] = pipeline.property_cache(
+                self.switch[requester[index]][order], issued.cols[index][order].astype(np.int64), lookup_times[order],
+                fill[order], max(sets, 1), hardware.cache_ways, unbounded, self.workload.n_cols,
+            )
+        hit_index = np.flatnonzero(hits)
+        if not hit_index.size:
+            return hits, 0, np.zeros(n, np.float64)
+        order = np.lexsort((times[hit_index], self.switch[requester[hit_index]]))
+        switches = int(self.switch.max(initial=0)) + 1
+        cap = _requests_per_packet(payload, self.network.mtu) if mechanisms.switch_concatenation else 1
+        packets = pipeline.concatenate(
+            self.switch[requester[hit_index]][order], requester[hit_index][order], times[hit_index][order],
+            switches, n, self._switch_delay(mechanisms, hardware), cap,
+        )
+        per_requester = np.bincount(requester[hit_index], minlength=n)
+        return hits, int(packets.sum()), packets.sum(axis=0) * PACKET_HEADER_BYTES + per_requester * (REQUEST_HEADER_BYTES + payload)
+
+    def _switch_flows(self, issued: _Issued, inter, served, arrival, nic_bytes, hit_bytes_down, mechanisms: Mechanisms, hardware: Hardware):
+        """With switch concatenation or the cache: the bytes between hosts of one switch (as
+        pairs), and as extra flows the NIC links' bytes and what the switches send on (missed
+        reads and responses leaving the source switch, packed per switch)."""
+        n, payload, mtu = self.workload.nodes, self.payload, self.network.mtu
+        requester, owner, times = issued.nodes.astype(np.int64), issued.destinations.astype(np.int64), issued.times
+        s_req, s_own = requester[served], owner[served]
+        switches = int(self.switch.max(initial=0)) + 1
+        delay = self._switch_delay(mechanisms, hardware)
+        read_cap = _requests_per_packet(0, mtu) if mechanisms.switch_concatenation else 1
+        response_cap = _requests_per_packet(payload, mtu) if mechanisms.switch_concatenation else 1
+        trunk = np.zeros((n, n), np.float64)
+        leaving = inter[served]
+        for src, dst, t, cap, per_request in (
+            (requester[served & inter], owner[served & inter], times[served & inter], read_cap, REQUEST_HEADER_BYTES),
+            (s_own[leaving], s_req[leaving], arrival[leaving], response_cap, REQUEST_HEADER_BYTES + payload),
+        ):
+            if src.size == 0:
+                continue
+            order = np.lexsort((t, self.switch[src]))
+            switch_packets = pipeline.concatenate(self.switch[src][order], dst[order], t[order], switches, n, delay, cap)
+            pair_requests = _pair_counts(src, dst, n).astype(np.float64)
+            switch_requests = np.zeros((switches, n), np.float64)
+            np.add.at(switch_requests, (self.switch[src], dst), 1)
+            share = pair_requests / np.maximum(switch_requests[self.switch[:n]], 1)
+            trunk += share * switch_packets[self.switch[:n]] * PACKET_HEADER_BYTES + pair_requests * per_request
+        inter_pairs = self.switch[:, None] != self.switch[None, :]
+        uplinks, downlinks = self.network.host_uplinks(), self.network.host_downlinks()
+        extra_flows = []
+        for host in range(n):
+            extra_flows.append(([uplinks[host]], float(nic_bytes[host][inter_pairs[host]].sum()), 0.0, (host, -1)))
+            extra_flows.append(([downlinks[host]], float(hit_bytes_down[host]), 0.0, (-1, host)))
+        for s, d in zip(*np.nonzero(trunk)):
+            extra_flows.append((self.network.route(int(s), int(d))[1:], float(trunk[s, d]), float(self.one_way[s, d]), (s, d)))
+        return np.where(inter_pairs, 0.0, nic_bytes), extra_flows
+
+
+def _pair_counts(sources: np.ndarray, destinations: np.ndarray, n: int) -> np.ndarray:
+    """requests[s, d]: how many of the (source, destination) pairs are (s, d)."""
+    counts = np.zeros((n, n), np.int64)
+    np.add.at(counts, (sources, destinations), 1)
+    return counts
 
 
 def simulate_netsparse(workload: Workload, network: Network, k: int, mechanisms: Mechanisms = Mechanisms(),
