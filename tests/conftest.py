@@ -19,9 +19,9 @@ SHARED_MATRICES = sorted(SHARED_DATA.glob("*.mtx.gz")) if SHARED_DATA.is_dir() e
 CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-#: What tests/test_faults.py measured: each fault case's time to exit, printed after the run.
+#: What tests/comm/test_faults.py measured: each fault case's time to exit, printed after the run.
 EXIT_TIMES: list[str] = []
-#: What tests/test_fuzz.py ran: the number of inputs and the seed, printed after the run.
+#: What tests/io/test_fuzz.py ran: the number of inputs and the seed, printed after the run.
 FUZZ_LINES: list[str] = []
 
 

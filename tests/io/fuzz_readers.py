@@ -1,7 +1,7 @@
-"""Fuzzing of every reader of untrusted input with Hypothesis (issue 28), run by tests/test_fuzz.py
+"""Fuzzing of every reader of untrusted input with Hypothesis (issue 28), run by tests/io/test_fuzz.py
 in a process of its own under a memory limit, and by people for longer runs:
 
-    python tests/fuzz_readers.py --examples 20000 --seed 1234 --memory-mib 2048
+    python tests/io/fuzz_readers.py --examples 20000 --seed 1234 --memory-mib 2048
 
 Targets: Matrix Market, SNAP edge lists, METIS graphs, SciPy ``.npz``, Planetoid ``.npz``, saved
 SpMM plans and generator specs, each from random bytes, mutated valid files, and extreme sizes and
@@ -405,7 +405,7 @@ def main() -> int:
     global EXAMPLE_SECONDS
     EXAMPLE_SECONDS = args.example_seconds
     run_seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    print(f"fuzz seed {run_seed} (rerun: python tests/fuzz_readers.py --seed {run_seed} --examples {args.examples})", flush=True)
+    print(f"fuzz seed {run_seed} (rerun: python tests/io/fuzz_readers.py --seed {run_seed} --examples {args.examples})", flush=True)
     limit = args.memory_mib * 2**20
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     signal.signal(signal.SIGALRM, _alarm)

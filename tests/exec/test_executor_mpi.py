@@ -10,20 +10,22 @@ import scipy.io
 import scipy.sparse as sp
 
 from conftest import SHARED_MATRICES, _seed, run_mpi
+from executor_driver import planned_deterministic_checks
+from mpi_driver import planned_runs
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_executor_plans_results_and_bytes(ranks):
-    completed = run_mpi(ranks, ["tests/mpi_driver.py", str(_seed()), "1,2,3"], timeout=400)
+    completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), "1,2,3"], timeout=400)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     # cases x (flat: 4 strategies x 5 modes + hierarchical: 3 strategies x 2 topologies x 5 modes) x 3 thread
     # counts, on every rank
-    assert completed.stdout.strip() == f"OK {7 * (4 * 5 + 3 * 2 * 5) * 3 * ranks}"
+    assert completed.stdout.strip() == f"OK {planned_runs([1, 2, 3], 'mpi') * ranks}"
 
 
 def test_partitioned_fallback_to_point_to_point():
     environment = {"SPARSEWIRE_PARTITIONED": "off"}
-    completed = run_mpi(3, ["tests/mpi_driver.py", str(_seed()), "2"], timeout=400, env=environment)
+    completed = run_mpi(3, ["tests/exec/mpi_driver.py", str(_seed()), "2"], timeout=400, env=environment)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     notices = [line for line in completed.stderr.splitlines() if "notice" in line]
     assert notices == [
@@ -34,22 +36,22 @@ def test_partitioned_fallback_to_point_to_point():
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_deterministic_mode_is_bitwise_identical(ranks):
-    completed = run_mpi(ranks, ["tests/executor_driver.py", "deterministic", str(_seed())], timeout=300)
+    completed = run_mpi(ranks, ["tests/exec/executor_driver.py", "deterministic", str(_seed())], timeout=300)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     # 7 strategies x (4 merged-layout modes x 3 thread counts) compared bitwise; the column-based
     # ones (3) also in the pipelined mode (3 thread counts)
-    assert completed.stdout.strip() == f"OK deterministic {7 * 12 + 3 * 3}"
+    assert completed.stdout.strip() == f"OK deterministic {planned_deterministic_checks()}"
 
 
 def test_multiply_allocates_under_64_kib_after_the_first_call():
-    completed = run_mpi(2, ["tests/executor_driver.py", "allocation", str(_seed())], timeout=300)
+    completed = run_mpi(2, ["tests/exec/executor_driver.py", "allocation", str(_seed())], timeout=300)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert completed.stdout.startswith("OK allocation bulk=")
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_corrupted_plan_fails_the_bytes_check(ranks):
-    completed = run_mpi(ranks, ["tests/executor_driver.py", "corrupted", str(_seed())], timeout=120)
+    completed = run_mpi(ranks, ["tests/exec/executor_driver.py", "corrupted", str(_seed())], timeout=120)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "received 33 elements from rank 0 in exchange 0 but its plan expects 36" in completed.stdout
 

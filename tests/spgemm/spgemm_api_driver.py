@@ -1,4 +1,4 @@
-"""Run under ``mpiexec -n P python tests/spgemm_api_driver.py OUT.npz A [B] -- OPTIONS``: the library's
+"""Run under ``mpiexec -n P python tests/spgemm/spgemm_api_driver.py OUT.npz A [B] -- OPTIONS``: the library's
 SpGEMM path (``distribute`` -> ``DistributedMatrix.spgemm`` for C, ``plan_spgemm`` for the bytes)
 with the same options as ``sparsewire spgemm``; rank 0 writes C (original order) to OUT.npz and
 prints one JSON line: the algorithm chosen and the bytes MPI delivered in one multiply."""

@@ -323,7 +323,7 @@ def test_npz_with_a_broken_row_pointer_and_no_entries_is_refused_not_a_segfault(
 
 @pytest.mark.parametrize(
     "content, suffix, expected",
-    [  # each found by tests/fuzz_readers.py
+    [  # each found by tests/io/fuzz_readers.py
         (b"0 9223372036854775807\n", ".txt", "vertex id of 2\\^53 or more"),
         (b"0 1e308\n", ".txt", "vertex id of 2\\^53 or more"),
         (b"%%MatrixMarket matrix coordinate real symmetric\n1 2 1\n1 2 1\n", ".mtx", "a symmetric matrix must be square"),

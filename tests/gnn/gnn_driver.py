@@ -1,6 +1,6 @@
-"""Distributed GNN checks run by tests/test_gnn.py under ``mpiexec -n P``.
+"""Distributed GNN checks run by tests/gnn/test_gnn.py under ``mpiexec -n P``.
 
-Usage: ``python tests/gnn_driver.py CASE SEED [ARGS]``; rank 0 prints ``OK ...`` or one JSON line.
+Usage: ``python tests/gnn/gnn_driver.py CASE SEED [ARGS]``; rank 0 prints ``OK ...`` or one JSON line.
 
 - ``gradcheck``: torch.autograd.gradcheck (float64) through scatter_rows -> propagate ->
   gather_rows on a directed random graph (A != A.T), for the GCN-normalised and the raw operator.

@@ -1,4 +1,4 @@
-"""The torch.distributed transport under ``mpiexec -n P python tests/torch_driver.py CASE SEED``;
+"""The torch.distributed transport under ``mpiexec -n P python tests/exec/torch_driver.py CASE SEED``;
 rank 0 prints one line starting with ``OK``.
 
 * ``roundtrip``: plans on ``transport="torch"`` (auto, and joint/early deterministic): forward and

@@ -16,7 +16,7 @@ import uuid
 import pytest
 from conftest import CHILD_ENV, EXIT_TIMES, ROOT, mpiexec_path
 
-DRIVER = str(ROOT / "tests" / "fault_driver.py")
+DRIVER = str(ROOT / "tests" / "comm" / "fault_driver.py")
 LIMIT_S = 30
 
 # case -> what the failing rank's message says

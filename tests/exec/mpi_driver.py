@@ -1,4 +1,4 @@
-"""Run under ``mpiexec -n P python tests/mpi_driver.py SEED [THREADS,...] [TRANSPORT]``; prints
+"""Run under ``mpiexec -n P python tests/exec/mpi_driver.py SEED [THREADS,...] [TRANSPORT]``; prints
 ``OK <runs>`` on rank 0. TRANSPORT is ``mpi`` (default) or ``torch`` (every mode it runs: all but
 partitioned).
 
@@ -56,6 +56,20 @@ def cases(seed: int, size: int):
     yield "skewed-nnz-partition", sp.csr_array(skewed), "nnz", 4, np.float64
     yield "empty", sp.csr_array((11, 11)), "even", 3, np.float64
     yield "stencil2d-float32", from_spec("stencil2d:7"), "even", 6, np.float32
+
+
+def planned_runs(thread_counts: list[int], transport: str) -> int:
+    """Executor runs one rank makes: cases x (strategy, mode) pairs of CONFIGURATIONS the
+    transport runs x thread counts, from the lists the loop below walks."""
+    pairs = sum(
+        1
+        for kind, _, _, modes in CONFIGURATIONS
+        for strategy in EXECUTABLE_STRATEGIES
+        if strategy.hierarchical == (kind == "hierarchical")
+        for mode in modes
+        if not transport_problem(transport, mode)
+    )
+    return len(list(cases(0, 1))) * pairs * len(thread_counts)
 
 
 def main() -> None:

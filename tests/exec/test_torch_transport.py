@@ -11,36 +11,37 @@ import pytest
 pytest.importorskip("torch")
 
 from conftest import SHARED_DATA, _seed, run_mpi  # noqa: E402
+from mpi_driver import planned_runs  # noqa: E402
 
 CORA = SHARED_DATA / "gnn" / "cora.npz"
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_torch_transport_is_exact_for_every_strategy_mode_and_thread_count(ranks):
-    completed = run_mpi(ranks, ["tests/mpi_driver.py", str(_seed()), "1,2", "torch"], timeout=400)
+    completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), "1,2", "torch"], timeout=400)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     # cases x (flat: 4 strategies x 3 merged modes + 4 pipelined, hierarchical: 3 strategies x 2 topologies x 4
     # modes; no partitioned) x 2 thread counts, on every rank
-    assert completed.stdout.strip() == f"OK {7 * (4 * 3 + 4 + 3 * 2 * 4) * 2 * ranks}"
+    assert completed.stdout.strip() == f"OK {planned_runs([1, 2], 'torch') * ranks}"
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3])
 def test_torch_transport_transposed_saved_and_deterministic_plans(ranks):
-    completed = run_mpi(ranks, ["tests/torch_driver.py", "roundtrip", str(_seed())], timeout=300)
+    completed = run_mpi(ranks, ["tests/exec/torch_driver.py", "roundtrip", str(_seed())], timeout=300)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert completed.stdout.strip() == "OK roundtrip 2"
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_a_count_mismatch_is_one_clear_error_on_every_rank_not_a_hang(ranks):
-    completed = run_mpi(ranks, ["tests/torch_driver.py", "mismatch", str(_seed())], timeout=60)
+    completed = run_mpi(ranks, ["tests/exec/torch_driver.py", "mismatch", str(_seed())], timeout=60)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert f"OK mismatch on {ranks} ranks" in completed.stdout
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_a_process_group_the_caller_made_is_used_with_its_own_rank_order(ranks):
-    completed = run_mpi(ranks, ["tests/torch_driver.py", "own_group", str(_seed())], timeout=120)
+    completed = run_mpi(ranks, ["tests/exec/torch_driver.py", "own_group", str(_seed())], timeout=120)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert completed.stdout.strip() == f"OK own_group {ranks}"
 

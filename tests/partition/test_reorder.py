@@ -15,7 +15,7 @@ from oracles import random_integer_matrix
 from sparsewire.partition import PARTITIONERS, nnz_imbalance, partition
 from sparsewire.plan.stats import strategy_stats
 
-DRIVER = str(ROOT / "tests" / "partition_driver.py")
+DRIVER = str(ROOT / "tests" / "partition" / "partition_driver.py")
 
 
 @pytest.mark.parametrize("method", PARTITIONERS)

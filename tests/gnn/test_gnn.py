@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import ROOT, SHARED_DATA, run_mpi  # noqa: E402
 
-DRIVER = str(ROOT / "tests" / "gnn_driver.py")
+DRIVER = str(ROOT / "tests" / "gnn" / "gnn_driver.py")
 CORA = SHARED_DATA / "gnn" / "cora.npz"
 needs_cora = pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
 

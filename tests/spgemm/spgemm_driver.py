@@ -1,4 +1,4 @@
-"""Run under ``mpiexec -n P python tests/spgemm_driver.py SEED``; prints ``OK <checks>`` on rank 0.
+"""Run under ``mpiexec -n P python tests/spgemm/spgemm_driver.py SEED``; prints ``OK <checks>`` on rank 0.
 
 On fresh random integer matrices (square and rectangular A x B, empty rows, an all-empty B) for every
 named semiring, a user semiring whose multiplication does not commute (``plus.minus``) and a
@@ -52,13 +52,40 @@ def algorithms(ranks):
             yield "1d", strategy, None, {"overlap": overlap}
 
 
+PHASES = (1, 3)
+CORRUPTED_ALGORITHMS = ("summa", "1d")
+TRIANGLE_ALGORITHMS = ("summa", "1d", "auto")
+REACH_ALGORITHMS = ("summa", "1d")
+REACH_HOPS = (0, 1, 2, 5)
+REORDERING_PARTITIONERS = ("metis", "rcm")
+GRAPH_ALGORITHMS = ("bfs", "sssp", "triangles", "reach")
+CASES = ("square", "rectangular", "empty-rows", "empty-b")
+
+
+def semirings():
+    """Every named semiring, a user ADD.MULTIPLY and a user semiring from a Python function."""
+    return [get_semiring(name) for name in SEMIRINGS] + [
+        get_semiring("plus.minus"), user_semiring("plus_ten_a_minus_b", "plus", lambda a, b: 10 * a - b)
+    ]
+
+
+def planned_checks(ranks: int) -> int:
+    """Checks one rank makes, from the lists :func:`main` walks: cases x semirings x algorithms x
+    phases; the corrupted predictions (P > 1); BFS and SSSP once, triangles per algorithm, reach
+    per algorithm and hop count; every graph algorithm per reordering partitioner."""
+    products = len(CASES) * len(semirings()) * len(list(algorithms(ranks))) * len(PHASES)
+    corrupted = len(CORRUPTED_ALGORITHMS) if ranks > 1 else 0
+    graph = 2 + len(TRIANGLE_ALGORITHMS) + len(REACH_ALGORITHMS) * len(REACH_HOPS) + len(REORDERING_PARTITIONERS) * len(GRAPH_ALGORITHMS)
+    return products + corrupted + graph
+
+
 def corrupted_predictions_are_caught(comm, a) -> int:
     """A prediction made from wrong counts differs from what MPI delivered (the check can fail):
     SUMMA on a 1 x P grid (A's stage blocks travel) with every A stage block counted one entry too
     large, 1D with one copied row left out."""
     rank, checks = comm.Get_rank(), 0
     semiring = get_semiring("plus_times")
-    for algorithm in ("summa", "1d"):
+    for algorithm in CORRUPTED_ALGORITHMS:
         grid = ProcessGrid(1, comm.Get_size()) if algorithm == "summa" else None
         spgemm = DistributedSpgemm(comm, a if rank == 0 else None, a.shape, semiring, algorithm, grid=grid)
         b_local = spgemm.scatter_b(a if rank == 0 else None)
@@ -88,26 +115,23 @@ def main() -> int:
     rank, ranks = comm.Get_rank(), comm.Get_size()
     seed = int(sys.argv[1])
     rng = np.random.default_rng(seed)  # same stream on every rank; rank 0's copies are used
-    cases = [
-        ("square", integer_matrix(rng, 23, 23, 0.15), None),
-        ("rectangular", integer_matrix(rng, 17, 29, 0.12), integer_matrix(rng, 29, 11, 0.2)),
-        ("empty-rows", sp.csr_array(sp.diags_array(np.arange(1.0, 8.0), offsets=2, shape=(9, 9))), None),
-        ("empty-b", integer_matrix(rng, 6, 5, 0.5), sp.csr_array((5, 4))),
-    ]
-    semirings = [get_semiring(name) for name in SEMIRINGS]
-    semirings.append(get_semiring("plus.minus"))
-    semirings.append(user_semiring("plus_ten_a_minus_b", "plus", lambda a, b: 10 * a - b))
+    cases = list(zip(CASES, [
+        (integer_matrix(rng, 23, 23, 0.15), None),
+        (integer_matrix(rng, 17, 29, 0.12), integer_matrix(rng, 29, 11, 0.2)),
+        (sp.csr_array(sp.diags_array(np.arange(1.0, 8.0), offsets=2, shape=(9, 9))), None),
+        (integer_matrix(rng, 6, 5, 0.5), sp.csr_array((5, 4))),
+    ]))
     checks = 0
-    for case, a, b in cases:
+    for case, (a, b) in cases:
         b = a if b is None else b
-        for semiring in semirings:
+        for semiring in semirings():
             reference = reference_product(a, b, semiring)
             for algorithm, strategy, grid, options in algorithms(ranks):
                 spgemm = DistributedSpgemm(
                     comm, a if rank == 0 else None, b.shape, semiring, algorithm, strategy=strategy, grid=grid, **options
                 )
                 b_local = spgemm.scatter_b(b if rank == 0 else None)
-                for phases in (1, 3):
+                for phases in PHASES:
                     predicted = spgemm.predicted_bytes(b_local, phases)
                     before = spgemm.bytes_received
                     c_local = spgemm.multiply(b_local, phases=phases)
@@ -122,7 +146,7 @@ def main() -> int:
                 spgemm.free()
 
     if ranks > 1:  # (one rank sends nothing)
-        checks += corrupted_predictions_are_caught(comm, cases[0][1])
+        checks += corrupted_predictions_are_caught(comm, cases[0][1][0])
 
     graph = integer_matrix(rng, 40, 40, 0.06, signed=False)
     graph.setdiag(0)
@@ -134,20 +158,20 @@ def main() -> int:
         assert np.array_equal(bfs["values"], graphs.reference_bfs_levels(graph, source)), "bfs"
         assert np.array_equal(sssp["values"], graphs.reference_shortest_paths(graph, source)), "sssp"
     checks += 2
-    for algorithm in ("summa", "1d", "auto"):
+    for algorithm in TRIANGLE_ALGORITHMS:
         triangles = graphs.triangle_count(comm, graph if rank == 0 else None, algorithm=algorithm)
         if rank == 0:
             assert triangles["values"] == graphs.reference_triangle_count(graph), ("triangles", algorithm)
         checks += 1
-    for algorithm in ("summa", "1d"):
-        for hops in (0, 1, 2, 5):
+    for algorithm in REACH_ALGORITHMS:
+        for hops in REACH_HOPS:
             reach = graphs.reachable_within(comm, graph if rank == 0 else None, hops, algorithm=algorithm)
             if rank == 0:
                 reference = graphs.reference_reachable_within(graph, hops)
                 assert (reach["values"] != reference).nnz == 0, ("reach", algorithm, hops)
             checks += 1
     # Vertices spread by reordering partitioners: results come back in the original labels.
-    for partition in ("metis", "rcm"):
+    for partition in REORDERING_PARTITIONERS:
         bfs = graphs.bfs_levels(comm, graph if rank == 0 else None, source, partition=partition)
         sssp = graphs.shortest_paths(comm, graph if rank == 0 else None, source, partition=partition)
         triangles = graphs.triangle_count(comm, graph if rank == 0 else None, partition=partition)
@@ -157,7 +181,7 @@ def main() -> int:
             assert np.array_equal(sssp["values"], graphs.reference_shortest_paths(graph, source)), ("sssp", partition)
             assert triangles["values"] == graphs.reference_triangle_count(graph), ("triangles", partition)
             assert (reach["values"] != graphs.reference_reachable_within(graph, 2)).nnz == 0, ("reach", partition)
-        checks += 4
+        checks += len(GRAPH_ALGORITHMS)
     total = comm.reduce(checks, op=MPI.SUM, root=0)
     if rank == 0:
         print(f"OK {total}")

@@ -1,5 +1,5 @@
-"""Programs in which one rank fails, run by tests/test_faults.py under ``mpiexec -n P`` with plain
-``python`` (no ``-m mpi4py``). Usage: ``python tests/fault_driver.py CASE``. The last rank fails;
+"""Programs in which one rank fails, run by tests/comm/test_faults.py under ``mpiexec -n P`` with plain
+``python`` (no ``-m mpi4py``). Usage: ``python tests/comm/fault_driver.py CASE``. The last rank fails;
 every rank multiplies in a loop, so the others are waiting in MPI for it when it does.
 
 - ``raise_in_multiply``: its local product raises in the middle of the third multiply.

@@ -1,4 +1,4 @@
-"""Write the flow instances whose SimGrid results are the golden files of tests/test_sim.py.
+"""Write the flow instances whose SimGrid results are the golden files of tests/sim/test_sim.py.
 
     .venv/bin/python tests/golden/make_instances.py          # writes tests/golden/*.json (no results)
     /usr/bin/python3 tests/golden/simgrid_run.py FILE.json   # adds SimGrid's completion times

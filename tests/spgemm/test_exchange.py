@@ -1,0 +1,56 @@
+"""sparsewire.spgemm.exchange: packed sparse messages point to point, bytes counted from MPI's
+receive statuses (in-process on a communicator of one rank, which sends to itself)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from sparsewire.spgemm.exchange import SparseTransfer
+
+
+@pytest.fixture
+def comm():
+    duplicate = MPI.COMM_SELF.Dup()
+    yield duplicate
+    duplicate.Free()
+
+
+def _message(rng, listed: int, entries: int, itype, dtype):
+    return rng.integers(0, 1000, 2 * listed + entries).astype(itype), rng.integers(-9, 10, entries).astype(dtype), listed
+
+
+@pytest.mark.parametrize("itype, dtype", [(np.int32, np.float64), (np.int64, np.int64), (np.int32, np.bool_)])
+def test_messages_arrive_whole_and_the_bytes_are_what_mpi_delivered(comm, rng, itype, dtype):
+    transfer = SparseTransfer(itype, dtype)
+    sent = [_message(rng, int(rng.integers(0, 6)), int(rng.integers(0, 40)), itype, dtype) for _ in range(4)]
+    incoming = [transfer.post_header(comm, 0, tag) for tag in range(len(sent))]
+    for tag, message in enumerate(sent):
+        transfer.send(comm, 0, tag, message)
+    for message, arriving in zip(sent, incoming):
+        assert transfer.wait_header(arriving) == (message[2], message[1].size)
+        transfer.post_payload(arriving)
+        ints, values, listed = transfer.wait(arriving)
+        assert listed == message[2] and np.array_equal(ints, message[0]) and np.array_equal(values, message[1])
+        assert ints.dtype == np.dtype(itype) and values.dtype == np.dtype(dtype)
+    transfer.finish_sends()
+    header_bytes = 2 * np.dtype(np.int64).itemsize
+    assert transfer.bytes_received == sum(header_bytes + ints.nbytes + values.nbytes for ints, values, _ in sent)
+
+
+def test_a_sender_that_sends_more_than_its_header_announces_is_an_mpi_error_not_an_overrun(comm, rng):
+    transfer = SparseTransfer(np.int32, np.float64)
+    ints, values, listed = _message(rng, 2, 10, np.int32, np.float64)
+    arriving = transfer.post_header(comm, 0, 0)
+    lie = np.array([listed, values.size - 1], np.int64)  # one entry fewer than follow
+    requests = [
+        comm.Isend([lie, MPI.BYTE], 0, 0),
+        comm.Isend([ints.view(np.uint8), MPI.BYTE], 0, 1),
+        comm.Isend([values.view(np.uint8), MPI.BYTE], 0, 2),
+    ]
+    transfer.post_payload(arriving)
+    with pytest.raises(MPI.Exception) as raised:
+        transfer.wait(arriving)
+    assert raised.value.Get_error_class() in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS)
+    MPI.Request.Waitall(requests)
