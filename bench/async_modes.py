@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, default_matrices, short_name  # noqa: E402
+from common import ROOT, default_matrices, extract_baseline, geometric_mean, short_name  # noqa: E402
 
 CONFIGURATIONS = [(2, 1), (2, 2), (4, 1)]
 MODE_ORDER = ("bulk", "overlap", "pipelined", "early", "partitioned")
@@ -100,18 +98,6 @@ def run_worker(matrix: str, ranks: int, threads: int, args, transports: list[str
     if entries and not entries[0]["package"].startswith(expected):
         sys.exit(f"the worker imported sparsewire from {entries[0]['package']}, not from {expected}")
     return entries
-
-
-def extract_baseline(ref: str) -> str:
-    """The ``src`` tree of git commit ``ref`` in a temporary directory (what PYTHONPATH gets)."""
-    target = Path(tempfile.mkdtemp(prefix="sparsewire-baseline-"))
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
-    return str(target / "src")
-
-
-def geometric_mean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
 
 
 def main() -> None:

@@ -1,8 +1,12 @@
-"""Helpers shared by the benchmark scripts: the default matrix list and short names."""
+"""Helpers shared by the benchmark scripts: the default matrix list, short names, geometric
+means and an earlier commit's package for side-by-side runs."""
 
 from __future__ import annotations
 
+import math
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,3 +22,18 @@ def default_matrices(generated: list[str]) -> list[str]:
 def short_name(spec: str) -> str:
     """A file's name without ``.mtx.gz``; a generator spec as is."""
     return Path(spec).name.removesuffix(".mtx.gz") if os.sep in spec else spec
+
+
+def geometric_mean(values: list[float]) -> float:
+    """exp(mean(log v)); NaN for no values."""
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def extract_baseline(ref: str) -> str:
+    """The ``src`` tree of git commit ``ref`` in a temporary directory (what PYTHONPATH gets, ahead
+    of the editable install of the current code)."""
+    target = Path(tempfile.mkdtemp(prefix="sparsewire-baseline-"))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    return str(target / "src")

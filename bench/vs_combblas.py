@@ -1,6 +1,7 @@
 """Distributed SpGEMM ``C = A x A`` beside CombBLAS (Sparse SUMMA, ``Mult_AnXBn_Synch``) in one run.
 
     .venv/bin/python bench/vs_combblas.py [--matrices SPEC ...] [--ranks 1 4] [--repeat 5]
+        [--baseline GIT_REF] [--rounds 2]
 
 For every matrix (values: deterministic integers 1..9, ``--values random:1``), semiring (plus_times,
 min_plus) and P in ``--ranks`` (square numbers: CombBLAS runs a sqrt(P) x sqrt(P) grid):
@@ -17,6 +18,11 @@ Both sides get the same OpenMP threads per rank (cores / P, at least 1), so P = 
 machine is oversubscribed for both. nnz(C) and the checksum (sum of C's values, exact on these
 integers) of every run of ours must equal CombBLAS's. Prints the medians, the ratios ours /
 CombBLAS (below 1 is faster) and their geometric means per P; writes bench/results/vs_combblas.json.
+
+With ``--baseline REF`` the sparsewire package of that git commit (``git archive``, run from
+``PYTHONPATH``) runs every one of our commands too, alternating with the current code ``--rounds``
+times (each keeps its fastest median); its nnz(C), checksum and bytes moved must equal the current
+code's, and a summary gives the geometric mean of current / baseline time per P.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from pathlib import Path
 import scipy.io
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, short_name  # noqa: E402
+from common import ROOT, extract_baseline, geometric_mean, short_name  # noqa: E402
 
 from sparsewire.report import format_table  # noqa: E402
 from sparsewire.spgemm.values import load_operand  # noqa: E402
@@ -81,18 +87,16 @@ def run_combblas(binary: Path, path: str, semiring: str, ranks: int, repeat: int
     return report
 
 
-def run_ours(spec: str, semiring: str, algorithm: str, ranks: int, repeat: int) -> dict:
+def run_ours(spec: str, semiring: str, algorithm: str, ranks: int, repeat: int, source: str | None = None) -> dict:
+    """``sparsewire spgemm --json`` under mpiexec; ``source``: a baseline's ``src`` for PYTHONPATH."""
     mpiexec = Path(sys.executable).parent / "mpiexec"
     command = [str(mpiexec), "-n", str(ranks), sys.executable, "-m", "sparsewire", "spgemm", spec, "--json", "--values", VALUES,
                "--semiring", semiring, "--algorithm", algorithm, "--repeat", str(repeat)]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    environment = dict(os.environ) | ({"PYTHONPATH": source} if source else {})
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=ROOT, env=environment)
     if completed.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{completed.stderr[-2000:]}")
     return json.loads(completed.stdout.strip().splitlines()[-1])
-
-
-def geometric_mean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def main() -> int:
@@ -101,7 +105,11 @@ def main() -> int:
     parser.add_argument("--ranks", nargs="+", type=int, default=[1, 4], help="square numbers of ranks (default: 1 4)")
     parser.add_argument("--repeat", type=int, default=5, help="timed multiplies per run (default: 5)")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "vs_combblas.json"))
+    parser.add_argument("--baseline", metavar="GIT_REF", help="also run our commands with the package of this git commit, same run")
+    parser.add_argument("--rounds", type=int, default=2, help="with --baseline: alternations of current and baseline (default: 2)")
     args = parser.parse_args()
+    baseline = extract_baseline(args.baseline) if args.baseline else None
+    against_baseline: dict[int, list[float]] = {}
     for ranks in args.ranks:
         if math.isqrt(ranks) ** 2 != ranks:
             sys.exit(f"--ranks {ranks}: CombBLAS needs a square number of ranks")
@@ -122,6 +130,11 @@ def main() -> int:
                     line = [name, semiring, ranks, peer["nnz"], f"{peer['median_seconds']:.4f}"]
                     for algorithm in OURS:
                         ours = run_ours(spec, semiring, algorithm, ranks, args.repeat)
+                        if baseline:
+                            ours, before = _alternate(spec, semiring, algorithm, ranks, args, baseline, ours, mismatches, name)
+                            entry[f"{algorithm} baseline"] = before
+                            against_baseline.setdefault(ranks, []).append(ours["median_seconds"] / before["median_seconds"])
+                            line.append(f"{ours['median_seconds'] / before['median_seconds']:.2f}")
                         ratio = ours["median_seconds"] / peer["median_seconds"]
                         entry[algorithm] = {**ours, "ratio_to_combblas": ratio}
                         if ours["nnz_out"] != peer["nnz"] or ours["checksum_sum"] != peer["checksum"]:
@@ -135,7 +148,10 @@ def main() -> int:
                     print(" | ".join(map(str, line)), file=sys.stderr, flush=True)
                     rows.append(line)
                     entries.append(entry)
-    headers = ["matrix", "semiring", "P", "nnz(C)", "CombBLAS s", "ours summa s", "ours 1d s", "ours auto s", "auto chose", "auto MB moved"]
+    headers = ["matrix", "semiring", "P", "nnz(C)", "CombBLAS s"]
+    for algorithm in OURS:
+        headers += [f"ours {algorithm} s"] + ([f"{algorithm} now / {args.baseline}"] if baseline else [])
+    headers += ["auto chose", "auto MB moved"]
     print(format_table(headers, rows))
     summary = {}
     for (ranks, semiring), values in sorted(ratios.items()):
@@ -147,13 +163,34 @@ def main() -> int:
     for ranks in args.ranks:
         mine = [v for (r, _), values in ratios.items() if r == ranks for v in values]
         print(f"P = {ranks}, both semirings: geometric mean {geometric_mean(mine):.2f}x, worst {max(mine):.2f}x")
+    for ranks, values in sorted(against_baseline.items()):
+        print(f"P = {ranks}: current / {args.baseline} geometric mean {geometric_mean(values):.3f}x over {len(values)} runs "
+              f"(min {min(values):.2f}, max {max(values):.2f})")
     if mismatches:
         print("MISMATCHES (nnz or checksum differ from CombBLAS):\n  " + "\n  ".join(mismatches))
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({"entries": entries, "summary": summary, "mismatches": mismatches, "all_ratios": every}, indent=1))
+    summary_baseline = {f"P={r}": geometric_mean(v) for r, v in against_baseline.items()}
+    output.write_text(json.dumps({"entries": entries, "summary": summary, "baseline": args.baseline, "current_over_baseline": summary_baseline,
+                                  "mismatches": mismatches, "all_ratios": every}, indent=1))
     print(f"wrote {output}", file=sys.stderr)
     return 1 if mismatches else 0
+
+
+def _alternate(spec, semiring, algorithm, ranks, args, baseline, first, mismatches, name) -> tuple[dict, dict]:
+    """Rounds of (baseline, current) after the current code's first run; each keeps its fastest
+    median. The baseline must give the same nnz(C), checksum and bytes moved."""
+    current, before = first, None
+    for index in range(args.rounds):
+        run = run_ours(spec, semiring, algorithm, ranks, args.repeat, baseline)
+        before = run if before is None or run["median_seconds"] < before["median_seconds"] else before
+        if index + 1 < args.rounds:
+            again = run_ours(spec, semiring, algorithm, ranks, args.repeat)
+            current = again if again["median_seconds"] < current["median_seconds"] else current
+    for field in ("nnz_out", "checksum_sum", "bytes_moved"):
+        if before[field] != current[field]:
+            mismatches.append(f"{name} {semiring} P={ranks} {algorithm}: {field} {current[field]} now, {before[field]} at {args.baseline}")
+    return current, before
 
 
 if __name__ == "__main__":
