@@ -15,10 +15,10 @@ from sparsewire.errors import InputError
 from sparsewire.plan.stats import PlanStats
 from sparsewire.plan.strategies import Strategy
 from sparsewire.sim import netsparse as ns
-from sparsewire.sim import pipeline
+from sparsewire.sim import request_streams
 from sparsewire.sim.flows import solve_max_min
 from sparsewire.sim.network import GIGABIT, build_network, dragonfly, hyperx, leaf_spine, network_presets
-from sparsewire.sim.plans import simulate_plan, wire_bytes
+from sparsewire.sim.plan_timing import simulate_plan, wire_bytes
 from sparsewire.topology import PRESETS, parse_topology
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -231,7 +231,7 @@ def issue(cols, owner, node=0, rtt=10, batch=100, units=1, pending=256, use_filt
     scratch = (np.zeros(n_cols, np.int64), np.zeros(n_cols, np.int64), np.zeros(n_cols, np.int64), np.full(n_cols, -1, np.int64))
     out = (np.zeros(cols.size, np.int32), np.zeros(cols.size, np.int32), np.zeros(cols.size, np.int64))
     rtts = np.full(8, rtt, np.int64)
-    counts = pipeline.issue_requests(cols, np.asarray(owner, np.int32), node, rtts, batch, units, pending,
+    counts = request_streams.issue_requests(cols, np.asarray(owner, np.int32), node, rtts, batch, units, pending,
                                      use_filter, use_coalesce, command, *scratch, *out)
     issued = counts[0]
     return counts, out[0][:issued].tolist(), out[2][:issued].tolist()
@@ -269,21 +269,21 @@ def test_concatenation_by_hand():
     points = np.array([0, 0, 0, 0, 0, 1, 1])
     destinations = np.array([1, 1, 2, 1, 1, 0, 0])
     times = np.array([0, 3, 4, 9, 10, 0, 1])
-    packets = pipeline.concatenate(points, destinations, times, 2, 3, 5, 10)
+    packets = request_streams.concatenate(points, destinations, times, 2, 3, 5, 10)
     # node 0 -> 1: [0, 3] then 9 (opened 0, 9 - 0 > 5) with 10 -> 2 packets; 0 -> 2: 1; 1 -> 0: 1
     assert packets.tolist() == [[0, 2, 1], [1, 0, 0]]
-    assert pipeline.concatenate(points, destinations, times, 2, 3, 100, 2).tolist() == [[0, 2, 1], [1, 0, 0]]
-    assert pipeline.concatenate(points, destinations, times, 2, 3, 100, 1).tolist() == [[0, 4, 1], [2, 0, 0]]
+    assert request_streams.concatenate(points, destinations, times, 2, 3, 100, 2).tolist() == [[0, 2, 1], [1, 0, 0]]
+    assert request_streams.concatenate(points, destinations, times, 2, 3, 100, 1).tolist() == [[0, 4, 1], [2, 0, 0]]
 
 
 def test_property_cache_lru_by_hand():
     # one set of two ways; fills arrive 1 cycle after each miss
     cols = np.array([5, 5, 7, 5, 9, 7, 5])
     times = np.array([0, 2, 3, 6, 8, 10, 12])
-    hits = pipeline.property_cache(np.zeros(7, np.int64), cols, times, np.ones(7, np.int64), 1, 2, False, 10)
+    hits = request_streams.property_cache(np.zeros(7, np.int64), cols, times, np.ones(7, np.int64), 1, 2, False, 10)
     # 5 miss, 5 hit, 7 miss, 5 hit (5 most recent), 9 miss evicts 7 (LRU), 7 miss, 5 miss (evicted by 7)
     assert hits.tolist() == [False, True, False, True, False, False, False]
-    unbounded = pipeline.property_cache(np.zeros(7, np.int64), cols, times, np.ones(7, np.int64), 1, 2, True, 10)
+    unbounded = request_streams.property_cache(np.zeros(7, np.int64), cols, times, np.ones(7, np.int64), 1, 2, True, 10)
     assert unbounded.tolist() == [False, True, False, True, False, True, True]
 
 

@@ -52,7 +52,9 @@ def add_topology_arguments(parser: argparse.ArgumentParser, allow_mpi: bool) -> 
     where.add_argument(
         "--group-size", "-G", type=positive_int, help="groups of G consecutive ranks (same as --topology nodes:G)"
     )
-    presets = "flat, nodes:G, cola-a800, shiro-h100, leafspine-16" + (", mpi (shared-memory nodes)" if allow_mpi else "")
+    from sparsewire.topology import PRESETS
+
+    presets = ", ".join(["nodes:G", *PRESETS]) + (", mpi (shared-memory nodes)" if allow_mpi else "")
     where.add_argument("--topology", help=f"cluster model: {presets}; adds per-link-class bytes and predicted time")
     parser.add_argument(
         "--proxy",

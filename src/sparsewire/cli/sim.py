@@ -140,7 +140,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from sparsewire.plan.stats import strategy_stats
     from sparsewire.plan.strategies import parse_strategies
     from sparsewire.sim.network import build_network
-    from sparsewire.sim.plans import rank_nonzeros, simulate_plan
+    from sparsewire.sim.plan_timing import rank_nonzeros, simulate_plan
 
     progress = progress_printer(args)
     network = build_network(args.topology, args.ranks)
@@ -199,7 +199,7 @@ def _netsparse_network(args: argparse.Namespace, name: str | None = None):
 def _plans_rows(matrix, network, nodes: int, k: int, su, progress) -> list[dict]:
     from sparsewire.partition import partition
     from sparsewire.plan.stats import strategy_stats
-    from sparsewire.sim.plans import simulate_plan, wire_bytes
+    from sparsewire.sim.plan_timing import simulate_plan, wire_bytes
 
     topology = network.planner_topology(nodes)
     grouped = len(topology.levels) > 1

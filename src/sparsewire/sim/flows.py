@@ -10,7 +10,7 @@ and what SimGrid's CM02 model computes with zero latencies (``../shared/research
 ``tests/golden/`` holds SimGrid results this solver is checked against).
 
 Latency, per-message software overhead and per-packet headers are added outside the solver by the
-callers (:mod:`sparsewire.sim.plans`, :mod:`sparsewire.sim.netsparse`): a flow's finish time is
+callers (:mod:`sparsewire.sim.plan_timing`, :mod:`sparsewire.sim.netsparse`): a flow's finish time is
 ``max-min completion + path latency``.
 
 The lower bound of a phase is ``max over links of (bytes crossing the link) / capacity``: no

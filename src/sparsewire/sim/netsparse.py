@@ -12,7 +12,7 @@ PR, plus the payload for responses. An unconcatenated read + response pair there
 ``160 / (160 + 4K)`` (Table 3). A packet of ``n`` PRs is ``62 + n * (18 + payload)`` bytes with
 ``n <= floor((MTU - 62) / (18 + payload))``.
 
-Per configuration the request streams of :mod:`sparsewire.sim.pipeline` give bytes per (source,
+Per configuration the request streams of :mod:`sparsewire.sim.request_streams` give bytes per (source,
 destination) pair; the max-min flow solver (:mod:`sparsewire.sim.flows`) gives the network time.
 With the switch mechanisms the top-of-rack switch re-packs what its hosts send to other switches,
 so a pair's traffic is two flows: host to switch (NIC packets, on the host's uplink) and switch to
@@ -42,7 +42,7 @@ import scipy.sparse as sp
 
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
-from sparsewire.sim import pipeline
+from sparsewire.sim import request_streams
 from sparsewire.sim.flows import solve_max_min
 from sparsewire.sim.network import Network
 
@@ -175,7 +175,7 @@ def characterize(workload: Workload, group_size: int = 16, window: int = 64) -> 
     starts = np.zeros(workload.nodes + 1, np.int64)
     np.cumsum(np.bincount(remote_nodes, minlength=workload.nodes), out=starts[1:])
     owners = workload.col_owner[remote_cols].astype(np.int64)
-    distinct, windows = pipeline.unique_destinations_per_window(starts, owners, window)
+    distinct, windows = request_streams.unique_destinations_per_window(starts, owners, window)
     pairs, _ = _sorted_unique(remote_nodes * workload.n_cols + remote_cols)
     groups = (pairs // workload.n_cols) // group_size
     _, counts = _sorted_unique(groups * workload.n_cols + pairs % workload.n_cols)
@@ -469,7 +469,7 @@ class NetSparseSimulator:
         for node in range(n):
             begin, end = workload.node_starts[node], workload.node_starts[node + 1]
             count = int(remote_counts[node])
-            issued, node_filtered, node_coalesced, node_last = pipeline.issue_requests(
+            issued, node_filtered, node_coalesced, node_last = request_streams.issue_requests(
                 indices[begin:end], workload.col_owner, node, rtt[node], self.batch(hardware), hardware.units, hardware.pending,
                 mechanisms.filter, mechanisms.coalesce, int(hardware.cycles(hardware.command_seconds)),
                 *scratch, cols[written: written + count], destinations[written: written + count], times[written: written + count],
@@ -502,7 +502,7 @@ class NetSparseSimulator:
         # Reads at the requester's NIC.
         order = np.lexsort((times, requester))
         read_cap = _requests_per_packet(0, mtu) if concatenate else 1
-        read_packets = pipeline.concatenate(requester[order], owner[order], times[order], n, n, nic_delay, read_cap)
+        read_packets = request_streams.concatenate(requester[order], owner[order], times[order], n, n, nic_delay, read_cap)
         read_requests = _pair_counts(requester, owner, n)
         hits, hit_packets, hit_bytes_down = self._cache_hits(issued, inter, mechanisms, hardware)
         # Responses at the owner's NIC, in the order the reads arrive.
@@ -511,7 +511,7 @@ class NetSparseSimulator:
         arrival = times[served] + hardware.cycles(self.one_way[s_req, s_own])
         order = np.lexsort((arrival, s_own))
         response_cap = _requests_per_packet(payload, mtu) if concatenate else 1
-        response_packets = pipeline.concatenate(s_own[order], s_req[order], arrival[order], n, n, nic_delay, response_cap)
+        response_packets = request_streams.concatenate(s_own[order], s_req[order], arrival[order], n, n, nic_delay, response_cap)
         response_requests = _pair_counts(s_own, s_req, n)
         nic_bytes = (read_packets + response_packets) * PACKET_HEADER_BYTES + read_requests * REQUEST_HEADER_BYTES \
             + response_requests * (REQUEST_HEADER_BYTES + payload)
@@ -561,7 +561,7 @@ class NetSparseSimulator:
             lookup_times = times[index] + hardware.cycles(self.network.latencies[self.network.host_uplinks()[requester[index]]])
             fill = hardware.cycles(2 * self.one_way[requester[index], owner[index]])
             order = np.lexsort((lookup_times, self.switch[requester[index]]))
-            hits[index[order]] = pipeline.property_cache(
+            hits[index[order]] = request_streams.property_cache(
                 self.switch[requester[index]][order], issued.cols[index][order].astype(np.int64), lookup_times[order],
                 fill[order], max(sets, 1), hardware.cache_ways, unbounded, self.workload.n_cols,
             )
@@ -571,7 +571,7 @@ class NetSparseSimulator:
         order = np.lexsort((times[hit_index], self.switch[requester[hit_index]]))
         switches = int(self.switch.max(initial=0)) + 1
         cap = _requests_per_packet(payload, self.network.mtu) if mechanisms.switch_concatenation else 1
-        packets = pipeline.concatenate(
+        packets = request_streams.concatenate(
             self.switch[requester[hit_index]][order], requester[hit_index][order], times[hit_index][order],
             switches, n, self._switch_delay(mechanisms, hardware), cap,
         )
@@ -598,7 +598,7 @@ class NetSparseSimulator:
             if src.size == 0:
                 continue
             order = np.lexsort((t, self.switch[src]))
-            switch_packets = pipeline.concatenate(self.switch[src][order], dst[order], t[order], switches, n, delay, cap)
+            switch_packets = request_streams.concatenate(self.switch[src][order], dst[order], t[order], switches, n, delay, cap)
             pair_requests = _pair_counts(src, dst, n).astype(np.float64)
             switch_requests = np.zeros((switches, n), np.float64)
             np.add.at(switch_requests, (self.switch[src], dst), 1)

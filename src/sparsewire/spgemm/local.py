@@ -12,7 +12,7 @@ large grid) costs what it stores. One message is
 * the values (``nnz x`` element size; 1 byte for bool).
 
 :func:`wire_bytes` is that size exactly; the byte predictions use it, while the executors count
-what MPI delivered (:mod:`sparsewire.spgemm.exchange`). Packing and unpacking hand GraphBLAS's own
+what MPI delivered (:mod:`sparsewire.spgemm.transfer`). Packing and unpacking hand GraphBLAS's own
 hypersparse arrays over (``ss.unpack`` / ``import_hypercsr``) instead of exporting copies.
 """
 

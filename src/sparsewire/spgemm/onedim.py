@@ -18,7 +18,7 @@ So one multiply is, with (+.x) the semiring, (any.second) a row copy and (+.seco
 A stays on the left of every product, so non-commutative semirings are exact. The rows travel in
 the hypersparse format of :mod:`sparsewire.spgemm.local`: empty rows cost nothing but the header,
 which is what makes a sparse BFS frontier cheap. Each message goes point to point (header, then
-indices and values: :mod:`sparsewire.spgemm.exchange`), and the bytes are counted from the receive
+indices and values: :mod:`sparsewire.spgemm.transfer`), and the bytes are counted from the receive
 statuses. With ``overlap`` the diagonal product ``A(p, p) (+.x) B_p`` runs while the rows travel
 and ``A_received (+.x) R`` is merged into it afterwards (measured slower here: the merge is a pass
 over C).
@@ -33,7 +33,7 @@ from mpi4py import MPI
 
 from sparsewire.errors import PlanMismatchError
 from sparsewire.plan.plan import DIRECT_B, DIRECT_C, RankPlan
-from sparsewire.spgemm.exchange import SparseTransfer
+from sparsewire.spgemm.transfer import SparseTransfer
 from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
 

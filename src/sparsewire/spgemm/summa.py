@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
-from sparsewire.spgemm.exchange import SparseTransfer
+from sparsewire.spgemm.transfer import SparseTransfer
 from sparsewire.spgemm.local import empty, import_messages, index_dtype, pack_row_ranges, row_counts, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
 

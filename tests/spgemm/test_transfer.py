@@ -1,4 +1,4 @@
-"""sparsewire.spgemm.exchange: packed sparse messages point to point, bytes counted from MPI's
+"""sparsewire.spgemm.transfer: packed sparse messages point to point, bytes counted from MPI's
 receive statuses (in-process on a communicator of one rank, which sends to itself)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from sparsewire.spgemm.exchange import SparseTransfer
+from sparsewire.spgemm.transfer import SparseTransfer
 
 
 @pytest.fixture
