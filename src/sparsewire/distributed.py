@@ -202,8 +202,11 @@ def _partition_of(partition, matrix: sp.csr_array, n_parts: int, topology, imbal
                 f"the row partition covers {partition.rows.n} rows in {partition.rows.n_parts} parts, but the matrix has "
                 f"{n_rows} rows and the communicator {n_parts} ranks; give one part per rank"
             )
-        if partition.row_order is not None and len(partition.row_order) != n_rows:
-            raise InputError(f"the partitioning orders {len(partition.row_order)} rows, but the matrix has {n_rows}")
+        for order, count, what in ((partition.row_order, n_rows, "rows"), (partition.col_order, n_cols, "columns")):
+            if order is not None and len(order) != count:
+                raise InputError(f"the partitioning orders {len(order)} {what}, but the matrix has {count}")
+            if order is not None and not np.array_equal(np.sort(np.asarray(order)), np.arange(count)):
+                raise InputError(f"the partitioning's order of the {what} is not a permutation of 0 .. {count - 1}")
         if partition.cols is None:  # columns follow the rows when square, else even in the original order
             square = n_cols == n_rows
             cols = partition.rows if square else even_rows(n_cols, n_parts)

@@ -227,6 +227,18 @@ class SpmmPlan:
         return self.executor.bytes_received
 
     @property
+    def bytes_received_from(self) -> np.ndarray:
+        """Not collective. Bytes this rank received from each rank in the last multiply (int64,
+        one entry per rank), as the transport counted them (:attr:`counted_by`)."""
+        return self.executor.bytes_received_from
+
+    @property
+    def delivery_problems(self) -> list[str]:
+        """Not collective. The messages of the last multiply whose size differed from what this
+        rank's plan expects, one line each (empty when every message was as planned)."""
+        return list(self.executor.delivery_problems)
+
+    @property
     def counted_by(self) -> str:
         """What :attr:`bytes_received` comes from (the transport's own knowledge of each receive)."""
         return self.executor.counted_by

@@ -132,6 +132,7 @@ API_AND_CLI_CASES = [
     ("delaunay:300:2", None, ["--algorithm", "auto", "--phases", "2", "--semiring", "min_plus", "--partition", "rcm"]),
     ("a.mtx", "b.mtx", ["--algorithm", "summa", "--grid", "1xP", "--semiring", "max_times"]),
     ("a.mtx", "b.mtx", ["--algorithm", "1d", "--strategy", "row", "--partition", "nnz"]),
+    ("a.mtx", "b.mtx", ["--algorithm", "auto", "--partition", "rcm"]),  # B's rows follow A's reordered columns
 ]
 
 

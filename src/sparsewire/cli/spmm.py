@@ -288,9 +288,6 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
     import numpy as np
     from mpi4py import MPI
 
-    from sparsewire.exec.modes import choose_mode
-    from sparsewire.comm.runtime import ranks_on_node
-    from sparsewire.cores import default_threads
     from sparsewire.generators import deterministic_dense, deterministic_dense_rows
     from sparsewire.tolerance import allowed_error, within
 
@@ -301,9 +298,6 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
         raise InputError(f"{spec}: {bad} stored values are NaN or infinite, so --check cannot compare results; clean the matrix or run without --check")
     if bad and rank == 0:
         print(f"sparsewire: warning: {spec}: {bad} stored values are NaN or infinite; C will hold NaN", file=sys.stderr)
-    if modes == ["auto"]:
-        sharing = ranks_on_node(comm)
-        modes = [choose_mode(k, sharing, threads or default_threads(sharing))]
     b_local = deterministic_dense_rows(matrix.input_ids(), k, dtype)  # original indices: any partitioner
     whole = matrix.gather() if check else None
     reference = allowed = None
@@ -330,14 +324,15 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
                     started = MPI.Wtime()
                     plan.multiply(b_local, out=result)
                     times.append(comm.allreduce(MPI.Wtime() - started, op=MPI.MAX))
-                received = plan.executor.bytes_received_from
+                received = plan.bytes_received_from
                 measured = comm.allreduce(int(received.sum()), op=MPI.SUM)
                 if groups is not None:
                     same = groups == groups[rank]
                     measured_intra = comm.allreduce(int(received[same].sum()), op=MPI.SUM)
                     measured_inter = comm.allreduce(int(received[~same].sum()), op=MPI.SUM)
-                problems = [p for ps in comm.allgather(plan.executor.delivery_problems) for p in ps]
+                problems = [p for ps in comm.allgather(plan.delivery_problems) for p in ps]
                 stats, chosen, used_threads, layout = plan.stats, plan.rank_plan.strategy.value, plan.threads, plan.rank_plan.layout
+                used_mode = plan.mode  # "auto" is decided by the plan
                 counted_by, measured_independently = plan.counted_by, plan.bytes_measured
                 reason = plan.choice.reason()
             checksum_sum = comm.allreduce(float(result.sum(dtype=np.float64)), op=MPI.SUM)
@@ -348,7 +343,7 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
             row = {
                 "matrix": spec, "n_rows": matrix.shape[0], "n_cols": matrix.shape[1], "nnz": matrix.nnz,
                 "ranks": comm.Get_size(), "strategy": chosen, "strategy_requested": strategy, "strategy_reason": reason,
-                "mode": mode, "threads": used_threads, "deterministic": deterministic, "k": k, "dtype": dtype.name,
+                "mode": used_mode, "threads": used_threads, "deterministic": deterministic, "k": k, "dtype": dtype.name,
                 "median_seconds": statistics.median(times) if times else None,
                 "min_seconds": min(times) if times else None,
                 "plan_seconds": plan_seconds,
