@@ -8,8 +8,9 @@ for every side, warm (one product first, then the median of ``--repeat`` back to
 
 * ours: :func:`sparsewire.exec.kernels.multiply`, B and C on cache lines (as the library
   allocates them);
-* MKL: ``sparse_dot_mkl.dot_product_mkl(A, B, out=C)`` (MKL's CSR x dense writing into a C
-  allocated once, as ours does: its fastest call); ``MKL_RT`` is pointed at the wheel's
+* MKL: ``sparse_dot_mkl.dot_product_mkl(A, B, out=C, out_scalar=0.0)`` (MKL's CSR x dense
+  writing into a C allocated once, as ours does: its fastest call; ``out_scalar=0`` makes it
+  overwrite C rather than add to it); ``MKL_RT`` is pointed at the wheel's
   ``libmkl_rt.so`` when not set;
 * torch: ``torch.sparse.mm`` on a CSR tensor.
 
@@ -92,7 +93,8 @@ def main() -> None:
                 out_mkl = np.empty((a.shape[0], k), dtype)
                 b_torch = torch.from_numpy(b)
                 ours = median_seconds(lambda: kernels.multiply(operand, b, out), args.repeat)
-                mkl = median_seconds(lambda: sparse_dot_mkl.dot_product_mkl(a, b, out=out_mkl), args.repeat)
+                # out_scalar=0: C = A @ B (MKL's beta = 0); without it MKL adds to what ``out`` holds
+                mkl = median_seconds(lambda: sparse_dot_mkl.dot_product_mkl(a, b, out=out_mkl, out_scalar=0.0), args.repeat)
                 theirs = median_seconds(lambda: torch.sparse.mm(a_torch, b_torch), args.repeat)
                 reference = a.astype(np.float64) @ b.astype(np.float64)
                 tolerance = 1e-9 if dtype == np.float64 else 1e-3
@@ -112,7 +114,11 @@ def main() -> None:
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "kernel_vs_mkl.json").write_text(json.dumps({"threads": args.threads, "results": results, "summary": summary}, indent=1))
+    wrong = [f"{r['matrix']} {r['dtype']} k={r['k']}" for r in results if not r["agree"]]
+    if wrong:
+        print("C differs from SciPy's (one side computed something else): " + ", ".join(wrong))
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -277,3 +277,24 @@ def test_partition_products_match_the_message_product_bit_for_bit(k, dtype):
                 whole = c0.copy()
                 kernels.apply_columns(operand, b, whole, 0, 120)
                 np.testing.assert_array_equal(out, whole)
+
+
+@pytest.mark.parametrize("dtype, k", [(np.float32, 8), (np.float32, 16), (np.float64, 4), (np.float64, 8)])
+def test_rows_taken_in_pairs_give_the_bits_of_one_row_at_a_time(dtype, k):
+    """One register or half of one per C row: rows go in interleaved pairs; each row must still
+    sum its nonzeros in stored order, so the bits equal those of each row alone (random values,
+    rows of every length including empty ones, an odd row count)."""
+    rng = np.random.default_rng()
+    lengths = rng.integers(0, 9, 301)
+    lengths[rng.choice(301, 40, replace=False)] = 0
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = np.concatenate([np.sort(rng.choice(200, n, replace=False)) for n in lengths]).astype(np.int64)
+    matrix = sp.csr_array((rng.standard_normal(indptr[-1]), indices, indptr), shape=(301, 200))
+    operand = kernels.CsrOperand.from_matrix(matrix, dtype, 1, keep_order=True)
+    x = rng.standard_normal((200, k)).astype(dtype)
+    together, alone = np.full((301, k), np.nan, dtype), np.full((301, k), np.nan, dtype)
+    kernels.multiply_rows(operand, x, together, 0, 301)
+    for row in range(301):
+        kernels.multiply_rows(operand, x, alone, row, row + 1)
+    assert together.tobytes() == alone.tobytes()
+    np.testing.assert_allclose(together, matrix @ x.astype(np.float64), rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-4)

@@ -134,6 +134,61 @@ def _row_half(indices, data, x, out, i, p, stop, c, accumulate):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _two_rows_block1(indices, data, x, out, i, p0, s0, p1, s1, stream):
+    """C rows i and i + 1, one register each (not accumulating): the two rows' chains of
+    fused multiply-adds interleaved, so one row's FMA latency hides behind the other's (each row
+    still sums its nonzeros in stored order: the same bits as one row at a time)."""
+    t0 = lanes_zero(out)
+    t1 = lanes_zero(out)
+    if p0 < s0:
+        t0 = lanes_scale(data[p0], lanes_load(x, indices[p0], 0))
+        p0 += 1
+    if p1 < s1:
+        t1 = lanes_scale(data[p1], lanes_load(x, indices[p1], 0))
+        p1 += 1
+    for _ in range(min(s0 - p0, s1 - p1)):
+        t0 = lanes_fma(t0, data[p0], lanes_load(x, indices[p0], 0))
+        t1 = lanes_fma(t1, data[p1], lanes_load(x, indices[p1], 0))
+        p0 += 1
+        p1 += 1
+    while p0 < s0:
+        t0 = lanes_fma(t0, data[p0], lanes_load(x, indices[p0], 0))
+        p0 += 1
+    while p1 < s1:
+        t1 = lanes_fma(t1, data[p1], lanes_load(x, indices[p1], 0))
+        p1 += 1
+    _put(out, i, 0, t0, stream)
+    _put(out, i + 1, 0, t1, stream)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _two_rows_half(indices, data, x, out, i, p0, s0, p1, s1):
+    """C rows i and i + 1 of half a register each (not accumulating), chains interleaved as in
+    :func:`_two_rows_block1`."""
+    t0 = half_zero(out)
+    t1 = half_zero(out)
+    if p0 < s0:
+        t0 = lanes_scale(data[p0], half_load(x, indices[p0], 0))
+        p0 += 1
+    if p1 < s1:
+        t1 = lanes_scale(data[p1], half_load(x, indices[p1], 0))
+        p1 += 1
+    for _ in range(min(s0 - p0, s1 - p1)):
+        t0 = lanes_fma(t0, data[p0], half_load(x, indices[p0], 0))
+        t1 = lanes_fma(t1, data[p1], half_load(x, indices[p1], 0))
+        p0 += 1
+        p1 += 1
+    while p0 < s0:
+        t0 = lanes_fma(t0, data[p0], half_load(x, indices[p0], 0))
+        p0 += 1
+    while p1 < s1:
+        t1 = lanes_fma(t1, data[p1], half_load(x, indices[p1], 0))
+        p1 += 1
+    lanes_store(out, i, 0, t0)
+    lanes_store(out, i + 1, 0, t1)
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _prefetch_ahead(indices, p, stop, last, base, row_bytes, lines):
     """Prefetch ``lines`` cache lines of the B rows of nonzeros [p, stop) shifted
     :data:`PREFETCH_DISTANCE` ahead (not past ``last``)."""
@@ -151,7 +206,15 @@ def _rows_of_one_block(indptr, indices, data, x, out, row_start, row_stop, accum
     took 0.76-0.98 of the time of the general loop below, which works out each row's blocks at run
     time)."""
     lanes = lanes_in(out)
-    for i in range(row_start, row_stop):
+    i = row_start
+    if registers == 1 and not accumulate:  # rows in pairs: one register is one FMA chain, too short alone
+        while i + 1 < row_stop:
+            p, middle, stop = indptr[i], indptr[i + 1], indptr[i + 2]
+            if prefetch:
+                _prefetch_ahead(indices, p, stop, last, base, row_bytes, 1)
+            _two_rows_block1(indices, data, x, out, i, p, middle, middle, stop, stream)
+            i += 2
+    for i in range(i, row_stop):
         p, stop = indptr[i], indptr[i + 1]
         if accumulate and p == stop:
             continue  # nothing to add: C's row is not touched (an off-diagonal block is mostly empty rows)
@@ -193,7 +256,15 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
     elif 2 * k == lanes:
         # Half a register (k = 8 in float32, 4 in float64): the scalar loop below would take
         # each of the row's columns in turn (7x MKL's time at k = 8 in float32).
-        for i in range(row_start, row_stop):
+        i = row_start
+        if not accumulate:  # rows in pairs, as for one register
+            while i + 1 < row_stop:
+                p, middle, stop = indptr[i], indptr[i + 1], indptr[i + 2]
+                if prefetch:
+                    _prefetch_ahead(indices, p, stop, last, base, row_bytes, 1)
+                _two_rows_half(indices, data, x, out, i, p, middle, middle, stop)
+                i += 2
+        for i in range(i, row_stop):
             p, stop = indptr[i], indptr[i + 1]
             if accumulate and p == stop:
                 continue
