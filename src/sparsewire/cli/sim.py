@@ -140,6 +140,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from sparsewire.plan.stats import strategy_stats
     from sparsewire.plan.strategies import parse_strategies
     from sparsewire.sim.network import build_network
+    from sparsewire.topology import PRESETS
     from sparsewire.sim.plan_timing import rank_nonzeros, simulate_plan
 
     progress = progress_printer(args)
@@ -167,14 +168,14 @@ def _run_simulate(args: argparse.Namespace) -> int:
     report = {
         "matrix": {"path": args.matrix, "n_rows": int(matrix.shape[0]), "n_cols": int(matrix.shape[1]), "nnz": int(matrix.nnz)},
         "ranks": args.ranks, "k": args.k, "element_bytes": args.element_bytes,
-        "network": network.describe(), "compute_rate": rate, "compute_rate_source": rate_source,
-        "strategies": entries,
+        "network": network.describe(), "machine": PRESETS[network.name].description,
+        "compute_rate": rate, "compute_rate_source": rate_source, "strategies": entries,
     }
     if args.json:
         print(json_text(report))
         return 0
     print(f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nonzeros; P = {args.ranks}, k = {args.k}")
-    print(f"network {network.describe()}")
+    print(f"network {network.describe()} ({report['machine']})")
     print(f"compute model: {'none' if rate is None else f'{rate:.3g} nonzero-columns/s ({rate_source})'}")
     rows_out = []
     for e in entries:
