@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.spatial import Delaunay
 
 from sparsewire.aligned import empty_aligned
 from sparsewire.errors import InputError
@@ -78,6 +77,8 @@ def delaunay(n: int, seed: int = 1) -> sp.csr_array:
     if n < 3:
         raise InputError(f"delaunay needs at least 3 points (got {n})")
     points = np.random.default_rng(seed).random((n, 2))
+    from scipy.spatial import Delaunay  # loaded for this generator only (7 MiB)
+
     triangles = Delaunay(points).simplices.astype(np.int64)
     first = np.concatenate([triangles[:, 0], triangles[:, 1], triangles[:, 0]])
     second = np.concatenate([triangles[:, 1], triangles[:, 2], triangles[:, 2]])

@@ -17,7 +17,6 @@ import os
 import zlib
 
 import numpy as np
-import scipy.io
 import scipy.sparse as sp
 
 from sparsewire import generators
@@ -163,6 +162,8 @@ def read_matrix_market(path: str) -> sp.csr_array:
     # so that the stored triangle is checked before it is mirrored here.
     first = (f"%%MatrixMarket matrix coordinate {'real' if field == 'integer' else field} general").encode()
     to_parse = first + data[len(lines[0]) :]
+    import scipy.io  # loaded when a Matrix Market file is read
+
     try:
         coo = scipy.io.mmread(io.BytesIO(to_parse))
     except (ValueError, OverflowError) as error:

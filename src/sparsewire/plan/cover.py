@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import breadth_first_order, maximum_bipartite_matching, maximum_flow
 
 from sparsewire.errors import InputError
 
@@ -62,6 +61,8 @@ def maximum_matching_size(biadjacency: sp.sparray) -> int:
     graph = _pattern(biadjacency)
     if graph.nnz == 0:
         return 0
+    from scipy.sparse.csgraph import maximum_bipartite_matching  # loaded when a cover is solved (10 MiB)
+
     return int(np.count_nonzero(maximum_bipartite_matching(graph, perm_type="column") >= 0))
 
 
@@ -76,6 +77,8 @@ def _konig_cover(graph: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
     n_rows, n_cols = graph.shape
     if graph.nnz == 0:
         return np.zeros(n_rows, bool), np.zeros(n_cols, bool)
+    from scipy.sparse.csgraph import breadth_first_order, maximum_bipartite_matching
+
     match_of_row = maximum_bipartite_matching(graph, perm_type="column")
     matched_rows = np.flatnonzero(match_of_row >= 0)
     unmatched_rows = np.flatnonzero(match_of_row < 0)
@@ -97,6 +100,8 @@ def _min_cut_cover(graph: sp.csr_array, row_weights: np.ndarray, col_weights: np
     n_rows, n_cols = graph.shape
     if graph.nnz == 0:
         return np.zeros(n_rows, bool), np.zeros(n_cols, bool)
+    from scipy.sparse.csgraph import breadth_first_order, maximum_flow
+
     infinite = int(row_weights.sum() + col_weights.sum() + 1)
     if infinite >= np.iinfo(np.int32).max:
         raise InputError("vertex cover weights are too large for the max-flow solver (sum >= 2^31); scale them down")
