@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import math
 import os
 import statistics
 import sys
@@ -32,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, default_matrices, short_name  # noqa: E402
+from common import ROOT, default_matrices, geometric_mean, short_name  # noqa: E402
 
 
 def median_seconds(function, repeat: int) -> float:
@@ -106,8 +105,7 @@ def main() -> None:
                 rows.append([short_name(spec), dtype.name, k, f"{ours * 1e3:.3f}", f"{mkl * 1e3:.3f}", f"{theirs * 1e3:.3f}",
                              f"{ours / mkl:.2f}", f"{ours / theirs:.2f}", "yes" if agree else "NO"])
     print(format_table(["matrix", "dtype", "k", "ours ms", "MKL ms", "torch ms", "ours/MKL", "ours/torch", "same C"], rows))
-    summary = [[dtype, k, f"{math.exp(statistics.fmean(math.log(r[0]) for r in values)):.3f}",
-                f"{math.exp(statistics.fmean(math.log(r[1]) for r in values)):.3f}", len(values)]
+    summary = [[dtype, k, f"{geometric_mean(r[0] for r in values):.3f}", f"{geometric_mean(r[1] for r in values):.3f}", len(values)]
                for (dtype, k), values in sorted(ratios.items())]
     print()
     print(format_table(["dtype", "k", "ours/MKL (geometric mean)", "ours/torch", "matrices"], summary))

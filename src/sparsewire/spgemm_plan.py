@@ -105,20 +105,7 @@ class SpgemmPlan:
     def gather(self, c_block: gb.Matrix, root: int = 0) -> sp.csr_array | None:
         """Collective. The whole C on ``root`` in the original row and column order (values in the
         semiring's dtype), None elsewhere."""
-        comm = self._a.comm
-        rows, cols = self.c_block()
-        coo = sp.coo_array(to_scipy(c_block))
-        parts = comm.gather((coo.row + rows.start, coo.col + cols.start, coo.data), root=root)
-        if comm.Get_rank() != root:
-            return None
-        row, col, values = (np.concatenate([part[i] for part in parts]) for i in range(3))
-        if self._a.row_order is not None:
-            row = np.asarray(self._a.row_order)[row]
-        if self._b.col_order is not None:
-            col = np.asarray(self._b.col_order)[col]
-        whole = sp.csr_array((values, (row, col)), shape=(self._a.shape[0], self._b.shape[1]))  # blocks are disjoint
-        whole.sort_indices()
-        return whole
+        return self._engine.gather_c(c_block, root, self._a.row_order, self._b.col_order)
 
     def free(self) -> None:
         """Collective. Release the communicators the algorithm made."""

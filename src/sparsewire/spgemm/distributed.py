@@ -313,17 +313,23 @@ class DistributedSpgemm:
         """The most stored entries this rank held at once (inputs, received blocks, products, C)."""
         return self.multiplier.peak_held_entries
 
-    def gather_c(self, c_local: gb.Matrix) -> sp.csr_array | None:
-        """Collective. The global C on rank 0 (None elsewhere)."""
+    def gather_c(self, c_local: gb.Matrix, root: int = 0, row_order: np.ndarray | None = None,
+                 col_order: np.ndarray | None = None) -> sp.csr_array | None:
+        """Collective. The global C on ``root`` (None elsewhere); with ``row_order`` /
+        ``col_order`` (position -> original index), rows and columns in the original order."""
         comm = self.comm
         rows, cols = self.c_block(comm.Get_rank())
         coo = sp.coo_array(to_scipy(c_local))
-        parts = comm.gather((coo.row + rows.start, coo.col + cols.start, coo.data), root=0)
-        if comm.Get_rank() != 0:
+        parts = comm.gather((coo.row + rows.start, coo.col + cols.start, coo.data), root=root)
+        if comm.Get_rank() != root:
             return None
         row = np.concatenate([p[0] for p in parts])
         col = np.concatenate([p[1] for p in parts])
         data = np.concatenate([p[2] for p in parts])
+        if row_order is not None:
+            row = np.asarray(row_order)[row]
+        if col_order is not None:
+            col = np.asarray(col_order)[col]
         shape = (self.a_shape[0], self.b_shape[1])
         result = sp.csr_array((data, (row, col)), shape=shape)  # blocks are disjoint: no duplicates
         result.sort_indices()

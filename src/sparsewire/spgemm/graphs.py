@@ -223,11 +223,7 @@ def reachable_within(
         if remaining:
             power, sent = _product(comm, power, power, n, semiring, algorithm, grid, vertices)
             moved, steps = moved + sent, steps + 1
-    gathered = first.gather_c(result)
-    if gathered is not None and order is not None:
-        back = np.argsort(order)  # original label -> position
-        gathered = sp.csr_array(gathered[back][:, back])
-        gathered.sort_indices()
+    gathered = first.gather_c(result, row_order=order, col_order=order)  # original labels
     return GraphRun(values=gathered, steps=steps, bytes_moved=int(moved), algorithm=first.name)
 
 
