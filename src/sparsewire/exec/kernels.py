@@ -160,7 +160,9 @@ class CsrOperand:
             [[0]] + [lo + balanced_bounds(indptr[lo : hi + 1] - indptr[lo], CHUNKS_PER_THREAD)[1:] for lo, hi in zip(bounds[:-1], bounds[1:])]
         ).astype(np.int64)
         return CsrOperand(
-            indptr, csr.indices.astype(index_type), csr.data.astype(dtype), csr.shape, bounds, bool(prefetch),
+            # The plan's arrays are shared where their types already fit (a GNN plan's diagonal block
+            # in the training dtype): a copy would hold the matrix twice.
+            indptr, csr.indices.astype(index_type, copy=False), csr.data.astype(dtype, copy=False), csr.shape, bounds, bool(prefetch),
             chunks, np.zeros(threads * backend.COUNTER_STRIDE, np.int64),
         )
 

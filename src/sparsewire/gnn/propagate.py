@@ -172,13 +172,14 @@ def _all_degrees(matrix: DistributedMatrix, local: np.ndarray) -> np.ndarray:
 
 
 @collective_errors
-def gcn_normalize(matrix: DistributedMatrix) -> DistributedMatrix:
+def gcn_normalize(matrix: DistributedMatrix, dtype: np.dtype = np.float64) -> DistributedMatrix:
     """Collective. Kipf and Welling's ``D^-1/2 (A + I) D^-1/2`` with ``D = diag(rowsum(A + I))``.
 
     Self-loops are added where a node has none; an existing self-loop keeps its weight (PyTorch
     Geometric's ``add_remaining_self_loops``). ``D`` sums each row, the in-degree of the target, as
     PyG's ``gcn_norm`` does; every rank learns every degree once (one allgather of n values).
-    Needs a square A.
+    Needs a square A. The weights are computed in float64 and stored in ``dtype`` (the training
+    dtype: the plans then share the matrix's arrays instead of holding a converted copy).
     """
     agree_on_error(matrix.comm, None if matrix.shape[0] == matrix.shape[1] else f"GCN normalisation needs a square adjacency (got {matrix.shape})")
     local = sp.csr_array(matrix.local_rows, dtype=np.float64, copy=True)
@@ -194,8 +195,7 @@ def gcn_normalize(matrix: DistributedMatrix) -> DistributedMatrix:
     loops = sp.csr_array((np.ones(int(missing.sum())), (rows[missing], columns[missing])), shape=local.shape)
     local = sp.csr_array(local + loops)
     inverse_sqrt = _inverse_power(_all_degrees(matrix, np.asarray(local.sum(axis=1)).ravel()), 0.5)
-    scaled = sp.csr_array(sp.diags_array(inverse_sqrt[columns]) @ local @ sp.diags_array(inverse_sqrt))
-    scaled.sort_indices()
+    scaled = _stored(sp.csr_array(sp.diags_array(inverse_sqrt[columns]) @ local @ sp.diags_array(inverse_sqrt)), dtype)
     return DistributedMatrix(
         matrix.comm, scaled, matrix.row_partition, matrix.col_partition, matrix.comm.allreduce(scaled.nnz, op=MPI.SUM),
         matrix.row_order, matrix.col_order,
@@ -203,16 +203,24 @@ def gcn_normalize(matrix: DistributedMatrix) -> DistributedMatrix:
 
 
 @collective_errors
-def mean_normalize(matrix: DistributedMatrix) -> DistributedMatrix:
+def mean_normalize(matrix: DistributedMatrix, dtype: np.dtype = np.float64) -> DistributedMatrix:
     """Collective. ``D^-1 P`` with P the pattern of A (ones) and D its row sums: the mean over
     in-neighbours, GraphSAGE's mean aggregator (edge values are ignored, as in PyG's ``SAGEConv``);
-    rows without neighbours stay zero."""
+    rows without neighbours stay zero. Computed in float64, stored in ``dtype``."""
     local = sp.csr_array(matrix.local_rows, dtype=np.float64, copy=True)
     local.data[:] = 1.0
     inverse = _inverse_power(np.asarray(local.sum(axis=1)).ravel(), 1.0)
-    scaled = sp.csr_array(sp.diags_array(inverse) @ local)
-    scaled.sort_indices()
+    scaled = _stored(sp.csr_array(sp.diags_array(inverse) @ local), dtype)
     return DistributedMatrix(matrix.comm, scaled, matrix.row_partition, matrix.col_partition, matrix.nnz, matrix.row_order, matrix.col_order)
+
+
+def _stored(matrix: sp.csr_array, dtype: np.dtype) -> sp.csr_array:
+    """``matrix`` sorted, with values of ``dtype`` and 4-byte indices where they fit: the types the
+    kernels take, so the plans share these arrays instead of holding a converted copy."""
+    matrix.sort_indices()
+    index = np.int32 if max(matrix.shape[1], matrix.nnz) <= np.iinfo(np.int32).max else np.int64
+    return sp.csr_array((matrix.data.astype(dtype, copy=False), matrix.indices.astype(index, copy=False), matrix.indptr.astype(index, copy=False)),
+                        shape=matrix.shape)
 
 
 def _inverse_power(values: np.ndarray, power: float) -> np.ndarray:

@@ -79,7 +79,8 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
         problem = f"unknown model {model!r}; choose gcn or sage"
     agree_on_error(comm, problem)
     matrix = distribute(comm, data.adjacency if rank == root else None, partition, root=root, topology=topology, imbalance=imbalance)
-    matrix = gcn_normalize(matrix) if model == "gcn" else mean_normalize(matrix)
+    values = np.float32 if dtype == torch.float32 else np.float64
+    matrix = gcn_normalize(matrix, values) if model == "gcn" else mean_normalize(matrix, values)
     offsets = matrix.row_partition.offsets
     order = np.arange(matrix.shape[0]) if matrix.row_order is None else matrix.row_order  # position -> node id
     pieces = None

@@ -61,9 +61,12 @@ def split_local_rows(rank: int, local_rows: sp.sparray, col_partition: RowPartit
     sources = np.asarray(col_partition.owner(cols), dtype=np.int64)
     on_diagonal = sources == rank
     col_start, col_stop = col_partition.range(rank)
-    diagonal = sp.csr_array(
-        (local.data[on_diagonal], (rows[on_diagonal], cols[on_diagonal] - col_start)),
-        shape=(local.shape[0], col_stop - col_start),
-    )
+    if col_start == 0 and col_stop == local.shape[1] and on_diagonal.all():
+        diagonal = local  # one rank owns every column (P = 1): share the arrays rather than copy the matrix
+    else:
+        diagonal = sp.csr_array(
+            (local.data[on_diagonal], (rows[on_diagonal], cols[on_diagonal] - col_start)),
+            shape=(local.shape[0], col_stop - col_start),
+        )
     off = ~on_diagonal
     return LocalBlocks(rank, diagonal, rows[off], cols[off], local.data[off], sources[off])
