@@ -1,7 +1,7 @@
 """Distributed GNN training against PyTorch Geometric configured as its users run it, in one run.
 
     .venv/bin/python bench/gnn.py [--configs 1x1,1x2,2x1] [--graphs cora,rmat:14:16:1,rmat:16:16:1]
-        [--models gcn2,gcn5,sage2] [--dtype float32] [--epochs 30]
+        [--models gcn2,gcn5,sage2] [--dtype float32] [--epochs 30] [--backend numpy|torch]
 
 Graphs: Cora (``../shared/data/gnn/cora.npz``, when present; 1433 sparse bag-of-words features,
 7 classes) and generated R-MAT graphs (16 random features, 16 random classes). Models: ``gcn2``
@@ -10,7 +10,8 @@ Graphs: Cora (``../shared/data/gnn/cora.npz``, when present; 1433 sparse bag-of-
 (default 0: PyTorch's dropout on Cora's dense 2708 x 1433 input alone takes about 20 ms a call,
 which would measure the random number generator rather than the propagation).
 
-Ours: ``mpiexec -n P`` with T threads per rank (executor and PyTorch both at T), ``--dtype``.
+Ours: ``mpiexec -n P`` with T threads per rank (executor and PyTorch both at T), ``--dtype``,
+``--backend`` (the executor's local products: the compiled kernels, or PyTorch's sparse CSR ones).
 PyG: one process, ``torch.set_num_threads(P x T)`` (the cores ours uses), the adjacency as a CSR
 ``adj_t`` (``torch.sparse_csr_tensor``, so a propagation is one ``torch.sparse.mm``), ``GCNConv``
 with ``cached=True`` (the normalisation made once), ``SAGEConv`` with the mean aggregator, the
@@ -55,7 +56,7 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def ours(spec: str, model: str, threads: int, epochs: int, dtype: str, dropout: float) -> None:
+def ours(spec: str, model: str, threads: int, epochs: int, dtype: str, dropout: float, backend: str) -> None:
     import torch
     from mpi4py import MPI
 
@@ -65,7 +66,7 @@ def ours(spec: str, model: str, threads: int, epochs: int, dtype: str, dropout: 
     comm = MPI.COMM_WORLD
     kind, layers, hidden = MODELS[model]
     data = graph_data(spec) if comm.Get_rank() == 0 else None
-    graph = distribute_graph(comm, data, kind, threads=threads, dtype=getattr(torch, dtype))
+    graph = distribute_graph(comm, data, kind, threads=threads, dtype=getattr(torch, dtype), backend=backend)
     result = train(comm, graph, model=kind, layers=layers, hidden=hidden, epochs=epochs, dropout=dropout)
     graph.operator.close()
     peaks = comm.gather(peak_mib(), root=0)
@@ -148,11 +149,15 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="both sides (default: float32)")
     parser.add_argument("--epochs", type=int, default=30, help="epochs per run (default: 30)")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout before every layer, both sides (default: 0)")
+    parser.add_argument("--backend", choices=["numpy", "torch"], default="numpy", help="our executor's kernel backend (default: numpy)")
     parser.add_argument("--worker", nargs=4, metavar=("SIDE", "GRAPH", "MODEL", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         side, spec, model, threads = args.worker
-        (ours if side == "ours" else pyg)(spec, model, int(threads), args.epochs, args.dtype, args.dropout)
+        if side == "ours":
+            ours(spec, model, int(threads), args.epochs, args.dtype, args.dropout, args.backend)
+        else:
+            pyg(spec, model, int(threads), args.epochs, args.dtype, args.dropout)
         return
     from sparsewire.report import format_table
 
@@ -173,11 +178,11 @@ def main() -> None:
                                              "--dropout", str(args.dropout), "--worker", "pyg", graph_file, model, str(cores)])
                 print(f"{spec} {model}: ours {ranks} x {threads} ...", file=sys.stderr, flush=True)
                 mine = run([mpiexec, "-n", str(ranks), sys.executable, __file__, "--epochs", str(args.epochs), "--dtype", args.dtype,
-                            "--dropout", str(args.dropout), "--worker", "ours", spec, model, str(threads)])
+                            "--dropout", str(args.dropout), "--backend", args.backend, "--worker", "ours", spec, model, str(threads)])
                 reference = references[cores]
                 times[(ranks, threads)] = mine["seconds_per_epoch"]
                 ratio = mine["seconds_per_epoch"] / reference["seconds_per_epoch"]
-                results.append({"graph": spec, "model": model, "ranks": ranks, "threads": threads, "dtype": args.dtype, **mine,
+                results.append({"graph": spec, "model": model, "ranks": ranks, "threads": threads, "dtype": args.dtype, "backend": args.backend, **mine,
                                 "pyg_seconds_per_epoch": reference["seconds_per_epoch"], "pyg_peak_mib": reference["peak_mib_per_rank"],
                                 "ratio_to_pyg": ratio})
                 rows.append([spec, model, f"{ranks}x{threads}", f"{mine['seconds_per_epoch'] * 1e3:.2f}",
@@ -192,7 +197,8 @@ def main() -> None:
         print(format_table(["graph", "model", "1x2 / 2x1"], thread_rows))
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gnn.json").write_text(json.dumps({"epochs": args.epochs, "dtype": args.dtype, "dropout": args.dropout, "results": results}, indent=1))
+    (out / "gnn.json").write_text(json.dumps({"epochs": args.epochs, "dtype": args.dtype, "dropout": args.dropout, "backend": args.backend,
+                                              "results": results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -136,6 +136,8 @@ class DistributedMatrix:
         *,
         proxy: str = "local",
         transport: str = "mpi",
+        backend: str = "numpy",
+        device: str = "cpu",
     ):
         """Collective. A reusable plan of ``C = A @ B`` for B with ``k`` columns; see
         :func:`sparsewire.spmm_plan.plan_spmm` for the arguments and the ``auto`` strategy.
@@ -147,7 +149,7 @@ class DistributedMatrix:
 
         return plan_spmm(
             self, k, dtype, strategy=strategy, topology=topology, mode=mode, threads=threads, deterministic=deterministic, proxy=proxy,
-            transport=transport,
+            transport=transport, backend=backend, device=device,
         )
 
     def right_operand_partitioning(self) -> Partitioning:

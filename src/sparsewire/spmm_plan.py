@@ -20,7 +20,7 @@ from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, 
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.auto_strategy import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
 from sparsewire.exec.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
-from sparsewire.exec.spmm import MODES, TRANSPORTS, SpmmExecutor, choose_mode, layout_for_mode, transport_problem
+from sparsewire.exec.spmm import MODES, TRANSPORTS, SpmmExecutor, backend_problem, choose_mode, layout_for_mode, transport_problem
 from sparsewire.plan.plan import RankPlan, check_key_space
 from sparsewire.plan.stats import PlanStats, predicted_seconds
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
@@ -40,7 +40,7 @@ def is_distributed_matrix(value) -> bool:
     return all(hasattr(value, name) for name in ("comm", "local_rows", "row_partition", "col_partition", "checksum"))
 
 
-def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mode, threads, proxy, transport) -> str | None:
+def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mode, threads, proxy, transport, backend, device) -> str | None:
     if not is_distributed_matrix(matrix):
         return f"expected a DistributedMatrix from sparsewire.distribute (got {type(matrix).__name__})"
     if not isinstance(k, (int, np.integer)) or k < 1:
@@ -57,6 +57,9 @@ def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mo
         return f"unknown transport {transport!r}; choose {' or '.join(TRANSPORTS)}"
     if proxy not in ("local", "balanced"):
         return f"unknown proxy {proxy!r}; choose local or balanced"
+    problem = backend_problem(backend, device, None if mode in (None, "auto") else mode)
+    if problem:
+        return problem
     try:
         check_key_space(matrix.comm.Get_size(), max(matrix.shape))
     except InputError as error:
@@ -86,6 +89,8 @@ def plan_spmm(
     deterministic: bool = False,
     proxy: str = "local",
     transport: str = "mpi",
+    backend: str = "numpy",
+    device: str = "cpu",
 ) -> SpmmPlan:
     """Collective. Plan ``C = A @ B`` for the distributed A and a B of ``k`` columns.
 
@@ -108,17 +113,21 @@ def plan_spmm(
         transport: how messages move: ``mpi`` (default) or ``torch`` (torch.distributed on the
             default process group, set up from MPI when there is none; every mode but
             partitioned; see :mod:`sparsewire.exec.torch_transport`).
+        backend: where buffers live and what computes: ``numpy`` (default: the compiled kernels)
+            or ``torch`` (tensors and PyTorch's sparse CSR products, gathers and index-adds; every
+            mode but partitioned; :meth:`SpmmPlan.multiply` then takes and returns tensors).
+        device: the torch backend's device; ``cpu`` (the only one in this version).
 
     Returns:
         :class:`SpmmPlan`, ready to multiply.
     """
     comm = matrix.comm if is_distributed_matrix(matrix) else MPI.COMM_SELF
-    agree_on_error(comm, _check_arguments(matrix, k, dtype, strategy, topology, mode, threads, proxy, transport))
+    agree_on_error(comm, _check_arguments(matrix, k, dtype, strategy, topology, mode, threads, proxy, transport, backend, device))
     k, dtype = int(k), np.dtype(dtype)
     agree_on_values(
         comm,
         {"k": k, "dtype": dtype.name, "strategy": strategy, "mode": mode, "deterministic": bool(deterministic), "proxy": proxy,
-         "transport": transport, "topology": None if topology is None else topology.name},
+         "transport": transport, "backend": backend, "device": device, "topology": None if topology is None else topology.name},
         "every rank must plan with the same arguments",
     )
     if mode in (None, "auto"):
@@ -131,7 +140,8 @@ def plan_spmm(
     if topology is not None and topology.rank_groups is not None:
         topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
     plan, stats, choice = choose_strategy(matrix, k, dtype, strategy, topology, layout_for_mode(mode), proxy)
-    return SpmmPlan(matrix, plan, stats, k, dtype, mode, threads, deterministic, topology, choice, transport=transport)
+    return SpmmPlan(matrix, plan, stats, k, dtype, mode, threads, deterministic, topology, choice, transport=transport, backend=backend,
+                    device=device)
 
 
 class SpmmPlan:
@@ -142,7 +152,7 @@ class SpmmPlan:
         rank_plan: this rank's :class:`~sparsewire.plan.plan.RankPlan`.
         stats: the :class:`~sparsewire.plan.stats.PlanStats` (bytes, messages, per-rank maxima,
             per link class and predicted time under the topology, flat when none was given).
-        k, dtype, mode, threads, deterministic, transport: what the executor runs.
+        k, dtype, mode, threads, deterministic, transport, backend, device: what the executor runs.
         transposed: True for the plan of ``A.T @ G``.
         choice: the :class:`StrategyChoice` (why this strategy).
     """
@@ -162,15 +172,18 @@ class SpmmPlan:
         *,
         transposed: bool = False,
         transport: str = "mpi",
+        backend: str = "numpy",
+        device: str = "cpu",
     ) -> None:
         """Collective (makes the executor). Use :func:`plan_spmm` or ``matrix.spmm_plan``."""
         self.matrix, self.comm = matrix, matrix.comm
         self.rank_plan, self.stats = rank_plan, stats
         self.k, self.dtype, self.mode = int(k), np.dtype(dtype), mode
         self.deterministic, self.topology, self.choice = bool(deterministic), topology, choice
-        self.transposed, self.transport = transposed, transport
+        self.transposed, self.transport, self.backend, self.device = transposed, transport, backend, device
         self.executor = SpmmExecutor(
-            rank_plan, self.comm, self.k, self.dtype, mode, threads=threads, deterministic=deterministic, transport=transport
+            rank_plan, self.comm, self.k, self.dtype, mode, threads=threads, deterministic=deterministic, transport=transport,
+            backend=backend, device=device,
         )
         self.threads = self.executor.threads
         self._transpose: SpmmPlan | None = None
@@ -179,7 +192,7 @@ class SpmmPlan:
         what = "A.T @ G" if self.transposed else "A @ B"
         return (
             f"<SpmmPlan {what}: {self.rank_plan.strategy.value}/{self.mode}, k = {self.k}, {self.dtype.name}, "
-            f"{self.comm.Get_size()} ranks, {self.transport} transport>"
+            f"{self.comm.Get_size()} ranks, {self.transport} transport, {self.backend} backend on {self.device}>"
         )
 
     @property
@@ -192,8 +205,9 @@ class SpmmPlan:
         """Rows of the result block this rank gets from :meth:`multiply`."""
         return self.rank_plan.local_shape[0]
 
-    def multiply(self, b_local: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Collective. This rank's rows of ``C = A @ B`` (``A.T @ G`` for a transposed plan).
+    def multiply(self, b_local, out=None):
+        """Collective. This rank's rows of ``C = A @ B`` (``A.T @ G`` for a transposed plan): a
+        NumPy array, or with the torch backend a tensor on the plan's device.
 
         Args:
             b_local: this rank's rows of B, shape (``input_rows``, k): the rows
@@ -203,7 +217,8 @@ class SpmmPlan:
             out: optional C-contiguous array of shape (``output_rows``, k) and the plan's dtype to
                 write C into (then nothing is allocated). A large C is streamed to memory when its
                 rows start on cache lines: ``sparsewire.empty_aligned`` allocates such an array, as
-                the plan does when ``out`` is not given.
+                the plan does when ``out`` is not given. With the torch backend: a contiguous
+                tensor of the plan's dtype on its device.
 
         Returns:
             ``C_p = sum_j A[rows_p, j] B[j, :]`` for this rank's rows p.
@@ -263,7 +278,8 @@ class SpmmPlan:
             stats = collective_stats(self.comm, plan, self.k, self.dtype.itemsize, model)
             self._transpose = SpmmPlan(
                 self.matrix, plan, stats, self.k, self.dtype, self.mode, self.threads, self.deterministic,
-                self.topology, self.choice, transposed=not self.transposed, transport=self.transport,
+                self.topology, self.choice, transposed=not self.transposed, transport=self.transport, backend=self.backend,
+                device=self.device,
             )
             self._transpose._transpose = self
         return self._transpose
@@ -279,6 +295,9 @@ class SpmmPlan:
             f"strategy {self.rank_plan.strategy.value}, mode {self.mode}, {self.threads} thread(s) per rank"
             + (", deterministic" if self.deterministic else ""),
             f"transport {self.transport}: bytes counted from {self.counted_by}",
+            f"backend {self.backend} on {self.device}: "
+            + ("buffers are NumPy arrays, products the compiled kernels" if self.backend == "numpy" else
+               "buffers are torch tensors, products torch's sparse CSR addmm, index_select and index_add_"),
             self.choice.reason(),
         ]
         if self.choice.requested == "auto" and len(self.choice.candidates) > 1:
@@ -317,16 +336,18 @@ class SpmmPlan:
         write_plan_file(path, self.matrix, self.rank_plan, settings)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, matrix: DistributedMatrix, *, threads: int | None = None, transport: str | None = None) -> SpmmPlan:
+    def load(cls, path: str | os.PathLike, matrix: DistributedMatrix, *, threads: int | None = None, transport: str | None = None,
+             backend: str = "numpy", device: str = "cpu") -> SpmmPlan:
         """Collective. The plan :meth:`save` wrote, for the same A on the same P (every rank passes
-        the same path; rank 0 reads it), on ``transport`` (None: the one it was saved with).
+        the same path; rank 0 reads it), on ``transport`` (None: the one it was saved with) and
+        ``backend`` on ``device`` (a choice of each run, not saved).
 
         Raises:
             PlanMismatchError on every rank, in one line, when the file is for another matrix
             (checksum), another number of ranks or another format version; InputError when it is
             not a plan file.
         """
-        return load_plan(cls, path, matrix, threads, transport)
+        return load_plan(cls, path, matrix, threads, transport, backend, device)
 
     def close(self) -> None:
         """Collective. Free the executor's requests and communicator (and the transposed plan's)."""

@@ -1,6 +1,7 @@
-"""Run under ``mpiexec -n P python tests/exec/mpi_driver.py SEED [THREADS,...] [TRANSPORT]``; prints
-``OK <runs>`` on rank 0. TRANSPORT is ``mpi`` (default) or ``torch`` (every mode it runs: all but
-partitioned).
+"""Run under ``mpiexec -n P python tests/exec/mpi_driver.py SEED [THREADS,...] [TRANSPORT] [BACKEND]``;
+prints ``OK <runs>`` on rank 0. TRANSPORT is ``mpi`` (default) or ``torch``, BACKEND ``numpy``
+(default) or ``torch`` (B, C and the buffers torch tensors); each runs every mode it can (torch:
+all but partitioned).
 
 For a set of matrices (square and rectangular, empty rows and columns, ranks without rows, an
 empty matrix, k = 1, 3 and 32) and every executable strategy, topology (none, groups of 2 and of 3,
@@ -22,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.exec.spmm import MODES, SpmmExecutor, layout_for_mode, transport_problem
+from sparsewire.exec.spmm import MODES, SpmmExecutor, backend_problem, layout_for_mode, transport_problem
 from sparsewire.generators import from_spec
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_plan, build_rank_plan_collective
@@ -58,16 +59,20 @@ def cases(seed: int, size: int):
     yield "stencil2d-float32", from_spec("stencil2d:7"), "even", 6, np.float32
 
 
-def planned_runs(thread_counts: list[int], transport: str) -> int:
+def runs_on(transport: str, backend: str, mode: str) -> bool:
+    return not transport_problem(transport, mode) and not backend_problem(backend, "cpu", mode)
+
+
+def planned_runs(thread_counts: list[int], transport: str, backend: str = "numpy") -> int:
     """Executor runs one rank makes: cases x (strategy, mode) pairs of CONFIGURATIONS the
-    transport runs x thread counts, from the lists the loop below walks."""
+    transport and backend run x thread counts, from the lists the loop below walks."""
     pairs = sum(
         1
         for kind, _, _, modes in CONFIGURATIONS
         for strategy in EXECUTABLE_STRATEGIES
         if strategy.hierarchical == (kind == "hierarchical")
         for mode in modes
-        if not transport_problem(transport, mode)
+        if runs_on(transport, backend, mode)
     )
     return len(list(cases(0, 1))) * pairs * len(thread_counts)
 
@@ -78,6 +83,9 @@ def main() -> None:
     seed = int(sys.argv[1])
     thread_counts = [int(t) for t in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1]
     transport = sys.argv[3] if len(sys.argv) > 3 else "mpi"
+    backend = sys.argv[4] if len(sys.argv) > 4 else "numpy"
+    if backend == "torch":
+        import torch
     runs = 0
     for name, matrix, method, k, dtype in cases(seed, size):
         rows, cols = partition(matrix, size, method).partitions
@@ -97,16 +105,19 @@ def main() -> None:
                     assert plan.equals(global_plan.ranks[rank]), f"{label}: collective plan differs from global plan"
                     plans[layout] = plan
                 for mode in modes:
-                    if transport_problem(transport, mode):
-                        continue  # a mode this transport does not run
+                    if not runs_on(transport, backend, mode):
+                        continue  # a mode this transport or backend does not run
                     plan = plans[layout_for_mode(mode)]
                     for threads in thread_counts:
-                        with SpmmExecutor(plan, comm, k, dtype, mode, threads=threads, transport=transport) as executor:
-                            out = np.empty((plan.local_shape[0], k), dtype)
+                        with SpmmExecutor(plan, comm, k, dtype, mode, threads=threads, transport=transport, backend=backend) as executor:
+                            if backend == "torch":
+                                out, b_block = torch.empty((plan.local_shape[0], k), dtype=getattr(torch, np.dtype(dtype).name)), torch.from_numpy(b_local)
+                            else:
+                                out, b_block = np.empty((plan.local_shape[0], k), dtype), b_local
                             for _ in range(2):
-                                result = executor.multiply(b_local, out=out)
-                                assert result is out and result.dtype == dtype
-                                np.testing.assert_array_equal(result, expected, err_msg=f"{label}/{mode}/T={threads}")
+                                result = executor.multiply(b_block, out=out)
+                                assert result is out and np.asarray(result).dtype == dtype
+                                np.testing.assert_array_equal(np.asarray(result), expected, err_msg=f"{label}/{mode}/T={threads}")
                                 planned = np.zeros(size, np.int64)
                                 for exchange in plan.exchanges:
                                     np.add.at(planned, exchange.recv_ranks, exchange.recv_counts * k * np.dtype(dtype).itemsize)

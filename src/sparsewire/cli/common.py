@@ -10,12 +10,12 @@ import sys
 import numpy as np
 
 from sparsewire.errors import InputError
-from sparsewire.exec.modes import MODES, TRANSPORTS
+from sparsewire.exec.modes import BACKENDS, MODES, TRANSPORTS
 
 __all__ = [
     "MATRIX_HELP", "DTYPES", "DEFAULT_MODE", "Parser", "positive_int", "add_topology_arguments",
     "topology_from_args", "start_mpi", "progress_printer", "add_partition_arguments", "PARTITION_HELP", "parse_modes",
-    "TRANSPORT_HELP", "TRANSPORTS", "json_text",
+    "TRANSPORT_HELP", "TRANSPORTS", "json_text", "add_backend_arguments",
 ]
 
 MATRIX_HELP = (
@@ -169,6 +169,16 @@ TRANSPORT_HELP = (
     "statuses) or torch (torch.distributed isend/irecv on Gloo, the process group set up from MPI; every mode "
     "but partitioned) (default: mpi)"
 )
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--backend`` and ``--device``: where the executor's buffers live and what runs its products."""
+    parser.add_argument(
+        "--backend", choices=BACKENDS, default="numpy",
+        help="local products and buffers: numpy (NumPy arrays, the compiled kernels; every mode) or torch (torch tensors, "
+        "PyTorch's sparse CSR products, gathers and index-adds; every mode but partitioned) (default: numpy)",
+    )
+    parser.add_argument("--device", default="cpu", help="the torch backend's device; cpu is the only one in this version (default: cpu)")
 
 
 def json_text(value, indent: int | None = None) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sparsewire.cli.common import TRANSPORT_HELP, agree_on_arguments, TRANSPORTS, add_partition_arguments, MATRIX_HELP, add_topology_arguments, positive_int, progress_printer, topology_from_args, json_text
+from sparsewire.cli.common import add_backend_arguments, TRANSPORT_HELP, agree_on_arguments, TRANSPORTS, add_partition_arguments, MATRIX_HELP, add_topology_arguments, positive_int, progress_printer, topology_from_args, json_text
 from sparsewire.errors import InputError
 
 __all__ = ["add_commands"]
@@ -37,6 +37,7 @@ def add_commands(commands) -> None:
     gcn.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                      help="features, weights and propagations (default: float32, as PyTorch trains)")
     gcn.add_argument("--transport", choices=TRANSPORTS, default="mpi", help=TRANSPORT_HELP)
+    add_backend_arguments(gcn)
     gcn.add_argument("--threads", "-T", type=positive_int, default=1, help="threads per rank for the executor and PyTorch (default: 1)")
     gcn.add_argument("--seed", type=int, default=0, help="weights and dropout masks (default: 0)")
     gcn.add_argument("--features", help="random:F: F seeded random features per node, for a matrix that is not a Planetoid file")
@@ -76,7 +77,7 @@ def run_gcn(args: argparse.Namespace) -> int:
     progress = progress_printer(args)
     graph = distribute_graph(
         comm, data, args.model, partition=args.partition, strategy=args.strategy, topology=topology, threads=args.threads,
-        imbalance=args.imbalance, transport=args.transport, dtype=getattr(torch, args.dtype),
+        imbalance=args.imbalance, transport=args.transport, dtype=getattr(torch, args.dtype), backend=args.backend, device=args.device,
     )
     if progress and rank == 0:
         progress(f"{args.data}: {graph.n} nodes, {graph.operator.matrix.nnz} nonzeros, {graph.classes} classes; P = {comm.Get_size()}")
@@ -93,7 +94,7 @@ def run_gcn(args: argparse.Namespace) -> int:
         "data": args.data, "model": args.model, "ranks": comm.Get_size(), "nodes": graph.n, "classes": graph.classes,
         "layers": args.layers, "hidden": args.hidden, "epochs": args.epochs, "lr": args.lr, "weight_decay": args.weight_decay,
         "dropout": args.dropout, "seed": args.seed, "strategy_requested": args.strategy, "strategies": strategies,
-        "transport": args.transport, "bytes_counted_by": counted_by, "dtype": args.dtype,
+        "transport": args.transport, "backend": args.backend, "device": args.device, "bytes_counted_by": counted_by, "dtype": args.dtype,
         "history": result.history, "test_accuracy": result.test_accuracy, "seconds_per_epoch": result.seconds_per_epoch,
         "bytes_per_epoch": result.bytes_per_epoch,
     }

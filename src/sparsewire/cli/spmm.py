@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from sparsewire.cli.common import (
-    DEFAULT_MODE, DTYPES, MATRIX_HELP, agree_on_arguments, TRANSPORT_HELP, TRANSPORTS, add_partition_arguments, add_topology_arguments, json_text, parse_modes,
+    DEFAULT_MODE, DTYPES, MATRIX_HELP, add_backend_arguments, agree_on_arguments, TRANSPORT_HELP, TRANSPORTS, add_partition_arguments, add_topology_arguments, json_text, parse_modes,
     positive_int, progress_printer, start_mpi, topology_from_args,
 )
 from sparsewire.errors import InputError
@@ -46,6 +46,7 @@ def add_commands(commands) -> None:
         f"ranks x threads fit the cores, else overlap (chosen by bench/async_modes.py; default: {DEFAULT_MODE})",
     )
     spmm.add_argument("--transport", choices=TRANSPORTS, default="mpi", help=TRANSPORT_HELP)
+    add_backend_arguments(spmm)
     spmm.add_argument(
         "--threads",
         "-T",
@@ -102,10 +103,16 @@ def run_spmm(args: argparse.Namespace) -> int:
         s.value for s in parse_strategies(args.strategy, executable_only=True, hierarchical=hierarchical)
     ]
     modes = parse_modes(args.mode)
-    if args.transport == "torch" and args.mode.strip().lower() == "all":
-        modes = [mode for mode in modes if mode != "partitioned"]  # every mode the transport runs
+    torch_somewhere = args.transport == "torch" or args.backend == "torch"
+    if torch_somewhere and args.mode.strip().lower() == "all":
+        modes = [mode for mode in modes if mode != "partitioned"]  # every mode the transport and backend run
     if args.transport == "torch" and "partitioned" in modes:
         raise InputError("the torch transport cannot run the partitioned mode (MPI-4 partitioned messages); drop it from --mode or use --transport mpi")
+    from sparsewire.exec.backends import backend_problem
+
+    problem = backend_problem(args.backend, args.device, "partitioned" if "partitioned" in modes else None)
+    if problem:
+        raise InputError(problem + ("; drop it from --mode or use --backend numpy" if "partitioned" in problem else ""))
     if args.topology is not None and args.topology.strip().lower() != "mpi":
         topology_from_args(args)  # reject an unknown preset before MPI starts
 
@@ -136,6 +143,8 @@ def run_spmm(args: argparse.Namespace) -> int:
         threads=args.threads,
         deterministic=args.deterministic,
         transport=args.transport,
+        backend=args.backend,
+        device=args.device,
         progress=progress_printer(args),
     )
     if comm.Get_rank() != 0:
@@ -145,7 +154,8 @@ def run_spmm(args: argparse.Namespace) -> int:
         if len(results) == 1:
             print(json_text(results[0]))
         else:
-            common = {key: results[0][key] for key in ("matrix", "n_rows", "n_cols", "nnz", "ranks", "threads", "k", "dtype", "transport")}
+            common = {key: results[0][key] for key in ("matrix", "n_rows", "n_cols", "nnz", "ranks", "threads", "k", "dtype", "transport", "backend",
+                                                       "device")}
             print(json_text({**common, "runs": results}))
         return 1 if failed else 0
     first = results[0]
@@ -153,7 +163,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         f"{first['matrix']}: {first['n_rows']} x {first['n_cols']}, {first['nnz']} nonzeros; P = {first['ranks']}, "
         f"k = {first['k']}, {first['dtype']}, {first['threads']} thread(s) per rank, {args.repeat} timed multiplies"
         + (", deterministic" if args.deterministic else "")
-        + f"; {args.transport} transport, bytes counted from {first['bytes_counted_by']}"
+        + f"; {args.transport} transport, bytes counted from {first['bytes_counted_by']}; {args.backend} backend on {args.device}"
     )
     baseline = next((r["median_seconds"] for r in results if r["strategy"] == "block"), None)
     rows = []
@@ -271,7 +281,7 @@ def _load(comm, spec: str, partition: str, symmetrize: bool, topology=None, imba
 
 
 def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition, imbalance, check, symmetrize, topology, proxy,
-                  threads, deterministic, progress, transport="mpi") -> list[dict] | None:
+                  threads, deterministic, progress, transport="mpi", backend="numpy", device="cpu") -> list[dict] | None:
     """Collective. Every (strategy, mode) on the matrix ``spec``: one result dict per run on rank 0
     (None on other ranks). B is :func:`~sparsewire.generators.deterministic_dense`.
 
@@ -313,16 +323,22 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
                 progress(f"planning and running {strategy}/{mode}")
             comm.Barrier()
             started = MPI.Wtime()
-            plan = matrix.spmm_plan(k, dtype, strategy, topology, mode, threads, deterministic, proxy=proxy, transport=transport)
+            plan = matrix.spmm_plan(k, dtype, strategy, topology, mode, threads, deterministic, proxy=proxy, transport=transport,
+                                    backend=backend, device=device)
             plan_seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
             with plan:
                 result = np.empty((plan.output_rows, k), dtype)
-                plan.multiply(b_local, out=result)  # warm-up: first-touch of buffers, MPI connections
+                out = result
+                if backend == "torch":
+                    import torch
+
+                    out = torch.from_numpy(result)  # the same memory (the device is the CPU)
+                plan.multiply(b_local, out=out)  # warm-up: first-touch of buffers, MPI connections
                 times = []
                 for _ in range(repeat):
                     comm.Barrier()
                     started = MPI.Wtime()
-                    plan.multiply(b_local, out=result)
+                    plan.multiply(b_local, out=out)
                     times.append(comm.allreduce(MPI.Wtime() - started, op=MPI.MAX))
                 received = plan.bytes_received_from
                 measured = comm.allreduce(int(received.sum()), op=MPI.SUM)
@@ -349,6 +365,8 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
                 "plan_seconds": plan_seconds,
                 "planned_bytes": stats.total_bytes,
                 "transport": transport,
+                "backend": backend,
+                "device": device,
                 "bytes_counted_by": counted_by,
                 "bytes_measured": measured_independently,
                 "measured_bytes": int(measured) if measured_independently else None,

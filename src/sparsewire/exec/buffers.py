@@ -1,6 +1,8 @@
 """An executor's buffers and operands, built once from a :class:`~sparsewire.plan.plan.RankPlan`.
 
-Pure NumPy (no MPI): for every exchange e of the plan, with B_p this rank's rows of B,
+No MPI: arrays and operands of one kernel backend (:mod:`sparsewire.exec.backends`: NumPy with
+the compiled kernels, or torch tensors). For every exchange e of the plan, with B_p this rank's
+rows of B,
 
 * the send buffer, ``send_matrix_e @ [B_p ; receive buffer of e's input]``, packed by a gather
   when every row is one B row (``pack_gather``), else by a CSR product (``pack_b``, plus
@@ -26,9 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.aligned import zeros_aligned
 from sparsewire.errors import PlanMismatchError
-from sparsewire.exec import kernels
+from sparsewire.exec.backends import NumpyBackend
 from sparsewire.plan.plan import AGGREGATE_C, DIRECT_C, Exchange, RankPlan
 
 __all__ = ["BufferNeeds", "ExchangeBuffers", "Buffers", "build_buffers", "padded_rows"]
@@ -57,7 +58,8 @@ class BufferNeeds:
 class ExchangeBuffers:
     """Buffers, offsets and operands of one exchange of one rank (offsets in rows of k elements;
     ``*_elements`` per message; ``recv_elements`` includes padding, ``expected_elements`` is the
-    plan's payload)."""
+    plan's payload). The buffers and operands are the backend's; ``send_flat`` and ``recv_flat``
+    are the buffers' memory as 1-D NumPy arrays, for the transports (messages at ``offsets * k``)."""
 
     index: int
     exchange: Exchange
@@ -71,25 +73,17 @@ class ExchangeBuffers:
     expected_elements: tuple[int, ...]
     send_rows_map: np.ndarray
     recv_rows_map: np.ndarray
-    send_buffer: np.ndarray
-    receive_buffer: np.ndarray
-    pack_gather: kernels.GatherOperand | None
-    pack_b: kernels.CsrOperand | None
-    pack_input: kernels.CsrOperand | None
+    send_buffer: object
+    receive_buffer: object
+    send_flat: np.ndarray
+    recv_flat: np.ndarray
+    pack_gather: object | None
+    pack_b: object | None
+    pack_input: object | None
     receive_matrix: sp.csr_array
-    unpack: kernels.CsrOperand | None
-    unpack_columns: kernels.CscOperand | None
+    unpack: object | None
+    unpack_columns: object | None
     dependencies: tuple[tuple[int, ...], ...]
-
-    @property
-    def send_flat(self) -> np.ndarray:
-        """The send buffer as one 1-D view (messages at ``send_offsets * k``)."""
-        return self.send_buffer.reshape(-1)
-
-    @property
-    def recv_flat(self) -> np.ndarray:
-        """The receive buffer as one 1-D view (messages at ``recv_offsets * k``)."""
-        return self.receive_buffer.reshape(-1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,6 +98,7 @@ class Buffers:
         row_bounds: thread t owns C rows ``[row_bounds[t], row_bounds[t+1])`` (the diagonal
             operand's balanced ranges, also the CSC split's).
         stack, merged: the ordered combine's ``[B_p ; receive buffers]`` and its CSR operand.
+        kernels: the backend whose arrays and operands these are, and which runs every product.
     """
 
     plan: RankPlan
@@ -111,13 +106,14 @@ class Buffers:
     dtype: np.dtype
     threads: int
     needs: BufferNeeds
-    diagonal: kernels.CsrOperand
+    kernels: object
+    diagonal: object
     row_bounds: np.ndarray
     exchanges: tuple[ExchangeBuffers, ...]
     steps: tuple[tuple[int, ...], ...]
     dependents: tuple[tuple[tuple[tuple[int, int], ...], ...], ...]
-    stack: np.ndarray | None
-    merged: kernels.CsrOperand | None
+    stack: object | None
+    merged: object | None
 
 
 def offsets(counts: np.ndarray) -> np.ndarray:
@@ -158,8 +154,8 @@ def _move_columns(matrix: sp.csr_array, columns_map: np.ndarray, n_cols: int) ->
 
 
 def _exchange_buffers(
-    index: int, exchange: Exchange, built: list[ExchangeBuffers], receive_storage: np.ndarray | None,
-    plan: RankPlan, k: int, dtype: np.dtype, threads: int, row_bounds: np.ndarray, needs: BufferNeeds,
+    index: int, exchange: Exchange, built: list[ExchangeBuffers], receive_storage, plan: RankPlan, k: int,
+    dtype: np.dtype, threads: int, row_bounds: np.ndarray, needs: BufferNeeds, backend,
 ) -> ExchangeBuffers:
     n_b = plan.local_shape[1]
     if exchange.input is not None and not 0 <= exchange.input < index:
@@ -174,35 +170,38 @@ def _exchange_buffers(
     # Send side: a gather where every row is one B row, else a CSR product (+ the input part).
     send = sp.csr_array(exchange.send_matrix)
     from_b = sp.csr_array(send[:, :n_b])
-    pack_gather = pack_b = pack_input = None
+    pack_gather = pack_b = pack_input = input_matrix = None
     if exchange.input is None and _is_selection(from_b):
         index_rows = np.zeros(n_send, np.int64)
         index_rows[send_rows_map] = from_b.indices
-        pack_gather = kernels.GatherOperand.from_index(index_rows, threads)
+        pack_gather = backend.gather_operand(index_rows, threads)
     else:
-        pack_b = kernels.CsrOperand.from_matrix(_move_rows(from_b, send_rows_map, n_send), dtype, threads)
+        pack_b = backend.csr(_move_rows(from_b, send_rows_map, n_send), dtype, threads)
         if source is not None:
             from_input = _move_columns(sp.csr_array(send[:, n_b:]), source.recv_rows_map, int(source.recv_offsets[-1]))
-            pack_input = kernels.CsrOperand.from_matrix(_move_rows(from_input, send_rows_map, n_send), dtype, threads)
+            input_matrix = _move_rows(from_input, send_rows_map, n_send)
+            input_matrix.sum_duplicates()
+            pack_input = backend.csr(input_matrix, dtype, threads)
 
     # Receive side, in padded buffer positions (the ordered combine reads receive_matrix).
     if receive_storage is None:
-        receive_storage = zeros_aligned((n_recv, k), dtype)
+        receive_storage = backend.zeros((n_recv, k), dtype)
     receive = _move_columns(sp.csr_array(exchange.receive_matrix), recv_rows_map, n_recv)
     unpack = unpack_columns = None
     if needs.unpack == "exchange":
-        unpack = kernels.CsrOperand.from_matrix(receive, dtype, threads)
+        unpack = backend.csr(receive, dtype, threads)
     elif needs.unpack == "message":
-        unpack_columns = kernels.CscOperand.from_matrix(receive, dtype, row_bounds)
+        unpack_columns = backend.columns(receive, dtype, row_bounds)
 
     dependencies: list[list[int]] = [[] for _ in exchange.send_ranks]
-    if source is not None and needs.dependencies:
-        rows = np.repeat(np.arange(pack_input.shape[0]), np.diff(pack_input.indptr))
+    if input_matrix is not None and needs.dependencies:
+        rows = np.repeat(np.arange(input_matrix.shape[0]), np.diff(input_matrix.indptr))
         message_of_row = np.searchsorted(send_offsets, rows, side="right") - 1
-        message_of_col = np.searchsorted(source.recv_offsets, pack_input.indices, side="right") - 1
+        message_of_col = np.searchsorted(source.recv_offsets, input_matrix.indices, side="right") - 1
         for message, needed in np.unique(np.stack([message_of_row, message_of_col]), axis=1).T.tolist():
             dependencies[message].append(needed)
 
+    send_buffer, receive_buffer = backend.zeros((n_send, k), dtype), receive_storage[:n_recv]
     return ExchangeBuffers(
         index=index, exchange=exchange, input=exchange.input,
         send_ranks=tuple(exchange.send_ranks.tolist()), recv_ranks=tuple(exchange.recv_ranks.tolist()),
@@ -210,14 +209,15 @@ def _exchange_buffers(
         send_elements=tuple((np.diff(send_offsets) * k).tolist()), recv_elements=tuple((np.diff(recv_offsets) * k).tolist()),
         expected_elements=tuple((np.diff(plain_recv) * k).tolist()),
         send_rows_map=send_rows_map, recv_rows_map=recv_rows_map,
-        send_buffer=zeros_aligned((n_send, k), dtype), receive_buffer=receive_storage[:n_recv],
+        send_buffer=send_buffer, receive_buffer=receive_buffer,
+        send_flat=backend.host(send_buffer).reshape(-1), recv_flat=backend.host(receive_buffer).reshape(-1),
         pack_gather=pack_gather, pack_b=pack_b, pack_input=pack_input,
         receive_matrix=receive, unpack=unpack, unpack_columns=unpack_columns,
         dependencies=tuple(tuple(d) for d in dependencies),
     )
 
 
-def _merged_operand(plan: RankPlan, exchanges: tuple[ExchangeBuffers, ...], stack_rows: int, dtype, threads: int) -> kernels.CsrOperand:
+def _merged_operand(plan: RankPlan, exchanges: tuple[ExchangeBuffers, ...], stack_rows: int, dtype, threads: int, backend):
     """The ordered product: one CSR over the stack [B_p ; every receive buffer], each row ordered
     by global column (B rows) and then by buffer position (received partial C rows)."""
     n_b = plan.local_shape[1]
@@ -245,14 +245,16 @@ def _merged_operand(plan: RankPlan, exchanges: tuple[ExchangeBuffers, ...], stac
     shape = (plan.local_shape[0], stack_rows)
     indptr = np.searchsorted(rows[order], np.arange(shape[0] + 1)).astype(np.int64)
     matrix = sp.csr_array((values[order], cols[order], indptr), shape=shape)
-    return kernels.CsrOperand.from_matrix(matrix, dtype, threads, keep_order=True)
+    return backend.csr(matrix, dtype, threads, keep_order=True)
 
 
-def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeeds) -> Buffers:
+def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeeds, backend=None) -> Buffers:
     """Not collective. Every buffer and operand of ``plan`` for blocks of ``k`` columns of
-    ``dtype`` on ``threads`` threads, as ``needs`` asks (see the module docstring)."""
+    ``dtype`` on ``threads`` threads, as ``needs`` asks (see the module docstring), of ``backend``
+    (:mod:`sparsewire.exec.backends`; default NumPy)."""
     dtype = np.dtype(dtype)
-    diagonal = kernels.CsrOperand.from_matrix(plan.diagonal, dtype, threads)
+    backend = NumpyBackend() if backend is None else backend
+    diagonal = backend.csr(plan.diagonal, dtype, threads)
     row_bounds = diagonal.bounds
     storage: list[np.ndarray | None]
     stack = None
@@ -261,7 +263,7 @@ def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeed
         # CSR product over it reads B rows and received rows.
         rows = [int(padded_rows(e.recv_counts, k, needs.partitions).sum()) for e in plan.exchanges]
         head = plan.local_shape[1]
-        stack = zeros_aligned((head + sum(rows), k), dtype)
+        stack = backend.zeros((head + sum(rows), k), dtype)
         bounds = head + offsets(np.array(rows, np.int64))
         storage = [stack[bounds[i] : bounds[i + 1]] for i in range(len(plan.exchanges))]
     else:
@@ -270,11 +272,11 @@ def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeed
             if exchange.receive_slot is not None:
                 rows_here = int(padded_rows(exchange.recv_counts, k, needs.partitions).sum())
                 slot_rows[exchange.receive_slot] = max(slot_rows.get(exchange.receive_slot, 0), rows_here)
-        slots = {slot: zeros_aligned((rows_here, k), dtype) for slot, rows_here in slot_rows.items()}
+        slots = {slot: backend.zeros((rows_here, k), dtype) for slot, rows_here in slot_rows.items()}
         storage = [slots.get(e.receive_slot) if e.receive_slot is not None else None for e in plan.exchanges]
     built: list[ExchangeBuffers] = []
     for index, exchange in enumerate(plan.exchanges):
-        built.append(_exchange_buffers(index, exchange, built, storage[index], plan, k, dtype, threads, row_bounds, needs))
+        built.append(_exchange_buffers(index, exchange, built, storage[index], plan, k, dtype, threads, row_bounds, needs, backend))
     exchanges = tuple(built)
 
     dependents: list[list[list[tuple[int, int]]]] = [[[] for _ in ex.recv_ranks] for ex in exchanges]
@@ -287,9 +289,9 @@ def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeed
         tuple(sorted((i for i, e in enumerate(plan.exchanges) if e.step == step), key=lambda i: plan.exchanges[i].input is not None))
         for step in step_numbers
     )
-    merged = _merged_operand(plan, exchanges, stack.shape[0], dtype, threads) if needs.ordered else None
+    merged = _merged_operand(plan, exchanges, stack.shape[0], dtype, threads, backend) if needs.ordered else None
     return Buffers(
-        plan=plan, k=int(k), dtype=dtype, threads=int(threads), needs=needs, diagonal=diagonal, row_bounds=row_bounds,
+        plan=plan, k=int(k), dtype=dtype, threads=int(threads), needs=needs, kernels=backend, diagonal=diagonal, row_bounds=row_bounds,
         exchanges=exchanges, steps=steps, dependents=tuple(tuple(tuple(m) for m in ex) for ex in dependents),
         stack=stack, merged=merged,
     )

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparsewire.exec import kernels
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 
 __all__ = ["StreamingCombine", "OrderedCombine"]
@@ -33,29 +32,29 @@ class StreamingCombine:
     schedule applies: CSR per exchange, or CSC per message and partition)."""
 
     def __init__(self, buffers: Buffers) -> None:
-        self.buffers = buffers
+        self.buffers, self.kernels = buffers, buffers.kernels
 
     def diagonal(self, b: np.ndarray, out: np.ndarray) -> None:
         """Not collective."""
-        kernels.multiply(self.buffers.diagonal, b, out)
+        self.kernels.multiply(self.buffers.diagonal, b, out)
 
     def diagonal_rows(self, b: np.ndarray, out: np.ndarray, thread: int) -> None:
         """Not collective."""
         bounds = self.buffers.row_bounds
-        kernels.multiply_rows(self.buffers.diagonal, b, out, int(bounds[thread]), int(bounds[thread + 1]))
+        self.kernels.multiply_rows(self.buffers.diagonal, b, out, int(bounds[thread]), int(bounds[thread + 1]))
 
     def exchange_arrived(self, ex: ExchangeBuffers, out: np.ndarray) -> None:
         """Not collective."""
-        kernels.multiply(ex.unpack, ex.receive_buffer, out, accumulate=True)
+        self.kernels.multiply(ex.unpack, ex.receive_buffer, out, accumulate=True)
 
     def message_arrived(self, ex: ExchangeBuffers, message: int, out: np.ndarray) -> None:
         """Not collective."""
         start, stop = int(ex.recv_offsets[message]), int(ex.recv_offsets[message + 1])
-        kernels.apply_columns(ex.unpack_columns, ex.receive_buffer, out, start, stop)
+        self.kernels.apply_columns(ex.unpack_columns, ex.receive_buffer, out, start, stop)
 
     def partition_arrived(self, ex: ExchangeBuffers, thread: int, start: int, stop: int, out: np.ndarray) -> None:
         """Not collective."""
-        kernels.apply_elements(ex.unpack_columns, thread, ex.recv_flat, self.buffers.k, out, start, stop)
+        self.kernels.apply_elements(ex.unpack_columns, thread, ex.recv_flat, self.buffers.k, out, start, stop)
 
     def finish(self, b: np.ndarray, out: np.ndarray) -> None:
         """Not collective. Nothing left: every row was added as it arrived."""
@@ -66,7 +65,7 @@ class OrderedCombine:
     (the buffers' stack starts with a copy of B_p)."""
 
     def __init__(self, buffers: Buffers) -> None:
-        self.buffers = buffers
+        self.buffers, self.kernels = buffers, buffers.kernels
         self._head = buffers.plan.local_shape[1]
 
     def diagonal(self, b: np.ndarray, out: np.ndarray) -> None:
@@ -87,4 +86,4 @@ class OrderedCombine:
     def finish(self, b: np.ndarray, out: np.ndarray) -> None:
         """Not collective."""
         self.buffers.stack[: self._head] = b
-        kernels.multiply(self.buffers.merged, self.buffers.stack, out)
+        self.kernels.multiply(self.buffers.merged, self.buffers.stack, out)

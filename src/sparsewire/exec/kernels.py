@@ -255,12 +255,12 @@ def gather(operand: GatherOperand, x: np.ndarray, out: np.ndarray) -> None:
 
 
 def gather_elements(operand: GatherOperand, x: np.ndarray, out_flat: np.ndarray, start: int, stop: int) -> None:
-    """Elements [start, stop) of the flattened gathered block (one thread; may cut rows)."""
+    """Not collective. Elements [start, stop) of the flattened gathered block (one thread; may cut rows)."""
     backend.gather_elements(operand.index, x, out_flat, start, stop)
 
 
 def multiply_elements(operand: CsrOperand, x: np.ndarray, out_flat: np.ndarray, start: int, stop: int, accumulate: bool) -> None:
-    """Elements [start, stop) of the flattened ``A @ x`` (one thread; may cut rows)."""
+    """Not collective. Elements [start, stop) of the flattened ``A @ x`` (one thread; may cut rows)."""
     backend.csr_elements(operand.indptr, operand.indices, operand.data, x, out_flat, start, stop, accumulate)
 
 
@@ -305,7 +305,7 @@ def apply_columns(operand: CscOperand, buffer: np.ndarray, out: np.ndarray, col_
 
 
 def apply_elements(operand: CscOperand, thread: int, buffer_flat: np.ndarray, k: int, out: np.ndarray, start: int, stop: int) -> None:
-    """Thread ``thread``'s part of ``out += A @ buffer`` for elements [start, stop) of the
+    """Not collective. Thread ``thread``'s part of ``out += A @ buffer`` for elements [start, stop) of the
     flattened buffer (one partition; whole rows and row fragments)."""
     backend.csc_elements(operand.colptrs[thread], operand.rows, operand.data, buffer_flat, k, out, start, stop)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Mode", "MODES", "TRANSPORTS", "choose_mode", "layout_for_mode"]
+__all__ = ["Mode", "MODES", "TRANSPORTS", "BACKENDS", "choose_mode", "layout_for_mode"]
 
 
 class Mode(enum.StrEnum):
@@ -61,6 +61,8 @@ MODES = tuple(mode.value for mode in Mode)
 
 #: The transports an executor runs on (:mod:`sparsewire.exec.transport`); each declares its modes.
 TRANSPORTS = ("mpi", "torch")
+#: The kernel backends (:mod:`sparsewire.exec.backends`): where buffers live and what computes.
+BACKENDS = ("numpy", "torch")
 
 
 def layout_for_mode(mode: str) -> str:

@@ -17,7 +17,6 @@ import threading
 
 import numpy as np
 
-from sparsewire.exec import kernels
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.exec.transport import PartitionedTransport
 
@@ -82,12 +81,12 @@ class PartitionedSchedule:
 
     def _pack_partition(self, ex: ExchangeBuffers, b: np.ndarray, start: int, stop: int) -> None:
         if ex.pack_gather is not None:
-            kernels.gather_elements(ex.pack_gather, b, ex.send_flat, start, stop)
+            self.buffers.kernels.gather_elements(ex.pack_gather, b, ex.send_flat, start, stop)
             return
-        kernels.multiply_elements(ex.pack_b, b, ex.send_flat, start, stop, False)
+        self.buffers.kernels.multiply_elements(ex.pack_b, b, ex.send_flat, start, stop, False)
         if ex.pack_input is not None:
             source = self.buffers.exchanges[ex.input].receive_buffer
-            kernels.multiply_elements(ex.pack_input, source, ex.send_flat, start, stop, True)
+            self.buffers.kernels.multiply_elements(ex.pack_input, source, ex.send_flat, start, stop, True)
 
     def _apply_arrivals(self, thread: int, indices, out: np.ndarray, block: bool) -> None:
         """Apply every arrived, not yet applied partition of the exchanges ``indices`` to thread

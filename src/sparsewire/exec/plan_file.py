@@ -31,7 +31,7 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, collective_errors
 from sparsewire.exec.auto_strategy import StrategyChoice, collective_stats
-from sparsewire.exec.spmm import transport_problem
+from sparsewire.exec.spmm import backend_problem, transport_problem
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.modes import MODES
 from sparsewire.partition import RowPartition
@@ -309,13 +309,15 @@ def _read_archive(path, matrix: DistributedMatrix, size: int, checksum: str) -> 
 
 
 @collective_errors
-def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, threads: int | None, transport: str | None):
+def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, threads: int | None, transport: str | None,
+              backend: str = "numpy", device: str = "cpu"):
     """Collective. The :class:`~sparsewire.spmm_plan.SpmmPlan` (``cls``) saved at ``path`` for
-    ``matrix``, with its executor on ``threads`` threads and ``transport`` (None: as saved)."""
+    ``matrix``, with its executor on ``threads`` threads, ``transport`` (None: as saved) and
+    ``backend`` on ``device``."""
     comm = matrix.comm
     meta, plan = read_plan_file(path, matrix)
     transport = transport or meta.get("transport", "mpi")  # files saved before transports ran on MPI
-    agree_on_error(comm, transport_problem(transport, meta["mode"]))
+    agree_on_error(comm, transport_problem(transport, meta["mode"]) or backend_problem(backend, device, meta["mode"]))
     topology = topology_named(meta["topology"], comm)
     model = topology or Topology.flat()
     stats = collective_stats(comm, plan, meta["k"], np.dtype(meta["dtype"]).itemsize, model)
@@ -326,7 +328,7 @@ def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, threads: 
     )
     return cls(
         matrix, plan, stats, meta["k"], np.dtype(meta["dtype"]), meta["mode"], threads, meta["deterministic"],
-        topology, choice, transposed=meta["transposed"], transport=transport,
+        topology, choice, transposed=meta["transposed"], transport=transport, backend=backend, device=device,
     )
 
 

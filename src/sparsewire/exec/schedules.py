@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparsewire.exec import kernels
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.exec.transport import MessageTransport
 
@@ -29,6 +28,7 @@ __all__ = ["BulkSchedule", "OverlapSchedule", "EarlySchedule", "pack", "pack_mes
 def pack(buffers: Buffers, ex: ExchangeBuffers, b: np.ndarray) -> None:
     """Not collective. ``send_buffer = send_matrix @ [b ; input's receive buffer]`` (every message
     of ``ex``)."""
+    kernels = buffers.kernels
     if ex.pack_gather is not None:
         kernels.gather(ex.pack_gather, b, ex.send_buffer)
         return
@@ -41,6 +41,7 @@ def pack_message(buffers: Buffers, ex: ExchangeBuffers, message: int, b: np.ndar
     """Not collective. The rows of one destination only (a relay sent message by message); serial,
     small."""
     start, stop = int(ex.send_offsets[message]), int(ex.send_offsets[message + 1])
+    kernels = buffers.kernels
     kernels.multiply_rows(ex.pack_b, b, ex.send_buffer, start, stop)
     kernels.multiply_rows(ex.pack_input, buffers.exchanges[ex.input].receive_buffer, ex.send_buffer, start, stop, accumulate=True)
 

@@ -13,7 +13,9 @@ Per multiply, with B_p the rank's rows of B and C_p its rows of C, for every exc
 split of the communication graph, ``PetscSF``, from the transports that run it):
 
 * buffers (:mod:`~sparsewire.exec.buffers`): every buffer, offset and kernel operand, built once
-  from the plan; pure NumPy;
+  from the plan, as arrays of a kernel backend (:mod:`~sparsewire.exec.backends`: ``numpy``,
+  the compiled kernels, or ``torch``, tensors and PyTorch's sparse products), which also runs every
+  local product;
 * transport (:mod:`~sparsewire.exec.transport`): moves an exchange's messages and counts what
   arrived: ``mpi`` (persistent point-to-point, MPI-4 partitioned, or partitions over
   point-to-point) or ``torch`` (torch.distributed: Gloo for CPU tensors);
@@ -37,10 +39,10 @@ import warnings
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire.aligned import empty_aligned
 from sparsewire.comm.runtime import agree_on_error, ranks_on_node
 from sparsewire.errors import FallbackWarning, InputError, PlanMismatchError
 from sparsewire.exec import kernels
+from sparsewire.exec.backends import BACKENDS, backend_problem, make_backend
 from sparsewire.exec.buffers import BufferNeeds, build_buffers
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
 from sparsewire.exec.modes import MODES, Mode, choose_mode, layout_for_mode
@@ -51,7 +53,10 @@ from sparsewire.exec.transport import TRANSPORTS, ByteLedger, Transport
 from sparsewire.plan.plan import RankPlan
 from sparsewire.sizes import check_dense_fits
 
-__all__ = ["SpmmExecutor", "MODES", "TRANSPORTS", "layout_for_mode", "partitioned_available", "choose_mode", "transport_problem"]
+__all__ = [
+    "SpmmExecutor", "MODES", "TRANSPORTS", "BACKENDS", "layout_for_mode", "partitioned_available", "choose_mode", "transport_problem",
+    "backend_problem",
+]
 
 _SCHEDULES = {
     Mode.BULK: BulkSchedule,
@@ -106,9 +111,14 @@ class SpmmExecutor:
         deterministic: fixed summation order (:class:`~sparsewire.exec.combine.OrderedCombine`).
         transport: ``mpi`` (default) or ``torch`` (torch.distributed; every mode but partitioned;
             see :mod:`sparsewire.exec.torch_transport`).
+        backend, device: the kernel backend, ``numpy`` (default; device ``cpu``) or ``torch``
+            (tensors on ``device``; every mode but partitioned; see
+            :mod:`sparsewire.exec.torch_backend`). With ``torch``, :meth:`multiply` takes and
+            returns tensors (a NumPy B is wrapped).
 
     Attributes:
         buffers, transport, schedule, combine: the parts (see the module docstring).
+        kernels: the backend object (every buffer's array type and every local product).
         bytes_received_from, delivery_problems: the transport's byte ledger.
     """
 
@@ -123,8 +133,10 @@ class SpmmExecutor:
         threads: int | None = None,
         deterministic: bool = False,
         transport: str = "mpi",
+        backend: str = "numpy",
+        device: str = "cpu",
     ) -> None:
-        problem = transport_problem(transport, mode)
+        problem = transport_problem(transport, mode) or backend_problem(backend, device, mode)
         if problem:
             raise InputError(problem)
         mode = Mode(mode)
@@ -168,7 +180,8 @@ class SpmmExecutor:
                     f"the partitioned mode needs the same number of threads on every rank (got {fewest} to {most}); "
                     "pass threads explicitly"
                 )
-        kernels.set_threads(threads, sharing)
+        self.kernels = make_backend(backend, device)
+        self.kernels.set_threads(threads, sharing)
         # A communicator of its own: the executor's tags cannot match the caller's messages.
         self.comm = comm.Dup()
         self.plan, self.k, self.mode = plan, int(k), mode
@@ -181,7 +194,7 @@ class SpmmExecutor:
             dependencies=mode.relays_per_message,
             ordered=self.deterministic,
         )
-        self.buffers = build_buffers(plan, self.k, self.dtype, self.threads, needs)
+        self.buffers = build_buffers(plan, self.k, self.dtype, self.threads, needs, self.kernels)
         self.ledger = ByteLedger(plan.rank, plan.n_ranks, self.dtype.itemsize)
         transport_class = _transport_class(transport, mode, self.comm)
         if transport_class is MpiPartitionsOverPointToPoint and self.comm.Get_rank() == 0:
@@ -216,27 +229,16 @@ class SpmmExecutor:
         """What the byte counts come from (the transport's own knowledge of each receive)."""
         return self.transport.counted_by
 
-    def multiply(self, b_local: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def multiply(self, b_local, out=None):
         """Collective. This rank's rows of ``C = A @ B`` from its rows of B (shape (rows of B
         owned, k)), written into ``out`` when given (shape (rows of A owned, k), C-contiguous, the
-        executor's dtype). Arguments are checked before any message is sent (PlanMismatchError)."""
-        expected = (self.plan.local_shape[1], self.k)
-        if getattr(b_local, "shape", None) != expected:
-            raise PlanMismatchError(
-                f"rank {self.plan.rank}: the B block has shape {getattr(b_local, 'shape', type(b_local).__name__)}, expected {expected} "
-                "(this rank's rows of B by k); give each rank its rows under the plan's column partition"
-            )
+        executor's dtype; a tensor on the device with the torch backend). Arguments are checked
+        before any message is sent (PlanMismatchError)."""
+        rank = self.plan.rank
+        b_local = self.kernels.block(b_local, (self.plan.local_shape[1], self.k), self.dtype, rank)
         if self._closed:
             raise PlanMismatchError("this executor was closed; make a new one")
-        if b_local.dtype != self.dtype or not b_local.flags.c_contiguous:
-            b_local = np.ascontiguousarray(b_local, dtype=self.dtype)
-        if out is None:
-            out = empty_aligned((self.plan.local_shape[0], self.k), self.dtype)
-        elif out.shape != (self.plan.local_shape[0], self.k) or out.dtype != self.dtype or not out.flags.c_contiguous:
-            raise PlanMismatchError(
-                f"rank {self.plan.rank}: out must be a C-contiguous {self.dtype} array of shape {(self.plan.local_shape[0], self.k)} "
-                f"(got {out.dtype} {out.shape})"
-            )
+        out = self.kernels.output(out, (self.plan.local_shape[0], self.k), self.dtype, rank)
         self.ledger.reset()
         self.schedule.run(b_local, out)
         return out

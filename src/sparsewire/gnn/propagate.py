@@ -32,7 +32,7 @@ class GraphOperator:
 
     Args:
         matrix: the (normalised) adjacency, rows = targets, from :func:`sparsewire.distribute`.
-        strategy, topology, mode, threads, transport: as for :meth:`DistributedMatrix.spmm_plan`.
+        strategy, topology, mode, threads, transport, backend, device: as for :meth:`DistributedMatrix.spmm_plan`.
 
     Attributes:
         bytes_forward, bytes_backward: bytes MPI delivered to this rank by the propagations so far
@@ -41,11 +41,12 @@ class GraphOperator:
 
     def __init__(
         self, matrix: DistributedMatrix, strategy: str = "auto", topology=None, mode: str | None = None, threads: int | None = None,
-        transport: str = "mpi",
+        transport: str = "mpi", backend: str = "numpy", device: str = "cpu",
     ):
         """Not collective (plans are made later, collectively, per width)."""
         self.matrix, self.comm = matrix, matrix.comm
         self.strategy, self.topology, self.mode, self.threads, self.transport = strategy, topology, mode, threads, transport
+        self.backend, self.device = backend, device
         self.plans: dict[tuple[int, str], SpmmPlan] = {}
         self.bytes_forward = 0
         self.bytes_backward = 0
@@ -80,7 +81,7 @@ class GraphOperator:
                 raise TypeError(f"features must be float32 or float64 tensors (got {dtype})")
             self.plans[key] = plan_spmm(
                 self.matrix, int(width), _NUMPY[dtype], strategy=self.strategy, topology=self.topology, mode=self.mode, threads=self.threads,
-                transport=self.transport,
+                transport=self.transport, backend=self.backend, device=self.device,
             )
         return self.plans[key]
 
@@ -91,8 +92,11 @@ class GraphOperator:
         source = x.detach()
         if not source.is_contiguous():
             source = source.contiguous()
-        out = torch.empty((plan.output_rows, x.shape[1]), dtype=x.dtype)
-        plan.multiply(source.numpy(), out=out.numpy())  # both views share the tensors' memory
+        out = torch.empty((plan.output_rows, x.shape[1]), dtype=x.dtype, device=source.device)
+        if self.backend == "torch":
+            plan.multiply(source, out=out)
+        else:
+            plan.multiply(source.numpy(), out=out.numpy())  # both views share the tensors' memory
         if transposed:
             self.bytes_backward += plan.bytes_received
         else:

@@ -54,7 +54,7 @@ class TrainResult:
 
 def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn", *, partition="even", strategy: str = "auto",
                      topology=None, threads: int | None = 1, root: int = 0, imbalance: float = 0.03, transport: str = "mpi",
-                     dtype: torch.dtype = torch.float32) -> LocalGraph:
+                     dtype: torch.dtype = torch.float32, backend: str = "numpy", device: str = "cpu") -> LocalGraph:
     """Collective. Hand every rank its nodes: ``data`` on ``root`` (None elsewhere). The adjacency
     is distributed by rows and normalised for the model (GCN: ``D^-1/2 (A + I) D^-1/2``; SAGE: the
     mean over in-neighbours), features as rows of ``dtype`` (float32 by default, as PyTorch trains;
@@ -67,8 +67,10 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     teams): a float32 Cora epoch took 3.5 ms with 1 rank x 2 threads against 3.8 ms on one thread
     on the 2-core machine (41 ms before that fix).
 
-    ``transport``: how the propagations' messages move, ``mpi`` or ``torch`` (torch.distributed;
-    see :func:`sparsewire.spmm_plan.plan_spmm`)."""
+    ``transport``: how the propagations' messages move, ``mpi`` or ``torch`` (torch.distributed);
+    ``backend`` and ``device``: what runs the propagations' local products, ``numpy`` (the compiled
+    kernels) or ``torch`` (PyTorch's sparse products on ``device``; see
+    :func:`sparsewire.spmm_plan.plan_spmm`)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     problem = None
     if dtype not in (torch.float32, torch.float64):
@@ -99,7 +101,7 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
         header = None
     totals, classes = comm.bcast(header, root=root)
     features, labels, masks = comm.scatter(pieces, root=root)
-    operator = GraphOperator(matrix, strategy=strategy, topology=topology, threads=threads, transport=transport)
+    operator = GraphOperator(matrix, strategy=strategy, topology=topology, threads=threads, transport=transport, backend=backend, device=device)
     return LocalGraph(
         operator, _feature_tensor(features, dtype), torch.from_numpy(labels),
         {name: torch.from_numpy(mask) for name, mask in masks.items()}, totals, classes, matrix.shape[0],

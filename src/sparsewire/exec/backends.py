@@ -1,0 +1,120 @@
+"""Kernel backends: where an executor's buffers live and what runs its local products.
+
+Every local operation of a multiply goes through one backend object, the executor's kernel choke
+point (``buffers.kernels``):
+
+* ``csr(matrix, dtype, threads)``, ``gather_operand(index, threads)``, ``columns(matrix, dtype,
+  row_bounds)``: a plan's matrices prepared once (CSR products, row gathers, per-message column
+  ranges of a receive matrix);
+* ``zeros(shape, dtype)``: every buffer; ``host(buffer)``: the same memory as a NumPy array for the
+  transports (MPI and Gloo read and write host memory);
+* ``multiply``, ``multiply_rows``, ``gather``, ``apply_columns`` (and, NumPy only, the per-thread
+  element ranges of the partitioned mode): the products;
+* ``block(b, shape, dtype)``, ``output(out, shape, dtype)``: the caller's B and C checked and in
+  the backend's array type.
+
+:class:`NumpyBackend` (``numpy``, the default): NumPy arrays on cache lines, the compiled kernels of
+:mod:`sparsewire.exec.kernels`, every mode. ``torch`` (:mod:`sparsewire.exec.torch_backend`):
+tensors of a torch device and PyTorch's sparse CSR products, gathers and index-adds. Both give the
+same C (exact on integer data): ``tests/exec/test_backends.py`` runs every strategy and mode the
+torch backend supports on both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sparsewire.aligned import empty_aligned, zeros_aligned
+from sparsewire.errors import InputError, PlanMismatchError
+from sparsewire.exec import kernels
+from sparsewire.exec.modes import BACKENDS, Mode
+
+__all__ = ["BACKENDS", "NumpyBackend", "backend_problem", "make_backend"]
+
+
+class NumpyBackend:
+    """NumPy arrays and the compiled (Numba) kernels of :mod:`sparsewire.exec.kernels`; every mode."""
+
+    name = "numpy"
+    device = "cpu"
+    modes = frozenset(Mode)
+
+    csr = staticmethod(kernels.CsrOperand.from_matrix)
+    gather_operand = staticmethod(kernels.GatherOperand.from_index)
+    columns = staticmethod(kernels.CscOperand.from_matrix)
+    multiply = staticmethod(kernels.multiply)
+    multiply_rows = staticmethod(kernels.multiply_rows)
+    gather = staticmethod(kernels.gather)
+    apply_columns = staticmethod(kernels.apply_columns)
+    apply_elements = staticmethod(kernels.apply_elements)
+    gather_elements = staticmethod(kernels.gather_elements)
+    multiply_elements = staticmethod(kernels.multiply_elements)
+
+    @staticmethod
+    def zeros(shape: tuple[int, int], dtype) -> np.ndarray:
+        """Not collective. A zeroed buffer whose rows start on cache lines."""
+        return zeros_aligned(shape, dtype)
+
+    @staticmethod
+    def host(buffer: np.ndarray) -> np.ndarray:
+        """Not collective. The buffer itself (it is host memory)."""
+        return buffer
+
+    @staticmethod
+    def set_threads(threads: int, sharing: int) -> None:
+        """Not collective. The compiled kernels' threads (:func:`sparsewire.exec.kernels.set_threads`)."""
+        kernels.set_threads(threads, sharing)
+
+    @staticmethod
+    def block(b, shape: tuple[int, int], dtype: np.dtype, rank: int) -> np.ndarray:
+        """Not collective. B as a C-contiguous array of ``dtype`` (converted when it is not)."""
+        if getattr(b, "shape", None) != shape:
+            raise PlanMismatchError(
+                f"rank {rank}: the B block has shape {getattr(b, 'shape', type(b).__name__)}, expected {shape} "
+                "(this rank's rows of B by k); give each rank its rows under the plan's column partition"
+            )
+        if b.dtype != dtype or not b.flags.c_contiguous:
+            b = np.ascontiguousarray(b, dtype=dtype)
+        return b
+
+    @staticmethod
+    def output(out, shape: tuple[int, int], dtype: np.dtype, rank: int) -> np.ndarray:
+        """Not collective. ``out`` checked, or a new C on cache lines when None."""
+        if out is None:
+            return empty_aligned(shape, dtype)
+        if getattr(out, "shape", None) != shape or out.dtype != dtype or not out.flags.c_contiguous:
+            raise PlanMismatchError(
+                f"rank {rank}: out must be a C-contiguous {dtype} array of shape {shape} "
+                f"(got {getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')})"
+            )
+        return out
+
+
+def backend_problem(backend: str, device: str, mode: str | None) -> str | None:
+    """Not collective. What is wrong with running ``mode`` (None: not chosen yet) on ``backend``
+    and ``device`` (None: nothing)."""
+    if backend not in BACKENDS:
+        return f"unknown backend {backend!r}; choose {' or '.join(BACKENDS)}"
+    if backend == "numpy" and device != "cpu":
+        return f"the numpy backend runs on the CPU (got device {device!r}); pass backend='torch' for another device"
+    if backend == "torch":
+        from sparsewire.exec.torch_backend import TorchBackend
+
+        problem = TorchBackend.device_problem(device)
+        if problem:
+            return problem
+        if mode is not None and Mode(mode) not in TorchBackend.modes:
+            return f"the torch backend cannot run the {mode} mode (it runs {', '.join(m.value for m in Mode if m in TorchBackend.modes)})"
+    return None
+
+
+def make_backend(backend: str, device: str = "cpu"):
+    """Not collective. The backend object named ``backend`` on ``device``."""
+    if backend == "numpy" and device == "cpu":
+        return NumpyBackend()
+    if backend == "torch":
+        from sparsewire.exec.torch_backend import TorchBackend
+
+        if TorchBackend.device_problem(device) is None:
+            return TorchBackend(device)
+    raise InputError(backend_problem(backend, device, None) or f"cannot run backend {backend!r} on {device!r}")

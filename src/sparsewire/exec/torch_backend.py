@@ -1,0 +1,197 @@
+"""The torch kernel backend: an executor's buffers as tensors of one torch device, its local
+products as PyTorch's sparse CSR products (``torch.addmm`` with a CSR matrix: MKL on the CPU
+build, cuSPARSE on CUDA), row gathers (``index_select``) and partial-row adds (``index_add_``).
+
+A plan's matrices are converted once per executor; the transposed plan has matrices of its own
+(:mod:`sparsewire.plan.transpose` builds ``A^T``'s blocks explicitly, so no product runs on a
+transposed view). The transports read and write host memory; on the CPU device a tensor and its
+NumPy view are the same memory, so MPI and Gloo move the tensors themselves. Only ``cpu`` is
+accepted as the device: transfers out of device memory are not built.
+
+Runs the bulk, overlap, pipelined and early modes (the partitioned mode's per-thread element
+ranges are the compiled kernels' own). Every product on the CPU sums each C row in one thread in
+the stored order, so ``deterministic=True`` (the ordered combine) gives the same bits run to run.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from sparsewire.errors import PlanMismatchError
+from sparsewire.exec.kernels import balanced_bounds
+from sparsewire.exec.modes import Mode
+
+__all__ = ["TorchBackend", "TorchCsr", "TorchGather", "TorchColumns"]
+
+_TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
+
+
+def _index(values: np.ndarray, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(device)
+
+
+def _csr_tensor(indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": the products used here are stable
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(indptr, indices, values, size=shape, check_invariants=False)
+
+
+@dataclass(frozen=True, eq=False)
+class TorchCsr:
+    """A CSR matrix as a torch tensor, with its row pointer on the host (to cut row ranges
+    without a device round trip) and the threads' balanced row ranges (``bounds``)."""
+
+    matrix: torch.Tensor
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    values: torch.Tensor
+    row_starts: np.ndarray
+    shape: tuple[int, int]
+    bounds: np.ndarray
+
+    @property
+    def nnz(self) -> int:
+        return int(self.row_starts[-1])
+
+
+@dataclass(frozen=True, eq=False)
+class TorchGather:
+    """Row indices to gather: ``out[r] = x[index[r]]``."""
+
+    index: torch.Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class TorchColumns:
+    """A receive matrix by columns (the rows of a receive buffer): entries of columns
+    ``[c, c')`` are ``colptr[c]:colptr[c']`` of ``rows``, ``cols`` and ``values``."""
+
+    colptr: np.ndarray
+    rows: torch.Tensor
+    cols: torch.Tensor
+    values: torch.Tensor
+
+
+class TorchBackend:
+    """Tensors on ``device`` and PyTorch's kernels (see the module docstring)."""
+
+    name = "torch"
+    modes = frozenset({Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY})
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = torch.device(device)
+
+    @staticmethod
+    def device_problem(device: str) -> str | None:
+        """Not collective. Why the torch backend cannot run on ``device`` (None: it can)."""
+        try:
+            parsed = torch.device(device)
+        except (RuntimeError, TypeError):
+            return f"unknown device {device!r}; use cpu"
+        if parsed.type != "cpu":
+            return (
+                f"device {device!r}: the torch backend runs on the CPU only in this version (transfers out of "
+                "device memory are not built); use device='cpu'"
+            )
+        return None
+
+    def _values(self, values: np.ndarray, dtype: np.dtype) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(values, dtype=dtype)).to(self.device)
+
+    def csr(self, matrix: sp.sparray, dtype, threads: int, *, keep_order: bool = False) -> TorchCsr:
+        """Not collective. ``matrix`` for :meth:`multiply` (``keep_order``: each row summed in its
+        stored order, no duplicates allowed; otherwise duplicates summed, columns sorted)."""
+        csr = sp.csr_array(matrix)
+        if not keep_order:
+            csr.sum_duplicates()
+        row_starts = csr.indptr.astype(np.int64)
+        indptr, indices = _index(row_starts, self.device), _index(csr.indices, self.device)
+        values = self._values(csr.data, np.dtype(dtype))
+        return TorchCsr(_csr_tensor(indptr, indices, values, csr.shape), indptr, indices, values, row_starts, csr.shape,
+                        balanced_bounds(row_starts, threads))
+
+    def gather_operand(self, index: np.ndarray, threads: int) -> TorchGather:
+        """Not collective."""
+        return TorchGather(_index(index, self.device))
+
+    def columns(self, matrix: sp.sparray, dtype, row_bounds: np.ndarray) -> TorchColumns:
+        """Not collective. ``matrix`` by columns for :meth:`apply_columns`."""
+        csc = sp.csc_array(matrix)
+        csc.sum_duplicates()
+        cols = np.repeat(np.arange(csc.shape[1], dtype=np.int64), np.diff(csc.indptr))
+        return TorchColumns(csc.indptr.astype(np.int64), _index(csc.indices, self.device), _index(cols, self.device),
+                            self._values(csc.data, np.dtype(dtype)))
+
+    def zeros(self, shape: tuple[int, int], dtype) -> torch.Tensor:
+        """Not collective. A zeroed buffer on the device."""
+        return torch.zeros(shape, dtype=_TORCH_DTYPES[np.dtype(dtype)], device=self.device)
+
+    @staticmethod
+    def host(buffer: torch.Tensor) -> np.ndarray:
+        """Not collective. The buffer's memory as a NumPy array (a view: the device is the CPU)."""
+        return buffer.numpy()
+
+    @staticmethod
+    def set_threads(threads: int, sharing: int) -> None:
+        """Not collective. PyTorch's intra-op threads (one pool per process)."""
+        torch.set_num_threads(threads)
+
+    @staticmethod
+    def multiply(operand: TorchCsr, x: torch.Tensor, out: torch.Tensor, accumulate: bool = False) -> None:
+        """Not collective. ``out = A @ x`` or, with ``accumulate``, ``out += A @ x``."""
+        torch.addmm(out, operand.matrix, x, beta=1 if accumulate else 0, out=out)
+
+    @staticmethod
+    def multiply_rows(operand: TorchCsr, x: torch.Tensor, out: torch.Tensor, start: int, stop: int, accumulate: bool = False) -> None:
+        """Not collective. Rows [start, stop) of :meth:`multiply`."""
+        if stop <= start:
+            return
+        first, last = int(operand.row_starts[start]), int(operand.row_starts[stop])
+        rows = _csr_tensor(operand.indptr[start : stop + 1] - first, operand.indices[first:last], operand.values[first:last],
+                           (stop - start, operand.shape[1]))
+        target = out[start:stop]
+        torch.addmm(target, rows, x, beta=1 if accumulate else 0, out=target)
+
+    @staticmethod
+    def gather(operand: TorchGather, x: torch.Tensor, out: torch.Tensor) -> None:
+        """Not collective. ``out[r] = x[index[r]]``."""
+        torch.index_select(x, 0, operand.index, out=out)
+
+    @staticmethod
+    def apply_columns(operand: TorchColumns, buffer: torch.Tensor, out: torch.Tensor, col_start: int, col_stop: int) -> None:
+        """Not collective. ``out += R[:, col_start:col_stop] @ buffer[col_start:col_stop]``: the
+        received rows gathered, scaled and added at their C rows (``index_add_``)."""
+        first, last = int(operand.colptr[col_start]), int(operand.colptr[col_stop])
+        if last > first:
+            out.index_add_(0, operand.rows[first:last], buffer[operand.cols[first:last]] * operand.values[first:last, None])
+
+    def block(self, b, shape: tuple[int, int], dtype: np.dtype, rank: int) -> torch.Tensor:
+        """Not collective. B as a contiguous tensor of ``dtype`` on the device (a NumPy array is
+        wrapped without a copy where it already fits)."""
+        if getattr(b, "shape", None) != shape and tuple(getattr(b, "shape", ())) != shape:
+            raise PlanMismatchError(
+                f"rank {rank}: the B block has shape {tuple(getattr(b, 'shape', ())) or type(b).__name__}, expected {shape} "
+                "(this rank's rows of B by k); give each rank its rows under the plan's column partition"
+            )
+        if isinstance(b, np.ndarray):
+            b = torch.from_numpy(np.ascontiguousarray(b, dtype=dtype))
+        return b.to(device=self.device, dtype=_TORCH_DTYPES[dtype]).contiguous()
+
+    def output(self, out, shape: tuple[int, int], dtype: np.dtype, rank: int) -> torch.Tensor:
+        """Not collective. ``out`` checked (a contiguous tensor of ``dtype`` on the device), or a
+        new C when None."""
+        wanted = _TORCH_DTYPES[dtype]
+        if out is None:
+            return torch.empty(shape, dtype=wanted, device=self.device)
+        if not (isinstance(out, torch.Tensor) and tuple(out.shape) == shape and out.dtype == wanted and out.device == self.device
+                and out.is_contiguous()):
+            raise PlanMismatchError(
+                f"rank {rank}: out must be a contiguous {wanted} tensor on {self.device} of shape {shape} "
+                f"(got {type(out).__name__} {tuple(getattr(out, 'shape', ()))})"
+            )
+        return out

@@ -1,0 +1,138 @@
+"""Kernel backends: the torch backend (tensors on the CPU device, PyTorch's sparse products) gives
+the same C as the NumPy backend. Its products are checked one by one against the compiled
+kernels here, and whole multiplies under ``mpiexec -n P`` (every strategy and mode it runs, flat and
+hierarchical, P = 1..4) in ``mpi_driver.py``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+torch = pytest.importorskip("torch")
+
+from conftest import SHARED_DATA, _seed, run_mpi  # noqa: E402
+from mpi_driver import planned_runs  # noqa: E402
+
+from sparsewire.errors import InputError  # noqa: E402
+from sparsewire.exec.backends import NumpyBackend, backend_problem, make_backend  # noqa: E402
+
+CORA = SHARED_DATA / "gnn" / "cora.npz"
+
+
+def integer_matrix(rng, shape, density):
+    matrix = sp.random_array(shape, density=density, rng=rng, format="csr")
+    matrix.data = rng.integers(-5, 6, matrix.nnz).astype(np.float64)
+    return sp.csr_array(matrix)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_torch_products_equal_the_compiled_kernels(rng, dtype):
+    numpy_backend, torch_backend = NumpyBackend(), make_backend("torch", "cpu")
+    for shape, k in [((37, 29), 5), ((64, 64), 16), ((1, 9), 1), ((12, 12), 3)]:
+        a = integer_matrix(rng, shape, 0.2)
+        x = rng.integers(-4, 5, (shape[1], k)).astype(dtype)
+        start = rng.integers(-3, 4, (shape[0], k)).astype(dtype)
+        ops = (numpy_backend.csr(a, dtype, 2), torch_backend.csr(a, dtype, 2))
+        for accumulate in (False, True):
+            mine = numpy_backend.zeros(start.shape, dtype)
+            mine[:] = start
+            numpy_backend.multiply(ops[0], x, mine, accumulate)
+            theirs = torch.from_numpy(start.copy())
+            torch_backend.multiply(ops[1], torch.from_numpy(x), theirs, accumulate)
+            np.testing.assert_array_equal(theirs.numpy(), mine)
+            np.testing.assert_array_equal(mine, (start if accumulate else 0) + a @ x)
+        lo, hi = sorted(rng.integers(0, shape[0] + 1, 2).tolist())
+        rows = torch.from_numpy(start.copy())
+        torch_backend.multiply_rows(ops[1], torch.from_numpy(x), rows, lo, hi, accumulate=True)
+        expected = start.copy()
+        expected[lo:hi] += (a @ x)[lo:hi]
+        np.testing.assert_array_equal(rows.numpy(), expected)
+        index = rng.integers(0, shape[1], 2 * shape[1])
+        gathered = torch.empty((index.size, k), dtype=getattr(torch, np.dtype(dtype).name))
+        torch_backend.gather(torch_backend.gather_operand(index, 2), torch.from_numpy(x), gathered)
+        np.testing.assert_array_equal(gathered.numpy(), x[index])
+        columns = torch_backend.columns(a, dtype, np.array([0, shape[0]]))
+        c0, c1 = sorted(rng.integers(0, shape[1] + 1, 2).tolist())
+        added = torch.from_numpy(start.copy())
+        torch_backend.apply_columns(columns, torch.from_numpy(x), added, c0, c1)
+        np.testing.assert_array_equal(added.numpy(), start + a[:, c0:c1] @ x[c0:c1])
+
+
+def test_a_product_that_overwrites_ignores_what_was_in_out():
+    backend = make_backend("torch", "cpu")
+    a = sp.csr_array(np.array([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0]]))
+    out = torch.full((3, 2), float("nan"), dtype=torch.float64)
+    backend.multiply(backend.csr(a, np.float64, 1), torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64), out)
+    assert out.tolist() == [[1.0, 2.0], [6.0, 8.0], [0.0, 0.0]]
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_torch_backend_is_exact_for_every_strategy_and_mode(ranks):
+    completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), "1,2", "mpi", "torch"], timeout=500)
+    assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
+    assert completed.stdout.strip() == f"OK {planned_runs([1, 2], 'mpi', 'torch') * ranks}"
+
+
+def test_torch_backend_on_the_torch_transport():
+    completed = run_mpi(3, ["tests/exec/mpi_driver.py", str(_seed()), "1", "torch", "torch"], timeout=500)
+    assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
+    assert completed.stdout.strip() == f"OK {planned_runs([1], 'torch', 'torch') * 3}"
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_torch_backend_plans_transpose_and_stay_deterministic(ranks):
+    completed = run_mpi(ranks, ["tests/exec/torch_driver.py", "backend", str(_seed())], timeout=300)
+    assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
+    assert completed.stdout.startswith("OK"), completed.stdout
+
+
+def test_backend_problems_name_the_fix():
+    assert backend_problem("numpy", "cpu", "partitioned") is None
+    assert "unknown backend 'cupy'" in backend_problem("cupy", "cpu", None)
+    assert "backend='torch'" in backend_problem("numpy", "cuda", None)
+    assert "cannot run the partitioned mode" in backend_problem("torch", "cpu", "partitioned")
+    assert "CPU only" in backend_problem("torch", "cuda:0", None)
+    assert "unknown device" in backend_problem("torch", "gpu0", None)
+    with pytest.raises(InputError, match="unknown backend"):
+        make_backend("cupy")
+
+
+def test_cli_spmm_on_the_torch_backend_matches_numpy():
+    reports = {}
+    for backend in ("numpy", "torch"):
+        completed = run_mpi(3, ["-m", "sparsewire", "spmm", "rmat:9:8:3", "--k", "8", "--mode", "bulk,overlap,early", "--repeat", "2",
+                                "--backend", backend, "--json"], timeout=200)
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        reports[backend] = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert reports["torch"]["backend"] == "torch" and reports["numpy"]["backend"] == "numpy"
+    for mine, theirs in zip(reports["numpy"]["runs"], reports["torch"]["runs"]):
+        assert mine["mode"] == theirs["mode"] and mine["strategy"] == theirs["strategy"]
+        assert (mine["checksum_sum"], mine["checksum_fro"]) == (theirs["checksum_sum"], theirs["checksum_fro"])
+        assert mine["measured_bytes"] == theirs["measured_bytes"] == mine["planned_bytes"] > 0
+
+
+def test_cli_refuses_the_partitioned_mode_on_the_torch_backend_in_one_line():
+    completed = run_mpi(2, ["-m", "sparsewire", "spmm", "stencil2d:8", "--backend", "torch", "--mode", "partitioned"], timeout=120)
+    assert completed.returncode != 0
+    errors = [line for line in completed.stderr.splitlines() if line.startswith("sparsewire: error:")]
+    assert errors and "torch backend cannot run the partitioned mode" in errors[0], completed.stderr
+
+
+@pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
+def test_gcn_on_the_torch_backend_trains_as_on_numpy():
+    histories = {}
+    for backend in ("numpy", "torch"):
+        completed = run_mpi(3, ["-m", "sparsewire", "gcn", str(CORA), "--epochs", "30", "--dtype", "float64", "--backend", backend, "--json"],
+                            timeout=400)
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        report = json.loads(completed.stdout.strip().splitlines()[-1])
+        assert report["backend"] == backend
+        histories[backend] = report["history"]
+    numpy_losses = [entry["loss"] for entry in histories["numpy"]]
+    torch_losses = [entry["loss"] for entry in histories["torch"]]
+    assert len(torch_losses) == 30
+    assert max(abs(a - b) for a, b in zip(numpy_losses, torch_losses)) <= 1e-6
+    assert [entry["bytes"] for entry in histories["numpy"]] == [entry["bytes"] for entry in histories["torch"]]
