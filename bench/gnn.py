@@ -149,7 +149,7 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="both sides (default: float32)")
     parser.add_argument("--epochs", type=int, default=30, help="epochs per run (default: 30)")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout before every layer, both sides (default: 0)")
-    parser.add_argument("--backend", choices=["numpy", "torch"], default="numpy", help="our executor's kernel backend (default: numpy)")
+    parser.add_argument("--backend", choices=["numpy", "torch"], default="torch", help="our executor's kernel backend (default: torch, as sparsewire gcn)")
     parser.add_argument("--worker", nargs=4, metavar=("SIDE", "GRAPH", "MODEL", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

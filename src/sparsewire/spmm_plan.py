@@ -297,7 +297,7 @@ class SpmmPlan:
             f"transport {self.transport}: bytes counted from {self.counted_by}",
             f"backend {self.backend} on {self.device}: "
             + ("buffers are NumPy arrays, products the compiled kernels" if self.backend == "numpy" else
-               "buffers are torch tensors, products torch's sparse CSR addmm, index_select and index_add_"),
+               "buffers are torch tensors, products torch's sparse CSR addmm and index_select"),
             self.choice.reason(),
         ]
         if self.choice.requested == "auto" and len(self.choice.candidates) > 1:

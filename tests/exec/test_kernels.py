@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from sparsewire.aligned import empty_aligned, zeros_aligned
 from sparsewire.errors import InputError
-from sparsewire.exec import kernels
+from sparsewire.exec import kernels, kernels_numba
 
 
 @pytest.fixture(autouse=True)
@@ -120,9 +120,9 @@ def test_streamed_stores_give_the_same_bits_and_need_an_aligned_out(k, dtype):
         shifted = np.empty(200 * k + 1, dtype)[1:].reshape(200, k)  # one element off a line
         for out in (aligned, shifted):
             out[:] = np.nan
-            kernels.backend.csr_dense_threads(op.indptr, op.indices, op.data, x, out, op.chunks, op.claimed, False, op.prefetch, True)
+            kernels_numba.csr_dense_threads(op.indptr, op.indices, op.data, x, out, op.chunks, op.claimed, False, op.prefetch, True)
             np.testing.assert_array_equal(out, expected)
-            kernels.backend.csr_dense_range(op.indptr, op.indices, op.data, x, out, 0, 200, True, op.prefetch, True)
+            kernels_numba.csr_dense_range(op.indptr, op.indices, op.data, x, out, 0, 200, True, op.prefetch, True)
             np.testing.assert_array_equal(out, 2 * expected)
 
 

@@ -171,12 +171,12 @@ TRANSPORT_HELP = (
 )
 
 
-def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+def add_backend_arguments(parser: argparse.ArgumentParser, default: str = "numpy") -> None:
     """``--backend`` and ``--device``: where the executor's buffers live and what runs its products."""
     parser.add_argument(
-        "--backend", choices=BACKENDS, default="numpy",
+        "--backend", choices=BACKENDS, default=default,
         help="local products and buffers: numpy (NumPy arrays, the compiled kernels; every mode) or torch (torch tensors, "
-        "PyTorch's sparse CSR products, gathers and index-adds; every mode but partitioned) (default: numpy)",
+        f"PyTorch's sparse CSR products and gathers; every mode but partitioned) (default: {default})",
     )
     parser.add_argument("--device", default="cpu", help="the torch backend's device; cpu is the only one in this version (default: cpu)")
 

@@ -37,7 +37,7 @@ def add_commands(commands) -> None:
     gcn.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                      help="features, weights and propagations (default: float32, as PyTorch trains)")
     gcn.add_argument("--transport", choices=TRANSPORTS, default="mpi", help=TRANSPORT_HELP)
-    add_backend_arguments(gcn)
+    add_backend_arguments(gcn, default="torch")
     gcn.add_argument("--threads", "-T", type=positive_int, default=1, help="threads per rank for the executor and PyTorch (default: 1)")
     gcn.add_argument("--seed", type=int, default=0, help="weights and dropout masks (default: 0)")
     gcn.add_argument("--features", help="random:F: F seeded random features per node, for a matrix that is not a Planetoid file")

@@ -22,6 +22,8 @@ torch backend supports on both.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from sparsewire.aligned import empty_aligned, zeros_aligned
@@ -49,6 +51,16 @@ class NumpyBackend:
     apply_elements = staticmethod(kernels.apply_elements)
     gather_elements = staticmethod(kernels.gather_elements)
     multiply_elements = staticmethod(kernels.multiply_elements)
+
+    @staticmethod
+    def with_values(operand: kernels.CsrOperand, values: np.ndarray) -> kernels.CsrOperand:
+        """Not collective. ``operand``'s pattern with other values (in its stored order)."""
+        return dataclasses.replace(operand, data=values)
+
+    @staticmethod
+    def from_torch(tensor):
+        """Not collective. A CPU tensor as this backend's array (a NumPy view of its memory)."""
+        return tensor.detach().numpy()
 
     @staticmethod
     def zeros(shape: tuple[int, int], dtype) -> np.ndarray:

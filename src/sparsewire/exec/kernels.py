@@ -6,7 +6,10 @@ the kernels' types, values cast to the dtype, and the row ranges of the T thread
 that a thread done with its own range takes from the others. The products then write
 into preallocated outputs and allocate nothing per call.
 
-CPU backend: :mod:`sparsewire.exec.kernels_numba` (Numba; OpenMP threads where Numba has them).
+CPU backend: :mod:`sparsewire.exec.kernels_numba` (Numba; OpenMP threads where Numba has them),
+imported at the first product: a process that only plans, or runs the torch backend
+(:mod:`sparsewire.exec.torch_backend`), never loads Numba and LLVM (about 100 MiB resident once a
+compiled kernel has run).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import scipy.sparse as sp
 
 from sparsewire.errors import InputError
 from sparsewire.cores import default_threads  # re-exported: the kernels size their pools by it
-from sparsewire.exec import kernels_numba as backend
 
 __all__ = [
     "CsrOperand",
@@ -36,6 +38,19 @@ __all__ = [
     "copy",
     "streams",
 ]
+
+
+_COMPILED = None
+
+
+def _compiled():
+    """The compiled kernels' module, imported on first use."""
+    global _COMPILED
+    if _COMPILED is None:
+        from sparsewire.exec import kernels_numba
+
+        _COMPILED = kernels_numba
+    return _COMPILED
 
 
 def set_threads(threads: int, ranks_on_node: int = 1) -> None:
@@ -163,7 +178,7 @@ class CsrOperand:
             # The plan's arrays are shared where their types already fit (a GNN plan's diagonal block
             # in the training dtype): a copy would hold the matrix twice.
             indptr, csr.indices.astype(index_type, copy=False), csr.data.astype(dtype, copy=False), csr.shape, bounds, bool(prefetch),
-            chunks, np.zeros(threads * backend.COUNTER_STRIDE, np.int64),
+            chunks, np.zeros(threads * _compiled().COUNTER_STRIDE, np.int64),
         )
 
     @property
@@ -218,10 +233,10 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
     _require_contiguous_rows(x, out)
     stream = streams(out, accumulate)
     if operand.bounds.size == 2:
-        backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate, _prefetches(operand, x), stream)
+        _compiled().csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate, _prefetches(operand, x), stream)
     else:
         _threaded(
-            backend.csr_dense_threads, operand.indptr, operand.indices, operand.data, x, out, operand.chunks, operand.claimed, accumulate,
+            _compiled().csr_dense_threads, operand.indptr, operand.indices, operand.data, x, out, operand.chunks, operand.claimed, accumulate,
             _prefetches(operand, x), stream,
         )
 
@@ -229,7 +244,7 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
 def multiply_rows(operand: CsrOperand, x: np.ndarray, out: np.ndarray, start: int, stop: int, accumulate: bool = False) -> None:
     """Not collective. Rows [start, stop) of :func:`multiply`, on the calling thread."""
     _require_contiguous_rows(x, out)
-    backend.csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, _prefetches(operand, x), streams(out, accumulate))
+    _compiled().csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, _prefetches(operand, x), streams(out, accumulate))
 
 
 @dataclass(frozen=True, eq=False)
@@ -249,19 +264,19 @@ class GatherOperand:
 def gather(operand: GatherOperand, x: np.ndarray, out: np.ndarray) -> None:
     """Not collective. ``out[r] = x[index[r]]`` for every row r of out."""
     if operand.bounds.size == 2:
-        backend.gather_range(operand.index, x, out, 0, operand.index.size)
+        _compiled().gather_range(operand.index, x, out, 0, operand.index.size)
     else:
-        _threaded(backend.gather_threads, operand.index, x, out, operand.bounds)
+        _threaded(_compiled().gather_threads, operand.index, x, out, operand.bounds)
 
 
 def gather_elements(operand: GatherOperand, x: np.ndarray, out_flat: np.ndarray, start: int, stop: int) -> None:
     """Not collective. Elements [start, stop) of the flattened gathered block (one thread; may cut rows)."""
-    backend.gather_elements(operand.index, x, out_flat, start, stop)
+    _compiled().gather_elements(operand.index, x, out_flat, start, stop)
 
 
 def multiply_elements(operand: CsrOperand, x: np.ndarray, out_flat: np.ndarray, start: int, stop: int, accumulate: bool) -> None:
     """Not collective. Elements [start, stop) of the flattened ``A @ x`` (one thread; may cut rows)."""
-    backend.csr_elements(operand.indptr, operand.indices, operand.data, x, out_flat, start, stop, accumulate)
+    _compiled().csr_elements(operand.indptr, operand.indices, operand.data, x, out_flat, start, stop, accumulate)
 
 
 @dataclass(frozen=True, eq=False)
@@ -299,19 +314,19 @@ def apply_columns(operand: CscOperand, buffer: np.ndarray, out: np.ndarray, col_
     """Not collective. ``out += A[:, col_start:col_stop] @ buffer[col_start:col_stop]`` (one received message)."""
     _require_contiguous_rows(buffer, out)
     if operand.colptrs.shape[0] == 1:
-        backend.csc_columns_range(operand.colptrs[0], operand.rows, operand.data, buffer, out, col_start, col_stop)
+        _compiled().csc_columns_range(operand.colptrs[0], operand.rows, operand.data, buffer, out, col_start, col_stop)
     else:
-        _threaded(backend.csc_columns_threads, operand.colptrs, operand.rows, operand.data, buffer, out, col_start, col_stop)
+        _threaded(_compiled().csc_columns_threads, operand.colptrs, operand.rows, operand.data, buffer, out, col_start, col_stop)
 
 
 def apply_elements(operand: CscOperand, thread: int, buffer_flat: np.ndarray, k: int, out: np.ndarray, start: int, stop: int) -> None:
     """Not collective. Thread ``thread``'s part of ``out += A @ buffer`` for elements [start, stop) of the
     flattened buffer (one partition; whole rows and row fragments)."""
-    backend.csc_elements(operand.colptrs[thread], operand.rows, operand.data, buffer_flat, k, out, start, stop)
+    _compiled().csc_elements(operand.colptrs[thread], operand.rows, operand.data, buffer_flat, k, out, start, stop)
 
 
 def copy(source: np.ndarray, target: np.ndarray, threads: int) -> None:
     """Not collective. ``target[:] = source[:]`` (1-D) on ``threads`` threads: the machine's copy bandwidth."""
     bounds = np.linspace(0, source.size, threads + 1).astype(np.int64)
-    _threaded(backend.copy_threads, source, target, bounds)
+    _threaded(_compiled().copy_threads, source, target, bounds)
 

@@ -1,6 +1,7 @@
 """The torch kernel backend: an executor's buffers as tensors of one torch device, its local
 products as PyTorch's sparse CSR products (``torch.addmm`` with a CSR matrix: MKL on the CPU
-build, cuSPARSE on CUDA), row gathers (``index_select``) and partial-row adds (``index_add_``).
+build, cuSPARSE on CUDA) and row gathers (``index_select``); a message's rows are added to C by
+the product of its block of the receive matrix.
 
 A plan's matrices are converted once per executor; the transposed plan has matrices of its own
 (:mod:`sparsewire.plan.transpose` builds ``A^T``'s blocks explicitly, so no product runs on a
@@ -68,13 +69,12 @@ class TorchGather:
 
 @dataclass(frozen=True, eq=False)
 class TorchColumns:
-    """A receive matrix by columns (the rows of a receive buffer): entries of columns
-    ``[c, c')`` are ``colptr[c]:colptr[c']`` of ``rows``, ``cols`` and ``values``."""
+    """A receive matrix cut by columns (the rows of a receive buffer): the CSR matrix of columns
+    ``[c, c')``, made on the first call for that range (one per message) and kept in ``blocks``."""
 
-    colptr: np.ndarray
-    rows: torch.Tensor
-    cols: torch.Tensor
-    values: torch.Tensor
+    matrix: sp.csr_array
+    dtype: np.dtype
+    blocks: dict
 
 
 class TorchBackend:
@@ -120,12 +120,21 @@ class TorchBackend:
         return TorchGather(_index(index, self.device))
 
     def columns(self, matrix: sp.sparray, dtype, row_bounds: np.ndarray) -> TorchColumns:
-        """Not collective. ``matrix`` by columns for :meth:`apply_columns`."""
-        csc = sp.csc_array(matrix)
-        csc.sum_duplicates()
-        cols = np.repeat(np.arange(csc.shape[1], dtype=np.int64), np.diff(csc.indptr))
-        return TorchColumns(csc.indptr.astype(np.int64), _index(csc.indices, self.device), _index(cols, self.device),
-                            self._values(csc.data, np.dtype(dtype)))
+        """Not collective. ``matrix`` for :meth:`apply_columns`, cut by column ranges as they are asked for."""
+        csr = sp.csr_array(matrix)
+        csr.sum_duplicates()
+        return TorchColumns(csr, np.dtype(dtype), {})
+
+    @staticmethod
+    def with_values(operand: TorchCsr, values: torch.Tensor) -> TorchCsr:
+        """Not collective. ``operand``'s pattern with other values (in its stored order)."""
+        return TorchCsr(_csr_tensor(operand.indptr, operand.indices, values, operand.shape), operand.indptr, operand.indices, values,
+                        operand.row_starts, operand.shape, operand.bounds)
+
+    @staticmethod
+    def from_torch(tensor: torch.Tensor) -> torch.Tensor:
+        """Not collective. The tensor itself, detached from autograd."""
+        return tensor.detach()
 
     def zeros(self, shape: tuple[int, int], dtype) -> torch.Tensor:
         """Not collective. A zeroed buffer on the device."""
@@ -162,13 +171,18 @@ class TorchBackend:
         """Not collective. ``out[r] = x[index[r]]``."""
         torch.index_select(x, 0, operand.index, out=out)
 
-    @staticmethod
-    def apply_columns(operand: TorchColumns, buffer: torch.Tensor, out: torch.Tensor, col_start: int, col_stop: int) -> None:
-        """Not collective. ``out += R[:, col_start:col_stop] @ buffer[col_start:col_stop]``: the
-        received rows gathered, scaled and added at their C rows (``index_add_``)."""
-        first, last = int(operand.colptr[col_start]), int(operand.colptr[col_stop])
-        if last > first:
-            out.index_add_(0, operand.rows[first:last], buffer[operand.cols[first:last]] * operand.values[first:last, None])
+    def apply_columns(self, operand: TorchColumns, buffer: torch.Tensor, out: torch.Tensor, col_start: int, col_stop: int) -> None:
+        """Not collective. ``out += R[:, col_start:col_stop] @ buffer[col_start:col_stop]`` (one
+        message's rows added at their C rows): a CSR ``addmm`` on that block of R, made once.
+        (Gathering the message's rows, scaling them and ``index_add_`` at their C rows made an
+        epoch of GraphSAGE on rmat:16:16:1 at 2 ranks x 1 thread in the early mode take 53 ms
+        against 17 ms with these blocks and 18 ms in the overlap mode.)"""
+        key = (col_start, col_stop)
+        block = operand.blocks.get(key)
+        if block is None:
+            block = operand.blocks[key] = self.csr(operand.matrix[:, col_start:col_stop], operand.dtype, 1)
+        if block.nnz:
+            torch.addmm(out, block.matrix, buffer[col_start:col_stop], out=out)
 
     def block(self, b, shape: tuple[int, int], dtype: np.dtype, rank: int) -> torch.Tensor:
         """Not collective. B as a contiguous tensor of ``dtype`` on the device (a NumPy array is

@@ -66,7 +66,7 @@ class GCNConv(nn.Module):
 
     def forward(self, x: torch.Tensor, operator: GraphOperator) -> torch.Tensor:
         """Collective. This rank's rows of the layer's output (``x`` dense, or sparse COO input features)."""
-        out = propagate(operator, sparse_linear(x, self.weight, operator.threads or 1) if x.is_sparse else x @ self.weight.T)
+        out = propagate(operator, sparse_linear(x, self.weight, operator.threads or 1, operator.kernels) if x.is_sparse else x @ self.weight.T)
         return out + self.bias if self.bias is not None else out
 
     def __repr__(self) -> str:
@@ -117,14 +117,14 @@ class SAGEConv(nn.Module):
             # propagate out_channels columns instead of in_channels (on Cora 16 instead of 1433;
             # PyG's SAGEConv aggregates first). The same function, rounded in another order.
             weight = self.lin_l.weight
-            out = propagate(operator, sparse_linear(x, weight, threads) if x.is_sparse else x @ weight.T)
+            out = propagate(operator, sparse_linear(x, weight, threads, operator.kernels) if x.is_sparse else x @ weight.T)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
             out = self.lin_l(propagate(operator, x.to_dense() if x.is_sparse else x))
         if self.lin_r is None:
             return out
-        return out + (sparse_linear(x, self.lin_r.weight, threads) if x.is_sparse else self.lin_r(x))
+        return out + (sparse_linear(x, self.lin_r.weight, threads, operator.kernels) if x.is_sparse else self.lin_r(x))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, aggr=mean)"

@@ -17,6 +17,7 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, collective_errors
 from sparsewire.distributed import DistributedMatrix
+from sparsewire.exec.backends import make_backend
 from sparsewire.spmm_plan import SpmmPlan, plan_spmm
 
 __all__ = ["GraphOperator", "propagate", "scatter_rows", "gather_rows", "gcn_normalize", "mean_normalize"]
@@ -41,12 +42,13 @@ class GraphOperator:
 
     def __init__(
         self, matrix: DistributedMatrix, strategy: str = "auto", topology=None, mode: str | None = None, threads: int | None = None,
-        transport: str = "mpi", backend: str = "numpy", device: str = "cpu",
+        transport: str = "mpi", backend: str = "torch", device: str = "cpu",
     ):
         """Not collective (plans are made later, collectively, per width)."""
         self.matrix, self.comm = matrix, matrix.comm
         self.strategy, self.topology, self.mode, self.threads, self.transport = strategy, topology, mode, threads, transport
         self.backend, self.device = backend, device
+        self.kernels = make_backend(backend, device)  # also for the first layer's sparse input (gnn/sparse_input.py)
         self.plans: dict[tuple[int, str], SpmmPlan] = {}
         self.bytes_forward = 0
         self.bytes_backward = 0

@@ -21,6 +21,7 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error
 from sparsewire.distributed import distribute
+from sparsewire.exec.backends import backend_problem
 from sparsewire.gnn.data import GraphData
 from sparsewire.gnn.layers import GNN
 from sparsewire.gnn.propagate import GraphOperator, gcn_normalize, mean_normalize
@@ -54,7 +55,7 @@ class TrainResult:
 
 def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn", *, partition="even", strategy: str = "auto",
                      topology=None, threads: int | None = 1, root: int = 0, imbalance: float = 0.03, transport: str = "mpi",
-                     dtype: torch.dtype = torch.float32, backend: str = "numpy", device: str = "cpu") -> LocalGraph:
+                     dtype: torch.dtype = torch.float32, backend: str = "torch", device: str = "cpu") -> LocalGraph:
     """Collective. Hand every rank its nodes: ``data`` on ``root`` (None elsewhere). The adjacency
     is distributed by rows and normalised for the model (GCN: ``D^-1/2 (A + I) D^-1/2``; SAGE: the
     mean over in-neighbours), features as rows of ``dtype`` (float32 by default, as PyTorch trains;
@@ -62,15 +63,15 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     The model :func:`train` builds, and every propagation's plan, take the features' dtype.
 
     ``threads`` (default 1) are the executor's threads per rank; give PyTorch the same
-    (``torch.set_num_threads``, as ``sparsewire gcn --threads`` does). The two pools no longer
-    fight (:func:`sparsewire.exec.kernels.set_threads` keeps Numba from resizing PyTorch's OpenMP
-    teams): a float32 Cora epoch took 3.5 ms with 1 rank x 2 threads against 3.8 ms on one thread
-    on the 2-core machine (41 ms before that fix).
+    (``torch.set_num_threads``, as ``sparsewire gcn --threads`` does).
 
-    ``transport``: how the propagations' messages move, ``mpi`` or ``torch`` (torch.distributed);
-    ``backend`` and ``device``: what runs the propagations' local products, ``numpy`` (the compiled
-    kernels) or ``torch`` (PyTorch's sparse products on ``device``; see
-    :func:`sparsewire.spmm_plan.plan_spmm`)."""
+    ``transport``: how the propagations' messages move, ``mpi`` or ``torch`` (torch.distributed).
+    ``backend`` and ``device``: what runs the propagations' local products (and the first layer's
+    sparse input): ``torch`` (default: PyTorch's sparse CSR products on ``device``, one thread pool,
+    PyTorch's) or ``numpy`` (the compiled kernels; see :func:`sparsewire.spmm_plan.plan_spmm`). In
+    ``bench/gnn.py`` (float32, 2-core machine) their epochs take the same time, and the torch
+    backend's process never loads Numba and LLVM: at P = 1 its peak memory was 0.72-0.87x that of
+    PyG's process, the NumPy backend's 0.96-1.12x."""
     rank, size = comm.Get_rank(), comm.Get_size()
     problem = None
     if dtype not in (torch.float32, torch.float64):
@@ -79,6 +80,8 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
         problem = f"rank {root} must pass the graph data"
     elif model not in ("gcn", "sage"):
         problem = f"unknown model {model!r}; choose gcn or sage"
+    else:
+        problem = backend_problem(backend, device, None)
     agree_on_error(comm, problem)
     matrix = distribute(comm, data.adjacency if rank == root else None, partition, root=root, topology=topology, imbalance=imbalance)
     values = np.float32 if dtype == torch.float32 else np.float64
