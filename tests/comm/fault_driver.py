@@ -19,15 +19,16 @@ import numpy as np
 from mpi4py import MPI
 
 import sparsewire
-from sparsewire.exec import kernels
+from sparsewire.exec.backends import NumpyBackend
 
 comm = MPI.COMM_WORLD
 failing = comm.Get_rank() == comm.Get_size() - 1
 
 
 def plant_kernel_fault(after_calls: int) -> None:
-    """Make this rank's local product raise on call ``after_calls`` + 1."""
-    original, calls = kernels.multiply, [0]
+    """Make this rank's local product (the NumPy backend's, every executor's choke point) raise on
+    call ``after_calls`` + 1."""
+    original, calls = NumpyBackend.multiply, [0]
 
     def faulty(*args, **kwargs):
         calls[0] += 1
@@ -35,7 +36,7 @@ def plant_kernel_fault(after_calls: int) -> None:
             raise RuntimeError(f"planted fault in the local product of rank {comm.Get_rank()}")
         return original(*args, **kwargs)
 
-    kernels.multiply = faulty
+    NumpyBackend.multiply = staticmethod(faulty)
 
 
 def multiply_loop(case: str) -> None:
