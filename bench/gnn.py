@@ -11,7 +11,8 @@ Graphs: Cora (``../shared/data/gnn/cora.npz``, when present; 1433 sparse bag-of-
 which would measure the random number generator rather than the propagation).
 
 Ours: ``mpiexec -n P`` with T threads per rank (executor and PyTorch both at T), ``--dtype``,
-``--backend`` (the executor's local products: the compiled kernels, or PyTorch's sparse CSR ones).
+``--backend`` (the executor's local products: ``torch``, PyTorch's sparse CSR products, the default
+of ``sparsewire gcn``; or ``numpy``, the compiled kernels).
 PyG: one process, ``torch.set_num_threads(P x T)`` (the cores ours uses), the adjacency as a CSR
 ``adj_t`` (``torch.sparse_csr_tensor``, so a propagation is one ``torch.sparse.mm``), ``GCNConv``
 with ``cached=True`` (the normalisation made once), ``SAGEConv`` with the mean aggregator, the

@@ -42,6 +42,17 @@ def integer_matrix(rng, shape, density):
     return sp.csr_array(matrix)
 
 
+def integer_problem(comm, rng, shape):
+    """A (integer values, distributed from rank 0), k, B and G, and this rank's rows of B and G."""
+    rank = comm.Get_rank()
+    a = integer_matrix(rng, shape, 0.08)
+    k = int(rng.integers(1, 6))
+    b = rng.integers(-3, 4, (shape[1], k)).astype(np.float64)
+    g = rng.integers(-3, 4, (shape[0], k)).astype(np.float64)
+    matrix = sparsewire.distribute(comm, a if rank == 0 else None)
+    return a, k, b, g, matrix, b[slice(*matrix.col_partition.range(rank))], g[slice(*matrix.row_partition.range(rank))]
+
+
 def gathered(comm, block):
     return np.vstack(comm.allgather(block))
 
@@ -53,12 +64,7 @@ def roundtrip(seed: int) -> str:
     checked = 0
     path = comm.bcast(tempfile.mkdtemp() if rank == 0 else None) + "/plan.npz"
     for shape in [(61, 61), (47, 73)]:
-        a = integer_matrix(rng, shape, 0.08)
-        k = int(rng.integers(1, 6))
-        b = rng.integers(-3, 4, (shape[1], k)).astype(np.float64)
-        g = rng.integers(-3, 4, (shape[0], k)).astype(np.float64)
-        matrix = sparsewire.distribute(comm, a if rank == 0 else None)
-        b_local, g_local = b[slice(*matrix.col_partition.range(rank))], g[slice(*matrix.row_partition.range(rank))]
+        a, k, b, g, matrix, b_local, g_local = integer_problem(comm, rng, shape)
         with matrix.spmm_plan(k, transport="torch") as plan:
             text = plan.explain()
             assert "transport torch" in text and "tensors torch.distributed received into" in text, text
@@ -153,13 +159,8 @@ def backend(seed: int) -> str:
     path = comm.bcast(tempfile.mkdtemp() if rank == 0 else None) + "/plan.npz"
     checked = 0
     for shape in [(61, 61), (47, 73)]:
-        a = integer_matrix(rng, shape, 0.08)
-        k = int(rng.integers(1, 6))
-        b = rng.integers(-3, 4, (shape[1], k)).astype(np.float64)
-        g = rng.integers(-3, 4, (shape[0], k)).astype(np.float64)
-        matrix = sparsewire.distribute(comm, a if rank == 0 else None)
-        b_local = torch.from_numpy(b[slice(*matrix.col_partition.range(rank))])
-        g_local = torch.from_numpy(g[slice(*matrix.row_partition.range(rank))])
+        a, k, b, g, matrix, b_local, g_local = integer_problem(comm, rng, shape)
+        b_local, g_local = torch.from_numpy(b_local), torch.from_numpy(g_local)
         with matrix.spmm_plan(k, backend="torch") as plan:
             assert "backend torch on cpu" in plan.explain(), plan.explain()
             for _ in range(2):
