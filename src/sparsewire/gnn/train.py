@@ -70,8 +70,8 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     sparse input): ``torch`` (default: PyTorch's sparse CSR products on ``device``, one thread pool,
     PyTorch's) or ``numpy`` (the compiled kernels; see :func:`sparsewire.spmm_plan.plan_spmm`). In
     ``bench/gnn.py`` (float32, 2-core machine) their epochs take the same time, and the torch
-    backend's process never loads Numba and LLVM: at P = 1 its peak memory was 0.72-0.87x that of
-    PyG's process, the NumPy backend's 0.96-1.12x."""
+    backend's process never loads Numba and LLVM: at P = 1 its peak memory was 0.77-0.87x that of
+    PyG's process, the NumPy backend's 0.90-1.11x."""
     rank, size = comm.Get_rank(), comm.Get_size()
     problem = None
     if dtype not in (torch.float32, torch.float64):
