@@ -187,9 +187,10 @@ class TorchBackend:
     def block(self, b, shape: tuple[int, int], dtype: np.dtype, rank: int) -> torch.Tensor:
         """Not collective. B as a contiguous tensor of ``dtype`` on the device (a NumPy array is
         wrapped without a copy where it already fits)."""
-        if getattr(b, "shape", None) != shape and tuple(getattr(b, "shape", ())) != shape:
+        got = tuple(getattr(b, "shape", ()))  # a torch.Size or a NumPy shape
+        if got != shape:
             raise PlanMismatchError(
-                f"rank {rank}: the B block has shape {tuple(getattr(b, 'shape', ())) or type(b).__name__}, expected {shape} "
+                f"rank {rank}: the B block has shape {got or type(b).__name__}, expected {shape} "
                 "(this rank's rows of B by k); give each rank its rows under the plan's column partition"
             )
         if isinstance(b, np.ndarray):
