@@ -15,21 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, default_matrices, geometric_mean, short_name  # noqa: E402
+from common import ROOT, default_matrices, geometric_mean, run_json, short_name  # noqa: E402
 
 
 def run(mpiexec: str, ranks: int, matrix: str, k: int, dtype: str, mode: str, threads: int, repeat: int, backend: str) -> dict:
     command = [mpiexec, "-n", str(ranks), sys.executable, "-m", "sparsewire", "spmm", matrix, "--k", str(k), "--dtype", dtype, "--mode", mode,
                "--threads", str(threads), "--repeat", str(repeat), "--backend", backend, "--json"]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=1200, cwd=ROOT)
-    if completed.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed: {completed.stderr[-2000:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    return run_json(command, timeout=1200, cwd=ROOT)
 
 
 def main() -> None:

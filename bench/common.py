@@ -3,6 +3,7 @@ means and an earlier commit's package for side-by-side runs."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -37,3 +38,12 @@ def extract_baseline(ref: str) -> str:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
     return str(target / "src")
+
+
+def run_json(command: list[str], timeout: float = 1800, cwd: Path | None = None) -> dict:
+    """Run a worker command; the JSON object on its last stdout line (exits with its stderr when it fails)."""
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    if completed.returncode != 0:
+        raise SystemExit(f"{' '.join(command[-8:])} failed: {completed.stderr[-2000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT  # noqa: E402
+from common import ROOT, run_json  # noqa: E402
 
 CORA = ROOT.parent / "shared" / "data" / "gnn" / "cora.npz"
 MODELS = {"gcn2": ("gcn", 2, 16), "gcn5": ("gcn", 5, 32), "sage2": ("sage", 2, 16)}
@@ -135,13 +134,6 @@ def pyg(path: str, model: str, threads: int, epochs: int, dtype: str, dropout: f
     print(json.dumps({"seconds_per_epoch": float(np.median(times[1:])), "peak_mib_per_rank": peak_mib()}))
 
 
-def run(command: list[str]) -> dict:
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-    if completed.returncode != 0:
-        raise SystemExit(f"{' '.join(command[-8:])} failed: {completed.stderr[-2000:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", default="1x1,1x2,2x1", help="ranks x threads (default: 1x1,1x2,2x1)")
@@ -175,10 +167,10 @@ def main() -> None:
                 cores = ranks * threads
                 if cores not in references:
                     print(f"{spec} {model}: PyG on {cores} thread(s) ...", file=sys.stderr, flush=True)
-                    references[cores] = run([sys.executable, __file__, "--epochs", str(args.epochs), "--dtype", args.dtype,
+                    references[cores] = run_json([sys.executable, __file__, "--epochs", str(args.epochs), "--dtype", args.dtype,
                                              "--dropout", str(args.dropout), "--worker", "pyg", graph_file, model, str(cores)])
                 print(f"{spec} {model}: ours {ranks} x {threads} ...", file=sys.stderr, flush=True)
-                mine = run([mpiexec, "-n", str(ranks), sys.executable, __file__, "--epochs", str(args.epochs), "--dtype", args.dtype,
+                mine = run_json([mpiexec, "-n", str(ranks), sys.executable, __file__, "--epochs", str(args.epochs), "--dtype", args.dtype,
                             "--dropout", str(args.dropout), "--backend", args.backend, "--worker", "ours", spec, model, str(threads)])
                 reference = references[cores]
                 times[(ranks, threads)] = mine["seconds_per_epoch"]

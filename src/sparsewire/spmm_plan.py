@@ -295,9 +295,7 @@ class SpmmPlan:
             f"strategy {self.rank_plan.strategy.value}, mode {self.mode}, {self.threads} thread(s) per rank"
             + (", deterministic" if self.deterministic else ""),
             f"transport {self.transport}: bytes counted from {self.counted_by}",
-            f"backend {self.backend} on {self.device}: "
-            + ("buffers are NumPy arrays, products the compiled kernels" if self.backend == "numpy" else
-               "buffers are torch tensors, products torch's sparse CSR addmm and index_select"),
+            f"backend {self.backend} on {self.device}: {self.executor.kernels.description}",
             self.choice.reason(),
         ]
         if self.choice.requested == "auto" and len(self.choice.candidates) > 1:

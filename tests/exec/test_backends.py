@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 torch = pytest.importorskip("torch")
 
-from conftest import SHARED_DATA, _seed, run_mpi  # noqa: E402
+from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, run_mpi  # noqa: E402
 from mpi_driver import planned_runs  # noqa: E402
 
 from sparsewire.errors import InputError  # noqa: E402
@@ -123,16 +123,4 @@ def test_cli_refuses_the_partitioned_mode_on_the_torch_backend_in_one_line():
 
 @pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
 def test_gcn_on_the_torch_backend_trains_as_on_numpy():
-    histories = {}
-    for backend in ("numpy", "torch"):
-        completed = run_mpi(3, ["-m", "sparsewire", "gcn", str(CORA), "--epochs", "30", "--dtype", "float64", "--backend", backend, "--json"],
-                            timeout=400)
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        report = json.loads(completed.stdout.strip().splitlines()[-1])
-        assert report["backend"] == backend
-        histories[backend] = report["history"]
-    numpy_losses = [entry["loss"] for entry in histories["numpy"]]
-    torch_losses = [entry["loss"] for entry in histories["torch"]]
-    assert len(torch_losses) == 30
-    assert max(abs(a - b) for a, b in zip(numpy_losses, torch_losses)) <= 1e-6
-    assert [entry["bytes"] for entry in histories["numpy"]] == [entry["bytes"] for entry in histories["torch"]]
+    assert_gcn_trains_alike(3, "backend", ("numpy", "torch"), extra=("--dtype", "float64"))

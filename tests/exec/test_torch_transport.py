@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from conftest import SHARED_DATA, _seed, run_mpi  # noqa: E402
+from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, run_mpi  # noqa: E402
 from mpi_driver import planned_runs  # noqa: E402
 
 CORA = SHARED_DATA / "gnn" / "cora.npz"
@@ -69,15 +69,4 @@ def test_cli_refuses_the_partitioned_mode_on_torch_in_one_line():
 @pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_gcn_on_torch_trains_as_on_mpi(ranks):
-    histories = {}
-    for transport in ("mpi", "torch"):
-        completed = run_mpi(ranks, ["-m", "sparsewire", "gcn", str(CORA), "--epochs", "30", "--transport", transport, "--json"], timeout=400)
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        report = json.loads(completed.stdout.strip().splitlines()[-1])
-        assert report["transport"] == transport
-        histories[transport] = report["history"]
-    mpi_losses = [entry["loss"] for entry in histories["mpi"]]
-    torch_losses = [entry["loss"] for entry in histories["torch"]]
-    assert len(torch_losses) == 30
-    assert max(abs(a - b) for a, b in zip(mpi_losses, torch_losses)) <= 1e-6
-    assert [entry["bytes"] for entry in histories["mpi"]] == [entry["bytes"] for entry in histories["torch"]]
+    assert_gcn_trains_alike(ranks, "transport", ("mpi", "torch"))

@@ -40,6 +40,7 @@ class NumpyBackend:
     name = "numpy"
     device = "cpu"
     modes = frozenset(Mode)
+    description = "buffers are NumPy arrays, products the compiled kernels"
 
     csr = staticmethod(kernels.CsrOperand.from_matrix)
     gather_operand = staticmethod(kernels.GatherOperand.from_index)

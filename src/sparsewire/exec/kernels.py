@@ -15,6 +15,7 @@ compiled kernel has run).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from dataclasses import dataclass
 
@@ -40,17 +41,12 @@ __all__ = [
 ]
 
 
-_COMPILED = None
-
-
+@functools.cache
 def _compiled():
     """The compiled kernels' module, imported on first use."""
-    global _COMPILED
-    if _COMPILED is None:
-        from sparsewire.exec import kernels_numba
+    from sparsewire.exec import kernels_numba
 
-        _COMPILED = kernels_numba
-    return _COMPILED
+    return kernels_numba
 
 
 def set_threads(threads: int, ranks_on_node: int = 1) -> None:

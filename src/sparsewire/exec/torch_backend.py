@@ -82,6 +82,7 @@ class TorchBackend:
 
     name = "torch"
     modes = frozenset({Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY})
+    description = "buffers are torch tensors, products torch's sparse CSR addmm and index_select"
 
     def __init__(self, device: str = "cpu") -> None:
         self.device = torch.device(device)

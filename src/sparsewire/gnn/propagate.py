@@ -95,10 +95,8 @@ class GraphOperator:
         if not source.is_contiguous():
             source = source.contiguous()
         out = torch.empty((plan.output_rows, x.shape[1]), dtype=x.dtype, device=source.device)
-        if self.backend == "torch":
-            plan.multiply(source, out=out)
-        else:
-            plan.multiply(source.numpy(), out=out.numpy())  # both views share the tensors' memory
+        # The backend's arrays of the same memory (NumPy views, or the tensors themselves).
+        plan.multiply(self.kernels.from_torch(source), out=self.kernels.from_torch(out))
         if transposed:
             self.bytes_backward += plan.bytes_received
         else:
