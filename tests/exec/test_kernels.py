@@ -298,3 +298,26 @@ def test_rows_taken_in_pairs_give_the_bits_of_one_row_at_a_time(dtype, k):
         kernels.multiply_rows(operand, x, alone, row, row + 1)
     assert together.tobytes() == alone.tobytes()
     np.testing.assert_allclose(together, matrix @ x.astype(np.float64), rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-4)
+
+
+def test_unchecked_element_reads_contiguous_and_strided_arrays_alike():
+    """``simd.element`` (the kernels' load without Numba's negative-index wraparound) reads
+    ``array[i]`` of a contiguous array and of a strided view, on random data and positions."""
+    from numba import njit
+
+    from sparsewire.exec.simd import element
+
+    @njit
+    def read_all(array, positions):
+        out = np.empty(positions.size, array.dtype)
+        for r in range(positions.size):
+            out[r] = element(array, positions[r])
+        return out
+
+    rng = np.random.default_rng()
+    for dtype in (np.int32, np.int64, np.float32, np.float64):
+        base = rng.integers(-1000, 1000, 301).astype(dtype)
+        for array in (base, base[::3], base[5:200:7]):
+            positions = rng.integers(0, array.size, 50)
+            np.testing.assert_array_equal(read_all(array, positions), array[positions])
+    np.testing.assert_array_equal(read_all(np.arange(4.0), np.array([0, 3, 1])), [0.0, 3.0, 1.0])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from numba import njit, prange
 
-from sparsewire.exec.simd import lanes_fma, lanes_in, lanes_load, lanes_store
+from sparsewire.exec.simd import element, lanes_fma, lanes_in, lanes_load, lanes_store
 
 _CONTRACT = {"contract"}
 
@@ -21,7 +21,7 @@ def gather_range(index, x, out, row_start, row_stop):
     """out[r] = x[index[r]] for r in [row_start, row_stop) (packing B rows into a send buffer)."""
     k = out.shape[1]
     for r in range(row_start, row_stop):
-        j = index[r]
+        j = element(index, r)
         for c in range(k):
             out[r, c] = x[j, c]
 
@@ -34,12 +34,12 @@ def gather_threads(index, x, out, bounds):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _fragment(element, element_stop, k):
-    """The row r holding flattened element ``element`` and the columns [c0, c1) of it that lie
+def _fragment(position, element_stop, k):
+    """The row r holding flattened element ``position`` and the columns [c0, c1) of it that lie
     before ``element_stop`` (a partition may start or end inside a row)."""
-    r = element // k
-    c0 = element - r * k
-    return r, c0, min(k, c0 + element_stop - element)
+    r = position // k
+    c0 = position - r * k
+    return r, c0, min(k, c0 + element_stop - position)
 
 
 @njit(nogil=True, cache=True)
@@ -54,7 +54,7 @@ def gather_elements(index, x, out_flat, element_start, element_stop):
     while e < element_stop:
         r, c0, c1 = _fragment(e, element_stop, k)
         target = out_flat[r * k + c0 : r * k + c1]
-        source = x[index[r], c0:c1]
+        source = x[element(index, r), c0:c1]
         for c in range(target.size):
             target[c] = source[c]
         e += c1 - c0
@@ -71,9 +71,9 @@ def csr_elements(indptr, indices, data, x, out_flat, element_start, element_stop
         if not accumulate:
             for c in range(target.size):
                 target[c] = 0.0
-        for p in range(indptr[r], indptr[r + 1]):
-            source = x[indices[p], c0:c1]
-            v = data[p]
+        for p in range(element(indptr, r), element(indptr, r + 1)):
+            source = x[element(indices, p), c0:c1]
+            v = element(data, p)
             for c in range(target.size):
                 target[c] += v * source[c]
         e += c1 - c0
@@ -96,19 +96,19 @@ def _columns_of_one_block(colptr, rows, data, buffer, out, col_start, col_stop, 
     for j in range(col_start, col_stop):
         if registers == 1:
             b0 = lanes_load(buffer, j, 0)
-            for p in range(colptr[j], colptr[j + 1]):
-                _add_scaled(out, rows[p], 0, data[p], b0)
+            for p in range(element(colptr, j), element(colptr, j + 1)):
+                _add_scaled(out, element(rows, p), 0, element(data, p), b0)
         elif registers == 2:
             b0, b1 = lanes_load(buffer, j, 0), lanes_load(buffer, j, lanes)
-            for p in range(colptr[j], colptr[j + 1]):
-                i, v = rows[p], data[p]
+            for p in range(element(colptr, j), element(colptr, j + 1)):
+                i, v = element(rows, p), element(data, p)
                 _add_scaled(out, i, 0, v, b0)
                 _add_scaled(out, i, lanes, v, b1)
         else:
             b0, b1 = lanes_load(buffer, j, 0), lanes_load(buffer, j, lanes)
             b2, b3 = lanes_load(buffer, j, 2 * lanes), lanes_load(buffer, j, 3 * lanes)
-            for p in range(colptr[j], colptr[j + 1]):
-                i, v = rows[p], data[p]
+            for p in range(element(colptr, j), element(colptr, j + 1)):
+                i, v = element(rows, p), element(data, p)
                 _add_scaled(out, i, 0, v, b0)
                 _add_scaled(out, i, lanes, v, b1)
                 _add_scaled(out, i, 2 * lanes, v, b2)
@@ -129,9 +129,9 @@ def csc_columns_range(colptr, rows, data, buffer, out, col_start, col_stop):
         _columns_of_one_block(colptr, rows, data, buffer, out, col_start, col_stop, 4)
     else:
         for j in range(col_start, col_stop):
-            for p in range(colptr[j], colptr[j + 1]):
-                i = rows[p]
-                v = data[p]
+            for p in range(element(colptr, j), element(colptr, j + 1)):
+                i = element(rows, p)
+                v = element(data, p)
                 for c in range(k):
                     out[i, c] += v * buffer[j, c]
 
@@ -151,9 +151,9 @@ def _csc_fragments(colptr, rows, data, buffer_flat, k, out, element_start, eleme
     while e < element_stop:
         j, c0, c1 = _fragment(e, element_stop, k)
         source = buffer_flat[j * k + c0 : j * k + c1]
-        for p in range(colptr[j], colptr[j + 1]):
-            target = out[rows[p], c0:c1]
-            v = data[p]
+        for p in range(element(colptr, j), element(colptr, j + 1)):
+            target = out[element(rows, p), c0:c1]
+            v = element(data, p)
             for c in range(source.size):
                 target[c] += v * source[c]
         e += c1 - c0

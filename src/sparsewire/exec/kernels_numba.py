@@ -27,6 +27,7 @@ from numba import njit, prange
 from sparsewire.exec.atomics import fetch_add
 from sparsewire.exec.simd import (
     LINE_BYTES,
+    element,
     half_load,
     half_zero,
     lanes_fma,
@@ -64,14 +65,14 @@ def _row_block4(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream)
     if accumulate:
         t0, t1, t2, t3 = lanes_load(out, i, c), lanes_load(out, i, c1), lanes_load(out, i, c2), lanes_load(out, i, c3)
     elif p < stop:
-        j, v = indices[p], data[p]
+        j, v = element(indices, p), element(data, p)
         t0, t1 = lanes_scale(v, lanes_load(x, j, c)), lanes_scale(v, lanes_load(x, j, c1))
         t2, t3 = lanes_scale(v, lanes_load(x, j, c2)), lanes_scale(v, lanes_load(x, j, c3))
         p += 1
     else:
         t0 = t1 = t2 = t3 = lanes_zero(out)
     while p < stop:
-        j, v = indices[p], data[p]
+        j, v = element(indices, p), element(data, p)
         t0, t1 = lanes_fma(t0, v, lanes_load(x, j, c)), lanes_fma(t1, v, lanes_load(x, j, c1))
         t2, t3 = lanes_fma(t2, v, lanes_load(x, j, c2)), lanes_fma(t3, v, lanes_load(x, j, c3))
         p += 1
@@ -88,13 +89,13 @@ def _row_block2(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream)
     if accumulate:
         t0, t1 = lanes_load(out, i, c), lanes_load(out, i, c1)
     elif p < stop:
-        j, v = indices[p], data[p]
+        j, v = element(indices, p), element(data, p)
         t0, t1 = lanes_scale(v, lanes_load(x, j, c)), lanes_scale(v, lanes_load(x, j, c1))
         p += 1
     else:
         t0 = t1 = lanes_zero(out)
     while p < stop:
-        j, v = indices[p], data[p]
+        j, v = element(indices, p), element(data, p)
         t0, t1 = lanes_fma(t0, v, lanes_load(x, j, c)), lanes_fma(t1, v, lanes_load(x, j, c1))
         p += 1
     _put(out, i, c, t0, stream)
@@ -107,12 +108,12 @@ def _row_block1(indices, data, x, out, i, p, stop, c, accumulate, stream):
     if accumulate:
         t0 = lanes_load(out, i, c)
     elif p < stop:
-        t0 = lanes_scale(data[p], lanes_load(x, indices[p], c))
+        t0 = lanes_scale(element(data, p), lanes_load(x, element(indices, p), c))
         p += 1
     else:
         t0 = lanes_zero(out)
     while p < stop:
-        t0 = lanes_fma(t0, data[p], lanes_load(x, indices[p], c))
+        t0 = lanes_fma(t0, element(data, p), lanes_load(x, element(indices, p), c))
         p += 1
     _put(out, i, c, t0, stream)
 
@@ -123,12 +124,12 @@ def _row_half(indices, data, x, out, i, p, stop, c, accumulate):
     if accumulate:
         t0 = half_load(out, i, c)
     elif p < stop:
-        t0 = lanes_scale(data[p], half_load(x, indices[p], c))
+        t0 = lanes_scale(element(data, p), half_load(x, element(indices, p), c))
         p += 1
     else:
         t0 = half_zero(out)
     while p < stop:
-        t0 = lanes_fma(t0, data[p], half_load(x, indices[p], c))
+        t0 = lanes_fma(t0, element(data, p), half_load(x, element(indices, p), c))
         p += 1
     lanes_store(out, i, c, t0)
 
@@ -141,21 +142,21 @@ def _two_rows_block1(indices, data, x, out, i, p0, s0, p1, s1, stream):
     t0 = lanes_zero(out)
     t1 = lanes_zero(out)
     if p0 < s0:
-        t0 = lanes_scale(data[p0], lanes_load(x, indices[p0], 0))
+        t0 = lanes_scale(element(data, p0), lanes_load(x, element(indices, p0), 0))
         p0 += 1
     if p1 < s1:
-        t1 = lanes_scale(data[p1], lanes_load(x, indices[p1], 0))
+        t1 = lanes_scale(element(data, p1), lanes_load(x, element(indices, p1), 0))
         p1 += 1
     for _ in range(min(s0 - p0, s1 - p1)):
-        t0 = lanes_fma(t0, data[p0], lanes_load(x, indices[p0], 0))
-        t1 = lanes_fma(t1, data[p1], lanes_load(x, indices[p1], 0))
+        t0 = lanes_fma(t0, element(data, p0), lanes_load(x, element(indices, p0), 0))
+        t1 = lanes_fma(t1, element(data, p1), lanes_load(x, element(indices, p1), 0))
         p0 += 1
         p1 += 1
     while p0 < s0:
-        t0 = lanes_fma(t0, data[p0], lanes_load(x, indices[p0], 0))
+        t0 = lanes_fma(t0, element(data, p0), lanes_load(x, element(indices, p0), 0))
         p0 += 1
     while p1 < s1:
-        t1 = lanes_fma(t1, data[p1], lanes_load(x, indices[p1], 0))
+        t1 = lanes_fma(t1, element(data, p1), lanes_load(x, element(indices, p1), 0))
         p1 += 1
     _put(out, i, 0, t0, stream)
     _put(out, i + 1, 0, t1, stream)
@@ -168,21 +169,21 @@ def _two_rows_half(indices, data, x, out, i, p0, s0, p1, s1):
     t0 = half_zero(out)
     t1 = half_zero(out)
     if p0 < s0:
-        t0 = lanes_scale(data[p0], half_load(x, indices[p0], 0))
+        t0 = lanes_scale(element(data, p0), half_load(x, element(indices, p0), 0))
         p0 += 1
     if p1 < s1:
-        t1 = lanes_scale(data[p1], half_load(x, indices[p1], 0))
+        t1 = lanes_scale(element(data, p1), half_load(x, element(indices, p1), 0))
         p1 += 1
     for _ in range(min(s0 - p0, s1 - p1)):
-        t0 = lanes_fma(t0, data[p0], half_load(x, indices[p0], 0))
-        t1 = lanes_fma(t1, data[p1], half_load(x, indices[p1], 0))
+        t0 = lanes_fma(t0, element(data, p0), half_load(x, element(indices, p0), 0))
+        t1 = lanes_fma(t1, element(data, p1), half_load(x, element(indices, p1), 0))
         p0 += 1
         p1 += 1
     while p0 < s0:
-        t0 = lanes_fma(t0, data[p0], half_load(x, indices[p0], 0))
+        t0 = lanes_fma(t0, element(data, p0), half_load(x, element(indices, p0), 0))
         p0 += 1
     while p1 < s1:
-        t1 = lanes_fma(t1, data[p1], half_load(x, indices[p1], 0))
+        t1 = lanes_fma(t1, element(data, p1), half_load(x, element(indices, p1), 0))
         p1 += 1
     lanes_store(out, i, 0, t0)
     lanes_store(out, i + 1, 0, t1)
@@ -193,7 +194,7 @@ def _prefetch_ahead(indices, p, stop, last, base, row_bytes, lines):
     """Prefetch ``lines`` cache lines of the B rows of nonzeros [p, stop) shifted
     :data:`PREFETCH_DISTANCE` ahead (not past ``last``)."""
     for q in range(p + PREFETCH_DISTANCE, min(stop + PREFETCH_DISTANCE, last)):
-        address = base + indices[q] * row_bytes
+        address = base + element(indices, q) * row_bytes
         for line in range(lines):
             _prefetch(address + LINE_BYTES * line)
 
@@ -209,13 +210,13 @@ def _rows_of_one_block(indptr, indices, data, x, out, row_start, row_stop, accum
     i = row_start
     if registers == 1 and not accumulate:  # rows in pairs: one register is one FMA chain, too short alone
         while i + 1 < row_stop:
-            p, middle, stop = indptr[i], indptr[i + 1], indptr[i + 2]
+            p, middle, stop = element(indptr, i), element(indptr, i + 1), element(indptr, i + 2)
             if prefetch:
                 _prefetch_ahead(indices, p, stop, last, base, row_bytes, 1)
             _two_rows_block1(indices, data, x, out, i, p, middle, middle, stop, stream)
             i += 2
     for i in range(i, row_stop):
-        p, stop = indptr[i], indptr[i + 1]
+        p, stop = element(indptr, i), element(indptr, i + 1)
         if accumulate and p == stop:
             continue  # nothing to add: C's row is not touched (an off-diagonal block is mostly empty rows)
         if prefetch:
@@ -246,7 +247,7 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
     kh = k - k % (lanes // 2)  # one half register after the whole ones when half a register is left
     stream = stream and not accumulate and out.ctypes.data % LINE_BYTES == 0 and out.strides[0] % LINE_BYTES == 0
     base, row_bytes = x.ctypes.data, x.strides[0]
-    last = indptr[row_stop] if prefetch else 0
+    last = element(indptr, row_stop) if prefetch else 0
     if k == 4 * lanes:
         _rows_of_one_block(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, 4, last, base, row_bytes)
     elif k == 2 * lanes:
@@ -259,13 +260,13 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
         i = row_start
         if not accumulate:  # rows in pairs, as for one register
             while i + 1 < row_stop:
-                p, middle, stop = indptr[i], indptr[i + 1], indptr[i + 2]
+                p, middle, stop = element(indptr, i), element(indptr, i + 1), element(indptr, i + 2)
                 if prefetch:
                     _prefetch_ahead(indices, p, stop, last, base, row_bytes, 1)
                 _two_rows_half(indices, data, x, out, i, p, middle, middle, stop)
                 i += 2
         for i in range(i, row_stop):
-            p, stop = indptr[i], indptr[i + 1]
+            p, stop = element(indptr, i), element(indptr, i + 1)
             if accumulate and p == stop:
                 continue
             if prefetch:
@@ -274,7 +275,7 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
     else:
         lines = min(PREFETCH_LINES, (k * x.itemsize + LINE_BYTES - 1) // LINE_BYTES)
         for i in range(row_start, row_stop):
-            p, stop = indptr[i], indptr[i + 1]
+            p, stop = element(indptr, i), element(indptr, i + 1)
             if accumulate and p == stop:
                 continue
             if prefetch:
@@ -292,13 +293,13 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
                 if accumulate:
                     t = out[i, c]
                 elif q < stop:
-                    t = data[q] * x[indices[q], c]
+                    t = element(data, q) * x[element(indices, q), c]
                     q += 1
                 else:
                     out[i, c] = 0.0
                     continue
                 while q < stop:  # t keeps out's dtype: float32 sums round in float32
-                    t += data[q] * x[indices[q], c]
+                    t += element(data, q) * x[element(indices, q), c]
                     q += 1
                 out[i, c] = t
     if stream:
