@@ -138,6 +138,7 @@ class DistributedMatrix:
         transport: str = "mpi",
         backend: str = "numpy",
         device: str = "cpu",
+        transfer_calibration=None,
     ):
         """Collective. A reusable plan of ``C = A @ B`` for B with ``k`` columns; see
         :func:`sparsewire.spmm_plan.plan_spmm` for the arguments and the ``auto`` strategy.
@@ -149,7 +150,7 @@ class DistributedMatrix:
 
         return plan_spmm(
             self, k, dtype, strategy=strategy, topology=topology, mode=mode, threads=threads, deterministic=deterministic, proxy=proxy,
-            transport=transport, backend=backend, device=device,
+            transport=transport, backend=backend, device=device, transfer_calibration=transfer_calibration,
         )
 
     def right_operand_partitioning(self) -> Partitioning:

@@ -20,6 +20,7 @@ from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, 
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.auto_strategy import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
 from sparsewire.exec.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
+from sparsewire.exec.transfer_paths import describe_paths, summarize_paths
 from sparsewire.exec.spmm import MODES, TRANSPORTS, SpmmExecutor, backend_problem, choose_mode, layout_for_mode, transport_problem
 from sparsewire.plan.plan import RankPlan, check_key_space
 from sparsewire.plan.stats import PlanStats, predicted_seconds
@@ -91,6 +92,7 @@ def plan_spmm(
     transport: str = "mpi",
     backend: str = "numpy",
     device: str = "cpu",
+    transfer_calibration: str | os.PathLike | None = None,
 ) -> SpmmPlan:
     """Collective. Plan ``C = A @ B`` for the distributed A and a B of ``k`` columns.
 
@@ -117,6 +119,10 @@ def plan_spmm(
             or ``torch`` (tensors and PyTorch's sparse CSR products, gathers and index-adds; every
             mode but partitioned; :meth:`SpmmPlan.multiply` then takes and returns tensors).
         device: the torch backend's device; ``cpu`` (the only one in this version).
+        transfer_calibration: the file ``sparsewire calibrate --device`` wrote; messages below
+            its threshold are staged through host memory (:mod:`sparsewire.exec.transfer_paths`).
+            None: the stored calibration of the device's type when there is one, else every
+            message is sent from the buffers themselves.
 
     Returns:
         :class:`SpmmPlan`, ready to multiply.
@@ -141,7 +147,7 @@ def plan_spmm(
         topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
     plan, stats, choice = choose_strategy(matrix, k, dtype, strategy, topology, layout_for_mode(mode), proxy)
     return SpmmPlan(matrix, plan, stats, k, dtype, mode, threads, deterministic, topology, choice, transport=transport, backend=backend,
-                    device=device)
+                    device=device, transfer_calibration=transfer_calibration)
 
 
 class SpmmPlan:
@@ -174,6 +180,7 @@ class SpmmPlan:
         transport: str = "mpi",
         backend: str = "numpy",
         device: str = "cpu",
+        transfer_calibration: str | os.PathLike | None = None,
     ) -> None:
         """Collective (makes the executor). Use :func:`plan_spmm` or ``matrix.spmm_plan``."""
         self.matrix, self.comm = matrix, matrix.comm
@@ -183,8 +190,10 @@ class SpmmPlan:
         self.transposed, self.transport, self.backend, self.device = transposed, transport, backend, device
         self.executor = SpmmExecutor(
             rank_plan, self.comm, self.k, self.dtype, mode, threads=threads, deterministic=deterministic, transport=transport,
-            backend=backend, device=device,
+            backend=backend, device=device, transfer_calibration=transfer_calibration,
         )
+        self.transfer_calibration = transfer_calibration
+        self.transfer_summary = summarize_paths(self.comm, self.executor.buffers, self.executor.stages_messages, topology)
         self.threads = self.executor.threads
         self._transpose: SpmmPlan | None = None
 
@@ -279,7 +288,7 @@ class SpmmPlan:
             self._transpose = SpmmPlan(
                 self.matrix, plan, stats, self.k, self.dtype, self.mode, self.threads, self.deterministic,
                 self.topology, self.choice, transposed=not self.transposed, transport=self.transport, backend=self.backend,
-                device=self.device,
+                device=self.device, transfer_calibration=self.transfer_calibration,
             )
             self._transpose._transpose = self
         return self._transpose
@@ -296,6 +305,7 @@ class SpmmPlan:
             + (", deterministic" if self.deterministic else ""),
             f"transport {self.transport}: bytes counted from {self.counted_by}",
             f"backend {self.backend} on {self.device}: {self.executor.kernels.description}",
+            *describe_paths(self.executor.transfer_rule, self.executor.stages_messages, self.transport, self.transfer_summary),
             self.choice.reason(),
         ]
         if self.choice.requested == "auto" and len(self.choice.candidates) > 1:
@@ -335,7 +345,7 @@ class SpmmPlan:
 
     @classmethod
     def load(cls, path: str | os.PathLike, matrix: DistributedMatrix, *, threads: int | None = None, transport: str | None = None,
-             backend: str = "numpy", device: str = "cpu") -> SpmmPlan:
+             backend: str = "numpy", device: str = "cpu", transfer_calibration: str | os.PathLike | None = None) -> SpmmPlan:
         """Collective. The plan :meth:`save` wrote, for the same A on the same P (every rank passes
         the same path; rank 0 reads it), on ``transport`` (None: the one it was saved with) and
         ``backend`` on ``device`` (a choice of each run, not saved).
@@ -345,7 +355,7 @@ class SpmmPlan:
             (checksum), another number of ranks or another format version; InputError when it is
             not a plan file.
         """
-        return load_plan(cls, path, matrix, threads, transport, backend, device)
+        return load_plan(cls, path, matrix, threads, transport, backend, device, transfer_calibration)
 
     def close(self) -> None:
         """Collective. Free the executor's requests and communicator (and the transposed plan's)."""

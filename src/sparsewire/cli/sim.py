@@ -13,6 +13,8 @@ import numpy as np
 
 from sparsewire.cli.common import MATRIX_HELP, add_partition_arguments, check_writable, json_text, positive_int, progress_printer, write_output
 from sparsewire.errors import InputError
+from sparsewire.exec.modes import BACKENDS
+from sparsewire.exec.transfer_paths import default_transfer_calibration_path
 from sparsewire.sim.calibration import default_calibration_path, measure_compute_rate
 from sparsewire.report import format_bytes, format_table
 
@@ -56,12 +58,22 @@ def add_commands(commands) -> None:
 
     calibrate = commands.add_parser(
         "calibrate",
-        help="measure this machine's local SpMM rate for the compute model of 'simulate'",
-        description="Time the executor's CSR x dense kernel (one thread) on an R-MAT graph (scale 16, edge factor 8) at k = 16, 32, 64 "
-        "and write the median rate in nonzero-columns per second to a JSON file.",
+        help="measure this machine's local SpMM rate for the compute model of 'simulate', or with --device the transfer paths",
+        description="Without --device: time the executor's CSR x dense kernel (one thread) on an R-MAT graph (scale 16, edge factor 8) "
+        "at k = 16, 32, 64 and write the median rate in nonzero-columns per second to a JSON file. With --device D (run as "
+        "'mpiexec -n 2 sparsewire calibrate --device D'): time messages of each --sizes between ranks 0 and 1 sent directly from the "
+        "backend's buffers and staged through host memory, and write the size below which staging is faster; the executor stages "
+        "messages below it (the hybrid communication of the semiring SpGEMM paper, sec. 5.2).",
     )
-    calibrate.add_argument("--output", help=f"where to write (default: {default_calibration_path()})")
-    calibrate.add_argument("--repeat", type=positive_int, default=5, help="timed products per k (default: 5)")
+    calibrate.add_argument("--output", help=f"where to write (default: {default_calibration_path()}; with --device "
+                           f"{default_transfer_calibration_path('cpu').parent}/transfer-<device type>.json)")
+    calibrate.add_argument("--repeat", type=positive_int, help="timed products per k (default: 5), or with --device timed round trips per "
+                           "message size and path (default: 20)")
+    calibrate.add_argument("--device", help="measure the transfer paths of this device (cpu in this version) instead of the compute rate")
+    calibrate.add_argument("--backend", choices=BACKENDS, default="numpy", help="with --device: the kernel backend whose buffers are sent "
+                           "(default: numpy)")
+    calibrate.add_argument("--sizes", default=",".join(str(4**e) for e in range(3, 12)),
+                           help="with --device: message sizes in bytes, comma-separated (default: 64, 256, ..., 4194304)")
     calibrate.add_argument("--json", action="store_true", help="print the measurement as JSON")
     calibrate.set_defaults(handler=_run_calibrate)
 
@@ -100,16 +112,50 @@ def add_commands(commands) -> None:
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
+    if args.device is not None:
+        return _run_calibrate_transfers(args)
     path = Path(args.output) if args.output else default_calibration_path()
     if args.output:
         check_writable(path, "--output")
-    result = measure_compute_rate(args.repeat, progress_printer(args))
+    result = measure_compute_rate(args.repeat or 5, progress_printer(args))
     write_output(path, "--output", lambda target: (target.parent.mkdir(parents=True, exist_ok=True), target.write_text(json_text(result, indent=1))))
     result["path"] = str(path)
     if args.json:
         print(json_text(result))
     else:
         print(f"local SpMM rate {result['compute_rate']:.3g} nonzero-columns/s, written to {path}")
+    return 0
+
+
+def _run_calibrate_transfers(args: argparse.Namespace) -> int:
+    """``calibrate --device``: the transfer sweep (Collective over MPI_COMM_WORLD)."""
+    from mpi4py import MPI
+
+    from sparsewire.exec.backends import make_backend
+    from sparsewire.exec.transfer_paths import measure_transfer_paths
+
+    try:
+        sizes = sorted({int(text) for text in args.sizes.split(",") if text.strip()})
+    except ValueError:
+        raise InputError(f"--sizes must be whole numbers of bytes, comma-separated (got {args.sizes!r})") from None
+    if not sizes or sizes[0] < 8:
+        raise InputError(f"--sizes needs at least one size, each at least 8 bytes (one float64; got {args.sizes!r})")
+    comm = MPI.COMM_WORLD
+    path = Path(args.output) if args.output else default_transfer_calibration_path(args.device)
+    if args.output:
+        check_writable(path, "--output")
+    backend = make_backend(args.backend, args.device)
+    progress = progress_printer(args) if comm.Get_rank() == 0 else None
+    record = measure_transfer_paths(comm, backend, args.device, sizes, args.repeat or 20, progress)
+    if comm.Get_rank() == 0:
+        write_output(path, "--output", lambda target: (target.parent.mkdir(parents=True, exist_ok=True), target.write_text(json_text(record, indent=1))))
+        if args.json:
+            print(json_text({**record, "path": str(path)}))
+        else:
+            rows = [[format_bytes(r["bytes"]), f"{r['direct_seconds'] * 1e6:.2f}", f"{r['staged_seconds'] * 1e6:.2f}",
+                     "direct" if r["direct_seconds"] <= r["staged_seconds"] else "staged"] for r in record["sweep"]]
+            print(format_table(["message", "direct us", "staged us", "faster"], rows))
+            print(f"staged below {record['staged_below_bytes']} bytes on device {record['device']}; written to {path}")
     return 0
 
 

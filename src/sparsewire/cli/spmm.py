@@ -47,6 +47,8 @@ def add_commands(commands) -> None:
     )
     spmm.add_argument("--transport", choices=TRANSPORTS, default="mpi", help=TRANSPORT_HELP)
     add_backend_arguments(spmm)
+    spmm.add_argument("--transfer-calibration", help="file of 'sparsewire calibrate --device': messages below its threshold are staged "
+                      "through host memory (default: the stored calibration of the device's type when there is one, else none is)")
     spmm.add_argument(
         "--threads",
         "-T",
@@ -145,6 +147,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         transport=args.transport,
         backend=args.backend,
         device=args.device,
+        transfer_calibration=args.transfer_calibration,
         progress=progress_printer(args),
     )
     if comm.Get_rank() != 0:
@@ -281,7 +284,7 @@ def _load(comm, spec: str, partition: str, symmetrize: bool, topology=None, imba
 
 
 def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition, imbalance, check, symmetrize, topology, proxy,
-                  threads, deterministic, progress, transport="mpi", backend="numpy", device="cpu") -> list[dict] | None:
+                  threads, deterministic, progress, transport="mpi", backend="numpy", device="cpu", transfer_calibration=None) -> list[dict] | None:
     """Collective. Every (strategy, mode) on the matrix ``spec``: one result dict per run on rank 0
     (None on other ranks). B is :func:`~sparsewire.generators.deterministic_dense`.
 
@@ -324,7 +327,7 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
             comm.Barrier()
             started = MPI.Wtime()
             plan = matrix.spmm_plan(k, dtype, strategy, topology, mode, threads, deterministic, proxy=proxy, transport=transport,
-                                    backend=backend, device=device)
+                                    backend=backend, device=device, transfer_calibration=transfer_calibration)
             plan_seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
             with plan:
                 result = np.empty((plan.output_rows, k), dtype)
@@ -351,6 +354,8 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
                 used_mode = plan.mode  # "auto" is decided by the plan
                 counted_by, measured_independently = plan.counted_by, plan.bytes_measured
                 reason = plan.choice.reason()
+                staged_below = plan.executor.transfer_rule.staged_below_bytes if plan.executor.stages_messages else None
+                transfer_paths = plan.transfer_summary
             checksum_sum = comm.allreduce(float(result.sum(dtype=np.float64)), op=MPI.SUM)
             checksum_squares = comm.allreduce(float(np.square(result, dtype=np.float64).sum()), op=MPI.SUM)
             gathered = matrix.gather_dense(result) if check else None
@@ -367,6 +372,8 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
                 "transport": transport,
                 "backend": backend,
                 "device": device,
+                "staged_below_bytes": staged_below,
+                "transfer_paths": transfer_paths,
                 "bytes_counted_by": counted_by,
                 "bytes_measured": measured_independently,
                 "measured_bytes": int(measured) if measured_independently else None,

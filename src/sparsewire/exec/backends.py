@@ -7,7 +7,9 @@ point (``buffers.kernels``):
   row_bounds)``: a plan's matrices prepared once (CSR products, row gathers, per-message column
   ranges of a receive matrix);
 * ``zeros(shape, dtype)``: every buffer; ``host(buffer)``: the same memory as a NumPy array for the
-  transports (MPI and Gloo read and write host memory);
+  transports (MPI and Gloo read and write host memory); ``flat(buffer)``, ``stage_zeros``,
+  ``copy_out``, ``copy_in``: a message staged through host memory
+  (:mod:`~sparsewire.exec.transfer_paths`);
 * ``multiply``, ``multiply_rows``, ``gather``, ``apply_columns`` (and, NumPy only, the per-thread
   element ranges of the partitioned mode): the products;
 * ``block(b, shape, dtype)``, ``output(out, shape, dtype)``: the caller's B and C checked and in
@@ -72,6 +74,26 @@ class NumpyBackend:
     def host(buffer: np.ndarray) -> np.ndarray:
         """Not collective. The buffer itself (it is host memory)."""
         return buffer
+
+    @staticmethod
+    def flat(buffer: np.ndarray) -> np.ndarray:
+        """Not collective. The buffer as one row of elements (a view), in the backend's array type."""
+        return buffer.reshape(-1)
+
+    @staticmethod
+    def stage_zeros(elements: int, dtype) -> np.ndarray:
+        """Not collective. Host memory for staged messages (:mod:`sparsewire.exec.transfer_paths`)."""
+        return zeros_aligned((elements,), dtype)
+
+    @staticmethod
+    def copy_out(source: np.ndarray, stage: np.ndarray) -> None:
+        """Not collective. ``stage[:] = source`` (a message of a flat buffer into host memory)."""
+        np.copyto(stage, source)
+
+    @staticmethod
+    def copy_in(stage: np.ndarray, target: np.ndarray) -> None:
+        """Not collective. ``target[:] = stage`` (a staged message into a flat buffer)."""
+        np.copyto(target, stage)
 
     @staticmethod
     def set_threads(threads: int, sharing: int) -> None:

@@ -30,6 +30,7 @@ import scipy.sparse as sp
 
 from sparsewire.errors import PlanMismatchError
 from sparsewire.exec.backends import NumpyBackend
+from sparsewire.exec.transfer_paths import TransferRule
 from sparsewire.plan.plan import AGGREGATE_C, DIRECT_C, Exchange, RankPlan
 
 __all__ = ["BufferNeeds", "ExchangeBuffers", "Buffers", "build_buffers", "padded_rows"]
@@ -59,7 +60,12 @@ class ExchangeBuffers:
     """Buffers, offsets and operands of one exchange of one rank (offsets in rows of k elements;
     ``*_elements`` per message; ``recv_elements`` includes padding, ``expected_elements`` is the
     plan's payload). The buffers and operands are the backend's; ``send_flat`` and ``recv_flat``
-    are the buffers' memory as 1-D NumPy arrays, for the transports (messages at ``offsets * k``)."""
+    are the buffers' memory as 1-D NumPy arrays, for the transports (messages at ``offsets * k``).
+
+    Staging (:mod:`~sparsewire.exec.transfer_paths`): ``send_staged``/``recv_staged`` list the
+    messages that go through host memory; ``send_stage``/``recv_stage`` are that host memory (as
+    long as the flat buffers, each message at the same offset; None when no message is staged),
+    ``send_device``/``recv_device`` the buffers as 1-D arrays of the backend (what is copied)."""
 
     index: int
     exchange: Exchange
@@ -84,6 +90,12 @@ class ExchangeBuffers:
     unpack: object | None
     unpack_columns: object | None
     dependencies: tuple[tuple[int, ...], ...]
+    send_staged: tuple[int, ...] = ()
+    recv_staged: tuple[int, ...] = ()
+    send_stage: np.ndarray | None = None
+    recv_stage: np.ndarray | None = None
+    send_device: object = None
+    recv_device: object = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -155,7 +167,7 @@ def _move_columns(matrix: sp.csr_array, columns_map: np.ndarray, n_cols: int) ->
 
 def _exchange_buffers(
     index: int, exchange: Exchange, built: list[ExchangeBuffers], receive_storage, plan: RankPlan, k: int,
-    dtype: np.dtype, threads: int, row_bounds: np.ndarray, needs: BufferNeeds, backend,
+    dtype: np.dtype, threads: int, row_bounds: np.ndarray, needs: BufferNeeds, backend, rule,
 ) -> ExchangeBuffers:
     n_b = plan.local_shape[1]
     if exchange.input is not None and not 0 <= exchange.input < index:
@@ -202,6 +214,9 @@ def _exchange_buffers(
             dependencies[message].append(needed)
 
     send_buffer, receive_buffer = backend.zeros((n_send, k), dtype), receive_storage[:n_recv]
+    send_elements, recv_elements = np.diff(send_offsets) * k, np.diff(recv_offsets) * k
+    send_staged = np.flatnonzero(rule.staged(send_elements * dtype.itemsize)) if rule is not None else np.zeros(0, np.int64)
+    recv_staged = np.flatnonzero(rule.staged(recv_elements * dtype.itemsize)) if rule is not None else np.zeros(0, np.int64)
     return ExchangeBuffers(
         index=index, exchange=exchange, input=exchange.input,
         send_ranks=tuple(exchange.send_ranks.tolist()), recv_ranks=tuple(exchange.recv_ranks.tolist()),
@@ -214,6 +229,10 @@ def _exchange_buffers(
         pack_gather=pack_gather, pack_b=pack_b, pack_input=pack_input,
         receive_matrix=receive, unpack=unpack, unpack_columns=unpack_columns,
         dependencies=tuple(tuple(d) for d in dependencies),
+        send_staged=tuple(send_staged.tolist()), recv_staged=tuple(recv_staged.tolist()),
+        send_stage=backend.stage_zeros(n_send * k, dtype) if send_staged.size else None,
+        recv_stage=backend.stage_zeros(n_recv * k, dtype) if recv_staged.size else None,
+        send_device=backend.flat(send_buffer), recv_device=backend.flat(receive_buffer),
     )
 
 
@@ -248,10 +267,11 @@ def _merged_operand(plan: RankPlan, exchanges: tuple[ExchangeBuffers, ...], stac
     return backend.csr(matrix, dtype, threads, keep_order=True)
 
 
-def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeeds, backend=None) -> Buffers:
+def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeeds, backend=None, rule: TransferRule | None = None) -> Buffers:
     """Not collective. Every buffer and operand of ``plan`` for blocks of ``k`` columns of
     ``dtype`` on ``threads`` threads, as ``needs`` asks (see the module docstring), of ``backend``
-    (:mod:`sparsewire.exec.backends`; default NumPy)."""
+    (:mod:`sparsewire.exec.backends`; default NumPy); with ``rule``, host memory for the messages
+    it stages (None: none is)."""
     dtype = np.dtype(dtype)
     backend = NumpyBackend() if backend is None else backend
     diagonal = backend.csr(plan.diagonal, dtype, threads)
@@ -276,7 +296,7 @@ def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeed
         storage = [slots.get(e.receive_slot) if e.receive_slot is not None else None for e in plan.exchanges]
     built: list[ExchangeBuffers] = []
     for index, exchange in enumerate(plan.exchanges):
-        built.append(_exchange_buffers(index, exchange, built, storage[index], plan, k, dtype, threads, row_bounds, needs, backend))
+        built.append(_exchange_buffers(index, exchange, built, storage[index], plan, k, dtype, threads, row_bounds, needs, backend, rule))
     exchanges = tuple(built)
 
     dependents: list[list[list[tuple[int, int]]]] = [[[] for _ in ex.recv_ranks] for ex in exchanges]

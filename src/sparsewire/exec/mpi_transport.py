@@ -49,8 +49,18 @@ def _messages(offsets: np.ndarray, elements: tuple[int, ...], k: int):
     return zip((offsets[:-1] * k).tolist(), elements)
 
 
+def _bind(flat: np.ndarray, stage: np.ndarray | None, device, start: int, count: int, staged: bool):
+    """(the host memory MPI moves one message in, the backend's slice it is copied to or from when
+    the message is staged, else None)."""
+    if staged:
+        return stage[start : start + count], device[start : start + count]
+    return flat[start : start + count], None
+
+
 class MpiTransport(MessageTransport):
-    """One persistent ``MPI_Send_init``/``MPI_Recv_init`` request per message."""
+    """One persistent ``MPI_Send_init``/``MPI_Recv_init`` request per message; a staged message
+    (:mod:`sparsewire.exec.transfer_paths`) is copied into host memory before its send starts and
+    out of it once its receive completes."""
 
     name = "mpi"
     modes = frozenset({Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY})
@@ -62,16 +72,25 @@ class MpiTransport(MessageTransport):
         k = buffers.k
         self._recv: list[list[MPI.Prequest]] = []
         self._send: list[list[MPI.Prequest]] = []
+        # Staged messages (transfer_paths) are bound to host memory and copied around MPI.
+        self._copy_out: list[list[tuple[object, np.ndarray] | None]] = []
+        self._copy_in: list[list[tuple[np.ndarray, object] | None]] = []
         for ex in buffers.exchanges:
-            tag, flat_recv, flat_send = _TAG + ex.index, ex.recv_flat, ex.send_flat
-            self._recv.append([
-                comm.Recv_init([flat_recv[start : start + count], self._type], source, tag)
-                for source, (start, count) in zip(ex.recv_ranks, _messages(ex.recv_offsets, ex.recv_elements, k))
-            ])
+            tag = _TAG + ex.index
+            recv_messages = list(_messages(ex.recv_offsets, ex.recv_elements, k))
+            send_messages = list(_messages(ex.send_offsets, ex.send_elements, k))
+            recv_staged, send_staged = set(ex.recv_staged), set(ex.send_staged)
+            recv_memory = [_bind(ex.recv_flat, ex.recv_stage, ex.recv_device, start, count, m in recv_staged)
+                           for m, (start, count) in enumerate(recv_messages)]
+            send_memory = [_bind(ex.send_flat, ex.send_stage, ex.send_device, start, count, m in send_staged)
+                           for m, (start, count) in enumerate(send_messages)]
+            self._recv.append([comm.Recv_init([memory, self._type], source, tag) for source, (memory, _) in zip(ex.recv_ranks, recv_memory)])
             self._send.append([
-                comm.Send_init([flat_send[start : start + count], self._type], destination, tag)
-                for destination, (start, count) in zip(ex.send_ranks, _messages(ex.send_offsets, ex.send_elements, k))
+                comm.Send_init([memory, self._type], destination, tag) for destination, (memory, _) in zip(ex.send_ranks, send_memory)
             ])
+            self._copy_in.append([None if device is None else (memory, device) for memory, device in recv_memory])
+            self._copy_out.append([None if device is None else (device, memory) for memory, device in send_memory])
+        self._backend = buffers.kernels
         self._statuses = [[MPI.Status() for _ in requests] for requests in self._recv]
         # Every receive in one list for MPI_Waitany, with its (exchange, message).
         self._all_recv = [request for requests in self._recv for request in requests]
@@ -85,16 +104,23 @@ class MpiTransport(MessageTransport):
 
     def start_sends(self, ex: ExchangeBuffers) -> None:
         """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        for message in ex.send_staged:
+            self._backend.copy_out(*self._copy_out[ex.index][message])
         if self._send[ex.index]:
             MPI.Prequest.Startall(self._send[ex.index])
 
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
         """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        staged = self._copy_out[ex.index][message]
+        if staged is not None:
+            self._backend.copy_out(*staged)
         self._send[ex.index][message].Start()
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
         """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         _wait_and_count(self._recv[ex.index], self._statuses[ex.index], self.ledger, ex, self._type)
+        for message in ex.recv_staged:
+            self._backend.copy_in(*self._copy_in[ex.index][message])
 
     def wait_any(self) -> tuple[int, int]:
         """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
@@ -103,6 +129,9 @@ class MpiTransport(MessageTransport):
             raise RuntimeError("no receive is active but messages are missing; the executor's schedule is broken")
         index, message = self._owner[position]
         self.ledger.record(self.buffers.exchanges[index], message, self._any_status.Get_count(self._type))
+        staged = self._copy_in[index][message]
+        if staged is not None:
+            self._backend.copy_in(*staged)
         return index, message
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:

@@ -310,10 +310,10 @@ def _read_archive(path, matrix: DistributedMatrix, size: int, checksum: str) -> 
 
 @collective_errors
 def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, threads: int | None, transport: str | None,
-              backend: str = "numpy", device: str = "cpu"):
+              backend: str = "numpy", device: str = "cpu", transfer_calibration=None):
     """Collective. The :class:`~sparsewire.spmm_plan.SpmmPlan` (``cls``) saved at ``path`` for
     ``matrix``, with its executor on ``threads`` threads, ``transport`` (None: as saved) and
-    ``backend`` on ``device``."""
+    ``backend`` on ``device`` (and ``transfer_calibration``: :func:`~sparsewire.spmm_plan.plan_spmm`)."""
     comm = matrix.comm
     meta, plan = read_plan_file(path, matrix)
     transport = transport or meta.get("transport", "mpi")  # files saved before transports ran on MPI
@@ -329,6 +329,7 @@ def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, threads: 
     return cls(
         matrix, plan, stats, meta["k"], np.dtype(meta["dtype"]), meta["mode"], threads, meta["deterministic"],
         topology, choice, transposed=meta["transposed"], transport=transport, backend=backend, device=device,
+        transfer_calibration=transfer_calibration,
     )
 
 

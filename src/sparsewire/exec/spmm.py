@@ -34,6 +34,7 @@ Buffers, operands and requests are made once per executor (one plan, one k, one 
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -49,6 +50,7 @@ from sparsewire.exec.modes import MODES, Mode, choose_mode, layout_for_mode
 from sparsewire.exec.mpi_transport import MpiPartitionedTransport, MpiPartitionsOverPointToPoint, MpiTransport, partitioned_available
 from sparsewire.exec.partitioned import PartitionedSchedule
 from sparsewire.exec.schedules import BulkSchedule, EarlySchedule, OverlapSchedule
+from sparsewire.exec.transfer_paths import transfer_rule
 from sparsewire.exec.transport import TRANSPORTS, ByteLedger, Transport
 from sparsewire.plan.plan import RankPlan
 from sparsewire.sizes import check_dense_fits
@@ -115,10 +117,16 @@ class SpmmExecutor:
             (tensors on ``device``; every mode but partitioned; see
             :mod:`sparsewire.exec.torch_backend`). With ``torch``, :meth:`multiply` takes and
             returns tensors (a NumPy B is wrapped).
+        transfer_calibration: the file of ``sparsewire calibrate --device`` whose threshold picks
+            the messages staged through host memory (:mod:`sparsewire.exec.transfer_paths`; None:
+            the stored calibration of the device's type when there is one, else nothing staged on
+            the CPU). Applies to the mpi transport's whole messages.
 
     Attributes:
         buffers, transport, schedule, combine: the parts (see the module docstring).
         kernels: the backend object (every buffer's array type and every local product).
+        transfer_rule: which messages are staged (:class:`~sparsewire.exec.transfer_paths.TransferRule`);
+            ``stages_messages``: whether this transport and mode apply it.
         bytes_received_from, delivery_problems: the transport's byte ledger.
     """
 
@@ -135,11 +143,20 @@ class SpmmExecutor:
         transport: str = "mpi",
         backend: str = "numpy",
         device: str = "cpu",
+        transfer_calibration: str | os.PathLike | None = None,
     ) -> None:
         problem = transport_problem(transport, mode) or backend_problem(backend, device, mode)
         if problem:
             raise InputError(problem)
         mode = Mode(mode)
+        # Per-message staging is the MPI transport's, for whole messages (the partitioned
+        # transports and torch.distributed send from the buffers).
+        self.stages_messages = transport == "mpi" and not mode.partitions_per_thread
+        try:
+            self.transfer_rule, problem = transfer_rule(device, transfer_calibration), None
+        except InputError as error:
+            self.transfer_rule, problem = None, error
+        agree_on_error(comm, problem)
         if k < 1:
             raise InputError(f"k must be at least 1 (got {k})")
         if comm.Get_size() != plan.n_ranks or comm.Get_rank() != plan.rank:
@@ -194,7 +211,8 @@ class SpmmExecutor:
             dependencies=mode.relays_per_message,
             ordered=self.deterministic,
         )
-        self.buffers = build_buffers(plan, self.k, self.dtype, self.threads, needs, self.kernels)
+        self.buffers = build_buffers(plan, self.k, self.dtype, self.threads, needs, self.kernels,
+                                     self.transfer_rule if self.stages_messages else None)
         self.ledger = ByteLedger(plan.rank, plan.n_ranks, self.dtype.itemsize)
         transport_class = _transport_class(transport, mode, self.comm)
         if transport_class is MpiPartitionsOverPointToPoint and self.comm.Get_rank() == 0:

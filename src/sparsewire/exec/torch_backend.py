@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from sparsewire.aligned import zeros_aligned
 from sparsewire.errors import PlanMismatchError
 from sparsewire.exec.kernels import balanced_bounds
 from sparsewire.exec.modes import Mode
@@ -145,6 +146,26 @@ class TorchBackend:
     def host(buffer: torch.Tensor) -> np.ndarray:
         """Not collective. The buffer's memory as a NumPy array (a view: the device is the CPU)."""
         return buffer.numpy()
+
+    @staticmethod
+    def flat(buffer: torch.Tensor) -> torch.Tensor:
+        """Not collective. The buffer as one row of elements (a view on its device)."""
+        return buffer.view(-1)
+
+    @staticmethod
+    def stage_zeros(elements: int, dtype) -> np.ndarray:
+        """Not collective. Host memory for staged messages (:mod:`sparsewire.exec.transfer_paths`)."""
+        return zeros_aligned((elements,), dtype)
+
+    @staticmethod
+    def copy_out(source: torch.Tensor, stage: np.ndarray) -> None:
+        """Not collective. ``stage[:] = source``: a message of a flat buffer into host memory."""
+        torch.from_numpy(stage).copy_(source)
+
+    @staticmethod
+    def copy_in(stage: np.ndarray, target: torch.Tensor) -> None:
+        """Not collective. ``target[:] = stage``: a staged message into a flat buffer."""
+        target.copy_(torch.from_numpy(stage))
 
     @staticmethod
     def set_threads(threads: int, sharing: int) -> None:

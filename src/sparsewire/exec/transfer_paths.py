@@ -1,0 +1,285 @@
+"""Transfer paths: per message, whether MPI moves it from the backend's buffer itself (``direct``)
+or through a copy in host memory (``staged``).
+
+The semiring SpGEMM paper's hybrid communication (Vodoun et al., ICPE '25, sec. 4.2 and 5.2,
+Fig. 8): below some message size, copying a message out of device memory and sending it host to
+host is faster than letting CUDA-aware MPI read device memory; above it the direct path wins. The
+rule here is theirs, per message: a message of ``b`` bytes is staged when ``b <
+staged_below_bytes``, and every message is staged when MPI cannot read the buffers' memory at all.
+The threshold is measured by ``sparsewire calibrate --device D`` (:func:`measure_transfer_paths`:
+both paths, message by message size, between two ranks) and stored
+(:func:`default_transfer_calibration_path`); without a calibration the default is
+:func:`default_rule`'s.
+
+Both ends decide on their own: MPI matches a message sent from host memory with a receive into
+device memory and the other way round, so the sender's path and the receiver's need no agreement.
+
+What this version runs: the CPU device (NumPy and torch backends), whose buffers are host memory,
+so without a calibration nothing is staged; a calibration (for the ``cpu`` device type) makes the
+transport stage the messages below its threshold, through the same copies a device would use
+(:class:`~sparsewire.exec.mpi_transport.MpiTransport`). Device memory (CUDA) is not built: the
+backend refuses such devices. :func:`cuda_aware_mpi` answers whether the MPI library could read
+CUDA memory, as ``explain()`` reports.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sparsewire.errors import InputError
+
+__all__ = [
+    "TransferRule", "default_rule", "transfer_rule", "load_transfer_calibration", "default_transfer_calibration_path", "cuda_aware_mpi",
+    "crossover", "measure_transfer_paths", "summarize_paths", "describe_paths", "CALIBRATION_KIND",
+]
+
+#: The ``kind`` field of a transfer calibration file.
+CALIBRATION_KIND = "sparsewire transfer calibration"
+_VERSION = 1
+
+
+def device_type(device: str) -> str:
+    """Not collective. ``cuda`` for ``cuda:1``; ``cpu`` for ``cpu``."""
+    return device.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class TransferRule:
+    """Which path a message takes on this rank: staged when its bytes are below
+    ``staged_below_bytes`` (direct otherwise); ``why``: where the threshold comes from."""
+
+    device: str
+    staged_below_bytes: int
+    why: str
+
+    def staged(self, message_bytes: np.ndarray) -> np.ndarray:
+        """Not collective. Per message (bytes): True where it is staged."""
+        return np.asarray(message_bytes, np.int64) < self.staged_below_bytes
+
+    def describe(self) -> str:
+        """Not collective. One line for ``explain()``."""
+        if self.staged_below_bytes <= 0:
+            return f"every message direct: {self.why}"
+        return f"messages below {self.staged_below_bytes} bytes staged through host memory, the rest direct: {self.why}"
+
+
+def default_rule(device: str) -> TransferRule:
+    """Not collective. The rule before any calibration: on the CPU, every message direct (the
+    buffers are host memory; a copy would only add time)."""
+    if device_type(device) != "cpu":
+        raise InputError(f"transfers out of {device!r} memory are not built; use device 'cpu'")
+    return TransferRule(device, 0, "the buffers are host memory (device cpu), which MPI reads as it is")
+
+
+def default_transfer_calibration_path(device: str) -> Path:
+    """Not collective. Where ``sparsewire calibrate --device D`` writes and the executor looks for the
+    calibration of D's type: ``$XDG_CACHE_HOME/sparsewire/transfer-<type>.json`` (``~/.cache`` by
+    default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "sparsewire" / f"transfer-{device_type(device)}.json"
+
+
+def load_transfer_calibration(path: str | os.PathLike, device: str) -> TransferRule:
+    """Not collective. The rule stored in the calibration file at ``path`` for ``device``.
+
+    Raises:
+        InputError naming the file and the fix when it is missing, not a transfer calibration,
+        of another version, for another device type, or holds no valid threshold.
+    """
+    path = Path(path)
+    rerun = f"rerun 'mpiexec -n 2 sparsewire calibrate --device {device_type(device)} --output {path}'"
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"transfer calibration {path} does not exist; {rerun}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise InputError(f"{path} is not a transfer calibration ({error}); {rerun}") from None
+    if not isinstance(record, dict) or record.get("kind") != CALIBRATION_KIND:
+        raise InputError(f"{path} is not a transfer calibration (no kind {CALIBRATION_KIND!r}); {rerun}")
+    if record.get("version") != _VERSION:
+        raise InputError(f"{path} is a transfer calibration of version {record.get('version')!r}, this sparsewire reads {_VERSION}; {rerun}")
+    if record.get("device") != device_type(device):
+        raise InputError(f"{path} calibrates device type {record.get('device')!r}, not {device_type(device)!r}; {rerun}")
+    threshold = record.get("staged_below_bytes")
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
+        raise InputError(f"{path}: staged_below_bytes must be a whole number of bytes >= 0 (got {threshold!r}); {rerun}")
+    return TransferRule(device, threshold, f"calibrated in {path} ({record.get('written', 'undated')})")
+
+
+def transfer_rule(device: str, calibration: str | os.PathLike | None = None) -> TransferRule:
+    """Not collective. The rule of an executor on ``device``: from ``calibration`` when given, else
+    from :func:`default_transfer_calibration_path` when that file exists, else
+    :func:`default_rule`."""
+    default_rule(device)  # the device check comes first
+    if calibration is not None:
+        return load_transfer_calibration(calibration, device)
+    stored = default_transfer_calibration_path(device)
+    return load_transfer_calibration(stored, device) if stored.exists() else default_rule(device)
+
+
+def _mpi_library() -> ctypes.CDLL | None:
+    """The MPI library mpi4py loaded (mpi4py opens it with local symbols, so look it up by path)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "/libmpi.so" in line})
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+def cuda_aware_mpi() -> tuple[bool, str]:
+    """Not collective. Whether the MPI library can read CUDA device memory, and how that was found
+    out. Asks ``MPIX_Query_cuda_support`` (MPICH 4 and later, Open MPI), which answers without
+    side effects; MPICH's ``MPIX_GPU_query_support`` is not called, since MPICH before 4.1 asserts
+    in it when built without GPU support. The MPICH wheel from PyPI is built without CUDA: no."""
+    from mpi4py import MPI
+
+    version = " ".join(MPI.Get_library_version().split()[:3])  # "MPICH Version: 5.0.2", "Open MPI v5.0.5, ..."
+    library = _mpi_library()
+    query = getattr(library, "MPIX_Query_cuda_support", None) if library is not None else None
+    if query is None:
+        return False, f"{version} offers no MPIX_Query_cuda_support, so it is taken as not CUDA-aware"
+    query.restype, query.argtypes = ctypes.c_int, []
+    answer = bool(query())
+    return answer, f"{version}: MPIX_Query_cuda_support() = {int(answer)}"
+
+
+def crossover(sizes: list[int], direct_seconds: list[float], staged_seconds: list[float]) -> int:
+    """Not collective. ``staged_below_bytes`` from a sweep: the smallest measured size from which the
+    direct path is at least as fast at that size and every larger one (0 when it is at every
+    size; one byte above the largest size when staging won even there, so larger messages go
+    direct until a longer sweep says otherwise)."""
+    order = np.argsort(sizes)
+    sizes = [int(sizes[i]) for i in order]
+    direct_wins = [direct_seconds[i] <= staged_seconds[i] for i in order]
+    threshold = sizes[-1] + 1
+    for position in range(len(sizes) - 1, -1, -1):
+        if not direct_wins[position]:
+            break
+        threshold = sizes[position]
+    return 0 if threshold == sizes[0] else threshold
+
+
+def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat: int = 20, progress=None) -> dict:
+    """Collective (every rank of ``comm``; ranks 0 and 1 measure, the others wait). Half the round
+    trip time of a message between ranks 0 and 1 per size (bytes, float64 elements) on both paths,
+    the median of ``repeat`` after one warm-up: ``direct``, MPI reading the backend's buffer;
+    ``staged``, the buffer copied into host memory, sent, and copied into the receiver's buffer
+    (the backend's ``copy_out``/``copy_in``, as the transport does). Returns the calibration
+    record (rank 0's; the others get it too) with :func:`crossover`'s threshold."""
+    from mpi4py import MPI
+
+    if comm.Get_size() < 2:
+        raise InputError("the transfer sweep needs two ranks: run it as 'mpiexec -n 2 sparsewire calibrate --device ...'")
+    rank = comm.Get_rank()
+    peer = 1 - rank if rank < 2 else None
+    direct_times, staged_times = [], []
+    for size in sizes:
+        elements = max(1, size // 8)
+        buffer = backend.zeros((elements, 1), np.float64)
+        flat, host = backend.flat(buffer), backend.host(buffer).reshape(-1)
+        stage = backend.stage_zeros(elements, np.float64)
+        host[:] = np.arange(elements)
+        results = {}
+        for path in ("direct", "staged"):
+            times = []
+            for trial in range(repeat + 1):
+                comm.Barrier()
+                started = time.perf_counter()
+                if peer is not None:
+                    for turn in (0, 1):
+                        if (rank == 0) == (turn == 0):  # this rank sends
+                            if path == "staged":
+                                backend.copy_out(flat, stage)
+                            comm.Send([stage if path == "staged" else host, MPI.DOUBLE], peer, 7)
+                        else:
+                            comm.Recv([stage if path == "staged" else host, MPI.DOUBLE], peer, 7)
+                            if path == "staged":
+                                backend.copy_in(stage, flat)
+                if trial:
+                    times.append((time.perf_counter() - started) / 2)
+            results[path] = statistics.median(times)
+        if rank == 0 and progress:
+            progress(f"{size} bytes: direct {results['direct'] * 1e6:.2f} us, staged {results['staged'] * 1e6:.2f} us")
+        direct_times.append(results["direct"])
+        staged_times.append(results["staged"])
+    record = {
+        "kind": CALIBRATION_KIND,
+        "version": _VERSION,
+        "device": device_type(device),
+        "staged_below_bytes": crossover(sizes, direct_times, staged_times),
+        "sweep": [{"bytes": int(s), "direct_seconds": d, "staged_seconds": t} for s, d, t in zip(sizes, direct_times, staged_times)],
+        "ranks": "0 and 1 of " + str(comm.Get_size()),
+        "mpi": " ".join(MPI.Get_library_version().split()[:3]),
+        "host": platform.node(),
+        "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    return comm.bcast(record if rank == 0 else None, root=0)
+
+
+_CLASSES = ("intra_group", "inter_group")
+
+
+def summarize_paths(comm, buffers, staging: bool, topology) -> dict:
+    """Collective. Sent messages of every rank per link class (``intra_group``/``inter_group`` under
+    ``topology``, flat when None) and path: ``{class: {"staged"|"direct": [messages, bytes,
+    smallest, largest]}}``. ``staging``: whether the executor applies its rule (else every
+    message is direct)."""
+    from mpi4py import MPI
+
+    from sparsewire.topology import Topology
+
+    groups = (topology or Topology.flat()).groups(comm.Get_size())
+    rank, itemsize = comm.Get_rank(), buffers.dtype.itemsize
+    counts = np.zeros((2, 2, 2), np.int64)  # class, path (0 direct, 1 staged), (messages, bytes)
+    smallest = np.full((2, 2), np.iinfo(np.int64).max, np.int64)
+    largest = np.zeros((2, 2), np.int64)
+    for ex in buffers.exchanges:
+        staged = set(ex.send_staged) if staging else set()
+        for message, (destination, elements) in enumerate(zip(ex.send_ranks, ex.send_elements)):
+            link, path, size = int(groups[destination] != groups[rank]), int(message in staged), elements * itemsize
+            counts[link, path] += (1, size)
+            smallest[link, path] = min(smallest[link, path], size)
+            largest[link, path] = max(largest[link, path], size)
+    for array, op in ((counts, MPI.SUM), (smallest, MPI.MIN), (largest, MPI.MAX)):
+        comm.Allreduce(MPI.IN_PLACE, array, op=op)
+    return {
+        name: {path: [int(counts[c, p, 0]), int(counts[c, p, 1]), int(smallest[c, p]), int(largest[c, p])]
+               for p, path in enumerate(("direct", "staged")) if counts[c, p, 0]}
+        for c, name in enumerate(_CLASSES)
+    }
+
+
+def describe_paths(rule: TransferRule, staging: bool, transport: str, summary: dict) -> list[str]:
+    """Not collective. ``explain()``'s lines: the rule and why, then per link class how many
+    messages (and of which sizes) take each path."""
+    from sparsewire.report import format_bytes
+
+    if staging:
+        lines = [f"transfers: {rule.describe()}"]
+    elif transport == "mpi":
+        lines = ["transfers: every message direct: the partitioned mode sends each partition from the buffers (staging is per whole message)"]
+    else:
+        lines = [f"transfers: every message direct: the {transport} transport sends the buffers themselves"]
+    for name in _CLASSES:
+        parts = [f"{messages} {path} ({format_bytes(low)}-{format_bytes(high)})" for path, (messages, _, low, high) in summary[name].items()]
+        if parts:
+            lines.append(f"  {name.replace('_', '-')} messages: {', '.join(parts)}")
+    aware, how = cuda_aware_mpi()
+    lines.append(f"MPI reads CUDA memory: {'yes' if aware else 'no'} ({how})")
+    return lines

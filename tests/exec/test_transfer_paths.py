@@ -1,0 +1,161 @@
+"""Transfer paths (exec/transfer_paths.py): the hybrid rule follows a calibrated threshold, staged
+messages give the same C, calibration files are checked, and ``calibrate --device`` measures."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import _seed, run_cli, run_mpi
+
+from sparsewire.errors import InputError
+from sparsewire.exec.transfer_paths import (
+    CALIBRATION_KIND, TransferRule, crossover, cuda_aware_mpi, default_rule, load_transfer_calibration, transfer_rule,
+)
+
+
+def write_calibration(path, threshold, **fields):
+    record = {"kind": CALIBRATION_KIND, "version": 1, "device": "cpu", "staged_below_bytes": threshold, **fields}
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_crossover_is_where_direct_wins_for_good():
+    sizes = [64, 256, 1024, 4096]
+    assert crossover(sizes, [1, 1, 1, 1], [2, 2, 2, 2]) == 0  # direct everywhere: nothing staged
+    assert crossover(sizes, [3, 3, 1, 1], [2, 2, 2, 2]) == 1024
+    assert crossover(sizes, [3, 1, 3, 1], [2, 2, 2, 2]) == 4096  # a direct win below a staged one does not count
+    assert crossover(sizes, [3, 3, 3, 3], [2, 2, 2, 2]) == 4097  # staged everywhere measured
+    assert crossover([4096, 64, 1024, 256], [1, 3, 1, 3], [2, 2, 2, 2]) == 1024  # any order
+
+
+def test_crossover_on_random_sweeps(rng):
+    for _ in range(200):
+        sizes = sorted(set(rng.integers(8, 10**6, rng.integers(1, 8)).tolist()))
+        direct, staged = rng.random(len(sizes)).tolist(), rng.random(len(sizes)).tolist()
+        threshold = crossover(sizes, direct, staged)
+        for size, d, s in zip(sizes, direct, staged):
+            if size >= threshold:
+                assert d <= s  # every size at or above the threshold goes direct and was measured faster so
+        below = [size for size in sizes if size < threshold]
+        if below:
+            position = sizes.index(below[-1])
+            assert direct[position] > staged[position]  # the largest staged size was measured faster staged
+
+
+def test_the_rule_stages_messages_below_the_threshold(tmp_path, rng):
+    rule = load_transfer_calibration(write_calibration(tmp_path / "t.json", 4096), "cpu")
+    sizes = rng.integers(0, 10000, 100)
+    np.testing.assert_array_equal(rule.staged(sizes), sizes < 4096)
+    assert list(rule.staged([4095, 4096, 4097])) == [True, False, False]
+    assert "below 4096 bytes" in rule.describe() and str(tmp_path / "t.json") in rule.describe()
+    assert not default_rule("cpu").staged([0, 1, 10**9]).any()
+    assert "every message direct" in default_rule("cpu").describe()
+
+
+def test_the_stored_calibration_is_used_when_none_is_given(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert transfer_rule("cpu") == default_rule("cpu")
+    (tmp_path / "sparsewire").mkdir()
+    write_calibration(tmp_path / "sparsewire" / "transfer-cpu.json", 123)
+    assert transfer_rule("cpu").staged_below_bytes == 123
+    assert transfer_rule("cpu", write_calibration(tmp_path / "given.json", 7)).staged_below_bytes == 7
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (None, "does not exist"),
+        ("{not json", "is not a transfer calibration"),
+        (json.dumps({"compute_rate": 1e9}), "no kind"),
+        (json.dumps({"kind": CALIBRATION_KIND, "version": 99, "device": "cpu", "staged_below_bytes": 1}), "version 99"),
+        (json.dumps({"kind": CALIBRATION_KIND, "version": 1, "device": "cuda", "staged_below_bytes": 1}), "device type 'cuda'"),
+        (json.dumps({"kind": CALIBRATION_KIND, "version": 1, "device": "cpu", "staged_below_bytes": -1}), "whole number"),
+        (json.dumps({"kind": CALIBRATION_KIND, "version": 1, "device": "cpu", "staged_below_bytes": 2.5}), "whole number"),
+        (json.dumps({"kind": CALIBRATION_KIND, "version": 1, "device": "cpu", "staged_below_bytes": True}), "whole number"),
+        (json.dumps([1, 2]), "no kind"),
+    ],
+)
+def test_bad_calibration_files_are_named_with_the_fix(tmp_path, content, problem):
+    path = tmp_path / "t.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(InputError, match=problem) as error:
+        load_transfer_calibration(path, "cpu")
+    assert "sparsewire calibrate --device cpu" in str(error.value)
+
+
+def test_devices_other_than_the_cpu_are_refused():
+    with pytest.raises(InputError, match="not built"):
+        transfer_rule("cuda:0")
+    assert isinstance(TransferRule("cpu", 0, "x").staged([1])[0], np.bool_)
+
+
+def test_cuda_awareness_is_asked_of_the_mpi_library():
+    aware, how = cuda_aware_mpi()
+    assert isinstance(aware, bool)
+    assert "MPIX_Query_cuda_support" in how
+    if "MPICH" in how and not aware:
+        assert how.endswith("= 0")
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_staged_messages_follow_a_planted_threshold_and_give_the_same_c(tmp_path, ranks, backend):
+    if backend == "torch":
+        pytest.importorskip("torch")
+    # The driver plants the file: its threshold is the largest message's size, so every smaller one is staged.
+    calibration = tmp_path / "planted.json"
+    result = run_mpi(ranks, ["tests/exec/transfer_driver.py", f"split:{calibration}", backend, str(_seed() + ranks)], timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    totals = json.loads(result.stdout.strip().splitlines()[-1])
+    assert load_transfer_calibration(calibration, "cpu").staged_below_bytes > 0 or ranks == 1
+    if ranks >= 3:
+        assert totals["staged"] > 0 and totals["direct"] > 0, totals  # both paths ran
+
+
+def test_without_a_calibration_nothing_is_staged_on_the_cpu(tmp_path):
+    empty = tmp_path / "cache"
+    calibration = write_calibration(tmp_path / "zero.json", 0)
+    result = run_mpi(3, ["tests/exec/transfer_driver.py", str(calibration), "numpy", str(_seed())], env={"XDG_CACHE_HOME": str(empty)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    totals = json.loads(result.stdout.strip().splitlines()[-1])
+    assert totals["staged"] == 0 and totals["direct"] > 0
+
+
+def test_calibrate_device_measures_both_paths_and_writes_a_file_the_executor_reads(tmp_path):
+    output = tmp_path / "transfer.json"
+    result = run_mpi(2, ["-m", "sparsewire", "calibrate", "--device", "cpu", "--sizes", "64,4096,262144", "--repeat", "3",
+                         "--output", str(output), "--json"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = json.loads(result.stdout)
+    assert [r["bytes"] for r in record["sweep"]] == [64, 4096, 262144]
+    assert all(r["direct_seconds"] > 0 and r["staged_seconds"] > 0 for r in record["sweep"])
+    direct = [r["direct_seconds"] for r in record["sweep"]]
+    staged = [r["staged_seconds"] for r in record["sweep"]]
+    assert record["staged_below_bytes"] == crossover([64, 4096, 262144], direct, staged)
+    assert load_transfer_calibration(output, "cpu").staged_below_bytes == record["staged_below_bytes"]
+
+
+def test_calibrate_device_needs_two_ranks_and_a_device_it_runs():
+    one = run_cli(["calibrate", "--device", "cpu", "--output", "/dev/null"])
+    assert one.returncode != 0 and "needs two ranks" in one.stderr
+    cuda = run_cli(["calibrate", "--device", "cuda", "--backend", "torch"])
+    assert cuda.returncode != 0 and "not built" in cuda.stderr
+    sizes = run_cli(["calibrate", "--device", "cpu", "--sizes", "4,x"])
+    assert sizes.returncode != 0 and "--sizes" in sizes.stderr
+
+
+def test_spmm_command_stages_by_the_calibration_it_is_given(tmp_path):
+    calibration = write_calibration(tmp_path / "t.json", 10**9)  # every message staged
+    result = run_mpi(3, ["-m", "sparsewire", "spmm", "rmat:9:8:1", "--k", "8", "--mode", "bulk,early", "--check", "--json",
+                         "--transfer-calibration", str(calibration)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    for run in json.loads(result.stdout)["runs"]:
+        assert run["check_passed"] and run["staged_below_bytes"] == 10**9
+        paths = run["transfer_paths"]["intra_group"]
+        assert set(paths) == {"staged"} and paths["staged"][0] == run["messages"]
+    bad = run_mpi(2, ["-m", "sparsewire", "spmm", "rmat:8:8:1", "--transfer-calibration", str(tmp_path / "missing.json")])
+    assert bad.returncode != 0 and "does not exist" in bad.stderr
