@@ -1,11 +1,12 @@
 """Transfer paths: per message, whether MPI moves it from the backend's buffer itself (``direct``)
 or through a copy in host memory (``staged``).
 
-The semiring SpGEMM paper's hybrid communication (Vodoun et al., ICPE '25, sec. 4.2 and 5.2,
+The semiring SpGEMM paper's hybrid communication (McFarland et al., ICPE '25, sec. 4.2 and 5.2,
 Fig. 8): below some message size, copying a message out of device memory and sending it host to
 host is faster than letting CUDA-aware MPI read device memory; above it the direct path wins. The
 rule here is theirs, per message: a message of ``b`` bytes is staged when ``b <
-staged_below_bytes``, and every message is staged when MPI cannot read the buffers' memory at all.
+staged_below_bytes``. (Where MPI cannot read the buffers' memory at all, every message would have
+to be staged; no such device runs in this version.)
 The threshold is measured by ``sparsewire calibrate --device D`` (:func:`measure_transfer_paths`:
 both paths, message by message size, between two ranks) and stored
 (:func:`default_transfer_calibration_path`); without a calibration the default is
