@@ -161,6 +161,8 @@ class SpmmPlan:
         k, dtype, mode, threads, deterministic, transport, backend, device: what the executor runs.
         transposed: True for the plan of ``A.T @ G``.
         choice: the :class:`StrategyChoice` (why this strategy).
+        transfer_summary: sent messages of all ranks per link class and path (staged or direct:
+            messages, bytes, smallest, largest; :func:`~sparsewire.exec.transfer_paths.summarize_paths`).
     """
 
     def __init__(
@@ -294,8 +296,10 @@ class SpmmPlan:
         return self._transpose
 
     def explain(self) -> str:
-        """Not collective (every rank holds the same text). The strategy and why, bytes and
-        messages per link class, per-rank maxima with the max/mean ratio, and the predicted time."""
+        """Not collective (every rank holds the same text; the transfer paths were summed over the
+        ranks when the plan was made). The strategy and why, the transport, backend and transfer
+        paths (:func:`~sparsewire.exec.transfer_paths.describe_paths`), bytes and messages per link
+        class, per-rank maxima with the max/mean ratio, and the predicted time."""
         stats = self.stats
         size = self.comm.Get_size()
         lines = [
