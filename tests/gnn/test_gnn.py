@@ -197,7 +197,7 @@ def test_sparse_linear_matches_dense_products_and_gradients(rng, dtype):
     x = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], dtype=dtype).to_sparse()
     assert sparse_linear(x, torch.ones((1, 3), dtype=dtype)).flatten().tolist() == [3.0, 3.0]
     # Dropout's new values on the same pattern reuse the structure and give the new product.
-    dropped = torch.sparse_coo_tensor(x.coalesce().indices(), torch.tensor([0.0, 4.0, 3.0], dtype=dtype), x.shape).coalesce()
+    dropped = torch.sparse_coo_tensor(x.coalesce().indices(), torch.tensor([0.0, 4.0, 3.0], dtype=dtype), x.shape, check_invariants=True).coalesce()
     assert sparse_linear(dropped, torch.ones((1, 3), dtype=dtype)).flatten().tolist() == [4.0, 3.0]
 
 
