@@ -2,7 +2,8 @@
 library: :mod:`~sparsewire.cli.analyze` (``analyze``, no MPI), :mod:`~sparsewire.cli.spmm`
 (``spmm``, ``eigs``, under mpiexec), :mod:`~sparsewire.cli.spgemm` (``spgemm``, ``bfs``, ``sssp``,
 ``triangles``, ``reach``, under mpiexec), :mod:`~sparsewire.cli.gnn` (``gcn``, under mpiexec) and
-:mod:`~sparsewire.cli.sim` (``simulate``, ``calibrate``, ``netsparse``, no MPI).
+:mod:`~sparsewire.cli.sim` (``simulate``, ``calibrate``, ``netsparse``, no MPI; ``calibrate
+--device`` under mpiexec).
 
 Every user error prints one line ``sparsewire: error: <problem>; <fix>`` on rank 0 and exits 2.
 """
