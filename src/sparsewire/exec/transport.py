@@ -18,7 +18,9 @@ explicit (``modes``); the executor refuses another pair.
 
 Implementations: :mod:`sparsewire.exec.mpi_transport` (persistent point-to-point, MPI-4
 partitioned, partitioned over point-to-point) and :mod:`sparsewire.exec.torch_transport`
-(torch.distributed: Gloo for CPU tensors, NCCL for CUDA tensors).
+(torch.distributed: Gloo for CPU tensors; the group it sets up also names NCCL for CUDA tensors
+where PyTorch has it, though no backend keeps buffers on CUDA in this version). Which messages
+the MPI transport stages through host memory is :mod:`sparsewire.exec.transfer_paths`'s rule.
 """
 
 from __future__ import annotations
