@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import _seed, run_cli, run_mpi
+from conftest import SHARED_DATA, _seed, run_cli, run_mpi
 
 from sparsewire.errors import InputError
 from sparsewire.exec.transfer_paths import (
@@ -159,3 +159,21 @@ def test_spmm_command_stages_by_the_calibration_it_is_given(tmp_path):
         assert set(paths) == {"staged"} and paths["staged"][0] == run["messages"]
     bad = run_mpi(2, ["-m", "sparsewire", "spmm", "rmat:8:8:1", "--transfer-calibration", str(tmp_path / "missing.json")])
     assert bad.returncode != 0 and "does not exist" in bad.stderr
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "gnn" / "cora.npz").exists(), reason="needs ../shared/data/gnn/cora.npz")
+def test_gcn_with_every_message_staged_trains_to_the_same_losses(tmp_path):
+    """Cora, P = 3, 30 epochs, float64: every message staged (threshold 10^9) against none (0)."""
+    histories = {}
+    for threshold in (10**9, 0):
+        calibration = write_calibration(tmp_path / f"t{threshold}.json", threshold)
+        completed = run_mpi(3, ["-m", "sparsewire", "gcn", str(SHARED_DATA / "gnn" / "cora.npz"), "--epochs", "30", "--dtype", "float64",
+                                "--transfer-calibration", str(calibration), "--json"], timeout=400)
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        report = json.loads(completed.stdout.strip().splitlines()[-1])
+        paths = report["transfer_paths"]
+        assert paths["staged" if threshold else "direct"] > 0 and paths["direct" if threshold else "staged"] == 0, paths
+        histories[threshold] = report["history"]
+    staged, direct = histories[10**9], histories[0]
+    assert [a["loss"] for a in staged] == [b["loss"] for b in direct]  # a staged copy moves the same bits
+    assert [a["bytes"] for a in staged] == [b["bytes"] for b in direct]

@@ -38,6 +38,8 @@ def add_commands(commands) -> None:
                      help="features, weights and propagations (default: float32, as PyTorch trains)")
     gcn.add_argument("--transport", choices=TRANSPORTS, default="mpi", help=TRANSPORT_HELP)
     add_backend_arguments(gcn, default="torch")
+    gcn.add_argument("--transfer-calibration", help="file of 'sparsewire calibrate --device': messages below its threshold are staged "
+                     "through host memory (default: the stored calibration of the device's type when there is one, else none is)")
     gcn.add_argument("--threads", "-T", type=positive_int, default=1, help="threads per rank for the executor and PyTorch (default: 1)")
     gcn.add_argument("--seed", type=int, default=0, help="weights and dropout masks (default: 0)")
     gcn.add_argument("--features", help="random:F: F seeded random features per node, for a matrix that is not a Planetoid file")
@@ -78,6 +80,7 @@ def run_gcn(args: argparse.Namespace) -> int:
     graph = distribute_graph(
         comm, data, args.model, partition=args.partition, strategy=args.strategy, topology=topology, threads=args.threads,
         imbalance=args.imbalance, transport=args.transport, dtype=getattr(torch, args.dtype), backend=args.backend, device=args.device,
+        transfer_calibration=args.transfer_calibration,
     )
     if progress and rank == 0:
         progress(f"{args.data}: {graph.n} nodes, {graph.operator.matrix.nnz} nonzeros, {graph.classes} classes; P = {comm.Get_size()}")
@@ -87,6 +90,14 @@ def run_gcn(args: argparse.Namespace) -> int:
     )
     strategies = sorted({plan.rank_plan.strategy.value for plan in graph.operator.plans.values()})
     counted_by = next((plan.counted_by for plan in graph.operator.plans.values()), None)
+    # Messages per path over every propagation plan, forward and transposed (the backward passes
+    # made the transposes; transpose() returns them, the same on every rank).
+    paths = {"staged": 0, "direct": 0}
+    for plan in graph.operator.plans.values():
+        for each in (plan, plan.transpose()):
+            for per_class in each.transfer_summary.values():
+                for path, (messages, *_) in per_class.items():
+                    paths[path] += messages
     graph.operator.close()
     if rank != 0:
         return 0
@@ -95,6 +106,7 @@ def run_gcn(args: argparse.Namespace) -> int:
         "layers": args.layers, "hidden": args.hidden, "epochs": args.epochs, "lr": args.lr, "weight_decay": args.weight_decay,
         "dropout": args.dropout, "seed": args.seed, "strategy_requested": args.strategy, "strategies": strategies,
         "transport": args.transport, "backend": args.backend, "device": args.device, "bytes_counted_by": counted_by, "dtype": args.dtype,
+        "transfer_paths": paths,
         "history": result.history, "test_accuracy": result.test_accuracy, "seconds_per_epoch": result.seconds_per_epoch,
         "bytes_per_epoch": result.bytes_per_epoch,
     }

@@ -33,7 +33,8 @@ class GraphOperator:
 
     Args:
         matrix: the (normalised) adjacency, rows = targets, from :func:`sparsewire.distribute`.
-        strategy, topology, mode, threads, transport, backend, device: as for :meth:`DistributedMatrix.spmm_plan`.
+        strategy, topology, mode, threads, transport, backend, device, transfer_calibration: as for
+            :meth:`DistributedMatrix.spmm_plan`.
 
     Attributes:
         bytes_forward, bytes_backward: bytes MPI delivered to this rank by the propagations so far
@@ -42,12 +43,12 @@ class GraphOperator:
 
     def __init__(
         self, matrix: DistributedMatrix, strategy: str = "auto", topology=None, mode: str | None = None, threads: int | None = None,
-        transport: str = "mpi", backend: str = "torch", device: str = "cpu",
+        transport: str = "mpi", backend: str = "torch", device: str = "cpu", transfer_calibration=None,
     ):
         """Not collective (plans are made later, collectively, per width)."""
         self.matrix, self.comm = matrix, matrix.comm
         self.strategy, self.topology, self.mode, self.threads, self.transport = strategy, topology, mode, threads, transport
-        self.backend, self.device = backend, device
+        self.backend, self.device, self.transfer_calibration = backend, device, transfer_calibration
         self.kernels = make_backend(backend, device)  # also for the first layer's sparse input (gnn/sparse_input.py)
         self.plans: dict[tuple[int, str], SpmmPlan] = {}
         self.bytes_forward = 0
@@ -83,7 +84,7 @@ class GraphOperator:
                 raise TypeError(f"features must be float32 or float64 tensors (got {dtype})")
             self.plans[key] = plan_spmm(
                 self.matrix, int(width), _NUMPY[dtype], strategy=self.strategy, topology=self.topology, mode=self.mode, threads=self.threads,
-                transport=self.transport, backend=self.backend, device=self.device,
+                transport=self.transport, backend=self.backend, device=self.device, transfer_calibration=self.transfer_calibration,
             )
         return self.plans[key]
 

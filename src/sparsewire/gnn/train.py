@@ -55,7 +55,8 @@ class TrainResult:
 
 def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn", *, partition="even", strategy: str = "auto",
                      topology=None, threads: int | None = 1, root: int = 0, imbalance: float = 0.03, transport: str = "mpi",
-                     dtype: torch.dtype = torch.float32, backend: str = "torch", device: str = "cpu") -> LocalGraph:
+                     dtype: torch.dtype = torch.float32, backend: str = "torch", device: str = "cpu",
+                     transfer_calibration=None) -> LocalGraph:
     """Collective. Hand every rank its nodes: ``data`` on ``root`` (None elsewhere). The adjacency
     is distributed by rows and normalised for the model (GCN: ``D^-1/2 (A + I) D^-1/2``; SAGE: the
     mean over in-neighbours), features as rows of ``dtype`` (float32 by default, as PyTorch trains;
@@ -71,7 +72,9 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     PyTorch's) or ``numpy`` (the compiled kernels; see :func:`sparsewire.spmm_plan.plan_spmm`). In
     ``bench/gnn.py`` (float32, 2-core machine) their epochs take the same time, and the torch
     backend's process never loads Numba and LLVM: at P = 1 its peak memory was 0.77-0.87x that of
-    PyG's process, the NumPy backend's 0.90-1.11x."""
+    PyG's process, the NumPy backend's 0.90-1.11x. ``transfer_calibration``: which messages are
+    staged through host memory (:mod:`sparsewire.exec.transfer_paths`; as for
+    :func:`sparsewire.spmm_plan.plan_spmm`)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     problem = None
     if dtype not in (torch.float32, torch.float64):
@@ -104,7 +107,8 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
         header = None
     totals, classes = comm.bcast(header, root=root)
     features, labels, masks = comm.scatter(pieces, root=root)
-    operator = GraphOperator(matrix, strategy=strategy, topology=topology, threads=threads, transport=transport, backend=backend, device=device)
+    operator = GraphOperator(matrix, strategy=strategy, topology=topology, threads=threads, transport=transport, backend=backend, device=device,
+                             transfer_calibration=transfer_calibration)
     return LocalGraph(
         operator, _feature_tensor(features, dtype), torch.from_numpy(labels),
         {name: torch.from_numpy(mask) for name, mask in masks.items()}, totals, classes, matrix.shape[0],
