@@ -195,7 +195,7 @@ class SpmmPlan:
             backend=backend, device=device, transfer_calibration=transfer_calibration,
         )
         self.transfer_calibration = transfer_calibration
-        self.transfer_summary = summarize_paths(self.comm, self.executor.buffers, self.executor.stages_messages, topology)
+        self.transfer_summary = summarize_paths(self.comm, self.executor.buffers, topology)
         self.threads = self.executor.threads
         self._transpose: SpmmPlan | None = None
 

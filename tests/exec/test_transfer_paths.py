@@ -90,7 +90,7 @@ def test_bad_calibration_files_are_named_with_the_fix(tmp_path, content, problem
 def test_devices_other_than_the_cpu_are_refused():
     with pytest.raises(InputError, match="not built"):
         transfer_rule("cuda:0")
-    assert isinstance(TransferRule("cpu", 0, "x").staged([1])[0], np.bool_)
+    assert isinstance(TransferRule(0, "x").staged([1])[0], np.bool_)
 
 
 def test_cuda_awareness_is_asked_of_the_mpi_library():

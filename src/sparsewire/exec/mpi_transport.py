@@ -65,6 +65,7 @@ class MpiTransport(MessageTransport):
     name = "mpi"
     modes = frozenset({Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY})
     counted_by = _COUNTED_BY
+    stages_messages = True
 
     def __init__(self, comm: MPI.Comm, buffers: Buffers, ledger: ByteLedger) -> None:
         super().__init__(buffers, ledger)

@@ -126,7 +126,7 @@ class SpmmExecutor:
         buffers, transport, schedule, combine: the parts (see the module docstring).
         kernels: the backend object (every buffer's array type and every local product).
         transfer_rule: which messages are staged (:class:`~sparsewire.exec.transfer_paths.TransferRule`);
-            ``stages_messages``: whether this transport and mode apply it.
+            ``stages_messages``: whether the transport applies it (``Transport.stages_messages``).
         bytes_received_from, delivery_problems: the transport's byte ledger.
     """
 
@@ -149,9 +149,8 @@ class SpmmExecutor:
         if problem:
             raise InputError(problem)
         mode = Mode(mode)
-        # Per-message staging is the MPI transport's, for whole messages (the partitioned
-        # transports and torch.distributed send from the buffers).
-        self.stages_messages = transport == "mpi" and not mode.partitions_per_thread
+        transport_class = _transport_class(transport, mode, comm)
+        self.stages_messages = transport_class.stages_messages
         try:
             self.transfer_rule, problem = transfer_rule(device, transfer_calibration), None
         except InputError as error:
@@ -214,7 +213,6 @@ class SpmmExecutor:
         self.buffers = build_buffers(plan, self.k, self.dtype, self.threads, needs, self.kernels,
                                      self.transfer_rule if self.stages_messages else None)
         self.ledger = ByteLedger(plan.rank, plan.n_ranks, self.dtype.itemsize)
-        transport_class = _transport_class(transport, mode, self.comm)
         if transport_class is MpiPartitionsOverPointToPoint and self.comm.Get_rank() == 0:
             warnings.warn(
                 "MPI partitioned communication is not available; the partitioned mode runs on persistent "

@@ -59,7 +59,6 @@ class TransferRule:
     """Which path a message takes on this rank: staged when its bytes are below
     ``staged_below_bytes`` (direct otherwise); ``why``: where the threshold comes from."""
 
-    device: str
     staged_below_bytes: int
     why: str
 
@@ -79,7 +78,7 @@ def default_rule(device: str) -> TransferRule:
     buffers are host memory; a copy would only add time)."""
     if device_type(device) != "cpu":
         raise InputError(f"transfers out of {device!r} memory are not built; use device 'cpu'")
-    return TransferRule(device, 0, "the buffers are host memory (device cpu), which MPI reads as it is")
+    return TransferRule(0, "the buffers are host memory (device cpu), which MPI reads as it is")
 
 
 def default_transfer_calibration_path(device: str) -> Path:
@@ -114,7 +113,7 @@ def load_transfer_calibration(path: str | os.PathLike, device: str) -> TransferR
     threshold = record.get("staged_below_bytes")
     if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
         raise InputError(f"{path}: staged_below_bytes must be a whole number of bytes >= 0 (got {threshold!r}); {rerun}")
-    return TransferRule(device, threshold, f"calibrated in {path} ({record.get('written', 'undated')})")
+    return TransferRule(threshold, f"calibrated in {path} ({record.get('written', 'undated')})")
 
 
 def transfer_rule(device: str, calibration: str | os.PathLike | None = None) -> TransferRule:
@@ -236,11 +235,10 @@ def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat:
 _CLASSES = ("intra_group", "inter_group")
 
 
-def summarize_paths(comm, buffers, staging: bool, topology) -> dict:
+def summarize_paths(comm, buffers, topology) -> dict:
     """Collective. Sent messages of every rank per link class (``intra_group``/``inter_group`` under
-    ``topology``, flat when None) and path: ``{class: {"staged"|"direct": [messages, bytes,
-    smallest, largest]}}``. ``staging``: whether the executor applies its rule (else every
-    message is direct)."""
+    ``topology``, flat when None) and path, as ``buffers`` mark them (``send_staged``): ``{class:
+    {"staged"|"direct": [messages, bytes, smallest, largest]}}``."""
     from mpi4py import MPI
 
     from sparsewire.topology import Topology
@@ -251,7 +249,7 @@ def summarize_paths(comm, buffers, staging: bool, topology) -> dict:
     smallest = np.full((2, 2), np.iinfo(np.int64).max, np.int64)
     largest = np.zeros((2, 2), np.int64)
     for ex in buffers.exchanges:
-        staged = set(ex.send_staged) if staging else set()
+        staged = set(ex.send_staged)
         for message, (destination, elements) in enumerate(zip(ex.send_ranks, ex.send_elements)):
             link, path, size = int(groups[destination] != groups[rank]), int(message in staged), elements * itemsize
             counts[link, path] += (1, size)

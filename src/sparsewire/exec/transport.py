@@ -79,6 +79,9 @@ class Transport(abc.ABC):
     #: Whether those counts are independent of the receiving plan (a receive status) or only the
     #: sizes the receiver posted, checked against the senders' counts once at setup.
     counts_measured: bool = True
+    #: Whether it stages the messages the buffers mark (:mod:`sparsewire.exec.transfer_paths`);
+    #: the others send every message from the buffers.
+    stages_messages: bool = False
 
     def __init__(self, buffers: Buffers, ledger: ByteLedger) -> None:
         self.buffers, self.ledger = buffers, ledger
