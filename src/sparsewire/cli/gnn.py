@@ -63,6 +63,7 @@ def run_gcn(args: argparse.Namespace) -> int:
 
     from sparsewire.comm.runtime import agree_on_error
     from sparsewire.gnn import distribute_graph, load_graph, train
+    from sparsewire.exec.transfer_paths import messages_per_path
 
     torch.set_num_threads(args.threads)  # one pool per rank at the executor's size (see distribute_graph)
     comm = MPI.COMM_WORLD
@@ -95,9 +96,8 @@ def run_gcn(args: argparse.Namespace) -> int:
     paths = {"staged": 0, "direct": 0}
     for plan in graph.operator.plans.values():
         for each in (plan, plan.transpose()):
-            for per_class in each.transfer_summary.values():
-                for path, (messages, *_) in per_class.items():
-                    paths[path] += messages
+            for path, messages in messages_per_path(each.transfer_summary).items():
+                paths[path] += messages
     graph.operator.close()
     if rank != 0:
         return 0

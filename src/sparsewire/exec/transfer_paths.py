@@ -41,7 +41,7 @@ from sparsewire.errors import InputError
 
 __all__ = [
     "TransferRule", "default_rule", "transfer_rule", "load_transfer_calibration", "default_transfer_calibration_path", "cuda_aware_mpi",
-    "crossover", "measure_transfer_paths", "summarize_paths", "describe_paths", "CALIBRATION_KIND",
+    "crossover", "measure_transfer_paths", "summarize_paths", "messages_per_path", "describe_paths", "CALIBRATION_KIND",
 ]
 
 #: The ``kind`` field of a transfer calibration file.
@@ -175,6 +175,22 @@ def crossover(sizes: list[int], direct_seconds: list[float], staged_seconds: lis
     return 0 if threshold == sizes[0] else threshold
 
 
+def _round_trip(comm, peer: int, backend, flat, host: np.ndarray, stage: np.ndarray | None) -> None:
+    """Rank 0 sends the buffer to ``peer`` and gets it back (rank 1 the other way round); with
+    ``stage``, each end copies through that host memory as the transport does."""
+    from mpi4py import MPI
+
+    for sender in (0, 1):
+        if comm.Get_rank() == sender:
+            if stage is not None:
+                backend.copy_out(flat, stage)
+            comm.Send([host if stage is None else stage, MPI.DOUBLE], peer, 7)
+        else:
+            comm.Recv([host if stage is None else stage, MPI.DOUBLE], peer, 7)
+            if stage is not None:
+                backend.copy_in(stage, flat)
+
+
 def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat: int = 20, progress=None) -> dict:
     """Collective (every rank of ``comm``; ranks 0 and 1 measure, the others wait). Half the round
     trip time of a message between ranks 0 and 1 per size (bytes, float64 elements) on both paths,
@@ -202,15 +218,7 @@ def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat:
                 comm.Barrier()
                 started = time.perf_counter()
                 if peer is not None:
-                    for turn in (0, 1):
-                        if (rank == 0) == (turn == 0):  # this rank sends
-                            if path == "staged":
-                                backend.copy_out(flat, stage)
-                            comm.Send([stage if path == "staged" else host, MPI.DOUBLE], peer, 7)
-                        else:
-                            comm.Recv([stage if path == "staged" else host, MPI.DOUBLE], peer, 7)
-                            if path == "staged":
-                                backend.copy_in(stage, flat)
+                    _round_trip(comm, peer, backend, flat, host, stage if path == "staged" else None)
                 if trial:
                     times.append((time.perf_counter() - started) / 2)
             results[path] = statistics.median(times)
@@ -262,6 +270,16 @@ def summarize_paths(comm, buffers, topology) -> dict:
                for p, path in enumerate(("direct", "staged")) if counts[c, p, 0]}
         for c, name in enumerate(_CLASSES)
     }
+
+
+def messages_per_path(summary: dict) -> dict[str, int]:
+    """Not collective. ``{"staged": n, "direct": m}``: the messages of a :func:`summarize_paths`
+    summary, all link classes together."""
+    totals = {"staged": 0, "direct": 0}
+    for per_class in summary.values():
+        for path, (messages, *_) in per_class.items():
+            totals[path] += messages
+    return totals
 
 
 def describe_paths(rule: TransferRule, staging: bool, transport: str, summary: dict) -> list[str]:
