@@ -49,6 +49,22 @@ def rng(request) -> np.random.Generator:
     return np.random.default_rng([_seed(), sum(map(ord, request.node.nodeid))])
 
 
+def cuda_devices() -> int:
+    """CUDA devices PyTorch sees here (0 without PyTorch or a GPU)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def on_devices(*devices: str) -> list:
+    """``devices`` as pytest parameters, ``cuda`` ones skipped where PyTorch sees no GPU (as PyG's
+    ``withCUDA``), so the skip is listed in the summary."""
+    gpu = pytest.mark.skipif(cuda_devices() == 0, reason="CUDA absent: no GPU here")
+    return [pytest.param(device, marks=gpu) if device.startswith("cuda") else device for device in devices]
+
+
 def mpiexec_path() -> str:
     candidate = Path(sys.executable).parent / "mpiexec"
     return str(candidate) if candidate.exists() else "mpiexec"

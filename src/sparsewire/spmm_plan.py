@@ -118,7 +118,8 @@ def plan_spmm(
         backend: where buffers live and what computes: ``numpy`` (default: the compiled kernels)
             or ``torch`` (tensors and PyTorch's sparse CSR products, gathers and index-adds; every
             mode but partitioned; :meth:`SpmmPlan.multiply` then takes and returns tensors).
-        device: the torch backend's device; ``cpu`` (the only one in this version).
+        device: the torch backend's device: ``cpu``, ``cuda`` (PyTorch's current CUDA device) or
+            ``cuda:N`` (each rank its own; see :mod:`sparsewire.exec.torch_backend`).
         transfer_calibration: the file ``sparsewire calibrate --device`` wrote; messages below
             its threshold are staged through host memory (:mod:`sparsewire.exec.transfer_paths`).
             None: the stored calibration of the device's type when there is one, else every
@@ -133,7 +134,8 @@ def plan_spmm(
     agree_on_values(
         comm,
         {"k": k, "dtype": dtype.name, "strategy": strategy, "mode": mode, "deterministic": bool(deterministic), "proxy": proxy,
-         "transport": transport, "backend": backend, "device": device, "topology": None if topology is None else topology.name},
+         "transport": transport, "backend": backend, "device type": str(device).split(":", 1)[0],  # ranks may own different GPUs
+         "topology": None if topology is None else topology.name},
         "every rank must plan with the same arguments",
     )
     if mode in (None, "auto"):
@@ -141,8 +143,9 @@ def plan_spmm(
 
         sharing = ranks_on_node(comm)
         # Rank 0 decides: threads (and so the choice) may differ per rank, the mode may not.
-        mode = comm.bcast(choose_mode(k, sharing, threads or default_threads(sharing)), root=0)
-    agree_on_error(comm, transport_problem(transport, mode))
+        # On a GPU the overlap mode (the kernels are asynchronous; nothing measured favours another).
+        mode = "overlap" if str(device) != "cpu" else comm.bcast(choose_mode(k, sharing, threads or default_threads(sharing)), root=0)
+    agree_on_error(comm, transport_problem(transport, mode, device))
     if topology is not None and topology.rank_groups is not None:
         topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
     plan, stats, choice = choose_strategy(matrix, k, dtype, strategy, topology, layout_for_mode(mode), proxy)

@@ -1,7 +1,8 @@
-"""Run under ``mpiexec -n P python tests/exec/mpi_driver.py SEED [THREADS,...] [TRANSPORT] [BACKEND]``;
+"""Run under ``mpiexec -n P python tests/exec/mpi_driver.py SEED [THREADS,...] [TRANSPORT] [BACKEND] [DEVICE]``;
 prints ``OK <runs>`` on rank 0. TRANSPORT is ``mpi`` (default) or ``torch``, BACKEND ``numpy``
-(default) or ``torch`` (B, C and the buffers torch tensors); each runs every mode it can (torch:
-all but partitioned).
+(default) or ``torch`` (B, C and the buffers torch tensors on DEVICE, default ``cpu``); each runs
+every mode it can (torch: all but partitioned; the torch transport on CUDA or with
+``SPARSEWIRE_TORCH_GROUPED=on``: bulk, overlap, pipelined).
 
 For a set of matrices (square and rectangular, empty rows and columns, ranks without rows, an
 empty matrix, k = 1, 3 and 32) and every executable strategy, topology (none, groups of 2 and of 3,
@@ -59,11 +60,11 @@ def cases(seed: int, size: int):
     yield "stencil2d-float32", from_spec("stencil2d:7"), "even", 6, np.float32
 
 
-def runs_on(transport: str, backend: str, mode: str) -> bool:
-    return not transport_problem(transport, mode) and not backend_problem(backend, "cpu", mode)
+def runs_on(transport: str, backend: str, mode: str, device: str = "cpu") -> bool:
+    return not transport_problem(transport, mode, device) and not backend_problem(backend, device, mode)
 
 
-def planned_runs(thread_counts: list[int], transport: str, backend: str = "numpy") -> int:
+def planned_runs(thread_counts: list[int], transport: str, backend: str = "numpy", device: str = "cpu") -> int:
     """Executor runs one rank makes: cases x (strategy, mode) pairs of CONFIGURATIONS the
     transport and backend run x thread counts, from the lists the loop below walks."""
     pairs = sum(
@@ -72,7 +73,7 @@ def planned_runs(thread_counts: list[int], transport: str, backend: str = "numpy
         for strategy in EXECUTABLE_STRATEGIES
         if strategy.hierarchical == (kind == "hierarchical")
         for mode in modes
-        if runs_on(transport, backend, mode)
+        if runs_on(transport, backend, mode, device)
     )
     return len(list(cases(0, 1))) * pairs * len(thread_counts)
 
@@ -84,6 +85,11 @@ def main() -> None:
     thread_counts = [int(t) for t in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1]
     transport = sys.argv[3] if len(sys.argv) > 3 else "mpi"
     backend = sys.argv[4] if len(sys.argv) > 4 else "numpy"
+    device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
+    if device == "cuda":  # each rank the GPU of its rank on the node (NCCL needs one per rank)
+        from sparsewire.exec.torch_backend import node_device
+
+        device = node_device(comm)
     if backend == "torch":
         import torch
     runs = 0
@@ -105,19 +111,22 @@ def main() -> None:
                     assert plan.equals(global_plan.ranks[rank]), f"{label}: collective plan differs from global plan"
                     plans[layout] = plan
                 for mode in modes:
-                    if not runs_on(transport, backend, mode):
+                    if not runs_on(transport, backend, mode, device):
                         continue  # a mode this transport or backend does not run
                     plan = plans[layout_for_mode(mode)]
                     for threads in thread_counts:
-                        with SpmmExecutor(plan, comm, k, dtype, mode, threads=threads, transport=transport, backend=backend) as executor:
+                        with SpmmExecutor(plan, comm, k, dtype, mode, threads=threads, transport=transport, backend=backend,
+                                          device=device) as executor:
                             if backend == "torch":
-                                out, b_block = torch.empty((plan.local_shape[0], k), dtype=getattr(torch, np.dtype(dtype).name)), torch.from_numpy(b_local)
+                                out = torch.empty((plan.local_shape[0], k), dtype=getattr(torch, np.dtype(dtype).name), device=executor.kernels.device)
+                                b_block = torch.from_numpy(b_local).to(executor.kernels.device)
                             else:
                                 out, b_block = np.empty((plan.local_shape[0], k), dtype), b_local
                             for _ in range(2):
                                 result = executor.multiply(b_block, out=out)
-                                assert result is out and np.asarray(result).dtype == dtype
-                                np.testing.assert_array_equal(np.asarray(result), expected, err_msg=f"{label}/{mode}/T={threads}")
+                                got = result.cpu().numpy() if backend == "torch" else result
+                                assert result is out and got.dtype == dtype
+                                np.testing.assert_array_equal(got, expected, err_msg=f"{label}/{mode}/T={threads}")
                                 planned = np.zeros(size, np.int64)
                                 for exchange in plan.exchanges:
                                     np.add.at(planned, exchange.recv_ranks, exchange.recv_counts * k * np.dtype(dtype).itemsize)

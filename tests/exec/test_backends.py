@@ -94,8 +94,13 @@ def test_backend_problems_name_the_fix():
     assert "unknown backend 'cupy'" in backend_problem("cupy", "cpu", None)
     assert "backend='torch'" in backend_problem("numpy", "cuda", None)
     assert "cannot run the partitioned mode" in backend_problem("torch", "cpu", "partitioned")
-    assert "CPU only" in backend_problem("torch", "cuda:0", None)
     assert "unknown device" in backend_problem("torch", "gpu0", None)
+    assert "runs on cpu and cuda devices" in backend_problem("torch", "mps", None)
+    if not torch.cuda.is_available():
+        assert "sees no CUDA device" in backend_problem("torch", "cuda:0", None)
+    else:
+        assert backend_problem("torch", "cuda:0", None) is None
+        assert "CUDA device(s)" in backend_problem("torch", f"cuda:{torch.cuda.device_count()}", None)
     with pytest.raises(InputError, match="unknown backend"):
         make_backend("cupy")
 

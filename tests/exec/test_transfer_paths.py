@@ -8,11 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from conftest import SHARED_DATA, _seed, run_cli, run_mpi
+from conftest import SHARED_DATA, _seed, cuda_devices, run_cli, run_mpi
 
 from sparsewire.errors import InputError
+from sparsewire.exec import transfer_paths
 from sparsewire.exec.transfer_paths import (
-    CALIBRATION_KIND, TransferRule, crossover, cuda_aware_mpi, default_rule, load_transfer_calibration, transfer_rule,
+    CALIBRATION_KIND, DEFAULT_CUDA_STAGED_BELOW, EVERY_MESSAGE, TransferRule, crossover, cuda_aware_mpi, default_rule,
+    load_transfer_calibration, transfer_rule,
 )
 
 
@@ -87,10 +89,31 @@ def test_bad_calibration_files_are_named_with_the_fix(tmp_path, content, problem
     assert "sparsewire calibrate --device cpu" in str(error.value)
 
 
-def test_devices_other_than_the_cpu_are_refused():
+def test_devices_other_than_cpu_and_cuda_are_refused():
     with pytest.raises(InputError, match="not built"):
-        transfer_rule("cuda:0")
+        transfer_rule("mps")
     assert isinstance(TransferRule(0, "x").staged([1])[0], np.bool_)
+
+
+def test_cuda_stages_every_message_where_mpi_cannot_read_its_memory(tmp_path, monkeypatch):
+    """Not CUDA-aware (the MPICH wheel): every message staged, a calibration file notwithstanding
+    (a bad one still refused); CUDA-aware: the 1 MiB default, or the calibrated threshold."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    calibration = tmp_path / "cuda.json"
+    calibration.write_text(json.dumps({"kind": CALIBRATION_KIND, "version": 1, "device": "cuda", "staged_below_bytes": 4096}))
+    monkeypatch.setattr(transfer_paths, "cuda_aware_mpi", lambda: (False, "MPICH Version: 5.0.2: MPIX_Query_cuda_support() = 0"))
+    for given in (None, calibration):
+        rule = transfer_rule("cuda:0", given)
+        assert rule.staged_below_bytes == EVERY_MESSAGE and rule.staged([1, 2**40]).all()
+        assert rule.describe().startswith("every message staged through host memory: MPI cannot read CUDA memory")
+    with pytest.raises(InputError, match="device type 'cpu'"):
+        transfer_rule("cuda:0", write_calibration(tmp_path / "cpu.json", 10))
+    monkeypatch.setattr(transfer_paths, "cuda_aware_mpi", lambda: (True, "Open MPI v5.0.5: MPIX_Query_cuda_support() = 1"))
+    default = transfer_rule("cuda:1")
+    assert default.staged_below_bytes == DEFAULT_CUDA_STAGED_BELOW == 2**20
+    assert list(default.staged([2**20 - 1, 2**20])) == [True, False]
+    assert "calibrate --device cuda" in default.describe()
+    assert transfer_rule("cuda", calibration).staged_below_bytes == 4096
 
 
 def test_cuda_awareness_is_asked_of_the_mpi_library():
@@ -142,8 +165,9 @@ def test_calibrate_device_measures_both_paths_and_writes_a_file_the_executor_rea
 def test_calibrate_device_needs_two_ranks_and_a_device_it_runs():
     one = run_cli(["calibrate", "--device", "cpu", "--output", "/dev/null"])
     assert one.returncode != 0 and "needs two ranks" in one.stderr
-    cuda = run_cli(["calibrate", "--device", "cuda", "--backend", "torch"])
-    assert cuda.returncode != 0 and "not built" in cuda.stderr
+    cuda = run_cli(["calibrate", "--device", "cuda"])  # the torch backend implied
+    assert cuda.returncode != 0
+    assert ("sees no CUDA device" if not cuda_devices() else "needs two ranks") in cuda.stderr, cuda.stderr
     sizes = run_cli(["calibrate", "--device", "cpu", "--sizes", "4,x"])
     assert sizes.returncode != 0 and "--sizes" in sizes.stderr
 

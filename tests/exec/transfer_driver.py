@@ -1,7 +1,7 @@
 """Run under ``mpiexec -n P``: messages staged through host memory by a planted transfer
 calibration give the same C as messages sent from the buffers.
 
-    python transfer_driver.py CALIBRATION BACKEND SEED
+    python transfer_driver.py CALIBRATION BACKEND SEED [DEVICE]
 
 CALIBRATION: a transfer calibration file (its threshold read back through the executor), or
 ``split:PATH``: the driver plans once, then plants at PATH a calibration whose threshold is the
@@ -9,7 +9,8 @@ largest message's size (every smaller message staged, the largest ones direct) a
 on: C on integer data equal to SciPy's; the bytes MPI delivered equal to the plan; each message
 staged exactly when its bytes are below the threshold; after a multiply, every staged message's
 host memory holds what its buffer holds (so the copies ran); explain() counts the paths per link
-class. Prints one JSON line from rank 0: the staged and direct message counts.
+class. DEVICE (default cpu; ``cuda``: each rank the GPU of its rank on the node) with the torch
+backend. Prints one JSON line from rank 0: the staged and direct message counts.
 """
 
 from __future__ import annotations
@@ -25,7 +26,19 @@ import sparsewire
 from sparsewire.topology import Topology
 
 calibration, backend, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
 comm = MPI.COMM_WORLD
+if device == "cuda":
+    from sparsewire.exec.torch_backend import node_device
+
+    device = node_device(comm)
+
+
+def host(array) -> np.ndarray:
+    """A result or buffer as a NumPy array (a copy from a GPU)."""
+    return array.cpu().numpy() if hasattr(array, "cpu") else np.asarray(array)
+
+
 rng = np.random.default_rng(seed)
 n, k = 300, 6
 # A band (neighbouring ranks exchange a few rows) and random entries (more rows, to other ranks):
@@ -45,26 +58,27 @@ if calibration.startswith("split:"):
     largest = max(comm.allgather(max(sizes, default=0)))
     if comm.Get_rank() == 0:
         with open(calibration, "w") as file:
-            json.dump({"kind": "sparsewire transfer calibration", "version": 1, "device": "cpu", "staged_below_bytes": largest}, file)
+            json.dump({"kind": "sparsewire transfer calibration", "version": 1, "device": device.split(":")[0], "staged_below_bytes": largest}, file)
     comm.Barrier()
 modes = ("bulk", "overlap", "early") if backend == "torch" else ("bulk", "overlap", "early", "partitioned")
 totals = {"staged": 0, "direct": 0}
 for mode in modes:
     for deterministic in (False, True):
-        plan = matrix.spmm_plan(k, np.float64, "auto", topology, mode, 1, deterministic, backend=backend, transfer_calibration=calibration)
+        plan = matrix.spmm_plan(k, np.float64, "auto", topology, mode, 1, deterministic, backend=backend, device=device,
+                                transfer_calibration=calibration)
         executor = plan.executor
         rule = executor.transfer_rule
         b = b_full[matrix.input_ids()]
-        c = np.asarray(plan.multiply(b))
-        c = np.asarray(plan.multiply(b))  # twice: the staged copies run every multiply
+        c = host(plan.multiply(b))
+        c = host(plan.multiply(b))  # twice: the staged copies run every multiply
         assert np.array_equal(c, reference[matrix.row_ids()]), f"{mode} deterministic={deterministic}: C differs"
         assert not plan.delivery_problems, plan.delivery_problems
         expected = sum(int(e.recv_counts.sum()) for e in plan.rank_plan.exchanges) * k * 8
         assert plan.bytes_received == expected, (plan.bytes_received, expected)
         for ex in executor.buffers.exchanges:
             for side, elements, staged, stage, device in (
-                ("send", ex.send_elements, ex.send_staged, ex.send_stage, ex.send_flat),
-                ("recv", ex.recv_elements, ex.recv_staged, ex.recv_stage, ex.recv_flat),
+                ("send", ex.send_elements, ex.send_staged, ex.send_stage, host(ex.send_device)),
+                ("recv", ex.recv_elements, ex.recv_staged, ex.recv_stage, host(ex.recv_device)),
             ):
                 wanted = [m for m, e in enumerate(elements) if executor.stages_messages and e * 8 < rule.staged_below_bytes]
                 assert list(staged) == wanted, (side, staged, wanted)

@@ -15,7 +15,7 @@ from sparsewire.exec.modes import BACKENDS, MODES, TRANSPORTS
 __all__ = [
     "MATRIX_HELP", "DTYPES", "DEFAULT_MODE", "Parser", "positive_int", "add_topology_arguments",
     "topology_from_args", "start_mpi", "progress_printer", "add_partition_arguments", "PARTITION_HELP", "parse_modes",
-    "TRANSPORT_HELP", "TRANSPORTS", "json_text", "add_backend_arguments",
+    "TRANSPORT_HELP", "TRANSPORTS", "json_text", "add_backend_arguments", "resolve_backend_arguments",
 ]
 
 MATRIX_HELP = (
@@ -172,13 +172,28 @@ TRANSPORT_HELP = (
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser, default: str = "numpy") -> None:
-    """``--backend`` and ``--device``: where the executor's buffers live and what runs its products."""
+    """``--backend`` and ``--device``: where the executor's buffers live and what runs its products
+    (:func:`resolve_backend_arguments` fills in what was left out)."""
     parser.add_argument(
-        "--backend", choices=BACKENDS, default=default,
-        help="local products and buffers: numpy (NumPy arrays, the compiled kernels; every mode) or torch (torch tensors, "
-        f"PyTorch's sparse CSR products and gathers; every mode but partitioned) (default: {default})",
+        "--backend", choices=BACKENDS, default=None,
+        help="local products and buffers: numpy (NumPy arrays, the compiled kernels; every mode; CPU only) or torch (torch tensors, "
+        f"PyTorch's sparse CSR products and gathers; every mode but partitioned) (default: {default}, torch on a cuda device)",
     )
-    parser.add_argument("--device", default="cpu", help="the torch backend's device; cpu is the only one in this version (default: cpu)")
+    parser.add_argument("--device", default="cpu", help="where the buffers and products live: cpu, cuda (each rank the GPU of its "
+                        "rank on the node, modulo the node's GPUs) or cuda:N; a cuda device implies --backend torch (default: cpu)")
+
+
+def resolve_backend_arguments(args: argparse.Namespace, default: str, comm=None) -> None:
+    """Collective over ``comm`` when given (otherwise only the backend is filled in). ``--backend``
+    left out: ``default`` on the CPU, torch on another device; ``--device cuda``: ``cuda:N`` with N
+    this rank's rank on its node modulo the node's GPUs (one GPU per rank where there are enough,
+    as NCCL needs), made PyTorch's current device."""
+    if args.backend is None:
+        args.backend = default if args.device == "cpu" else "torch"
+    if comm is not None and args.device == "cuda":
+        from sparsewire.exec.torch_backend import node_device
+
+        args.device = node_device(comm)
 
 
 def json_text(value, indent: int | None = None) -> str:

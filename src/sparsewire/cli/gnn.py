@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sparsewire.cli.common import add_backend_arguments, TRANSPORT_HELP, agree_on_arguments, TRANSPORTS, add_partition_arguments, MATRIX_HELP, add_topology_arguments, positive_int, progress_printer, topology_from_args, json_text
+from sparsewire.cli.common import add_backend_arguments, resolve_backend_arguments, TRANSPORT_HELP, agree_on_arguments, TRANSPORTS, add_partition_arguments, MATRIX_HELP, add_topology_arguments, positive_int, progress_printer, topology_from_args, json_text
 from sparsewire.errors import InputError
 
 __all__ = ["add_commands"]
@@ -68,6 +68,7 @@ def run_gcn(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)  # one pool per rank at the executor's size (see distribute_graph)
     comm = MPI.COMM_WORLD
     agree_on_arguments(comm, args)
+    resolve_backend_arguments(args, "torch", comm)
     rank = comm.Get_rank()
     data, problem = None, None
     if rank == 0:

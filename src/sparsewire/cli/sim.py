@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sparsewire.cli.common import MATRIX_HELP, add_partition_arguments, check_writable, json_text, positive_int, progress_printer, write_output
+from sparsewire.cli.common import (
+    MATRIX_HELP, add_partition_arguments, check_writable, json_text, positive_int, progress_printer, resolve_backend_arguments, write_output,
+)
 from sparsewire.errors import InputError
 from sparsewire.exec.modes import BACKENDS
 from sparsewire.exec.transfer_paths import default_transfer_calibration_path
@@ -71,9 +73,9 @@ def add_commands(commands) -> None:
                            f"{default_transfer_calibration_path('cpu').parent}/transfer-<device type>.json)")
     calibrate.add_argument("--repeat", type=positive_int, help="timed products per k (default: 5), or with --device timed round trips per "
                            "message size and path (default: 20)")
-    calibrate.add_argument("--device", help="measure the transfer paths of this device (cpu in this version) instead of the compute rate")
-    calibrate.add_argument("--backend", choices=BACKENDS, default="numpy", help="with --device: the kernel backend whose buffers are sent "
-                           "(default: numpy)")
+    calibrate.add_argument("--device", help="measure the transfer paths of this device (cpu, cuda or cuda:N) instead of the compute rate")
+    calibrate.add_argument("--backend", choices=BACKENDS, default=None, help="with --device: the kernel backend whose buffers are sent "
+                           "(default: numpy on the CPU, torch on cuda)")
     calibrate.add_argument("--sizes", default=",".join(str(4**e) for e in range(3, 12)),
                            help="with --device: message sizes in bytes, comma-separated (default: 64, 256, ..., 4194304)")
     calibrate.add_argument("--json", action="store_true", help="print the measurement as JSON")
@@ -143,6 +145,7 @@ def _run_calibrate_transfers(args: argparse.Namespace) -> int:
     if not sizes or sizes[0] < 8:
         raise InputError(f"--sizes needs at least one size, each at least 8 bytes (one float64; got {args.sizes!r})")
     comm = MPI.COMM_WORLD
+    resolve_backend_arguments(args, "numpy", comm)
     path = Path(args.output) if args.output else default_transfer_calibration_path(args.device)
     if args.output:
         check_writable(path, "--output")

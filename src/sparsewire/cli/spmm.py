@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from sparsewire.cli.common import (
-    DEFAULT_MODE, DTYPES, MATRIX_HELP, add_backend_arguments, agree_on_arguments, TRANSPORT_HELP, TRANSPORTS, add_partition_arguments, add_topology_arguments, json_text, parse_modes,
+    DEFAULT_MODE, DTYPES, MATRIX_HELP, add_backend_arguments, resolve_backend_arguments, agree_on_arguments, TRANSPORT_HELP, TRANSPORTS, add_partition_arguments, add_topology_arguments, json_text, parse_modes,
     positive_int, progress_printer, start_mpi, topology_from_args,
 )
 from sparsewire.errors import InputError
@@ -105,6 +105,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         s.value for s in parse_strategies(args.strategy, executable_only=True, hierarchical=hierarchical)
     ]
     modes = parse_modes(args.mode)
+    resolve_backend_arguments(args, "numpy")
     torch_somewhere = args.transport == "torch" or args.backend == "torch"
     if torch_somewhere and args.mode.strip().lower() == "all":
         modes = [mode for mode in modes if mode != "partitioned"]  # every mode the transport and backend run
@@ -124,6 +125,7 @@ def run_spmm(args: argparse.Namespace) -> int:
 
     comm = MPI.COMM_WORLD
     agree_on_arguments(comm, args)
+    resolve_backend_arguments(args, "numpy", comm)
     topology = topology_from_args(args, comm)
     if topology is not None and topology.rank_groups is None:
         topology.groups(comm.Get_size())
@@ -283,6 +285,10 @@ def _load(comm, spec: str, partition: str, symmetrize: bool, topology=None, imba
     return matrix, bad
 
 
+def _no_wait() -> None:
+    """Nothing to wait for after a multiply on the CPU."""
+
+
 def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition, imbalance, check, symmetrize, topology, proxy,
                   threads, deterministic, progress, transport="mpi", backend="numpy", device="cpu", transfer_calibration=None) -> list[dict] | None:
     """Collective. Every (strategy, mode) on the matrix ``spec``: one result dict per run on rank 0
@@ -331,18 +337,24 @@ def _spmm_session(comm, spec, strategies, modes, *, k, dtype, repeat, partition,
             plan_seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
             with plan:
                 result = np.empty((plan.output_rows, k), dtype)
-                out = result
+                out, b_in, finish = result, b_local, _no_wait
                 if backend == "torch":
                     import torch
 
-                    out = torch.from_numpy(result)  # the same memory (the device is the CPU)
-                plan.multiply(b_local, out=out)  # warm-up: first-touch of buffers, MPI connections
+                    out = torch.from_numpy(result).to(device)  # on the CPU the same memory
+                    b_in = torch.from_numpy(b_local).to(device)  # uploaded once, outside the timing
+                    if out.device.type == "cuda":
+                        finish = torch.cuda.synchronize  # the kernels are asynchronous: time them done
+                plan.multiply(b_in, out=out)  # warm-up: first-touch of buffers, MPI connections
                 times = []
                 for _ in range(repeat):
                     comm.Barrier()
                     started = MPI.Wtime()
-                    plan.multiply(b_local, out=out)
+                    plan.multiply(b_in, out=out)
+                    finish()
                     times.append(comm.allreduce(MPI.Wtime() - started, op=MPI.MAX))
+                if backend == "torch" and out.device.type != "cpu":
+                    result = out.cpu().numpy()
                 received = plan.bytes_received_from
                 measured = comm.allreduce(int(received.sum()), op=MPI.SUM)
                 if groups is not None:

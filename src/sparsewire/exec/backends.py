@@ -6,10 +6,11 @@ point (``buffers.kernels``):
 * ``csr(matrix, dtype, threads)``, ``gather_operand(index, threads)``, ``columns(matrix, dtype,
   row_bounds)``: a plan's matrices prepared once (CSR products, row gathers, per-message column
   ranges of a receive matrix);
-* ``zeros(shape, dtype)``: every buffer; ``host(buffer)``: the same memory as a NumPy array for the
-  transports (MPI and Gloo read and write host memory); ``flat(buffer)``, ``stage_zeros``,
-  ``copy_out``, ``copy_in``: a message staged through host memory
-  (:mod:`~sparsewire.exec.transfer_paths`);
+* ``zeros(shape, dtype)``: every buffer; ``mpi_memory(buffer)``: what MPI is given to move it
+  directly (host memory as a NumPy array of the same memory; a CUDA tensor itself);
+  ``flat(buffer)``, ``stage_zeros``, ``copy_out``, ``copy_in``: a message staged through host
+  memory (:mod:`~sparsewire.exec.transfer_paths`); ``synchronize()``: every queued kernel and
+  copy done (a no-op on the CPU), before MPI touches that memory;
 * ``multiply``, ``multiply_rows``, ``gather``, ``apply_columns`` (and, NumPy only, the per-thread
   element ranges of the partitioned mode): the products;
 * ``block(b, shape, dtype)``, ``output(out, shape, dtype)``: the caller's B and C checked and in
@@ -17,7 +18,7 @@ point (``buffers.kernels``):
 
 :class:`NumpyBackend` (``numpy``, the default): NumPy arrays on cache lines, the compiled kernels of
 :mod:`sparsewire.exec.kernels`, every mode. ``torch`` (:mod:`sparsewire.exec.torch_backend`):
-tensors of a torch device and PyTorch's sparse CSR products, gathers and index-adds. Both give the
+tensors of a torch device (``cpu``, ``cuda``) and PyTorch's sparse CSR products and gathers. Both give the
 same C (exact on integer data): ``tests/exec/test_backends.py`` runs every strategy and mode the
 torch backend supports on both.
 """
@@ -71,7 +72,7 @@ class NumpyBackend:
         return zeros_aligned(shape, dtype)
 
     @staticmethod
-    def host(buffer: np.ndarray) -> np.ndarray:
+    def mpi_memory(buffer: np.ndarray) -> np.ndarray:
         """Not collective. The buffer itself (it is host memory)."""
         return buffer
 
@@ -94,6 +95,10 @@ class NumpyBackend:
     def copy_in(stage: np.ndarray, target: np.ndarray) -> None:
         """Not collective. ``target[:] = stage`` (a staged message into a flat buffer)."""
         np.copyto(target, stage)
+
+    @staticmethod
+    def synchronize() -> None:
+        """Not collective. Nothing to wait for: every kernel has returned when it is called."""
 
     @staticmethod
     def set_threads(threads: int, sharing: int) -> None:

@@ -60,7 +60,8 @@ class ExchangeBuffers:
     """Buffers, offsets and operands of one exchange of one rank (offsets in rows of k elements;
     ``*_elements`` per message; ``recv_elements`` includes padding, ``expected_elements`` is the
     plan's payload). The buffers and operands are the backend's; ``send_flat`` and ``recv_flat``
-    are the buffers' memory as 1-D NumPy arrays, for the transports (messages at ``offsets * k``).
+    are the buffers' memory as MPI is given it (1-D; NumPy arrays of host memory, or CUDA tensors
+    for a CUDA-aware MPI; messages at ``offsets * k``).
 
     Staging (:mod:`~sparsewire.exec.transfer_paths`): ``send_staged``/``recv_staged`` list the
     messages that go through host memory; ``send_stage``/``recv_stage`` are that host memory (as
@@ -225,7 +226,7 @@ def _exchange_buffers(
         expected_elements=tuple((np.diff(plain_recv) * k).tolist()),
         send_rows_map=send_rows_map, recv_rows_map=recv_rows_map,
         send_buffer=send_buffer, receive_buffer=receive_buffer,
-        send_flat=backend.host(send_buffer).reshape(-1), recv_flat=backend.host(receive_buffer).reshape(-1),
+        send_flat=backend.mpi_memory(send_buffer).reshape(-1), recv_flat=backend.mpi_memory(receive_buffer).reshape(-1),
         pack_gather=pack_gather, pack_b=pack_b, pack_input=pack_input,
         receive_matrix=receive, unpack=unpack, unpack_columns=unpack_columns,
         dependencies=tuple(tuple(d) for d in dependencies),

@@ -60,7 +60,8 @@ def _bind(flat: np.ndarray, stage: np.ndarray | None, device, start: int, count:
 class MpiTransport(MessageTransport):
     """One persistent ``MPI_Send_init``/``MPI_Recv_init`` request per message; a staged message
     (:mod:`sparsewire.exec.transfer_paths`) is copied into host memory before its send starts and
-    out of it once its receive completes."""
+    out of it once its receive completes. Before MPI reads or writes any memory of an exchange the
+    backend is synchronised (queued device kernels and copies done; nothing on the CPU)."""
 
     name = "mpi"
     modes = frozenset({Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY})
@@ -101,6 +102,7 @@ class MpiTransport(MessageTransport):
     def post_receives(self, ex: ExchangeBuffers) -> None:
         """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
         if self._recv[ex.index]:
+            self._backend.synchronize()  # no kernel or copy still reads the memory MPI will write
             MPI.Prequest.Startall(self._recv[ex.index])
 
     def start_sends(self, ex: ExchangeBuffers) -> None:
@@ -108,6 +110,7 @@ class MpiTransport(MessageTransport):
         for message in ex.send_staged:
             self._backend.copy_out(*self._copy_out[ex.index][message])
         if self._send[ex.index]:
+            self._backend.synchronize()  # the packed rows (and their staged copies) are in memory
             MPI.Prequest.Startall(self._send[ex.index])
 
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
@@ -115,6 +118,7 @@ class MpiTransport(MessageTransport):
         staged = self._copy_out[ex.index][message]
         if staged is not None:
             self._backend.copy_out(*staged)
+        self._backend.synchronize()
         self._send[ex.index][message].Start()
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:

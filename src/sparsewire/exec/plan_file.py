@@ -317,7 +317,7 @@ def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, threads: 
     comm = matrix.comm
     meta, plan = read_plan_file(path, matrix)
     transport = transport or meta.get("transport", "mpi")  # files saved before transports ran on MPI
-    agree_on_error(comm, transport_problem(transport, meta["mode"]) or backend_problem(backend, device, meta["mode"]))
+    agree_on_error(comm, transport_problem(transport, meta["mode"], device) or backend_problem(backend, device, meta["mode"]))
     topology = topology_named(meta["topology"], comm)
     model = topology or Topology.flat()
     stats = collective_stats(comm, plan, meta["k"], np.dtype(meta["dtype"]).itemsize, model)

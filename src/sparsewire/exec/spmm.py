@@ -79,16 +79,19 @@ def _transport_class(name: str, mode: Mode, comm: MPI.Comm) -> type[Transport]:
     return MpiTransport
 
 
-def transport_problem(transport: str, mode: str) -> str | None:
-    """Not collective. What is wrong with running ``mode`` on ``transport`` (None: nothing)."""
+def transport_problem(transport: str, mode: str, device: str = "cpu") -> str | None:
+    """Not collective. What is wrong with running ``mode`` on ``transport`` with buffers on
+    ``device`` (None: nothing)."""
     if transport not in TRANSPORTS:
         return f"unknown transport {transport!r}; choose {' or '.join(TRANSPORTS)}"
     if mode not in MODES:
         return f"unknown mode {mode!r}; choose from {', '.join(MODES)}"
     if transport == "torch":
-        from sparsewire.exec.torch_transport import TorchTransport
+        from sparsewire.exec.torch_transport import TorchTransport, device_mode_problem
 
         runs = TorchTransport.modes
+        if Mode(mode) in runs and device_mode_problem(device, mode):
+            return device_mode_problem(device, mode)
     else:
         runs = MpiTransport.modes | MpiPartitionedTransport.modes
     if Mode(mode) not in runs:
@@ -145,7 +148,7 @@ class SpmmExecutor:
         device: str = "cpu",
         transfer_calibration: str | os.PathLike | None = None,
     ) -> None:
-        problem = transport_problem(transport, mode) or backend_problem(backend, device, mode)
+        problem = transport_problem(transport, mode, device) or backend_problem(backend, device, mode)
         if problem:
             raise InputError(problem)
         mode = Mode(mode)

@@ -5,9 +5,17 @@ the product of its block of the receive matrix.
 
 A plan's matrices are converted once per executor; the transposed plan has matrices of its own
 (:mod:`sparsewire.plan.transpose` builds ``A^T``'s blocks explicitly, so no product runs on a
-transposed view). The transports read and write host memory; on the CPU device a tensor and its
-NumPy view are the same memory, so MPI and Gloo move the tensors themselves. Only ``cpu`` is
-accepted as the device: transfers out of device memory are not built.
+transposed view).
+
+Devices: ``cpu``, and ``cuda``/``cuda:N`` where PyTorch has CUDA. On the CPU a tensor and its NumPy
+view are the same memory, so MPI and Gloo move the tensors themselves. On CUDA the buffers are
+device memory: MPI is given the tensors themselves (:meth:`TorchBackend.mpi_memory`; read through
+``__cuda_array_interface__`` by a CUDA-aware MPI) only for the messages the transfer rule sends
+direct; every other message is staged (:mod:`sparsewire.exec.transfer_paths`) through pinned host
+memory, copied asynchronously on a stream of its own (:meth:`~TorchBackend.copy_out`,
+:meth:`~TorchBackend.copy_in`); NCCL moves the tensors for the torch transport. The CUDA-only
+lines are the branches on ``self._copies`` beside their CPU twins; without a GPU only the CPU
+branches have run.
 
 Runs the bulk, overlap, pipelined and early modes (the partitioned mode's per-thread element
 ranges are the compiled kernels' own). Every product on the CPU sums each C row in one thread in
@@ -28,13 +36,29 @@ from sparsewire.errors import PlanMismatchError
 from sparsewire.exec.kernels import balanced_bounds
 from sparsewire.exec.modes import Mode
 
-__all__ = ["TorchBackend", "TorchCsr", "TorchGather", "TorchColumns"]
+__all__ = ["TorchBackend", "TorchCsr", "TorchGather", "TorchColumns", "node_device"]
 
 _TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
 
 
 def _index(values: np.ndarray, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(device)
+
+
+def node_device(comm) -> str:
+    """Collective. ``cuda:N`` for this rank, N its rank among the ranks of its node modulo the
+    node's CUDA devices, made PyTorch's current device (so NCCL and ``cuda`` name it); ``cuda``
+    where this PyTorch sees no CUDA device (the backend then says why it cannot run)."""
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local = node.Get_rank()
+    node.Free()
+    if not torch.cuda.is_available():
+        return "cuda"
+    index = local % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    return f"cuda:{index}"
 
 
 def _csr_tensor(indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
@@ -87,19 +111,30 @@ class TorchBackend:
 
     def __init__(self, device: str = "cpu") -> None:
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        # Staged copies run on a stream of their own (CUDA); None on the CPU, where a copy is a memcpy.
+        self._copies = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
     @staticmethod
     def device_problem(device: str) -> str | None:
-        """Not collective. Why the torch backend cannot run on ``device`` (None: it can)."""
+        """Not collective. Why the torch backend cannot run on ``device`` (None: it can): ``cpu``
+        always, ``cuda`` or ``cuda:N`` where this PyTorch has CUDA and device N."""
         try:
             parsed = torch.device(device)
         except (RuntimeError, TypeError):
-            return f"unknown device {device!r}; use cpu"
-        if parsed.type != "cpu":
+            return f"unknown device {device!r}; use cpu, cuda or cuda:N"
+        if parsed.type == "cpu":
+            return None
+        if parsed.type != "cuda":
+            return f"device {device!r}: the torch backend runs on cpu and cuda devices; use cpu, cuda or cuda:N"
+        if not torch.cuda.is_available():
             return (
-                f"device {device!r}: the torch backend runs on the CPU only in this version (transfers out of "
-                "device memory are not built); use device='cpu'"
+                f"device {device!r}: this PyTorch ({torch.__version__}) sees no CUDA device; install a CUDA build of PyTorch "
+                "on a machine with an NVIDIA GPU (bench/README.md), or use device='cpu'"
             )
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            return f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}"
         return None
 
     def _values(self, values: np.ndarray, dtype: np.dtype) -> torch.Tensor:
@@ -142,30 +177,55 @@ class TorchBackend:
         """Not collective. A zeroed buffer on the device."""
         return torch.zeros(shape, dtype=_TORCH_DTYPES[np.dtype(dtype)], device=self.device)
 
-    @staticmethod
-    def host(buffer: torch.Tensor) -> np.ndarray:
-        """Not collective. The buffer's memory as a NumPy array (a view: the device is the CPU)."""
-        return buffer.numpy()
+    def mpi_memory(self, buffer: torch.Tensor):
+        """Not collective. What MPI is given to move the buffer directly: on the CPU its NumPy view
+        (the same memory); on CUDA the tensor itself, which only a CUDA-aware MPI reads (the
+        transfer rule stages every message otherwise)."""
+        return buffer if self._copies is not None else buffer.numpy()
 
     @staticmethod
     def flat(buffer: torch.Tensor) -> torch.Tensor:
         """Not collective. The buffer as one row of elements (a view on its device)."""
         return buffer.view(-1)
 
-    @staticmethod
-    def stage_zeros(elements: int, dtype) -> np.ndarray:
-        """Not collective. Host memory for staged messages (:mod:`sparsewire.exec.transfer_paths`)."""
-        return zeros_aligned((elements,), dtype)
+    def stage_zeros(self, elements: int, dtype) -> np.ndarray:
+        """Not collective. Host memory for staged messages (:mod:`sparsewire.exec.transfer_paths`):
+        page-locked (pinned) on CUDA, so the copies are asynchronous DMA; a NumPy view for MPI."""
+        if self._copies is None:
+            return zeros_aligned((elements,), dtype)
+        return torch.zeros(elements, dtype=_TORCH_DTYPES[np.dtype(dtype)], pin_memory=True).numpy()
 
-    @staticmethod
-    def copy_out(source: torch.Tensor, stage: np.ndarray) -> None:
-        """Not collective. ``stage[:] = source``: a message of a flat buffer into host memory."""
-        torch.from_numpy(stage).copy_(source)
+    def copy_out(self, source: torch.Tensor, stage: np.ndarray) -> None:
+        """Not collective. ``stage[:] = source``: a message of a flat buffer into host memory. On
+        CUDA it is queued on the copy stream after the kernels that packed ``source``; MPI may read
+        ``stage`` after :meth:`synchronize`."""
+        if self._copies is None:
+            torch.from_numpy(stage).copy_(source)
+            return
+        self._copies.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._copies):
+            torch.from_numpy(stage).copy_(source, non_blocking=True)
 
-    @staticmethod
-    def copy_in(stage: np.ndarray, target: torch.Tensor) -> None:
-        """Not collective. ``target[:] = stage``: a staged message into a flat buffer."""
-        target.copy_(torch.from_numpy(stage))
+    def copy_in(self, stage: np.ndarray, target: torch.Tensor) -> None:
+        """Not collective. ``target[:] = stage``: a staged message into a flat buffer. On CUDA it is
+        queued on the copy stream (once the kernels before it are done with ``target``) and the
+        compute stream waits for it, so the host goes on to the next message while it runs."""
+        if self._copies is None:
+            target.copy_(torch.from_numpy(stage))
+            return
+        compute = torch.cuda.current_stream(self.device)
+        self._copies.wait_stream(compute)
+        with torch.cuda.stream(self._copies):
+            target.copy_(torch.from_numpy(stage), non_blocking=True)
+        compute.wait_stream(self._copies)
+
+    def synchronize(self) -> None:
+        """Not collective. Wait until every queued kernel and copy is done, before MPI reads or
+        writes the buffers or the staged memory (mpi4py does not synchronise a CUDA stream); on the
+        CPU there is nothing to wait for."""
+        if self._copies is not None:
+            self._copies.synchronize()
+            torch.cuda.current_stream(self.device).synchronize()
 
     @staticmethod
     def set_threads(threads: int, sharing: int) -> None:

@@ -5,22 +5,21 @@ The semiring SpGEMM paper's hybrid communication (McFarland et al., ICPE '25, se
 Fig. 8): below some message size, copying a message out of device memory and sending it host to
 host is faster than letting CUDA-aware MPI read device memory; above it the direct path wins. The
 rule here is theirs, per message: a message of ``b`` bytes is staged when ``b <
-staged_below_bytes``. (Where MPI cannot read the buffers' memory at all, every message would have
-to be staged; no such device runs in this version.)
+staged_below_bytes``. Where MPI cannot read device memory at all (not CUDA-aware, as the MPICH
+wheel from PyPI), every message is staged (:data:`EVERY_MESSAGE`), whatever a calibration says.
 The threshold is measured by ``sparsewire calibrate --device D`` (:func:`measure_transfer_paths`:
 both paths, message by message size, between two ranks) and stored
 (:func:`default_transfer_calibration_path`); without a calibration the default is
-:func:`default_rule`'s.
+:func:`default_rule`'s: on the CPU nothing staged, on CUDA with a CUDA-aware MPI CombBLAS-GPU's
+fixed switch of 1 MiB.
 
 Both ends decide on their own: MPI matches a message sent from host memory with a receive into
 device memory and the other way round, so the sender's path and the receiver's need no agreement.
 
-What this version runs: the CPU device (NumPy and torch backends), whose buffers are host memory,
-so without a calibration nothing is staged; a calibration (for the ``cpu`` device type) makes the
-transport stage the messages below its threshold, through the same copies a device would use
-(:class:`~sparsewire.exec.mpi_transport.MpiTransport`). Device memory (CUDA) is not built: the
-backend refuses such devices. :func:`cuda_aware_mpi` answers whether the MPI library could read
-CUDA memory, as ``explain()`` reports.
+On the CPU (NumPy and torch backends) the buffers are host memory, so a calibration there only
+exercises the copies a device makes. On CUDA (torch backend) staged messages go through pinned
+host memory (:class:`~sparsewire.exec.torch_backend.TorchBackend`). :func:`cuda_aware_mpi`
+answers whether the MPI library can read CUDA memory, as ``explain()`` reports.
 """
 
 from __future__ import annotations
@@ -41,12 +40,18 @@ from sparsewire.errors import InputError
 
 __all__ = [
     "TransferRule", "default_rule", "transfer_rule", "load_transfer_calibration", "default_transfer_calibration_path", "cuda_aware_mpi",
-    "crossover", "measure_transfer_paths", "summarize_paths", "messages_per_path", "describe_paths", "CALIBRATION_KIND",
+    "crossover", "measure_transfer_paths", "summarize_paths", "messages_per_path", "describe_paths", "CALIBRATION_KIND", "EVERY_MESSAGE",
+    "DEFAULT_CUDA_STAGED_BELOW",
 ]
 
 #: The ``kind`` field of a transfer calibration file.
 CALIBRATION_KIND = "sparsewire transfer calibration"
 _VERSION = 1
+#: ``staged_below_bytes`` that stages every message (MPI cannot read the device's memory).
+EVERY_MESSAGE = 1 << 62
+#: The uncalibrated threshold on CUDA with a CUDA-aware MPI: CombBLAS-GPU's fixed 1 MiB switch.
+DEFAULT_CUDA_STAGED_BELOW = 1 << 20
+_DEVICE_TYPES = ("cpu", "cuda")
 
 
 def device_type(device: str) -> str:
@@ -70,15 +75,28 @@ class TransferRule:
         """Not collective. One line for ``explain()``."""
         if self.staged_below_bytes <= 0:
             return f"every message direct: {self.why}"
+        if self.staged_below_bytes >= EVERY_MESSAGE:
+            return f"every message staged through host memory: {self.why}"
         return f"messages below {self.staged_below_bytes} bytes staged through host memory, the rest direct: {self.why}"
 
 
+def _check_device_type(device: str) -> None:
+    if device_type(device) not in _DEVICE_TYPES:
+        raise InputError(f"transfers out of {device!r} memory are not built; use device cpu or cuda")
+
+
 def default_rule(device: str) -> TransferRule:
-    """Not collective. The rule before any calibration: on the CPU, every message direct (the
-    buffers are host memory; a copy would only add time)."""
-    if device_type(device) != "cpu":
-        raise InputError(f"transfers out of {device!r} memory are not built; use device 'cpu'")
-    return TransferRule(0, "the buffers are host memory (device cpu), which MPI reads as it is")
+    """Not collective. The rule before any calibration: on the CPU every message direct (the
+    buffers are host memory; a copy would only add time); on CUDA every message staged when MPI
+    cannot read CUDA memory, else messages below :data:`DEFAULT_CUDA_STAGED_BELOW` staged."""
+    _check_device_type(device)
+    if device_type(device) == "cpu":
+        return TransferRule(0, "the buffers are host memory (device cpu), which MPI reads as it is")
+    aware, how = cuda_aware_mpi()
+    if not aware:
+        return TransferRule(EVERY_MESSAGE, f"MPI cannot read CUDA memory ({how}), so messages go through pinned host memory")
+    return TransferRule(DEFAULT_CUDA_STAGED_BELOW, f"not calibrated, CombBLAS-GPU's fixed 1 MiB switch ({how}); "
+                        "measure this machine's with 'mpiexec -n 2 sparsewire calibrate --device cuda'")
 
 
 def default_transfer_calibration_path(device: str) -> Path:
@@ -119,12 +137,17 @@ def load_transfer_calibration(path: str | os.PathLike, device: str) -> TransferR
 def transfer_rule(device: str, calibration: str | os.PathLike | None = None) -> TransferRule:
     """Not collective. The rule of an executor on ``device``: from ``calibration`` when given, else
     from :func:`default_transfer_calibration_path` when that file exists, else
-    :func:`default_rule`."""
-    default_rule(device)  # the device check comes first
+    :func:`default_rule`; always :func:`default_rule`'s (every message staged) where MPI cannot
+    read the device's memory."""
+    fallback = default_rule(device)  # the device check comes first
+    if fallback.staged_below_bytes >= EVERY_MESSAGE:
+        if calibration is not None:  # still refuse a bad file
+            load_transfer_calibration(calibration, device)
+        return fallback  # MPI cannot send from device memory: no threshold applies
     if calibration is not None:
         return load_transfer_calibration(calibration, device)
     stored = default_transfer_calibration_path(device)
-    return load_transfer_calibration(stored, device) if stored.exists() else default_rule(device)
+    return load_transfer_calibration(stored, device) if stored.exists() else fallback
 
 
 def _mpi_library() -> ctypes.CDLL | None:
@@ -175,20 +198,23 @@ def crossover(sizes: list[int], direct_seconds: list[float], staged_seconds: lis
     return 0 if threshold == sizes[0] else threshold
 
 
-def _round_trip(comm, peer: int, backend, flat, host: np.ndarray, stage: np.ndarray | None) -> None:
+def _round_trip(comm, peer: int, backend, flat, memory, stage: np.ndarray | None) -> None:
     """Rank 0 sends the buffer to ``peer`` and gets it back (rank 1 the other way round); with
-    ``stage``, each end copies through that host memory as the transport does."""
+    ``stage``, each end copies through that host memory as the transport does (``memory``: what
+    MPI reads for a direct send, :meth:`mpi_memory`)."""
     from mpi4py import MPI
 
     for sender in (0, 1):
         if comm.Get_rank() == sender:
             if stage is not None:
                 backend.copy_out(flat, stage)
-            comm.Send([host if stage is None else stage, MPI.DOUBLE], peer, 7)
+            backend.synchronize()
+            comm.Send([memory if stage is None else stage, MPI.DOUBLE], peer, 7)
         else:
-            comm.Recv([host if stage is None else stage, MPI.DOUBLE], peer, 7)
+            comm.Recv([memory if stage is None else stage, MPI.DOUBLE], peer, 7)
             if stage is not None:
                 backend.copy_in(stage, flat)
+            backend.synchronize()
 
 
 def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat: int = 20, progress=None) -> dict:
@@ -196,21 +222,32 @@ def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat:
     trip time of a message between ranks 0 and 1 per size (bytes, float64 elements) on both paths,
     the median of ``repeat`` after one warm-up: ``direct``, MPI reading the backend's buffer;
     ``staged``, the buffer copied into host memory, sent, and copied into the receiver's buffer
-    (the backend's ``copy_out``/``copy_in``, as the transport does). Returns the calibration
-    record (rank 0's; the others get it too) with :func:`crossover`'s threshold."""
+    (the backend's ``copy_out``/``copy_in``, as the transport does; each end waits for its copies).
+    Returns the calibration record (rank 0's; the others get it too) with :func:`crossover`'s
+    threshold.
+
+    Raises:
+        InputError (every rank) with fewer than two ranks, or where MPI cannot read the device's
+        memory (then every message is staged and there is no crossover).
+    """
     from mpi4py import MPI
 
     if comm.Get_size() < 2:
         raise InputError("the transfer sweep needs two ranks: run it as 'mpiexec -n 2 sparsewire calibrate --device ...'")
+    fixed = default_rule(device)
+    if fixed.staged_below_bytes >= EVERY_MESSAGE:
+        raise InputError(f"no crossover to measure on {device}: {fixed.why}, every one of them; run with a CUDA-aware MPI "
+                         "(bench/README.md), or see bench/gpu.py for the staged and NCCL times by message size")
     rank = comm.Get_rank()
     peer = 1 - rank if rank < 2 else None
     direct_times, staged_times = [], []
     for size in sizes:
         elements = max(1, size // 8)
         buffer = backend.zeros((elements, 1), np.float64)
-        flat, host = backend.flat(buffer), backend.host(buffer).reshape(-1)
+        flat, memory = backend.flat(buffer), backend.mpi_memory(buffer).reshape(-1)
         stage = backend.stage_zeros(elements, np.float64)
-        host[:] = np.arange(elements)
+        stage[:] = np.arange(elements)
+        backend.copy_in(stage, flat)
         results = {}
         for path in ("direct", "staged"):
             times = []
@@ -218,7 +255,7 @@ def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat:
                 comm.Barrier()
                 started = time.perf_counter()
                 if peer is not None:
-                    _round_trip(comm, peer, backend, flat, host, stage if path == "staged" else None)
+                    _round_trip(comm, peer, backend, flat, memory, stage if path == "staged" else None)
                 if trial:
                     times.append((time.perf_counter() - started) / 2)
             results[path] = statistics.median(times)

@@ -151,13 +151,14 @@ def hash_dropout(x: torch.Tensor, p: float, row_ids: np.ndarray, salt: int) -> t
         return x
     if x.is_sparse:
         indices = x.indices()
-        u = _keep_fraction(np.asarray(row_ids)[indices[0].numpy()], indices[1].numpy(), salt)
-        keep = torch.from_numpy(u >= p).to(x.dtype) / (1.0 - p)
+        host = indices.cpu()
+        u = _keep_fraction(np.asarray(row_ids)[host[0].numpy()], host[1].numpy(), salt)
+        keep = torch.from_numpy(u >= p).to(device=x.device, dtype=x.dtype) / (1.0 - p)
         return torch.sparse_coo_tensor(indices, x.values() * keep, x.shape, is_coalesced=True, check_invariants=False)
     rows = np.asarray(row_ids)[:, None]
     cols = np.arange(x.shape[1])[None, :]
     keep = torch.from_numpy(_keep_fraction(rows, cols, salt) >= p)
-    return x * keep.to(x.dtype) / (1.0 - p)
+    return x * keep.to(device=x.device, dtype=x.dtype) / (1.0 - p)
 
 
 class GNN(nn.Module):

@@ -132,29 +132,29 @@ class _ScatterRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_global: torch.Tensor, operator: GraphOperator) -> torch.Tensor:
         ctx.operator = operator
-        return x_global[torch.from_numpy(operator.node_ids)].clone()
+        return x_global[torch.from_numpy(operator.node_ids).to(x_global.device)].clone()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         operator = ctx.operator
-        parts = np.concatenate(operator.comm.allgather(grad.detach().numpy()), axis=0)
+        parts = np.concatenate(operator.comm.allgather(grad.detach().cpu().numpy()), axis=0)
         full = np.empty_like(parts)
         full[operator.all_node_ids()] = parts
-        return torch.from_numpy(full), None
+        return torch.from_numpy(full).to(grad.device), None
 
 
 class _GatherRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_local: torch.Tensor, operator: GraphOperator) -> torch.Tensor:
         ctx.operator = operator
-        parts = np.concatenate(operator.comm.allgather(x_local.detach().numpy()), axis=0)
+        parts = np.concatenate(operator.comm.allgather(x_local.detach().cpu().numpy()), axis=0)
         full = np.empty_like(parts)
         full[operator.all_node_ids()] = parts
-        return torch.from_numpy(full)
+        return torch.from_numpy(full).to(x_local.device)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return grad[torch.from_numpy(ctx.operator.node_ids)].clone(), None
+        return grad[torch.from_numpy(ctx.operator.node_ids).to(grad.device)].clone(), None
 
 
 def scatter_rows(operator: GraphOperator, x_global: torch.Tensor) -> torch.Tensor:

@@ -31,13 +31,13 @@ def _structure(x: torch.Tensor, threads: int, kernels) -> tuple:
     if key not in _STRUCTURES:
         import scipy.sparse as sp
 
-        rows, cols = indices[0].numpy(), indices[1].numpy()
+        rows, cols = indices[0].cpu().numpy(), indices[1].cpu().numpy()
         position = np.arange(rows.size, dtype=np.float64)  # carried through the transpose as values
         forward = sp.csr_array((position, (rows, cols)), shape=tuple(x.shape))
         backward = sp.csr_array(forward.T)
         dtype = _NUMPY[x.dtype]
         operands = (kernels.csr(forward, dtype, threads, keep_order=True), kernels.csr(backward, dtype, threads, keep_order=True))
-        order_t = torch.from_numpy(backward.data.astype(np.int64))
+        order_t = torch.from_numpy(backward.data.astype(np.int64)).to(x.device)
         if len(_STRUCTURES) > 64:  # patterns of tensors that are gone
             _STRUCTURES.clear()
         _STRUCTURES[key] = (*operands, order_t, indices)  # keep the indices alive: their address is the key
@@ -53,14 +53,14 @@ class _SparseLinear(torch.autograd.Function):
         ctx.kernels = kernels
         ctx.backward_operand = kernels.with_values(backward, kernels.from_torch(values[order_t].contiguous()))
         operand = kernels.with_values(forward, kernels.from_torch(values))
-        out = torch.empty((x.shape[0], weight.shape[0]), dtype=weight.dtype)
+        out = torch.empty((x.shape[0], weight.shape[0]), dtype=weight.dtype, device=weight.device)
         kernels.multiply(operand, kernels.from_torch(weight.detach().T.contiguous()), kernels.from_torch(out))
         return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         operand, kernels = ctx.backward_operand, ctx.kernels
-        grad_t = torch.empty((operand.shape[0], grad.shape[1]), dtype=grad.dtype)
+        grad_t = torch.empty((operand.shape[0], grad.shape[1]), dtype=grad.dtype, device=grad.device)
         kernels.multiply(operand, kernels.from_torch(grad.contiguous()), kernels.from_torch(grad_t))
         return None, grad_t.T, None, None
 

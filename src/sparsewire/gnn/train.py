@@ -68,8 +68,9 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
 
     ``transport``: how the propagations' messages move, ``mpi`` or ``torch`` (torch.distributed).
     ``backend`` and ``device``: what runs the propagations' local products (and the first layer's
-    sparse input): ``torch`` (default: PyTorch's sparse CSR products on ``device``, one thread pool,
-    PyTorch's) or ``numpy`` (the compiled kernels; see :func:`sparsewire.spmm_plan.plan_spmm`). In
+    sparse input): ``torch`` (default: PyTorch's sparse CSR products on ``device``, ``cpu`` or
+    ``cuda``/``cuda:N``, where the features, labels and masks are put and :func:`train` puts the
+    model; one thread pool, PyTorch's) or ``numpy`` (the compiled kernels; see :func:`sparsewire.spmm_plan.plan_spmm`). In
     ``bench/gnn.py`` (float32, 2-core machine) their epochs take the same time, and the torch
     backend's process never loads Numba and LLVM: at P = 1 its peak memory was 0.77-0.87x that of
     PyG's process, the NumPy backend's 0.90-1.11x. ``transfer_calibration``: which messages are
@@ -109,9 +110,10 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     features, labels, masks = comm.scatter(pieces, root=root)
     operator = GraphOperator(matrix, strategy=strategy, topology=topology, threads=threads, transport=transport, backend=backend, device=device,
                              transfer_calibration=transfer_calibration)
+    on = getattr(operator.kernels, "device", "cpu")  # cuda names this rank's GPU there
     return LocalGraph(
-        operator, _feature_tensor(features, dtype), torch.from_numpy(labels),
-        {name: torch.from_numpy(mask) for name, mask in masks.items()}, totals, classes, matrix.shape[0],
+        operator, _feature_tensor(features, dtype).to(on), torch.from_numpy(labels).to(on),
+        {name: torch.from_numpy(mask).to(on) for name, mask in masks.items()}, totals, classes, matrix.shape[0],
     )
 
 
@@ -129,7 +131,10 @@ def _feature_tensor(features: sp.csr_array, dtype: torch.dtype) -> torch.Tensor:
 def _sum_gradients(comm: MPI.Comm, model: torch.nn.Module) -> None:
     for parameter in model.parameters():
         if parameter.grad is not None and comm.Get_size() > 1:
-            comm.Allreduce(MPI.IN_PLACE, parameter.grad.numpy(), op=MPI.SUM)
+            host = parameter.grad.cpu()  # the gradient itself on the CPU; a copy from a GPU
+            comm.Allreduce(MPI.IN_PLACE, host.numpy(), op=MPI.SUM)
+            if parameter.grad.device.type != "cpu":
+                parameter.grad.copy_(host)
 
 
 def train(
@@ -176,7 +181,7 @@ def train(
     features = graph.features
     channels = channels or [features.shape[1]] + [hidden] * (layers - 1) + [graph.classes]
     torch.manual_seed(seed)
-    network = GNN(model, channels, dropout=dropout, seed=seed, dtype=features.dtype)
+    network = GNN(model, channels, dropout=dropout, seed=seed, dtype=features.dtype).to(features.device)  # drawn on the CPU: the same weights on any device
     if initial_state is not None:
         network.load_state_dict(initial_state)
     first, rest = list(network.convs[0].parameters()), [p for conv in network.convs[1:] for p in conv.parameters()]
@@ -195,6 +200,8 @@ def train(
         loss.backward()
         _sum_gradients(comm, network)
         optimizer.step()
+        if features.device.type == "cuda":
+            torch.cuda.synchronize(features.device)  # the step's kernels are asynchronous: time them done
         seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
         moved = comm.allreduce(operator.bytes_forward + operator.bytes_backward, op=MPI.SUM)
         total_loss = comm.allreduce(float(loss.detach()), op=MPI.SUM)
