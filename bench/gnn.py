@@ -1,7 +1,7 @@
 """Distributed GNN training against PyTorch Geometric configured as its users run it, in one run.
 
     .venv/bin/python bench/gnn.py [--configs 1x1,1x2,2x1] [--graphs cora,rmat:14:16:1,rmat:16:16:1]
-        [--models gcn2,gcn5,sage2] [--dtype float32] [--epochs 30] [--backend numpy|torch]
+        [--models gcn2,gcn5,sage2] [--dtype float32] [--epochs 30] [--backend numpy|torch] [--device cpu|cuda]
 
 Graphs: Cora (``../shared/data/gnn/cora.npz``, when present; 1433 sparse bag-of-words features,
 7 classes) and generated R-MAT graphs (16 random features, 16 random classes). Models: ``gcn2``
@@ -23,6 +23,11 @@ resident memory per rank (``ru_maxrss``; PyG in its own process, which reads the
 plain .npz and imports nothing of ours). P x T above the cores
 oversubscribes the 2-core reference machine. Prints the table with ratios and, per graph, 1 x 2
 over 2 x 1; writes bench/results/gnn.json.
+
+``--device cuda`` puts both sides on the GPU (ours: each rank the GPU of its rank on the node, so
+ranks share one where there is one; PyG: ``cuda:0``); each epoch's time is taken after
+``torch.cuda.synchronize()``, and the peak device memory (``torch.cuda.max_memory_allocated``)
+is reported beside the resident memory. Writes bench/results/gnn-cuda.json.
 """
 
 from __future__ import annotations
@@ -56,7 +61,13 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def ours(spec: str, model: str, threads: int, epochs: int, dtype: str, dropout: float, backend: str) -> None:
+def gpu_peak_mib(device: str) -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**20 if device != "cpu" else None
+
+
+def ours(spec: str, model: str, threads: int, epochs: int, dtype: str, dropout: float, backend: str, device: str) -> None:
     import torch
     from mpi4py import MPI
 
@@ -66,14 +77,20 @@ def ours(spec: str, model: str, threads: int, epochs: int, dtype: str, dropout: 
     comm = MPI.COMM_WORLD
     kind, layers, hidden = MODELS[model]
     data = graph_data(spec) if comm.Get_rank() == 0 else None
-    graph = distribute_graph(comm, data, kind, threads=threads, dtype=getattr(torch, dtype), backend=backend)
+    if device == "cuda":
+        from sparsewire.exec.torch_backend import node_device
+
+        device = node_device(comm)
+    graph = distribute_graph(comm, data, kind, threads=threads, dtype=getattr(torch, dtype), backend=backend, device=device)
     result = train(comm, graph, model=kind, layers=layers, hidden=hidden, epochs=epochs, dropout=dropout)
     graph.operator.close()
     peaks = comm.gather(peak_mib(), root=0)
+    gpu_peaks = comm.gather(gpu_peak_mib(device), root=0)
     if comm.Get_rank() == 0:
         steady = result.history[1:] or result.history
         print(json.dumps({"seconds_per_epoch": float(np.median([h["seconds"] for h in steady])), "bytes_per_epoch": int(steady[-1]["bytes"]),
-                          "peak_mib_per_rank": max(peaks), "final_loss": result.history[-1]["loss"]}))
+                          "peak_mib_per_rank": max(peaks), "gpu_peak_mib_per_rank": None if device == "cpu" else max(gpu_peaks),
+                          "final_loss": result.history[-1]["loss"]}))
 
 
 def export_graph(spec: str, directory: str) -> str:
@@ -91,7 +108,7 @@ def export_graph(spec: str, directory: str) -> str:
     return path
 
 
-def pyg(path: str, model: str, threads: int, epochs: int, dtype: str, dropout: float) -> None:
+def pyg(path: str, model: str, threads: int, epochs: int, dtype: str, dropout: float, device: str) -> None:
     from types import SimpleNamespace
 
     import scipy.sparse as sp
@@ -111,15 +128,18 @@ def pyg(path: str, model: str, threads: int, epochs: int, dtype: str, dropout: f
     dtype = getattr(torch, dtype)
     channels = [data.features.shape[1]] + [hidden] * (layers - 1) + [data.classes]
     layer = (lambda a, b: GCNConv(a, b, cached=True)) if kind == "gcn" else (lambda a, b: SAGEConv(a, b, aggr="mean"))
-    convs = torch.nn.ModuleList(layer(a, b) for a, b in zip(channels[:-1], channels[1:])).to(dtype)
+    device = "cuda:0" if device == "cuda" else device
+    wait = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+    convs = torch.nn.ModuleList(layer(a, b) for a, b in zip(channels[:-1], channels[1:])).to(device=device, dtype=dtype)
     csr = sp.csr_array(data.adjacency)  # rows = targets: adj_t as PyG stores it
     adj_t = torch.sparse_csr_tensor(torch.from_numpy(csr.indptr.astype(np.int64)), torch.from_numpy(csr.indices.astype(np.int64)),
-                                    torch.from_numpy(csr.data).to(dtype), size=csr.shape)
-    x = torch.from_numpy(data.features.toarray()).to(dtype)
-    y, train = torch.from_numpy(data.labels), torch.from_numpy(data.train_idx)
+                                    torch.from_numpy(csr.data).to(dtype), size=csr.shape).to(device)
+    x = torch.from_numpy(data.features.toarray()).to(device=device, dtype=dtype)
+    y, train = torch.from_numpy(data.labels).to(device), torch.from_numpy(data.train_idx).to(device)
     optimizer = torch.optim.Adam(convs.parameters(), lr=0.01)
     times = []
     for _ in range(epochs):
+        wait()
         started = time.perf_counter()
         optimizer.zero_grad()
         h = x
@@ -130,8 +150,10 @@ def pyg(path: str, model: str, threads: int, epochs: int, dtype: str, dropout: f
         loss = torch.nn.functional.nll_loss(h[train], y[train])
         loss.backward()
         optimizer.step()
+        wait()
         times.append(time.perf_counter() - started)
-    print(json.dumps({"seconds_per_epoch": float(np.median(times[1:])), "peak_mib_per_rank": peak_mib()}))
+    print(json.dumps({"seconds_per_epoch": float(np.median(times[1:])), "peak_mib_per_rank": peak_mib(),
+                      "gpu_peak_mib_per_rank": gpu_peak_mib(device)}))
 
 
 def main() -> None:
@@ -143,14 +165,15 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=30, help="epochs per run (default: 30)")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout before every layer, both sides (default: 0)")
     parser.add_argument("--backend", choices=["numpy", "torch"], default="torch", help="our executor's kernel backend (default: torch, as sparsewire gcn)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="both sides on this device (default: cpu)")
     parser.add_argument("--worker", nargs=4, metavar=("SIDE", "GRAPH", "MODEL", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         side, spec, model, threads = args.worker
         if side == "ours":
-            ours(spec, model, int(threads), args.epochs, args.dtype, args.dropout, args.backend)
+            ours(spec, model, int(threads), args.epochs, args.dtype, args.dropout, args.backend, args.device)
         else:
-            pyg(spec, model, int(threads), args.epochs, args.dtype, args.dropout)
+            pyg(spec, model, int(threads), args.epochs, args.dtype, args.dropout, args.device)
         return
     from sparsewire.report import format_table
 
@@ -168,30 +191,35 @@ def main() -> None:
                 if cores not in references:
                     print(f"{spec} {model}: PyG on {cores} thread(s) ...", file=sys.stderr, flush=True)
                     references[cores] = run_json([sys.executable, __file__, "--epochs", str(args.epochs), "--dtype", args.dtype,
-                                             "--dropout", str(args.dropout), "--worker", "pyg", graph_file, model, str(cores)])
+                                             "--dropout", str(args.dropout), "--device", args.device, "--worker", "pyg", graph_file, model,
+                                             str(cores)])
                 print(f"{spec} {model}: ours {ranks} x {threads} ...", file=sys.stderr, flush=True)
                 mine = run_json([mpiexec, "-n", str(ranks), sys.executable, __file__, "--epochs", str(args.epochs), "--dtype", args.dtype,
-                            "--dropout", str(args.dropout), "--backend", args.backend, "--worker", "ours", spec, model, str(threads)])
+                            "--dropout", str(args.dropout), "--backend", args.backend, "--device", args.device, "--worker", "ours", spec, model,
+                            str(threads)])
                 reference = references[cores]
                 times[(ranks, threads)] = mine["seconds_per_epoch"]
                 ratio = mine["seconds_per_epoch"] / reference["seconds_per_epoch"]
-                results.append({"graph": spec, "model": model, "ranks": ranks, "threads": threads, "dtype": args.dtype, "backend": args.backend, **mine,
+                results.append({"graph": spec, "model": model, "ranks": ranks, "threads": threads, "dtype": args.dtype, "backend": args.backend,
+                                "device": args.device, **mine, "pyg_gpu_peak_mib": reference["gpu_peak_mib_per_rank"],
                                 "pyg_seconds_per_epoch": reference["seconds_per_epoch"], "pyg_peak_mib": reference["peak_mib_per_rank"],
                                 "ratio_to_pyg": ratio})
                 rows.append([spec, model, f"{ranks}x{threads}", f"{mine['seconds_per_epoch'] * 1e3:.2f}",
                              f"{reference['seconds_per_epoch'] * 1e3:.2f}", f"{ratio:.2f}", mine["bytes_per_epoch"],
-                             f"{mine['peak_mib_per_rank']:.0f}", f"{reference['peak_mib_per_rank']:.0f}"])
+                             f"{mine['peak_mib_per_rank']:.0f}", f"{reference['peak_mib_per_rank']:.0f}"]
+                            + ([f"{mine['gpu_peak_mib_per_rank']:.0f}", f"{reference['gpu_peak_mib_per_rank']:.0f}"] if args.device != "cpu" else []))
             if (1, 2) in times and (2, 1) in times:
                 thread_rows.append([spec, model, f"{times[(1, 2)] / times[(2, 1)]:.2f}"])
     print(format_table(["graph", "model", "PxT", "ours ms/epoch", "PyG ms/epoch", "ours / PyG", "bytes/epoch", "ours peak MiB/rank",
-                        "PyG peak MiB"], rows))
+                        "PyG peak MiB"] + (["ours GPU MiB/rank", "PyG GPU MiB"] if args.device != "cpu" else []), rows))
     if thread_rows:
         print()
         print(format_table(["graph", "model", "1x2 / 2x1"], thread_rows))
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gnn.json").write_text(json.dumps({"epochs": args.epochs, "dtype": args.dtype, "dropout": args.dropout, "backend": args.backend,
-                                              "results": results}, indent=1))
+    name = "gnn.json" if args.device == "cpu" else f"gnn-{args.device}.json"
+    (out / name).write_text(json.dumps({"epochs": args.epochs, "dtype": args.dtype, "dropout": args.dropout, "backend": args.backend,
+                                        "device": args.device, "results": results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from sparsewire.errors import InputError
 
 __all__ = [
     "TransferRule", "default_rule", "transfer_rule", "load_transfer_calibration", "default_transfer_calibration_path", "cuda_aware_mpi",
-    "crossover", "measure_transfer_paths", "summarize_paths", "messages_per_path", "describe_paths", "CALIBRATION_KIND", "EVERY_MESSAGE",
+    "crossover", "time_transfer_paths", "measure_transfer_paths", "summarize_paths", "messages_per_path", "describe_paths", "CALIBRATION_KIND", "EVERY_MESSAGE",
     "DEFAULT_CUDA_STAGED_BELOW",
 ]
 
@@ -217,14 +217,44 @@ def _round_trip(comm, peer: int, backend, flat, memory, stage: np.ndarray | None
             backend.synchronize()
 
 
-def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat: int = 20, progress=None) -> dict:
+def time_transfer_paths(comm, backend, sizes: list[int], repeat: int = 20, paths: tuple[str, ...] = ("direct", "staged"),
+                        progress=None) -> dict[str, list[float]]:
     """Collective (every rank of ``comm``; ranks 0 and 1 measure, the others wait). Half the round
-    trip time of a message between ranks 0 and 1 per size (bytes, float64 elements) on both paths,
-    the median of ``repeat`` after one warm-up: ``direct``, MPI reading the backend's buffer;
-    ``staged``, the buffer copied into host memory, sent, and copied into the receiver's buffer
-    (the backend's ``copy_out``/``copy_in``, as the transport does; each end waits for its copies).
-    Returns the calibration record (rank 0's; the others get it too) with :func:`crossover`'s
-    threshold.
+    trip time of a message between ranks 0 and 1 per size (bytes, float64 elements) on each of
+    ``paths``, the median of ``repeat`` after one warm-up: ``direct``, MPI reading the backend's
+    buffer (:meth:`mpi_memory`); ``staged``, the buffer copied into host memory, sent, and copied
+    into the receiver's buffer (the backend's ``copy_out``/``copy_in``, as the transport does; each
+    end waits for its copies). Returns ``{path: seconds per size}``."""
+    if comm.Get_size() < 2:
+        raise InputError("the transfer sweep needs two ranks: run it as 'mpiexec -n 2 sparsewire calibrate --device ...'")
+    rank = comm.Get_rank()
+    peer = 1 - rank if rank < 2 else None
+    times_by_path: dict[str, list[float]] = {path: [] for path in paths}
+    for size in sizes:
+        elements = max(1, size // 8)
+        buffer = backend.zeros((elements, 1), np.float64)
+        flat, memory = backend.flat(buffer), backend.mpi_memory(buffer).reshape(-1)
+        stage = backend.stage_zeros(elements, np.float64)
+        stage[:] = np.arange(elements)
+        backend.copy_in(stage, flat)
+        for path in paths:
+            times = []
+            for trial in range(repeat + 1):
+                comm.Barrier()
+                started = time.perf_counter()
+                if peer is not None:
+                    _round_trip(comm, peer, backend, flat, memory, stage if path == "staged" else None)
+                if trial:
+                    times.append((time.perf_counter() - started) / 2)
+            times_by_path[path].append(statistics.median(times))
+        if rank == 0 and progress:
+            progress(f"{size} bytes: " + ", ".join(f"{path} {times_by_path[path][-1] * 1e6:.2f} us" for path in paths))
+    return times_by_path
+
+
+def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat: int = 20, progress=None) -> dict:
+    """Collective (every rank of ``comm``). Both paths timed by :func:`time_transfer_paths`; returns
+    the calibration record (rank 0's; the others get it too) with :func:`crossover`'s threshold.
 
     Raises:
         InputError (every rank) with fewer than two ranks, or where MPI cannot read the device's
@@ -239,30 +269,8 @@ def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat:
         raise InputError(f"no crossover to measure on {device}: {fixed.why}, every one of them; run with a CUDA-aware MPI "
                          "(bench/README.md), or see bench/gpu.py for the staged and NCCL times by message size")
     rank = comm.Get_rank()
-    peer = 1 - rank if rank < 2 else None
-    direct_times, staged_times = [], []
-    for size in sizes:
-        elements = max(1, size // 8)
-        buffer = backend.zeros((elements, 1), np.float64)
-        flat, memory = backend.flat(buffer), backend.mpi_memory(buffer).reshape(-1)
-        stage = backend.stage_zeros(elements, np.float64)
-        stage[:] = np.arange(elements)
-        backend.copy_in(stage, flat)
-        results = {}
-        for path in ("direct", "staged"):
-            times = []
-            for trial in range(repeat + 1):
-                comm.Barrier()
-                started = time.perf_counter()
-                if peer is not None:
-                    _round_trip(comm, peer, backend, flat, memory, stage if path == "staged" else None)
-                if trial:
-                    times.append((time.perf_counter() - started) / 2)
-            results[path] = statistics.median(times)
-        if rank == 0 and progress:
-            progress(f"{size} bytes: direct {results['direct'] * 1e6:.2f} us, staged {results['staged'] * 1e6:.2f} us")
-        direct_times.append(results["direct"])
-        staged_times.append(results["staged"])
+    measured = time_transfer_paths(comm, backend, sizes, repeat, ("direct", "staged"), progress)
+    direct_times, staged_times = measured["direct"], measured["staged"]
     record = {
         "kind": CALIBRATION_KIND,
         "version": _VERSION,
