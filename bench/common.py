@@ -1,13 +1,15 @@
-"""Helpers shared by the benchmark scripts: the default matrix list, short names, geometric
-means and an earlier commit's package for side-by-side runs."""
+"""Helpers shared by the benchmark scripts: the default matrix list, short names, a median timer,
+geometric means and an earlier commit's package for side-by-side runs."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import statistics
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +25,17 @@ def default_matrices(generated: list[str]) -> list[str]:
 def short_name(spec: str) -> str:
     """A file's name without ``.mtx.gz``; a generator spec as is."""
     return Path(spec).name.removesuffix(".mtx.gz") if os.sep in spec else spec
+
+
+def median_seconds(function, repeat: int) -> float:
+    """Median wall seconds (perf_counter) of ``function()`` over ``repeat`` calls after one warm-up."""
+    function()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def geometric_mean(values: list[float]) -> float:

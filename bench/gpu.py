@@ -39,24 +39,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, default_matrices, geometric_mean, run_json, short_name  # noqa: E402
+from common import ROOT, default_matrices, geometric_mean, median_seconds, run_json, short_name  # noqa: E402
 
 
 def device_time(function, repeat: int, device: str) -> float:
     """Median seconds of ``function()`` over ``repeat`` calls after one warm-up, by CUDA events
     (on the CPU by perf_counter)."""
-    import time
-
     import torch
 
-    function()
     if device == "cpu":
-        times = []
-        for _ in range(repeat):
-            started = time.perf_counter()
-            function()
-            times.append(time.perf_counter() - started)
-        return statistics.median(times)
+        return median_seconds(function, repeat)
+    function()
     torch.cuda.synchronize()
     times = []
     for _ in range(repeat):

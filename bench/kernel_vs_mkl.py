@@ -24,24 +24,12 @@ import argparse
 import glob
 import json
 import os
-import statistics
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, default_matrices, geometric_mean, short_name  # noqa: E402
-
-
-def median_seconds(function, repeat: int) -> float:
-    function()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+from common import ROOT, default_matrices, geometric_mean, median_seconds, short_name  # noqa: E402
 
 
 def main() -> None:
