@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, default_matrices, short_name  # noqa: E402
+from common import ROOT, default_matrices, median_seconds, short_name  # noqa: E402
 
 from sparsewire.aligned import empty_aligned  # noqa: E402
 from sparsewire.exec import kernels  # noqa: E402
@@ -63,16 +63,6 @@ from sparsewire.report import format_table  # noqa: E402
 
 # After sparsewire, which sizes Numba's thread pool to the cores when it is imported first.
 from numba import njit, prange  # noqa: E402, I001
-
-
-def median_seconds(function, repeat: int) -> float:
-    function()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return float(np.median(times))
 
 
 def alternating_medians(functions, repeat: int) -> list[float]:
