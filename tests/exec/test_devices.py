@@ -102,6 +102,14 @@ def test_nccl_moves_cuda_buffers_exactly(device, ranks):
 
 
 @pytest.mark.parametrize("device", on_devices("cuda"))
+def test_nccl_refuses_ranks_that_share_a_gpu_naming_them(device):
+    completed = run_mpi(2, ["-m", "sparsewire", "spmm", "rmat:8:8:1", "--device", f"{device}:0", "--transport", "torch", "--mode", "bulk"],
+                        timeout=120)
+    assert completed.returncode != 0
+    assert "ranks 0 and 1 share GPU cuda:0" in completed.stderr and "NCCL needs one GPU per rank" in completed.stderr, completed.stderr[-2000:]
+
+
+@pytest.mark.parametrize("device", on_devices("cuda"))
 def test_cuda_messages_take_the_path_the_rule_gives(tmp_path, device):
     """A planted calibration on CUDA: with the MPICH wheel (not CUDA-aware) every message is
     staged whatever the file says; C exact, bytes as planned, staged memory equal to the buffers."""
@@ -127,3 +135,50 @@ def test_gcn_on_cuda_trains_as_on_the_cpu(device):
     if not CORA.exists():
         pytest.skip("../shared/data/gnn/cora.npz is absent")
     assert_gcn_trains_alike(2, "device", ("cpu", f"{device}:0"), extra=("--dtype", "float64"))
+
+
+def test_the_cuda_copy_branches_order_their_streams(rng, monkeypatch):
+    """Without a GPU, the CUDA branches of the staged copies run against recording streams: the
+    copy stream waits for the compute stream before each copy, an incoming copy makes the compute
+    stream wait for it, and synchronize waits for both; the data still moves (CPU tensors)."""
+    log = []
+
+    class Stream:
+        def __init__(self, name):
+            self.name = name
+
+        def wait_stream(self, other):
+            log.append(f"{self.name} waits for {other.name}")
+
+        def synchronize(self):
+            log.append(f"{self.name} synchronized")
+
+    class Using:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def __enter__(self):
+            log.append(f"on {self.stream.name}")
+
+        def __exit__(self, *exc):
+            log.append(f"off {self.stream.name}")
+
+    compute = Stream("compute")
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: compute)
+    monkeypatch.setattr(torch.cuda, "stream", Using)
+    backend = TorchBackend("cpu")
+    backend._copies = Stream("copies")  # what __init__ makes on a CUDA device
+    buffer = backend.zeros((5, 3), np.float64)
+    assert backend.mpi_memory(buffer) is buffer  # a CUDA tensor goes to MPI as it is
+    values = rng.integers(-9, 10, 15).astype(np.float64)
+    stage = values.copy()
+    backend.copy_in(stage, backend.flat(buffer))
+    assert log == ["copies waits for compute", "on copies", "off copies", "compute waits for copies"]
+    log.clear()
+    out = np.zeros(15)
+    backend.copy_out(backend.flat(buffer), out)
+    assert log == ["copies waits for compute", "on copies", "off copies"]
+    log.clear()
+    backend.synchronize()
+    assert log == ["copies synchronized", "compute synchronized"]
+    np.testing.assert_array_equal(out, values)

@@ -137,6 +137,7 @@ def _prepare_nccl(comm: MPI.Comm, device) -> None:
     agree_on_error(comm, None if not shared else (
         f"ranks {shared[0][0]} and {shared[0][1]} share GPU cuda:{places[shared[0][0]][1]} on {places[shared[0][0]][0]}; NCCL needs one GPU per "
         "rank: run as many ranks as GPUs, or use transport 'mpi' (host-staged), where ranks may share a GPU"))
+    torch.cuda.set_device(device)  # NCCL's batched point-to-point hangs on another current device
     dist.all_reduce(torch.zeros(1, device=device))
     torch.cuda.synchronize(device)
 
