@@ -76,7 +76,7 @@ for mode in modes:
         expected = sum(int(e.recv_counts.sum()) for e in plan.rank_plan.exchanges) * k * 8
         assert plan.bytes_received == expected, (plan.bytes_received, expected)
         for ex in executor.buffers.exchanges:
-            for side, elements, staged, stage, device in (
+            for side, elements, staged, stage, contents in (
                 ("send", ex.send_elements, ex.send_staged, ex.send_stage, host(ex.send_device)),
                 ("recv", ex.recv_elements, ex.recv_staged, ex.recv_stage, host(ex.recv_device)),
             ):
@@ -84,7 +84,7 @@ for mode in modes:
                 assert list(staged) == wanted, (side, staged, wanted)
                 offsets = np.concatenate([[0], np.cumsum(elements)])
                 for m in staged:
-                    np.testing.assert_array_equal(stage[offsets[m] : offsets[m + 1]], device[offsets[m] : offsets[m + 1]])
+                    np.testing.assert_array_equal(stage[offsets[m] : offsets[m + 1]], contents[offsets[m] : offsets[m + 1]])
         summary = plan.transfer_summary
         text = plan.explain()
         for name, paths in summary.items():

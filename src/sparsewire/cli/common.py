@@ -166,8 +166,8 @@ def parse_modes(text: str) -> list[str]:
 
 TRANSPORT_HELP = (
     "how messages move: mpi (MPI point-to-point or MPI-4 partitioned requests; bytes counted from receive "
-    "statuses) or torch (torch.distributed isend/irecv on Gloo, the process group set up from MPI; every mode "
-    "but partitioned) (default: mpi)"
+    "statuses) or torch (torch.distributed isend/irecv on Gloo, or NCCL for CUDA buffers, the process group set up from MPI; every "
+    "mode but partitioned, on cuda bulk, overlap and pipelined) (default: mpi)"
 )
 
 

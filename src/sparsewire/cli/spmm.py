@@ -106,16 +106,18 @@ def run_spmm(args: argparse.Namespace) -> int:
     ]
     modes = parse_modes(args.mode)
     resolve_backend_arguments(args, "numpy")
-    torch_somewhere = args.transport == "torch" or args.backend == "torch"
-    if torch_somewhere and args.mode.strip().lower() == "all":
-        modes = [mode for mode in modes if mode != "partitioned"]  # every mode the transport and backend run
-    if args.transport == "torch" and "partitioned" in modes:
-        raise InputError("the torch transport cannot run the partitioned mode (MPI-4 partitioned messages); drop it from --mode or use --transport mpi")
     from sparsewire.exec.backends import backend_problem
+    from sparsewire.exec.spmm import transport_problem
 
-    problem = backend_problem(args.backend, args.device, "partitioned" if "partitioned" in modes else None)
+    def problem_of(mode: str | None) -> str | None:  # None or auto: the device alone (auto picks a mode that runs)
+        mode = None if mode == "auto" else mode
+        return (mode and transport_problem(args.transport, mode, args.device)) or backend_problem(args.backend, args.device, mode)
+
+    if args.mode.strip().lower() == "all":  # every mode the transport and backend run on the device
+        modes = [mode for mode in modes if not problem_of(mode)]
+    problem = problem_of(None) or next(filter(None, map(problem_of, modes)), None)
     if problem:
-        raise InputError(problem + ("; drop it from --mode or use --backend numpy" if "partitioned" in problem else ""))
+        raise InputError(problem + ("; drop it from --mode or use --backend numpy" if "backend cannot run" in problem else ""))
     if args.topology is not None and args.topology.strip().lower() != "mpi":
         topology_from_args(args)  # reject an unknown preset before MPI starts
 
