@@ -96,8 +96,9 @@ class DistributedMatrix:
     @collective_errors
     def gather_dense(self, c_local: np.ndarray, root: int = 0) -> np.ndarray | None:
         """Collective. A dense block per rank with this matrix's rows (a product ``C = A @ B``) as
-        one array in the original row order on ``root``, None elsewhere."""
-        pieces = self.comm.gather(np.asarray(c_local), root=root)
+        one array in the original row order on ``root``, None elsewhere. ``c_local`` may be a NumPy
+        array or a torch tensor on any device (copied to the host)."""
+        pieces = self.comm.gather(np.asarray(c_local.cpu() if hasattr(c_local, "cpu") else c_local), root=root)
         if self.comm.Get_rank() != root:
             return None
         whole = np.concatenate(pieces, axis=0)

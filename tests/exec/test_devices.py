@@ -137,6 +137,22 @@ def test_gcn_on_cuda_trains_as_on_the_cpu(device):
     assert_gcn_trains_alike(2, "device", ("cpu", f"{device}:0"), extra=("--dtype", "float64"))
 
 
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_the_cuda_branches_give_the_same_c_when_copies_run_as_late_as_a_gpu_may_run_them(tmp_path, ranks):
+    """The whole executor on the torch backend's CUDA branches (tensors to MPI for direct
+    messages, staged copies on a copy stream, synchronize before MPI) over tests/exec/deferred_streams.py:
+    each staged copy runs only once the host or the compute stream waits for it. C exact for two
+    different B, bytes as planned, both paths at P = 3. (Dropping the synchronize before MPI
+    starts the sends, or the compute stream's wait for an incoming copy, makes C differ.)"""
+    completed = run_mpi(ranks, ["tests/exec/transfer_driver.py", f"split:{tmp_path / 'planted.json'}", "torch", str(_seed() + ranks),
+                                "cpu-deferred-streams"], timeout=240)
+    assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
+    totals = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert totals["staged"] > 0 and totals["deferred_copies"] > 0, totals
+    if ranks >= 3:
+        assert totals["direct"] > 0, totals
+
+
 def test_the_cuda_copy_branches_order_their_streams(rng, monkeypatch):
     """Without a GPU, the CUDA branches of the staged copies run against recording streams: the
     copy stream waits for the compute stream before each copy, an incoming copy makes the compute

@@ -9,8 +9,12 @@ largest message's size (every smaller message staged, the largest ones direct) a
 on: C on integer data equal to SciPy's; the bytes MPI delivered equal to the plan; each message
 staged exactly when its bytes are below the threshold; after a multiply, every staged message's
 host memory holds what its buffer holds (so the copies ran); explain() counts the paths per link
-class. DEVICE (default cpu; ``cuda``: each rank the GPU of its rank on the node) with the torch
-backend. Prints one JSON line from rank 0: the staged and direct message counts.
+class. DEVICE (default cpu; ``cuda``: each rank the GPU of its rank on the node;
+``cpu-deferred-streams``: the CPU with the torch backend's CUDA branches over
+:mod:`deferred_streams`, whose copies run as late as a GPU may run them) with the torch backend.
+Each plan multiplies two different B, so a staged copy that has not run leaves stale rows in C.
+Prints one JSON line from rank 0: the staged and direct message counts (and, deferred, the copies
+queued on the copy stream).
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ from sparsewire.topology import Topology
 calibration, backend, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
 comm = MPI.COMM_WORLD
+copy_stream = None
+if device == "cpu-deferred-streams":
+    from deferred_streams import install
+
+    copy_stream, device = install(), "cpu"
 if device == "cuda":
     from sparsewire.exec.torch_backend import node_device
 
@@ -47,8 +56,8 @@ a = sp.random_array((n, n), density=0.004, rng=rng, format="csr") + sp.diags_arr
 a = sp.csr_array(a)
 a.data = rng.integers(-4, 5, a.nnz).astype(np.float64)
 a = comm.bcast(a, root=0)
-b_full = comm.bcast(rng.integers(-3, 4, (n, k)).astype(np.float64), root=0)
-reference = a @ b_full
+b_first, b_full = (comm.bcast(rng.integers(-3, 4, (n, k)).astype(np.float64), root=0) for _ in range(2))
+reference_first, reference = a @ b_first, a @ b_full
 matrix = sparsewire.distribute(comm, a)
 topology = Topology.nodes(2) if comm.Get_size() >= 2 else None
 if calibration.startswith("split:"):
@@ -68,10 +77,12 @@ for mode in modes:
                                 transfer_calibration=calibration)
         executor = plan.executor
         rule = executor.transfer_rule
-        b = b_full[matrix.input_ids()]
-        c = host(plan.multiply(b))
-        c = host(plan.multiply(b))  # twice: the staged copies run every multiply
-        assert np.array_equal(c, reference[matrix.row_ids()]), f"{mode} deterministic={deterministic}: C differs"
+        first = host(plan.multiply(b_first[matrix.input_ids()]))
+        assert np.array_equal(first, reference_first[matrix.row_ids()]), f"{mode} deterministic={deterministic}: first C differs"
+        c = plan.multiply(b_full[matrix.input_ids()])  # another B: the staged copies run every multiply
+        assert np.array_equal(host(c), reference[matrix.row_ids()]), f"{mode} deterministic={deterministic}: C differs"
+        whole = matrix.gather_dense(c)  # a tensor of the backend's device, or an array
+        assert comm.Get_rank() != 0 or np.array_equal(whole, reference), f"{mode}: gather_dense of {type(c).__name__}"
         assert not plan.delivery_problems, plan.delivery_problems
         expected = sum(int(e.recv_counts.sum()) for e in plan.rank_plan.exchanges) * k * 8
         assert plan.bytes_received == expected, (plan.bytes_received, expected)
@@ -94,5 +105,7 @@ for mode in modes:
                     totals[path] += count
         assert ("staged through host memory" in text) == (executor.stages_messages and rule.staged_below_bytes > 0), text
         plan.close()
+if copy_stream is not None:
+    totals["deferred_copies"] = comm.allreduce(copy_stream.deferred)
 if comm.Get_rank() == 0:
     print(json.dumps(totals))

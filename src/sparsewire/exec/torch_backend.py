@@ -20,8 +20,8 @@ branches have run.
 Runs the bulk, overlap, pipelined and early modes (the partitioned mode's per-thread element
 ranges are the compiled kernels' own). Every product on the CPU sums each C row in one thread in
 the stored order, so ``deterministic=True`` (the ordered combine) gives the same bits run to run;
-on CUDA that rests on cuSPARSE's non-transposed CSR product (no product runs on a transposed
-view), which has not been measured here.
+on CUDA that rests on cuSPARSE, whose SpMM documentation names only the transposed product as one
+that may differ run to run (no product here runs on a transposed view); not yet checked on a GPU.
 """
 
 from __future__ import annotations
