@@ -236,7 +236,12 @@ class TorchBackend:
 
     @staticmethod
     def multiply(operand: TorchCsr, x: torch.Tensor, out: torch.Tensor, accumulate: bool = False) -> None:
-        """Not collective. ``out = A @ x`` or, with ``accumulate``, ``out += A @ x``."""
+        """Not collective. ``out = A @ x`` or, with ``accumulate``, ``out += A @ x`` (nothing to add
+        from an empty A, such as a rank's receive matrix where it has no neighbour)."""
+        if operand.nnz == 0:
+            if not accumulate:
+                out.zero_()
+            return
         torch.addmm(out, operand.matrix, x, beta=1 if accumulate else 0, out=out)
 
     @staticmethod
@@ -253,7 +258,8 @@ class TorchBackend:
     @staticmethod
     def gather(operand: TorchGather, x: torch.Tensor, out: torch.Tensor) -> None:
         """Not collective. ``out[r] = x[index[r]]``."""
-        torch.index_select(x, 0, operand.index, out=out)
+        if operand.index.numel():
+            torch.index_select(x, 0, operand.index, out=out)
 
     def apply_columns(self, operand: TorchColumns, buffer: torch.Tensor, out: torch.Tensor, col_start: int, col_stop: int) -> None:
         """Not collective. ``out += R[:, col_start:col_stop] @ buffer[col_start:col_stop]`` (one
