@@ -69,6 +69,25 @@ def test_a_product_that_overwrites_ignores_what_was_in_out():
     assert out.tolist() == [[1.0, 2.0], [6.0, 8.0], [0.0, 0.0]]
 
 
+def test_an_empty_operand_overwrites_with_zeros_and_adds_nothing(rng):
+    """No product runs for an operand without entries (a receive matrix without neighbours), but
+    the result is still A @ x: zeros, or out unchanged when accumulating; no gather for no rows."""
+    backend = make_backend("torch", "cpu")
+    rows, inner, k = (int(n) for n in rng.integers(1, 9, 3))
+    empty = backend.csr(sp.csr_array((rows, inner)), np.float64, 1)
+    x = torch.from_numpy(rng.integers(-5, 6, (inner, k)).astype(np.float64))
+    out = torch.full((rows, k), float("nan"), dtype=torch.float64)
+    backend.multiply(empty, x, out)
+    assert torch.equal(out, torch.zeros(rows, k, dtype=torch.float64))
+    before = torch.from_numpy(rng.integers(-5, 6, (rows, k)).astype(np.float64))
+    out.copy_(before)
+    backend.multiply(empty, x, out, accumulate=True)
+    assert torch.equal(out, before)
+    nothing = torch.empty((0, k), dtype=torch.float64)
+    backend.gather(backend.gather_operand(np.zeros(0, np.int64), 1), x, nothing)
+    assert nothing.shape == (0, k)
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_torch_backend_is_exact_for_every_strategy_and_mode(ranks):
     completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), "1,2", "mpi", "torch"], timeout=500)
