@@ -19,6 +19,7 @@ import contextlib
 
 import torch
 
+from sparsewire.aligned import zeros_aligned
 from sparsewire.exec.torch_backend import TorchBackend
 
 __all__ = ["DeferredStream", "install"]
@@ -46,10 +47,6 @@ class DeferredStream:
         self.run_pending()
 
 
-class _ComputeStream(DeferredStream):
-    """The compute stream: its kernels ran when they were called."""
-
-
 _plain_copy = torch.Tensor.copy_
 
 
@@ -73,7 +70,7 @@ def _using(stream: DeferredStream):
 def install() -> DeferredStream:
     """Make every new TorchBackend take its CUDA branches over deferred copies; returns the copy
     stream they share (its ``deferred`` counts the copies queued)."""
-    copies, compute = DeferredStream(), _ComputeStream()
+    copies, compute = DeferredStream(), DeferredStream()  # nothing is queued on compute: its kernels ran when called
     plain_init = TorchBackend.__init__
 
     def init(self, device: str = "cpu") -> None:
@@ -81,14 +78,8 @@ def install() -> DeferredStream:
         self._copies = copies
 
     TorchBackend.__init__ = init
-    TorchBackend.stage_zeros = lambda self, elements, dtype: _cpu_stage(elements, dtype)
+    TorchBackend.stage_zeros = lambda self, elements, dtype: zeros_aligned((elements,), dtype)  # its CPU branch
     torch.cuda.current_stream = lambda device=None: compute
     torch.cuda.stream = _using
     torch.Tensor.copy_ = _copy
     return copies
-
-
-def _cpu_stage(elements: int, dtype):
-    from sparsewire.aligned import zeros_aligned
-
-    return zeros_aligned((elements,), dtype)
