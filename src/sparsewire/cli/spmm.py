@@ -117,7 +117,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         modes = [mode for mode in modes if not problem_of(mode)]
     problem = problem_of(None) or next(filter(None, map(problem_of, modes)), None)
     if problem:
-        raise InputError(problem + ("; drop it from --mode or use --backend numpy" if "backend cannot run" in problem else ""))
+        raise InputError(problem)
     if args.topology is not None and args.topology.strip().lower() != "mpi":
         topology_from_args(args)  # reject an unknown preset before MPI starts
 

@@ -144,7 +144,8 @@ def backend_problem(backend: str, device: str, mode: str | None) -> str | None:
         if problem:
             return problem
         if mode is not None and Mode(mode) not in TorchBackend.modes:
-            return f"the torch backend cannot run the {mode} mode (it runs {', '.join(m.value for m in Mode if m in TorchBackend.modes)})"
+            return (f"the torch backend cannot run the {mode} mode (it runs {', '.join(m.value for m in Mode if m in TorchBackend.modes)}); "
+                    "use one of those or backend 'numpy'")
     return None
 
 
