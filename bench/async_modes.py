@@ -41,7 +41,7 @@ def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int,
     from mpi4py import MPI
 
     import sparsewire
-    from sparsewire.exec.spmm import MODES, SpmmExecutor, layout_for_mode
+    from sparsewire.exec.executor import MODES, SpmmExecutor, layout_for_mode
     from sparsewire.generators import deterministic_dense
     from sparsewire.plan.plan import build_rank_plan_collective
     from sparsewire.topology import Topology

@@ -78,7 +78,7 @@ def ours(spec: str, model: str, threads: int, epochs: int, dtype: str, dropout: 
     kind, layers, hidden = MODELS[model]
     data = graph_data(spec) if comm.Get_rank() == 0 else None
     if device == "cuda":
-        from sparsewire.exec.torch_backend import node_device
+        from sparsewire.exec.kernels.torch_backend import node_device
 
         device = node_device(comm)
     graph = distribute_graph(comm, data, kind, threads=threads, dtype=getattr(torch, dtype), backend=backend, device=device)

@@ -120,8 +120,8 @@ def transfer_worker(sizes: list[int], repeat: int, device: str) -> None:
     import torch.distributed as dist
     from mpi4py import MPI
 
-    from sparsewire.exec.torch_backend import TorchBackend, node_device
-    from sparsewire.exec.torch_transport import process_group_ranks
+    from sparsewire.exec.kernels.torch_backend import TorchBackend, node_device
+    from sparsewire.exec.transports.torch_distributed import process_group_ranks
     from sparsewire.exec.transfer_paths import cuda_aware_mpi, time_transfer_paths
 
     comm = MPI.COMM_WORLD

@@ -6,7 +6,7 @@
 Per matrix of ../shared/data, k and dtype: ``C = A @ B`` with B random, on ``--threads`` threads
 for every side, warm (one product first, then the median of ``--repeat`` back to back):
 
-* ours: :func:`sparsewire.exec.kernels.multiply`, B and C on cache lines (as the library
+* ours: :func:`sparsewire.exec.kernels.compiled.multiply`, B and C on cache lines (as the library
   allocates them);
 * MKL: ``sparse_dot_mkl.dot_product_mkl(A, B, out=C, out_scalar=0.0)`` (MKL's CSR x dense
   writing into a C allocated once, as ours does: its fastest call; ``out_scalar=0`` makes it
@@ -54,7 +54,7 @@ def main() -> None:
     import torch
 
     from sparsewire.aligned import empty_aligned
-    from sparsewire.exec import kernels
+    from sparsewire.exec.kernels import compiled as kernels
     from sparsewire.io import load_matrix
     from sparsewire.report import format_table
 

@@ -3,7 +3,7 @@
 Pipeline: load (:mod:`sparsewire.io`, :mod:`sparsewire.generators`) -> partition
 (:mod:`sparsewire.partition`) -> plan (:mod:`sparsewire.plan`, over a
 :mod:`sparsewire.topology`) -> execute
-(:mod:`sparsewire.exec.spmm`, needs MPI) -> report (:mod:`sparsewire.plan.stats`).
+(:mod:`sparsewire.exec.executor`, needs MPI) -> report (:mod:`sparsewire.plan.stats`).
 
 The distributed API (:func:`distribute`, :class:`DistributedMatrix`, :class:`SpmmPlan`,
 :func:`spmm`) is loaded on first use: importing ``sparsewire`` does not initialise MPI; only

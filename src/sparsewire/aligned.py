@@ -1,7 +1,7 @@
 """Not collective. Dense blocks whose first element starts a cache line (64 bytes).
 
 The CSR x dense kernel loads a B row one cache line per SIMD register
-(:mod:`sparsewire.exec.simd`). When B's rows start on cache lines every load touches one line;
+(:mod:`sparsewire.exec.kernels.simd`). When B's rows start on cache lines every load touches one line;
 otherwise every load straddles two, and the product is slower. Measured at k = 32 on 2 threads,
 B from NumPy (16 or 48 bytes past a line) against B from :func:`empty_aligned`, time aligned over
 time unaligned: stencil3d:40:27 0.63, soc-Slashdot0902 0.76, cit-HepTh 0.77, bcsstk25 0.83, mdual

@@ -125,34 +125,22 @@ class DistributedMatrix:
             digest.update(part)
         return digest.hexdigest()
 
-    def spmm_plan(
-        self,
-        k: int,
-        dtype=np.float64,
-        strategy: str = "auto",
-        topology=None,
-        mode: str | None = None,
-        threads: int | None = None,
-        deterministic: bool = False,
-        *,
-        proxy: str = "local",
-        transport: str = "mpi",
-        backend: str = "numpy",
-        device: str = "cpu",
-        transfer_calibration=None,
-    ):
-        """Collective. A reusable plan of ``C = A @ B`` for B with ``k`` columns; see
-        :func:`sparsewire.spmm_plan.plan_spmm` for the arguments and the ``auto`` strategy.
+    def spmm_plan(self, k: int, dtype=np.float64, *positional, options=None, **keywords):
+        """Collective. A reusable plan of ``C = A @ B`` for B with ``k`` columns: ``options``
+        (:class:`~sparsewire.options.ExecOptions`) and the keyword arguments of
+        :func:`sparsewire.spmm_plan.plan_spmm`, which describes them and the ``auto`` strategy
+        (``strategy``, ``topology``, ``mode``, ``threads``, ``deterministic`` may also be given in
+        that order after ``dtype``).
 
         Returns:
             :class:`~sparsewire.spmm_plan.SpmmPlan`.
         """
         from sparsewire.spmm_plan import plan_spmm
 
-        return plan_spmm(
-            self, k, dtype, strategy=strategy, topology=topology, mode=mode, threads=threads, deterministic=deterministic, proxy=proxy,
-            transport=transport, backend=backend, device=device, transfer_calibration=transfer_calibration,
-        )
+        names = ("strategy", "topology", "mode", "threads", "deterministic")
+        if len(positional) > len(names):
+            raise TypeError(f"spmm_plan takes at most {2 + len(names)} positional arguments after the matrix")
+        return plan_spmm(self, k, dtype, options=options, **dict(zip(names, positional)), **keywords)
 
     def right_operand_partitioning(self) -> Partitioning:
         """Not collective. How to distribute a B for ``C = A @ B`` (:meth:`spgemm`, or a sparse

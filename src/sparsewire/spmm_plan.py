@@ -2,7 +2,7 @@
 save and load), the ``auto`` strategy, and the one-line :func:`spmm`.
 
 A plan fixes A's pattern and values, the partitions, k, the element type, the executor mode and
-the threads; its executor (:class:`~sparsewire.exec.spmm.SpmmExecutor`) holds every buffer and
+the threads; its executor (:class:`~sparsewire.exec.executor.SpmmExecutor`) holds every buffer and
 persistent request, so ``plan.multiply(b_local, out=c_local)`` allocates nothing after the first
 call (the model is PETSc's ``PetscSF``: set up once, run many times, invert for the transpose).
 """
@@ -18,13 +18,15 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, collective_errors, ranks_on_node
 from sparsewire.errors import InputError, PlanMismatchError
-from sparsewire.exec.auto_strategy import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
-from sparsewire.exec.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
-from sparsewire.exec.transfer_paths import describe_paths, summarize_paths
-from sparsewire.exec.spmm import MODES, TRANSPORTS, SpmmExecutor, backend_problem, choose_mode, layout_for_mode, transport_problem
+from sparsewire.plan.auto_strategy import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
+from sparsewire.plan.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
+from sparsewire.exec.wire import describe_paths, summarize_paths
+from sparsewire.exec.executor import SpmmExecutor
+from sparsewire.exec.modes import choose_mode
+from sparsewire.options import UNSET as _UNSET
+from sparsewire.options import ExecOptions, exec_options
 from sparsewire.plan.plan import RankPlan, check_key_space
 from sparsewire.plan.stats import PlanStats, predicted_seconds
-from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
 from sparsewire.plan.transpose import send_keys_collective, transpose_rank_plan
 from sparsewire.report import format_bytes
 from sparsewire.topology import Topology
@@ -41,39 +43,19 @@ def is_distributed_matrix(value) -> bool:
     return all(hasattr(value, name) for name in ("comm", "local_rows", "row_partition", "col_partition", "checksum"))
 
 
-def _check_arguments(matrix: DistributedMatrix, k, dtype, strategy, topology, mode, threads, proxy, transport, backend, device) -> str | None:
+def _check_arguments(matrix: DistributedMatrix, k, dtype, options: ExecOptions | str) -> str | None:
+    if isinstance(options, str):  # the options themselves were refused
+        return options
     if not is_distributed_matrix(matrix):
         return f"expected a DistributedMatrix from sparsewire.distribute (got {type(matrix).__name__})"
     if not isinstance(k, (int, np.integer)) or k < 1:
         return f"k must be a positive integer (got {k!r})"
     if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
         return f"dtype {np.dtype(dtype)} is not supported; use numpy.float32 or numpy.float64"
-    if mode is not None and mode != "auto" and mode not in MODES:
-        return f"unknown mode {mode!r}; choose from {', '.join(MODES)}, auto or None"
-    if threads is not None and (not isinstance(threads, (int, np.integer)) or threads < 1):
-        return f"threads must be a positive integer or None (got {threads!r})"
-    if topology is not None and not isinstance(topology, Topology):
-        return f"topology must be a sparsewire.Topology or None (got {type(topology).__name__}); see sparsewire.parse_topology"
-    if transport not in TRANSPORTS:
-        return f"unknown transport {transport!r}; choose {' or '.join(TRANSPORTS)}"
-    if proxy not in ("local", "balanced"):
-        return f"unknown proxy {proxy!r}; choose local or balanced"
-    problem = backend_problem(backend, device, None if mode in (None, "auto") else mode)
-    if problem:
-        return problem
     try:
         check_key_space(matrix.comm.Get_size(), max(matrix.shape))
     except InputError as error:
         return str(error)
-    if strategy != "auto":
-        try:
-            chosen = Strategy(strategy)
-        except ValueError:
-            return f"unknown strategy {strategy!r}; choose auto or one of {', '.join(s.value for s in EXECUTABLE_STRATEGIES)}"
-        if not chosen.executable:
-            return f"strategy {chosen.value!r} is accounting only and cannot run; choose auto or an executable strategy"
-        if chosen.hierarchical and (topology is None or len(topology.levels) < 2):
-            return f"strategy {chosen.value!r} routes through groups; pass a topology with groups (e.g. Topology.nodes(2))"
     return None
 
 
@@ -83,45 +65,50 @@ def plan_spmm(
     k: int,
     dtype=np.float64,
     *,
-    strategy: str = "auto",
-    topology: Topology | None = None,
-    mode: str | None = None,
-    threads: int | None = None,
-    deterministic: bool = False,
-    proxy: str = "local",
-    transport: str = "mpi",
-    backend: str = "numpy",
-    device: str = "cpu",
-    transfer_calibration: str | os.PathLike | None = None,
+    options: ExecOptions | None = None,
+    strategy: str = _UNSET,
+    topology: Topology | None = _UNSET,
+    mode: str | None = _UNSET,
+    threads: int | None = _UNSET,
+    deterministic: bool = _UNSET,
+    proxy: str = _UNSET,
+    transport: str = _UNSET,
+    backend: str = _UNSET,
+    device: str = _UNSET,
+    transfer_calibration: str | os.PathLike | None = _UNSET,
 ) -> SpmmPlan:
     """Collective. Plan ``C = A @ B`` for the distributed A and a B of ``k`` columns.
+
+    How it is made and run is one :class:`~sparsewire.options.ExecOptions` (``options``; the
+    defaults when None); each keyword argument given replaces that field.
 
     Args:
         matrix: A, from :func:`sparsewire.distribute`.
         k: columns of B.
         dtype: numpy.float32 or numpy.float64.
-        strategy: ``auto`` or one of block, column, row, joint (and with a grouped topology
+        options: how the plan is made and run (:class:`~sparsewire.options.ExecOptions`).
+        strategy: ``auto`` (default) or one of block, column, row, joint (and with a grouped topology
             column-hier, joint-hier, joint-group). ``auto`` plans every candidate
-            (:func:`~sparsewire.exec.auto_strategy.candidate_strategies`) and keeps the least
+            (:func:`~sparsewire.plan.auto_strategy.candidate_strategies`) and keeps the least
             predicted communication time ``T = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)``
             under ``topology`` (flat, one link class, when None); ties go to fewer bytes.
         topology: the cluster model (:class:`~sparsewire.topology.Topology`); None = flat.
         mode: executor mode (bulk, overlap, pipelined, early, partitioned) or None/``auto``
-            (:func:`~sparsewire.exec.spmm.choose_mode`).
+            (:func:`~sparsewire.exec.modes.choose_mode`).
         threads: threads per rank (default: cores / ranks on the node).
         deterministic: fixed summation order (C bitwise identical across runs, modes, threads).
         proxy: hierarchical strategies: which rank of a group receives a remote rank's B rows,
             ``local`` (the same local rank, CoLa) or ``balanced`` (spread by bytes).
-        transport: how messages move: ``mpi`` (default) or ``torch`` (torch.distributed on the
-            default process group, set up from MPI when there is none; every mode but
-            partitioned; see :mod:`sparsewire.exec.torch_transport`).
+        transport: how messages move: a registered transport (:mod:`sparsewire.exec.transports`):
+            ``mpi`` (default) or ``torch`` (torch.distributed on the default process group, set up
+            from MPI when there is none; every mode but partitioned).
         backend: where buffers live and what computes: ``numpy`` (default: the compiled kernels)
             or ``torch`` (tensors and PyTorch's sparse CSR products, gathers and index-adds; every
             mode but partitioned; :meth:`SpmmPlan.multiply` then takes and returns tensors).
         device: the torch backend's device: ``cpu``, ``cuda`` (PyTorch's current CUDA device) or
-            ``cuda:N`` (each rank its own; see :mod:`sparsewire.exec.torch_backend`).
+            ``cuda:N`` (each rank its own; see :mod:`sparsewire.exec.kernels.torch_backend`).
         transfer_calibration: the file ``sparsewire calibrate --device`` wrote; messages below
-            its threshold are staged through host memory (:mod:`sparsewire.exec.transfer_paths`).
+            its threshold are staged through host memory (:mod:`sparsewire.exec.wire`).
             None: the stored calibration of the device's type when there is one, else every
             message is sent from the buffers themselves.
 
@@ -129,28 +116,25 @@ def plan_spmm(
         :class:`SpmmPlan`, ready to multiply.
     """
     comm = matrix.comm if is_distributed_matrix(matrix) else MPI.COMM_SELF
-    agree_on_error(comm, _check_arguments(matrix, k, dtype, strategy, topology, mode, threads, proxy, transport, backend, device))
+    options = exec_options(options, strategy=strategy, topology=topology, mode=mode, threads=threads, deterministic=deterministic,
+                           proxy=proxy, transport=transport, backend=backend, device=device, transfer_calibration=transfer_calibration)
+    agree_on_error(comm, _check_arguments(matrix, k, dtype, options))
     k, dtype = int(k), np.dtype(dtype)
-    agree_on_values(
-        comm,
-        {"k": k, "dtype": dtype.name, "strategy": strategy, "mode": mode, "deterministic": bool(deterministic), "proxy": proxy,
-         "transport": transport, "backend": backend, "device type": str(device).split(":", 1)[0],  # ranks may own different GPUs
-         "topology": None if topology is None else topology.name},
-        "every rank must plan with the same arguments",
-    )
-    if mode in (None, "auto"):
+    agree_on_values(comm, {"k": k, "dtype": dtype.name, **options.agreed()}, "every rank must plan with the same arguments")
+    if options.mode is None:
         from sparsewire.cores import default_threads
 
         sharing = ranks_on_node(comm)
         # Rank 0 decides: threads (and so the choice) may differ per rank, the mode may not.
         # On a GPU the overlap mode (the kernels are asynchronous; nothing measured favours another).
-        mode = "overlap" if str(device) != "cpu" else comm.bcast(choose_mode(k, sharing, threads or default_threads(sharing)), root=0)
-    agree_on_error(comm, transport_problem(transport, mode, device))
-    if topology is not None and topology.rank_groups is not None:
-        topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
-    plan, stats, choice = choose_strategy(matrix, k, dtype, strategy, topology, layout_for_mode(mode), proxy)
-    return SpmmPlan(matrix, plan, stats, k, dtype, mode, threads, deterministic, topology, choice, transport=transport, backend=backend,
-                    device=device, transfer_calibration=transfer_calibration)
+        chosen = "overlap" if options.device != "cpu" else comm.bcast(choose_mode(k, sharing, options.threads or default_threads(sharing)), root=0)
+        options = exec_options(options, mode=chosen)
+        agree_on_error(comm, options if isinstance(options, str) else None)
+    if options.topology is not None and options.topology.rank_groups is not None:
+        options.topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
+    plan, stats, choice = choose_strategy(matrix, k, dtype, options.strategy if options.strategy == "auto" else options.strategy.value,
+                                          options.topology, options.layout, options.proxy.value)
+    return SpmmPlan(matrix, plan, stats, k, dtype, options, choice)
 
 
 class SpmmPlan:
@@ -175,32 +159,28 @@ class SpmmPlan:
         stats: PlanStats,
         k: int,
         dtype,
-        mode: str,
-        threads: int | None,
-        deterministic: bool,
-        topology: Topology | None,
+        options: ExecOptions,
         choice: StrategyChoice,
         *,
         transposed: bool = False,
-        transport: str = "mpi",
-        backend: str = "numpy",
-        device: str = "cpu",
-        transfer_calibration: str | os.PathLike | None = None,
     ) -> None:
         """Collective (makes the executor). Use :func:`plan_spmm` or ``matrix.spmm_plan``."""
         self.matrix, self.comm = matrix, matrix.comm
         self.rank_plan, self.stats = rank_plan, stats
-        self.k, self.dtype, self.mode = int(k), np.dtype(dtype), mode
-        self.deterministic, self.topology, self.choice = bool(deterministic), topology, choice
-        self.transposed, self.transport, self.backend, self.device = transposed, transport, backend, device
-        self.executor = SpmmExecutor(
-            rank_plan, self.comm, self.k, self.dtype, mode, threads=threads, deterministic=deterministic, transport=transport,
-            backend=backend, device=device, transfer_calibration=transfer_calibration,
-        )
-        self.transfer_calibration = transfer_calibration
-        self.transfer_summary = summarize_paths(self.comm, self.executor.buffers, topology)
-        self.threads = self.executor.threads
+        self.k, self.dtype, self.choice, self.transposed = int(k), np.dtype(dtype), choice, transposed
+        self.executor = SpmmExecutor(rank_plan, self.comm, self.k, self.dtype, options)
+        self.options = self.executor.options  # threads filled in
+        self.transfer_summary = summarize_paths(self.comm, self.executor.buffers, options.topology)
         self._transpose: SpmmPlan | None = None
+
+    # What the executor runs, by name (each is a field of ``options``).
+    mode = property(lambda self: self.options.mode.value, doc="The executor mode.")
+    threads = property(lambda self: self.options.threads, doc="Threads per rank.")
+    deterministic = property(lambda self: self.options.deterministic, doc="Whether C is summed in a fixed order.")
+    topology = property(lambda self: self.options.topology, doc="The cluster model (None: flat).")
+    transport = property(lambda self: self.options.transport, doc="The transport's registered name.")
+    backend = property(lambda self: self.options.backend, doc="The kernel backend.")
+    device = property(lambda self: self.options.device, doc="The backend's device.")
 
     def __repr__(self) -> str:
         what = "A.T @ G" if self.transposed else "A @ B"
@@ -290,11 +270,7 @@ class SpmmPlan:
             plan = transpose_rank_plan(self.rank_plan, send_keys)
             model = self.topology or Topology.flat()
             stats = collective_stats(self.comm, plan, self.k, self.dtype.itemsize, model)
-            self._transpose = SpmmPlan(
-                self.matrix, plan, stats, self.k, self.dtype, self.mode, self.threads, self.deterministic,
-                self.topology, self.choice, transposed=not self.transposed, transport=self.transport, backend=self.backend,
-                device=self.device, transfer_calibration=self.transfer_calibration,
-            )
+            self._transpose = SpmmPlan(self.matrix, plan, stats, self.k, self.dtype, self.options, self.choice, transposed=not self.transposed)
             self._transpose._transpose = self
         return self._transpose
 
@@ -340,11 +316,8 @@ class SpmmPlan:
         settings = {
             "k": self.k,
             "dtype": self.dtype.name,
-            "mode": self.mode,
-            "deterministic": self.deterministic,
             "transposed": self.transposed,
-            "transport": self.transport,
-            "topology": None if self.topology is None else self.topology.name,
+            "options": self.options.saved(),
             "choice": {"strategy": self.choice.strategy.value, "requested": self.choice.requested,
                        "model": self.choice.model, "candidates": self.choice.candidates},
         }
@@ -354,15 +327,17 @@ class SpmmPlan:
     def load(cls, path: str | os.PathLike, matrix: DistributedMatrix, *, threads: int | None = None, transport: str | None = None,
              backend: str = "numpy", device: str = "cpu", transfer_calibration: str | os.PathLike | None = None) -> SpmmPlan:
         """Collective. The plan :meth:`save` wrote, for the same A on the same P (every rank passes
-        the same path; rank 0 reads it), on ``transport`` (None: the one it was saved with) and
-        ``backend`` on ``device`` (a choice of each run, not saved).
+        the same path; rank 0 reads it), with its saved options (strategy, topology, proxy, mode,
+        determinism, transport) and this run's ``threads``, ``backend`` on ``device`` and
+        ``transfer_calibration``; ``transport`` replaces the saved one when given.
 
         Raises:
             PlanMismatchError on every rank, in one line, when the file is for another matrix
             (checksum), another number of ranks or another format version; InputError when it is
             not a plan file.
         """
-        return load_plan(cls, path, matrix, threads, transport, backend, device, transfer_calibration)
+        run = {"threads": threads, "backend": backend, "device": device, "transfer_calibration": transfer_calibration}
+        return load_plan(cls, path, matrix, {**run, **({"transport": transport} if transport is not None else {})})
 
     def close(self) -> None:
         """Collective. Free the executor's requests and communicator (and the transposed plan's)."""

@@ -23,8 +23,8 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.exec import kernels
-from sparsewire.exec.spmm import MODES, SpmmExecutor, layout_for_mode
+from sparsewire.exec.kernels import compiled as kernels
+from sparsewire.exec.executor import MODES, SpmmExecutor, layout_for_mode
 from sparsewire.generators import from_spec
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_rank_plan_collective

@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.exec.spmm import MODES, SpmmExecutor, backend_problem, layout_for_mode, transport_problem
+from sparsewire.exec.executor import MODES, SpmmExecutor, backend_problem, layout_for_mode, transport_problem
 from sparsewire.generators import from_spec
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_plan, build_rank_plan_collective
@@ -87,7 +87,7 @@ def main() -> None:
     backend = sys.argv[4] if len(sys.argv) > 4 else "numpy"
     device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
     if device == "cuda":  # each rank the GPU of its rank on the node (NCCL needs one per rank)
-        from sparsewire.exec.torch_backend import node_device
+        from sparsewire.exec.kernels.torch_backend import node_device
 
         device = node_device(comm)
     if backend == "torch":

@@ -10,10 +10,10 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import _seed
-from sparsewire.exec import kernels
+from sparsewire.exec.kernels import compiled as kernels
 from sparsewire.exec.buffers import BufferNeeds, build_buffers, padded_rows
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
-from sparsewire.exec.schedules import pack, pack_message
+from sparsewire.exec.schedules.messages import pack, pack_message
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_plan
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES

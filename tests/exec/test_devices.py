@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, cuda_devices, on_devices, run_mpi  # noqa: E402
 from mpi_driver import planned_runs  # noqa: E402
 
-from sparsewire.exec.spmm import transport_problem  # noqa: E402
-from sparsewire.exec.torch_backend import TorchBackend  # noqa: E402
+from sparsewire.exec.executor import transport_problem  # noqa: E402
+from sparsewire.exec.kernels.torch_backend import TorchBackend  # noqa: E402
 
 CORA = SHARED_DATA / "gnn" / "cora.npz"
 GROUPED = {"SPARSEWIRE_TORCH_GROUPED": "on"}

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from sparsewire.aligned import empty_aligned, zeros_aligned
 from sparsewire.errors import InputError
-from sparsewire.exec import kernels, kernels_numba
+from sparsewire.exec.kernels import compiled as kernels, numba_csr as kernels_numba
 
 
 @pytest.fixture(autouse=True)
@@ -305,7 +305,7 @@ def test_unchecked_element_reads_contiguous_and_strided_arrays_alike():
     ``array[i]`` of a contiguous array and of a strided view, on random data and positions."""
     from numba import njit
 
-    from sparsewire.exec.simd import element
+    from sparsewire.exec.kernels.simd import element
 
     @njit
     def read_all(array, positions):

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import sparsewire
-from sparsewire.exec.plan_file import arrays_checksum
+from sparsewire.plan.plan_file import arrays_checksum
 from conftest import run_mpi
 
 
@@ -58,7 +58,8 @@ DAMAGE = {
     "bad strategy": (lambda arrays, meta: arrays.update({"r0/strategy": np.array("teleport")}), True, "strategy is not one of"),
     "k not a number": (lambda arrays, meta: meta.update(k="three"), True, "damaged plan setting 'k'"),
     "k zero": (lambda arrays, meta: meta.update(k=0), True, "damaged plan setting 'k'"),
-    "unknown mode": (lambda arrays, meta: meta.update(mode="warp"), True, "damaged plan setting 'mode'"),
+    "unknown mode": (lambda arrays, meta: meta["options"].update(mode="warp"), True, "damaged plan options (unknown mode 'warp'"),
+    "unknown transport": (lambda arrays, meta: meta["options"].update(transport="pigeon"), True, "unknown transport 'pigeon'"),
     "dtype": (lambda arrays, meta: meta.update(dtype="complex128"), True, "damaged plan setting 'dtype'"),
     "choice": (lambda arrays, meta: meta.update(choice={"strategy": "joint"}), True, "damaged plan setting 'choice'"),
     "no checksum": (lambda arrays, meta: meta.pop("plan_checksum"), False, "damaged plan setting 'plan_checksum'"),
@@ -97,7 +98,7 @@ DAMAGE_ON_EVERY_RANK = """
 import json, sys, numpy as np
 from mpi4py import MPI
 import sparsewire
-from sparsewire.exec.plan_file import arrays_checksum
+from sparsewire.plan.plan_file import arrays_checksum
 comm = MPI.COMM_WORLD
 matrix = sparsewire.distribute(comm, "stencil2d:12")
 with matrix.spmm_plan(2) as plan:

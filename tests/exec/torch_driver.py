@@ -30,7 +30,7 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import sparsewire
-from sparsewire.exec.spmm import SpmmExecutor
+from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.generators import from_spec
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_rank_plan_collective

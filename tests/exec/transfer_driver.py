@@ -38,7 +38,7 @@ if device == "cpu-deferred-streams":
 
     copy_stream, device = install(), "cpu"
 if device == "cuda":
-    from sparsewire.exec.torch_backend import node_device
+    from sparsewire.exec.kernels.torch_backend import node_device
 
     device = node_device(comm)
 

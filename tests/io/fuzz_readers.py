@@ -263,7 +263,7 @@ def plan_file(draw) -> tuple[bytes, bool]:
     """A damaged plan file, and whether its checksum was forged to match (then a value edited
     within range loads and multiplies to another product: only a checksum an attacker cannot
     recompute would stop it, so such a plan must merely load safely or be refused)."""
-    from sparsewire.exec.plan_file import arrays_checksum
+    from sparsewire.plan.plan_file import arrays_checksum
 
     state = plan_fixture()
     how = draw(st.integers(0, 2))

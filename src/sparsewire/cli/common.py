@@ -10,12 +10,14 @@ import sys
 import numpy as np
 
 from sparsewire.errors import InputError
-from sparsewire.exec.modes import BACKENDS, MODES, TRANSPORTS
+from sparsewire.exec.kernels import BACKENDS
+from sparsewire.exec.modes import MODES
+from sparsewire.exec.transports import transport_help, transport_names
 
 __all__ = [
     "MATRIX_HELP", "DTYPES", "DEFAULT_MODE", "Parser", "positive_int", "add_topology_arguments",
     "topology_from_args", "start_mpi", "progress_printer", "add_partition_arguments", "PARTITION_HELP", "parse_modes",
-    "TRANSPORT_HELP", "TRANSPORTS", "json_text", "add_backend_arguments", "resolve_backend_arguments",
+    "add_transport_argument", "json_text", "add_backend_arguments", "resolve_backend_arguments", "options_from_args",
 ]
 
 MATRIX_HELP = (
@@ -164,11 +166,23 @@ def parse_modes(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-TRANSPORT_HELP = (
-    "how messages move: mpi (MPI point-to-point or MPI-4 partitioned requests; bytes counted from receive "
-    "statuses) or torch (torch.distributed isend/irecv on Gloo, or NCCL for CUDA buffers, the process group set up from MPI; every "
-    "mode but partitioned, on cuda bulk, overlap and pipelined) (default: mpi)"
-)
+def add_transport_argument(parser: argparse.ArgumentParser) -> None:
+    """``--transport``: one of the registered transports (:mod:`sparsewire.exec.transports`), each
+    described in ``--help`` from its registration."""
+    parser.add_argument("--transport", choices=transport_names(), default="mpi",
+                        help=f"how messages move: {transport_help()} (default: mpi)")
+
+
+def options_from_args(args: argparse.Namespace, topology=None, *, strategy: str = "auto", mode: str | None = None):
+    """Not collective. The :class:`~sparsewire.options.ExecOptions` of the command's arguments
+    (``--transport``, ``--backend``, ``--device``, ``--threads``, ``--deterministic``, ``--proxy``,
+    ``--transfer-calibration``, those the command has) for one ``strategy`` and ``mode``."""
+    from sparsewire.options import ExecOptions
+
+    given = {"transport": "transport", "backend": "backend", "device": "device", "threads": "threads", "deterministic": "deterministic",
+             "proxy": "proxy", "transfer_calibration": "transfer_calibration"}
+    fields = {field: getattr(args, name) for field, name in given.items() if getattr(args, name, None) is not None}
+    return ExecOptions(strategy=strategy, topology=topology, mode=None if mode == "auto" else mode, **fields)
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser, default: str = "numpy") -> None:
@@ -191,7 +205,7 @@ def resolve_backend_arguments(args: argparse.Namespace, default: str, comm=None)
     if args.backend is None:
         args.backend = default if args.device == "cpu" else "torch"
     if comm is not None and args.device == "cuda":
-        from sparsewire.exec.torch_backend import node_device
+        from sparsewire.exec.kernels.torch_backend import node_device
 
         args.device = node_device(comm)
 

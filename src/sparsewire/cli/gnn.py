@@ -6,7 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sparsewire.cli.common import add_backend_arguments, resolve_backend_arguments, TRANSPORT_HELP, agree_on_arguments, TRANSPORTS, add_partition_arguments, MATRIX_HELP, add_topology_arguments, positive_int, progress_printer, topology_from_args, json_text
+from sparsewire.cli.common import (
+    MATRIX_HELP, add_backend_arguments, add_partition_arguments, add_topology_arguments, add_transport_argument, agree_on_arguments, json_text,
+    options_from_args, positive_int, progress_printer, resolve_backend_arguments, topology_from_args,
+)
 from sparsewire.errors import InputError
 
 __all__ = ["add_commands"]
@@ -36,7 +39,7 @@ def add_commands(commands) -> None:
     add_partition_arguments(gcn)
     gcn.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                      help="features, weights and propagations (default: float32, as PyTorch trains)")
-    gcn.add_argument("--transport", choices=TRANSPORTS, default="mpi", help=TRANSPORT_HELP)
+    add_transport_argument(gcn)
     add_backend_arguments(gcn, default="torch")
     gcn.add_argument("--transfer-calibration", help="file of 'sparsewire calibrate --device': messages below its threshold are staged "
                      "through host memory (default: the stored calibration of the device's type when there is one, else none is)")
@@ -63,7 +66,7 @@ def run_gcn(args: argparse.Namespace) -> int:
 
     from sparsewire.comm.runtime import agree_on_error
     from sparsewire.gnn import distribute_graph, load_graph, train
-    from sparsewire.exec.transfer_paths import messages_per_path
+    from sparsewire.exec.wire import messages_per_path
 
     torch.set_num_threads(args.threads)  # one pool per rank at the executor's size (see distribute_graph)
     comm = MPI.COMM_WORLD
@@ -79,11 +82,8 @@ def run_gcn(args: argparse.Namespace) -> int:
     agree_on_error(comm, problem)
     topology = topology_from_args(args, comm)
     progress = progress_printer(args)
-    graph = distribute_graph(
-        comm, data, args.model, partition=args.partition, strategy=args.strategy, topology=topology, threads=args.threads,
-        imbalance=args.imbalance, transport=args.transport, dtype=getattr(torch, args.dtype), backend=args.backend, device=args.device,
-        transfer_calibration=args.transfer_calibration,
-    )
+    graph = distribute_graph(comm, data, args.model, partition=args.partition, imbalance=args.imbalance, dtype=getattr(torch, args.dtype),
+                             options=options_from_args(args, topology, strategy=args.strategy))
     if progress and rank == 0:
         progress(f"{args.data}: {graph.n} nodes, {graph.operator.matrix.nnz} nonzeros, {graph.classes} classes; P = {comm.Get_size()}")
     result = train(

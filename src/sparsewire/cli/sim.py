@@ -17,9 +17,10 @@ from sparsewire.cli.common import (
     MATRIX_HELP, add_partition_arguments, check_writable, json_text, positive_int, progress_printer, resolve_backend_arguments, write_output,
 )
 from sparsewire.errors import InputError
-from sparsewire.exec.modes import BACKENDS
-from sparsewire.exec.transfer_paths import default_transfer_calibration_path
-from sparsewire.sim.calibration import default_calibration_path, measure_compute_rate
+from sparsewire.exec.kernels import BACKENDS
+from sparsewire.calibration.store import write_record
+from sparsewire.calibration.transfer import default_transfer_calibration_path
+from sparsewire.calibration.compute import default_calibration_path, load_compute_rate, measure_compute_rate
 from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
@@ -122,7 +123,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     if args.output:
         check_writable(path, "--output")
     result = measure_compute_rate(args.repeat or 5, progress_printer(args))
-    write_output(path, "--output", lambda target: (target.parent.mkdir(parents=True, exist_ok=True), target.write_text(json_text(result, indent=1))))
+    write_output(path, "--output", lambda target: write_record(target, result))
     result["path"] = str(path)
     if args.json:
         print(json_text(result))
@@ -135,8 +136,8 @@ def _run_calibrate_transfers(args: argparse.Namespace) -> int:
     """``calibrate --device``: the transfer sweep (Collective over MPI_COMM_WORLD)."""
     from mpi4py import MPI
 
-    from sparsewire.exec.backends import make_backend
-    from sparsewire.exec.transfer_paths import measure_transfer_paths
+    from sparsewire.exec.kernels import make_backend
+    from sparsewire.calibration.transfer import measure_transfer_paths
 
     try:
         sizes = sorted({int(text) for text in args.sizes.split(",") if text.strip()})
@@ -153,7 +154,7 @@ def _run_calibrate_transfers(args: argparse.Namespace) -> int:
     progress = progress_printer(args) if comm.Get_rank() == 0 else None
     record = measure_transfer_paths(comm, backend, args.device, sizes, args.repeat or 20, progress)
     if comm.Get_rank() == 0:
-        write_output(path, "--output", lambda target: (target.parent.mkdir(parents=True, exist_ok=True), target.write_text(json_text(record, indent=1))))
+        write_output(path, "--output", lambda target: write_record(target, record))
         if args.json:
             print(json_text({**record, "path": str(path)}))
         else:
@@ -172,14 +173,8 @@ def _compute_rate(args: argparse.Namespace, progress) -> tuple[float | None, str
             raise InputError(f"--compute-rate must be a positive number (got {args.compute_rate})")
         return args.compute_rate, "given"
     path = Path(args.calibration) if args.calibration else default_calibration_path()
-    if path.exists():
-        try:
-            rate = float(json.loads(path.read_text())["compute_rate"])
-        except (ValueError, KeyError, TypeError):
-            raise InputError(f"{path} is not a calibration file; rerun 'sparsewire calibrate --output {path}'") from None
-        return rate, str(path)
-    if args.calibration:
-        raise InputError(f"calibration file {path} does not exist; run 'sparsewire calibrate --output {path}'")
+    if path.exists() or args.calibration:
+        return load_compute_rate(path), str(path)
     if progress:
         progress(f"no calibration at {path}: measuring the local SpMM rate now (run 'sparsewire calibrate' to keep one)")
     return measure_compute_rate(3)["compute_rate"], "measured now"

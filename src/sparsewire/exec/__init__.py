@@ -1,1 +1,1 @@
-"""The executor: runs plans over MPI. Importing :mod:`sparsewire.exec.spmm` initialises MPI."""
+"""The executor: runs plans over MPI. Importing :mod:`sparsewire.exec.executor` initialises MPI."""

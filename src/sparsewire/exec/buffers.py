@@ -1,6 +1,6 @@
 """An executor's buffers and operands, built once from a :class:`~sparsewire.plan.plan.RankPlan`.
 
-No MPI: arrays and operands of one kernel backend (:mod:`sparsewire.exec.backends`: NumPy with
+No MPI: arrays and operands of one kernel backend (:mod:`sparsewire.exec.kernels`: NumPy with
 the compiled kernels, or torch tensors). For every exchange e of the plan, with B_p this rank's
 rows of B,
 
@@ -29,8 +29,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.errors import PlanMismatchError
-from sparsewire.exec.backends import NumpyBackend
-from sparsewire.exec.transfer_paths import TransferRule
+from sparsewire.exec.kernels.numpy_backend import NumpyBackend
+from sparsewire.exec.wire import TransferRule, WirePath
 from sparsewire.plan.plan import AGGREGATE_C, DIRECT_C, Exchange, RankPlan
 
 __all__ = ["BufferNeeds", "ExchangeBuffers", "Buffers", "build_buffers", "padded_rows"]
@@ -63,8 +63,9 @@ class ExchangeBuffers:
     are the buffers' memory as MPI is given it (1-D; NumPy arrays of host memory, or CUDA tensors
     for a CUDA-aware MPI; messages at ``offsets * k``).
 
-    Staging (:mod:`~sparsewire.exec.transfer_paths`): ``send_staged``/``recv_staged`` list the
-    messages that go through host memory; ``send_stage``/``recv_stage`` are that host memory (as
+    Wire paths (:mod:`~sparsewire.exec.wire`): ``send_paths``/``recv_paths`` hold every message's
+    :class:`~sparsewire.exec.wire.WirePath`; ``send_staged``/``recv_staged`` list the messages that
+    go through host memory; ``send_stage``/``recv_stage`` are that host memory (as
     long as the flat buffers, each message at the same offset; None when no message is staged),
     ``send_device``/``recv_device`` the buffers as 1-D arrays of the backend (what is copied)."""
 
@@ -91,12 +92,22 @@ class ExchangeBuffers:
     unpack: object | None
     unpack_columns: object | None
     dependencies: tuple[tuple[int, ...], ...]
-    send_staged: tuple[int, ...] = ()
-    recv_staged: tuple[int, ...] = ()
+    send_paths: tuple[WirePath, ...] = ()
+    recv_paths: tuple[WirePath, ...] = ()
     send_stage: np.ndarray | None = None
     recv_stage: np.ndarray | None = None
     send_device: object = None
     recv_device: object = None
+
+    @property
+    def send_staged(self) -> tuple[int, ...]:
+        """The sent messages staged through host memory."""
+        return tuple(m for m, path in enumerate(self.send_paths) if path is WirePath.STAGED)
+
+    @property
+    def recv_staged(self) -> tuple[int, ...]:
+        """The received messages staged through host memory."""
+        return tuple(m for m, path in enumerate(self.recv_paths) if path is WirePath.STAGED)
 
 
 @dataclass(frozen=True, eq=False)
@@ -216,8 +227,8 @@ def _exchange_buffers(
 
     send_buffer, receive_buffer = backend.zeros((n_send, k), dtype), receive_storage[:n_recv]
     send_elements, recv_elements = np.diff(send_offsets) * k, np.diff(recv_offsets) * k
-    send_staged = np.flatnonzero(rule.staged(send_elements * dtype.itemsize)) if rule is not None else np.zeros(0, np.int64)
-    recv_staged = np.flatnonzero(rule.staged(recv_elements * dtype.itemsize)) if rule is not None else np.zeros(0, np.int64)
+    direct = TransferRule(0, "no staging")
+    send_paths, recv_paths = ((rule or direct).paths(elements * dtype.itemsize) for elements in (send_elements, recv_elements))
     return ExchangeBuffers(
         index=index, exchange=exchange, input=exchange.input,
         send_ranks=tuple(exchange.send_ranks.tolist()), recv_ranks=tuple(exchange.recv_ranks.tolist()),
@@ -230,9 +241,9 @@ def _exchange_buffers(
         pack_gather=pack_gather, pack_b=pack_b, pack_input=pack_input,
         receive_matrix=receive, unpack=unpack, unpack_columns=unpack_columns,
         dependencies=tuple(tuple(d) for d in dependencies),
-        send_staged=tuple(send_staged.tolist()), recv_staged=tuple(recv_staged.tolist()),
-        send_stage=backend.stage_zeros(n_send * k, dtype) if send_staged.size else None,
-        recv_stage=backend.stage_zeros(n_recv * k, dtype) if recv_staged.size else None,
+        send_paths=send_paths, recv_paths=recv_paths,
+        send_stage=backend.stage_zeros(n_send * k, dtype) if WirePath.STAGED in send_paths else None,
+        recv_stage=backend.stage_zeros(n_recv * k, dtype) if WirePath.STAGED in recv_paths else None,
         send_device=backend.flat(send_buffer), recv_device=backend.flat(receive_buffer),
     )
 
@@ -271,7 +282,7 @@ def _merged_operand(plan: RankPlan, exchanges: tuple[ExchangeBuffers, ...], stac
 def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeeds, backend=None, rule: TransferRule | None = None) -> Buffers:
     """Not collective. Every buffer and operand of ``plan`` for blocks of ``k`` columns of
     ``dtype`` on ``threads`` threads, as ``needs`` asks (see the module docstring), of ``backend``
-    (:mod:`sparsewire.exec.backends`; default NumPy); with ``rule``, host memory for the messages
+    (:mod:`sparsewire.exec.kernels`; default NumPy); with ``rule``, host memory for the messages
     it stages (None: none is)."""
     dtype = np.dtype(dtype)
     backend = NumpyBackend() if backend is None else backend

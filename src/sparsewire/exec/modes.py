@@ -1,6 +1,6 @@
 """Executor modes: which schedule runs a plan, and what each needs from the buffers and transport.
 
-A mode names one schedule (:mod:`sparsewire.exec.schedules`) and the plan layout it runs:
+A mode names one schedule (:mod:`sparsewire.exec.schedules.messages`) and the plan layout it runs:
 
 ===============  ==========  ================  =================================================
 mode             layout      unpack            what it needs besides
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Mode", "MODES", "TRANSPORTS", "BACKENDS", "choose_mode", "layout_for_mode"]
+__all__ = ["Mode", "MODES", "choose_mode", "layout_for_mode"]
 
 
 class Mode(enum.StrEnum):
@@ -58,11 +58,6 @@ class Mode(enum.StrEnum):
 
 #: Every mode's name, in the order tables list them.
 MODES = tuple(mode.value for mode in Mode)
-
-#: The transports an executor runs on (:mod:`sparsewire.exec.transport`); each declares its modes.
-TRANSPORTS = ("mpi", "torch")
-#: The kernel backends (:mod:`sparsewire.exec.backends`): where buffers live and what computes.
-BACKENDS = ("numpy", "torch")
 
 
 def layout_for_mode(mode: str) -> str:

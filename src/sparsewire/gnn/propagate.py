@@ -17,7 +17,8 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, collective_errors
 from sparsewire.distributed import DistributedMatrix
-from sparsewire.exec.backends import make_backend
+from sparsewire.exec.kernels import make_backend
+from sparsewire.options import ExecOptions
 from sparsewire.spmm_plan import SpmmPlan, plan_spmm
 
 __all__ = ["GraphOperator", "propagate", "scatter_rows", "gather_rows", "gcn_normalize", "mean_normalize"]
@@ -33,23 +34,20 @@ class GraphOperator:
 
     Args:
         matrix: the (normalised) adjacency, rows = targets, from :func:`sparsewire.distribute`.
-        strategy, topology, mode, threads, transport, backend, device, transfer_calibration: as for
-            :meth:`DistributedMatrix.spmm_plan`.
+        options: how every plan is made and run (:class:`~sparsewire.options.ExecOptions`; by
+            default the torch backend on the CPU, one thread).
 
     Attributes:
         bytes_forward, bytes_backward: bytes MPI delivered to this rank by the propagations so far
             (receive statuses), forward and backward (reset them to measure an epoch).
     """
 
-    def __init__(
-        self, matrix: DistributedMatrix, strategy: str = "auto", topology=None, mode: str | None = None, threads: int | None = None,
-        transport: str = "mpi", backend: str = "torch", device: str = "cpu", transfer_calibration=None,
-    ):
+    def __init__(self, matrix: DistributedMatrix, options: ExecOptions | None = None):
         """Not collective (plans are made later, collectively, per width)."""
         self.matrix, self.comm = matrix, matrix.comm
-        self.strategy, self.topology, self.mode, self.threads, self.transport = strategy, topology, mode, threads, transport
-        self.backend, self.device, self.transfer_calibration = backend, device, transfer_calibration
-        self.kernels = make_backend(backend, device)  # also for the first layer's sparse input (gnn/sparse_input.py)
+        self.options = options or ExecOptions(backend="torch", threads=1)
+        self.threads = self.options.threads
+        self.kernels = make_backend(self.options.backend, self.options.device)  # also for the first layer's sparse input (gnn/sparse_input.py)
         self.plans: dict[tuple[int, str], SpmmPlan] = {}
         self.bytes_forward = 0
         self.bytes_backward = 0
@@ -82,10 +80,7 @@ class GraphOperator:
         if key not in self.plans:
             if dtype not in _NUMPY:
                 raise TypeError(f"features must be float32 or float64 tensors (got {dtype})")
-            self.plans[key] = plan_spmm(
-                self.matrix, int(width), _NUMPY[dtype], strategy=self.strategy, topology=self.topology, mode=self.mode, threads=self.threads,
-                transport=self.transport, backend=self.backend, device=self.device, transfer_calibration=self.transfer_calibration,
-            )
+            self.plans[key] = plan_spmm(self.matrix, int(width), _NUMPY[dtype], options=self.options)
         return self.plans[key]
 
     def _run(self, x: torch.Tensor, transposed: bool) -> torch.Tensor:

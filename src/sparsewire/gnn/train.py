@@ -21,10 +21,10 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error
 from sparsewire.distributed import distribute
-from sparsewire.exec.backends import backend_problem
 from sparsewire.gnn.data import GraphData
 from sparsewire.gnn.layers import GNN
 from sparsewire.gnn.propagate import GraphOperator, gcn_normalize, mean_normalize
+from sparsewire.options import ExecOptions, exec_options
 
 __all__ = ["TrainResult", "LocalGraph", "distribute_graph", "train"]
 
@@ -53,15 +53,19 @@ class TrainResult:
     model: GNN | None = None
 
 
-def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn", *, partition="even", strategy: str = "auto",
-                     topology=None, threads: int | None = 1, root: int = 0, imbalance: float = 0.03, transport: str = "mpi",
-                     dtype: torch.dtype = torch.float32, backend: str = "torch", device: str = "cpu",
-                     transfer_calibration=None) -> LocalGraph:
+def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn", *, partition="even", root: int = 0,
+                     imbalance: float = 0.03, dtype: torch.dtype = torch.float32, options: ExecOptions | None = None,
+                     **option_keywords) -> LocalGraph:
     """Collective. Hand every rank its nodes: ``data`` on ``root`` (None elsewhere). The adjacency
     is distributed by rows and normalised for the model (GCN: ``D^-1/2 (A + I) D^-1/2``; SAGE: the
     mean over in-neighbours), features as rows of ``dtype`` (float32 by default, as PyTorch trains;
     float64 for results that must match another float64 code to 1e-6), sparse COO when mostly zero.
     The model :func:`train` builds, and every propagation's plan, take the features' dtype.
+
+    ``options`` (:class:`~sparsewire.options.ExecOptions`; by default the torch backend on the CPU
+    with one thread), with any of its fields given as keywords (``strategy=``, ``topology=``,
+    ``threads=``, ``transport=``, ``backend=``, ``device=``, ...) replacing the options', say how
+    the propagations are planned and run; the topology also guides the partitioner.
 
     ``threads`` (default 1) are the executor's threads per rank; give PyTorch the same
     (``torch.set_num_threads``, as ``sparsewire gcn --threads`` does).
@@ -73,21 +77,21 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     model; one thread pool, PyTorch's) or ``numpy`` (the compiled kernels; see :func:`sparsewire.spmm_plan.plan_spmm`). In
     ``bench/gnn.py`` (float32, 2-core machine) their epochs take the same time, and the torch
     backend's process never loads Numba and LLVM: at P = 1 its peak memory was 0.77-0.87x that of
-    PyG's process, the NumPy backend's 0.90-1.11x. ``transfer_calibration``: which messages are
-    staged through host memory (:mod:`sparsewire.exec.transfer_paths`; as for
-    :func:`sparsewire.spmm_plan.plan_spmm`)."""
+    PyG's process, the NumPy backend's 0.90-1.11x. The transfer calibration says which messages
+    are staged through host memory (:mod:`sparsewire.exec.wire`)."""
     rank, size = comm.Get_rank(), comm.Get_size()
-    problem = None
-    if dtype not in (torch.float32, torch.float64):
+    options = exec_options(options or ExecOptions(backend="torch", threads=1), **option_keywords)
+    problem = options if isinstance(options, str) else None
+    if problem:
+        pass  # named below, on every rank
+    elif dtype not in (torch.float32, torch.float64):
         problem = f"dtype must be torch.float32 or torch.float64 (got {dtype})"
     elif rank == root and data is None:
         problem = f"rank {root} must pass the graph data"
     elif model not in ("gcn", "sage"):
         problem = f"unknown model {model!r}; choose gcn or sage"
-    else:
-        problem = backend_problem(backend, device, None)
     agree_on_error(comm, problem)
-    matrix = distribute(comm, data.adjacency if rank == root else None, partition, root=root, topology=topology, imbalance=imbalance)
+    matrix = distribute(comm, data.adjacency if rank == root else None, partition, root=root, topology=options.topology, imbalance=imbalance)
     values = np.float32 if dtype == torch.float32 else np.float64
     matrix = gcn_normalize(matrix, values) if model == "gcn" else mean_normalize(matrix, values)
     offsets = matrix.row_partition.offsets
@@ -108,8 +112,7 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
         header = None
     totals, classes = comm.bcast(header, root=root)
     features, labels, masks = comm.scatter(pieces, root=root)
-    operator = GraphOperator(matrix, strategy=strategy, topology=topology, threads=threads, transport=transport, backend=backend, device=device,
-                             transfer_calibration=transfer_calibration)
+    operator = GraphOperator(matrix, options)
     on = getattr(operator.kernels, "device", "cpu")  # cuda names this rank's GPU there
     return LocalGraph(
         operator, _feature_tensor(features, dtype).to(on), torch.from_numpy(labels).to(on),

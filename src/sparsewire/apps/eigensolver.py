@@ -39,7 +39,7 @@ from mpi4py import MPI
 
 from sparsewire.aligned import empty_aligned
 from sparsewire.errors import InputError
-from sparsewire.exec.spmm import SpmmExecutor
+from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.generators import deterministic_dense
 from sparsewire.tolerance import unit_roundoff
 

@@ -1,4 +1,4 @@
-"""Numba kernels for messages, beside the CSR product of :mod:`sparsewire.exec.kernels_numba`:
+"""Numba kernels for messages, beside the CSR product of :mod:`sparsewire.exec.kernels.numba_csr`:
 the gather that packs B rows into a send buffer, element ranges (one partition of a partitioned
 message, which may start or end inside a row), the CSC product of one received message, and a
 threaded copy (the machine's copy bandwidth, for the benchmarks).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from numba import njit, prange
 
-from sparsewire.exec.simd import element, lanes_fma, lanes_in, lanes_load, lanes_store
+from sparsewire.exec.kernels.simd import element, lanes_fma, lanes_in, lanes_load, lanes_store
 
 _CONTRACT = {"contract"}
 

@@ -16,8 +16,8 @@ Every completed receive is counted in the transport's :class:`ByteLedger` from w
 itself knows of it, and ``counted_by`` says what that is. Which modes a transport runs is
 explicit (``modes``); the executor refuses another pair.
 
-Implementations: :mod:`sparsewire.exec.mpi_transport` (persistent point-to-point, MPI-4
-partitioned, partitioned over point-to-point) and :mod:`sparsewire.exec.torch_transport`
+Implementations: :mod:`sparsewire.exec.transports.mpi` (persistent point-to-point, MPI-4
+partitioned, partitioned over point-to-point) and :mod:`sparsewire.exec.transports.torch_distributed`
 (torch.distributed: Gloo for CPU tensors; the group it sets up also names NCCL for CUDA tensors
 where PyTorch has it, though no backend keeps buffers on CUDA in this version). Which messages
 the MPI transport stages through host memory is :mod:`sparsewire.exec.transfer_paths`'s rule.
@@ -30,34 +30,42 @@ import abc
 import numpy as np
 
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
-from sparsewire.exec.modes import TRANSPORTS, Mode
+from sparsewire.exec.modes import Mode
 
-__all__ = ["TRANSPORTS", "ByteLedger", "Transport", "MessageTransport", "PartitionedTransport"]
+__all__ = ["ByteLedger", "Transport", "MessageTransport", "PartitionedTransport"]
 
 class ByteLedger:
     """Bytes received per source rank in the last multiply, and every message whose size differed
     from the receiving plan's, over all multiplies.
 
     Attributes:
-        bytes_from: bytes from each rank (reset before every multiply).
+        bytes_from: payload bytes from each rank (the plan's rows as the receiver reads them;
+            reset before every multiply).
+        wire_bytes_from: the bytes that crossed the wire from each rank (equal to the payload on
+            today's wire paths, :class:`~sparsewire.exec.wire.WirePath`; a codec will make them
+            differ).
         problems: one line per message whose payload differed from the plan's.
     """
 
     def __init__(self, rank: int, n_ranks: int, itemsize: int) -> None:
         self.rank, self.itemsize = rank, itemsize
         self.bytes_from = np.zeros(n_ranks, np.int64)
+        self.wire_bytes_from = np.zeros(n_ranks, np.int64)
         self.problems: list[str] = []
 
     def reset(self) -> None:
         """Not collective. Start a multiply: zero the byte counts (the problems stay)."""
         self.bytes_from[:] = 0
+        self.wire_bytes_from[:] = 0
 
-    def record(self, ex: ExchangeBuffers, message: int, received_elements: int) -> None:
-        """Not collective. Count one received message of ``received_elements`` elements (padding included); a
-        payload other than the plan's is a delivery problem."""
+    def record(self, ex: ExchangeBuffers, message: int, received_elements: int, wire_bytes: int | None = None) -> None:
+        """Not collective. Count one received message of ``received_elements`` elements (padding
+        included) that took ``wire_bytes`` on the wire (None: its elements' bytes, padding
+        excluded); a payload other than the plan's is a delivery problem."""
         payload = received_elements - (ex.recv_elements[message] - ex.expected_elements[message])
         source = ex.recv_ranks[message]
         self.bytes_from[source] += payload * self.itemsize
+        self.wire_bytes_from[source] += payload * self.itemsize if wire_bytes is None else wire_bytes
         if payload != ex.expected_elements[message]:
             self.problems.append(
                 f"rank {self.rank} received {payload} elements from rank {source} in exchange {ex.index} but its "

@@ -30,10 +30,9 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, collective_errors
-from sparsewire.exec.auto_strategy import StrategyChoice, collective_stats
-from sparsewire.exec.spmm import backend_problem, transport_problem
 from sparsewire.errors import InputError, PlanMismatchError
-from sparsewire.exec.modes import MODES
+from sparsewire.options import ExecOptions
+from sparsewire.plan.auto_strategy import StrategyChoice, collective_stats
 from sparsewire.partition import RowPartition
 from sparsewire.plan.plan import AGGREGATE_C, LAYOUTS, Exchange, RankPlan
 from sparsewire.plan.strategies import Strategy
@@ -46,7 +45,7 @@ if TYPE_CHECKING:  # for annotations only: the matrix's class imports this modul
 __all__ = ["PLAN_FORMAT", "PLAN_FORMAT_VERSION", "plan_arrays", "plan_from_arrays", "write_plan_file", "read_plan_file", "load_plan"]
 
 PLAN_FORMAT = "sparsewire-spmm-plan"
-PLAN_FORMAT_VERSION = 2  # 2: the checksum of the plan arrays (plan_checksum)
+PLAN_FORMAT_VERSION = 3  # 2: the checksum of the plan arrays (plan_checksum); 3: the options as one object
 
 
 _EXCHANGE_ARRAYS = ("send_ranks", "send_counts", "recv_ranks", "recv_counts", "send_kinds", "receive_kinds", "receive_keys")
@@ -182,7 +181,7 @@ def arrays_checksum(flat: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-_SETTINGS = {"k": int, "dtype": str, "mode": str, "deterministic": bool, "transposed": bool, "choice": dict}
+_SETTINGS = {"k": int, "dtype": str, "transposed": bool, "options": dict, "choice": dict}
 
 
 def _check_meta(meta, path) -> None:
@@ -198,10 +197,21 @@ def _check_meta(meta, path) -> None:
         value = meta.get(name)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise InputError(f"{path} has a damaged plan setting {name!r} ({value!r}); plan again and save")
+    saved = meta["options"]
+    problems = [f"{name} {saved[name]!r} is not a name" for name in ("topology", "mode") if not isinstance(saved.get(name), (str, type(None)))]
+    if not problems:
+        try:
+            # The strategy is checked with the choice below, and against the topology at load.
+            options = ExecOptions(**{name: value for name, value in saved.items() if name not in ("topology", "strategy")})
+            problems = [] if options.mode is not None else ["no mode"]
+        except InputError as error:
+            problems = [str(error)]
+        except TypeError as error:
+            problems = [str(error)]
+    if problems:
+        raise InputError(f"{path} has damaged plan options ({'; '.join(problems)}); plan again and save")
     checks = {
-        "k": 1 <= meta["k"] <= 2**31, "dtype": meta["dtype"] in ("float32", "float64"), "mode": meta["mode"] in MODES,
-        "transport": meta.get("transport", "mpi") in ("mpi", "torch"),
-        "topology": meta.get("topology") is None or isinstance(meta.get("topology"), str),
+        "k": 1 <= meta["k"] <= 2**31, "dtype": meta["dtype"] in ("float32", "float64"),
         "ranks": isinstance(meta.get("ranks"), int) and meta["ranks"] >= 1,
         "checksum": isinstance(meta.get("checksum"), str), "plan_checksum": isinstance(meta.get("plan_checksum"), str),
     }
@@ -309,28 +319,27 @@ def _read_archive(path, matrix: DistributedMatrix, size: int, checksum: str) -> 
 
 
 @collective_errors
-def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, threads: int | None, transport: str | None,
-              backend: str = "numpy", device: str = "cpu", transfer_calibration=None):
+def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, run: dict):
     """Collective. The :class:`~sparsewire.spmm_plan.SpmmPlan` (``cls``) saved at ``path`` for
-    ``matrix``, with its executor on ``threads`` threads, ``transport`` (None: as saved) and
-    ``backend`` on ``device`` (and ``transfer_calibration``: :func:`~sparsewire.spmm_plan.plan_spmm`)."""
+    ``matrix``, with its saved :class:`~sparsewire.options.ExecOptions` and ``run``'s fields (this
+    run's threads, backend, device, transfer calibration; a transport when given) replacing theirs."""
     comm = matrix.comm
     meta, plan = read_plan_file(path, matrix)
-    transport = transport or meta.get("transport", "mpi")  # files saved before transports ran on MPI
-    agree_on_error(comm, transport_problem(transport, meta["mode"], device) or backend_problem(backend, device, meta["mode"]))
-    topology = topology_named(meta["topology"], comm)
-    model = topology or Topology.flat()
-    stats = collective_stats(comm, plan, meta["k"], np.dtype(meta["dtype"]).itemsize, model)
+    saved = meta["options"]
+    topology = topology_named(saved["topology"], comm)
+    problem = options = None
+    try:
+        options = ExecOptions(**{**saved, "topology": topology, **run})
+    except InputError as error:
+        problem = error
+    agree_on_error(comm, problem)
+    stats = collective_stats(comm, plan, meta["k"], np.dtype(meta["dtype"]).itemsize, topology or Topology.flat())
     choice_meta = meta["choice"]
     choice = StrategyChoice(
         Strategy(choice_meta["strategy"]), choice_meta["requested"], choice_meta["model"],
         {name: (float(s), int(b)) for name, (s, b) in choice_meta["candidates"].items()},
     )
-    return cls(
-        matrix, plan, stats, meta["k"], np.dtype(meta["dtype"]), meta["mode"], threads, meta["deterministic"],
-        topology, choice, transposed=meta["transposed"], transport=transport, backend=backend, device=device,
-        transfer_calibration=transfer_calibration,
-    )
+    return cls(matrix, plan, stats, meta["k"], np.dtype(meta["dtype"]), options, choice, transposed=meta["transposed"])
 
 
 def topology_named(name: str | None, comm: MPI.Comm) -> Topology | None:

@@ -8,18 +8,19 @@ counted from the receive statuses (``MPI_Get_count``), minus partition padding.
 
 from __future__ import annotations
 
-import os
 import threading
+import warnings
 
 import numpy as np
 from mpi4py import MPI
 
 from sparsewire.comm.runtime import mpi_datatype
+from sparsewire.errors import FallbackWarning
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.exec.modes import Mode
-from sparsewire.exec.transport import ByteLedger, MessageTransport, PartitionedTransport
+from sparsewire.exec.transports.base import ByteLedger, MessageTransport, PartitionedTransport
 
-__all__ = ["MpiTransport", "MpiPartitionedTransport", "MpiPartitionsOverPointToPoint", "partitioned_available"]
+__all__ = ["MpiTransport", "MpiPartitionedTransport", "MpiPartitionsOverPointToPoint", "partitioned_available", "select"]
 
 _TAG = 4242  # + exchange index: exchanges of one step between the same pair must not match each other
 _PARTITION_TAG = 8000  # + exchange index * T + partition
@@ -27,11 +28,7 @@ _COUNTED_BY = "MPI receive statuses (MPI_Get_count)"
 
 
 def partitioned_available(comm: MPI.Comm) -> bool:
-    """Not collective. Whether the MPI library offers MPI-4 partitioned communication (``MPI_Psend_init``).
-
-    ``SPARSEWIRE_PARTITIONED=off`` in the environment answers no (to exercise the fallback)."""
-    if os.environ.get("SPARSEWIRE_PARTITIONED", "").lower() in ("off", "0", "no"):
-        return False
+    """Not collective. Whether the MPI library offers MPI-4 partitioned communication (``MPI_Psend_init``)."""
     # MPI-4 libraries have it (probing with MPI_PROC_NULL crashes MPICH 5.0, so ask the version).
     return hasattr(comm, "Psend_init") and MPI.Get_version() >= (4, 0)
 
@@ -100,13 +97,13 @@ class MpiTransport(MessageTransport):
         self._any_status = MPI.Status()
 
     def post_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         if self._recv[ex.index]:
             self._backend.synchronize()  # no kernel or copy still reads the memory MPI will write
             MPI.Prequest.Startall(self._recv[ex.index])
 
     def start_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         for message in ex.send_staged:
             self._backend.copy_out(*self._copy_out[ex.index][message])
         if self._send[ex.index]:
@@ -114,7 +111,7 @@ class MpiTransport(MessageTransport):
             MPI.Prequest.Startall(self._send[ex.index])
 
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         staged = self._copy_out[ex.index][message]
         if staged is not None:
             self._backend.copy_out(*staged)
@@ -122,13 +119,13 @@ class MpiTransport(MessageTransport):
         self._send[ex.index][message].Start()
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         _wait_and_count(self._recv[ex.index], self._statuses[ex.index], self.ledger, ex, self._type)
         for message in ex.recv_staged:
             self._backend.copy_in(*self._copy_in[ex.index][message])
 
     def wait_any(self) -> tuple[int, int]:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         position = MPI.Request.Waitany(self._all_recv, self._any_status)
         if position == MPI.UNDEFINED:
             raise RuntimeError("no receive is active but messages are missing; the executor's schedule is broken")
@@ -140,11 +137,11 @@ class MpiTransport(MessageTransport):
         return index, message
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         MPI.Request.Waitall(self._send[ex.index])
 
     def free(self) -> None:
-        """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transport`."""
+        """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transports.base`."""
         for request in self._all_recv + [r for requests in self._send for r in requests]:
             request.Free()
         self._recv, self._send, self._all_recv = [], [], []
@@ -190,22 +187,22 @@ class MpiPartitionedTransport(_Partitioned):
         self._statuses = [[MPI.Status() for _ in requests] for requests in self._recv]
 
     def post_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         self._reset_arrivals(ex)
         if self._recv[ex.index]:
             MPI.Prequest.Startall(self._recv[ex.index])
 
     def start_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         if self._send[ex.index]:
             MPI.Prequest.Startall(self._send[ex.index])
 
     def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         self._send[ex.index][message].Pready(partition)
 
     def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         flags = self._arrived[ex.index]
         if flags[message, partition]:
             return True
@@ -215,15 +212,15 @@ class MpiPartitionedTransport(_Partitioned):
         return arrived
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         _wait_and_count(self._recv[ex.index], self._statuses[ex.index], self.ledger, ex, self._type)
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         MPI.Request.Waitall(self._send[ex.index])
 
     def free(self) -> None:
-        """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transport`."""
+        """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transports.base`."""
         for request in [r for requests in self._recv + self._send for r in requests]:
             request.Free()
         self._recv, self._send = [], []
@@ -253,7 +250,7 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
         self._lock = threading.Lock() if T > 1 else None
 
     def post_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         self._reset_arrivals(ex)
         for requests in self._recv[ex.index]:
             MPI.Prequest.Startall(requests)
@@ -262,11 +259,11 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
         """Not collective (point to point with the peers). Nothing to open: each partition's send starts when it is marked ready."""
 
     def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         self._send[ex.index][message][partition].Start()
 
     def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         flags = self._arrived[ex.index]
         if flags[message, partition]:
             return True
@@ -287,12 +284,28 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
             self.ledger.record(ex, message, elements)
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         for requests in self._send[ex.index]:
             MPI.Request.Waitall(requests)
 
     def free(self) -> None:
-        """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transport`."""
+        """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transports.base`."""
         for request in [r for requests in self._recv + self._send for group in requests for r in group]:
             request.Free()
         self._recv, self._send = [], []
+
+
+def select(mode: Mode, comm: MPI.Comm, device: str = "cpu") -> type:
+    """Not collective. The registry's selector (:mod:`sparsewire.exec.transports`): persistent
+    point to point for whole messages; for the partitioned mode MPI-4 partitioned messages, or,
+    where MPI has none, one persistent request per partition (with a FallbackWarning on rank 0)."""
+    if not Mode(mode).partitions_per_thread:
+        return MpiTransport
+    if partitioned_available(comm):
+        return MpiPartitionedTransport
+    if comm.Get_rank() == 0:
+        warnings.warn(
+            "MPI partitioned communication is not available; the partitioned mode runs on persistent point-to-point requests, "
+            "one per partition", FallbackWarning, stacklevel=4,
+        )
+    return MpiPartitionsOverPointToPoint

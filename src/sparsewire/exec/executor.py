@@ -13,13 +13,13 @@ Per multiply, with B_p the rank's rows of B and C_p its rows of C, for every exc
 split of the communication graph, ``PetscSF``, from the transports that run it):
 
 * buffers (:mod:`~sparsewire.exec.buffers`): every buffer, offset and kernel operand, built once
-  from the plan, as arrays of a kernel backend (:mod:`~sparsewire.exec.backends`: ``numpy``,
+  from the plan, as arrays of a kernel backend (:mod:`~sparsewire.exec.kernels`: ``numpy``,
   the compiled kernels, or ``torch``, tensors and PyTorch's sparse products), which also runs every
   local product;
-* transport (:mod:`~sparsewire.exec.transport`): moves an exchange's messages and counts what
+* transport (:mod:`~sparsewire.exec.transports.base`): moves an exchange's messages and counts what
   arrived: ``mpi`` (persistent point-to-point, MPI-4 partitioned, or partitions over
   point-to-point) or ``torch`` (torch.distributed: Gloo for CPU tensors);
-* schedule (:mod:`~sparsewire.exec.schedules`, :mod:`~sparsewire.exec.partitioned`): the order of
+* schedule (:mod:`~sparsewire.exec.schedules.messages`, :mod:`~sparsewire.exec.schedules.partitioned`): the order of
   packing, moving and combining, one per mode (:mod:`~sparsewire.exec.modes`);
 * combine (:mod:`~sparsewire.exec.combine`): streaming (rows added as they arrive) or ordered
   (``deterministic=True``: C bitwise identical across runs, modes, transports and threads).
@@ -34,72 +34,23 @@ Buffers, operands and requests are made once per executor (one plan, one k, one 
 
 from __future__ import annotations
 
-import os
-import warnings
-
 import numpy as np
 from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, ranks_on_node
-from sparsewire.errors import FallbackWarning, InputError, PlanMismatchError
-from sparsewire.exec import kernels
-from sparsewire.exec.backends import BACKENDS, backend_problem, make_backend
+from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import BufferNeeds, build_buffers
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
-from sparsewire.exec.modes import MODES, Mode, choose_mode, layout_for_mode
-from sparsewire.exec.mpi_transport import MpiPartitionedTransport, MpiPartitionsOverPointToPoint, MpiTransport, partitioned_available
-from sparsewire.exec.partitioned import PartitionedSchedule
-from sparsewire.exec.schedules import BulkSchedule, EarlySchedule, OverlapSchedule
-from sparsewire.exec.transfer_paths import transfer_rule
-from sparsewire.exec.transport import TRANSPORTS, ByteLedger, Transport
+from sparsewire.exec.kernels import make_backend
+from sparsewire.exec.modes import Mode
+from sparsewire.exec.schedules import SCHEDULES
+from sparsewire.exec.transports import transport_entry
+from sparsewire.exec.transports.base import ByteLedger
+from sparsewire.options import ExecOptions
 from sparsewire.plan.plan import RankPlan
 from sparsewire.sizes import check_dense_fits
 
-__all__ = [
-    "SpmmExecutor", "MODES", "TRANSPORTS", "BACKENDS", "layout_for_mode", "partitioned_available", "choose_mode", "transport_problem",
-    "backend_problem",
-]
-
-_SCHEDULES = {
-    Mode.BULK: BulkSchedule,
-    Mode.OVERLAP: OverlapSchedule,
-    Mode.PIPELINED: OverlapSchedule,  # the overlap loop on the pipelined layout's steps
-    Mode.EARLY: EarlySchedule,
-    Mode.PARTITIONED: PartitionedSchedule,
-}
-
-
-def _transport_class(name: str, mode: Mode, comm: MPI.Comm) -> type[Transport]:
-    if name == "torch":
-        from sparsewire.exec.torch_transport import TorchTransport
-
-        return TorchTransport
-    if mode.partitions_per_thread:
-        return MpiPartitionedTransport if partitioned_available(comm) else MpiPartitionsOverPointToPoint
-    return MpiTransport
-
-
-def transport_problem(transport: str, mode: str, device: str = "cpu") -> str | None:
-    """Not collective. What is wrong with running ``mode`` on ``transport`` with buffers on
-    ``device`` (None: nothing)."""
-    if transport not in TRANSPORTS:
-        return f"unknown transport {transport!r}; choose {' or '.join(TRANSPORTS)}"
-    if mode not in MODES:
-        return f"unknown mode {mode!r}; choose from {', '.join(MODES)}"
-    if transport == "torch":
-        from sparsewire.exec.torch_transport import TorchTransport, device_mode_problem
-
-        runs = TorchTransport.modes
-        if Mode(mode) in runs and device_mode_problem(device, mode):
-            return device_mode_problem(device, mode)
-    else:
-        runs = MpiTransport.modes | MpiPartitionedTransport.modes
-    if Mode(mode) not in runs:
-        return (
-            f"the {transport} transport cannot run the {mode} mode (it runs {', '.join(m for m in MODES if m in runs)})"
-            + ("; the partitioned mode needs MPI-4 partitioned messages: use transport 'mpi'" if Mode(mode) is Mode.PARTITIONED else "")
-        )
-    return None
+__all__ = ["SpmmExecutor"]
 
 
 class SpmmExecutor:
@@ -110,52 +61,31 @@ class SpmmExecutor:
         comm: the communicator the plan was built for (planning and setup always run on MPI).
         k: columns of B.
         dtype: float32 or float64 (A's values are cast once).
-        mode: one of :data:`MODES`.
-        threads: threads per rank for the local kernels (and partitions per message in the
-            partitioned mode); default ``cores / ranks on this node``.
-        deterministic: fixed summation order (:class:`~sparsewire.exec.combine.OrderedCombine`).
-        transport: ``mpi`` (default) or ``torch`` (torch.distributed; every mode but partitioned;
-            see :mod:`sparsewire.exec.torch_transport`).
-        backend, device: the kernel backend, ``numpy`` (default; device ``cpu``) or ``torch``
-            (tensors on ``device``; every mode but partitioned; see
-            :mod:`sparsewire.exec.torch_backend`). With ``torch``, :meth:`multiply` takes and
-            returns tensors (a NumPy B is wrapped).
-        transfer_calibration: the file of ``sparsewire calibrate --device`` whose threshold picks
-            the messages staged through host memory (:mod:`sparsewire.exec.transfer_paths`; None:
-            the stored calibration of the device's type when there is one, else nothing staged on
-            the CPU). Applies to the mpi transport's whole messages.
+        options: how it runs (:class:`~sparsewire.options.ExecOptions`, its mode chosen): the mode,
+            threads per rank (and partitions per message in the partitioned mode; None: ``cores /
+            ranks on this node``), the ordered combine when ``deterministic``, the transport (a
+            registered name), the kernel backend on its device (with ``torch``, :meth:`multiply`
+            takes and returns tensors; a NumPy B is wrapped) and the transfer calibration whose
+            threshold picks the messages staged through host memory (:mod:`sparsewire.exec.wire`).
 
     Attributes:
+        options: the options it runs with (threads filled in).
         buffers, transport, schedule, combine: the parts (see the module docstring).
         kernels: the backend object (every buffer's array type and every local product).
-        transfer_rule: which messages are staged (:class:`~sparsewire.exec.transfer_paths.TransferRule`);
+        transfer_rule: which messages are staged (:class:`~sparsewire.exec.wire.TransferRule`);
             ``stages_messages``: whether the transport applies it (``Transport.stages_messages``).
         bytes_received_from, delivery_problems: the transport's byte ledger.
     """
 
-    def __init__(
-        self,
-        plan: RankPlan,
-        comm: MPI.Comm,
-        k: int,
-        dtype=np.float64,
-        mode: str = "overlap",
-        *,
-        threads: int | None = None,
-        deterministic: bool = False,
-        transport: str = "mpi",
-        backend: str = "numpy",
-        device: str = "cpu",
-        transfer_calibration: str | os.PathLike | None = None,
-    ) -> None:
-        problem = transport_problem(transport, mode, device) or backend_problem(backend, device, mode)
-        if problem:
-            raise InputError(problem)
-        mode = Mode(mode)
-        transport_class = _transport_class(transport, mode, comm)
+    def __init__(self, plan: RankPlan, comm: MPI.Comm, k: int, dtype=np.float64, options: ExecOptions | None = None) -> None:
+        options = options or ExecOptions(mode=Mode.OVERLAP)
+        if options.mode is None:
+            raise InputError("the executor runs one mode: choose it first (ExecOptions(mode=...); plan_spmm chooses 'auto' for you)")
+        mode = Mode(options.mode)
+        transport_class = transport_entry(options.transport).transport_class(mode, comm, options.device)
         self.stages_messages = transport_class.stages_messages
         try:
-            self.transfer_rule, problem = transfer_rule(device, transfer_calibration), None
+            self.transfer_rule, problem = options.transfer_rule(), None
         except InputError as error:
             self.transfer_rule, problem = None, error
         agree_on_error(comm, problem)
@@ -181,10 +111,11 @@ class SpmmExecutor:
             problem = error
         agree_on_error(comm, problem)
         sharing = ranks_on_node(comm)
+        threads = options.threads
         if threads is None:
-            threads = kernels.default_threads(sharing)
-        if threads < 1:
-            raise InputError(f"threads must be at least 1 (got {threads})")
+            from sparsewire.cores import default_threads
+
+            threads = default_threads(sharing)
         if mode.partitions_per_thread:
             if threads > 1 and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
                 raise InputError(
@@ -199,12 +130,13 @@ class SpmmExecutor:
                     f"the partitioned mode needs the same number of threads on every rank (got {fewest} to {most}); "
                     "pass threads explicitly"
                 )
-        self.kernels = make_backend(backend, device)
+        self.kernels = make_backend(options.backend, options.device)
         self.kernels.set_threads(threads, sharing)
         # A communicator of its own: the executor's tags cannot match the caller's messages.
         self.comm = comm.Dup()
+        self.options = options.replace(threads=int(threads))
         self.plan, self.k, self.mode = plan, int(k), mode
-        self.threads, self.deterministic = int(threads), bool(deterministic)
+        self.threads, self.deterministic = int(threads), options.deterministic
         self.dtype = np.dtype(dtype)
         self._closed = False
         needs = BufferNeeds(
@@ -216,16 +148,9 @@ class SpmmExecutor:
         self.buffers = build_buffers(plan, self.k, self.dtype, self.threads, needs, self.kernels,
                                      self.transfer_rule if self.stages_messages else None)
         self.ledger = ByteLedger(plan.rank, plan.n_ranks, self.dtype.itemsize)
-        if transport_class is MpiPartitionsOverPointToPoint and self.comm.Get_rank() == 0:
-            warnings.warn(
-                "MPI partitioned communication is not available; the partitioned mode runs on persistent "
-                "point-to-point requests, one per partition",
-                FallbackWarning,
-                stacklevel=2,
-            )
         self.transport = transport_class(self.comm, self.buffers, self.ledger)
         self.combine = (OrderedCombine if self.deterministic else StreamingCombine)(self.buffers)
-        self.schedule = _SCHEDULES[mode](self.buffers, self.transport, self.combine)
+        self.schedule = SCHEDULES[mode](self.buffers, self.transport, self.combine)
 
     @property
     def bytes_received_from(self) -> np.ndarray:

@@ -17,8 +17,9 @@ import threading
 
 import numpy as np
 
-from sparsewire.exec.buffers import Buffers, ExchangeBuffers
-from sparsewire.exec.transport import PartitionedTransport
+from sparsewire.exec.buffers import Buffers
+from sparsewire.exec.pack import Packer
+from sparsewire.exec.transports.base import PartitionedTransport
 
 __all__ = ["PartitionedSchedule"]
 
@@ -26,8 +27,9 @@ __all__ = ["PartitionedSchedule"]
 class PartitionedSchedule:
     """T threads per rank, one partition of every message each (see the module docstring)."""
 
-    def __init__(self, buffers: Buffers, transport: PartitionedTransport, combine) -> None:
+    def __init__(self, buffers: Buffers, transport: PartitionedTransport, combine, packer: Packer | None = None) -> None:
         self.buffers, self.transport, self.combine = buffers, transport, combine
+        self.packer = packer or Packer(buffers)
         threads = buffers.threads
         # Per thread, per exchange: the received partitions it has applied this multiply.
         self._applied = [[np.zeros((len(ex.recv_ranks), threads), bool) for ex in buffers.exchanges] for _ in range(threads)]
@@ -79,15 +81,6 @@ class PartitionedSchedule:
                 self._errors.append(error)
             self._stop.wait()
 
-    def _pack_partition(self, ex: ExchangeBuffers, b: np.ndarray, start: int, stop: int) -> None:
-        if ex.pack_gather is not None:
-            self.buffers.kernels.gather_elements(ex.pack_gather, b, ex.send_flat, start, stop)
-            return
-        self.buffers.kernels.multiply_elements(ex.pack_b, b, ex.send_flat, start, stop, False)
-        if ex.pack_input is not None:
-            source = self.buffers.exchanges[ex.input].receive_buffer
-            self.buffers.kernels.multiply_elements(ex.pack_input, source, ex.send_flat, start, stop, True)
-
     def _apply_arrivals(self, thread: int, indices, out: np.ndarray, block: bool) -> None:
         """Apply every arrived, not yet applied partition of the exchanges ``indices`` to thread
         ``thread``'s rows of C; with ``block``, until all of them have arrived."""
@@ -128,7 +121,7 @@ class PartitionedSchedule:
                     start_row, stop_row = int(ex.send_offsets[message]), int(ex.send_offsets[message + 1])
                     size = (stop_row - start_row) * k // T
                     start = start_row * k + thread * size
-                    self._pack_partition(ex, b, start, start + size)
+                    self.packer.elements(ex, b, start, start + size)
                     self.transport.mark_ready(ex, message, thread)
             if position == 0:
                 self.combine.diagonal_rows(b, out, thread)

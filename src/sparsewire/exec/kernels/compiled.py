@@ -6,9 +6,9 @@ the kernels' types, values cast to the dtype, and the row ranges of the T thread
 that a thread done with its own range takes from the others. The products then write
 into preallocated outputs and allocate nothing per call.
 
-CPU backend: :mod:`sparsewire.exec.kernels_numba` (Numba; OpenMP threads where Numba has them),
+CPU backend: :mod:`sparsewire.exec.kernels.numba_csr` (Numba; OpenMP threads where Numba has them),
 imported at the first product: a process that only plans, or runs the torch backend
-(:mod:`sparsewire.exec.torch_backend`), never loads Numba and LLVM (about 100 MiB resident once a
+(:mod:`sparsewire.exec.kernels.torch_backend`), never loads Numba and LLVM (about 100 MiB resident once a
 compiled kernel has run).
 """
 
@@ -44,7 +44,7 @@ __all__ = [
 @functools.cache
 def _compiled():
     """The compiled kernels' module, imported on first use."""
-    from sparsewire.exec import kernels_numba
+    from sparsewire.exec.kernels import numba_csr as kernels_numba
 
     return kernels_numba
 

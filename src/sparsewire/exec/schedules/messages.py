@@ -1,4 +1,4 @@
-"""Schedules: the order in which one multiply packs, moves and combines a plan's exchanges.
+"""Schedules of whole messages: the order in which one multiply packs, moves and combines a plan's exchanges.
 
 Each schedule is made once per executor from the buffers, a transport and a combine, and
 ``run(b, out)`` computes this rank's rows of C (every schedule ends with ``combine.finish``):
@@ -12,45 +12,26 @@ Each schedule is made once per executor from the buffers, a transport and a comb
 * :class:`EarlySchedule` (Collom & Bienz sec. 3.2, Alg. 1): receives complete one at a time; each
   arriving message is combined at once, and a relayed message is packed and sent as soon as the
   input messages it reads have arrived.
-* :class:`~sparsewire.exec.partitioned.PartitionedSchedule` (sec. 3.3, Algs. 3-5): T threads.
+* :class:`~sparsewire.exec.schedules.partitioned.PartitionedSchedule` (sec. 3.3, Algs. 3-5): T threads.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from sparsewire.exec.buffers import Buffers, ExchangeBuffers
-from sparsewire.exec.transport import MessageTransport
+from sparsewire.exec.buffers import Buffers
+from sparsewire.exec.pack import Packer
+from sparsewire.exec.transports.base import MessageTransport
 
-__all__ = ["BulkSchedule", "OverlapSchedule", "EarlySchedule", "pack", "pack_message"]
-
-
-def pack(buffers: Buffers, ex: ExchangeBuffers, b: np.ndarray) -> None:
-    """Not collective. ``send_buffer = send_matrix @ [b ; input's receive buffer]`` (every message
-    of ``ex``)."""
-    kernels = buffers.kernels
-    if ex.pack_gather is not None:
-        kernels.gather(ex.pack_gather, b, ex.send_buffer)
-        return
-    kernels.multiply(ex.pack_b, b, ex.send_buffer)
-    if ex.pack_input is not None:
-        kernels.multiply(ex.pack_input, buffers.exchanges[ex.input].receive_buffer, ex.send_buffer, accumulate=True)
-
-
-def pack_message(buffers: Buffers, ex: ExchangeBuffers, message: int, b: np.ndarray) -> None:
-    """Not collective. The rows of one destination only (a relay sent message by message); serial,
-    small."""
-    start, stop = int(ex.send_offsets[message]), int(ex.send_offsets[message + 1])
-    kernels = buffers.kernels
-    kernels.multiply_rows(ex.pack_b, b, ex.send_buffer, start, stop)
-    kernels.multiply_rows(ex.pack_input, buffers.exchanges[ex.input].receive_buffer, ex.send_buffer, start, stop, accumulate=True)
+__all__ = ["BulkSchedule", "OverlapSchedule", "EarlySchedule"]
 
 
 class _Schedule:
     """``run(b, out)`` is Collective: every rank runs its schedule in the same multiply."""
 
-    def __init__(self, buffers: Buffers, transport: MessageTransport, combine) -> None:
+    def __init__(self, buffers: Buffers, transport: MessageTransport, combine, packer: Packer | None = None) -> None:
         self.buffers, self.transport, self.combine = buffers, transport, combine
+        self.packer = packer or Packer(buffers)
 
     def close(self) -> None:
         """Release what the schedule holds (threads)."""
@@ -65,7 +46,7 @@ class BulkSchedule(_Schedule):
         combine.diagonal(b, out)
         for ex in self.buffers.exchanges:
             transport.post_receives(ex)
-            pack(self.buffers, ex, b)
+            self.packer.exchange(ex, b)
             transport.start_sends(ex)
             transport.wait_receives(ex)
             combine.exchange_arrived(ex, out)
@@ -77,8 +58,8 @@ class OverlapSchedule(_Schedule):
     """Steps in flight while the diagonal block and the previous step are computed (see the
     module docstring)."""
 
-    def __init__(self, buffers: Buffers, transport: MessageTransport, combine) -> None:
-        super().__init__(buffers, transport, combine)
+    def __init__(self, buffers: Buffers, transport: MessageTransport, combine, packer: Packer | None = None) -> None:
+        super().__init__(buffers, transport, combine, packer)
         self._finished = np.zeros(len(buffers.exchanges), bool)
 
     def _finish(self, index: int, out: np.ndarray) -> None:
@@ -98,7 +79,7 @@ class OverlapSchedule(_Schedule):
                 transport.post_receives(ex)
                 if ex.input is not None:
                     self._finish(ex.input, out)
-                pack(self.buffers, ex, b)
+                self.packer.exchange(ex, b)
                 transport.start_sends(ex)
             if position == 0:
                 self.combine.diagonal(b, out)  # while the first messages are in flight
@@ -116,8 +97,8 @@ class EarlySchedule(_Schedule):
     """Each message combined as it arrives; relays sent message by message (see the module
     docstring)."""
 
-    def __init__(self, buffers: Buffers, transport: MessageTransport, combine) -> None:
-        super().__init__(buffers, transport, combine)
+    def __init__(self, buffers: Buffers, transport: MessageTransport, combine, packer: Packer | None = None) -> None:
+        super().__init__(buffers, transport, combine, packer)
         self._arrived = [np.zeros(len(ex.recv_ranks), bool) for ex in buffers.exchanges]
         self._waiting = [np.zeros(len(ex.send_ranks), np.int64) for ex in buffers.exchanges]
 
@@ -131,14 +112,14 @@ class EarlySchedule(_Schedule):
                 ex = exchanges[index]
                 transport.post_receives(ex)
                 if ex.input is None:
-                    pack(self.buffers, ex, b)
+                    self.packer.exchange(ex, b)
                     transport.start_sends(ex)
                     continue
                 arrived, waiting = self._arrived[ex.input], self._waiting[index]
                 for message, needed in enumerate(ex.dependencies):
                     waiting[message] = sum(1 for m in needed if not arrived[m])
                     if waiting[message] == 0:
-                        pack_message(self.buffers, ex, message, b)
+                        self.packer.message(ex, message, b)
                         transport.start_send(ex, message)
             if position == 0:
                 self.combine.diagonal(b, out)  # while the first messages are in flight
@@ -163,5 +144,5 @@ class EarlySchedule(_Schedule):
                 waiting[send_message] -= 1
                 if waiting[send_message] == 0:
                     dependent = exchanges[dependent_index]
-                    pack_message(self.buffers, dependent, send_message, b)
+                    self.packer.message(dependent, send_message, b)
                     self.transport.start_send(dependent, send_message)

@@ -1,4 +1,4 @@
-"""An atomic counter for the Numba kernels (:mod:`sparsewire.exec.kernels_numba`).
+"""An atomic counter for the Numba kernels (:mod:`sparsewire.exec.kernels.numba_csr`).
 
 Numba has no atomic operations in compiled code; the threaded CSR product hands out row chunks
 through :func:`fetch_add` so that a thread that finishes its own share early takes chunks of a

@@ -17,7 +17,7 @@ point (``buffers.kernels``):
   the backend's array type.
 
 :class:`NumpyBackend` (``numpy``, the default): NumPy arrays on cache lines, the compiled kernels of
-:mod:`sparsewire.exec.kernels`, every mode. ``torch`` (:mod:`sparsewire.exec.torch_backend`):
+:mod:`sparsewire.exec.kernels.compiled`, every mode. ``torch`` (:mod:`sparsewire.exec.kernels.torch_backend`):
 tensors of a torch device (``cpu``, ``cuda``) and PyTorch's sparse CSR products and gathers. Both give the
 same C (exact on integer data): ``tests/exec/test_backends.py`` runs every strategy and mode the
 torch backend supports on both.
@@ -30,15 +30,15 @@ import dataclasses
 import numpy as np
 
 from sparsewire.aligned import empty_aligned, zeros_aligned
-from sparsewire.errors import InputError, PlanMismatchError
-from sparsewire.exec import kernels
-from sparsewire.exec.modes import BACKENDS, Mode
+from sparsewire.errors import PlanMismatchError
+from sparsewire.exec.kernels import compiled as kernels
+from sparsewire.exec.modes import Mode
 
-__all__ = ["BACKENDS", "NumpyBackend", "backend_problem", "make_backend"]
+__all__ = ["NumpyBackend"]
 
 
 class NumpyBackend:
-    """NumPy arrays and the compiled (Numba) kernels of :mod:`sparsewire.exec.kernels`; every mode."""
+    """NumPy arrays and the compiled (Numba) kernels of :mod:`sparsewire.exec.kernels.compiled`; every mode."""
 
     name = "numpy"
     device = "cpu"
@@ -102,7 +102,7 @@ class NumpyBackend:
 
     @staticmethod
     def set_threads(threads: int, sharing: int) -> None:
-        """Not collective. The compiled kernels' threads (:func:`sparsewire.exec.kernels.set_threads`)."""
+        """Not collective. The compiled kernels' threads (:func:`sparsewire.exec.kernels.compiled.set_threads`)."""
         kernels.set_threads(threads, sharing)
 
     @staticmethod
@@ -128,34 +128,3 @@ class NumpyBackend:
                 f"(got {getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')})"
             )
         return out
-
-
-def backend_problem(backend: str, device: str, mode: str | None) -> str | None:
-    """Not collective. What is wrong with running ``mode`` (None: not chosen yet) on ``backend``
-    and ``device`` (None: nothing)."""
-    if backend not in BACKENDS:
-        return f"unknown backend {backend!r}; choose {' or '.join(BACKENDS)}"
-    if backend == "numpy" and device != "cpu":
-        return f"the numpy backend runs on the CPU (got device {device!r}); pass backend='torch' for another device"
-    if backend == "torch":
-        from sparsewire.exec.torch_backend import TorchBackend
-
-        problem = TorchBackend.device_problem(device)
-        if problem:
-            return problem
-        if mode is not None and Mode(mode) not in TorchBackend.modes:
-            return (f"the torch backend cannot run the {mode} mode (it runs {', '.join(m.value for m in Mode if m in TorchBackend.modes)}); "
-                    "use one of those or backend 'numpy'")
-    return None
-
-
-def make_backend(backend: str, device: str = "cpu"):
-    """Not collective. The backend object named ``backend`` on ``device``."""
-    if backend == "numpy" and device == "cpu":
-        return NumpyBackend()
-    if backend == "torch":
-        from sparsewire.exec.torch_backend import TorchBackend
-
-        if TorchBackend.device_problem(device) is None:
-            return TorchBackend(device)
-    raise InputError(backend_problem(backend, device, None) or f"cannot run backend {backend!r} on {device!r}")

@@ -1,4 +1,4 @@
-"""SIMD registers and memory hints for the Numba kernels (:mod:`sparsewire.exec.kernels_numba`).
+"""SIMD registers and memory hints for the Numba kernels (:mod:`sparsewire.exec.kernels.numba_csr`).
 
 Numba has no vector type, and its SLP vectoriser, which could turn scalar accumulators into vector
 registers, is off by default because it has miscompiled code (numba/numba#8852). The CSR product

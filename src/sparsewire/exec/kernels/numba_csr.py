@@ -1,15 +1,15 @@
-"""CPU backend of :mod:`sparsewire.exec.kernels`: Numba kernels over row-major dense blocks.
+"""CPU backend of :mod:`sparsewire.exec.kernels.compiled`: Numba kernels over row-major dense blocks.
 
 Every kernel writes into arrays the caller allocated once (no allocation per call) and releases
 the GIL. The kernels for messages (gather, element ranges, CSC) are in
-:mod:`sparsewire.exec.kernels_messages`, re-exported here so the backend is one namespace.
+:mod:`sparsewire.exec.kernels.numba_messages`, re-exported here so the backend is one namespace.
 ``*_range`` kernels are serial over one range of rows or elements (one thread's share);
 ``*_threads`` kernels run on T threads of Numba's pool, each its range of ``bounds`` (T + 1
 offsets), except the CSR product, whose threads steal row chunks from each other.
 
 Accumulation order: a C row is summed nonzero by nonzero in the order its CSR row stores them,
 ``c = a_0 x_0; c += a_1 x_1; ...``, whatever the number of threads. The CSR product keeps the row
-in SIMD registers (:mod:`sparsewire.exec.simd`) while it walks the row's nonzeros, so C is
+in SIMD registers (:mod:`sparsewire.exec.kernels.simd`) while it walks the row's nonzeros, so C is
 stored once per row and never re-read. Each ``c += a x`` is one fused multiply-add where the CPU
 has one (``fastmath={"contract"}`` in the scalar loops, ``llvm.fmuladd`` in the registers: the
 same rounding), a single rounding, never reassociated, so results are bitwise reproducible.
@@ -17,15 +17,15 @@ same rounding), a single rounding, never reassociated, so results are bitwise re
 With ``prefetch``, the CSR product prefetches the B rows of the nonzeros :data:`PREFETCH_DISTANCE`
 ahead. With ``stream``, C rows are written with non-temporal stores (no read of C into the cache
 first) when ``out`` is aligned to the cache line. The caller decides both
-(:mod:`sparsewire.exec.kernels`).
+(:mod:`sparsewire.exec.kernels.compiled`).
 """
 
 from __future__ import annotations
 
 from numba import njit, prange
 
-from sparsewire.exec.atomics import fetch_add
-from sparsewire.exec.simd import (
+from sparsewire.exec.kernels.atomics import fetch_add
+from sparsewire.exec.kernels.simd import (
     LINE_BYTES,
     element,
     half_load,
@@ -233,7 +233,7 @@ def _rows_of_one_block(indptr, indices, data, x, out, row_start, row_stop, accum
 def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream):
     """Rows [row_start, row_stop) of ``out (+)= A @ x`` (A in CSR), each row summed in stored order.
 
-    A C row is cut into blocks of 4, 2 or 1 registers of :data:`~sparsewire.exec.simd.LINE_BYTES`
+    A C row is cut into blocks of 4, 2 or 1 registers of :data:`~sparsewire.exec.kernels.simd.LINE_BYTES`
     bytes (k = 32 in float64: one block of four, one pass over the row's nonzeros), the columns
     after the last whole register one scalar loop each. With ``prefetch``, the B rows of the
     nonzeros :data:`PREFETCH_DISTANCE` ahead are prefetched. With ``stream`` (ignored when
@@ -346,7 +346,7 @@ def csr_dense_threads(indptr, indices, data, x, out, chunks, claimed, accumulate
                 c = claim_chunk(claimed, share, per_thread)
 
 
-from sparsewire.exec.kernels_messages import (  # noqa: E402 - the backend's other half
+from sparsewire.exec.kernels.numba_messages import (  # noqa: E402 - the backend's other half
     copy_threads,
     csc_columns_range,
     csc_columns_threads,

@@ -45,9 +45,9 @@ from sparsewire.comm.runtime import agree_on_error, ranks_on_node
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.exec.modes import Mode
-from sparsewire.exec.transport import ByteLedger, MessageTransport
+from sparsewire.exec.transports.base import ByteLedger, MessageTransport
 
-__all__ = ["TorchTransport", "process_group_ranks", "device_mode_problem", "TIMEOUT_ENVIRONMENT_VARIABLE"]
+__all__ = ["TorchTransport", "GROUPED_MODES", "process_group_ranks", "device_mode_problem", "select", "TIMEOUT_ENVIRONMENT_VARIABLE"]
 
 #: The modes the transport runs on CUDA tensors (whole exchanges in one NCCL group).
 GROUPED_MODES = frozenset({Mode.BULK, Mode.OVERLAP, Mode.PIPELINED})
@@ -55,7 +55,7 @@ GROUPED_MODES = frozenset({Mode.BULK, Mode.OVERLAP, Mode.PIPELINED})
 
 def device_mode_problem(device: str, mode: str) -> str | None:
     """Not collective. What is wrong with the torch transport running ``mode`` on ``device`` (None: nothing)."""
-    if _groups_exchanges(device) and Mode(mode) not in GROUPED_MODES:
+    if str(device).startswith("cuda") and Mode(mode) not in GROUPED_MODES:
         return (f"the torch transport moves CUDA tensors over NCCL one exchange at a time, so it runs the "
                 f"{', '.join(m.value for m in Mode if m in GROUPED_MODES)} modes on {device} (not {mode}); use one of those or transport 'mpi'")
     return None
@@ -105,14 +105,6 @@ def process_group_ranks(comm: MPI.Comm, device=None) -> list[int]:
     ranks = comm.allgather(dist.get_rank())
     agree_on_error(comm, None if len(set(ranks)) == len(ranks) else f"ranks of the communicator share torch.distributed ranks {ranks}; give each rank its own")
     return ranks
-
-
-def _groups_exchanges(device) -> bool:
-    """Whether each exchange's operations go in one group: CUDA buffers (NCCL), or
-    ``SPARSEWIRE_TORCH_GROUPED=on`` (the same code on Gloo, to exercise it without a GPU)."""
-    if os.environ.get("SPARSEWIRE_TORCH_GROUPED", "").lower() in ("on", "1", "yes"):
-        return True
-    return str(device).startswith("cuda")
 
 
 def _prepare_nccl(comm: MPI.Comm, device) -> None:
@@ -186,6 +178,9 @@ class TorchTransport(MessageTransport):
         "count was checked against its receiver's at setup"
     )
     counts_measured = False
+    #: Whether each exchange's operations go in one group (NCCL's protocol); None: on CUDA buffers.
+    #: A subclass with True runs that protocol on Gloo (the tests register one, ``torch-grouped``).
+    grouped: bool | None = None
 
     def __init__(self, comm: MPI.Comm, buffers: Buffers, ledger: ByteLedger) -> None:
         super().__init__(buffers, ledger)
@@ -197,7 +192,8 @@ class TorchTransport(MessageTransport):
         self._peer = process_group_ranks(comm, device)
         problem = _count_problems(comm, buffers)
         agree_on_error(comm, PlanMismatchError(problem) if problem else None)
-        self._grouped = _groups_exchanges(device)
+        # Each exchange in one group: NCCL's protocol, needed for CUDA buffers; a subclass may ask for it on Gloo.
+        self._grouped = str(device).startswith("cuda") if self.grouped is None else self.grouped
         if str(device).startswith("cuda"):
             _prepare_nccl(comm, device)
         serial = next(_SERIALS) % (1 << 14)
@@ -216,7 +212,7 @@ class TorchTransport(MessageTransport):
         self._group_works: list[list] = [[] for _ in buffers.exchanges]  # grouped: the works of each exchange's group
 
     def post_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`
         (grouped: held until :meth:`start_sends` issues the exchange's group)."""
         tag = self._tags[ex.index]
         if self._grouped:
@@ -229,7 +225,7 @@ class TorchTransport(MessageTransport):
             self._pending.append((ex.index, message))
 
     def start_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`
         (grouped: the held receives and every send of ``ex`` in one group)."""
         if self._grouped:
             dist, tag = self._dist, self._tags[ex.index]
@@ -242,7 +238,7 @@ class TorchTransport(MessageTransport):
             self.start_send(ex, message)
 
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         if self._grouped:
             raise RuntimeError("grouped torch transport sends whole exchanges; the schedule asked for one message (see device_mode_problem)")
         destination = self._peer[ex.send_ranks[message]]
@@ -260,7 +256,7 @@ class TorchTransport(MessageTransport):
         self._group_works[ex.index] = []
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         if self._grouped:
             self._complete_group(ex)
             for message, tensor in enumerate(self._recv_tensors[ex.index]):
@@ -272,7 +268,7 @@ class TorchTransport(MessageTransport):
         self._pending = [p for p in self._pending if p[0] != ex.index]
 
     def wait_any(self) -> tuple[int, int]:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         while self._pending:
             index, message = self._pending.pop(0)
             if self._recv_works[index][message] is not None:
@@ -281,7 +277,7 @@ class TorchTransport(MessageTransport):
         raise RuntimeError("no receive is active but messages are missing; the executor's schedule is broken")
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transport`."""
+        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         if self._grouped:
             self._complete_group(ex)
             return
@@ -294,3 +290,8 @@ class TorchTransport(MessageTransport):
     def free(self) -> None:
         """Not collective (frees this rank's requests). Nothing is held between multiplies (torch.distributed has no persistent requests)."""
         self._pending = []
+
+
+def select(mode: Mode, comm: MPI.Comm, device: str = "cpu") -> type[TorchTransport]:
+    """Not collective. The registry's selector (:mod:`sparsewire.exec.transports`): one class for every mode."""
+    return TorchTransport

@@ -35,7 +35,7 @@ import torch
 
 from sparsewire.aligned import zeros_aligned
 from sparsewire.errors import PlanMismatchError
-from sparsewire.exec.kernels import balanced_bounds
+from sparsewire.exec.kernels.compiled import balanced_bounds
 from sparsewire.exec.modes import Mode
 
 __all__ = ["TorchBackend", "TorchCsr", "TorchGather", "TorchColumns", "node_device"]

@@ -1,0 +1,217 @@
+"""The runs behind ``sparsewire spmm`` and ``sparsewire eigs`` (Collective): distribute, plan, time
+(:func:`sparsewire.timed.time_plan`), count and check; the commands only format the reports."""
+
+from __future__ import annotations
+
+import sys
+
+from sparsewire.errors import InputError
+
+__all__ = ["spmm_session", "eigs_session", "bytes_match"]
+
+
+def bytes_match(result: dict) -> bool:
+    """Bytes MPI delivered equal the plan's, in total and per link class, and every message had
+    the size its receiver's plan expects. On a transport without receive statuses (torch) only the
+    received tensor sizes can be compared; their agreement with the senders was checked at setup."""
+    if not result["bytes_measured"]:
+        return result["received_tensor_bytes"] == result["planned_bytes"] and result["delivery_problems"] == 0
+    same = result["measured_bytes"] == result["planned_bytes"] and result["delivery_problems"] == 0
+    if "inter_group_bytes" in result:
+        same = same and result["measured_inter_group_bytes"] == result["inter_group_bytes"]
+        same = same and result["measured_intra_group_bytes"] == result["intra_group_bytes"]
+    return same
+
+
+def _load(comm, spec: str, partition: str, symmetrize: bool, topology=None, imbalance: float = 0.03):
+    """Collective. ``sparsewire.distribute`` of the matrix and its count of NaN/infinite values."""
+    import numpy as np
+    from mpi4py import MPI
+
+    import sparsewire
+
+    matrix = sparsewire.distribute(comm, spec, partition, symmetrize=symmetrize, topology=topology, imbalance=imbalance)
+    bad = comm.allreduce(int(np.count_nonzero(~np.isfinite(matrix.local_rows.data))), op=MPI.SUM)
+    return matrix, bad
+
+
+def spmm_session(comm, spec, strategies, modes, options, *, k, dtype, repeat, partition, imbalance, check, symmetrize,
+                 progress) -> list[dict] | None:
+    """Collective. Every (strategy, mode) on the matrix ``spec`` with the other choices of
+    ``options`` (:class:`~sparsewire.options.ExecOptions`): one result dict per run on rank 0 (None
+    on other ranks). B is :func:`~sparsewire.generators.deterministic_dense`.
+
+    Each run: plan (timed, the slowest rank), one untimed warm-up multiply, then ``repeat`` timed
+    multiplies, each between barriers and timed as the slowest rank's time. Measured bytes are
+    what MPI delivered (receive statuses), summed over the ranks; with a topology, per link class
+    (each counted from the senders' groups) and the predicted communication time. On the torch
+    transport, which has no receive status, ``measured_bytes`` is None and
+    ``received_tensor_bytes`` sums the sizes of the tensors received into.
+    ``delivery_problems`` counts messages whose size differed from the receiver's plan.
+    """
+    import numpy as np
+    from mpi4py import MPI
+
+    from sparsewire.generators import deterministic_dense, deterministic_dense_rows
+    from sparsewire.timed import time_plan
+    from sparsewire.tolerance import allowed_error, within
+
+    rank = comm.Get_rank()
+    topology, device = options.topology, options.device
+    dtype = np.dtype(dtype)
+    matrix, bad = _load(comm, spec, partition, symmetrize, topology, imbalance)
+    if bad and check:
+        raise InputError(f"{spec}: {bad} stored values are NaN or infinite, so --check cannot compare results; clean the matrix or run without --check")
+    if bad and rank == 0:
+        print(f"sparsewire: warning: {spec}: {bad} stored values are NaN or infinite; C will hold NaN", file=sys.stderr)
+    b_local = deterministic_dense_rows(matrix.input_ids(), k, dtype)  # original indices: any partitioner
+    whole = matrix.gather() if check else None
+    reference = allowed = None
+    if check and rank == 0:
+        b_reference = deterministic_dense(0, matrix.shape[1], k, np.float64)
+        reference = whole @ b_reference
+        allowed = allowed_error(abs(whole) @ np.abs(b_reference), np.diff(whole.indptr)[:, None], dtype)
+    groups = topology.groups(comm.Get_size()) if topology is not None else None
+    results = []
+    for strategy in strategies:
+        for mode in modes:
+            if progress and rank == 0:
+                progress(f"planning and running {strategy}/{mode}")
+            comm.Barrier()
+            started = MPI.Wtime()
+            plan = matrix.spmm_plan(k, dtype, options=options.replace(strategy=strategy, mode=None if mode == "auto" else mode))
+            plan_seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
+            with plan:
+                result = np.empty((plan.output_rows, k), dtype)
+                out, b_in = result, b_local
+                if options.backend == "torch":
+                    import torch
+
+                    out = torch.from_numpy(result).to(device)  # on the CPU the same memory
+                    b_in = torch.from_numpy(b_local).to(device)  # uploaded once, outside the timing
+                timing = time_plan(plan, b_in, out, repeat)  # one warm-up: first-touch of buffers, MPI connections
+                if options.backend == "torch" and out.device.type != "cpu":
+                    result = out.cpu().numpy()
+                received = plan.bytes_received_from
+                measured = comm.allreduce(int(received.sum()), op=MPI.SUM)
+                if groups is not None:
+                    same = groups == groups[rank]
+                    measured_intra = comm.allreduce(int(received[same].sum()), op=MPI.SUM)
+                    measured_inter = comm.allreduce(int(received[~same].sum()), op=MPI.SUM)
+                problems = [p for ps in comm.allgather(plan.delivery_problems) for p in ps]
+                stats, chosen, layout, used = plan.stats, plan.rank_plan.strategy.value, plan.rank_plan.layout, plan.options
+                counted_by, measured_independently = plan.counted_by, plan.bytes_measured
+                reason = plan.choice.reason()
+                staged_below = plan.executor.transfer_rule.staged_below_bytes if plan.executor.stages_messages else None
+                transfer_paths = plan.transfer_summary
+            checksum_sum = comm.allreduce(float(result.sum(dtype=np.float64)), op=MPI.SUM)
+            checksum_squares = comm.allreduce(float(np.square(result, dtype=np.float64).sum()), op=MPI.SUM)
+            gathered = matrix.gather_dense(result) if check else None
+            if rank != 0:
+                continue
+            row = {
+                "matrix": spec, "n_rows": matrix.shape[0], "n_cols": matrix.shape[1], "nnz": matrix.nnz,
+                "ranks": comm.Get_size(), "strategy": chosen, "strategy_requested": strategy, "strategy_reason": reason,
+                "mode": used.mode.value, "threads": used.threads, "deterministic": used.deterministic, "k": k, "dtype": dtype.name,
+                "median_seconds": timing.median_seconds,
+                "min_seconds": timing.min_seconds,
+                "plan_seconds": plan_seconds,
+                "planned_bytes": stats.total_bytes,
+                "transport": used.transport,
+                "backend": used.backend,
+                "device": used.device,
+                "options": used.as_dict(),
+                "staged_below_bytes": staged_below,
+                "transfer_paths": transfer_paths,
+                "bytes_counted_by": counted_by,
+                "bytes_measured": measured_independently,
+                "measured_bytes": int(measured) if measured_independently else None,
+                "delivery_problems": len(problems),
+                "messages": stats.messages,
+                "setup_bytes": int(stats.setup_bytes),
+                "layout": layout,
+                "checksum_sum": checksum_sum,
+                "checksum_fro": float(np.sqrt(checksum_squares)),
+            }
+            if not measured_independently:
+                row["received_tensor_bytes"] = int(measured)
+            if topology is not None:
+                classes = stats.class_totals()
+                row.update(topology=topology.name, proxy=used.proxy.value, intra_group_bytes=classes["intra_group_bytes"],
+                           inter_group_bytes=classes["inter_group_bytes"],
+                           measured_intra_group_bytes=int(measured_intra) if measured_independently else None,
+                           measured_inter_group_bytes=int(measured_inter) if measured_independently else None, predicted_seconds=stats.as_dict()["predicted_seconds"])
+            if problems:
+                row["first_delivery_problem"] = problems[0]
+            if check:
+                full = gathered.astype(np.float64)
+                row["max_abs_error"] = float(np.abs(full - reference).max(initial=0.0))
+                row["check_passed"] = bool(within(full, reference, allowed).all())
+            results.append(row)
+    return results if rank == 0 else None
+
+
+def eigs_session(comm, spec, nev, options, *, block, steps, tol, max_iterations, partition, imbalance, symmetrize, check,
+                 progress) -> dict | None:
+    """Collective. The ``nev`` largest-magnitude eigenvalues of the symmetric matrix ``spec`` by
+    :func:`~sparsewire.apps.eigensolver.block_krylov_eigs` on one plan made with ``options``
+    (:class:`~sparsewire.options.ExecOptions`); a result dict on rank 0
+    (None elsewhere). ``check`` adds SciPy's ``eigsh`` (ARPACK) on rank 0 and the largest relative
+    difference."""
+    import numpy as np
+    import scipy.sparse as sp
+    from mpi4py import MPI
+
+    from sparsewire.comm.runtime import agree_on_error
+    from sparsewire.apps.eigensolver import block_krylov_eigs
+    from sparsewire.tolerance import eigenvalues_allowed, within
+
+    rank = comm.Get_rank()
+    block = block or nev + 4
+    matrix, bad = _load(comm, spec, partition, symmetrize, imbalance=imbalance)
+    whole = matrix.gather()
+    problem = None
+    if rank == 0:
+        if matrix.shape[0] != matrix.shape[1]:
+            problem = f"{spec} is {matrix.shape[0]} x {matrix.shape[1]}; eigs needs a square symmetric matrix"
+        elif matrix.shape[0] < 2:
+            problem = f"{spec} is {matrix.shape[0]} x {matrix.shape[1]}; eigs needs a matrix of order at least 2"
+        elif bad:
+            problem = f"{spec}: stored values are NaN or infinite; clean the matrix first"
+        elif (whole != whole.T).nnz:
+            problem = f"{spec} is not symmetric; eigs computes eigenpairs of symmetric matrices (use --symmetrize for edge lists)"
+        elif not 1 <= nev < matrix.shape[0]:
+            problem = f"--nev {nev} must be between 1 and n - 1 = {matrix.shape[0] - 1}"
+        elif block < nev:
+            problem = f"--block {block} must be at least --nev {nev}"
+    agree_on_error(comm, problem)
+    with matrix.spmm_plan(block, np.float64, options=options) as plan:
+        result = block_krylov_eigs(
+            plan.executor, matrix.row_offset, matrix.shape[0], nev, steps=steps, tol=tol, max_iterations=max_iterations,
+            progress=progress,
+        )
+        bytes_per_multiply = comm.allreduce(plan.bytes_received, op=MPI.SUM)
+        used_threads, chosen, mode, plan_options = plan.threads, plan.rank_plan.strategy.value, plan.mode, plan.options.as_dict()
+    seconds = comm.allreduce(result.seconds, op=MPI.MAX)
+    multiply_seconds = comm.allreduce(result.multiply_seconds, op=MPI.MAX)
+    if rank != 0:
+        return None
+    report = {
+        "matrix": spec, "n": matrix.shape[0], "nnz": matrix.nnz, "ranks": comm.Get_size(), "threads": used_threads,
+        "strategy": chosen, "mode": mode, "transport": options.transport, "options": plan_options, "nev": nev, "block": block,
+        "eigenvalues": result.eigenvalues.tolist(), "residuals": result.residuals.tolist(), "converged": result.converged,
+        "iterations": result.iterations, "multiplies": result.multiplies, "seconds": seconds,
+        "multiply_seconds": multiply_seconds,
+        "multiplies_per_second": result.multiplies / multiply_seconds if multiply_seconds > 0 else None,
+        "bytes_per_multiply": int(bytes_per_multiply),
+        "bytes_per_iteration": int(bytes_per_multiply) * result.multiplies / max(result.iterations, 1),
+    }
+    if check:
+        from scipy.sparse.linalg import eigsh
+
+        reference = eigsh(sp.csr_array(whole, dtype=np.float64), k=nev, which="LM", return_eigenvectors=False, tol=1e-12)
+        reference = reference[np.argsort(-np.abs(reference), kind="stable")]
+        report["reference_eigenvalues"] = reference.tolist()
+        report["max_difference"] = float(np.max(np.abs(result.eigenvalues - reference)))
+        report["check_passed"] = bool(within(result.eigenvalues, reference, eigenvalues_allowed(reference, matrix.shape[0])).all())
+    return report

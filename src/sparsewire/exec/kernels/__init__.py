@@ -1,0 +1,68 @@
+"""Kernel backends by name, and the kernels themselves: where an executor's buffers live and what
+runs its local products.
+
+Every local operation of a multiply goes through one backend object (``buffers.kernels``; the
+protocol is :class:`~sparsewire.exec.kernels.numpy_backend.NumpyBackend`'s):
+
+* ``numpy`` (:mod:`~sparsewire.exec.kernels.numpy_backend`, the default): NumPy arrays on cache
+  lines and the compiled (Numba) kernels of :mod:`~sparsewire.exec.kernels.compiled`
+  (:mod:`~sparsewire.exec.kernels.numba_csr`, :mod:`~sparsewire.exec.kernels.numba_messages`,
+  :mod:`~sparsewire.exec.kernels.simd`, :mod:`~sparsewire.exec.kernels.atomics`); every mode;
+* ``torch`` (:mod:`~sparsewire.exec.kernels.torch_backend`): tensors of a torch device (``cpu``,
+  ``cuda``) and PyTorch's sparse CSR products and gathers; every mode but partitioned.
+
+Both give the same C (exact on integer data): ``tests/exec/test_backends.py`` runs every strategy
+and mode the torch backend supports on both. Backends are imported on first use, so a process
+that names ``torch`` never loads Numba and one that names ``numpy`` never loads PyTorch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from sparsewire.errors import InputError
+from sparsewire.exec.modes import Mode
+
+__all__ = ["BACKENDS", "backend_class", "backend_problem", "make_backend"]
+
+#: Every backend's name and the class that implements it (``module:class``, imported on first use).
+_CLASSES = {"numpy": "sparsewire.exec.kernels.numpy_backend:NumpyBackend", "torch": "sparsewire.exec.kernels.torch_backend:TorchBackend"}
+#: The kernel backends' names, for ``--backend`` and :class:`~sparsewire.options.ExecOptions`.
+BACKENDS = tuple(_CLASSES)
+
+
+def backend_class(name: str) -> type:
+    """Not collective. The class of backend ``name`` (imported now)."""
+    if name not in _CLASSES:
+        raise InputError(f"unknown backend {name!r}; choose {' or '.join(BACKENDS)}")
+    module, _, attribute = _CLASSES[name].partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def backend_problem(backend: str, device: str, mode: str | None) -> str | None:
+    """Not collective. What is wrong with running ``mode`` (None: not chosen yet) on ``backend``
+    and ``device`` (None: nothing)."""
+    if backend not in BACKENDS:
+        return f"unknown backend {backend!r}; choose {' or '.join(BACKENDS)}"
+    if backend == "numpy":
+        return None if device == "cpu" else f"the numpy backend runs on the CPU (got device {device!r}); pass backend='torch' for another device"
+    implementation = backend_class(backend)
+    problem = implementation.device_problem(device)
+    if problem:
+        return problem
+    if mode is not None and Mode(mode) not in implementation.modes:
+        return (f"the {backend} backend cannot run the {mode} mode (it runs "
+                f"{', '.join(m.value for m in Mode if m in implementation.modes)}); use one of those or backend 'numpy'")
+    return None
+
+
+def make_backend(backend: str, device: str = "cpu"):
+    """Not collective. The backend object named ``backend`` on ``device``.
+
+    Raises:
+        InputError naming the problem (:func:`backend_problem`) when it cannot run there.
+    """
+    problem = backend_problem(backend, device, None)
+    if problem:
+        raise InputError(problem)
+    return backend_class(backend)() if backend == "numpy" else backend_class(backend)(device)

@@ -1,0 +1,82 @@
+"""One timed collective run: a step (a multiply, a SpGEMM, a training epoch) repeated R times, each
+time between a barrier and the slowest rank's finish.
+
+Every command and bench that reports a time measures it here, one way: ``warmup`` untimed steps
+(first touch of buffers, MPI connections), then per repetition ``Barrier``, ``Wtime``, the step,
+``finish`` (what makes an asynchronous step done: ``torch.cuda.synchronize`` on a GPU), and the
+maximum over the ranks of the elapsed time (``MPI_Allreduce(MAX)``), as PETSc's ``-log_view``
+reports an event's Max. The report keeps every repetition's time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["TimedRun", "timed_run", "time_plan"]
+
+
+@dataclass
+class TimedRun:
+    """Not collective (a report). The slowest rank's seconds of every timed repetition, and what
+    the last step returned.
+
+    Attributes:
+        seconds: per repetition, the maximum over the ranks (every rank holds the same list).
+        result: the value the last step returned.
+    """
+
+    seconds: list[float] = field(default_factory=list)
+    result: object = None
+
+    @property
+    def median_seconds(self) -> float | None:
+        """The median over the repetitions (None with none)."""
+        return statistics.median(self.seconds) if self.seconds else None
+
+    @property
+    def min_seconds(self) -> float | None:
+        """The fastest repetition (None with none)."""
+        return min(self.seconds) if self.seconds else None
+
+    def as_dict(self) -> dict:
+        """Not collective. ``median_seconds``, ``min_seconds`` and ``repeat`` for a JSON report."""
+        return {"median_seconds": self.median_seconds, "min_seconds": self.min_seconds, "repeat": len(self.seconds)}
+
+
+def timed_run(comm, step: Callable[[], object], repeat: int, *, warmup: int = 1, finish: Callable[[], None] | None = None,
+              before: Callable[[], None] | None = None) -> TimedRun:
+    """Collective (every rank of ``comm`` calls it with the same ``repeat`` and ``warmup``). Run
+    ``step`` ``warmup`` times untimed, then ``repeat`` times timed as the module docstring says;
+    ``before`` runs before each timed repetition's barrier (outside the timing)."""
+    from mpi4py import MPI
+
+    run = TimedRun()
+    for _ in range(warmup):
+        run.result = step()
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        comm.Barrier()
+        started = MPI.Wtime()
+        run.result = step()
+        if finish is not None:
+            finish()
+        run.seconds.append(comm.allreduce(MPI.Wtime() - started, op=MPI.MAX))
+    return run
+
+
+def time_plan(plan, b_local, out, repeat: int, *, warmup: int = 1) -> TimedRun:
+    """Collective. :func:`timed_run` of ``plan.multiply(b_local, out=out)`` (an
+    :class:`~sparsewire.spmm_plan.SpmmPlan` or an executor); on a CUDA device each repetition
+    ends when the device is done."""
+    finish = None
+    device = getattr(out, "device", None)
+    if device is not None and getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        def finish() -> None:
+            torch.cuda.synchronize(device)
+
+    return timed_run(plan.comm, lambda: plan.multiply(b_local, out=out), repeat, warmup=warmup, finish=finish)
