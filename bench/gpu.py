@@ -122,7 +122,8 @@ def transfer_worker(sizes: list[int], repeat: int, device: str) -> None:
 
     from sparsewire.exec.kernels.torch_backend import TorchBackend, node_device
     from sparsewire.exec.transports.torch_distributed import process_group_ranks
-    from sparsewire.exec.transfer_paths import cuda_aware_mpi, time_transfer_paths
+    from sparsewire.calibration.transfer import time_transfer_paths
+    from sparsewire.comm.mpi_library import cuda_aware_mpi
 
     comm = MPI.COMM_WORLD
     device = node_device(comm) if device == "cuda" else device

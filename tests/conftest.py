@@ -25,6 +25,40 @@ EXIT_TIMES: list[str] = []
 FUZZ_LINES: list[str] = []
 
 
+#: What starts ``mpiexec`` in a test's own source: such a test is marked ``mpi`` at collection.
+_MPI_CALLS = ("run_mpi(", "assert_gcn_trains_alike(", "mpiexec_path(", "run_faulty(", "driver_json(")
+_CURRENT: list = [None]  # the test running now (run_mpi refuses to start mpiexec for one not marked mpi)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``mpi`` every test whose function starts mpiexec (see :data:`_MPI_CALLS`), so that
+    ``pytest -m "not mpi"`` is the fast tier; a test that starts it indirectly is marked by hand,
+    and :func:`run_mpi` fails a test that is not marked."""
+    import inspect
+
+    for item in items:
+        function = getattr(item, "function", None)
+        try:
+            source = inspect.getsource(function) if function is not None else ""
+        except (OSError, TypeError):
+            source = ""
+        if any(call in source for call in _MPI_CALLS):
+            item.add_marker(pytest.mark.mpi)
+
+
+@pytest.fixture(autouse=True)
+def _current_test(request):
+    _CURRENT[0] = request.node
+    yield
+    _CURRENT[0] = None
+
+
+def _require_mpi_marker() -> None:
+    node = _CURRENT[0]
+    if node is not None and node.get_closest_marker("mpi") is None:
+        raise AssertionError(f"{node.nodeid} starts mpiexec but is not marked mpi; add @pytest.mark.mpi so that -m 'not mpi' skips it")
+
+
 def pytest_terminal_summary(terminalreporter):
     for title, lines in (("fault tests, time to exit (limit 30 s):", EXIT_TIMES), ("fuzzing of the readers:", FUZZ_LINES)):
         if lines:
@@ -66,6 +100,7 @@ def on_devices(*devices: str) -> list:
 
 
 def mpiexec_path() -> str:
+    _require_mpi_marker()
     candidate = Path(sys.executable).parent / "mpiexec"
     return str(candidate) if candidate.exists() else "mpiexec"
 
@@ -78,7 +113,9 @@ def run_cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProces
 
 
 def run_mpi(ranks: int, args: list[str], timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``mpiexec -n RANKS python ARGS``; a deadlock becomes a TimeoutExpired failure, not a hang."""
+    """``mpiexec -n RANKS python ARGS``; a deadlock becomes a TimeoutExpired failure, not a hang.
+    Only a test marked ``mpi`` may call it."""
+    _require_mpi_marker()
     return subprocess.run(
         [mpiexec_path(), "-n", str(ranks), sys.executable, *args],
         capture_output=True,

@@ -24,7 +24,9 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from sparsewire.exec.kernels import compiled as kernels
-from sparsewire.exec.executor import MODES, SpmmExecutor, layout_for_mode
+from sparsewire.exec.executor import SpmmExecutor
+from sparsewire.exec.modes import MODES, layout_for_mode
+from sparsewire.options import ExecOptions
 from sparsewire.generators import from_spec
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_rank_plan_collective
@@ -71,7 +73,7 @@ def deterministic(seed: int) -> str:
             layout = layout_for_mode(mode)
             plan = build_rank_plan_collective(comm, local, rows, cols, strategy, topology or Topology.nodes(2) if layout == "pipelined" else topology, layout=layout)
             for threads in DETERMINISTIC_THREADS:
-                with SpmmExecutor(plan, comm, k, np.float64, mode, threads=threads, deterministic=DETERMINISTIC) as executor:
+                with SpmmExecutor(plan, comm, k, np.float64, ExecOptions(mode=mode, threads=threads, deterministic=DETERMINISTIC)) as executor:
                     mine = executor.multiply(b[slice(*cols.range(rank))])
                 full = comm.allgather(mine)
                 results[(mode, threads)] = np.vstack(full)
@@ -103,7 +105,7 @@ def allocation(seed: int) -> str:
     for mode in MODES:
         topology = Topology.nodes(1) if mode == "pipelined" else None
         plan = build_rank_plan_collective(comm, local, rows, cols, "column", topology, layout=layout_for_mode(mode))
-        with SpmmExecutor(plan, comm, k, np.float64, mode, threads=1) as executor:
+        with SpmmExecutor(plan, comm, k, np.float64, ExecOptions(mode=mode, threads=1)) as executor:
             out = np.empty((plan.local_shape[0], k))
             executor.multiply(b, out=out)
             comm.Barrier()
@@ -141,7 +143,7 @@ def corrupted(seed: int) -> str:
     b = np.ones((cols.counts()[rank], k))
     outcomes = []
     for mode in ("bulk", "overlap", "early"):
-        with SpmmExecutor(plan, comm, k, np.float64, mode, threads=1) as executor:
+        with SpmmExecutor(plan, comm, k, np.float64, ExecOptions(mode=mode, threads=1)) as executor:
             executor.multiply(b)
             planned = int(sum(int(e.recv_counts.sum()) for e in plan.exchanges)) * k * 8
             problems = comm.allgather(list(executor.delivery_problems))

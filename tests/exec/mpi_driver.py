@@ -24,7 +24,13 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.exec.executor import MODES, SpmmExecutor, backend_problem, layout_for_mode, transport_problem
+import extra_transports  # noqa: F401 - registers the tests' transports
+
+from sparsewire.exec.executor import SpmmExecutor
+from sparsewire.exec.kernels import backend_problem
+from sparsewire.exec.modes import MODES, layout_for_mode
+from sparsewire.exec.transports import transport_problem
+from sparsewire.options import ExecOptions
 from sparsewire.generators import from_spec
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_plan, build_rank_plan_collective
@@ -115,8 +121,8 @@ def main() -> None:
                         continue  # a mode this transport or backend does not run
                     plan = plans[layout_for_mode(mode)]
                     for threads in thread_counts:
-                        with SpmmExecutor(plan, comm, k, dtype, mode, threads=threads, transport=transport, backend=backend,
-                                          device=device) as executor:
+                        with SpmmExecutor(plan, comm, k, dtype, ExecOptions(mode=mode, threads=threads, transport=transport, backend=backend,
+                                                                       device=device)) as executor:
                             if backend == "torch":
                                 out = torch.empty((plan.local_shape[0], k), dtype=getattr(torch, np.dtype(dtype).name), device=executor.kernels.device)
                                 b_block = torch.from_numpy(b_local).to(executor.kernels.device)

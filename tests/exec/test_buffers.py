@@ -13,7 +13,7 @@ from conftest import _seed
 from sparsewire.exec.kernels import compiled as kernels
 from sparsewire.exec.buffers import BufferNeeds, build_buffers, padded_rows
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
-from sparsewire.exec.schedules.messages import pack, pack_message
+from sparsewire.exec.pack import Packer
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_plan
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
@@ -74,13 +74,13 @@ def test_pack_and_unpack_maps_equal_the_plans_products(cases, needs, rng):
                     inputs = rng.integers(-3, 4, (source.recv_rows_map.size, k)).astype(np.float64)
                     source.receive_buffer[source.recv_rows_map] = inputs
                 ex.send_buffer[:] = 0.0
-                pack(buffers, ex, b)
+                Packer(buffers).exchange(ex, b)
                 expected = sp.csr_array(exchange.send_matrix) @ np.vstack([b, inputs])
                 assert np.array_equal(ex.send_buffer[ex.send_rows_map], expected), f"{label}: pack"
                 if needs.dependencies and ex.input is not None:
                     ex.send_buffer[:] = 0.0
                     for message in range(len(ex.send_ranks)):
-                        pack_message(buffers, ex, message, b)
+                        Packer(buffers).message(ex, message, b)
                     assert np.array_equal(ex.send_buffer[ex.send_rows_map], expected), f"{label}: pack by message"
                 # Unpack: padding rows hold garbage the operands must not read.
                 received = rng.integers(-3, 4, (ex.recv_rows_map.size, k)).astype(np.float64)
@@ -138,7 +138,7 @@ def test_hand_delivered_messages_give_the_exact_product_on_every_rank(cases, nee
         assert len(n_exchanges) == 1, label
         for index in range(n_exchanges.pop()):  # an exchange's input always comes before it
             for buffers, block in zip(everyone, blocks):
-                pack(buffers, buffers.exchanges[index], block)
+                Packer(buffers).exchange(buffers.exchanges[index], block)
             for sender in everyone:
                 ex = sender.exchanges[index]
                 for message, destination in enumerate(ex.send_ranks):

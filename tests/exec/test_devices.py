@@ -1,5 +1,5 @@
 """Devices: the torch backend's staged copies on each device, the torch transport's grouped
-exchanges (NCCL's protocol, run on Gloo here with ``SPARSEWIRE_TORCH_GROUPED=on``), the command
+exchanges (NCCL's protocol, run on Gloo here by the tests' ``torch-grouped`` transport), the command
 line's device handling, and, where PyTorch sees a GPU, the whole executor and GCN training on
 CUDA. Tests parametrised over ``cuda`` skip with "CUDA absent" where there is none; every MPI test
 runs ``mpiexec -n P`` with a timeout."""
@@ -14,13 +14,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, cuda_devices, on_devices, run_mpi  # noqa: E402
+import extra_transports  # noqa: E402, F401 - registers torch-grouped
 from mpi_driver import planned_runs  # noqa: E402
 
-from sparsewire.exec.executor import transport_problem  # noqa: E402
+from sparsewire.exec.transports import transport_problem  # noqa: E402
 from sparsewire.exec.kernels.torch_backend import TorchBackend  # noqa: E402
 
 CORA = SHARED_DATA / "gnn" / "cora.npz"
-GROUPED = {"SPARSEWIRE_TORCH_GROUPED": "on"}
 
 
 @pytest.mark.parametrize("device", on_devices("cpu", "cuda"))
@@ -48,23 +48,21 @@ def test_staged_copies_carry_a_message_out_of_and_into_the_buffers_exactly(rng, 
         assert isinstance(backend.mpi_memory(buffer), np.ndarray)
 
 
-def test_the_grouped_transport_runs_whole_exchanges_only(monkeypatch):
+def test_the_grouped_transport_runs_whole_exchanges_only():
     assert "bulk, overlap, pipelined modes on cuda:0 (not early)" in transport_problem("torch", "early", "cuda:0")
     assert transport_problem("torch", "overlap", "cuda:0") is None
     assert transport_problem("mpi", "early", "cuda:0") is None  # MPI binds each message on its own
     assert transport_problem("torch", "early", "cpu") is None
-    monkeypatch.setenv("SPARSEWIRE_TORCH_GROUPED", "on")
-    assert "not early" in transport_problem("torch", "early", "cpu")
+    assert "not early" in transport_problem("torch-grouped", "early", "cpu")
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
-def test_grouped_exchanges_are_exact_for_every_strategy_and_mode_they_run(ranks, monkeypatch):
+def test_grouped_exchanges_are_exact_for_every_strategy_and_mode_they_run(ranks):
     """NCCL's protocol (each exchange's receives held until its sends, all in one group) on Gloo:
     C exact and the bytes as planned, every strategy, bulk/overlap/pipelined, torch backend."""
-    completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), "1", "torch", "torch"], timeout=400, env=GROUPED)
+    completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), "1", "torch-grouped", "torch"], timeout=400)
     assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
-    monkeypatch.setenv("SPARSEWIRE_TORCH_GROUPED", "on")
-    assert completed.stdout.strip() == f"OK {planned_runs([1], 'torch', 'torch') * ranks}"
+    assert completed.stdout.strip() == f"OK {planned_runs([1], 'torch-grouped', 'torch') * ranks}"
 
 
 def test_the_command_line_names_the_device_problem_in_one_line():

@@ -13,6 +13,8 @@ from conftest import SHARED_MATRICES, _seed, run_mpi
 from executor_driver import planned_deterministic_checks
 from mpi_driver import planned_runs
 
+pytestmark = pytest.mark.mpi  # every test here starts mpiexec
+
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_executor_plans_results_and_bytes(ranks):
@@ -24,8 +26,7 @@ def test_executor_plans_results_and_bytes(ranks):
 
 
 def test_partitioned_fallback_to_point_to_point():
-    environment = {"SPARSEWIRE_PARTITIONED": "off"}
-    completed = run_mpi(3, ["tests/exec/mpi_driver.py", str(_seed()), "2"], timeout=400, env=environment)
+    completed = run_mpi(3, ["tests/exec/mpi_driver.py", str(_seed()), "2", "mpi-p2p-partitions"], timeout=400)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     notices = [line for line in completed.stderr.splitlines() if "notice" in line]
     assert notices == [

@@ -1,4 +1,4 @@
-"""Transfer paths (exec/transfer_paths.py): the hybrid rule follows a calibrated threshold, staged
+"""Transfer paths (exec/wire.py, calibration/transfer.py): the hybrid rule follows a calibrated threshold, staged
 messages give the same C, calibration files are checked, and ``calibrate --device`` measures."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import pytest
 from conftest import SHARED_DATA, _seed, cuda_devices, run_cli, run_mpi
 
 from sparsewire.errors import InputError
-from sparsewire.exec import transfer_paths
-from sparsewire.exec.transfer_paths import (
-    CALIBRATION_KIND, DEFAULT_CUDA_STAGED_BELOW, EVERY_MESSAGE, TransferRule, crossover, cuda_aware_mpi, default_rule,
-    load_transfer_calibration, transfer_rule,
-)
+from sparsewire.calibration.transfer import TRANSFER_KIND as CALIBRATION_KIND
+from sparsewire.calibration.transfer import crossover, load_transfer_calibration, transfer_rule
+from sparsewire.comm.mpi_library import cuda_aware_mpi
+from sparsewire.exec import wire
+from sparsewire.exec.wire import DEFAULT_CUDA_STAGED_BELOW, EVERY_MESSAGE, TransferRule, default_rule
 
 
 def write_calibration(path, threshold, **fields):
-    record = {"kind": CALIBRATION_KIND, "version": 1, "device": "cpu", "staged_below_bytes": threshold, **fields}
+    record = {"kind": CALIBRATION_KIND, "schema": 2, "device": "cpu", "staged_below_bytes": threshold, **fields}
     path.write_text(json.dumps(record))
     return path
 
@@ -70,14 +70,14 @@ def test_the_stored_calibration_is_used_when_none_is_given(tmp_path, monkeypatch
     "content, problem",
     [
         (None, "does not exist"),
-        ("{not json", "is not a transfer calibration"),
-        (json.dumps({"compute_rate": 1e9}), "no kind"),
-        (json.dumps({"kind": CALIBRATION_KIND, "version": 99, "device": "cpu", "staged_below_bytes": 1}), "version 99"),
-        (json.dumps({"kind": CALIBRATION_KIND, "version": 1, "device": "cuda", "staged_below_bytes": 1}), "device type 'cuda'"),
-        (json.dumps({"kind": CALIBRATION_KIND, "version": 1, "device": "cpu", "staged_below_bytes": -1}), "whole number"),
-        (json.dumps({"kind": CALIBRATION_KIND, "version": 1, "device": "cpu", "staged_below_bytes": 2.5}), "whole number"),
-        (json.dumps({"kind": CALIBRATION_KIND, "version": 1, "device": "cpu", "staged_below_bytes": True}), "whole number"),
-        (json.dumps([1, 2]), "no kind"),
+        ("{not json", "is not a calibration record"),
+        (json.dumps({"compute_rate": 1e9}), "not a transfer calibration .its kind is None"),
+        (json.dumps({"kind": CALIBRATION_KIND, "schema": 99, "device": "cpu", "staged_below_bytes": 1}), "schema 99"),
+        (json.dumps({"kind": CALIBRATION_KIND, "schema": 2, "device": "cuda", "staged_below_bytes": 1}), "device type 'cuda'"),
+        (json.dumps({"kind": CALIBRATION_KIND, "schema": 2, "device": "cpu", "staged_below_bytes": -1}), "whole number"),
+        (json.dumps({"kind": CALIBRATION_KIND, "schema": 2, "device": "cpu", "staged_below_bytes": 2.5}), "whole number"),
+        (json.dumps({"kind": CALIBRATION_KIND, "schema": 2, "device": "cpu", "staged_below_bytes": True}), "whole number"),
+        (json.dumps([1, 2]), "is not a transfer calibration"),
     ],
 )
 def test_bad_calibration_files_are_named_with_the_fix(tmp_path, content, problem):
@@ -100,15 +100,15 @@ def test_cuda_stages_every_message_where_mpi_cannot_read_its_memory(tmp_path, mo
     (a bad one still refused); CUDA-aware: the 1 MiB default, or the calibrated threshold."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     calibration = tmp_path / "cuda.json"
-    calibration.write_text(json.dumps({"kind": CALIBRATION_KIND, "version": 1, "device": "cuda", "staged_below_bytes": 4096}))
-    monkeypatch.setattr(transfer_paths, "cuda_aware_mpi", lambda: (False, "MPICH Version: 5.0.2: MPIX_Query_cuda_support() = 0"))
+    calibration.write_text(json.dumps({"kind": CALIBRATION_KIND, "schema": 2, "device": "cuda", "staged_below_bytes": 4096}))
+    monkeypatch.setattr(wire, "cuda_aware_mpi", lambda: (False, "MPICH Version: 5.0.2: MPIX_Query_cuda_support() = 0"))
     for given in (None, calibration):
         rule = transfer_rule("cuda:0", given)
         assert rule.staged_below_bytes == EVERY_MESSAGE and rule.staged([1, 2**40]).all()
         assert rule.describe().startswith("every message staged through host memory: MPI cannot read CUDA memory")
     with pytest.raises(InputError, match="device type 'cpu'"):
         transfer_rule("cuda:0", write_calibration(tmp_path / "cpu.json", 10))
-    monkeypatch.setattr(transfer_paths, "cuda_aware_mpi", lambda: (True, "Open MPI v5.0.5: MPIX_Query_cuda_support() = 1"))
+    monkeypatch.setattr(wire, "cuda_aware_mpi", lambda: (True, "Open MPI v5.0.5: MPIX_Query_cuda_support() = 1"))
     default = transfer_rule("cuda:1")
     assert default.staged_below_bytes == DEFAULT_CUDA_STAGED_BELOW == 2**20
     assert list(default.staged([2**20 - 1, 2**20])) == [True, False]

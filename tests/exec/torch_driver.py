@@ -31,6 +31,7 @@ from mpi4py import MPI
 
 import sparsewire
 from sparsewire.exec.executor import SpmmExecutor
+from sparsewire.options import ExecOptions
 from sparsewire.generators import from_spec
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_rank_plan_collective
@@ -112,7 +113,7 @@ def mismatch(seed: int) -> str:
         plan = dataclasses.replace(plan, exchanges=(exchange,))
     started = time.monotonic()
     try:
-        with SpmmExecutor(plan, comm, 3, np.float64, "bulk", threads=1, transport="torch") as executor:
+        with SpmmExecutor(plan, comm, 3, np.float64, ExecOptions(mode="bulk", threads=1, transport="torch")) as executor:
             executor.multiply(np.ones((cols.counts()[rank], 3)))
         outcome = ("no error", time.monotonic() - started)
     except sparsewire.PlanMismatchError as error:

@@ -67,7 +67,7 @@ if calibration.startswith("split:"):
     largest = max(comm.allgather(max(sizes, default=0)))
     if comm.Get_rank() == 0:
         with open(calibration, "w") as file:
-            json.dump({"kind": "sparsewire transfer calibration", "version": 1, "device": device.split(":")[0], "staged_below_bytes": largest}, file)
+            json.dump({"kind": "transfer", "schema": 2, "device": device.split(":")[0], "staged_below_bytes": largest}, file)
     comm.Barrier()
 modes = ("bulk", "overlap", "early") if backend == "torch" else ("bulk", "overlap", "early", "partitioned")
 totals = {"staged": 0, "direct": 0}

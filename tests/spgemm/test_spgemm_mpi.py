@@ -14,6 +14,8 @@ from spgemm_driver import planned_checks
 
 NAMED = ["plus_times", "min_plus", "max_plus", "max_times", "min_times", "plus_min", "lor_land", "plus_pair", "any_pair"]
 
+pytestmark = pytest.mark.mpi  # every test here starts mpiexec
+
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_every_semiring_algorithm_and_grid_is_exact(ranks):

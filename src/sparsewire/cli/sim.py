@@ -6,7 +6,6 @@ mpiexec (:mod:`sparsewire.exec.transfer_paths`)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path

@@ -295,13 +295,14 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
         self._recv, self._send = [], []
 
 
-def select(mode: Mode, comm: MPI.Comm, device: str = "cpu") -> type:
+def select(mode: Mode, comm: MPI.Comm, device: str = "cpu", *, partitioned: bool | None = None) -> type:
     """Not collective. The registry's selector (:mod:`sparsewire.exec.transports`): persistent
     point to point for whole messages; for the partitioned mode MPI-4 partitioned messages, or,
-    where MPI has none, one persistent request per partition (with a FallbackWarning on rank 0)."""
+    where MPI has none (or ``partitioned`` is False), one persistent request per partition (with a
+    FallbackWarning on rank 0). ``partitioned`` None: as :func:`partitioned_available` answers."""
     if not Mode(mode).partitions_per_thread:
         return MpiTransport
-    if partitioned_available(comm):
+    if partitioned_available(comm) if partitioned is None else partitioned:
         return MpiPartitionedTransport
     if comm.Get_rank() == 0:
         warnings.warn(

@@ -11,6 +11,8 @@ import scipy.sparse as sp
 
 from conftest import SHARED_DATA, run_mpi
 
+pytestmark = pytest.mark.mpi  # every test here starts mpiexec
+
 
 def eigs_json(ranks, matrix, *extra, timeout=300):
     completed = run_mpi(ranks, ["-m", "sparsewire", "eigs", matrix, "--json", *extra], timeout=timeout)
