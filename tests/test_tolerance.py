@@ -12,7 +12,7 @@ import scipy.io
 import scipy.sparse as sp
 from conftest import run_mpi
 
-from sparsewire.spgemm.distributed import compare_products, reference_product
+from sparsewire.spgemm.compare import compare_products, reference_product
 from sparsewire.spgemm.semirings import get_semiring
 from sparsewire.tolerance import allowed_error, eigenvalues_allowed, gamma, within
 

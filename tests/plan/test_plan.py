@@ -219,7 +219,7 @@ def test_record_keys_unpack_what_they_pack(rng):
 
 def test_a_key_missing_from_a_buffer_order_is_an_error_not_a_neighbour():
     """np.searchsorted returns the neighbour's slot for a missing key: a silently wrong product."""
-    from sparsewire.plan.plan import _positions
+    from sparsewire.plan.records import positions_in as _positions
 
     order = np.array([3, 7, 9, 20])
     assert _positions(order, np.array([9, 3, 20]), "rows").tolist() == [2, 0, 3]

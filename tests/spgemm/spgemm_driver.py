@@ -24,9 +24,10 @@ from mpi4py import MPI
 
 from sparsewire.plan.strategies import Strategy
 from sparsewire.spgemm import graphs
-from sparsewire.spgemm.distributed import DistributedSpgemm, reference_product
+from sparsewire.spgemm.compare import reference_product
+from sparsewire.spgemm.distributed import DistributedSpgemm
 from sparsewire.spgemm.semirings import SEMIRINGS, get_semiring, user_semiring
-from sparsewire.spgemm.distributed import compare_exactly
+from sparsewire.spgemm.compare import compare_exactly
 from sparsewire.spgemm.local import row_counts
 from sparsewire.spgemm.summa import ProcessGrid
 

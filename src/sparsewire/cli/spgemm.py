@@ -326,7 +326,8 @@ def _spgemm_session(
 
     from sparsewire import distribute, plan_spgemm
     from sparsewire.comm.runtime import agree_on_error
-    from sparsewire.spgemm.distributed import compare_products, peak_rss_bytes, reference_product
+    from sparsewire.spgemm.compare import compare_products, reference_product
+    from sparsewire.spgemm.distributed import peak_rss_bytes
     from sparsewire.spgemm.local import to_scipy
 
     rank = comm.Get_rank()

@@ -34,261 +34,23 @@ network latency: ``T = max(network time, max over cores of PRs * overhead)``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
-from typing import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
-import scipy.sparse as sp
 
 from sparsewire.errors import InputError
-from sparsewire.partition import RowPartition, even_rows
 from sparsewire.sim import request_streams
 from sparsewire.sim.flows import solve_max_min
 from sparsewire.sim.network import Network
+from sparsewire.sim.netsparse_workload import (
+    ABLATION, CONCATENATION_HEADER_BYTES, ELEMENT_BYTES, PACKET_HEADER_BYTES, PAIR_HEADER_BYTES, REQUEST_HEADER_BYTES, TABLE3_K, UPPER_HEADER_BYTES,
+    CommunicationResult, Hardware, Mechanisms, Progress, Workload, characterize, header_share_percent, requests_per_packet, sorted_unique,
+)
 
 __all__ = [
-    "UPPER_HEADER_BYTES",
-    "CONCATENATION_HEADER_BYTES",
-    "REQUEST_HEADER_BYTES",
-    "PAIR_HEADER_BYTES",
-    "header_share_percent",
-    "Workload",
-    "characterize",
-    "Mechanisms",
-    "ABLATION",
-    "Hardware",
-    "CommunicationResult",
-    "simulate_netsparse",
-    "su_opt",
-    "sa_opt",
-    "ablation",
-    "sweep",
-    "SWEEPS",
+    "UPPER_HEADER_BYTES", "CONCATENATION_HEADER_BYTES", "REQUEST_HEADER_BYTES", "PAIR_HEADER_BYTES", "header_share_percent", "Workload", "characterize", "Mechanisms",
+    "ABLATION", "Hardware", "CommunicationResult", "simulate_netsparse", "su_opt", "sa_opt", "ablation", "sweep", "SWEEPS", "TABLE3_K", "NetSparseSimulator",
 ]
-
-UPPER_HEADER_BYTES = 50
-CONCATENATION_HEADER_BYTES = 12
-REQUEST_HEADER_BYTES = 18
-PACKET_HEADER_BYTES = UPPER_HEADER_BYTES + CONCATENATION_HEADER_BYTES
-PAIR_HEADER_BYTES = 2 * (PACKET_HEADER_BYTES + REQUEST_HEADER_BYTES)
-ELEMENT_BYTES = 4  # single precision, as the paper
-TABLE3_K = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-
-Progress = Callable[[str], None] | None
-
-
-def _sorted_unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct values of ``keys`` ascending and how often each occurs (sort-based: NumPy's
-    hash-based ``unique`` is several times slower on tens of millions of int64 keys)."""
-    keys = np.sort(keys, kind="stable") if keys.size else keys
-    if keys.size == 0:
-        return keys, np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    counts = np.diff(np.append(starts, keys.size))
-    return keys[starts], counts
-
-
-def header_share_percent(k: int, element_bytes: int = ELEMENT_BYTES) -> float:
-    """Not collective. Share of headers in unconcatenated SA traffic: ``100 * 160 / (160 + element_bytes * K)``
-    (NetSparse Table 3)."""
-    return 100.0 * PAIR_HEADER_BYTES / (PAIR_HEADER_BYTES + element_bytes * k)
-
-
-def _requests_per_packet(payload: int, mtu: int) -> int:
-    return max(1, (mtu - PACKET_HEADER_BYTES) // (REQUEST_HEADER_BYTES + payload))
-
-
-@dataclass
-class Workload:
-    """A matrix spread over ``nodes`` nodes by even rows (module docstring)."""
-
-    matrix: sp.csr_array
-    nodes: int
-    rows: RowPartition
-    col_owner: np.ndarray
-    node_starts: np.ndarray
-    remote: np.ndarray = field(repr=False)
-    _useful: np.ndarray | None = field(default=None, repr=False)
-
-    @classmethod
-    def from_matrix(cls, matrix: sp.sparray, nodes: int) -> Workload:
-        """Not collective. Even rows of ``matrix`` (and of the property array: its columns) over ``nodes`` nodes."""
-        matrix = sp.csr_array(matrix)
-        n_rows, n_cols = matrix.shape
-        if nodes < 1:
-            raise InputError(f"need at least one node (got {nodes})")
-        if nodes > max(n_rows, 1):
-            raise InputError(f"{nodes} nodes but only {n_rows} rows; use at most {n_rows} nodes")
-        if max(n_rows, n_cols) >= 2**31:
-            raise InputError(f"a {n_rows} x {n_cols} matrix is beyond the simulator, which holds row and column ids in 32 bits; use fewer than 2^31 rows and columns")
-        matrix.sort_indices()
-        rows = even_rows(n_rows, nodes)
-        col_owner = np.asarray(even_rows(n_cols, nodes).owner(np.arange(n_cols)), np.int32)
-        node_starts = matrix.indptr[rows.offsets].astype(np.int64)
-        row_node = np.repeat(np.arange(nodes, dtype=np.int32), np.diff(node_starts))
-        remote = col_owner[matrix.indices] != row_node
-        return cls(matrix, nodes, rows, col_owner, node_starts, remote)
-
-    @property
-    def n_cols(self) -> int:
-        """Columns of A = rows of the property array."""
-        return int(self.matrix.shape[1])
-
-    def node_of_nonzeros(self) -> np.ndarray:
-        """Not collective. Node of every nonzero, in CSR order."""
-        return np.repeat(np.arange(self.nodes, dtype=np.int32), np.diff(self.node_starts))
-
-    def own_cols(self) -> np.ndarray:
-        """Not collective. Properties each node holds."""
-        return np.bincount(self.col_owner, minlength=self.nodes).astype(np.int64)
-
-    def useful(self) -> np.ndarray:
-        """Not collective. Distinct remote properties each node needs (its useful transfers)."""
-        if self._useful is None:
-            nodes = self.node_of_nonzeros()[self.remote].astype(np.int64)
-            keys, _ = _sorted_unique(nodes * self.n_cols + self.matrix.indices[self.remote])
-            self._useful = np.bincount(keys // self.n_cols, minlength=self.nodes).astype(np.int64)
-        return self._useful
-
-
-def characterize(workload: Workload, group_size: int = 16, window: int = 64) -> dict:
-    """Not collective. NetSparse sec. 3 for this matrix and node count.
-
-    * ``su_redundant_per_useful``: SU sends every node every remote property,
-      ``sum_i (n_cols - own_i)`` transfers, of which ``U = sum_i useful_i`` are useful:
-      ``(SU - U) / U`` (Table 1, first row).
-    * ``sa_redundant_per_useful``: SA sends one PR per remote nonzero, ``R`` in all: ``(R - U) / U``.
-    * ``header_share_percent``: Table 3 for K = 1 .. 256.
-    * ``unique_destinations_per_64``: mean distinct owners in consecutive windows of ``window`` SA
-      PRs of a node, in nonzero order (Table 4).
-    * ``group_shared_percent``: of the useful (node, property) transfers, the share whose property
-      another node of the same group of ``group_size`` consecutive nodes also needs (sec. 3).
-    """
-    matrix = workload.matrix
-    nodes_of = workload.node_of_nonzeros()
-    remote_nodes = nodes_of[workload.remote].astype(np.int64)
-    remote_cols = matrix.indices[workload.remote].astype(np.int64)
-    useful = workload.useful()
-    total_useful = int(useful.sum())
-    su_transfers = int((workload.n_cols - workload.own_cols()).sum())
-    sa_transfers = int(remote_cols.size)
-    starts = np.zeros(workload.nodes + 1, np.int64)
-    np.cumsum(np.bincount(remote_nodes, minlength=workload.nodes), out=starts[1:])
-    owners = workload.col_owner[remote_cols].astype(np.int64)
-    distinct, windows = request_streams.unique_destinations_per_window(starts, owners, window)
-    pairs, _ = _sorted_unique(remote_nodes * workload.n_cols + remote_cols)
-    groups = (pairs // workload.n_cols) // group_size
-    _, counts = _sorted_unique(groups * workload.n_cols + pairs % workload.n_cols)
-    shared = int(counts[counts >= 2].sum())
-    ratio = (lambda transfers: (transfers - total_useful) / total_useful) if total_useful else (lambda transfers: 0.0)
-    return {
-        "nodes": workload.nodes,
-        "group_size": group_size,
-        "useful_transfers": total_useful,
-        "su_transfers": su_transfers,
-        "sa_transfers": sa_transfers,
-        "su_redundant_per_useful": ratio(su_transfers),
-        "sa_redundant_per_useful": ratio(sa_transfers),
-        "header_share_percent": {str(k): round(header_share_percent(k), 1) for k in TABLE3_K},
-        "unique_destinations_per_64": distinct / windows if windows else 0.0,
-        "group_shared_percent": 100.0 * shared / pairs.size if pairs.size else 0.0,
-    }
-
-
-@dataclass(frozen=True)
-class Mechanisms:
-    """Which NetSparse mechanisms are on (RIG request generation always is)."""
-
-    filter: bool = True
-    coalesce: bool = True
-    nic_concatenation: bool = True
-    switch_concatenation: bool = True
-    cache: bool = True
-
-    def label(self) -> str:
-        """Not collective. Short name: the last mechanism of the ablation order that is on."""
-        for name, mechanisms in reversed(ABLATION):
-            if mechanisms == self:
-                return name
-        parts = [n for n, on in (("filter", self.filter), ("coalesce", self.coalesce), ("nic-concat", self.nic_concatenation),
-                                 ("switch-concat", self.switch_concatenation), ("cache", self.cache)) if on]
-        return "RIG+" + "+".join(parts) if parts else "RIG"
-
-
-ABLATION: list[tuple[str, Mechanisms]] = [
-    ("RIG", Mechanisms(False, False, False, False, False)),
-    ("+filter", Mechanisms(True, False, False, False, False)),
-    ("+coalesce", Mechanisms(True, True, False, False, False)),
-    ("+NIC concatenation", Mechanisms(True, True, True, False, False)),
-    ("+switch", Mechanisms(True, True, True, True, True)),
-]
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """NetSparse hardware parameters (Table 5 defaults): NIC clock, RIG batch size (nonzeros per
-    command; ``None``: :func:`default_batch`), client RIG units, Pending PR Table entries per unit, host-NIC handshake per command
-    (two 200 ns PCIe trips), concatenation delays (NIC cycles at 2.2 GHz, switch cycles at
-    2 GHz), property cache bytes per switch (``None``: unbounded), ways, smallest line."""
-
-    clock_hz: float = 2.2e9
-    batch: int | None = None
-    units: int = 16
-    pending: int = 256
-    command_seconds: float = 400e-9
-    nic_delay_cycles: int = 500
-    switch_delay_cycles: int = 125
-    switch_clock_hz: float = 2.0e9
-    cache_bytes: int | None = 32 << 20
-    cache_ways: int = 16
-    cache_line_min: int = 16
-
-    def cycles(self, seconds: np.ndarray | float) -> np.ndarray:
-        """Not collective. Seconds as NIC cycles (rounded up)."""
-        return np.ceil(np.asarray(seconds) * self.clock_hz).astype(np.int64)
-
-
-@dataclass
-class CommunicationResult:
-    """One configuration's communication on the modelled cluster (module docstring)."""
-
-    name: str
-    seconds: float
-    lower_bound_seconds: float
-    tail_node: int
-    tail_traffic_bytes: int
-    goodput_percent: float
-    line_utilization_percent: float
-    requests: int = 0
-    packets: int = 0
-    filter_coalesce_percent: float = 0.0
-    cache_hit_percent: float = 0.0
-    flows: int = 0
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def requests_per_packet(self) -> float:
-        """Average PRs per packet leaving the NICs (and, for cache hits, the switches) over the
-        cluster, reads and responses."""
-        return self.requests / self.packets if self.packets else 0.0
-
-    def row(self, su: CommunicationResult) -> dict:
-        """Not collective. This result against SUOpt: the fields of an ablation / comparison row."""
-        return {
-            "mechanisms": self.name,
-            "seconds": self.seconds,
-            "lower_bound_seconds": self.lower_bound_seconds,
-            "speedup_vs_su": su.seconds / self.seconds if self.seconds > 0 else float("inf"),
-            "traffic_reduction_vs_su": su.tail_traffic_bytes / self.tail_traffic_bytes if self.tail_traffic_bytes else float("inf"),
-            "tail_node": self.tail_node,
-            "tail_traffic_bytes": self.tail_traffic_bytes,
-            "goodput_percent": self.goodput_percent,
-            "line_utilization_percent": self.line_utilization_percent,
-            "requests_per_packet": self.requests_per_packet,
-            "filter_coalesce_percent": self.filter_coalesce_percent,
-            "cache_hit_percent": self.cache_hit_percent,
-            **self.extra,
-        }
 
 
 def default_batch(workload: Workload, units: int = 16) -> int:
@@ -373,13 +135,13 @@ def sa_opt(workload: Workload, network: Network, k: int, cores: int = 64, overhe
     sizes = np.diff(workload.node_starts)[nodes_of]
     core = (position * cores) // np.maximum(sizes, 1) + nodes_of * cores
     remote = workload.remote
-    keys, _ = _sorted_unique(core[remote] * workload.n_cols + matrix.indices[remote])
+    keys, _ = sorted_unique(core[remote] * workload.n_cols + matrix.indices[remote])
     core_of, col_of = keys // workload.n_cols, keys % workload.n_cols
     requests_per_core = np.bincount(core_of, minlength=n * cores)
     owners = workload.col_owner[col_of].astype(np.int64)
-    core_dest, counts = _sorted_unique(core_of * n + owners)
-    read_cap = _requests_per_packet(0, network.mtu)
-    response_cap = _requests_per_packet(payload, network.mtu)
+    core_dest, counts = sorted_unique(core_of * n + owners)
+    read_cap = requests_per_packet(0, network.mtu)
+    response_cap = requests_per_packet(payload, network.mtu)
     source_node = (core_dest // n) // cores
     destination = core_dest % n
     read_bytes = -(-counts // read_cap) * PACKET_HEADER_BYTES + counts * REQUEST_HEADER_BYTES
@@ -501,7 +263,7 @@ class NetSparseSimulator:
         inter = self.switch[requester] != self.switch[owner]
         # Reads at the requester's NIC.
         order = np.lexsort((times, requester))
-        read_cap = _requests_per_packet(0, mtu) if concatenate else 1
+        read_cap = requests_per_packet(0, mtu) if concatenate else 1
         read_packets = request_streams.concatenate(requester[order], owner[order], times[order], n, n, nic_delay, read_cap)
         read_requests = _pair_counts(requester, owner, n)
         hits, hit_packets, hit_bytes_down = self._cache_hits(issued, inter, mechanisms, hardware)
@@ -510,7 +272,7 @@ class NetSparseSimulator:
         s_req, s_own = requester[served], owner[served]
         arrival = times[served] + hardware.cycles(self.one_way[s_req, s_own])
         order = np.lexsort((arrival, s_own))
-        response_cap = _requests_per_packet(payload, mtu) if concatenate else 1
+        response_cap = requests_per_packet(payload, mtu) if concatenate else 1
         response_packets = request_streams.concatenate(s_own[order], s_req[order], arrival[order], n, n, nic_delay, response_cap)
         response_requests = _pair_counts(s_own, s_req, n)
         nic_bytes = (read_packets + response_packets) * PACKET_HEADER_BYTES + read_requests * REQUEST_HEADER_BYTES \
@@ -570,7 +332,7 @@ class NetSparseSimulator:
             return hits, 0, np.zeros(n, np.float64)
         order = np.lexsort((times[hit_index], self.switch[requester[hit_index]]))
         switches = int(self.switch.max(initial=0)) + 1
-        cap = _requests_per_packet(payload, self.network.mtu) if mechanisms.switch_concatenation else 1
+        cap = requests_per_packet(payload, self.network.mtu) if mechanisms.switch_concatenation else 1
         packets = request_streams.concatenate(
             self.switch[requester[hit_index]][order], requester[hit_index][order], times[hit_index][order],
             switches, n, self._switch_delay(mechanisms, hardware), cap,
@@ -587,8 +349,8 @@ class NetSparseSimulator:
         s_req, s_own = requester[served], owner[served]
         switches = int(self.switch.max(initial=0)) + 1
         delay = self._switch_delay(mechanisms, hardware)
-        read_cap = _requests_per_packet(0, mtu) if mechanisms.switch_concatenation else 1
-        response_cap = _requests_per_packet(payload, mtu) if mechanisms.switch_concatenation else 1
+        read_cap = requests_per_packet(0, mtu) if mechanisms.switch_concatenation else 1
+        response_cap = requests_per_packet(payload, mtu) if mechanisms.switch_concatenation else 1
         trunk = np.zeros((n, n), np.float64)
         leaving = inter[served]
         for src, dst, t, cap, per_request in (

@@ -1,0 +1,206 @@
+"""Records: every transferred row as (kind, sender, receiver, key, round), written by the rank that
+receives it (:func:`request_records`), packed into int64 keys for sorting and matching
+(:class:`RecordKeys`), deduplicated and sent to the ranks that must know them (:func:`outboxes`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import NamedTuple
+
+import numpy as np
+
+from sparsewire.errors import InputError, PlanMismatchError
+from sparsewire.partition import RowPartition
+from sparsewire.plan.blocks import LocalBlocks
+from sparsewire.plan.strategies import Strategy
+from sparsewire.plan.types import AGGREGATE_C, DIRECT_B, DIRECT_C, FETCH_B, FORWARD_B, PARTIAL_C, RecordKind
+
+__all__ = ["Records", "make_records", "check_key_space", "positions_in", "BufferRows", "RecordKeys", "ColumnServing", "request_records",
+           "unique_records", "outboxes"]
+
+@dataclass
+class Records:
+    """Transferred rows (kind, sender, receiver, key, round) and the A entries (terms) of C rows."""
+
+    kind: np.ndarray
+    sender: np.ndarray
+    receiver: np.ndarray
+    key: np.ndarray
+    round: np.ndarray
+    term_kind: np.ndarray
+    term_sender: np.ndarray
+    term_receiver: np.ndarray
+    term_key: np.ndarray
+    term_col: np.ndarray
+    term_value: np.ndarray
+
+    @staticmethod
+    def concat(parts: list[Records]) -> Records:
+        return Records(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Records)))
+
+    def select(self, records: np.ndarray, terms: np.ndarray) -> Records:
+        values = [getattr(self, f.name) for f in fields(Records)]
+        return Records(*(v[records] for v in values[:5]), *(v[terms] for v in values[5:]))
+
+
+def make_records(kind, sender, receiver, key, round_, terms=None) -> Records:
+    n = np.asarray(key).size
+    full = lambda value: np.broadcast_to(np.asarray(value, np.int64), (n,)).copy()  # noqa: E731
+    empty = np.zeros(0, np.int64)
+    if terms is None:
+        terms = (empty, empty, empty, empty, empty, np.zeros(0))
+    return Records(full(kind), full(sender), full(receiver), full(key), full(round_), *terms)
+
+
+def check_key_space(n_ranks: int, n_keys: int) -> None:
+    """Not collective. InputError when P ranks and n rows (or columns) would overflow the
+    planner's record keys ``((kind P + sender) P + receiver) n + key`` in int64 (6 P^2 n >= 2^63:
+    two records would collide, e.g. at P = 2^20, n = 2^23)."""
+    if len(RecordKind) * int(n_ranks) * int(n_ranks) * max(int(n_keys), 1) >= 2**63:
+        raise InputError(
+            f"P = {n_ranks} ranks and n = {n_keys} rows are beyond the planner's 64-bit record keys "
+            f"(6 P^2 n must stay below 2^63); use fewer ranks or split the matrix"
+        )
+
+
+def positions_in(sorted_keys: np.ndarray, wanted: np.ndarray, what: str) -> np.ndarray:
+    """Positions of ``wanted`` in ``sorted_keys``, every one of which must be there (a missing
+    one would silently take its neighbour's slot: a wrong product, not an error)."""
+    positions = np.searchsorted(sorted_keys, wanted)
+    found = positions < sorted_keys.size
+    found[found] = sorted_keys[positions[found]] == wanted[found]
+    if not found.all():
+        raise PlanMismatchError(f"the plan lost {int((~found).sum())} {what}; the records of the ranks disagree (a planner bug: please report it)")
+    return positions
+
+
+class BufferRows(NamedTuple):
+    """The rows of one exchange's buffer decoded from their packed order keys."""
+
+    peer: np.ndarray
+    kind: np.ndarray
+    key: np.ndarray
+
+
+class RecordKeys:
+    """The one place records are packed into int64 keys (for sorting and matching at NumPy speed)
+    and unpacked again; the constructor checks the packing cannot overflow (:func:`check_key_space`).
+
+    * identity ``((kind P + sender) P + receiver) n + key``: equal for equal records;
+    * buffer order ``(peer K + kind) n + key`` (K kinds): a buffer's rows by peer, kind, key.
+    """
+
+    def __init__(self, n_ranks: int, n_keys: int) -> None:
+        self.n_ranks, self.n_keys = n_ranks, max(n_keys, 1)
+        check_key_space(n_ranks, n_keys)
+
+    def identity(self, kind, sender, receiver, key):
+        """Not collective. The identity key of records."""
+        return ((kind * self.n_ranks + sender) * self.n_ranks + receiver) * self.n_keys + key
+
+    def order(self, peer, kind, key):
+        """Not collective. Position keys inside one exchange's buffer: by peer, then kind, then key."""
+        return (peer * len(RecordKind) + kind) * self.n_keys + key
+
+    def rows_of(self, order_keys: np.ndarray) -> BufferRows:
+        """Not collective. (peer, kind, key) of every packed buffer order key (:meth:`order` inverted)."""
+        key = order_keys % self.n_keys
+        rest = order_keys // self.n_keys
+        return BufferRows(rest // len(RecordKind), rest % len(RecordKind), key)
+
+
+@dataclass
+class ColumnServing:
+    """For every column-based nonzero of a rank: its local row, value and column, and the record
+    that brings its B row (kind, sender, round)."""
+
+    rows: np.ndarray
+    values: np.ndarray
+    cols: np.ndarray
+    kind: np.ndarray
+    sender: np.ndarray
+    round: np.ndarray
+
+
+def request_records(
+    blocks: LocalBlocks,
+    row_based: np.ndarray,
+    hierarchical: bool,
+    groups: np.ndarray,
+    proxy: np.ndarray,
+    aggregator: np.ndarray,
+    row_partition: RowPartition,
+    col_partition: RowPartition,
+    strategy: Strategy,
+) -> tuple[Records, ColumnServing]:
+    """Receiver step of rank p: the records that serve its off-diagonal nonzeros, and for each
+    column-based nonzero the record that brings its B row (kind, sender, round)."""
+    p = blocks.rank
+    n_groups = int(groups.max(initial=0)) + 1
+    row_start = int(row_partition.offsets[p])
+    column_based = ~row_based
+    rounds = (groups[blocks.sources] - groups[p]) % n_groups
+    direct = np.logical_or(not hierarchical, groups[blocks.sources] == groups[p])
+    parts = []
+
+    # Column-based: B rows.
+    cb = column_based
+    q, j, rnd = blocks.sources[cb], blocks.cols[cb], rounds[cb]
+    cb_direct = direct[cb]
+    if strategy is Strategy.BLOCK:  # every B row of every other rank, used or not
+        start, stop = col_partition.range(p)
+        all_j = np.concatenate([np.arange(0, start), np.arange(stop, col_partition.n)]).astype(np.int64)
+        all_q = np.asarray(col_partition.owner(all_j), np.int64)
+        parts.append(make_records(DIRECT_B, all_q, p, all_j, (groups[all_q] - groups[p]) % n_groups))
+    else:
+        parts.append(make_records(DIRECT_B, q[cb_direct], p, j[cb_direct], rnd[cb_direct]))
+    relay = proxy[q] if q.size else np.zeros(0, np.int64)
+    fetched = ~cb_direct
+    parts.append(make_records(FETCH_B, q[fetched], relay[fetched], j[fetched], rnd[fetched]))
+    forwarded = fetched & (relay != p)
+    parts.append(make_records(FORWARD_B, relay[forwarded], p, j[forwarded], rnd[forwarded]))
+    serving_kind = np.where(cb_direct, DIRECT_B, np.where(forwarded, FORWARD_B, FETCH_B))
+    serving_sender = np.where(cb_direct | ~forwarded, q, relay)
+    column_serving = ColumnServing(blocks.rows[cb], blocks.values[cb], j, serving_kind, serving_sender, rnd)
+
+    # Row-based: partial C rows, with their A entries as terms.
+    rb = row_based
+    q, i, j, v, rnd = blocks.sources[rb], blocks.rows[rb] + row_start, blocks.cols[rb], blocks.values[rb], rounds[rb]
+    rb_direct = direct[rb]
+    agg = aggregator[groups[q]] if q.size else np.zeros(0, np.int64)
+    # Direct: q computes p's row i.  Hierarchical: q computes a partial for its aggregator, or is it.
+    term_kind = np.where(rb_direct, DIRECT_C, np.where(q == agg, AGGREGATE_C, PARTIAL_C))
+    term_receiver = np.where(rb_direct, p, np.where(q == agg, p, agg))
+    terms = (term_kind, q, term_receiver, i, j, v)
+    partial = term_kind == PARTIAL_C
+    parts.append(make_records(term_kind, q, term_receiver, i, rnd, terms))
+    parts.append(make_records(AGGREGATE_C, agg[partial], p, i[partial], rnd[partial]))
+    return Records.concat(parts), column_serving
+
+
+def unique_records(records: Records, keys: RecordKeys) -> Records:
+    """One record per identity (the same B row can be requested by several nonzeros and ranks)."""
+    identity = keys.identity(records.kind, records.sender, records.receiver, records.key)
+    _, first = np.unique(identity, return_index=True)
+    return records.select(first, np.arange(records.term_key.size))
+
+
+def outboxes(records: Records, owner: int, n_ranks: int) -> list[Records | None]:
+    """Split rank ``owner``'s (unique) records by the ranks that need them: each record goes to its
+    sender, and to its receiver when that is a relay (not ``owner``); terms go to their sender."""
+    relayed = np.flatnonzero((records.receiver != owner) & (records.receiver != records.sender))
+    targets = np.concatenate([records.sender, records.receiver[relayed]])
+    indices = np.concatenate([np.arange(records.key.size), relayed])
+    order = np.argsort(targets, kind="stable")  # one sort instead of a scan per target
+    record_bounds = np.searchsorted(targets[order], np.arange(n_ranks + 1))
+    term_order = np.argsort(records.term_sender, kind="stable")
+    term_bounds = np.searchsorted(records.term_sender[term_order], np.arange(n_ranks + 1))
+    boxes: list[Records | None] = [None] * n_ranks
+    for target in np.unique(targets).tolist():
+        chosen = np.sort(indices[order[record_bounds[target] : record_bounds[target + 1]]])
+        boxes[target] = records.select(chosen, term_order[term_bounds[target] : term_bounds[target + 1]])
+    return boxes
+
+
+# ----------------------------------------------------------------------------------------------
+# Layout
