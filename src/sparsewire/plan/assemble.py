@@ -15,6 +15,7 @@ from sparsewire.plan.types import AGGREGATE_C, DIRECT_B, DIRECT_C, FETCH_B, FORW
 __all__ = ["exchange_index", "exchange_layout", "assemble"]
 
 def exchange_index(hop: np.ndarray, round_: np.ndarray, layout: str, hierarchical: bool) -> np.ndarray:
+    """Not collective."""
     if layout == "merged":
         return hop - 1
     if not hierarchical:
@@ -23,7 +24,7 @@ def exchange_index(hop: np.ndarray, round_: np.ndarray, layout: str, hierarchica
 
 
 def exchange_layout(layout: str, hierarchical: bool, n_groups: int) -> list[tuple[int, int | None, int | None]]:
-    """(step, input, receive_slot) of every exchange."""
+    """Not collective. (step, input, receive_slot) of every exchange."""
     if layout == "merged":
         return [(0, None, None), (1, 0, None)] if hierarchical else [(0, None, None)]
     result = [(0, None, None)]
@@ -46,7 +47,7 @@ def assemble(
     col_partition: RowPartition,
     keys: RecordKeys,
 ) -> RankPlan:
-    """Sender and receiver matrices of every exchange of one rank from the records it knows."""
+    """Not collective. Sender and receiver matrices of every exchange of one rank from the records it knows."""
     known = unique_records(known, keys)
     hierarchical = strategy.hierarchical
     exchange_of = exchange_index(HOP[known.kind], known.round, layout, hierarchical)

@@ -36,14 +36,17 @@ class Records:
 
     @staticmethod
     def concat(parts: list[Records]) -> Records:
+        """Not collective."""
         return Records(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Records)))
 
     def select(self, records: np.ndarray, terms: np.ndarray) -> Records:
+        """Not collective."""
         values = [getattr(self, f.name) for f in fields(Records)]
         return Records(*(v[records] for v in values[:5]), *(v[terms] for v in values[5:]))
 
 
 def make_records(kind, sender, receiver, key, round_, terms=None) -> Records:
+    """Not collective."""
     n = np.asarray(key).size
     full = lambda value: np.broadcast_to(np.asarray(value, np.int64), (n,)).copy()  # noqa: E731
     empty = np.zeros(0, np.int64)
@@ -64,7 +67,7 @@ def check_key_space(n_ranks: int, n_keys: int) -> None:
 
 
 def positions_in(sorted_keys: np.ndarray, wanted: np.ndarray, what: str) -> np.ndarray:
-    """Positions of ``wanted`` in ``sorted_keys``, every one of which must be there (a missing
+    """Not collective. Positions of ``wanted`` in ``sorted_keys``, every one of which must be there (a missing
     one would silently take its neighbour's slot: a wrong product, not an error)."""
     positions = np.searchsorted(sorted_keys, wanted)
     found = positions < sorted_keys.size
@@ -133,7 +136,7 @@ def request_records(
     col_partition: RowPartition,
     strategy: Strategy,
 ) -> tuple[Records, ColumnServing]:
-    """Receiver step of rank p: the records that serve its off-diagonal nonzeros, and for each
+    """Not collective. Receiver step of rank p: the records that serve its off-diagonal nonzeros, and for each
     column-based nonzero the record that brings its B row (kind, sender, round)."""
     p = blocks.rank
     n_groups = int(groups.max(initial=0)) + 1
@@ -179,14 +182,14 @@ def request_records(
 
 
 def unique_records(records: Records, keys: RecordKeys) -> Records:
-    """One record per identity (the same B row can be requested by several nonzeros and ranks)."""
+    """Not collective. One record per identity (the same B row can be requested by several nonzeros and ranks)."""
     identity = keys.identity(records.kind, records.sender, records.receiver, records.key)
     _, first = np.unique(identity, return_index=True)
     return records.select(first, np.arange(records.term_key.size))
 
 
 def outboxes(records: Records, owner: int, n_ranks: int) -> list[Records | None]:
-    """Split rank ``owner``'s (unique) records by the ranks that need them: each record goes to its
+    """Not collective. Split rank ``owner``'s (unique) records by the ranks that need them: each record goes to its
     sender, and to its receiver when that is a relay (not ``owner``); terms go to their sender."""
     relayed = np.flatnonzero((records.receiver != owner) & (records.receiver != records.sender))
     targets = np.concatenate([records.sender, records.receiver[relayed]])

@@ -49,7 +49,7 @@ from sparsewire.sim.netsparse_workload import (
 
 __all__ = [
     "UPPER_HEADER_BYTES", "CONCATENATION_HEADER_BYTES", "REQUEST_HEADER_BYTES", "PAIR_HEADER_BYTES", "header_share_percent", "Workload", "characterize", "Mechanisms",
-    "ABLATION", "Hardware", "CommunicationResult", "simulate_netsparse", "su_opt", "sa_opt", "ablation", "sweep", "SWEEPS", "TABLE3_K", "NetSparseSimulator",
+    "ABLATION", "Hardware", "CommunicationResult", "simulate_netsparse", "su_opt", "sa_opt", "ablation", "sweep", "SWEEPS", "TABLE3_K",
 ]
 
 

@@ -33,7 +33,7 @@ Progress = Callable[[str], None] | None
 
 
 def sorted_unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct values of ``keys`` ascending and how often each occurs (sort-based: NumPy's
+    """Not collective. Distinct values of ``keys`` ascending and how often each occurs (sort-based: NumPy's
     hash-based ``unique`` is several times slower on tens of millions of int64 keys)."""
     keys = np.sort(keys, kind="stable") if keys.size else keys
     if keys.size == 0:
@@ -50,6 +50,7 @@ def header_share_percent(k: int, element_bytes: int = ELEMENT_BYTES) -> float:
 
 
 def requests_per_packet(payload: int, mtu: int) -> int:
+    """Not collective."""
     return max(1, (mtu - PACKET_HEADER_BYTES) // (REQUEST_HEADER_BYTES + payload))
 
 

@@ -97,13 +97,11 @@ class MpiTransport(MessageTransport):
         self._any_status = MPI.Status()
 
     def post_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         if self._recv[ex.index]:
             self._backend.synchronize()  # no kernel or copy still reads the memory MPI will write
             MPI.Prequest.Startall(self._recv[ex.index])
 
     def start_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         for message in ex.send_staged:
             self._backend.copy_out(*self._copy_out[ex.index][message])
         if self._send[ex.index]:
@@ -111,7 +109,6 @@ class MpiTransport(MessageTransport):
             MPI.Prequest.Startall(self._send[ex.index])
 
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         staged = self._copy_out[ex.index][message]
         if staged is not None:
             self._backend.copy_out(*staged)
@@ -119,13 +116,11 @@ class MpiTransport(MessageTransport):
         self._send[ex.index][message].Start()
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         _wait_and_count(self._recv[ex.index], self._statuses[ex.index], self.ledger, ex, self._type)
         for message in ex.recv_staged:
             self._backend.copy_in(*self._copy_in[ex.index][message])
 
     def wait_any(self) -> tuple[int, int]:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         position = MPI.Request.Waitany(self._all_recv, self._any_status)
         if position == MPI.UNDEFINED:
             raise RuntimeError("no receive is active but messages are missing; the executor's schedule is broken")
@@ -137,7 +132,6 @@ class MpiTransport(MessageTransport):
         return index, message
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         MPI.Request.Waitall(self._send[ex.index])
 
     def free(self) -> None:
@@ -187,22 +181,18 @@ class MpiPartitionedTransport(_Partitioned):
         self._statuses = [[MPI.Status() for _ in requests] for requests in self._recv]
 
     def post_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         self._reset_arrivals(ex)
         if self._recv[ex.index]:
             MPI.Prequest.Startall(self._recv[ex.index])
 
     def start_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         if self._send[ex.index]:
             MPI.Prequest.Startall(self._send[ex.index])
 
     def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         self._send[ex.index][message].Pready(partition)
 
     def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         flags = self._arrived[ex.index]
         if flags[message, partition]:
             return True
@@ -212,11 +202,9 @@ class MpiPartitionedTransport(_Partitioned):
         return arrived
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         _wait_and_count(self._recv[ex.index], self._statuses[ex.index], self.ledger, ex, self._type)
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         MPI.Request.Waitall(self._send[ex.index])
 
     def free(self) -> None:
@@ -250,7 +238,6 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
         self._lock = threading.Lock() if T > 1 else None
 
     def post_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         self._reset_arrivals(ex)
         for requests in self._recv[ex.index]:
             MPI.Prequest.Startall(requests)
@@ -259,11 +246,9 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
         """Not collective (point to point with the peers). Nothing to open: each partition's send starts when it is marked ready."""
 
     def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         self._send[ex.index][message][partition].Start()
 
     def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         flags = self._arrived[ex.index]
         if flags[message, partition]:
             return True
@@ -284,7 +269,6 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
             self.ledger.record(ex, message, elements)
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         for requests in self._send[ex.index]:
             MPI.Request.Waitall(requests)
 

@@ -238,7 +238,6 @@ class TorchTransport(MessageTransport):
             self.start_send(ex, message)
 
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         if self._grouped:
             raise RuntimeError("grouped torch transport sends whole exchanges; the schedule asked for one message (see device_mode_problem)")
         destination = self._peer[ex.send_ranks[message]]
@@ -256,7 +255,6 @@ class TorchTransport(MessageTransport):
         self._group_works[ex.index] = []
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         if self._grouped:
             self._complete_group(ex)
             for message, tensor in enumerate(self._recv_tensors[ex.index]):
@@ -268,7 +266,6 @@ class TorchTransport(MessageTransport):
         self._pending = [p for p in self._pending if p[0] != ex.index]
 
     def wait_any(self) -> tuple[int, int]:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         while self._pending:
             index, message = self._pending.pop(0)
             if self._recv_works[index][message] is not None:
@@ -277,7 +274,6 @@ class TorchTransport(MessageTransport):
         raise RuntimeError("no receive is active but messages are missing; the executor's schedule is broken")
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers); what it does: :mod:`sparsewire.exec.transports.base`."""
         if self._grouped:
             self._complete_group(ex)
             return
