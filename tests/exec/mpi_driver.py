@@ -1,8 +1,10 @@
-"""Run under ``mpiexec -n P python tests/exec/mpi_driver.py SEED [THREADS,...] [TRANSPORT] [BACKEND] [DEVICE]``;
-prints ``OK <runs>`` on rank 0. TRANSPORT is ``mpi`` (default) or ``torch``, BACKEND ``numpy``
-(default) or ``torch`` (B, C and the buffers torch tensors on DEVICE, default ``cpu``); each runs
-every mode it can (torch: all but partitioned; the torch transport on CUDA or with
-``SPARSEWIRE_TORCH_GROUPED=on``: bulk, overlap, pipelined).
+"""Run under ``mpiexec -n P python tests/exec/mpi_driver.py SEED [THREADS,...] [TRANSPORT] [BACKEND] [DEVICE] [STRATEGIES]``;
+prints ``OK <runs>`` on rank 0. TRANSPORT is a registered transport (``mpi`` by default, ``torch``,
+or one of tests/exec/extra_transports.py), BACKEND ``numpy`` (default) or ``torch`` (B, C and the
+buffers torch tensors on DEVICE, default ``cpu``); each runs every mode it can (torch: all but
+partitioned; the torch transport on CUDA, or ``torch-grouped``: bulk, overlap, pipelined).
+STRATEGIES (comma-separated, default ``all``) keeps the run to those strategies, so that a test
+can name one case and run it alone.
 
 For a set of matrices (square and rectangular, empty rows and columns, ranks without rows, an
 empty matrix, k = 1, 3 and 32) and every executable strategy, topology (none, groups of 2 and of 3,
@@ -70,13 +72,18 @@ def runs_on(transport: str, backend: str, mode: str, device: str = "cpu") -> boo
     return not transport_problem(transport, mode, device) and not backend_problem(backend, device, mode)
 
 
-def planned_runs(thread_counts: list[int], transport: str, backend: str = "numpy", device: str = "cpu") -> int:
+def chosen_strategies(names: str = "all") -> list:
+    """The executable strategies named (comma-separated), or all of them."""
+    return list(EXECUTABLE_STRATEGIES) if names == "all" else [s for s in EXECUTABLE_STRATEGIES if s.value in names.split(",")]
+
+
+def planned_runs(thread_counts: list[int], transport: str, backend: str = "numpy", device: str = "cpu", strategies: str = "all") -> int:
     """Executor runs one rank makes: cases x (strategy, mode) pairs of CONFIGURATIONS the
     transport and backend run x thread counts, from the lists the loop below walks."""
     pairs = sum(
         1
         for kind, _, _, modes in CONFIGURATIONS
-        for strategy in EXECUTABLE_STRATEGIES
+        for strategy in chosen_strategies(strategies)
         if strategy.hierarchical == (kind == "hierarchical")
         for mode in modes
         if runs_on(transport, backend, mode, device)
@@ -92,6 +99,7 @@ def main() -> None:
     transport = sys.argv[3] if len(sys.argv) > 3 else "mpi"
     backend = sys.argv[4] if len(sys.argv) > 4 else "numpy"
     device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
+    strategies = chosen_strategies(sys.argv[6] if len(sys.argv) > 6 else "all")
     if device == "cuda":  # each rank the GPU of its rank on the node (NCCL needs one per rank)
         from sparsewire.exec.kernels.torch_backend import node_device
 
@@ -106,7 +114,7 @@ def main() -> None:
         b_local = b_dense[slice(*cols.range(rank))]
         expected = (matrix @ b_dense.astype(np.float64))[slice(*rows.range(rank))]
         for kind, topology, proxy, modes in CONFIGURATIONS:
-            for strategy in EXECUTABLE_STRATEGIES:
+            for strategy in strategies:
                 if strategy.hierarchical != (kind == "hierarchical"):
                     continue
                 plans = {}

@@ -13,16 +13,19 @@ from conftest import SHARED_MATRICES, _seed, run_mpi
 from executor_driver import planned_deterministic_checks
 from mpi_driver import planned_runs
 
+from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
+
 pytestmark = pytest.mark.mpi  # every test here starts mpiexec
 
 
+@pytest.mark.parametrize("strategy", [s.value for s in EXECUTABLE_STRATEGIES])
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
-def test_executor_plans_results_and_bytes(ranks):
-    completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), "1,2,3"], timeout=400)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    # cases x (flat: 4 strategies x 5 modes + hierarchical: 3 strategies x 2 topologies x 5 modes) x 3 thread
-    # counts, on every rank
-    assert completed.stdout.strip() == f"OK {planned_runs([1, 2, 3], 'mpi') * ranks}"
+def test_executor_plans_results_and_bytes(ranks, strategy):
+    """One strategy per job (``-k "joint-hier and 3"`` runs one): every case, topology, mode and
+    1, 2, 3 threads; collective plan = global plan, C exact, bytes as planned."""
+    completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), "1,2,3", "mpi", "numpy", "cpu", strategy], timeout=400)
+    assert completed.returncode == 0, completed.stdout + completed.stderr[-6000:]
+    assert completed.stdout.strip() == f"OK {planned_runs([1, 2, 3], 'mpi', strategies=strategy) * ranks}"
 
 
 def test_partitioned_fallback_to_point_to_point():
