@@ -36,7 +36,9 @@ CONFIGURATIONS = [(2, 1), (2, 2), (4, 1)]
 MODE_ORDER = ("bulk", "overlap", "pipelined", "early", "partitioned")
 
 
-def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int, deterministic_too: bool, transports: list[str]) -> None:
+def worker(
+    matrix: str, ks: list[int], repeat: int, strategy: str, threads: int, deterministic_too: bool, transports: list[str]
+) -> None:
     import numpy as np
     from mpi4py import MPI
 
@@ -51,8 +53,13 @@ def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int,
     distributed = sparsewire.distribute(comm, matrix)
     plans = {
         layout: build_rank_plan_collective(
-            comm, distributed.local_rows, distributed.row_partition, distributed.col_partition, strategy,
-            Topology.nodes(1) if layout == "pipelined" else None, layout=layout,
+            comm,
+            distributed.local_rows,
+            distributed.row_partition,
+            distributed.col_partition,
+            strategy,
+            Topology.nodes(1) if layout == "pipelined" else None,
+            layout=layout,
         )
         for layout in ("merged", "pipelined")
     }
@@ -65,7 +72,9 @@ def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int,
                     continue  # MPI-4 partitioned messages only
                 plan = plans[layout_for_mode(mode)]
                 options = {} if transport == "mpi" else {"transport": transport}  # a baseline may predate transports
-                with SpmmExecutor(plan, comm, k, np.float64, mode, threads=threads, deterministic=deterministic, **options) as executor:
+                with SpmmExecutor(
+                    plan, comm, k, np.float64, mode, threads=threads, deterministic=deterministic, **options
+                ) as executor:
                     out = np.empty((plan.local_shape[0], k))
                     executor.multiply(b, out=out)
                     times = []
@@ -77,15 +86,43 @@ def worker(matrix: str, ks: list[int], repeat: int, strategy: str, threads: int,
                     checksum = comm.allreduce(float(out.sum()), op=MPI.SUM)
                     delivered = comm.allreduce(executor.bytes_received, op=MPI.SUM)
                 if rank == 0:
-                    print(json.dumps({"k": k, "mode": mode, "transport": transport, "deterministic": deterministic,
-                                      "median_seconds": statistics.median(times), "checksum": checksum, "bytes": delivered,
-                                      "package": str(Path(sparsewire.__file__).parent)}), flush=True)
+                    print(
+                        json.dumps(
+                            {
+                                "k": k,
+                                "mode": mode,
+                                "transport": transport,
+                                "deterministic": deterministic,
+                                "median_seconds": statistics.median(times),
+                                "checksum": checksum,
+                                "bytes": delivered,
+                                "package": str(Path(sparsewire.__file__).parent),
+                            }
+                        ),
+                        flush=True,
+                    )
 
 
 def run_worker(matrix: str, ranks: int, threads: int, args, transports: list[str], source: str | None) -> list[dict]:
     mpiexec = str(Path(sys.executable).parent / "mpiexec")
-    command = [mpiexec, "-n", str(ranks), sys.executable, __file__, "--worker", matrix, str(threads), "--ks", args.ks,
-               "--repeat", str(args.repeat), "--strategy", args.strategy, "--transports", ",".join(transports)]
+    command = [
+        mpiexec,
+        "-n",
+        str(ranks),
+        sys.executable,
+        __file__,
+        "--worker",
+        matrix,
+        str(threads),
+        "--ks",
+        args.ks,
+        "--repeat",
+        str(args.repeat),
+        "--strategy",
+        args.strategy,
+        "--transports",
+        ",".join(transports),
+    ]
     command += ["--deterministic"] if args.deterministic else []
     environment = dict(os.environ)
     if source is not None:
@@ -108,7 +145,9 @@ def main() -> None:
     parser.add_argument("--strategy", default="joint", help="strategy (default: joint)")
     parser.add_argument("--transports", default="mpi,torch", help="transports of the current code (default: mpi,torch)")
     parser.add_argument("--baseline", metavar="GIT_REF", help="also time the executor of this git commit (MPI), same run")
-    parser.add_argument("--rounds", type=int, default=2, help="with --baseline: alternations of current and baseline (default: 2)")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="with --baseline: alternations of current and baseline (default: 2)"
+    )
     parser.add_argument("--deterministic", action="store_true", help="also time every mode with deterministic=True")
     parser.add_argument("--worker", nargs=2, metavar=("MATRIX", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -140,29 +179,60 @@ def main() -> None:
             over = ranks * threads > cores
             for k in ks:
                 here = {(v, m): e for (v, kk, m, d), e in best.items() if kk == k and not d}
-                bulk = here[("mpi", "bulk")]["median_seconds"] if ("mpi", "bulk") in here else here[(transports[0], "bulk")]["median_seconds"]
+                bulk = (
+                    here[("mpi", "bulk")]["median_seconds"]
+                    if ("mpi", "bulk") in here
+                    else here[(transports[0], "bulk")]["median_seconds"]
+                )
                 checksums = {round(e["checksum"], 6) for e in here.values()}
                 for (variant, mode), e in here.items():
-                    results.append({"matrix": short_name(matrix), "ranks": ranks, "threads": threads, "k": k, "mode": mode,
-                                    "variant": variant, "median_seconds": e["median_seconds"], "ratio_to_bulk": e["median_seconds"] / bulk,
-                                    "bytes": e["bytes"], "oversubscribed": over, "checksums_agree": len(checksums) == 1})
+                    results.append(
+                        {
+                            "matrix": short_name(matrix),
+                            "ranks": ranks,
+                            "threads": threads,
+                            "k": k,
+                            "mode": mode,
+                            "variant": variant,
+                            "median_seconds": e["median_seconds"],
+                            "ratio_to_bulk": e["median_seconds"] / bulk,
+                            "bytes": e["bytes"],
+                            "oversubscribed": over,
+                            "checksums_agree": len(checksums) == 1,
+                        }
+                    )
                 for variant, _ in variants:
                     present = [m for m in columns if (variant, m) in here]
                     if not present:
                         continue
                     base = here[(variant, "bulk")]["median_seconds"]
-                    rows.append([short_name(matrix), f"{ranks}x{threads}" + (" (over)" if over else ""), k, variant, f"{base * 1e3:.3f}"]
-                                + [f"{here[(variant, m)]['median_seconds'] / base:.2f}" if (variant, m) in here else "-" for m in columns[1:]]
-                                + ["yes" if len(checksums) == 1 else "NO"])
+                    rows.append(
+                        [short_name(matrix), f"{ranks}x{threads}" + (" (over)" if over else ""), k, variant, f"{base * 1e3:.3f}"]
+                        + [
+                            f"{here[(variant, m)]['median_seconds'] / base:.2f}" if (variant, m) in here else "-"
+                            for m in columns[1:]
+                        ]
+                        + ["yes" if len(checksums) == 1 else "NO"]
+                    )
                 for mode in columns:
                     if ("mpi", mode) in here and ("baseline", mode) in here:
-                        ratios_old.setdefault((mode, over), []).append(here[("mpi", mode)]["median_seconds"] / here[("baseline", mode)]["median_seconds"])
+                        ratios_old.setdefault((mode, over), []).append(
+                            here[("mpi", mode)]["median_seconds"] / here[("baseline", mode)]["median_seconds"]
+                        )
                     if ("mpi", mode) in here and ("torch", mode) in here:
-                        ratios_torch.setdefault((mode, over), []).append(here[("torch", mode)]["median_seconds"] / here[("mpi", mode)]["median_seconds"])
+                        ratios_torch.setdefault((mode, over), []).append(
+                            here[("torch", mode)]["median_seconds"] / here[("mpi", mode)]["median_seconds"]
+                        )
                 fixed = {m: e for (v, kk, m, d), e in best.items() if kk == k and d and v == transports[0]}
                 if fixed:
-                    deterministic_rows.append([short_name(matrix), f"{ranks}x{threads}", k]
-                                              + [f"{fixed[m]['median_seconds'] / here[(transports[0], m)]['median_seconds']:.2f}" for m in columns if m in fixed])
+                    deterministic_rows.append(
+                        [short_name(matrix), f"{ranks}x{threads}", k]
+                        + [
+                            f"{fixed[m]['median_seconds'] / here[(transports[0], m)]['median_seconds']:.2f}"
+                            for m in columns
+                            if m in fixed
+                        ]
+                    )
     print(format_table(["matrix", "PxT", "k", "executor", "bulk ms"] + [f"{m}/bulk" for m in columns[1:]] + ["same C"], rows))
     if deterministic_rows:
         print()
@@ -174,16 +244,20 @@ def main() -> None:
             per_mode = {m: ratios[(m, over)] for m in columns if (m, over) in ratios}
             if per_mode:
                 everything = [r for values in per_mode.values() for r in values]
-                summary.append([label, "oversubscribed" if over else "within cores"]
-                               + [f"{geometric_mean(per_mode[m]):.3f}" if m in per_mode else "-" for m in columns]
-                               + [f"{geometric_mean(everything):.3f}", len(everything)])
+                summary.append(
+                    [label, "oversubscribed" if over else "within cores"]
+                    + [f"{geometric_mean(per_mode[m]):.3f}" if m in per_mode else "-" for m in columns]
+                    + [f"{geometric_mean(everything):.3f}", len(everything)]
+                )
     if summary:
         print()
         print("geometric means of time ratios (median times, fastest round)")
         print(format_table(["ratio", "PxT"] + columns + ["all", "entries"], summary))
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "async_modes.json").write_text(json.dumps({"baseline": args.baseline, "results": results, "summary": summary}, indent=1))
+    (out / "async_modes.json").write_text(
+        json.dumps({"baseline": args.baseline, "results": results, "summary": summary}, indent=1)
+    )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,29 @@ from common import ROOT, default_matrices, geometric_mean, run_json, short_name 
 
 
 def run(mpiexec: str, ranks: int, matrix: str, k: int, dtype: str, mode: str, threads: int, repeat: int, backend: str) -> dict:
-    command = [mpiexec, "-n", str(ranks), sys.executable, "-m", "sparsewire", "spmm", matrix, "--k", str(k), "--dtype", dtype, "--mode", mode,
-               "--threads", str(threads), "--repeat", str(repeat), "--backend", backend, "--json"]
+    command = [
+        mpiexec,
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "sparsewire",
+        "spmm",
+        matrix,
+        "--k",
+        str(k),
+        "--dtype",
+        dtype,
+        "--mode",
+        mode,
+        "--threads",
+        str(threads),
+        "--repeat",
+        str(repeat),
+        "--backend",
+        backend,
+        "--json",
+    ]
     return run_json(command, timeout=1200, cwd=ROOT)
 
 
@@ -50,20 +71,44 @@ def main() -> None:
                 numpy_run = run(mpiexec, args.ranks, matrix, k, args.dtype, mode, args.threads, args.repeat, "numpy")
                 torch_run = run(mpiexec, args.ranks, matrix, k, args.dtype, mode, args.threads, args.repeat, "torch")
                 scale = max(1.0, abs(numpy_run["checksum_fro"]))
-                agree = (abs(numpy_run["checksum_fro"] - torch_run["checksum_fro"]) <= 1e-4 * scale
-                         and numpy_run["measured_bytes"] == torch_run["measured_bytes"])
+                agree = (
+                    abs(numpy_run["checksum_fro"] - torch_run["checksum_fro"]) <= 1e-4 * scale
+                    and numpy_run["measured_bytes"] == torch_run["measured_bytes"]
+                )
                 ratio = torch_run["median_seconds"] / numpy_run["median_seconds"]
                 ratios.append(ratio)
-                results.append({"matrix": short_name(matrix), "k": k, "mode": mode, "numpy_seconds": numpy_run["median_seconds"],
-                                "torch_seconds": torch_run["median_seconds"], "agree": agree, "bytes": numpy_run["measured_bytes"]})
-                rows.append([short_name(matrix), k, mode, f"{numpy_run['median_seconds'] * 1e3:.3f}", f"{torch_run['median_seconds'] * 1e3:.3f}",
-                             f"{ratio:.2f}", "yes" if agree else "NO"])
+                results.append(
+                    {
+                        "matrix": short_name(matrix),
+                        "k": k,
+                        "mode": mode,
+                        "numpy_seconds": numpy_run["median_seconds"],
+                        "torch_seconds": torch_run["median_seconds"],
+                        "agree": agree,
+                        "bytes": numpy_run["measured_bytes"],
+                    }
+                )
+                rows.append(
+                    [
+                        short_name(matrix),
+                        k,
+                        mode,
+                        f"{numpy_run['median_seconds'] * 1e3:.3f}",
+                        f"{torch_run['median_seconds'] * 1e3:.3f}",
+                        f"{ratio:.2f}",
+                        "yes" if agree else "NO",
+                    ]
+                )
     print(format_table(["matrix", "k", "mode", "numpy ms", "torch ms", "torch / numpy", "same C and bytes"], rows))
-    print(f"\ngeometric mean torch / numpy: {geometric_mean(ratios):.3f} over {len(ratios)} runs "
-          f"({args.ranks} ranks x {args.threads} threads, {args.dtype})")
+    print(
+        f"\ngeometric mean torch / numpy: {geometric_mean(ratios):.3f} over {len(ratios)} runs "
+        f"({args.ranks} ranks x {args.threads} threads, {args.dtype})"
+    )
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "backends.json").write_text(json.dumps({"ranks": args.ranks, "threads": args.threads, "dtype": args.dtype, "results": results}, indent=1))
+    (out / "backends.json").write_text(
+        json.dumps({"ranks": args.ranks, "threads": args.threads, "dtype": args.dtype, "results": results}, indent=1)
+    )
     if not all(r["agree"] for r in results):
         raise SystemExit("the backends disagree on C or on the bytes; see the table")
 

@@ -59,4 +59,3 @@ def run_json(command: list[str], timeout: float = 1800, cwd: Path | None = None)
     if completed.returncode != 0:
         raise SystemExit(f"{' '.join(command[-8:])} failed: {completed.stderr[-2000:]}")
     return json.loads(completed.stdout.strip().splitlines()[-1])
-

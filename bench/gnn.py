@@ -88,9 +88,17 @@ def ours(spec: str, model: str, threads: int, epochs: int, dtype: str, dropout: 
     gpu_peaks = comm.gather(gpu_peak_mib(device), root=0)
     if comm.Get_rank() == 0:
         steady = result.history[1:] or result.history
-        print(json.dumps({"seconds_per_epoch": float(np.median([h["seconds"] for h in steady])), "bytes_per_epoch": int(steady[-1]["bytes"]),
-                          "peak_mib_per_rank": max(peaks), "gpu_peak_mib_per_rank": None if device == "cpu" else max(gpu_peaks),
-                          "final_loss": result.history[-1]["loss"]}))
+        print(
+            json.dumps(
+                {
+                    "seconds_per_epoch": float(np.median([h["seconds"] for h in steady])),
+                    "bytes_per_epoch": int(steady[-1]["bytes"]),
+                    "peak_mib_per_rank": max(peaks),
+                    "gpu_peak_mib_per_rank": None if device == "cpu" else max(gpu_peaks),
+                    "final_loss": result.history[-1]["loss"],
+                }
+            )
+        )
 
 
 def export_graph(spec: str, directory: str) -> str:
@@ -102,9 +110,20 @@ def export_graph(spec: str, directory: str) -> str:
     data = graph_data(spec)
     adjacency, features = sp.csr_array(data.adjacency), sp.csr_array(data.features)
     path = str(Path(directory) / f"{spec.replace(':', '_')}.npz")
-    np.savez(path, a_indptr=adjacency.indptr, a_indices=adjacency.indices, a_data=adjacency.data, a_shape=adjacency.shape,
-             f_indptr=features.indptr, f_indices=features.indices, f_data=features.data, f_shape=features.shape,
-             labels=data.labels, train_idx=data.train_idx, classes=data.classes)
+    np.savez(
+        path,
+        a_indptr=adjacency.indptr,
+        a_indices=adjacency.indices,
+        a_data=adjacency.data,
+        a_shape=adjacency.shape,
+        f_indptr=features.indptr,
+        f_indices=features.indices,
+        f_data=features.data,
+        f_shape=features.shape,
+        labels=data.labels,
+        train_idx=data.train_idx,
+        classes=data.classes,
+    )
     return path
 
 
@@ -121,7 +140,9 @@ def pyg(path: str, model: str, threads: int, epochs: int, dtype: str, dropout: f
     data = SimpleNamespace(
         adjacency=sp.csr_array((saved["a_data"], saved["a_indices"], saved["a_indptr"]), shape=tuple(saved["a_shape"])),
         features=sp.csr_array((saved["f_data"], saved["f_indices"], saved["f_indptr"]), shape=tuple(saved["f_shape"])),
-        labels=saved["labels"], train_idx=saved["train_idx"], classes=int(saved["classes"]),
+        labels=saved["labels"],
+        train_idx=saved["train_idx"],
+        classes=int(saved["classes"]),
     )
     assert "sparsewire" not in sys.modules, "the PyG process must not import sparsewire (its imports would count as PyG's memory)"
     kind, layers, hidden = MODELS[model]
@@ -132,8 +153,12 @@ def pyg(path: str, model: str, threads: int, epochs: int, dtype: str, dropout: f
     wait = torch.cuda.synchronize if device != "cpu" else (lambda: None)
     convs = torch.nn.ModuleList(layer(a, b) for a, b in zip(channels[:-1], channels[1:])).to(device=device, dtype=dtype)
     csr = sp.csr_array(data.adjacency)  # rows = targets: adj_t as PyG stores it
-    adj_t = torch.sparse_csr_tensor(torch.from_numpy(csr.indptr.astype(np.int64)), torch.from_numpy(csr.indices.astype(np.int64)),
-                                    torch.from_numpy(csr.data).to(dtype), size=csr.shape).to(device)
+    adj_t = torch.sparse_csr_tensor(
+        torch.from_numpy(csr.indptr.astype(np.int64)),
+        torch.from_numpy(csr.indices.astype(np.int64)),
+        torch.from_numpy(csr.data).to(dtype),
+        size=csr.shape,
+    ).to(device)
     x = torch.from_numpy(data.features.toarray()).to(device=device, dtype=dtype)
     y, train = torch.from_numpy(data.labels).to(device), torch.from_numpy(data.train_idx).to(device)
     optimizer = torch.optim.Adam(convs.parameters(), lr=0.01)
@@ -152,19 +177,35 @@ def pyg(path: str, model: str, threads: int, epochs: int, dtype: str, dropout: f
         optimizer.step()
         wait()
         times.append(time.perf_counter() - started)
-    print(json.dumps({"seconds_per_epoch": float(np.median(times[1:])), "peak_mib_per_rank": peak_mib(),
-                      "gpu_peak_mib_per_rank": gpu_peak_mib(device)}))
+    print(
+        json.dumps(
+            {
+                "seconds_per_epoch": float(np.median(times[1:])),
+                "peak_mib_per_rank": peak_mib(),
+                "gpu_peak_mib_per_rank": gpu_peak_mib(device),
+            }
+        )
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", default="1x1,1x2,2x1", help="ranks x threads (default: 1x1,1x2,2x1)")
-    parser.add_argument("--graphs", default="cora,rmat:14:16:1,rmat:16:16:1", help="cora and R-MAT specs (default: cora,rmat:14:16:1,rmat:16:16:1)")
+    parser.add_argument(
+        "--graphs",
+        default="cora,rmat:14:16:1,rmat:16:16:1",
+        help="cora and R-MAT specs (default: cora,rmat:14:16:1,rmat:16:16:1)",
+    )
     parser.add_argument("--models", default="gcn2,gcn5,sage2", help=f"of {', '.join(MODELS)} (default: all)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="both sides (default: float32)")
     parser.add_argument("--epochs", type=int, default=30, help="epochs per run (default: 30)")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout before every layer, both sides (default: 0)")
-    parser.add_argument("--backend", choices=["numpy", "torch"], default="torch", help="our executor's kernel backend (default: torch, as sparsewire gcn)")
+    parser.add_argument(
+        "--backend",
+        choices=["numpy", "torch"],
+        default="torch",
+        help="our executor's kernel backend (default: torch, as sparsewire gcn)",
+    )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="both sides on this device (default: cpu)")
     parser.add_argument("--worker", nargs=4, metavar=("SIDE", "GRAPH", "MODEL", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -190,36 +231,125 @@ def main() -> None:
                 cores = ranks * threads
                 if cores not in references:
                     print(f"{spec} {model}: PyG on {cores} thread(s) ...", file=sys.stderr, flush=True)
-                    references[cores] = run_json([sys.executable, __file__, "--epochs", str(args.epochs), "--dtype", args.dtype,
-                                             "--dropout", str(args.dropout), "--device", args.device, "--worker", "pyg", graph_file, model,
-                                             str(cores)])
+                    references[cores] = run_json(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--epochs",
+                            str(args.epochs),
+                            "--dtype",
+                            args.dtype,
+                            "--dropout",
+                            str(args.dropout),
+                            "--device",
+                            args.device,
+                            "--worker",
+                            "pyg",
+                            graph_file,
+                            model,
+                            str(cores),
+                        ]
+                    )
                 print(f"{spec} {model}: ours {ranks} x {threads} ...", file=sys.stderr, flush=True)
-                mine = run_json([mpiexec, "-n", str(ranks), sys.executable, __file__, "--epochs", str(args.epochs), "--dtype", args.dtype,
-                            "--dropout", str(args.dropout), "--backend", args.backend, "--device", args.device, "--worker", "ours", spec, model,
-                            str(threads)])
+                mine = run_json(
+                    [
+                        mpiexec,
+                        "-n",
+                        str(ranks),
+                        sys.executable,
+                        __file__,
+                        "--epochs",
+                        str(args.epochs),
+                        "--dtype",
+                        args.dtype,
+                        "--dropout",
+                        str(args.dropout),
+                        "--backend",
+                        args.backend,
+                        "--device",
+                        args.device,
+                        "--worker",
+                        "ours",
+                        spec,
+                        model,
+                        str(threads),
+                    ]
+                )
                 reference = references[cores]
                 times[(ranks, threads)] = mine["seconds_per_epoch"]
                 ratio = mine["seconds_per_epoch"] / reference["seconds_per_epoch"]
-                results.append({"graph": spec, "model": model, "ranks": ranks, "threads": threads, "dtype": args.dtype, "backend": args.backend,
-                                "device": args.device, **mine, "pyg_gpu_peak_mib": reference["gpu_peak_mib_per_rank"],
-                                "pyg_seconds_per_epoch": reference["seconds_per_epoch"], "pyg_peak_mib": reference["peak_mib_per_rank"],
-                                "ratio_to_pyg": ratio})
-                rows.append([spec, model, f"{ranks}x{threads}", f"{mine['seconds_per_epoch'] * 1e3:.2f}",
-                             f"{reference['seconds_per_epoch'] * 1e3:.2f}", f"{ratio:.2f}", mine["bytes_per_epoch"],
-                             f"{mine['peak_mib_per_rank']:.0f}", f"{reference['peak_mib_per_rank']:.0f}"]
-                            + ([f"{mine['gpu_peak_mib_per_rank']:.0f}", f"{reference['gpu_peak_mib_per_rank']:.0f}"] if args.device != "cpu" else []))
+                results.append(
+                    {
+                        "graph": spec,
+                        "model": model,
+                        "ranks": ranks,
+                        "threads": threads,
+                        "dtype": args.dtype,
+                        "backend": args.backend,
+                        "device": args.device,
+                        **mine,
+                        "pyg_gpu_peak_mib": reference["gpu_peak_mib_per_rank"],
+                        "pyg_seconds_per_epoch": reference["seconds_per_epoch"],
+                        "pyg_peak_mib": reference["peak_mib_per_rank"],
+                        "ratio_to_pyg": ratio,
+                    }
+                )
+                rows.append(
+                    [
+                        spec,
+                        model,
+                        f"{ranks}x{threads}",
+                        f"{mine['seconds_per_epoch'] * 1e3:.2f}",
+                        f"{reference['seconds_per_epoch'] * 1e3:.2f}",
+                        f"{ratio:.2f}",
+                        mine["bytes_per_epoch"],
+                        f"{mine['peak_mib_per_rank']:.0f}",
+                        f"{reference['peak_mib_per_rank']:.0f}",
+                    ]
+                    + (
+                        [f"{mine['gpu_peak_mib_per_rank']:.0f}", f"{reference['gpu_peak_mib_per_rank']:.0f}"]
+                        if args.device != "cpu"
+                        else []
+                    )
+                )
             if (1, 2) in times and (2, 1) in times:
                 thread_rows.append([spec, model, f"{times[(1, 2)] / times[(2, 1)]:.2f}"])
-    print(format_table(["graph", "model", "PxT", "ours ms/epoch", "PyG ms/epoch", "ours / PyG", "bytes/epoch", "ours peak MiB/rank",
-                        "PyG peak MiB"] + (["ours GPU MiB/rank", "PyG GPU MiB"] if args.device != "cpu" else []), rows))
+    print(
+        format_table(
+            [
+                "graph",
+                "model",
+                "PxT",
+                "ours ms/epoch",
+                "PyG ms/epoch",
+                "ours / PyG",
+                "bytes/epoch",
+                "ours peak MiB/rank",
+                "PyG peak MiB",
+            ]
+            + (["ours GPU MiB/rank", "PyG GPU MiB"] if args.device != "cpu" else []),
+            rows,
+        )
+    )
     if thread_rows:
         print()
         print(format_table(["graph", "model", "1x2 / 2x1"], thread_rows))
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     name = "gnn.json" if args.device == "cpu" else f"gnn-{args.device}.json"
-    (out / name).write_text(json.dumps({"epochs": args.epochs, "dtype": args.dtype, "dropout": args.dropout, "backend": args.backend,
-                                        "device": args.device, "results": results}, indent=1))
+    (out / name).write_text(
+        json.dumps(
+            {
+                "epochs": args.epochs,
+                "dtype": args.dtype,
+                "dropout": args.dropout,
+                "backend": args.backend,
+                "device": args.device,
+                "results": results,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

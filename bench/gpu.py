@@ -89,8 +89,12 @@ def local_spmm(specs: list[str], ks: list[int], repeat: int, device: str) -> lis
         matrix = sparsewire.distribute(MPI.COMM_SELF, a)
         with warnings.catch_warnings():  # "sparse CSR support is in beta": torch.sparse.mm on CSR is what users run
             warnings.simplefilter("ignore", UserWarning)
-            csr = torch.sparse_csr_tensor(torch.from_numpy(a.indptr.astype(np.int64)), torch.from_numpy(a.indices.astype(np.int64)),
-                                          torch.from_numpy(a.data), size=a.shape).to(device)
+            csr = torch.sparse_csr_tensor(
+                torch.from_numpy(a.indptr.astype(np.int64)),
+                torch.from_numpy(a.indices.astype(np.int64)),
+                torch.from_numpy(a.data),
+                size=a.shape,
+            ).to(device)
         for k in ks:
             b = torch.from_numpy(np.random.default_rng(k).integers(-3, 4, (a.shape[1], k)).astype(np.float32)).to(device)
             out = torch.empty((a.shape[0], k), dtype=torch.float32, device=device)
@@ -100,11 +104,25 @@ def local_spmm(specs: list[str], ks: list[int], repeat: int, device: str) -> lis
                 same = bool(torch.equal(out, torch.sparse.mm(csr, b)))
             least_bytes = a.nnz * (4 + 8) + (a.shape[0] + 1) * 8 + (a.shape[1] + a.shape[0]) * k * 4
             roofline = least_bytes / bandwidth
-            rows.append({"matrix": short_name(spec), "nnz": int(a.nnz), "k": k, "ours_seconds": ours, "torch_seconds": theirs,
-                         "torch_rate_share": theirs / ours, "roofline_seconds": roofline, "ours_roofline_share": roofline / ours,
-                         "torch_roofline_share": roofline / theirs, "same_c": same})
-            print(f"{short_name(spec)} k={k}: ours {ours * 1e6:.1f} us, torch.sparse.mm {theirs * 1e6:.1f} us, "
-                  f"roofline {roofline * 1e6:.1f} us", file=sys.stderr)
+            rows.append(
+                {
+                    "matrix": short_name(spec),
+                    "nnz": int(a.nnz),
+                    "k": k,
+                    "ours_seconds": ours,
+                    "torch_seconds": theirs,
+                    "torch_rate_share": theirs / ours,
+                    "roofline_seconds": roofline,
+                    "ours_roofline_share": roofline / ours,
+                    "torch_roofline_share": roofline / theirs,
+                    "same_c": same,
+                }
+            )
+            print(
+                f"{short_name(spec)} k={k}: ours {ours * 1e6:.1f} us, torch.sparse.mm {theirs * 1e6:.1f} us, "
+                f"roofline {roofline * 1e6:.1f} us",
+                file=sys.stderr,
+            )
     return rows
 
 
@@ -120,10 +138,10 @@ def transfer_worker(sizes: list[int], repeat: int, device: str) -> None:
     import torch.distributed as dist
     from mpi4py import MPI
 
-    from sparsewire.exec.kernels.torch_backend import TorchBackend, node_device
-    from sparsewire.exec.transports.torch_distributed import process_group_ranks
     from sparsewire.calibration.transfer import time_transfer_paths
     from sparsewire.comm.mpi_library import cuda_aware_mpi
+    from sparsewire.exec.kernels.torch_backend import TorchBackend, node_device
+    from sparsewire.exec.transports.torch_distributed import process_group_ranks
 
     comm = MPI.COMM_WORLD
     device = node_device(comm) if device == "cuda" else device
@@ -155,13 +173,19 @@ def transfer_worker(sizes: list[int], repeat: int, device: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--matrices", help="comma-separated files or generator specs (default: ../shared/data, rmat:16:16:1, rmat:18:16:1)")
+    parser.add_argument(
+        "--matrices", help="comma-separated files or generator specs (default: ../shared/data, rmat:16:16:1, rmat:18:16:1)"
+    )
     parser.add_argument("--ks", default="8,16,32,64,128", help="columns of B (default: 8,16,32,64,128)")
     parser.add_argument("--repeat", type=int, default=20, help="timed repetitions per measurement (default: 20)")
-    parser.add_argument("--sizes", default=",".join(str(4**e) for e in range(3, 14)), help="message sizes in bytes (default: 64 ... 64 MiB)")
+    parser.add_argument(
+        "--sizes", default=",".join(str(4**e) for e in range(3, 14)), help="message sizes in bytes (default: 64 ... 64 MiB)"
+    )
     parser.add_argument("--gnn-configs", default="1x1,2x1", help="ranks x threads of the GCN part (default: 1x1,2x1)")
     parser.add_argument("--gnn-graphs", default="cora,rmat:16:16:1", help="graphs of the GCN part (default: cora,rmat:16:16:1)")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: check the script without a GPU (default: cuda)")
+    parser.add_argument(
+        "--device", choices=["cuda", "cpu"], default="cuda", help="cpu: check the script without a GPU (default: cuda)"
+    )
     parser.add_argument("--skip-transfers", action="store_true", help="leave out part 2")
     parser.add_argument("--skip-gnn", action="store_true", help="leave out part 3")
     parser.add_argument("--transfer-worker", action="store_true", help=argparse.SUPPRESS)
@@ -173,23 +197,55 @@ def main() -> None:
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print(f"bench/gpu.py needs a CUDA GPU: this PyTorch ({torch.__version__}) sees none, so nothing was measured", file=sys.stderr)
+        print(
+            f"bench/gpu.py needs a CUDA GPU: this PyTorch ({torch.__version__}) sees none, so nothing was measured",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     from sparsewire.report import format_table
 
     specs = args.matrices.split(",") if args.matrices else default_matrices(["rmat:16:16:1", "rmat:18:16:1"])
     local = local_spmm(specs, [int(k) for k in args.ks.split(",")], args.repeat, args.device)
-    print(format_table(["matrix", "k", "ours us", "torch.sparse.mm us", "torch / ours", "roofline us", "ours of roofline", "same C"],
-                       [[r["matrix"], r["k"], f"{r['ours_seconds'] * 1e6:.1f}", f"{r['torch_seconds'] * 1e6:.1f}", f"{r['torch_rate_share']:.2f}",
-                         f"{r['roofline_seconds'] * 1e6:.1f}", f"{r['ours_roofline_share']:.2f}", r["same_c"]] for r in local]))
+    print(
+        format_table(
+            ["matrix", "k", "ours us", "torch.sparse.mm us", "torch / ours", "roofline us", "ours of roofline", "same C"],
+            [
+                [
+                    r["matrix"],
+                    r["k"],
+                    f"{r['ours_seconds'] * 1e6:.1f}",
+                    f"{r['torch_seconds'] * 1e6:.1f}",
+                    f"{r['torch_rate_share']:.2f}",
+                    f"{r['roofline_seconds'] * 1e6:.1f}",
+                    f"{r['ours_roofline_share']:.2f}",
+                    r["same_c"],
+                ]
+                for r in local
+            ],
+        )
+    )
     for k in sorted({r["k"] for r in local}):
         share = geometric_mean([r["torch_rate_share"] for r in local if r["k"] == k])
         print(f"k = {k}: ours at {share:.2f} of torch.sparse.mm's rate (geometric mean over the matrices)")
     report = {"device": device_name(args.device), "local_spmm": local}
     if not args.skip_transfers:
         mpiexec = str(Path(sys.executable).parent / "mpiexec")
-        transfers = run_json([mpiexec, "-n", "2", sys.executable, __file__, "--transfer-worker", "--sizes", args.sizes, "--repeat", str(args.repeat),
-                              "--device", args.device])
+        transfers = run_json(
+            [
+                mpiexec,
+                "-n",
+                "2",
+                sys.executable,
+                __file__,
+                "--transfer-worker",
+                "--sizes",
+                args.sizes,
+                "--repeat",
+                str(args.repeat),
+                "--device",
+                args.device,
+            ]
+        )
         paths = list(transfers["seconds"])
         rows = []
         for position, size in enumerate(transfers["sizes"]):
@@ -200,8 +256,22 @@ def main() -> None:
         print(f"MPI: {transfers['cuda_aware_mpi']}; GPUs used: {transfers['gpus']} (nccl needs one per rank)")
         report["transfers"] = transfers
     if not args.skip_gnn:
-        completed = subprocess.run([sys.executable, str(ROOT / "bench" / "gnn.py"), "--device", args.device, "--configs", args.gnn_configs,
-                                    "--graphs", args.gnn_graphs, "--models", "gcn2,gcn5"], text=True, timeout=3600)
+        completed = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "gnn.py"),
+                "--device",
+                args.device,
+                "--configs",
+                args.gnn_configs,
+                "--graphs",
+                args.gnn_graphs,
+                "--models",
+                "gcn2,gcn5",
+            ],
+            text=True,
+            timeout=3600,
+        )
         if completed.returncode != 0:
             raise SystemExit(f"bench/gnn.py --device {args.device} failed")
         name = "gnn.json" if args.device == "cpu" else "gnn-cuda.json"

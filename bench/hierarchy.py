@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from common import default_matrices, short_name  # noqa: E402
+
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition  # noqa: E402
 from sparsewire.plan import build_plan, plan_stats, strategy_stats  # noqa: E402
@@ -46,7 +47,13 @@ def measure(spec: str, matrix, n_ranks: int, group_size: int, proxy: str) -> dic
     topology = Topology.nodes(group_size)
     machine = PRESETS.get(PRESET_FOR_GROUP_SIZE.get(group_size, ""))
     preset = machine.topology if machine else None
-    entry = {"matrix": short_name(spec), "ranks": n_ranks, "group_size": group_size, "proxy": proxy, "preset": preset and preset.name}
+    entry = {
+        "matrix": short_name(spec),
+        "ranks": n_ranks,
+        "group_size": group_size,
+        "proxy": proxy,
+        "preset": preset and preset.name,
+    }
     for name in STRATEGIES:
         started = time.perf_counter()
         stats = strategy_stats(matrix, rows, cols, name, K, ELEMENT_BYTES, topology, proxy=proxy)
@@ -66,8 +73,10 @@ def print_tables(entries: list[dict]) -> None:
     for n_ranks, group_size in sorted({(e["ranks"], e["group_size"]) for e in entries}):
         chosen = [e for e in entries if (e["ranks"], e["group_size"]) == (n_ranks, group_size)]
         preset = chosen[0]["preset"]
-        print(f"\nP = {n_ranks}, G = {group_size}: inter-group MB per multiply (ratio to flat column); "
-              f"predicted ms under {preset or 'no preset'}")
+        print(
+            f"\nP = {n_ranks}, G = {group_size}: inter-group MB per multiply (ratio to flat column); "
+            f"predicted ms under {preset or 'no preset'}"
+        )
         headers = ["matrix"] + STRATEGIES + [f"ms {name}" for name in STRATEGIES] + ["ms column-hier pipelined"]
         rows = []
         for e in chosen:

@@ -52,6 +52,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, default_matrices, median_seconds, short_name  # noqa: E402
 
+# After sparsewire, which sizes Numba's thread pool to the cores when it is imported first.
+from numba import njit, prange  # noqa: E402, I001
+
 from sparsewire.aligned import empty_aligned  # noqa: E402
 from sparsewire.exec.kernels import compiled as kernels  # noqa: E402
 from sparsewire.exec.kernels.numba_csr import PREFETCH_DISTANCE, PREFETCH_LINES, claim_chunk, reset_claims  # noqa: E402
@@ -60,9 +63,6 @@ from sparsewire.generators import deterministic_dense  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition  # noqa: E402
 from sparsewire.report import format_table  # noqa: E402
-
-# After sparsewire, which sizes Numba's thread pool to the cores when it is imported first.
-from numba import njit, prange  # noqa: E402, I001
 
 
 def alternating_medians(functions, repeat: int) -> list[float]:
@@ -149,7 +149,9 @@ def memcpy_in_threads(source: np.ndarray, target: np.ndarray, pool: ThreadPoolEx
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--matrices", nargs="*", default=default_matrices(["stencil3d:40:27"]), help="matrix files or generator specs")
+    parser.add_argument(
+        "--matrices", nargs="*", default=default_matrices(["stencil3d:40:27"]), help="matrix files or generator specs"
+    )
     parser.add_argument("--ks", default="8,32,128", help="block widths (default: 8,32,128)")
     parser.add_argument("--threads", default="1,2", help="thread counts (default: 1,2)")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs (default: 10)")
@@ -181,52 +183,140 @@ def main() -> None:
                 sink, claimed = np.zeros((n_rows + 1, LINE_BYTES // 8 + 1)), np.zeros_like(operand.claimed)
                 # Each product (and the B reads) follows a copy, which flushes the caches (512 MiB moved, L3 260 MiB here).
                 seconds, loop_seconds, fixed_seconds, memcpy_seconds, floor_seconds, _ = alternating_medians(
-                    [lambda: kernels.multiply(operand, b, out), lambda: kernels.copy(source, target, threads),
-                     lambda: kernels.multiply(fixed, b, out), lambda: memcpy_in_threads(source, target, pools[threads], threads),
-                     lambda: read_b_rows(operand, b, sink, claimed), lambda: kernels.copy(source, target, threads)], args.repeat
+                    [
+                        lambda: kernels.multiply(operand, b, out),
+                        lambda: kernels.copy(source, target, threads),
+                        lambda: kernels.multiply(fixed, b, out),
+                        lambda: memcpy_in_threads(source, target, pools[threads], threads),
+                        lambda: read_b_rows(operand, b, sink, claimed),
+                        lambda: kernels.copy(source, target, threads),
+                    ],
+                    args.repeat,
                 )
                 # Warm: the product repeated back to back, A, B and C left in the caches by the run before
                 # (an iterative solver's multiplies on a problem that fits in L3).
                 warm_seconds = median_seconds(lambda: kernels.multiply(operand, b, out), args.repeat)
                 np.testing.assert_allclose(out, matrix @ b, rtol=1e-12, atol=1e-12)
-                # The B reads must have read every nonzero's B row once: their sums add up to B's row sums, each times the count of its column.
+                # The B reads must have read every nonzero's B row once: their sums add up to B's row sums, each
+                # times the count of its column.
                 sink[:] = 0
                 read_b_rows(operand, b, sink, claimed)
                 expected = float(b.sum(axis=1) @ np.bincount(operand.indices, minlength=n_cols))
                 np.testing.assert_allclose(sink.sum(), expected, rtol=1e-9, atol=1e-6 * max(1.0, abs(expected)))
-                achieved, loop_bandwidth, memcpy_bandwidth = moved / seconds, 2 * source.nbytes / loop_seconds, 2 * source.nbytes / memcpy_seconds
+                achieved, loop_bandwidth, memcpy_bandwidth = (
+                    moved / seconds,
+                    2 * source.nbytes / loop_seconds,
+                    2 * source.nbytes / memcpy_seconds,
+                )
                 copy_bandwidth = max(loop_bandwidth, memcpy_bandwidth)
                 streamed = kernels.streams(out)  # the library's own rule (out is aligned)
-                entry = {"matrix": short_name(spec), "order": order, "k": k, "threads": threads, "prefetch": operand.prefetch, "streamed": streamed,
-                         "seconds": seconds, "bytes": moved,
-                         "achieved_bytes_per_second": achieved, "copy_bytes_per_second": copy_bandwidth,
-                         "memcpy_bytes_per_second": memcpy_bandwidth, "loop_copy_bytes_per_second": loop_bandwidth,
-                         "fraction_of_copy": achieved / copy_bandwidth, "fraction_of_loop_copy": achieved / loop_bandwidth,
-                         "scipy_seconds": scipy_seconds, "fixed_halves_seconds": fixed_seconds,
-                         "b_reads_seconds": floor_seconds, "ceiling_fraction_of_copy": moved / floor_seconds / copy_bandwidth,
-                         "warm_seconds": warm_seconds, "warm_fraction_of_copy": moved / warm_seconds / copy_bandwidth}
+                entry = {
+                    "matrix": short_name(spec),
+                    "order": order,
+                    "k": k,
+                    "threads": threads,
+                    "prefetch": operand.prefetch,
+                    "streamed": streamed,
+                    "seconds": seconds,
+                    "bytes": moved,
+                    "achieved_bytes_per_second": achieved,
+                    "copy_bytes_per_second": copy_bandwidth,
+                    "memcpy_bytes_per_second": memcpy_bandwidth,
+                    "loop_copy_bytes_per_second": loop_bandwidth,
+                    "fraction_of_copy": achieved / copy_bandwidth,
+                    "fraction_of_loop_copy": achieved / loop_bandwidth,
+                    "scipy_seconds": scipy_seconds,
+                    "fixed_halves_seconds": fixed_seconds,
+                    "b_reads_seconds": floor_seconds,
+                    "ceiling_fraction_of_copy": moved / floor_seconds / copy_bandwidth,
+                    "warm_seconds": warm_seconds,
+                    "warm_fraction_of_copy": moved / warm_seconds / copy_bandwidth,
+                }
                 results.append(entry)
-                rows.append([short_name(spec), order, k, threads, "yes" if operand.prefetch else "no", "yes" if streamed else "no", f"{seconds * 1e3:.3f}", f"{achieved / 1e9:.1f}",
-                             f"{memcpy_bandwidth / 1e9:.1f}", f"{loop_bandwidth / 1e9:.1f}", f"{100 * entry['fraction_of_copy']:.0f}%",
-                             f"{100 * entry['fraction_of_loop_copy']:.0f}%",
-                             f"{floor_seconds * 1e3:.3f}", f"{100 * entry['ceiling_fraction_of_copy']:.0f}%",
-                             f"{warm_seconds * 1e3:.3f}", f"{100 * entry['warm_fraction_of_copy']:.0f}%",
-                             f"{seconds / fixed_seconds:.2f}", f"{scipy_seconds * 1e3:.3f}", f"{scipy_seconds / seconds:.1f}x"])
-    print(format_table(["matrix", "order", "k", "threads", "prefetch", "streamed C", "kernel ms", "GB/s", "memcpy GB/s", "loop copy GB/s", "of copy", "of loop",
-                        "B reads ms", "ceiling", "warm ms", "warm of copy", "vs fixed halves", "SciPy ms (1 thread)", "vs SciPy"], rows))
+                rows.append(
+                    [
+                        short_name(spec),
+                        order,
+                        k,
+                        threads,
+                        "yes" if operand.prefetch else "no",
+                        "yes" if streamed else "no",
+                        f"{seconds * 1e3:.3f}",
+                        f"{achieved / 1e9:.1f}",
+                        f"{memcpy_bandwidth / 1e9:.1f}",
+                        f"{loop_bandwidth / 1e9:.1f}",
+                        f"{100 * entry['fraction_of_copy']:.0f}%",
+                        f"{100 * entry['fraction_of_loop_copy']:.0f}%",
+                        f"{floor_seconds * 1e3:.3f}",
+                        f"{100 * entry['ceiling_fraction_of_copy']:.0f}%",
+                        f"{warm_seconds * 1e3:.3f}",
+                        f"{100 * entry['warm_fraction_of_copy']:.0f}%",
+                        f"{seconds / fixed_seconds:.2f}",
+                        f"{scipy_seconds * 1e3:.3f}",
+                        f"{scipy_seconds / seconds:.1f}x",
+                    ]
+                )
+    print(
+        format_table(
+            [
+                "matrix",
+                "order",
+                "k",
+                "threads",
+                "prefetch",
+                "streamed C",
+                "kernel ms",
+                "GB/s",
+                "memcpy GB/s",
+                "loop copy GB/s",
+                "of copy",
+                "of loop",
+                "B reads ms",
+                "ceiling",
+                "warm ms",
+                "warm of copy",
+                "vs fixed halves",
+                "SciPy ms (1 thread)",
+                "vs SciPy",
+            ],
+            rows,
+        )
+    )
     summary = []
     for key in dict.fromkeys((e["order"], e["k"], e["threads"]) for e in results):
         group = [e for e in results if (e["order"], e["k"], e["threads"]) == key]
-        summary.append([*key, len(group), f"{100 * geometric_mean([e['fraction_of_copy'] for e in group]):.1f}%",
-                        f"{sum(e['fraction_of_copy'] >= 0.6 for e in group)} of {len(group)}",
-                        f"{100 * geometric_mean([e['fraction_of_loop_copy'] for e in group]):.1f}%",
-                        f"{100 * geometric_mean([e['ceiling_fraction_of_copy'] for e in group]):.1f}%",
-                        f"{100 * geometric_mean([e['warm_fraction_of_copy'] for e in group]):.1f}%",
-                        f"{sum(e['warm_fraction_of_copy'] >= 0.6 for e in group)} of {len(group)}",
-                        f"{geometric_mean([e['seconds'] / e['fixed_halves_seconds'] for e in group]):.3f}"])
+        summary.append(
+            [
+                *key,
+                len(group),
+                f"{100 * geometric_mean([e['fraction_of_copy'] for e in group]):.1f}%",
+                f"{sum(e['fraction_of_copy'] >= 0.6 for e in group)} of {len(group)}",
+                f"{100 * geometric_mean([e['fraction_of_loop_copy'] for e in group]):.1f}%",
+                f"{100 * geometric_mean([e['ceiling_fraction_of_copy'] for e in group]):.1f}%",
+                f"{100 * geometric_mean([e['warm_fraction_of_copy'] for e in group]):.1f}%",
+                f"{sum(e['warm_fraction_of_copy'] >= 0.6 for e in group)} of {len(group)}",
+                f"{geometric_mean([e['seconds'] / e['fixed_halves_seconds'] for e in group]):.3f}",
+            ]
+        )
     print()
-    print(format_table(["order", "k", "threads", "matrices", "of copy (geometric mean)", "at >= 60% of copy", "of loop (geometric mean)",
-                        "ceiling (geometric mean)", "warm of copy (geometric mean)", "warm at >= 60%", "vs fixed halves (geometric mean)"], summary))
+    print(
+        format_table(
+            [
+                "order",
+                "k",
+                "threads",
+                "matrices",
+                "of copy (geometric mean)",
+                "at >= 60% of copy",
+                "of loop (geometric mean)",
+                "ceiling (geometric mean)",
+                "warm of copy (geometric mean)",
+                "warm at >= 60%",
+                "vs fixed halves (geometric mean)",
+            ],
+            summary,
+        )
+    )
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "kernel_bandwidth.json").write_text(json.dumps({"results": results}, indent=1))

@@ -70,8 +70,12 @@ def main() -> None:
         for dtype in dtypes:
             a = sp.csr_matrix(matrix, dtype=dtype)
             operand = kernels.CsrOperand.from_matrix(a, dtype, args.threads)
-            a_torch = torch.sparse_csr_tensor(torch.from_numpy(a.indptr.astype(np.int64)), torch.from_numpy(a.indices.astype(np.int64)),
-                                              torch.from_numpy(a.data), size=a.shape)
+            a_torch = torch.sparse_csr_tensor(
+                torch.from_numpy(a.indptr.astype(np.int64)),
+                torch.from_numpy(a.indices.astype(np.int64)),
+                torch.from_numpy(a.data),
+                size=a.shape,
+            )
             for k in ks:
                 print(f"{short_name(spec)} {dtype.name} k={k}", file=sys.stderr, flush=True)
                 b = empty_aligned((a.shape[1], k), dtype)
@@ -85,21 +89,47 @@ def main() -> None:
                 theirs = median_seconds(lambda: torch.sparse.mm(a_torch, b_torch), args.repeat)
                 reference = a.astype(np.float64) @ b.astype(np.float64)
                 tolerance = 1e-9 if dtype == np.float64 else 1e-3
-                agree = all(np.allclose(c, reference, rtol=tolerance, atol=tolerance * max(1.0, float(np.abs(reference).max(initial=0))))
-                            for c in (out, out_mkl, torch.sparse.mm(a_torch, b_torch).numpy()))
+                agree = all(
+                    np.allclose(c, reference, rtol=tolerance, atol=tolerance * max(1.0, float(np.abs(reference).max(initial=0))))
+                    for c in (out, out_mkl, torch.sparse.mm(a_torch, b_torch).numpy())
+                )
                 ratios.setdefault((dtype.name, k), []).append((ours / mkl, ours / theirs))
-                results.append({"matrix": short_name(spec), "dtype": dtype.name, "k": k, "ours_seconds": ours, "mkl_seconds": mkl,
-                                "torch_seconds": theirs, "agree": agree})
-                rows.append([short_name(spec), dtype.name, k, f"{ours * 1e3:.3f}", f"{mkl * 1e3:.3f}", f"{theirs * 1e3:.3f}",
-                             f"{ours / mkl:.2f}", f"{ours / theirs:.2f}", "yes" if agree else "NO"])
+                results.append(
+                    {
+                        "matrix": short_name(spec),
+                        "dtype": dtype.name,
+                        "k": k,
+                        "ours_seconds": ours,
+                        "mkl_seconds": mkl,
+                        "torch_seconds": theirs,
+                        "agree": agree,
+                    }
+                )
+                rows.append(
+                    [
+                        short_name(spec),
+                        dtype.name,
+                        k,
+                        f"{ours * 1e3:.3f}",
+                        f"{mkl * 1e3:.3f}",
+                        f"{theirs * 1e3:.3f}",
+                        f"{ours / mkl:.2f}",
+                        f"{ours / theirs:.2f}",
+                        "yes" if agree else "NO",
+                    ]
+                )
     print(format_table(["matrix", "dtype", "k", "ours ms", "MKL ms", "torch ms", "ours/MKL", "ours/torch", "same C"], rows))
-    summary = [[dtype, k, f"{geometric_mean(r[0] for r in values):.3f}", f"{geometric_mean(r[1] for r in values):.3f}", len(values)]
-               for (dtype, k), values in sorted(ratios.items())]
+    summary = [
+        [dtype, k, f"{geometric_mean(r[0] for r in values):.3f}", f"{geometric_mean(r[1] for r in values):.3f}", len(values)]
+        for (dtype, k), values in sorted(ratios.items())
+    ]
     print()
     print(format_table(["dtype", "k", "ours/MKL (geometric mean)", "ours/torch", "matrices"], summary))
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "kernel_vs_mkl.json").write_text(json.dumps({"threads": args.threads, "results": results, "summary": summary}, indent=1))
+    (out_dir / "kernel_vs_mkl.json").write_text(
+        json.dumps({"threads": args.threads, "results": results, "summary": summary}, indent=1)
+    )
     wrong = [f"{r['matrix']} {r['dtype']} k={r['k']}" for r in results if not r["agree"]]
     if wrong:
         print("C differs from SciPy's (one side computed something else): " + ", ".join(wrong))

@@ -31,7 +31,9 @@ GROUP_SIZE = {8: 4, 32: 8}
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--matrices", nargs="*", default=default_matrices(["delaunay:65536:1"]), help="matrix files or generator specs")
+    parser.add_argument(
+        "--matrices", nargs="*", default=default_matrices(["delaunay:65536:1"]), help="matrix files or generator specs"
+    )
     parser.add_argument("--ranks", default="8,32", help="rank counts (default: 8,32)")
     parser.add_argument("--k", type=int, default=32, help="columns of B (default: 32)")
     args = parser.parse_args()
@@ -42,40 +44,105 @@ def main() -> None:
         for ranks in ranks_list:
             group = GROUP_SIZE.get(ranks, 4)
             print(f"{short_name(spec)}: P = {ranks}, G = {group} ...", file=sys.stderr, flush=True)
-            report = advise(matrix, ranks, topology=Topology.nodes(group), k=args.k,
-                            progress=lambda text: print("  " + text, file=sys.stderr, flush=True))
+            report = advise(
+                matrix,
+                ranks,
+                topology=Topology.nodes(group),
+                k=args.k,
+                progress=lambda text: print("  " + text, file=sys.stderr, flush=True),
+            )
             base = next(r["total_bytes"] for r in report["rows"] if r["partition"] == "even" and r["strategy"] == "column")
             best = min(report["rows"], key=lambda r: r["total_bytes"])
-            entry = {**report, "matrix": short_name(spec), "matrix_shape": report["matrix"], "file": ":" not in spec,
-                     "ranks": ranks, "group_size": group, "baseline_bytes": base}
+            entry = {
+                **report,
+                "matrix": short_name(spec),
+                "matrix_shape": report["matrix"],
+                "file": ":" not in spec,
+                "ranks": ranks,
+                "group_size": group,
+                "baseline_bytes": base,
+            }
             results.append(entry)
             hier = {}
             for strategy in ("column-hier", "joint-hier", "joint-group"):
                 pair = {r["partition"]: r["inter_group_bytes"] for r in report["rows"] if r["strategy"] == strategy}
                 hier[strategy] = (pair["metis-hier"], pair["metis"])
             best_hier = min(hier, key=lambda s: hier[s][0])
-            summary.append([short_name(spec), ranks, f"{best['partition']}+{best['strategy']}", f"{best['total_bytes'] / base:.3f}" if base else "-",
-                            report["recommendation"]["partition"] + "+" + report["recommendation"]["strategy"], best_hier,
-                            f"{hier[best_hier][0]}", f"{hier[best_hier][1]}",
-                            "yes" if hier[best_hier][0] < hier[best_hier][1] else "no"])
+            summary.append(
+                [
+                    short_name(spec),
+                    ranks,
+                    f"{best['partition']}+{best['strategy']}",
+                    f"{best['total_bytes'] / base:.3f}" if base else "-",
+                    report["recommendation"]["partition"] + "+" + report["recommendation"]["strategy"],
+                    best_hier,
+                    f"{hier[best_hier][0]}",
+                    f"{hier[best_hier][1]}",
+                    "yes" if hier[best_hier][0] < hier[best_hier][1] else "no",
+                ]
+            )
             entry["best_bytes_ratio"] = best["total_bytes"] / base if base else None
             entry["metis_hier_vs_metis_inter_group"] = {s: {"metis-hier": a, "metis": b} for s, (a, b) in hier.items()}
-            rows = [[r["partition"], r["strategy"], r["total_bytes"], f"{r['total_bytes'] / base:.3f}" if base else "-",
-                     r["inter_group_bytes"], r["messages"], f"{r['nnz_imbalance']:.3f}", f"{r['bytes_imbalance']:.2f}",
-                     f"{r['predicted_seconds'] * 1e6:.1f}", f"{r['setup_seconds']:.2f}",
-                     "-" if r["break_even_multiplies"] is None else r["break_even_multiplies"]] for r in report["rows"]]
+            rows = [
+                [
+                    r["partition"],
+                    r["strategy"],
+                    r["total_bytes"],
+                    f"{r['total_bytes'] / base:.3f}" if base else "-",
+                    r["inter_group_bytes"],
+                    r["messages"],
+                    f"{r['nnz_imbalance']:.3f}",
+                    f"{r['bytes_imbalance']:.2f}",
+                    f"{r['predicted_seconds'] * 1e6:.1f}",
+                    f"{r['setup_seconds']:.2f}",
+                    "-" if r["break_even_multiplies"] is None else r["break_even_multiplies"],
+                ]
+                for r in report["rows"]
+            ]
             print(f"\n{short_name(spec)}, P = {ranks}, groups of {group}")
-            print(format_table(["partition", "strategy", "bytes", "vs even+column", "inter-group", "messages", "nnz max/mean",
-                                "bytes max/mean", "predicted us", "setup s", "pays off after"], rows))
+            print(
+                format_table(
+                    [
+                        "partition",
+                        "strategy",
+                        "bytes",
+                        "vs even+column",
+                        "inter-group",
+                        "messages",
+                        "nnz max/mean",
+                        "bytes max/mean",
+                        "predicted us",
+                        "setup s",
+                        "pays off after",
+                    ],
+                    rows,
+                )
+            )
     print("\nsummary")
-    print(format_table(["matrix", "P", "fewest bytes", "vs even+column", "recommended (time)", "hier. strategy",
-                        "metis-hier inter-group", "metis inter-group", "metis-hier fewer"], summary))
+    print(
+        format_table(
+            [
+                "matrix",
+                "P",
+                "fewest bytes",
+                "vs even+column",
+                "recommended (time)",
+                "hier. strategy",
+                "metis-hier inter-group",
+                "metis inter-group",
+                "metis-hier fewer",
+            ],
+            summary,
+        )
+    )
     for ranks in ranks_list:
         for label, keep in (("matrix files", lambda e: e["file"]), ("all matrices", lambda e: True)):
             ratios = [e["best_bytes_ratio"] for e in results if e["ranks"] == ranks and e["best_bytes_ratio"] and keep(e)]
             if ratios:
-                print(f"P = {ranks}: geometric mean over the {len(ratios)} {label} of the fewest bytes / even+column = "
-                      f"{float(np.exp(np.mean(np.log(ratios)))):.3f}")
+                print(
+                    f"P = {ranks}: geometric mean over the {len(ratios)} {label} of the fewest bytes / even+column = "
+                    f"{float(np.exp(np.mean(np.log(ratios)))):.3f}"
+                )
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "partition.json").write_text(json.dumps(results, indent=1))

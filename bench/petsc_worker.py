@@ -48,7 +48,9 @@ def main() -> None:
     a = PETSc.Mat().createAIJ(((stop - start, n), (stop - start, n)), csr=(local_indptr, local_indices, values), comm=comm)
     a.assemble()
     for k in ks:
-        b = PETSc.Mat().createDense(((stop - start, n), (PETSc.DECIDE, k)), array=np.asfortranarray(hash_block(start, stop, k)), comm=comm)
+        b = PETSc.Mat().createDense(
+            ((stop - start, n), (PETSc.DECIDE, k)), array=np.asfortranarray(hash_block(start, stop, k)), comm=comm
+        )
         b.assemble()
         c = a.matMult(b)
         a.matMult(b, result=c)
@@ -64,7 +66,9 @@ def main() -> None:
         sums.assemble()
         total = sums.sum()
         if rank == 0:
-            print(json.dumps({"k": k, "ranks": size, "median_seconds": float(np.median(times)), "checksum_sum": total}), flush=True)
+            print(
+                json.dumps({"k": k, "ranks": size, "median_seconds": float(np.median(times)), "checksum_sum": total}), flush=True
+            )
         b.destroy()
         c.destroy()
 

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from common import default_matrices, short_name  # noqa: E402
+
 from sparsewire.report import format_table  # noqa: E402
 from sparsewire.spgemm.compare import reference_product  # noqa: E402
 from sparsewire.spgemm.semirings import get_semiring  # noqa: E402
@@ -66,41 +67,113 @@ def measure(spec: str, ranks: list[int], repeat: int, max_output_nnz: int) -> li
                 times.append(time.perf_counter() - started)
         reference = statistics.median(times)
         base = {"matrix": short_name(spec), "nnz": int(matrix.nnz), "semiring": name}
-        entries.append({**base, "algorithm": "graphblas (1 process)", "ranks": 1, "grid": "-", "median_seconds": reference,
-                        "bytes_moved": 0, "nnz_out": int(product.nnz), "ratio": 1.0})
+        entries.append(
+            {
+                **base,
+                "algorithm": "graphblas (1 process)",
+                "ranks": 1,
+                "grid": "-",
+                "median_seconds": reference,
+                "bytes_moved": 0,
+                "nnz_out": int(product.nnz),
+                "ratio": 1.0,
+            }
+        )
         print(f"{short_name(spec)} {name}: reference {reference:.3f} s, nnz(C) = {product.nnz}", file=sys.stderr, flush=True)
         if product.nnz > max_output_nnz:
             entries[-1]["skipped_distributed"] = f"nnz(C) {product.nnz} > --max-output-nnz {max_output_nnz}"
             continue
         for algorithm in ALGORITHMS:
             for count in ranks:
-                report = run_cli(count, spec, "--semiring", name, "--algorithm", algorithm, "--values", VALUES, "--repeat", str(repeat))
+                report = run_cli(
+                    count, spec, "--semiring", name, "--algorithm", algorithm, "--values", VALUES, "--repeat", str(repeat)
+                )
                 assert report["nnz_out"] == product.nnz, (spec, name, algorithm, count)
                 assert report["bytes_moved"] == report["predicted_bytes"]
-                entries.append({**base, **{key: report[key] for key in (
-                    "algorithm", "ranks", "grid", "median_seconds", "bytes_moved", "nnz_out", "peak_held_entries", "peak_rss_bytes",
-                    "checksum_sum")}, "ratio": reference / report["median_seconds"]})
+                entries.append(
+                    {
+                        **base,
+                        **{
+                            key: report[key]
+                            for key in (
+                                "algorithm",
+                                "ranks",
+                                "grid",
+                                "median_seconds",
+                                "bytes_moved",
+                                "nnz_out",
+                                "peak_held_entries",
+                                "peak_rss_bytes",
+                                "checksum_sum",
+                            )
+                        },
+                        "ratio": reference / report["median_seconds"],
+                    }
+                )
                 print(f"  {report['algorithm']} P={count}: {report['median_seconds']:.3f} s", file=sys.stderr, flush=True)
         if name == "plus_times" and 4 in ranks:
             for phases in (1, 4):
-                report = run_cli(4, spec, "--semiring", name, "--algorithm", "summa", "--phases", str(phases), "--values", VALUES,
-                                 "--repeat", "1")
-                entries.append({**base, "algorithm": f"summa phases={phases}", "ranks": 4, "grid": report["grid"],
-                                **{key: report[key] for key in ("median_seconds", "bytes_moved", "nnz_out", "peak_held_entries",
-                                                                "peak_rss_bytes")}, "ratio": reference / report["median_seconds"]})
+                report = run_cli(
+                    4,
+                    spec,
+                    "--semiring",
+                    name,
+                    "--algorithm",
+                    "summa",
+                    "--phases",
+                    str(phases),
+                    "--values",
+                    VALUES,
+                    "--repeat",
+                    "1",
+                )
+                entries.append(
+                    {
+                        **base,
+                        "algorithm": f"summa phases={phases}",
+                        "ranks": 4,
+                        "grid": report["grid"],
+                        **{
+                            key: report[key]
+                            for key in ("median_seconds", "bytes_moved", "nnz_out", "peak_held_entries", "peak_rss_bytes")
+                        },
+                        "ratio": reference / report["median_seconds"],
+                    }
+                )
     return entries
 
 
 def print_table(entries: list[dict]) -> None:
-    headers = ["matrix", "semiring", "algorithm", "P", "grid", "median s", "x graphblas", "MB moved", "nnz(C)",
-               "peak held entries", "peak RSS MB"]
+    headers = [
+        "matrix",
+        "semiring",
+        "algorithm",
+        "P",
+        "grid",
+        "median s",
+        "x graphblas",
+        "MB moved",
+        "nnz(C)",
+        "peak held entries",
+        "peak RSS MB",
+    ]
     rows = []
     for e in entries:
-        rows.append([
-            e["matrix"], e["semiring"], e["algorithm"], e["ranks"], e["grid"], f"{e['median_seconds']:.3f}",
-            f"{e['ratio']:.2f}", f"{e['bytes_moved'] / 1e6:.2f}", e["nnz_out"],
-            e.get("peak_held_entries", "-"), f"{e['peak_rss_bytes'] / 1e6:.0f}" if "peak_rss_bytes" in e else "-",
-        ])
+        rows.append(
+            [
+                e["matrix"],
+                e["semiring"],
+                e["algorithm"],
+                e["ranks"],
+                e["grid"],
+                f"{e['median_seconds']:.3f}",
+                f"{e['ratio']:.2f}",
+                f"{e['bytes_moved'] / 1e6:.2f}",
+                e["nnz_out"],
+                e.get("peak_held_entries", "-"),
+                f"{e['peak_rss_bytes'] / 1e6:.0f}" if "peak_rss_bytes" in e else "-",
+            ]
+        )
         if "skipped_distributed" in e:
             rows.append([e["matrix"], e["semiring"], "(distributed runs skipped: " + e["skipped_distributed"] + ")"] + [""] * 8)
     print(format_table(headers, rows))

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from common import default_matrices, short_name  # noqa: E402
+
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition  # noqa: E402
 from sparsewire.plan import strategy_stats  # noqa: E402
@@ -58,8 +59,24 @@ def timing_run(spec: str, ranks: int, repeat: int, k: int) -> dict:
     python = sys.executable
     mpiexec = Path(python).parent / "mpiexec"
     command = [
-        str(mpiexec) if mpiexec.exists() else "mpiexec", "-n", str(ranks), python, "-m", "sparsewire", "spmm", spec,
-        "--strategy", "all", "--mode", "all", "--check", "--json", "--repeat", str(repeat), "--k", str(k),
+        str(mpiexec) if mpiexec.exists() else "mpiexec",
+        "-n",
+        str(ranks),
+        python,
+        "-m",
+        "sparsewire",
+        "spmm",
+        spec,
+        "--strategy",
+        "all",
+        "--mode",
+        "all",
+        "--check",
+        "--json",
+        "--repeat",
+        str(repeat),
+        "--k",
+        str(k),
     ]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
     completed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
@@ -110,14 +127,22 @@ def main() -> None:
             for run in report["runs"]:
                 table.append(
                     [
-                        report["matrix"], run["strategy"], run["mode"], f"{run['planned_bytes'] / 1e6:.2f}",
+                        report["matrix"],
+                        run["strategy"],
+                        run["mode"],
+                        f"{run['planned_bytes'] / 1e6:.2f}",
                         "yes" if run["measured_bytes"] == run["planned_bytes"] else "NO",
-                        f"{run['median_seconds'] * 1e3:.2f}", f"{baseline / run['median_seconds']:.2f}x",
+                        f"{run['median_seconds'] * 1e3:.2f}",
+                        f"{baseline / run['median_seconds']:.2f}x",
                         f"{run['max_abs_error']:.1e}",
                     ]
                 )
         print(f"\nMeasured time per multiply, P = {args.time_ranks}, k = {args.k}, float64 (baseline: block, bulk)")
-        print(format_table(["matrix", "strategy", "mode", "MB/multiply", "measured=planned", "median ms", "speedup", "max abs error"], table))
+        print(
+            format_table(
+                ["matrix", "strategy", "mode", "MB/multiply", "measured=planned", "median ms", "speedup", "max abs error"], table
+            )
+        )
 
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -55,7 +55,11 @@ PEER_BINARY = ROOT / "bench" / "peers" / "build" / "combblas_spgemm"
 
 def default_matrices() -> list[str]:
     delaunay = ROOT.parent / "shared" / "data" / "delaunay_n16.mtx.gz"
-    return ["stencil2d:512"] + ([str(delaunay)] if delaunay.exists() else ["delaunay:65536"]) + ["rmat:14:8", "rmat:15:8", "rmat:16:8"]
+    return (
+        ["stencil2d:512"]
+        + ([str(delaunay)] if delaunay.exists() else ["delaunay:65536"])
+        + ["rmat:14:8", "rmat:15:8", "rmat:16:8"]
+    )
 
 
 def build_peer() -> Path:
@@ -65,8 +69,19 @@ def build_peer() -> Path:
     if shutil.which("mpicxx") is None or not Path("/usr/include/CombBLAS/CombBLAS.h").exists():
         sys.exit("bench/vs_combblas.py needs Debian's libcombblas-dev and libopenmpi-dev (mpicxx); see bench/README.md")
     PEER_BINARY.parent.mkdir(parents=True, exist_ok=True)
-    command = ["mpicxx", "-O3", "-std=c++14", "-fopenmp", "-DTHREADED", "-o", str(PEER_BINARY), str(PEER_SOURCE),
-               "-lCombBLAS", "-lGraphGenlib", "-lUsortlib"]
+    command = [
+        "mpicxx",
+        "-O3",
+        "-std=c++14",
+        "-fopenmp",
+        "-DTHREADED",
+        "-o",
+        str(PEER_BINARY),
+        str(PEER_SOURCE),
+        "-lCombBLAS",
+        "-lGraphGenlib",
+        "-lUsortlib",
+    ]
     print("building " + " ".join(command), file=sys.stderr, flush=True)
     subprocess.run(command, check=True)
     return PEER_BINARY
@@ -90,8 +105,25 @@ def run_combblas(binary: Path, path: str, semiring: str, ranks: int, repeat: int
 def run_ours(spec: str, semiring: str, algorithm: str, ranks: int, repeat: int, source: str | None = None) -> dict:
     """``sparsewire spgemm --json`` under mpiexec; ``source``: a baseline's ``src`` for PYTHONPATH."""
     mpiexec = Path(sys.executable).parent / "mpiexec"
-    command = [str(mpiexec), "-n", str(ranks), sys.executable, "-m", "sparsewire", "spgemm", spec, "--json", "--values", VALUES,
-               "--semiring", semiring, "--algorithm", algorithm, "--repeat", str(repeat)]
+    command = [
+        str(mpiexec),
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "sparsewire",
+        "spgemm",
+        spec,
+        "--json",
+        "--values",
+        VALUES,
+        "--semiring",
+        semiring,
+        "--algorithm",
+        algorithm,
+        "--repeat",
+        str(repeat),
+    ]
     environment = dict(os.environ) | ({"PYTHONPATH": source} if source else {})
     completed = subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=ROOT, env=environment)
     if completed.returncode != 0:
@@ -105,8 +137,12 @@ def main() -> int:
     parser.add_argument("--ranks", nargs="+", type=int, default=[1, 4], help="square numbers of ranks (default: 1 4)")
     parser.add_argument("--repeat", type=int, default=5, help="timed multiplies per run (default: 5)")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "vs_combblas.json"))
-    parser.add_argument("--baseline", metavar="GIT_REF", help="also run our commands with the package of this git commit, same run")
-    parser.add_argument("--rounds", type=int, default=2, help="with --baseline: alternations of current and baseline (default: 2)")
+    parser.add_argument(
+        "--baseline", metavar="GIT_REF", help="also run our commands with the package of this git commit, same run"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="with --baseline: alternations of current and baseline (default: 2)"
+    )
     args = parser.parse_args()
     baseline = extract_baseline(args.baseline) if args.baseline else None
     against_baseline: dict[int, list[float]] = {}
@@ -125,8 +161,15 @@ def main() -> int:
             for semiring in SEMIRINGS:
                 for ranks in args.ranks:
                     peer = run_combblas(binary, path, semiring, ranks, args.repeat)
-                    entry = {"matrix": name, "n": matrix.shape[0], "nnz": int(matrix.nnz), "semiring": semiring, "ranks": ranks,
-                             "threads_per_rank": threads_per_rank(ranks), "combblas": peer}
+                    entry = {
+                        "matrix": name,
+                        "n": matrix.shape[0],
+                        "nnz": int(matrix.nnz),
+                        "semiring": semiring,
+                        "ranks": ranks,
+                        "threads_per_rank": threads_per_rank(ranks),
+                        "combblas": peer,
+                    }
                     line = [name, semiring, ranks, peer["nnz"], f"{peer['median_seconds']:.4f}"]
                     for algorithm in OURS:
                         ours = run_ours(spec, semiring, algorithm, ranks, args.repeat)
@@ -138,8 +181,10 @@ def main() -> int:
                         ratio = ours["median_seconds"] / peer["median_seconds"]
                         entry[algorithm] = {**ours, "ratio_to_combblas": ratio}
                         if ours["nnz_out"] != peer["nnz"] or ours["checksum_sum"] != peer["checksum"]:
-                            mismatches.append(f"{name} {semiring} P={ranks} {algorithm}: nnz {ours['nnz_out']} vs {peer['nnz']}, "
-                                              f"checksum {ours['checksum_sum']} vs {peer['checksum']}")
+                            mismatches.append(
+                                f"{name} {semiring} P={ranks} {algorithm}: nnz {ours['nnz_out']} vs {peer['nnz']}, "
+                                f"checksum {ours['checksum_sum']} vs {peer['checksum']}"
+                            )
                         line.append(f"{ours['median_seconds']:.4f} ({ratio:.2f}x)")
                         if before is not None:
                             line.append(f"{ours['median_seconds'] / before['median_seconds']:.2f}")
@@ -159,22 +204,41 @@ def main() -> int:
     for (ranks, semiring), values in sorted(ratios.items()):
         mean = geometric_mean(values)
         summary[f"P={ranks} {semiring}"] = {"geometric_mean": mean, "worst": max(values)}
-        print(f"P = {ranks} {semiring}: auto / CombBLAS geometric mean {mean:.2f}x, worst {max(values):.2f}x"
-              + (" (oversubscribed: more ranks x threads than cores)" if ranks * threads_per_rank(ranks) > len(os.sched_getaffinity(0)) else ""))
+        print(
+            f"P = {ranks} {semiring}: auto / CombBLAS geometric mean {mean:.2f}x, worst {max(values):.2f}x"
+            + (
+                " (oversubscribed: more ranks x threads than cores)"
+                if ranks * threads_per_rank(ranks) > len(os.sched_getaffinity(0))
+                else ""
+            )
+        )
     every = [v for values in ratios.values() for v in values]
     for ranks in args.ranks:
         mine = [v for (r, _), values in ratios.items() if r == ranks for v in values]
         print(f"P = {ranks}, both semirings: geometric mean {geometric_mean(mine):.2f}x, worst {max(mine):.2f}x")
     for ranks, values in sorted(against_baseline.items()):
-        print(f"P = {ranks}: current / {args.baseline} geometric mean {geometric_mean(values):.3f}x over {len(values)} runs "
-              f"(min {min(values):.2f}, max {max(values):.2f})")
+        print(
+            f"P = {ranks}: current / {args.baseline} geometric mean {geometric_mean(values):.3f}x over {len(values)} runs "
+            f"(min {min(values):.2f}, max {max(values):.2f})"
+        )
     if mismatches:
         print("MISMATCHES (nnz or checksum differ from CombBLAS):\n  " + "\n  ".join(mismatches))
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     summary_baseline = {f"P={r}": geometric_mean(v) for r, v in against_baseline.items()}
-    output.write_text(json.dumps({"entries": entries, "summary": summary, "baseline": args.baseline, "current_over_baseline": summary_baseline,
-                                  "mismatches": mismatches, "all_ratios": every}, indent=1))
+    output.write_text(
+        json.dumps(
+            {
+                "entries": entries,
+                "summary": summary,
+                "baseline": args.baseline,
+                "current_over_baseline": summary_baseline,
+                "mismatches": mismatches,
+                "all_ratios": every,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {output}", file=sys.stderr)
     return 1 if mismatches else 0
 
@@ -191,7 +255,9 @@ def _alternate(spec, semiring, algorithm, ranks, args, baseline, first, mismatch
             current = again if again["median_seconds"] < current["median_seconds"] else current
     for field in ("nnz_out", "checksum_sum", "bytes_moved"):
         if before[field] != current[field]:
-            mismatches.append(f"{name} {semiring} P={ranks} {algorithm}: {field} {current[field]} now, {before[field]} at {args.baseline}")
+            mismatches.append(
+                f"{name} {semiring} P={ranks} {algorithm}: {field} {current[field]} now, {before[field]} at {args.baseline}"
+            )
     return current, before
 
 

@@ -40,8 +40,17 @@ CONFIGURATIONS = [("P=1", 1, 1, 1), ("P=2", 2, 1, 2), ("P=4 (oversubscribed)", 4
 
 def run_petsc(directory: str, ranks: int, ks: list[int], repeat: int) -> dict[int, dict]:
     environment = {**os.environ, "PETSC_DIR": os.environ.get("PETSC_DIR", PETSC_DIR), "OMPI_MCA_rmaps_base_oversubscribe": "1"}
-    command = ["mpirun", "--allow-run-as-root", "-n", str(ranks), "/usr/bin/python3", str(ROOT / "bench" / "petsc_worker.py"),
-               directory, ",".join(map(str, ks)), str(repeat)]
+    command = [
+        "mpirun",
+        "--allow-run-as-root",
+        "-n",
+        str(ranks),
+        "/usr/bin/python3",
+        str(ROOT / "bench" / "petsc_worker.py"),
+        directory,
+        ",".join(map(str, ks)),
+        str(repeat),
+    ]
     completed = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=1800)
     if completed.returncode != 0:
         raise RuntimeError(f"PETSc worker failed: {completed.stderr[-2000:]}")
@@ -50,7 +59,21 @@ def run_petsc(directory: str, ranks: int, ks: list[int], repeat: int) -> dict[in
 
 def run_ours(matrix: str, ranks: int, threads: int | None, k: int, repeat: int) -> dict:
     mpiexec = str(Path(sys.executable).parent / "mpiexec")
-    command = [mpiexec, "-n", str(ranks), sys.executable, "-m", "sparsewire", "spmm", matrix, "--json", "--k", str(k), "--repeat", str(repeat)]
+    command = [
+        mpiexec,
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "sparsewire",
+        "spmm",
+        matrix,
+        "--json",
+        "--k",
+        str(k),
+        "--repeat",
+        str(repeat),
+    ]
     if threads is not None:
         command += ["--threads", str(threads)]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=1800)
@@ -90,15 +113,39 @@ def main() -> None:
                     ratio = ours["median_seconds"] / petsc["median_seconds"]
                     same = math.isclose(ours["checksum_sum"], petsc["checksum_sum"], rel_tol=1e-9, abs_tol=1e-6)
                     entry = {
-                        "matrix": name, "configuration": label, "ranks": ranks, "threads": ours["threads"], "petsc_ranks": petsc_ranks,
-                        "k": k, "ours_seconds": ours["median_seconds"], "petsc_seconds": petsc["median_seconds"], "ratio": ratio,
-                        "strategy": ours["strategy"], "mode": ours["mode"], "checksums_agree": same,
-                        "ours_checksum": ours["checksum_sum"], "petsc_checksum": petsc["checksum_sum"],
+                        "matrix": name,
+                        "configuration": label,
+                        "ranks": ranks,
+                        "threads": ours["threads"],
+                        "petsc_ranks": petsc_ranks,
+                        "k": k,
+                        "ours_seconds": ours["median_seconds"],
+                        "petsc_seconds": petsc["median_seconds"],
+                        "ratio": ratio,
+                        "strategy": ours["strategy"],
+                        "mode": ours["mode"],
+                        "checksums_agree": same,
+                        "ours_checksum": ours["checksum_sum"],
+                        "petsc_checksum": petsc["checksum_sum"],
                     }
                     results.append(entry)
-                    rows.append([name, label, k, f"{ours['strategy']}/{ours['mode']}", f"{petsc['median_seconds'] * 1e3:.3f}",
-                                 f"{ours['median_seconds'] * 1e3:.3f}", f"{ratio:.2f}", "yes" if same else "NO"])
-    print(format_table(["matrix", "configuration", "k", "ours (strategy/mode)", "PETSc ms", "ours ms", "ours/PETSc", "checksums agree"], rows))
+                    rows.append(
+                        [
+                            name,
+                            label,
+                            k,
+                            f"{ours['strategy']}/{ours['mode']}",
+                            f"{petsc['median_seconds'] * 1e3:.3f}",
+                            f"{ours['median_seconds'] * 1e3:.3f}",
+                            f"{ratio:.2f}",
+                            "yes" if same else "NO",
+                        ]
+                    )
+    print(
+        format_table(
+            ["matrix", "configuration", "k", "ours (strategy/mode)", "PETSc ms", "ours ms", "ours/PETSc", "checksums agree"], rows
+        )
+    )
     print()
     summary = []
     for label, *_ in CONFIGURATIONS:

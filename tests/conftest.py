@@ -56,7 +56,9 @@ def _current_test(request):
 def _require_mpi_marker() -> None:
     node = _CURRENT[0]
     if node is not None and node.get_closest_marker("mpi") is None:
-        raise AssertionError(f"{node.nodeid} starts mpiexec but is not marked mpi; add @pytest.mark.mpi so that -m 'not mpi' skips it")
+        raise AssertionError(
+            f"{node.nodeid} starts mpiexec but is not marked mpi; add @pytest.mark.mpi so that -m 'not mpi' skips it"
+        )
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -134,8 +136,22 @@ def assert_gcn_trains_alike(ranks: int, option: str, values: tuple[str, str], ex
 
     histories = {}
     for value in values:
-        completed = run_mpi(ranks, ["-m", "sparsewire", "gcn", str(SHARED_DATA / "gnn" / "cora.npz"), "--epochs", "30", *extra,
-                                    f"--{option}", value, "--json"], timeout=400)
+        completed = run_mpi(
+            ranks,
+            [
+                "-m",
+                "sparsewire",
+                "gcn",
+                str(SHARED_DATA / "gnn" / "cora.npz"),
+                "--epochs",
+                "30",
+                *extra,
+                f"--{option}",
+                value,
+                "--json",
+            ],
+            timeout=400,
+        )
         assert completed.returncode == 0, completed.stderr[-3000:]
         report = json.loads(completed.stdout.strip().splitlines()[-1])
         assert report[option] == value
@@ -144,4 +160,3 @@ def assert_gcn_trains_alike(ranks: int, option: str, values: tuple[str, str], ex
     assert len(second) == 30
     assert max(abs(a - b) for a, b in zip(first, second)) <= 1e-6
     assert [entry["bytes"] for entry in histories[values[0]]] == [entry["bytes"] for entry in histories[values[1]]]
-

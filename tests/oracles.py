@@ -94,8 +94,7 @@ def inter_group_formulas(matrix, row_partition, col_partition, groups: np.ndarra
     rows, cols, q, h, g = coo.row[off].astype(np.int64), coo.col[off].astype(np.int64), q[off], h[off], g[off]
     union_cols = np.unique(np.stack([q, h, cols]), axis=1).shape[1] if rows.size else 0
     matching = sum(
-        _matching(rows[(h == dst) & (g == src)], cols[(h == dst) & (g == src)])
-        for dst, src in set(zip(h.tolist(), g.tolist()))
+        _matching(rows[(h == dst) & (g == src)], cols[(h == dst) & (g == src)]) for dst, src in set(zip(h.tolist(), g.tolist()))
     )
     unit = k * element_bytes
     return {"column-hier": unit * union_cols, "joint-group": unit * matching}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from oracles import formula_volumes, random_integer_matrix
 
+from oracles import formula_volumes, random_integer_matrix
 from sparsewire.advisor import advise
 from sparsewire.errors import InputError
 from sparsewire.generators import from_spec

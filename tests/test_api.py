@@ -45,7 +45,9 @@ def test_loading_on_another_number_of_ranks_is_a_one_line_error(tmp_path):
     assert run_mpi(2, ["-c", script, "save", path], timeout=120).returncode == 0
     completed = run_mpi(3, ["-c", script, "load", path], timeout=120)
     # Every rank prints its error (lines of several ranks may interleave).
-    assert completed.stdout.count("holds a plan for P = 2 ranks, not 3; load it on 2 ranks or plan again") == 3, completed.stdout + completed.stderr
+    assert completed.stdout.count("holds a plan for P = 2 ranks, not 3; load it on 2 ranks or plan again") == 3, (
+        completed.stdout + completed.stderr
+    )
 
 
 def test_wrong_b_shape_on_one_rank_aborts_the_job_quickly():
@@ -90,7 +92,9 @@ if comm.Get_rank() == 0:
 """
 
 
-@pytest.mark.parametrize("ranks, matrix, topology", [(3, "rmat:9:6:2", "flat"), (4, "delaunay:600:1", "nodes:2"), (4, "stencil2d:24", "cola-a800")])
+@pytest.mark.parametrize(
+    "ranks, matrix, topology", [(3, "rmat:9:6:2", "flat"), (4, "delaunay:600:1", "nodes:2"), (4, "stencil2d:24", "cola-a800")]
+)
 def test_auto_picks_the_least_predicted_time_of_every_candidate(ranks, matrix, topology):
     import json
 
@@ -117,11 +121,15 @@ def test_every_public_function_and_method_says_whether_it_is_collective():
     for name in sparsewire.__all__:
         obj = getattr(sparsewire, name)
         assert inspect.getdoc(obj), name
-        members = [(name, obj)] if not inspect.isclass(obj) else [
-            (f"{name}.{member}", getattr(value, "__func__", value))
-            for member, value in vars(obj).items()
-            if not member.startswith("_") and (inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod)))
-        ]
+        members = (
+            [(name, obj)]
+            if not inspect.isclass(obj)
+            else [
+                (f"{name}.{member}", getattr(value, "__func__", value))
+                for member, value in vars(obj).items()
+                if not member.startswith("_") and (inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod)))
+            ]
+        )
         for label, function in members:
             if not inspect.isclass(function) and "ollective" not in (inspect.getdoc(function) or ""):
                 undocumented.append(label)
@@ -167,5 +175,18 @@ def test_help_lists_every_command():
 
     completed = run_cli(["--help"])
     assert completed.returncode == 0
-    for command in ("analyze", "spmm", "eigs", "spgemm", "bfs", "sssp", "triangles", "reach", "gcn", "simulate", "calibrate", "netsparse"):
+    for command in (
+        "analyze",
+        "spmm",
+        "eigs",
+        "spgemm",
+        "bfs",
+        "sssp",
+        "triangles",
+        "reach",
+        "gcn",
+        "simulate",
+        "calibrate",
+        "netsparse",
+    ):
         assert f"    {command}" in completed.stdout, command

@@ -12,10 +12,24 @@ sys.path.insert(0, str(ROOT / "tools"))
 import check_architecture  # noqa: E402
 
 
+def test_ruff_format_is_kept():
+    completed = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "src", "tests", "bench", "tools"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+
 
 def test_ruff_passes():
     completed = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "src", "tests", "bench", "tools"], capture_output=True, text=True, timeout=120, cwd=ROOT
+        [sys.executable, "-m", "ruff", "check", "src", "tests", "bench", "tools"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
 
@@ -96,11 +110,14 @@ def test_every_public_function_and_method_says_whether_it_is_collective():
                 members = [
                     (f"{name}.{member}", getattr(method, "__func__", method))
                     for member, method in vars(value).items()
-                    if not member.startswith("_") and (inspect.isfunction(method) or isinstance(method, (classmethod, staticmethod)))
+                    if not member.startswith("_")
+                    and (inspect.isfunction(method) or isinstance(method, (classmethod, staticmethod)))
                 ]
             for label, function in members:
                 seen += 1
-                if "ollective" not in (_documented(value, label.rsplit(".", 1)[-1]) if inspect.isclass(value) else function.__doc__ or ""):
+                if "ollective" not in (
+                    _documented(value, label.rsplit(".", 1)[-1]) if inspect.isclass(value) else function.__doc__ or ""
+                ):
                     silent.append(f"{module.__name__}.{label}")
     assert seen > 300 and not silent, silent
 

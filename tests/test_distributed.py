@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from mpi4py import MPI
-from oracles import random_integer_matrix
 
 import sparsewire
+from oracles import random_integer_matrix
 from sparsewire.errors import InputError
 from sparsewire.partition import Partitioning, even_rows
 
@@ -57,7 +57,11 @@ def test_plan_spgemm_reports_its_choice_and_refuses_a_b_laid_out_otherwise(rng):
         assert set(plan.predicted_bytes_by_algorithm) == {"summa", "1d/column", "1d/joint", "1d/row"}
     finally:
         plan.free()
-    for bad, message in (({"grid": "2x2"}, "2 x 2 != 1 ranks"), ({"strategy": "diagonal"}, "1D SpGEMM runs"),
-                         ({"phases": 0}, "phases must be a positive integer"), ({"overlap": "yes"}, "overlap must be")):
+    for bad, message in (
+        ({"grid": "2x2"}, "2 x 2 != 1 ranks"),
+        ({"strategy": "diagonal"}, "1D SpGEMM runs"),
+        ({"phases": 0}, "phases must be a positive integer"),
+        ({"overlap": "yes"}, "overlap must be"),
+    ):
         with pytest.raises(InputError, match=message):
             sparsewire.plan_spgemm(a, a, **bad)

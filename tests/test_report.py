@@ -10,7 +10,15 @@ from sparsewire.report import format_bytes, format_table
 
 @pytest.mark.parametrize(
     "count, text",
-    [(0, "0 B"), (999, "999 B"), (1000, "1.00 kB"), (1536, "1.54 kB"), (2_500_000, "2.50 MB"), (7e9, "7.00 GB"), (3.2e12, "3200.00 GB")],
+    [
+        (0, "0 B"),
+        (999, "999 B"),
+        (1000, "1.00 kB"),
+        (1536, "1.54 kB"),
+        (2_500_000, "2.50 MB"),
+        (7e9, "7.00 GB"),
+        (3.2e12, "3200.00 GB"),
+    ],
 )
 def test_bytes_use_decimal_units_as_the_papers_do(count, text):
     assert format_bytes(count) == text
@@ -35,7 +43,9 @@ def test_tables_align_text_left_and_numbers_right():
 
 
 def test_random_tables_keep_every_cell_and_one_width_per_column(rng):
-    rows = [[f"m{int(i)}", int(rng.integers(0, 10**int(rng.integers(1, 9)))), float(np.round(rng.random(), 3))] for i in range(20)]
+    rows = [
+        [f"m{int(i)}", int(rng.integers(0, 10 ** int(rng.integers(1, 9)))), float(np.round(rng.random(), 3))] for i in range(20)
+    ]
     lines = format_table(["matrix", "count", "share"], rows).splitlines()
     assert len(lines) == len(rows) + 2
     for line, row in zip(lines[2:], rows):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse as sp
-from conftest import run_mpi
 
+from conftest import run_mpi
 from sparsewire.spgemm.compare import compare_products, reference_product
 from sparsewire.spgemm.semirings import get_semiring
 from sparsewire.tolerance import allowed_error, eigenvalues_allowed, gamma, within
@@ -43,7 +43,9 @@ def test_plus_times_accepts_another_summation_order_and_refuses_a_planted_error(
     assert compare_products(reversed_order, reference, a, b, semiring)["check_passed"]
     for scale in (1e12, 1e-12):
         big_a = sp.csr_array(a * scale)
-        assert compare_products(sp.csr_array(big_a[:, ::-1] @ b[::-1, :]), reference_product(big_a, b, semiring), big_a, b, semiring)["check_passed"]
+        assert compare_products(
+            sp.csr_array(big_a[:, ::-1] @ b[::-1, :]), reference_product(big_a, b, semiring), big_a, b, semiring
+        )["check_passed"]
     planted = reference.copy()
     planted.data[planted.data.size // 2] *= 1 + 1e-12
     outcome = compare_products(planted, reference, a, b, semiring)
@@ -91,7 +93,9 @@ def test_spmm_check_passes_on_values_near_1e12(tmp_path, rng, ranks):
     matrix.data = rng.uniform(1e12, 2e12, matrix.nnz)
     path = tmp_path / "big.mtx"
     scipy.io.mmwrite(path, matrix)
-    completed = run_mpi(ranks, ["-m", "sparsewire", "spmm", str(path), "--k", "4", "--check", "--json", "--repeat", "1"], timeout=120)
+    completed = run_mpi(
+        ranks, ["-m", "sparsewire", "spmm", str(path), "--k", "4", "--check", "--json", "--repeat", "1"], timeout=120
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     report = json.loads(completed.stdout.strip().splitlines()[-1])
     assert report["check_passed"], report
@@ -103,7 +107,9 @@ def test_spgemm_check_passes_on_normal_values(tmp_path, rng, ranks):
     path = tmp_path / "normal.mtx"
     scipy.io.mmwrite(path, sp.coo_array(_normal(rng, (120, 120), 0.05)))
     for algorithm in ("1d", "summa"):
-        completed = run_mpi(ranks, ["-m", "sparsewire", "spgemm", str(path), "--algorithm", algorithm, "--check", "--json"], timeout=120)
+        completed = run_mpi(
+            ranks, ["-m", "sparsewire", "spgemm", str(path), "--algorithm", algorithm, "--check", "--json"], timeout=120
+        )
         assert completed.returncode == 0, completed.stdout + completed.stderr
         report = json.loads(completed.stdout.strip().splitlines()[-1])
         assert report["check_passed"] and report["pattern_equal"] and not report["exact"], report

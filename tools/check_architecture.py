@@ -105,7 +105,8 @@ def analyse() -> tuple[list[list[str]], list[str], int, int]:
                 exported = set(getattr(importlib.import_module(target), "__all__", ()))
                 private += [  # dunder names (__version__) are public by convention, never in __all__
                     f"{path.relative_to(SOURCE)}:{line}: {target}.{n} is not in its __all__"
-                    for n in names if n not in exported and not (n.startswith("__") and n.endswith("__"))
+                    for n in names
+                    if n not in exported and not (n.startswith("__") and n.endswith("__"))
                 ]
     return cycles(graph), private, len(known), sum(map(len, graph.values()))
 

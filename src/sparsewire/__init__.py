@@ -24,7 +24,6 @@ from sparsewire.errors import FallbackWarning, InputError, PlanMismatchError, Sp
 from sparsewire.generators import deterministic_dense
 from sparsewire.io import load_matrix
 from sparsewire.partition import Partitioning, RowPartition, balanced_nnz, even_rows
-from sparsewire.topology import LinkClass, Level, Topology, parse_topology
 from sparsewire.plan import (
     CommPlan,
     PlanStats,
@@ -36,6 +35,7 @@ from sparsewire.plan import (
     plan_stats,
     rowwise_stats,
 )
+from sparsewire.topology import Level, LinkClass, Topology, parse_topology
 
 __version__ = "0.1.0"
 

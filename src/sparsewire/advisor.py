@@ -67,17 +67,19 @@ def advise(
             plan_seconds = time.perf_counter() - started
             received = stats.recv_bytes_per_rank
             mean = float(received.mean()) if received.size else 0.0
-            rows.append({
-                "partition": method,
-                "strategy": strategy.value,
-                "total_bytes": int(stats.total_bytes),
-                "inter_group_bytes": int(stats.class_totals()["inter_group_bytes"]),
-                "messages": int(stats.messages),
-                "nnz_imbalance": balance,
-                "bytes_imbalance": float(received.max() / mean) if mean > 0 else 1.0,
-                "predicted_seconds": float(predicted_seconds(stats)),
-                "setup_seconds": chosen.seconds + plan_seconds,
-            })
+            rows.append(
+                {
+                    "partition": method,
+                    "strategy": strategy.value,
+                    "total_bytes": int(stats.total_bytes),
+                    "inter_group_bytes": int(stats.class_totals()["inter_group_bytes"]),
+                    "messages": int(stats.messages),
+                    "nnz_imbalance": balance,
+                    "bytes_imbalance": float(received.max() / mean) if mean > 0 else 1.0,
+                    "predicted_seconds": float(predicted_seconds(stats)),
+                    "setup_seconds": chosen.seconds + plan_seconds,
+                }
+            )
     baseline = {r["strategy"]: r for r in rows if r["partition"] == "even"}
     for row in rows:
         even = baseline.get(row["strategy"])
@@ -112,7 +114,10 @@ def plot_advice(report: dict, path: str, title: str) -> None:
     partitioners = list(dict.fromkeys(r["partition"] for r in rows))
     width = 0.8 / len(partitioners)
     figure, axes = plt.subplots(1, 2, figsize=(13, 4.8))
-    for axis, field, label in ((axes[0], "total_bytes", "bytes per multiply"), (axes[1], "predicted_seconds", "predicted seconds per multiply")):
+    for axis, field, label in (
+        (axes[0], "total_bytes", "bytes per multiply"),
+        (axes[1], "predicted_seconds", "predicted seconds per multiply"),
+    ):
         for index, method in enumerate(partitioners):
             values = [next(r[field] for r in rows if r["partition"] == method and r["strategy"] == s) for s in strategies]
             axis.bar(np.arange(len(strategies)) + index * width, values, width, label=method)
@@ -122,8 +127,10 @@ def plot_advice(report: dict, path: str, title: str) -> None:
         axis.grid(axis="y", alpha=0.3)
     best = report["recommendation"]
     axes[0].legend(title="partition", fontsize=8)
-    figure.suptitle(f"{title}: P = {report['ranks']}, k = {report['k']}, {report['topology']}; "
-                    f"recommended {best['partition']} + {best['strategy']}")
+    figure.suptitle(
+        f"{title}: P = {report['ranks']}, k = {report['k']}, {report['topology']}; "
+        f"recommended {best['partition']} + {best['strategy']}"
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -44,8 +44,14 @@ class DistributedMatrix:
     """
 
     def __init__(
-        self, comm: MPI.Comm, local_rows: sp.csr_array, row_partition: RowPartition, col_partition: RowPartition, nnz: int,
-        row_order: np.ndarray | None = None, col_order: np.ndarray | None = None,
+        self,
+        comm: MPI.Comm,
+        local_rows: sp.csr_array,
+        row_partition: RowPartition,
+        col_partition: RowPartition,
+        nnz: int,
+        row_order: np.ndarray | None = None,
+        col_order: np.ndarray | None = None,
     ) -> None:
         """Not collective. Prefer :func:`distribute`, which checks the pieces fit together."""
         self.comm = comm
@@ -56,7 +62,9 @@ class DistributedMatrix:
         self.row_order, self.col_order = row_order, col_order
 
     def __repr__(self) -> str:
-        return f"<DistributedMatrix {self.shape[0]} x {self.shape[1]}, {self.nnz} nonzeros over {self.row_partition.n_parts} ranks>"
+        return (
+            f"<DistributedMatrix {self.shape[0]} x {self.shape[1]}, {self.nnz} nonzeros over {self.row_partition.n_parts} ranks>"
+        )
 
     @property
     def row_offset(self) -> int:
@@ -175,7 +183,14 @@ class DistributedMatrix:
         from sparsewire.spgemm_plan import plan_spgemm
 
         plan = plan_spgemm(
-            self, other, semiring, algorithm, strategy=strategy, grid=grid, phases=phases, overlap=overlap,
+            self,
+            other,
+            semiring,
+            algorithm,
+            strategy=strategy,
+            grid=grid,
+            phases=phases,
+            overlap=overlap,
             stages_per_product=stages_per_product,
         )
         try:
@@ -202,7 +217,9 @@ def _partition_of(partition, matrix: sp.csr_array, n_parts: int, topology, imbal
         if partition.cols is None:  # columns follow the rows when square, else even in the original order
             square = n_cols == n_rows
             cols = partition.rows if square else even_rows(n_cols, n_parts)
-            partition = Partitioning(partition.method, partition.rows, cols, partition.row_order, partition.row_order if square else None)
+            partition = Partitioning(
+                partition.method, partition.rows, cols, partition.row_order, partition.row_order if square else None
+            )
         elif partition.cols.n != n_cols or partition.cols.n_parts != n_parts:
             raise InputError(
                 f"the column partition covers {partition.cols.n} columns in {partition.cols.n_parts} parts, but the "
@@ -210,7 +227,9 @@ def _partition_of(partition, matrix: sp.csr_array, n_parts: int, topology, imbal
             )
         return partition
     if partition not in PARTITIONERS:
-        raise InputError(f"unknown partition {partition!r}; give one of {', '.join(PARTITIONERS)}, a RowPartition or a Partitioning")
+        raise InputError(
+            f"unknown partition {partition!r}; give one of {', '.join(PARTITIONERS)}, a RowPartition or a Partitioning"
+        )
     return choose_partitioning(matrix, n_parts, partition, topology=topology, imbalance=imbalance)
 
 
@@ -299,7 +318,9 @@ def _from_local_rows(comm: MPI.Comm, local, row_offsets) -> DistributedMatrix:
         if row_partition.n_parts != size:
             raise InputError(f"row_offsets has {offsets.size} entries; give P + 1 = {size + 1} (one range per rank)")
         if not sp.issparse(local):
-            raise InputError(f"with row_offsets, source must be this rank's rows as a SciPy sparse matrix (got {type(local).__name__})")
+            raise InputError(
+                f"with row_offsets, source must be this rank's rows as a SciPy sparse matrix (got {type(local).__name__})"
+            )
         if local.dtype.kind not in "fiub":  # complex would lose its imaginary part in the conversion
             raise InputError(f"rank {rank}'s rows have dtype {local.dtype}; give a real matrix")
         local = sp.csr_array(local, dtype=np.float64)

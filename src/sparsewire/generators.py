@@ -28,7 +28,17 @@ from sparsewire.aligned import empty_aligned
 from sparsewire.errors import InputError
 from sparsewire.sizes import check_fits
 
-__all__ = ["rmat", "delaunay", "stencil2d", "stencil3d", "uniform", "from_spec", "deterministic_dense", "deterministic_dense_rows", "GENERATORS"]
+__all__ = [
+    "rmat",
+    "delaunay",
+    "stencil2d",
+    "stencil3d",
+    "uniform",
+    "from_spec",
+    "deterministic_dense",
+    "deterministic_dense_rows",
+    "GENERATORS",
+]
 
 GRAPH500_ABC = (0.57, 0.19, 0.19)
 

@@ -23,14 +23,20 @@ from sparsewire import generators
 from sparsewire.errors import InputError
 from sparsewire.sizes import check_archive_fits, check_fits
 
-__all__ = ["open_archive", "check_compressed", "load_matrix", "read_matrix_market", "read_edge_list", "read_metis_graph", "read_npz", "nonfinite_entries"]
+__all__ = [
+    "open_archive",
+    "check_compressed",
+    "load_matrix",
+    "read_matrix_market",
+    "read_edge_list",
+    "read_metis_graph",
+    "read_npz",
+    "nonfinite_entries",
+]
 
 _MM_FIELDS = {"real": 3, "integer": 3, "pattern": 2}
 _MM_SYMMETRIES = {"general", "symmetric", "skew-symmetric"}
-_MM_HEADER_HELP = (
-    "expected '%%MatrixMarket matrix coordinate <real|integer|pattern> "
-    "<general|symmetric|skew-symmetric>'"
-)
+_MM_HEADER_HELP = "expected '%%MatrixMarket matrix coordinate <real|integer|pattern> <general|symmetric|skew-symmetric>'"
 
 
 def load_matrix(spec: str, *, symmetrize: bool = False) -> sp.csr_array:
@@ -125,7 +131,9 @@ def read_matrix_market(path: str) -> sp.csr_array:
         raise InputError(f"{path}: line 1: malformed Matrix Market header {header[:80]!r}; {_MM_HEADER_HELP}")
     layout, field, symmetry = (t.lower() for t in tokens[2:])
     if layout != "coordinate":
-        raise InputError(f"{path}: line 1: '{layout}' (dense) Matrix Market files are not supported; store the matrix in coordinate format")
+        raise InputError(
+            f"{path}: line 1: '{layout}' (dense) Matrix Market files are not supported; store the matrix in coordinate format"
+        )
     if field not in _MM_FIELDS:
         raise InputError(f"{path}: line 1: field '{field}' is not supported; {_MM_HEADER_HELP}")
     if symmetry not in _MM_SYMMETRIES:
@@ -153,7 +161,10 @@ def read_matrix_market(path: str) -> sp.csr_array:
             "expected three non-negative integers 'ROWS COLUMNS ENTRIES'"
         ) from None
     if symmetry != "general" and n_rows != n_cols:
-        raise InputError(f"{path}: line {line_number}: a {symmetry} matrix must be square, but the size line says {n_rows} x {n_cols}; fix the size line or the header")
+        raise InputError(
+            f"{path}: line {line_number}: a {symmetry} matrix must be square, but the size line says {n_rows} x {n_cols}; fix "
+            "the size line or the header"
+        )
     check_fits(n_rows, n_cols, n_entries * (1 if symmetry == "general" else 2), path)
     _check_field_counts(path, data[end + 1 :], line_number + 1, _MM_FIELDS[field], n_entries, field)
 
@@ -195,13 +206,17 @@ def _mirror(path: str, coo: sp.coo_array, symmetry: str) -> sp.coo_array:
         where = "on or above" if symmetry == "skew-symmetric" else "above"
         raise InputError(
             f"{path}: entry ({coo.row[first] + 1}, {coo.col[first] + 1}) lies {where} the diagonal, but a {symmetry} file stores "
-            f"only the lower triangle{' without the diagonal' if symmetry == 'skew-symmetric' else ''} (its mirror image is implied); "
+            f"only the lower triangle{' without the diagonal' if symmetry == 'skew-symmetric' else ''} (its mirror image is "
+            "implied); "
             "remove the upper entries or change the header to 'general'"
         )
     off = coo.row != coo.col
     sign = -1.0 if symmetry == "skew-symmetric" else 1.0
     return sp.coo_array(
-        (np.concatenate([coo.data, sign * coo.data[off]]), (np.concatenate([coo.row, coo.col[off]]), np.concatenate([coo.col, coo.row[off]]))),
+        (
+            np.concatenate([coo.data, sign * coo.data[off]]),
+            (np.concatenate([coo.row, coo.col[off]]), np.concatenate([coo.col, coo.row[off]])),
+        ),
         shape=coo.shape,
     )
 
@@ -232,9 +247,7 @@ def _check_field_counts(path: str, body: bytes, first_line: int, fields: int, n_
             "the file may be truncated (download it again) or the size line is wrong"
         )
     if n_found > n_entries:
-        raise InputError(
-            f"{path}: the size line promises {n_entries} entries but the file has {n_found}; fix the size line"
-        )
+        raise InputError(f"{path}: the size line promises {n_entries} entries but the file has {n_found}; fix the size line")
 
 
 def read_edge_list(path: str, *, symmetrize: bool = False) -> sp.csr_array:
@@ -249,7 +262,8 @@ def read_edge_list(path: str, *, symmetrize: bool = False) -> sp.csr_array:
         table = np.loadtxt(io.BytesIO(text), comments="#", dtype=np.float64, ndmin=2)
     except ValueError as error:
         raise InputError(
-            f"{path}: malformed edge list ({error}); every line must be 'SOURCE TARGET' or 'SOURCE TARGET WEIGHT', comments start with '#'"
+            f"{path}: malformed edge list ({error}); every line must be 'SOURCE TARGET' or 'SOURCE TARGET WEIGHT', comments "
+            "start with '#'"
         ) from None
     if table.size == 0:
         raise InputError(f"{path}: the edge list has no edges; check the file")
@@ -301,26 +315,40 @@ def read_metis_graph(path: str) -> sp.csr_array:
     header_number, header_line = lines[0]
     header = header_line.decode("ascii", "replace").split()
     if not 2 <= len(header) <= 4 or not all(token.isdigit() for token in header):
-        raise InputError(f"{path}: line {header_number}: malformed METIS header {header_line[:80]!r}; expected 'n m [fmt [ncon]]' (non-negative integers)")
+        raise InputError(
+            f"{path}: line {header_number}: malformed METIS header {header_line[:80]!r}; expected 'n m [fmt [ncon]]' "
+            "(non-negative integers)"
+        )
     n, m = int(header[0]), int(header[1])
     fmt = header[2].rjust(3, "0") if len(header) > 2 else "000"
     if len(fmt) != 3 or set(fmt) - {"0", "1"}:
-        raise InputError(f"{path}: line {header_number}: fmt {header[2]!r} is not a METIS format; use up to three 0/1 digits (vertex sizes, vertex weights, edge weights)")
+        raise InputError(
+            f"{path}: line {header_number}: fmt {header[2]!r} is not a METIS format; use up to three 0/1 digits (vertex sizes, "
+            "vertex weights, edge weights)"
+        )
     ncon = int(header[3]) if len(header) > 3 else 1
     if (fmt[1] == "0" and len(header) > 3) or ncon < 1:
-        raise InputError(f"{path}: line {header_number}: ncon = {header[3]} needs vertex weights (fmt's middle digit 1) and must be at least 1")
+        raise InputError(
+            f"{path}: line {header_number}: ncon = {header[3]} needs vertex weights (fmt's middle digit 1) and must be at least 1"
+        )
     vertex_lines = lines[1 : n + 1]
     extra = [number for number, line in lines[n + 1 :] if line.strip()]
     if len(vertex_lines) < n or extra:
         found = len(vertex_lines) + len(extra)
-        raise InputError(f"{path}: the header promises {n} vertex lines but the file has {found} (after the header, every vertex has exactly one line, empty when it has no neighbours); fix the header or the file")
+        raise InputError(
+            f"{path}: the header promises {n} vertex lines but the file has {found} (after the header, every vertex has exactly "
+            "one line, empty when it has no neighbours); fix the header or the file"
+        )
     head = int(fmt[0]) + (ncon if fmt[1] == "1" else 0)  # tokens before the adjacency
     step = 2 if fmt[2] == "1" else 1  # tokens per neighbour
     counts = np.array([len(line.split()) for _, line in vertex_lines], dtype=np.int64)
     bad = np.flatnonzero((counts < head) | ((counts - head) % step != 0))
     if bad.size:
         number = vertex_lines[int(bad[0])][0]
-        raise InputError(f"{path}: line {number} (vertex {int(bad[0]) + 1}) has {int(counts[bad[0]])} numbers, which does not fit fmt {fmt} ({head} before the neighbours, {step} per neighbour); fix that line or the header")
+        raise InputError(
+            f"{path}: line {number} (vertex {int(bad[0]) + 1}) has {int(counts[bad[0]])} numbers, which does not fit fmt {fmt} "
+            f"({head} before the neighbours, {step} per neighbour); fix that line or the header"
+        )
     try:
         tokens = np.array(b" ".join(line for _, line in vertex_lines).split(), dtype=np.int64)
     except (ValueError, OverflowError):
@@ -336,17 +364,28 @@ def read_metis_graph(path: str) -> sp.csr_array:
     outside = np.flatnonzero((columns < 0) | (columns >= n))
     if outside.size:
         vertex = int(rows[outside[0]])
-        raise InputError(f"{path}: line {vertex_lines[vertex][0]} (vertex {vertex + 1}): neighbour {int(columns[outside[0]]) + 1} is outside 1..{n}; fix that line")
+        raise InputError(
+            f"{path}: line {vertex_lines[vertex][0]} (vertex {vertex + 1}): neighbour {int(columns[outside[0]]) + 1} is outside "
+            f"1..{n}; fix that line"
+        )
     if rows.size != 2 * m:
-        raise InputError(f"{path}: the header promises {m} edges ({2 * m} adjacency entries, each edge from both ends) but the file lists {rows.size}; fix the header's m or the file")
+        raise InputError(
+            f"{path}: the header promises {m} edges ({2 * m} adjacency entries, each edge from both ends) but the file lists "
+            f"{rows.size}; fix the header's m or the file"
+        )
     matrix = sp.coo_array((values, (rows, columns)), shape=(n, n)).tocsr()
     if matrix.nnz != rows.size:
-        raise InputError(f"{path}: an edge is listed twice from the same vertex; a METIS graph lists each neighbour once per vertex")
+        raise InputError(
+            f"{path}: an edge is listed twice from the same vertex; a METIS graph lists each neighbour once per vertex"
+        )
     mismatch = matrix != matrix.T
     if mismatch.nnz:
         first = sp.coo_array(mismatch)
         i, j = int(first.row[0]), int(first.col[0])
-        raise InputError(f"{path}: edge {i + 1}-{j + 1} is not listed from both ends with one weight; a METIS graph is undirected, so vertex {j + 1}'s line must list {i + 1} too")
+        raise InputError(
+            f"{path}: edge {i + 1}-{j + 1} is not listed from both ends with one weight; a METIS graph is undirected, so vertex "
+            f"{j + 1}'s line must list {i + 1} too"
+        )
     matrix.sort_indices()
     return matrix
 
@@ -390,7 +429,9 @@ def read_npz(path: str) -> sp.csr_array:
     except InputError:
         raise
     except Exception as error:  # noqa: BLE001 - zipfile, zlib, NumPy and SciPy each raise their own
-        raise InputError(f"{path}: not a readable SciPy sparse .npz file ({type(error).__name__}: {error}); save it with scipy.sparse.save_npz") from None
+        raise InputError(
+            f"{path}: not a readable SciPy sparse .npz file ({type(error).__name__}: {error}); save it with scipy.sparse.save_npz"
+        ) from None
     if matrix.ndim != 2:
         raise InputError(f"{path}: holds a {matrix.ndim}-dimensional array; a 2-D sparse matrix is needed")
     check_fits(int(matrix.shape[0]), int(matrix.shape[1]), int(matrix.nnz), path)  # before any conversion sizes by the shape
@@ -404,7 +445,9 @@ def read_npz(path: str) -> sp.csr_array:
             if rows.size and (rows.min() < 0 or cols.min() < 0 or rows.max() >= matrix.shape[0] or cols.max() >= matrix.shape[1]):
                 raise ValueError(f"an index lies outside the {matrix.shape[0]} x {matrix.shape[1]} shape")
     except ValueError as error:
-        raise InputError(f"{path}: corrupt {matrix.format.upper()} arrays ({error}); save the matrix again with scipy.sparse.save_npz") from None
+        raise InputError(
+            f"{path}: corrupt {matrix.format.upper()} arrays ({error}); save the matrix again with scipy.sparse.save_npz"
+        ) from None
     matrix = sp.csr_array(matrix, dtype=np.float64)
     matrix.sum_duplicates()
     return matrix

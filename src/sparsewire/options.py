@@ -96,21 +96,33 @@ class ExecOptions:
             try:
                 strategy = Strategy(self.strategy)
             except ValueError:
-                problems.append(f"unknown strategy {self.strategy!r}; choose auto or one of {', '.join(s.value for s in EXECUTABLE_STRATEGIES)}")
+                problems.append(
+                    f"unknown strategy {self.strategy!r}; choose auto or one of "
+                    f"{', '.join(s.value for s in EXECUTABLE_STRATEGIES)}"
+                )
             else:
                 if not strategy.executable:
-                    problems.append(f"strategy {strategy.value!r} is accounting only and cannot run; choose auto or an executable strategy")
+                    problems.append(
+                        f"strategy {strategy.value!r} is accounting only and cannot run; choose auto or an executable strategy"
+                    )
         if self.topology is not None and not isinstance(self.topology, Topology):
-            problems.append(f"topology must be a sparsewire.Topology or None (got {type(self.topology).__name__}); see sparsewire.parse_topology")
+            problems.append(
+                f"topology must be a sparsewire.Topology or None (got {type(self.topology).__name__}); see "
+                "sparsewire.parse_topology"
+            )
         elif strategy is not None and strategy.hierarchical and (self.topology is None or len(self.topology.levels) < 2):
-            problems.append(f"strategy {strategy.value!r} routes through groups; pass a topology with groups (e.g. Topology.nodes(2))")
+            problems.append(
+                f"strategy {strategy.value!r} routes through groups; pass a topology with groups (e.g. Topology.nodes(2))"
+            )
         if self.proxy not in tuple(Proxy):
             problems.append(f"unknown proxy {self.proxy!r}; choose local or balanced")
         mode = None if self.mode in (None, AUTO) else self.mode
         if mode is not None and mode not in MODES:
             problems.append(f"unknown mode {self.mode!r}; choose from {', '.join(MODES)}, auto or None")
             mode = None
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, (int, np.integer)) or self.threads < 1):
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, (int, np.integer)) or self.threads < 1
+        ):
             problems.append(f"threads must be a positive integer or None (got {self.threads!r})")
         if not isinstance(self.deterministic, (bool, np.bool_)):
             problems.append(f"deterministic must be True or False (got {self.deterministic!r})")
@@ -150,7 +162,9 @@ class ExecOptions:
 
     def agreed(self) -> dict:
         """Not collective. What every rank of a job must have alike (the device by type only)."""
-        agreed = {name: value for name, value in self.as_dict().items() if name not in ("threads", "device", "transfer_calibration")}
+        agreed = {
+            name: value for name, value in self.as_dict().items() if name not in ("threads", "device", "transfer_calibration")
+        }
         return {**agreed, "device type": self.device_type}
 
     def as_dict(self) -> dict:
@@ -171,7 +185,11 @@ class ExecOptions:
     def saved(self) -> dict:
         """Not collective. What a plan file keeps (the choices of the plan itself; threads,
         backend, device and calibration are choices of each run)."""
-        return {name: value for name, value in self.as_dict().items() if name in ("strategy", "topology", "proxy", "mode", "deterministic", "transport")}
+        return {
+            name: value
+            for name, value in self.as_dict().items()
+            if name in ("strategy", "topology", "proxy", "mode", "deterministic", "transport")
+        }
 
 
 #: The default of a keyword argument that was not given (so None can mean "choose for me").

@@ -77,7 +77,11 @@ def check_fits(rows: int, cols: int, entries: int, what: str) -> None:
     (:func:`available_memory_bytes`: ``entries * BYTES_PER_ENTRY + rows * BYTES_PER_ROW`` bytes);
     ``what`` names the file or spec."""
     needed = max(0, entries) * BYTES_PER_ENTRY + max(0, rows) * BYTES_PER_ROW
-    _refuse_above(needed, f"{what}: a {rows} x {cols} matrix with about {entries} entries needs about {{needed}} to build", "use a smaller size")
+    _refuse_above(
+        needed,
+        f"{what}: a {rows} x {cols} matrix with about {entries} entries needs about {{needed}} to build",
+        "use a smaller size",
+    )
 
 
 def check_archive_fits(archive, what: str) -> None:

@@ -54,8 +54,16 @@ class SpgemmPlan:
         lower_bounds_only: the candidates whose figure is only a lower bound (they had already lost).
     """
 
-    def __init__(self, a: DistributedMatrix, b: DistributedMatrix, engine: DistributedSpgemm, b_block: gb.Matrix, phases: int,
-                 predictions: dict[str, int], lower_bounds_only: list[str]) -> None:
+    def __init__(
+        self,
+        a: DistributedMatrix,
+        b: DistributedMatrix,
+        engine: DistributedSpgemm,
+        b_block: gb.Matrix,
+        phases: int,
+        predictions: dict[str, int],
+        lower_bounds_only: list[str],
+    ) -> None:
         """Not collective. Use :func:`plan_spgemm`."""
         self._a, self._b, self._engine, self._b_block = a, b, engine, b_block
         self.algorithm, self.grid, self.semiring, self.phases = engine.name, engine.grid, engine.semiring, phases
@@ -64,7 +72,10 @@ class SpgemmPlan:
         self.lower_bounds_only = list(lower_bounds_only)
 
     def __repr__(self) -> str:
-        return f"<SpgemmPlan {self.algorithm} on a {self.grid} grid, {self.semiring.name}, {self.predicted_bytes} bytes per multiply>"
+        return (
+            f"<SpgemmPlan {self.algorithm} on a {self.grid} grid, {self.semiring.name}, {self.predicted_bytes} bytes per "
+            "multiply>"
+        )
 
     def multiply(self, mask: gb.Matrix | None = None) -> gb.Matrix:
         """Collective. This rank's block of ``C = A (+.x) B`` in the algorithm's layout (a GraphBLAS
@@ -122,7 +133,8 @@ def _check(a, b, algorithm: str, strategy: str, grid, phases, overlap, stages_pe
     if not np.array_equal(b.row_partition.offsets, a.col_partition.offsets) or not _same_order(b.row_order, a.col_order):
         return (
             "B's rows must be distributed (and ordered) like A's columns; distribute B with "
-            "partition=a.right_operand_partitioning()", None
+            "partition=a.right_operand_partitioning()",
+            None,
         )
     for name, value in (("phases", phases), ("stages_per_product", stages_per_product)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -200,13 +212,28 @@ def plan_spgemm(
                 layout = BlockLayout.even(chosen_grid, a.shape, b.shape)
                 a_block = rows_to_blocks(comm, a.local_rows, a.row_offset, layout.a_block)
                 engine = DistributedSpgemm(
-                    comm, None, b.shape, semiring, "summa", a_local=a_block, a_shape=a.shape, grid=chosen_grid,
+                    comm,
+                    None,
+                    b.shape,
+                    semiring,
+                    "summa",
+                    a_local=a_block,
+                    a_shape=a.shape,
+                    grid=chosen_grid,
                     stages_per_product=stages_per_product,
                 )
                 return engine, to_graphblas(rows_to_blocks(comm, b.local_rows, b.row_offset, engine.b_block), semiring.dtype)
             engine = DistributedSpgemm(
-                comm, None, b.shape, semiring, "1d", strategy=one_dim_strategy, a_local=a.local_rows, a_shape=a.shape,
-                partitions=(a.row_partition, a.col_partition), overlap=overlap,
+                comm,
+                None,
+                b.shape,
+                semiring,
+                "1d",
+                strategy=one_dim_strategy,
+                a_local=a.local_rows,
+                a_shape=a.shape,
+                partitions=(a.row_partition, a.col_partition),
+                overlap=overlap,
             )
             return engine, to_graphblas(b.local_rows, semiring.dtype)
 

@@ -18,14 +18,14 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, collective_errors, ranks_on_node
 from sparsewire.errors import InputError, PlanMismatchError
-from sparsewire.plan.auto_strategy import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
-from sparsewire.plan.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
-from sparsewire.exec.wire import describe_paths, summarize_paths
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.modes import choose_mode
+from sparsewire.exec.wire import describe_paths, summarize_paths
 from sparsewire.options import UNSET as _UNSET
 from sparsewire.options import ExecOptions, exec_options
+from sparsewire.plan.auto_strategy import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
 from sparsewire.plan.plan import RankPlan, check_key_space
+from sparsewire.plan.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
 from sparsewire.plan.stats import PlanStats, predicted_seconds
 from sparsewire.plan.transpose import send_keys_collective, transpose_rank_plan
 from sparsewire.report import format_bytes
@@ -116,8 +116,19 @@ def plan_spmm(
         :class:`SpmmPlan`, ready to multiply.
     """
     comm = matrix.comm if is_distributed_matrix(matrix) else MPI.COMM_SELF
-    options = exec_options(options, strategy=strategy, topology=topology, mode=mode, threads=threads, deterministic=deterministic,
-                           proxy=proxy, transport=transport, backend=backend, device=device, transfer_calibration=transfer_calibration)
+    options = exec_options(
+        options,
+        strategy=strategy,
+        topology=topology,
+        mode=mode,
+        threads=threads,
+        deterministic=deterministic,
+        proxy=proxy,
+        transport=transport,
+        backend=backend,
+        device=device,
+        transfer_calibration=transfer_calibration,
+    )
     agree_on_error(comm, _check_arguments(matrix, k, dtype, options))
     k, dtype = int(k), np.dtype(dtype)
     agree_on_values(comm, {"k": k, "dtype": dtype.name, **options.agreed()}, "every rank must plan with the same arguments")
@@ -127,13 +138,24 @@ def plan_spmm(
         sharing = ranks_on_node(comm)
         # Rank 0 decides: threads (and so the choice) may differ per rank, the mode may not.
         # On a GPU the overlap mode (the kernels are asynchronous; nothing measured favours another).
-        chosen = "overlap" if options.device != "cpu" else comm.bcast(choose_mode(k, sharing, options.threads or default_threads(sharing)), root=0)
+        chosen = (
+            "overlap"
+            if options.device != "cpu"
+            else comm.bcast(choose_mode(k, sharing, options.threads or default_threads(sharing)), root=0)
+        )
         options = exec_options(options, mode=chosen)
         agree_on_error(comm, options if isinstance(options, str) else None)
     if options.topology is not None and options.topology.rank_groups is not None:
         options.topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
-    plan, stats, choice = choose_strategy(matrix, k, dtype, options.strategy if options.strategy == "auto" else options.strategy.value,
-                                          options.topology, options.layout, options.proxy.value)
+    plan, stats, choice = choose_strategy(
+        matrix,
+        k,
+        dtype,
+        options.strategy if options.strategy == "auto" else options.strategy.value,
+        options.topology,
+        options.layout,
+        options.proxy.value,
+    )
     return SpmmPlan(matrix, plan, stats, k, dtype, options, choice)
 
 
@@ -270,7 +292,9 @@ class SpmmPlan:
             plan = transpose_rank_plan(self.rank_plan, send_keys)
             model = self.topology or Topology.flat()
             stats = collective_stats(self.comm, plan, self.k, self.dtype.itemsize, model)
-            self._transpose = SpmmPlan(self.matrix, plan, stats, self.k, self.dtype, self.options, self.choice, transposed=not self.transposed)
+            self._transpose = SpmmPlan(
+                self.matrix, plan, stats, self.k, self.dtype, self.options, self.choice, transposed=not self.transposed
+            )
             self._transpose._transpose = self
         return self._transpose
 
@@ -292,18 +316,29 @@ class SpmmPlan:
             self.choice.reason(),
         ]
         if self.choice.requested == "auto" and len(self.choice.candidates) > 1:
-            parts = ", ".join(f"{name} {s * 1e6:.2f} us / {format_bytes(b)}" for name, (s, b) in sorted(self.choice.candidates.items(), key=lambda x: x[1]))
+            parts = ", ".join(
+                f"{name} {s * 1e6:.2f} us / {format_bytes(b)}"
+                for name, (s, b) in sorted(self.choice.candidates.items(), key=lambda x: x[1])
+            )
             lines.append(f"candidates (predicted time / bytes): {parts}")
-        lines.append(f"per multiply: {format_bytes(stats.total_bytes)} in {stats.messages} messages; setup {format_bytes(int(stats.setup_bytes))}")
+        lines.append(
+            f"per multiply: {format_bytes(stats.total_bytes)} in {stats.messages} messages; setup "
+            f"{format_bytes(int(stats.setup_bytes))}"
+        )
         classes = stats.class_totals()
         for name in ("intra_group", "inter_group"):
             if classes[f"{name}_messages"]:
-                lines.append(f"  {name.replace('_', '-')}: {format_bytes(classes[f'{name}_bytes'])} in {classes[f'{name}_messages']} messages")
+                lines.append(
+                    f"  {name.replace('_', '-')}: {format_bytes(classes[f'{name}_bytes'])} in {classes[f'{name}_messages']} "
+                    "messages"
+                )
         for label, per_rank in (("send", stats.send_bytes_per_rank), ("receive", stats.recv_bytes_per_rank)):
             mean = float(per_rank.mean()) if per_rank.size else 0.0
             ratio = f"{per_rank.max() / mean:.2f}" if mean > 0 else "-"
             lines.append(f"busiest rank {label}s {format_bytes(int(per_rank.max(initial=0)))} (max/mean {ratio})")
-        lines.append(f"predicted communication time {predicted_seconds(stats) * 1e6:.2f} us per multiply under {stats.topology.name}")
+        lines.append(
+            f"predicted communication time {predicted_seconds(stats) * 1e6:.2f} us per multiply under {stats.topology.name}"
+        )
         return "\n".join(lines)
 
     @collective_errors
@@ -318,14 +353,27 @@ class SpmmPlan:
             "dtype": self.dtype.name,
             "transposed": self.transposed,
             "options": self.options.saved(),
-            "choice": {"strategy": self.choice.strategy.value, "requested": self.choice.requested,
-                       "model": self.choice.model, "candidates": self.choice.candidates},
+            "choice": {
+                "strategy": self.choice.strategy.value,
+                "requested": self.choice.requested,
+                "model": self.choice.model,
+                "candidates": self.choice.candidates,
+            },
         }
         write_plan_file(path, self.matrix, self.rank_plan, settings)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, matrix: DistributedMatrix, *, threads: int | None = None, transport: str | None = None,
-             backend: str = "numpy", device: str = "cpu", transfer_calibration: str | os.PathLike | None = None) -> SpmmPlan:
+    def load(
+        cls,
+        path: str | os.PathLike,
+        matrix: DistributedMatrix,
+        *,
+        threads: int | None = None,
+        transport: str | None = None,
+        backend: str = "numpy",
+        device: str = "cpu",
+        transfer_calibration: str | os.PathLike | None = None,
+    ) -> SpmmPlan:
         """Collective. The plan :meth:`save` wrote, for the same A on the same P (every rank passes
         the same path; rank 0 reads it), with its saved options (strategy, topology, proxy, mode,
         determinism, transport) and this run's ``threads``, ``backend`` on ``device`` and
@@ -376,7 +424,9 @@ def spmm(matrix: DistributedMatrix, b_local: np.ndarray, out: np.ndarray | None 
     if key[0] < 1:
         problem = f"rank {matrix.comm.Get_rank()}: b_local must be a 2-D array (rows, k); got shape {b_local.shape}"
     elif len(set(keys)) != 1:
-        problem = f"the ranks passed B blocks of different widths or types {sorted(set(keys))}; every rank passes the same k and dtype"
+        problem = (
+            f"the ranks passed B blocks of different widths or types {sorted(set(keys))}; every rank passes the same k and dtype"
+        )
     agree_on_error(matrix.comm, problem)
     plans = _PLAN_CACHE.setdefault(matrix, {})
     if key not in plans:

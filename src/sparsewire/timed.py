@@ -45,8 +45,15 @@ class TimedRun:
         return {"median_seconds": self.median_seconds, "min_seconds": self.min_seconds, "repeat": len(self.seconds)}
 
 
-def timed_run(comm, step: Callable[[], object], repeat: int, *, warmup: int = 1, finish: Callable[[], None] | None = None,
-              before: Callable[[], None] | None = None) -> TimedRun:
+def timed_run(
+    comm,
+    step: Callable[[], object],
+    repeat: int,
+    *,
+    warmup: int = 1,
+    finish: Callable[[], None] | None = None,
+    before: Callable[[], None] | None = None,
+) -> TimedRun:
     """Collective (every rank of ``comm`` calls it with the same ``repeat`` and ``warmup``). Run
     ``step`` ``warmup`` times untimed, then ``repeat`` times timed as the module docstring says;
     ``before`` runs before each timed repetition's barrier (outside the timing)."""

@@ -198,36 +198,61 @@ PRESETS: dict[str, Machine] = {
     "flat": Machine("flat", "one network, every rank alike", Topology.flat()),
     **{
         name: Machine(
-            name, description,
-            Topology(name, (
-                Level("node", gpus, LinkClass("nvlink", nvlink, 2e-6, 1e-6)),
-                Level("cluster", None, LinkClass("infiniband", infiniband, 5e-6, 5e-6, proxy_based=True)),
-            )),
+            name,
+            description,
+            Topology(
+                name,
+                (
+                    Level("node", gpus, LinkClass("nvlink", nvlink, 2e-6, 1e-6)),
+                    Level("cluster", None, LinkClass("infiniband", infiniband, 5e-6, 5e-6, proxy_based=True)),
+                ),
+            ),
             "gpu-cluster",
         )
         for name, (description, gpus, nvlink, infiniband) in _NVLINK_CLUSTERS.items()
     },
     "leafspine-16": Machine(
-        "leafspine-16", "racks of 16 on 400 Gb/s leaf and spine links (planner only; simulate netsparse-leafspine)",
-        Topology("leafspine-16", (
-            Level("rack", 16, LinkClass("leaf", 50e9, 1e-6, 1e-6)),
-            Level("cluster", None, LinkClass("spine", 50e9, 3e-6, 1e-6)),
-        )),
+        "leafspine-16",
+        "racks of 16 on 400 Gb/s leaf and spine links (planner only; simulate netsparse-leafspine)",
+        Topology(
+            "leafspine-16",
+            (
+                Level("rack", 16, LinkClass("leaf", 50e9, 1e-6, 1e-6)),
+                Level("cluster", None, LinkClass("spine", 50e9, 3e-6, 1e-6)),
+            ),
+        ),
     ),
     "netsparse-leafspine": _netsparse(
-        "netsparse-leafspine", "NetSparse Table 5: leaf-spine, racks of 16, 16 spines, 400 Gb/s, 450 ns links, 300 ns switches, "
-        "1500 B MTU", "leaf-spine", "rack", 16, 2.7e-6,
+        "netsparse-leafspine",
+        "NetSparse Table 5: leaf-spine, racks of 16, 16 spines, 400 Gb/s, 450 ns links, 300 ns switches, 1500 B MTU",
+        "leaf-spine",
+        "rack",
+        16,
+        2.7e-6,
     ),
     "netsparse-fattree": _netsparse(
-        "netsparse-fattree", "the Table 5 links as a two-level fat tree with a non-blocking core (racks of 16)", "fat-tree", "rack", 16,
+        "netsparse-fattree",
+        "the Table 5 links as a two-level fat tree with a non-blocking core (racks of 16)",
+        "fat-tree",
+        "rack",
+        16,
         2.7e-6,
     ),
     "netsparse-dragonfly": _netsparse(
-        "netsparse-dragonfly", "NetSparse sec. 9.6: dragonfly, 32 switches in 4 groups, 4 hosts and 4 global links per switch",
-        "dragonfly", "group", 32, 3.45e-6,
+        "netsparse-dragonfly",
+        "NetSparse sec. 9.6: dragonfly, 32 switches in 4 groups, 4 hosts and 4 global links per switch",
+        "dragonfly",
+        "group",
+        32,
+        3.45e-6,
     ),
     "netsparse-hyperx": _netsparse(
-        "netsparse-hyperx", "NetSparse sec. 9.6: HyperX 4x4x2 switches, 4 hosts per switch", "hyperx", "switch", 4, 1.95e-6,
+        "netsparse-hyperx",
+        "NetSparse sec. 9.6: HyperX 4x4x2 switches, 4 hosts per switch",
+        "hyperx",
+        "switch",
+        4,
+        1.95e-6,
     ),
 }
 

@@ -41,7 +41,9 @@ def test_random_symmetric_matrix_against_eigsh(tmp_path, rng, ranks, mode):
     scipy.io.mmwrite(path, sp.coo_array(symmetric))
     report = eigs_json(ranks, str(path), "--nev", "5", "--mode", mode, "--check")
     assert report["converged"] and report["check_passed"]
-    assert np.max(np.abs(np.array(report["eigenvalues"]) - report["reference_eigenvalues"])) <= 1e-6 * np.abs(report["eigenvalues"][0])
+    assert np.max(np.abs(np.array(report["eigenvalues"]) - report["reference_eigenvalues"])) <= 1e-6 * np.abs(
+        report["eigenvalues"][0]
+    )
     magnitudes = np.abs(report["eigenvalues"])
     assert np.all(magnitudes[:-1] >= magnitudes[1:] - 1e-12)
 
@@ -79,8 +81,11 @@ def test_rank_deficient_and_tiny_matrices_have_the_right_eigenvalues(tmp_path, r
     """Blocks that lie in the basis (identity), a spectrum of zeros (rank 2) and an order below
     the Krylov basis (3 x 3, 50 x 50) once gave nonsense: fresh directions were never orthogonalised."""
     dense = {
-        "identity50": lambda: np.eye(50), "identity200": lambda: np.eye(200), "diag123": lambda: np.diag([1.0, 2.0, 3.0]),
-        "rank2_n50": lambda: _low_rank(rng, 50, 2), "rank2_n200": lambda: _low_rank(rng, 200, 2),
+        "identity50": lambda: np.eye(50),
+        "identity200": lambda: np.eye(200),
+        "diag123": lambda: np.diag([1.0, 2.0, 3.0]),
+        "rank2_n50": lambda: _low_rank(rng, 50, 2),
+        "rank2_n200": lambda: _low_rank(rng, 200, 2),
     }[case]()
     path = tmp_path / f"{case}.mtx"
     scipy.io.mmwrite(path, sp.coo_array(dense))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -9,8 +10,14 @@ import pytest
 
 from conftest import SHARED_MATRICES, run_cli
 from oracles import formula_volumes, inter_group_formulas
-from sparsewire.io import load_matrix
+from sparsewire.io import load_matrix as _load_matrix
 from sparsewire.partition import partition
+
+
+@functools.cache
+def load_matrix(spec: str):
+    """The matrix ``spec``, read once per session (the shared matrices serve several tests; none changes it)."""
+    return _load_matrix(spec)
 
 
 def analyze_json(matrix: str, ranks: int, *extra: str, timeout: float = 300) -> dict:
@@ -37,7 +44,15 @@ def test_analyze_json_contract():
     assert (report["ranks"], report["k"], report["element_bytes"], report["partition"]) == (5, 7, 8, "nnz")
     assert [e["name"] for e in report["strategies"]] == ["block", "rowwise", "column", "row", "joint"]
     for entry in report["strategies"]:
-        assert set(entry) == {"name", "total_bytes", "messages", "max_rank_send_bytes", "max_rank_recv_bytes", "setup_bytes", "plan_seconds"}
+        assert set(entry) == {
+            "name",
+            "total_bytes",
+            "messages",
+            "max_rank_send_bytes",
+            "max_rank_recv_bytes",
+            "setup_bytes",
+            "plan_seconds",
+        }
     assert_matches_formulas(report, "uniform:300x200:4:3", 5, 7, 8, "nnz")
 
 
@@ -120,7 +135,11 @@ def test_bad_input_gives_one_clear_line(tmp_path, case, needle):
     args = {
         "missing": [str(tmp_path / "absent.mtx"), "--ranks", "2"],
         "header": [write(tmp_path, "%%MatrixMarket matrix coordinate real generl\n2 2 1\n1 1 1\n", "h.mtx"), "--ranks", "2"],
-        "fields": [write(tmp_path, "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1\n2 2 1\n", "f.mtx"), "--ranks", "2"],
+        "fields": [
+            write(tmp_path, "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1\n2 2 1\n", "f.mtx"),
+            "--ranks",
+            "2",
+        ],
         "range": [write(tmp_path, "%%MatrixMarket matrix coordinate real general\n2 2 1\n3 1 1\n", "r.mtx"), "--ranks", "2"],
         "strategy": [good, "--ranks", "2", "--strategies", "joint,fastest"],
         "k": [good, "--ranks", "2", "--k", "0"],
@@ -172,9 +191,15 @@ def test_json_with_nan_results_is_strict_json_with_a_warning(tmp_path):
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["advise", "stencil2d:20", "--ranks", "2", "--plot", "/nonexistent-dir/advice.png"], "the directory /nonexistent-dir does not exist"),
+        (
+            ["advise", "stencil2d:20", "--ranks", "2", "--plot", "/nonexistent-dir/advice.png"],
+            "the directory /nonexistent-dir does not exist",
+        ),
         (["advise", "stencil2d:20", "--ranks", "2", "--plot", "{tmp}"], "is a directory; give a file path"),
-        (["netsparse", "rmat:8:4:1", "--nodes", "4", "--rack", "2", "--compare-plans", "--plot", "/nonexistent-dir/x.png"], "the directory /nonexistent-dir does not exist"),
+        (
+            ["netsparse", "rmat:8:4:1", "--nodes", "4", "--rack", "2", "--compare-plans", "--plot", "/nonexistent-dir/x.png"],
+            "the directory /nonexistent-dir does not exist",
+        ),
         (["calibrate", "--output", "/nonexistent-dir/rate.json"], "the directory /nonexistent-dir does not exist"),
     ],
 )

@@ -14,6 +14,7 @@ import time
 import uuid
 
 import pytest
+
 from conftest import CHILD_ENV, EXIT_TIMES, ROOT, mpiexec_path
 
 DRIVER = str(ROOT / "tests" / "comm" / "fault_driver.py")
@@ -51,7 +52,11 @@ def run_faulty(ranks: int, args: list[str], case: str) -> tuple[subprocess.Compl
     start = time.perf_counter()
     completed = subprocess.run(
         [mpiexec_path(), "-n", str(ranks), sys.executable, *args, marker],
-        capture_output=True, text=True, timeout=LIMIT_S + 30, env=CHILD_ENV, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S + 30,
+        env=CHILD_ENV,
+        cwd=ROOT,
     )
     seconds = time.perf_counter() - start
     time.sleep(0.5)
@@ -81,12 +86,28 @@ def test_ranks_started_with_different_arguments_stop_with_one_error(ranks):
     command = [mpiexec_path()]
     for rank in range(ranks):
         repeat = "5" if rank == ranks - 1 else "3"
-        command += ["-n", "1", sys.executable, "-m", "sparsewire", "spmm", "stencil2d:30", "--k", "2", "--repeat", repeat, "--partition", "even"]
+        command += [
+            "-n",
+            "1",
+            sys.executable,
+            "-m",
+            "sparsewire",
+            "spmm",
+            "stencil2d:30",
+            "--k",
+            "2",
+            "--repeat",
+            repeat,
+            "--partition",
+            "even",
+        ]
         command += [":"] if rank < ranks - 1 else []
     start = time.perf_counter()
     completed = subprocess.run(command, capture_output=True, text=True, timeout=LIMIT_S + 30, env=CHILD_ENV, cwd=ROOT)
     seconds = time.perf_counter() - start
     EXIT_TIMES.append(f"different --repeat P={ranks}: exited in {seconds:.1f} s (status {completed.returncode})")
     assert completed.returncode == 2 and seconds < LIMIT_S, completed.stdout + completed.stderr
-    assert completed.stderr.count("sparsewire: error: the ranks disagree on the argument repeat (rank 0 has 3, ") == 1, completed.stderr
+    assert completed.stderr.count("sparsewire: error: the ranks disagree on the argument repeat (rank 0 has 3, ") == 1, (
+        completed.stderr
+    )
     assert f"rank {ranks - 1} has 5); start every rank with the same command line" in completed.stderr

@@ -23,11 +23,11 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.exec.kernels import compiled as kernels
 from sparsewire.exec.executor import SpmmExecutor
+from sparsewire.exec.kernels import compiled as kernels
 from sparsewire.exec.modes import MODES, layout_for_mode
-from sparsewire.options import ExecOptions
 from sparsewire.generators import from_spec
+from sparsewire.options import ExecOptions
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_rank_plan_collective
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
@@ -71,9 +71,19 @@ def deterministic(seed: int) -> str:
         results = {}
         for mode in MODES:
             layout = layout_for_mode(mode)
-            plan = build_rank_plan_collective(comm, local, rows, cols, strategy, topology or Topology.nodes(2) if layout == "pipelined" else topology, layout=layout)
+            plan = build_rank_plan_collective(
+                comm,
+                local,
+                rows,
+                cols,
+                strategy,
+                topology or Topology.nodes(2) if layout == "pipelined" else topology,
+                layout=layout,
+            )
             for threads in DETERMINISTIC_THREADS:
-                with SpmmExecutor(plan, comm, k, np.float64, ExecOptions(mode=mode, threads=threads, deterministic=DETERMINISTIC)) as executor:
+                with SpmmExecutor(
+                    plan, comm, k, np.float64, ExecOptions(mode=mode, threads=threads, deterministic=DETERMINISTIC)
+                ) as executor:
                     mine = executor.multiply(b[slice(*cols.range(rank))])
                 full = comm.allgather(mine)
                 results[(mode, threads)] = np.vstack(full)
@@ -136,7 +146,9 @@ def corrupted(seed: int) -> str:
         dropped = int(exchange.send_counts[: position + 1].sum()) - 1
         keep = np.delete(np.arange(exchange.send_matrix.shape[0]), dropped)
         exchange = dataclasses.replace(
-            exchange, send_counts=counts, send_matrix=sp.csr_array(exchange.send_matrix[keep]),
+            exchange,
+            send_counts=counts,
+            send_matrix=sp.csr_array(exchange.send_matrix[keep]),
             send_kinds=exchange.send_kinds[keep],
         )
         plan = dataclasses.replace(plan, exchanges=(exchange,))

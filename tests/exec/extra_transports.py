@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import Counter
 
 from sparsewire.exec.modes import Mode
-from sparsewire.exec.transports import register_transport
 from sparsewire.exec.transports import mpi as mpi_transports
+from sparsewire.exec.transports import register_transport
 
 #: Calls of every RecordingTransport in this process, by method name.
 CALLS: Counter = Counter()
@@ -72,10 +72,25 @@ def _grouped_problem(mode, device):
     return None
 
 
-register_transport("recording", modes=(Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY), summary="MPI, every call recorded (tests)",
-                   select=lambda mode, comm, device: RecordingTransport, replace=True)
-register_transport("mpi-p2p-partitions", modes=tuple(Mode), summary="MPI, partitions on point-to-point requests (tests)",
-                   select=lambda mode, comm, device: mpi_transports.select(mode, comm, device, partitioned=False), replace=True)
-register_transport("torch-grouped", modes=(Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY),
-                   summary="torch.distributed, each exchange in one group (tests)", select=_grouped_torch, problem=_grouped_problem,
-                   replace=True)
+register_transport(
+    "recording",
+    modes=(Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY),
+    summary="MPI, every call recorded (tests)",
+    select=lambda mode, comm, device: RecordingTransport,
+    replace=True,
+)
+register_transport(
+    "mpi-p2p-partitions",
+    modes=tuple(Mode),
+    summary="MPI, partitions on point-to-point requests (tests)",
+    select=lambda mode, comm, device: mpi_transports.select(mode, comm, device, partitioned=False),
+    replace=True,
+)
+register_transport(
+    "torch-grouped",
+    modes=(Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY),
+    summary="torch.distributed, each exchange in one group (tests)",
+    select=_grouped_torch,
+    problem=_grouped_problem,
+    replace=True,
+)

@@ -22,18 +22,17 @@ from __future__ import annotations
 import sys
 import traceback
 
+import extra_transports  # noqa: F401 - registers the tests' transports
 import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
-
-import extra_transports  # noqa: F401 - registers the tests' transports
 
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.kernels import backend_problem
 from sparsewire.exec.modes import MODES, layout_for_mode
 from sparsewire.exec.transports import transport_problem
-from sparsewire.options import ExecOptions
 from sparsewire.generators import from_spec
+from sparsewire.options import ExecOptions
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_plan, build_rank_plan_collective
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
@@ -77,7 +76,9 @@ def chosen_strategies(names: str = "all") -> list:
     return list(EXECUTABLE_STRATEGIES) if names == "all" else [s for s in EXECUTABLE_STRATEGIES if s.value in names.split(",")]
 
 
-def planned_runs(thread_counts: list[int], transport: str, backend: str = "numpy", device: str = "cpu", strategies: str = "all") -> int:
+def planned_runs(
+    thread_counts: list[int], transport: str, backend: str = "numpy", device: str = "cpu", strategies: str = "all"
+) -> int:
     """Executor runs one rank makes: cases x (strategy, mode) pairs of CONFIGURATIONS the
     transport and backend run x thread counts, from the lists the loop below walks."""
     pairs = sum(
@@ -129,10 +130,19 @@ def main() -> None:
                         continue  # a mode this transport or backend does not run
                     plan = plans[layout_for_mode(mode)]
                     for threads in thread_counts:
-                        with SpmmExecutor(plan, comm, k, dtype, ExecOptions(mode=mode, threads=threads, transport=transport, backend=backend,
-                                                                       device=device)) as executor:
+                        with SpmmExecutor(
+                            plan,
+                            comm,
+                            k,
+                            dtype,
+                            ExecOptions(mode=mode, threads=threads, transport=transport, backend=backend, device=device),
+                        ) as executor:
                             if backend == "torch":
-                                out = torch.empty((plan.local_shape[0], k), dtype=getattr(torch, np.dtype(dtype).name), device=executor.kernels.device)
+                                out = torch.empty(
+                                    (plan.local_shape[0], k),
+                                    dtype=getattr(torch, np.dtype(dtype).name),
+                                    device=executor.kernels.device,
+                                )
                                 b_block = torch.from_numpy(b_local).to(executor.kernels.device)
                             else:
                                 out, b_block = np.empty((plan.local_shape[0], k), dtype), b_local

@@ -35,16 +35,24 @@ def main() -> None:
     runs = 0
     for strategy, topology in (("column", None), ("joint", None), ("joint-hier", sparsewire.Topology.nodes(2))):
         for mode in ("bulk", "overlap", "pipelined", "early"):
-            with matrix.spmm_plan(k, np.float64, strategy=strategy, topology=topology, mode=mode, transport="recording", threads=1) as plan:
+            with matrix.spmm_plan(
+                k, np.float64, strategy=strategy, topology=topology, mode=mode, transport="recording", threads=1
+            ) as plan:
                 assert type(plan.executor.transport) is extra_transports.RecordingTransport
                 for _ in range(2):
                     extra_transports.ARRIVALS.clear()
                     c = plan.multiply(b_local)
                     assert np.array_equal(c, expected), f"{strategy}/{mode}: C differs"
-                    planned = sorted((ex.index, m, source) for ex in plan.executor.buffers.exchanges for m, source in enumerate(ex.recv_ranks))
-                    assert sorted(extra_transports.ARRIVALS) == planned, f"{strategy}/{mode}: arrivals {extra_transports.ARRIVALS} != {planned}"
+                    planned = sorted(
+                        (ex.index, m, source) for ex in plan.executor.buffers.exchanges for m, source in enumerate(ex.recv_ranks)
+                    )
+                    assert sorted(extra_transports.ARRIVALS) == planned, (
+                        f"{strategy}/{mode}: arrivals {extra_transports.ARRIVALS} != {planned}"
+                    )
                 received = comm.allreduce(plan.bytes_received, op=MPI.SUM)
-                assert received == plan.stats.total_bytes, f"{strategy}/{mode}: {received} bytes delivered, {plan.stats.total_bytes} planned"
+                assert received == plan.stats.total_bytes, (
+                    f"{strategy}/{mode}: {received} bytes delivered, {plan.stats.total_bytes} planned"
+                )
                 runs += 1
     calls = comm.gather(dict(extra_transports.CALLS), root=0)
     if rank == 0:

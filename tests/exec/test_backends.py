@@ -13,9 +13,9 @@ import scipy.sparse as sp
 
 torch = pytest.importorskip("torch")
 
-from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, run_mpi  # noqa: E402
 from mpi_driver import planned_runs  # noqa: E402
 
+from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, run_mpi  # noqa: E402
 from sparsewire.errors import InputError  # noqa: E402
 from sparsewire.exec.kernels import backend_problem, make_backend  # noqa: E402
 from sparsewire.exec.kernels.numpy_backend import NumpyBackend  # noqa: E402
@@ -125,8 +125,25 @@ def test_backend_problems_name_the_fix():
 def test_cli_spmm_on_the_torch_backend_matches_numpy():
     reports = {}
     for backend in ("numpy", "torch"):
-        completed = run_mpi(3, ["-m", "sparsewire", "spmm", "rmat:9:8:3", "--k", "8", "--mode", "bulk,overlap,early", "--repeat", "2",
-                                "--backend", backend, "--json"], timeout=200)
+        completed = run_mpi(
+            3,
+            [
+                "-m",
+                "sparsewire",
+                "spmm",
+                "rmat:9:8:3",
+                "--k",
+                "8",
+                "--mode",
+                "bulk,overlap,early",
+                "--repeat",
+                "2",
+                "--backend",
+                backend,
+                "--json",
+            ],
+            timeout=200,
+        )
         assert completed.returncode == 0, completed.stderr[-3000:]
         reports[backend] = json.loads(completed.stdout.strip().splitlines()[-1])
     assert reports["torch"]["backend"] == "torch" and reports["numpy"]["backend"] == "numpy"
@@ -137,7 +154,9 @@ def test_cli_spmm_on_the_torch_backend_matches_numpy():
 
 
 def test_cli_refuses_the_partitioned_mode_on_the_torch_backend_in_one_line():
-    completed = run_mpi(2, ["-m", "sparsewire", "spmm", "stencil2d:8", "--backend", "torch", "--mode", "partitioned"], timeout=120)
+    completed = run_mpi(
+        2, ["-m", "sparsewire", "spmm", "stencil2d:8", "--backend", "torch", "--mode", "partitioned"], timeout=120
+    )
     assert completed.returncode != 0
     errors = [line for line in completed.stderr.splitlines() if line.startswith("sparsewire: error:")]
     assert errors and "torch backend cannot run the partitioned mode" in errors[0], completed.stderr

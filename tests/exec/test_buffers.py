@@ -10,9 +10,9 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import _seed
-from sparsewire.exec.kernels import compiled as kernels
 from sparsewire.exec.buffers import BufferNeeds, build_buffers, padded_rows
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
+from sparsewire.exec.kernels import compiled as kernels
 from sparsewire.exec.pack import Packer
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_plan
@@ -44,7 +44,11 @@ def plans(rng):
         for strategy in EXECUTABLE_STRATEGIES:
             for layout in ("merged", "pipelined"):
                 topology = Topology.nodes(2) if strategy.hierarchical or layout == "pipelined" else None
-                yield f"P={ranks}/{strategy.value}/{layout}", matrix, build_plan(matrix, rows, cols, strategy, topology, layout=layout)
+                yield (
+                    f"P={ranks}/{strategy.value}/{layout}",
+                    matrix,
+                    build_plan(matrix, rows, cols, strategy, topology, layout=layout),
+                )
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +97,13 @@ def test_pack_and_unpack_maps_equal_the_plans_products(cases, needs, rng):
                     assert np.array_equal(out, reference), f"{label}: unpack"
                 elif needs.unpack == "message":
                     for message in range(len(ex.recv_ranks)):
-                        kernels.apply_columns(ex.unpack_columns, ex.receive_buffer, out, int(ex.recv_offsets[message]), int(ex.recv_offsets[message + 1]))
+                        kernels.apply_columns(
+                            ex.unpack_columns,
+                            ex.receive_buffer,
+                            out,
+                            int(ex.recv_offsets[message]),
+                            int(ex.recv_offsets[message + 1]),
+                        )
                     assert np.array_equal(out, reference), f"{label}: unpack by message"
 
 
@@ -132,7 +142,7 @@ def test_hand_delivered_messages_give_the_exact_product_on_every_rank(cases, nee
         combines = [(OrderedCombine if needs.ordered else StreamingCombine)(buffers) for buffers in everyone]
         blocks = [np.ascontiguousarray(b[slice(*cols.range(p.rank))]) for p in ranks]
         outs = [np.zeros((p.local_shape[0], k)) for p in ranks]
-        for buffers, combine, block, out in zip(everyone, combines, blocks, outs):
+        for _buffers, combine, block, out in zip(everyone, combines, blocks, outs):
             combine.diagonal(block, out)
         n_exchanges = {len(buffers.exchanges) for buffers in everyone}
         assert len(n_exchanges) == 1, label
@@ -146,7 +156,9 @@ def test_hand_delivered_messages_give_the_exact_product_on_every_rank(cases, nee
                     slot = target.recv_ranks.index(sender.plan.rank)
                     assert target.recv_elements[slot] == ex.send_elements[message], f"{label}: counts"
                     start, to = int(ex.send_offsets[message]) * k, int(target.recv_offsets[slot]) * k
-                    target.recv_flat[to : to + target.recv_elements[slot]] = ex.send_flat[start : start + ex.send_elements[message]]
+                    target.recv_flat[to : to + target.recv_elements[slot]] = ex.send_flat[
+                        start : start + ex.send_elements[message]
+                    ]
             for buffers, combine, out in zip(everyone, combines, outs):
                 ex = buffers.exchanges[index]
                 if needs.unpack == "message":
@@ -154,6 +166,6 @@ def test_hand_delivered_messages_give_the_exact_product_on_every_rank(cases, nee
                         combine.message_arrived(ex, message, out)
                 else:
                     combine.exchange_arrived(ex, out)
-        for buffers, combine, block, out in zip(everyone, combines, blocks, outs):
+        for _buffers, combine, block, out in zip(everyone, combines, blocks, outs):
             combine.finish(block, out)
         assert np.array_equal(np.vstack(outs), matrix @ b), label

@@ -13,12 +13,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, cuda_devices, on_devices, run_mpi  # noqa: E402
 import extra_transports  # noqa: E402, F401 - registers torch-grouped
 from mpi_driver import planned_runs  # noqa: E402
 
-from sparsewire.exec.transports import transport_problem  # noqa: E402
+from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, cuda_devices, on_devices, run_mpi  # noqa: E402
 from sparsewire.exec.kernels.torch_backend import TorchBackend  # noqa: E402
+from sparsewire.exec.transports import transport_problem  # noqa: E402
 
 CORA = SHARED_DATA / "gnn" / "cora.npz"
 
@@ -53,7 +53,7 @@ def test_the_grouped_transport_runs_whole_exchanges_only():
     assert transport_problem("torch", "overlap", "cuda:0") is None
     assert transport_problem("mpi", "early", "cuda:0") is None  # MPI binds each message on its own
     assert transport_problem("torch", "early", "cpu") is None
-    assert "not early" in transport_problem("torch-grouped", "early", "cpu")
+    assert "not early" in transport_problem("torch-grouped", "early", "cpu")  # NCCL's protocol on Gloo (the tests' transport)
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
@@ -101,18 +101,27 @@ def test_nccl_moves_cuda_buffers_exactly(device, ranks):
 
 @pytest.mark.parametrize("device", on_devices("cuda"))
 def test_nccl_refuses_ranks_that_share_a_gpu_naming_them(device):
-    completed = run_mpi(2, ["-m", "sparsewire", "spmm", "rmat:8:8:1", "--device", f"{device}:0", "--transport", "torch", "--mode", "bulk"],
-                        timeout=120)
+    completed = run_mpi(
+        2,
+        ["-m", "sparsewire", "spmm", "rmat:8:8:1", "--device", f"{device}:0", "--transport", "torch", "--mode", "bulk"],
+        timeout=120,
+    )
     assert completed.returncode != 0
-    assert "ranks 0 and 1 share GPU cuda:0" in completed.stderr and "NCCL needs one GPU per rank" in completed.stderr, completed.stderr[-2000:]
+    assert "ranks 0 and 1 share GPU cuda:0" in completed.stderr and "NCCL needs one GPU per rank" in completed.stderr, (
+        completed.stderr[-2000:]
+    )
 
 
 @pytest.mark.parametrize("device", on_devices("cuda"))
 def test_cuda_messages_take_the_path_the_rule_gives(tmp_path, device):
     """A planted calibration on CUDA: with the MPICH wheel (not CUDA-aware) every message is
     staged whatever the file says; C exact, bytes as planned, staged memory equal to the buffers."""
-    completed = run_mpi(3, ["tests/exec/transfer_driver.py", f"split:{tmp_path / 'cuda.json'}", "torch", str(_seed()), device],
-                        timeout=300, env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    completed = run_mpi(
+        3,
+        ["tests/exec/transfer_driver.py", f"split:{tmp_path / 'cuda.json'}", "torch", str(_seed()), device],
+        timeout=300,
+        env={"XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
     totals = json.loads(completed.stdout.strip().splitlines()[-1])
     assert totals["staged"] > 0
@@ -120,8 +129,11 @@ def test_cuda_messages_take_the_path_the_rule_gives(tmp_path, device):
 
 @pytest.mark.parametrize("device", on_devices("cuda"))
 def test_spmm_command_on_cuda_checks_against_scipy(device):
-    completed = run_mpi(2, ["-m", "sparsewire", "spmm", "rmat:10:8:1", "--device", device, "--mode", "bulk,overlap,early", "--check",
-                            "--json"], timeout=300)
+    completed = run_mpi(
+        2,
+        ["-m", "sparsewire", "spmm", "rmat:10:8:1", "--device", device, "--mode", "bulk,overlap,early", "--check", "--json"],
+        timeout=300,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     report = json.loads(completed.stdout)
     assert report["backend"] == "torch" and report["device"].startswith("cuda")
@@ -142,8 +154,17 @@ def test_the_cuda_branches_give_the_same_c_when_copies_run_as_late_as_a_gpu_may_
     each staged copy runs only once the host or the compute stream waits for it. C exact for two
     different B, bytes as planned, both paths at P = 3. (Dropping the synchronize before MPI
     starts the sends, or the compute stream's wait for an incoming copy, makes C differ.)"""
-    completed = run_mpi(ranks, ["tests/exec/transfer_driver.py", f"split:{tmp_path / 'planted.json'}", "torch", str(_seed() + ranks),
-                                "cpu-deferred-streams"], timeout=240)
+    completed = run_mpi(
+        ranks,
+        [
+            "tests/exec/transfer_driver.py",
+            f"split:{tmp_path / 'planted.json'}",
+            "torch",
+            str(_seed() + ranks),
+            "cpu-deferred-streams",
+        ],
+        timeout=240,
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
     totals = json.loads(completed.stdout.strip().splitlines()[-1])
     assert totals["staged"] > 0 and totals["deferred_copies"] > 0, totals

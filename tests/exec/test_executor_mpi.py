@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse as sp
-
-from conftest import SHARED_MATRICES, _seed, run_mpi
 from executor_driver import planned_deterministic_checks
 from mpi_driver import planned_runs
 
+from conftest import SHARED_MATRICES, _seed, run_mpi
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
 
 pytestmark = pytest.mark.mpi  # every test here starts mpiexec
@@ -98,8 +97,21 @@ def assert_hierarchical_runs(report, n_runs):
 @pytest.mark.parametrize("ranks, group_size, proxy", [(4, 2, "local"), (4, 2, "balanced"), (3, 3, "local"), (4, 3, "balanced")])
 def test_cli_spmm_hierarchical_strategies_every_mode(ranks, group_size, proxy):
     report = spmm_json(
-        ranks, "rmat:10:8:3", "--group-size", str(group_size), "--proxy", proxy, "--strategy", HIERARCHICAL,
-        "--mode", "all", "--check", "--repeat", "2", "--k", "4",
+        ranks,
+        "rmat:10:8:3",
+        "--group-size",
+        str(group_size),
+        "--proxy",
+        proxy,
+        "--strategy",
+        HIERARCHICAL,
+        "--mode",
+        "all",
+        "--check",
+        "--repeat",
+        "2",
+        "--k",
+        "4",
     )
     assert_hierarchical_runs(report, 3 * 5)
     assert {run["layout"] for run in report["runs"] if run["mode"] == "pipelined"} == {"pipelined"}
@@ -124,8 +136,18 @@ def test_cli_spmm_hierarchical_when_groups_need_nothing_from_each_other(tmp_path
 def test_cli_spmm_single_run_fields():
     report = spmm_json(2, "stencil2d:40", "--strategy", "column", "--mode", "bulk", "--k", "1", "--check", "--repeat", "3")
     for key in (
-        "ranks", "strategy", "mode", "k", "dtype", "median_seconds", "min_seconds", "planned_bytes",
-        "measured_bytes", "checksum_sum", "checksum_fro", "max_abs_error",
+        "ranks",
+        "strategy",
+        "mode",
+        "k",
+        "dtype",
+        "median_seconds",
+        "min_seconds",
+        "planned_bytes",
+        "measured_bytes",
+        "checksum_sum",
+        "checksum_fro",
+        "max_abs_error",
     ):
         assert key in report
     assert report["strategy"] == "column" and report["mode"] == "bulk" and report["k"] == 1
@@ -145,9 +167,7 @@ def test_cli_spmm_on_shared_matrices(path):
 @pytest.mark.skipif(not SHARED_MATRICES, reason="../shared/data is not present")
 @pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
 def test_cli_spmm_hierarchical_on_shared_matrices(path):
-    report = spmm_json(
-        4, str(path), "--group-size", "2", "--strategy", HIERARCHICAL, "--mode", "all", "--check", "--repeat", "1"
-    )
+    report = spmm_json(4, str(path), "--group-size", "2", "--strategy", HIERARCHICAL, "--mode", "all", "--check", "--repeat", "1")
     assert_hierarchical_runs(report, 3 * 5)
 
 
@@ -184,8 +204,8 @@ def test_cli_spmm_topology_from_mpi_groups_one_node():
 
 def test_default_mode_follows_the_benchmark_rule():
     # 2 ranks x 1 thread fit this test's cores only where there are 2 or more; the rule itself:
-    from sparsewire.exec.kernels.compiled import default_threads
     from sparsewire.exec.executor import choose_mode
+    from sparsewire.exec.kernels.compiled import default_threads
 
     cores = default_threads(1)
     assert choose_mode(8, 1, 1) == "early" and choose_mode(16, 1, 1) == "early"

@@ -12,7 +12,8 @@ import scipy.sparse as sp
 
 from sparsewire.aligned import empty_aligned, zeros_aligned
 from sparsewire.errors import InputError
-from sparsewire.exec.kernels import compiled as kernels, numba_csr as kernels_numba
+from sparsewire.exec.kernels import compiled as kernels
+from sparsewire.exec.kernels import numba_csr as kernels_numba
 
 
 @pytest.fixture(autouse=True)
@@ -120,7 +121,9 @@ def test_streamed_stores_give_the_same_bits_and_need_an_aligned_out(k, dtype):
         shifted = np.empty(200 * k + 1, dtype)[1:].reshape(200, k)  # one element off a line
         for out in (aligned, shifted):
             out[:] = np.nan
-            kernels_numba.csr_dense_threads(op.indptr, op.indices, op.data, x, out, op.chunks, op.claimed, False, op.prefetch, True)
+            kernels_numba.csr_dense_threads(
+                op.indptr, op.indices, op.data, x, out, op.chunks, op.claimed, False, op.prefetch, True
+            )
             np.testing.assert_array_equal(out, expected)
             kernels_numba.csr_dense_range(op.indptr, op.indices, op.data, x, out, 0, 200, True, op.prefetch, True)
             np.testing.assert_array_equal(out, 2 * expected)
@@ -133,7 +136,7 @@ def test_multiply_streams_a_large_aligned_out_with_the_same_bits():
     x = rng.standard_normal((3000, 32))
     op = kernels.CsrOperand.from_matrix(matrix, np.float64, 2)
     kernels.set_threads(2)
-    streamed, plain = empty_aligned((rows, 32), np.float64), np.empty((rows * 32 + 1))[1:].reshape(rows, 32)
+    streamed, plain = empty_aligned((rows, 32), np.float64), np.empty(rows * 32 + 1)[1:].reshape(rows, 32)
     kernels.multiply(op, x, streamed)
     kernels.multiply(op, x, plain)
     assert streamed.tobytes() == plain.tobytes()

@@ -12,8 +12,8 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import sparsewire
-from sparsewire.plan.plan_file import arrays_checksum
 from conftest import run_mpi
+from sparsewire.plan.plan_file import arrays_checksum
 
 
 def _saved(tmp_path, rng):
@@ -42,6 +42,7 @@ def _set(name, index, value):
     def change(arrays, meta):
         arrays[name] = arrays[name].copy()
         arrays[name][index] = value
+
     return change
 
 
@@ -51,7 +52,11 @@ DAMAGE = {
     "index out of range": (_set("r0/diagonal.indices", 0, 10**6), True, "column index outside 0..29"),
     "negative index": (_set("r0/diagonal.indices", 0, -5), True, "column index outside 0..29"),
     "broken row pointer": (_set("r0/diagonal.indptr", 3, 10**9), True, "row pointer"),
-    "wrong dtype": (lambda arrays, meta: arrays.update({"r0/diagonal.indices": arrays["r0/diagonal.indices"].astype(np.float64)}), True, "diagonal.indices is a 1-D float64"),
+    "wrong dtype": (
+        lambda arrays, meta: arrays.update({"r0/diagonal.indices": arrays["r0/diagonal.indices"].astype(np.float64)}),
+        True,
+        "diagonal.indices is a 1-D float64",
+    ),
     "missing array": (lambda arrays, meta: arrays.pop("r0/diagonal.indptr"), True, "diagonal.indptr is missing"),
     "array of no rank": (lambda arrays, meta: arrays.update({"r7/header": np.zeros(3, np.int64)}), True, "belongs to no rank"),
     "wrong shape": (lambda arrays, meta: arrays.update({"r0/diagonal.shape": np.array([30, 31])}), True, "has shape (30, 31)"),

@@ -10,8 +10,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, run_mpi  # noqa: E402
 from mpi_driver import planned_runs  # noqa: E402
+
+from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, run_mpi  # noqa: E402
 
 CORA = SHARED_DATA / "gnn" / "cora.npz"
 
@@ -47,8 +48,28 @@ def test_a_process_group_the_caller_made_is_used_with_its_own_rank_order(ranks):
 
 
 def test_cli_spmm_on_torch_says_what_its_bytes_are():
-    completed = run_mpi(3, ["-m", "sparsewire", "spmm", "rmat:10:8:2", "--transport", "torch", "--mode", "bulk,overlap,early",
-                            "--strategy", "joint", "--check", "--json", "--repeat", "2", "--k", "4"], timeout=240)
+    completed = run_mpi(
+        3,
+        [
+            "-m",
+            "sparsewire",
+            "spmm",
+            "rmat:10:8:2",
+            "--transport",
+            "torch",
+            "--mode",
+            "bulk,overlap,early",
+            "--strategy",
+            "joint",
+            "--check",
+            "--json",
+            "--repeat",
+            "2",
+            "--k",
+            "4",
+        ],
+        timeout=240,
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     report = json.loads(completed.stdout)
     assert report["transport"] == "torch" and len(report["runs"]) == 3
@@ -60,7 +81,9 @@ def test_cli_spmm_on_torch_says_what_its_bytes_are():
 
 
 def test_cli_refuses_the_partitioned_mode_on_torch_in_one_line():
-    completed = run_mpi(2, ["-m", "sparsewire", "spmm", "stencil2d:8", "--transport", "torch", "--mode", "partitioned"], timeout=120)
+    completed = run_mpi(
+        2, ["-m", "sparsewire", "spmm", "stencil2d:8", "--transport", "torch", "--mode", "partitioned"], timeout=120
+    )
     assert completed.returncode != 0
     errors = [line for line in completed.stderr.splitlines() if line.startswith("sparsewire: error:")]
     assert errors and "torch transport cannot run the partitioned mode" in errors[0], completed.stderr

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_DATA, _seed, cuda_devices, run_cli, run_mpi
-
-from sparsewire.errors import InputError
 from sparsewire.calibration.transfer import TRANSFER_KIND as CALIBRATION_KIND
 from sparsewire.calibration.transfer import crossover, load_transfer_calibration, transfer_rule
 from sparsewire.comm.mpi_library import cuda_aware_mpi
+from sparsewire.errors import InputError
 from sparsewire.exec import wire
 from sparsewire.exec.wire import DEFAULT_CUDA_STAGED_BELOW, EVERY_MESSAGE, TransferRule, default_rule
 
@@ -142,7 +141,9 @@ def test_staged_messages_follow_a_planted_threshold_and_give_the_same_c(tmp_path
 def test_without_a_calibration_nothing_is_staged_on_the_cpu(tmp_path):
     empty = tmp_path / "cache"
     calibration = write_calibration(tmp_path / "zero.json", 0)
-    result = run_mpi(3, ["tests/exec/transfer_driver.py", str(calibration), "numpy", str(_seed())], env={"XDG_CACHE_HOME": str(empty)})
+    result = run_mpi(
+        3, ["tests/exec/transfer_driver.py", str(calibration), "numpy", str(_seed())], env={"XDG_CACHE_HOME": str(empty)}
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     totals = json.loads(result.stdout.strip().splitlines()[-1])
     assert totals["staged"] == 0 and totals["direct"] > 0
@@ -150,8 +151,23 @@ def test_without_a_calibration_nothing_is_staged_on_the_cpu(tmp_path):
 
 def test_calibrate_device_measures_both_paths_and_writes_a_file_the_executor_reads(tmp_path):
     output = tmp_path / "transfer.json"
-    result = run_mpi(2, ["-m", "sparsewire", "calibrate", "--device", "cpu", "--sizes", "64,4096,262144", "--repeat", "3",
-                         "--output", str(output), "--json"])
+    result = run_mpi(
+        2,
+        [
+            "-m",
+            "sparsewire",
+            "calibrate",
+            "--device",
+            "cpu",
+            "--sizes",
+            "64,4096,262144",
+            "--repeat",
+            "3",
+            "--output",
+            str(output),
+            "--json",
+        ],
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     record = json.loads(result.stdout)
     assert [r["bytes"] for r in record["sweep"]] == [64, 4096, 262144]
@@ -174,8 +190,23 @@ def test_calibrate_device_needs_two_ranks_and_a_device_it_runs():
 
 def test_spmm_command_stages_by_the_calibration_it_is_given(tmp_path):
     calibration = write_calibration(tmp_path / "t.json", 10**9)  # every message staged
-    result = run_mpi(3, ["-m", "sparsewire", "spmm", "rmat:9:8:1", "--k", "8", "--mode", "bulk,early", "--check", "--json",
-                         "--transfer-calibration", str(calibration)])
+    result = run_mpi(
+        3,
+        [
+            "-m",
+            "sparsewire",
+            "spmm",
+            "rmat:9:8:1",
+            "--k",
+            "8",
+            "--mode",
+            "bulk,early",
+            "--check",
+            "--json",
+            "--transfer-calibration",
+            str(calibration),
+        ],
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     for run in json.loads(result.stdout)["runs"]:
         assert run["check_passed"] and run["staged_below_bytes"] == 10**9
@@ -191,8 +222,23 @@ def test_gcn_with_every_message_staged_trains_to_the_same_losses(tmp_path):
     histories = {}
     for threshold in (10**9, 0):
         calibration = write_calibration(tmp_path / f"t{threshold}.json", threshold)
-        completed = run_mpi(3, ["-m", "sparsewire", "gcn", str(SHARED_DATA / "gnn" / "cora.npz"), "--epochs", "30", "--dtype", "float64",
-                                "--transfer-calibration", str(calibration), "--json"], timeout=400)
+        completed = run_mpi(
+            3,
+            [
+                "-m",
+                "sparsewire",
+                "gcn",
+                str(SHARED_DATA / "gnn" / "cora.npz"),
+                "--epochs",
+                "30",
+                "--dtype",
+                "float64",
+                "--transfer-calibration",
+                str(calibration),
+                "--json",
+            ],
+            timeout=400,
+        )
         assert completed.returncode == 0, completed.stderr[-3000:]
         report = json.loads(completed.stdout.strip().splitlines()[-1])
         paths = report["transfer_paths"]

@@ -8,8 +8,8 @@ import json
 
 import extra_transports  # noqa: F401 - registers the tests' transports
 import pytest
-from conftest import _seed, run_mpi
 
+from conftest import _seed, run_mpi
 from sparsewire.errors import InputError
 from sparsewire.exec.modes import Mode
 from sparsewire.exec.transports import register_transport, transport_entry, transport_help, transport_names, transport_problem
@@ -20,7 +20,11 @@ def test_the_registry_names_the_builtin_and_the_registered_transports():
     names = transport_names()
     assert names[:2] == ("mpi", "torch") and {"recording", "mpi-p2p-partitions", "torch-grouped"} <= set(names)
     assert "recording: MPI, every call recorded" in transport_help()
-    assert transport_problem("recording", "partitioned") == "the recording transport cannot run the partitioned mode (it runs bulk, overlap, pipelined, early); the partitioned mode needs MPI-4 partitioned messages: use transport 'mpi'"
+    assert (
+        transport_problem("recording", "partitioned")
+        == "the recording transport cannot run the partitioned mode (it runs bulk, overlap, pipelined, early); the partitioned "
+        "mode needs MPI-4 partitioned messages: use transport 'mpi'"
+    )
     assert transport_problem("pigeon", "bulk").startswith("unknown transport 'pigeon'; choose mpi or torch or recording")
     assert ExecOptions(transport="recording", mode="early").transport == "recording"
     with pytest.raises(InputError, match="recording transport cannot run the partitioned mode"):

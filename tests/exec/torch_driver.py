@@ -31,8 +31,8 @@ from mpi4py import MPI
 
 import sparsewire
 from sparsewire.exec.executor import SpmmExecutor
-from sparsewire.options import ExecOptions
 from sparsewire.generators import from_spec
+from sparsewire.options import ExecOptions
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_rank_plan_collective
 
@@ -108,7 +108,10 @@ def mismatch(seed: int) -> str:
         dropped = int(exchange.send_counts[: position + 1].sum()) - 1
         keep = np.delete(np.arange(exchange.send_matrix.shape[0]), dropped)
         exchange = dataclasses.replace(
-            exchange, send_counts=counts, send_matrix=sp.csr_array(exchange.send_matrix[keep]), send_kinds=exchange.send_kinds[keep],
+            exchange,
+            send_counts=counts,
+            send_matrix=sp.csr_array(exchange.send_matrix[keep]),
+            send_kinds=exchange.send_kinds[keep],
         )
         plan = dataclasses.replace(plan, exchanges=(exchange,))
     started = time.monotonic()
@@ -181,7 +184,9 @@ def backend(seed: int) -> str:
         for strategy in ("joint", "column"):
             for mode in ("bulk", "overlap", "early"):
                 for threads in (1, 2):
-                    with matrix.spmm_plan(k, strategy=strategy, mode=mode, threads=threads, deterministic=True, backend="torch") as plan:
+                    with matrix.spmm_plan(
+                        k, strategy=strategy, mode=mode, threads=threads, deterministic=True, backend="torch"
+                    ) as plan:
                         for _ in range(2):
                             bits.add((strategy, gathered(comm, plan.multiply(b_local).numpy()).tobytes()))
         assert len(bits) == 2, f"{len(bits)} different results for 2 strategies"

@@ -5,7 +5,8 @@ calibration give the same C as messages sent from the buffers.
 
 CALIBRATION: a transfer calibration file (its threshold read back through the executor), or
 ``split:PATH``: the driver plans once, then plants at PATH a calibration whose threshold is the
-largest message's size (every smaller message staged, the largest ones direct) and uses it. For each mode of the backend and deterministic off and
+largest message's size (every smaller message staged, the largest ones direct) and uses it. For each mode of
+the backend and deterministic off and
 on: C on integer data equal to SciPy's; the bytes MPI delivered equal to the plan; each message
 staged exactly when its bytes are below the threshold; after a multiply, every staged message's
 host memory holds what its buffer holds (so the copies ran); explain() counts the paths per link
@@ -52,7 +53,9 @@ rng = np.random.default_rng(seed)
 n, k = 300, 6
 # A band (neighbouring ranks exchange a few rows) and random entries (more rows, to other ranks):
 # messages of many sizes.
-a = sp.random_array((n, n), density=0.004, rng=rng, format="csr") + sp.diags_array([1.0] * 5, offsets=[-2, -1, 0, 1, 2], shape=(n, n))
+a = sp.random_array((n, n), density=0.004, rng=rng, format="csr") + sp.diags_array(
+    [1.0] * 5, offsets=[-2, -1, 0, 1, 2], shape=(n, n)
+)
 a = sp.csr_array(a)
 a.data = rng.integers(-4, 5, a.nnz).astype(np.float64)
 a = comm.bcast(a, root=0)
@@ -61,7 +64,7 @@ reference_first, reference = a @ b_first, a @ b_full
 matrix = sparsewire.distribute(comm, a)
 topology = Topology.nodes(2) if comm.Get_size() >= 2 else None
 if calibration.startswith("split:"):
-    calibration = calibration[len("split:"):]
+    calibration = calibration[len("split:") :]
     with matrix.spmm_plan(k, np.float64, "auto", topology, "bulk", 1) as probe:
         sizes = [e * 8 for ex in probe.executor.buffers.exchanges for e in ex.send_elements]
     largest = max(comm.allgather(max(sizes, default=0)))
@@ -73,8 +76,18 @@ modes = ("bulk", "overlap", "early") if backend == "torch" else ("bulk", "overla
 totals = {"staged": 0, "direct": 0}
 for mode in modes:
     for deterministic in (False, True):
-        plan = matrix.spmm_plan(k, np.float64, "auto", topology, mode, 1, deterministic, backend=backend, device=device,
-                                transfer_calibration=calibration)
+        plan = matrix.spmm_plan(
+            k,
+            np.float64,
+            "auto",
+            topology,
+            mode,
+            1,
+            deterministic,
+            backend=backend,
+            device=device,
+            transfer_calibration=calibration,
+        )
         executor = plan.executor
         rule = executor.transfer_rule
         first = host(plan.multiply(b_first[matrix.input_ids()]))

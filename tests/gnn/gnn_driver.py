@@ -20,7 +20,15 @@ from mpi4py import MPI
 
 import sparsewire
 from sparsewire.gnn import (
-    GraphData, GraphOperator, distribute_graph, gather_rows, gcn_normalize, load_planetoid, propagate, scatter_rows, train,
+    GraphData,
+    GraphOperator,
+    distribute_graph,
+    gather_rows,
+    gcn_normalize,
+    load_planetoid,
+    propagate,
+    scatter_rows,
+    train,
 )
 
 torch.set_num_threads(1)
@@ -40,10 +48,10 @@ def gradcheck(seed: int) -> str:
         matrix = sparsewire.distribute(comm, adjacency if comm.Get_rank() == 0 else None, partition)
         matrices += [matrix, gcn_normalize(matrix)]
     for operator_matrix in matrices:
-        operator = GraphOperator(operator_matrix, threads=1)
+        operator = GraphOperator(operator_matrix)  # the torch backend, one thread
         x = torch.from_numpy(rng.standard_normal((n, 3))).requires_grad_(True)
 
-        def function(x_global):
+        def function(x_global, operator=operator):
             return gather_rows(operator, propagate(operator, scatter_rows(operator, x_global)))
 
         assert torch.autograd.gradcheck(function, (x,), eps=1e-6, atol=1e-7)
@@ -73,7 +81,9 @@ def losses(seed: int, epochs: str, dropout: str, model: str, data_path: str | No
             labels = rng.integers(0, 3, n)
             labels[[5, 17]] = -1  # unlabelled nodes, in no split
             nodes = np.flatnonzero(labels >= 0)
-            data = GraphData("random", adjacency, sp.csr_array(rng.random((n, 8))), labels, nodes[:20], nodes[20:35], nodes[35:], 3)
+            data = GraphData(
+                "random", adjacency, sp.csr_array(rng.random((n, 8))), labels, nodes[:20], nodes[20:35], nodes[35:], 3
+            )
     graph = distribute_graph(comm, data, model, dtype=torch.float64)  # compared with float64 references to 1e-5
     result = train(comm, graph, model=model, epochs=int(epochs), dropout=float(dropout), seed=seed)
     weights = {name: value.detach().numpy().tolist() for name, value in result.model.state_dict().items()}

@@ -57,8 +57,9 @@ def pyg_gcn_losses(data, state: dict, epochs: int, lr=0.01, weight_decay=5e-4) -
     x = torch.from_numpy(data.features.toarray())
     y = torch.from_numpy(data.labels)
     train = torch.from_numpy(data.train_idx)
-    optimizer = torch.optim.Adam([{"params": conv1.parameters(), "weight_decay": weight_decay},
-                                  {"params": conv2.parameters(), "weight_decay": 0.0}], lr=lr)
+    optimizer = torch.optim.Adam(
+        [{"params": conv1.parameters(), "weight_decay": weight_decay}, {"params": conv2.parameters(), "weight_decay": 0.0}], lr=lr
+    )
     losses = []
     for _ in range(epochs):
         optimizer.zero_grad()
@@ -95,11 +96,21 @@ def test_paper_settings_reach_eighty_percent_on_cora_at_three_ranks():
 
 def write_planetoid(path, adjacency, features, labels, train, val, test, self_loops=()):
     adjacency, features = sp.csr_array(adjacency), sp.csr_array(features, dtype=np.float32)
-    np.savez(path, n=np.int64(adjacency.shape[0]), adj_indptr=adjacency.indptr.astype(np.int64),
-             adj_indices=adjacency.indices.astype(np.int64), adj_raw_self_loops=np.asarray(self_loops, np.int64),
-             feat_shape=np.asarray(features.shape, np.int64), feat_indptr=features.indptr.astype(np.int64),
-             feat_indices=features.indices.astype(np.int64), feat_data=features.data, labels=np.asarray(labels, np.int64),
-             train_idx=np.asarray(train, np.int64), val_idx=np.asarray(val, np.int64), test_idx=np.asarray(test, np.int64))
+    np.savez(
+        path,
+        n=np.int64(adjacency.shape[0]),
+        adj_indptr=adjacency.indptr.astype(np.int64),
+        adj_indices=adjacency.indices.astype(np.int64),
+        adj_raw_self_loops=np.asarray(self_loops, np.int64),
+        feat_shape=np.asarray(features.shape, np.int64),
+        feat_indptr=features.indptr.astype(np.int64),
+        feat_indices=features.indices.astype(np.int64),
+        feat_data=features.data,
+        labels=np.asarray(labels, np.int64),
+        train_idx=np.asarray(train, np.int64),
+        val_idx=np.asarray(val, np.int64),
+        test_idx=np.asarray(test, np.int64),
+    )
 
 
 def test_planetoid_reader_handles_unlabelled_and_isolated_nodes_and_row_normalises(tmp_path):
@@ -139,7 +150,9 @@ def test_gcn_command_on_a_graph_with_isolated_and_unlabelled_nodes(tmp_path, rng
     labels = rng.integers(0, 3, n)
     labels[[3, 30]] = -1
     labelled = np.flatnonzero(labels >= 0)
-    write_planetoid(tmp_path / "g.npz", adjacency, rng.integers(0, 2, (n, 6)), labels, labelled[:12], labelled[12:20], labelled[20:])
+    write_planetoid(
+        tmp_path / "g.npz", adjacency, rng.integers(0, 2, (n, 6)), labels, labelled[:12], labelled[12:20], labelled[20:]
+    )
     completed = run_mpi(ranks, ["-m", "sparsewire", "gcn", str(tmp_path / "g.npz"), "--epochs", "20", "--json"], timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     report = json.loads(completed.stdout.strip().splitlines()[-1])
@@ -148,8 +161,25 @@ def test_gcn_command_on_a_graph_with_isolated_and_unlabelled_nodes(tmp_path, rng
 
 
 def test_gcn_command_on_a_generated_graph_with_synthetic_features(rng):
-    completed = run_mpi(2, ["-m", "sparsewire", "gcn", "rmat:8:4:1", "--features", "random:12", "--classes", "4",
-                            "--model", "sage", "--epochs", "5", "--json"], timeout=300)
+    completed = run_mpi(
+        2,
+        [
+            "-m",
+            "sparsewire",
+            "gcn",
+            "rmat:8:4:1",
+            "--features",
+            "random:12",
+            "--classes",
+            "4",
+            "--model",
+            "sage",
+            "--epochs",
+            "5",
+            "--json",
+        ],
+        timeout=300,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     report = json.loads(completed.stdout.strip().splitlines()[-1])
     assert report["model"] == "sage" and len(report["history"]) == 5
@@ -169,12 +199,20 @@ def test_every_public_gnn_function_says_whether_it_is_collective():
     missing = []
     for name in gnn.__all__:
         obj = getattr(gnn, name)
-        members = [(name, obj)] if not inspect.isclass(obj) else [(name, None)] + [
-            (f"{name}.{member}", getattr(value, "__func__", value)) for member, value in vars(obj).items()
-            if not member.startswith("_") and (inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod)))
-        ]
+        members = (
+            [(name, obj)]
+            if not inspect.isclass(obj)
+            else [(name, None)]
+            + [
+                (f"{name}.{member}", getattr(value, "__func__", value))
+                for member, value in vars(obj).items()
+                if not member.startswith("_") and (inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod)))
+            ]
+        )
         assert inspect.getdoc(obj), name
-        missing += [label for label, function in members if function is not None and "ollective" not in (inspect.getdoc(function) or "")]
+        missing += [
+            label for label, function in members if function is not None and "ollective" not in (inspect.getdoc(function) or "")
+        ]
     assert not missing, missing
 
 
@@ -197,7 +235,9 @@ def test_sparse_linear_matches_dense_products_and_gradients(rng, dtype):
     x = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], dtype=dtype).to_sparse()
     assert sparse_linear(x, torch.ones((1, 3), dtype=dtype)).flatten().tolist() == [3.0, 3.0]
     # Dropout's new values on the same pattern reuse the structure and give the new product.
-    dropped = torch.sparse_coo_tensor(x.coalesce().indices(), torch.tensor([0.0, 4.0, 3.0], dtype=dtype), x.shape, check_invariants=True).coalesce()
+    dropped = torch.sparse_coo_tensor(
+        x.coalesce().indices(), torch.tensor([0.0, 4.0, 3.0], dtype=dtype), x.shape, check_invariants=True
+    ).coalesce()
     assert sparse_linear(dropped, torch.ones((1, 3), dtype=dtype)).flatten().tolist() == [4.0, 3.0]
 
 
@@ -214,12 +254,34 @@ def test_gcn_with_a_rank_without_nodes_trains_as_on_one_rank(tmp_path):
     used to fail there: "truth value of an array is ambiguous"); the losses equal P = 1's."""
     n = 40
     star = tmp_path / "star.mtx"
-    star.write_text("%%MatrixMarket matrix coordinate pattern symmetric\n" + f"{n} {n} {n - 1}\n"
-                    + "".join(f"{i + 1} 1\n" for i in range(1, n)))
+    star.write_text(
+        "%%MatrixMarket matrix coordinate pattern symmetric\n"
+        + f"{n} {n} {n - 1}\n"
+        + "".join(f"{i + 1} 1\n" for i in range(1, n))
+    )
     losses = {}
     for ranks in (1, 4):
-        completed = run_mpi(ranks, ["-m", "sparsewire", "gcn", str(star), "--features", "random:4", "--classes", "2", "--epochs", "5",
-                                    "--partition", "nnz", "--dtype", "float64", "--json"], timeout=300)
+        completed = run_mpi(
+            ranks,
+            [
+                "-m",
+                "sparsewire",
+                "gcn",
+                str(star),
+                "--features",
+                "random:4",
+                "--classes",
+                "2",
+                "--epochs",
+                "5",
+                "--partition",
+                "nnz",
+                "--dtype",
+                "float64",
+                "--json",
+            ],
+            timeout=300,
+        )
         assert completed.returncode == 0, completed.stderr[-3000:]
         losses[ranks] = [entry["loss"] for entry in json.loads(completed.stdout.strip().splitlines()[-1])["history"]]
     np.testing.assert_allclose(losses[4], losses[1], rtol=0, atol=1e-9)

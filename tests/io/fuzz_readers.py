@@ -34,7 +34,9 @@ COUNTS: Counter[str] = Counter()
 OUTCOMES: Counter[str] = Counter()
 WORK = Path(tempfile.mkdtemp(prefix="sparsewire-fuzz-"))
 
-EXTREME = st.sampled_from([0, 1, 2, -1, -5, 2**31 - 1, 2**31, 2**32, 2**53, 2**62, 2**63 - 1, 2**63, 2**64, 10**12, 10**18, 10**30])
+EXTREME = st.sampled_from(
+    [0, 1, 2, -1, -5, 2**31 - 1, 2**31, 2**32, 2**53, 2**62, 2**63 - 1, 2**63, 2**64, 10**12, 10**18, 10**30]
+)
 NUMBER_TEXT = st.one_of(
     st.integers(-3, 60).map(str),
     EXTREME.map(str),
@@ -119,8 +121,11 @@ def replace_numbers(text: str, replacements: list[str]) -> str:
 
 # --- Matrix Market ---------------------------------------------------------------------------
 
-MM_HEADERS = [f"%%MatrixMarket matrix coordinate {field} {symmetry}" for field in ("real", "integer", "pattern", "complex")
-              for symmetry in ("general", "symmetric", "skew-symmetric", "hermitian")] + ["%%MatrixMarket matrix array real general", "%%MatrixMarket", ""]
+MM_HEADERS = [
+    f"%%MatrixMarket matrix coordinate {field} {symmetry}"
+    for field in ("real", "integer", "pattern", "complex")
+    for symmetry in ("general", "symmetric", "skew-symmetric", "hermitian")
+] + ["%%MatrixMarket matrix array real general", "%%MatrixMarket", ""]
 
 
 @st.composite
@@ -136,6 +141,7 @@ def matrix_market(draw) -> bytes:
 
 
 # --- edge lists and METIS --------------------------------------------------------------------
+
 
 @st.composite
 def edge_list(draw) -> bytes:
@@ -159,6 +165,7 @@ def metis_graph(draw) -> bytes:
 
 
 # --- SciPy npz --------------------------------------------------------------------------------
+
 
 def npz_bytes(arrays: dict) -> bytes:
     buffer = io.BytesIO()
@@ -184,9 +191,15 @@ def scipy_npz(draw) -> bytes:
         array = arrays[name].copy()
         if kind == "set" and array.size and array.dtype.kind in "iuf":
             array = array.astype(np.int64) if array.dtype.kind in "iu" else array
-            array.flat[draw(st.integers(0, array.size - 1))] = int(np.clip(value, -(2**62), 2**62)) if array.dtype.kind in "iu" else float(value)
+            array.flat[draw(st.integers(0, array.size - 1))] = (
+                int(np.clip(value, -(2**62), 2**62)) if array.dtype.kind in "iu" else float(value)
+            )
         elif kind == "dtype":
-            array = array.astype(draw(st.sampled_from([np.float32, np.int8, np.complex128, np.uint64, np.bool_]))) if array.dtype.kind != "S" else array
+            array = (
+                array.astype(draw(st.sampled_from([np.float32, np.int8, np.complex128, np.uint64, np.bool_])))
+                if array.dtype.kind != "S"
+                else array
+            )
         elif kind == "shape":
             array = np.resize(array, draw(st.integers(0, 20)))
         else:
@@ -198,6 +211,7 @@ def scipy_npz(draw) -> bytes:
 
 # --- Planetoid npz ----------------------------------------------------------------------------
 
+
 def planetoid_arrays(rng) -> dict:
     n, features, classes = 12, 6, 3
     adjacency = sp.random_array((n, n), density=0.3, rng=rng, format="csr")
@@ -206,10 +220,17 @@ def planetoid_arrays(rng) -> dict:
     masks = np.zeros(n, bool)
     masks[:4] = True
     return {
-        "n": np.array(n), "adj_indptr": adjacency.indptr, "adj_indices": adjacency.indices,
-        "feat_indptr": feats.indptr, "feat_indices": feats.indices, "feat_data": feats.data.astype(np.float32),
-        "feat_shape": np.array([n, features]), "labels": rng.integers(0, classes, n),
-        "train_mask": masks, "val_mask": np.roll(masks, 4), "test_mask": np.roll(masks, 8),
+        "n": np.array(n),
+        "adj_indptr": adjacency.indptr,
+        "adj_indices": adjacency.indices,
+        "feat_indptr": feats.indptr,
+        "feat_indices": feats.indices,
+        "feat_data": feats.data.astype(np.float32),
+        "feat_shape": np.array([n, features]),
+        "labels": rng.integers(0, classes, n),
+        "train_mask": masks,
+        "val_mask": np.roll(masks, 4),
+        "test_mask": np.roll(masks, 8),
     }
 
 
@@ -224,7 +245,9 @@ def planetoid_npz(draw) -> bytes:
         if kind == "set" and array.size:
             value = draw(EXTREME)
             array = array.astype(np.float64) if array.dtype.kind == "f" else array.astype(np.int64)
-            array.flat[draw(st.integers(0, array.size - 1))] = float(value) if array.dtype.kind == "f" else int(np.clip(value, -(2**62), 2**62))
+            array.flat[draw(st.integers(0, array.size - 1))] = (
+                float(value) if array.dtype.kind == "f" else int(np.clip(value, -(2**62), 2**62))
+            )
             arrays[name] = array
         elif kind == "drop":
             del arrays[name]
@@ -278,7 +301,9 @@ def plan_file(draw) -> tuple[bytes, bool]:
         if kind == "set" and array.size and array.dtype.kind in "iuf":
             value = draw(EXTREME)
             array = array.astype(np.int64) if array.dtype.kind in "iu" else array
-            array.flat[draw(st.integers(0, array.size - 1))] = int(np.clip(value, -(2**62), 2**62)) if array.dtype.kind in "iu" else float(value)
+            array.flat[draw(st.integers(0, array.size - 1))] = (
+                int(np.clip(value, -(2**62), 2**62)) if array.dtype.kind in "iu" else float(value)
+            )
             arrays[name] = array
         elif kind == "drop":
             del arrays[name]
@@ -309,15 +334,23 @@ def generator_spec(draw) -> str:
 
 # --- the run ----------------------------------------------------------------------------------
 
+
 def run(examples: int, run_seed: int) -> None:
     from mpi4py import MPI  # noqa: F401 - initialised before any limit hits the plan target
 
+    import sparsewire
     from sparsewire.gnn.data import load_planetoid
     from sparsewire.io import load_matrix
 
-    import sparsewire
-
-    share = {"matrix_market": 0.2, "edge_list": 0.12, "metis": 0.12, "scipy_npz": 0.14, "planetoid": 0.1, "plan": 0.12, "generator": 0.2}
+    share = {
+        "matrix_market": 0.2,
+        "edge_list": 0.12,
+        "metis": 0.12,
+        "scipy_npz": 0.14,
+        "planetoid": 0.1,
+        "plan": 0.12,
+        "generator": 0.2,
+    }
     common = dict(deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck), print_blob=True)
 
     def limited(name):
@@ -405,15 +438,21 @@ def main() -> int:
     global EXAMPLE_SECONDS
     EXAMPLE_SECONDS = args.example_seconds
     run_seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    print(f"fuzz seed {run_seed} (rerun: python tests/io/fuzz_readers.py --seed {run_seed} --examples {args.examples})", flush=True)
+    print(
+        f"fuzz seed {run_seed} (rerun: python tests/io/fuzz_readers.py --seed {run_seed} --examples {args.examples})", flush=True
+    )
     limit = args.memory_mib * 2**20
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     signal.signal(signal.SIGALRM, _alarm)
     warnings.simplefilter("ignore")  # readers' warnings on odd input (empty files) are not failures
     run(args.examples, run_seed)
     total = sum(COUNTS.values())
-    print(f"fuzzed {total} inputs (seed {run_seed}): " + ", ".join(f"{name} {count}" for name, count in sorted(COUNTS.items()))
-          + f"; {OUTCOMES['loaded']} loaded, {OUTCOMES['refused']} refused with one SparsewireError line", flush=True)
+    print(
+        f"fuzzed {total} inputs (seed {run_seed}): "
+        + ", ".join(f"{name} {count}" for name, count in sorted(COUNTS.items()))
+        + f"; {OUTCOMES['loaded']} loaded, {OUTCOMES['refused']} refused with one SparsewireError line",
+        flush=True,
+    )
     return 0
 
 

@@ -17,12 +17,29 @@ EXAMPLES = 3000
 def test_readers_survive_fuzzing():
     seed = _seed()
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "io" / "fuzz_readers.py"), "--examples", str(EXAMPLES), "--seed", str(seed), "--memory-mib", "2048"],
-        capture_output=True, text=True, timeout=600, env=CHILD_ENV, cwd=ROOT,
+        [
+            sys.executable,
+            str(ROOT / "tests" / "io" / "fuzz_readers.py"),
+            "--examples",
+            str(EXAMPLES),
+            "--seed",
+            str(seed),
+            "--memory-mib",
+            "2048",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=CHILD_ENV,
+        cwd=ROOT,
     )
     output = completed.stdout + completed.stderr
     summary = re.search(r"^fuzzed (\d+) inputs \(seed (\d+)\).*$", completed.stdout, re.MULTILINE)
-    FUZZ_LINES.append(summary.group(0) if summary else f"FAILED with seed {seed}: rerun python tests/io/fuzz_readers.py --seed {seed} --examples {EXAMPLES}")
+    FUZZ_LINES.append(
+        summary.group(0)
+        if summary
+        else f"FAILED with seed {seed}: rerun python tests/io/fuzz_readers.py --seed {seed} --examples {EXAMPLES}"
+    )
     assert completed.returncode == 0 and summary, output[-6000:]
     assert int(summary.group(1)) >= 2000 and int(summary.group(2)) == seed
 
@@ -43,5 +60,7 @@ def test_the_fuzzer_catches_a_reader_that_raises_the_wrong_error(tmp_path):
         f"sys.argv = [{str(ROOT / 'tests' / 'io' / 'fuzz_readers.py')!r}, '--examples', '200', '--seed', '7']\n"
         f"runpy.run_path({str(ROOT / 'tests' / 'io' / 'fuzz_readers.py')!r}, run_name='__main__')\n"
     )
-    completed = subprocess.run([sys.executable, str(planted)], capture_output=True, text=True, timeout=300, env=CHILD_ENV, cwd=ROOT)
+    completed = subprocess.run(
+        [sys.executable, str(planted)], capture_output=True, text=True, timeout=300, env=CHILD_ENV, cwd=ROOT
+    )
     assert completed.returncode != 0 and "ValueError: planted" in completed.stdout + completed.stderr, completed.stdout[-3000:]

@@ -241,7 +241,11 @@ def test_metis_graph_random_roundtrip(tmp_path, rng):
         ("4 3\n2 3\n1 3\n1 9\n\n", "neighbour 9 is outside 1..4"),
         ("4 3\n2 3\n1 3\n1 x\n\n", "line 4: a METIS graph holds non-negative integers only"),
         ("4 4\n2 3\n1 3\n1 2\n\n", "promises 4 edges \\(8 adjacency entries"),
-        ("4 3\n2 3\n1 3\n1 4\n\n", "edge 2-3 is not listed from both ends with one weight; a METIS graph is undirected, so vertex 3's line must list 2 too"),
+        (
+            "4 3\n2 3\n1 3\n1 4\n\n",
+            "edge 2-3 is not listed from both ends with one weight; a METIS graph is undirected, so vertex 3's line must list 2 "
+            "too",
+        ),
         ("4 3 1\n2 5 3 2\n1 5 3 7\n1 2 2 8\n\n", "edge 2-3 is not listed from both ends with one weight"),
         ("4 3\n2 2 3\n1 1\n1\n\n", "listed twice"),
     ],
@@ -264,8 +268,14 @@ def test_symmetric_files_store_one_triangle_and_skew_symmetric_no_diagonal(tmp_p
 
 def _save_raw_csr(path, data, indices, indptr, shape):
     """An .npz laid out as scipy.sparse.save_npz writes a CSR matrix, with arrays we choose."""
-    np.savez(path, data=np.asarray(data), indices=np.asarray(indices, np.int32), indptr=np.asarray(indptr, np.int32),
-             shape=np.asarray(shape), format=np.asarray(b"csr"))
+    np.savez(
+        path,
+        data=np.asarray(data),
+        indices=np.asarray(indices, np.int32),
+        indptr=np.asarray(indptr, np.int32),
+        shape=np.asarray(shape),
+        format=np.asarray(b"csr"),
+    )
 
 
 def test_npz_files_are_validated_before_use(tmp_path, rng):
@@ -284,7 +294,9 @@ def test_npz_files_are_validated_before_use(tmp_path, rng):
     good = tmp_path / "good.npz"
     sp.save_npz(good, sp.random_array((30, 30), density=0.2, rng=rng, format="csr"))
     whole = good.read_bytes()
-    for cut in sorted({0, 1, 10, len(whole) // 3, len(whole) // 2, len(whole) - 1} | set(rng.integers(1, len(whole), 5).tolist())):
+    for cut in sorted(
+        {0, 1, 10, len(whole) // 3, len(whole) // 2, len(whole) - 1} | set(rng.integers(1, len(whole), 5).tolist())
+    ):
         (tmp_path / "cut.npz").write_bytes(whole[:cut])
         with pytest.raises(InputError, match="not a readable SciPy sparse .npz file"):
             load_matrix(str(tmp_path / "cut.npz"))
@@ -315,8 +327,15 @@ def test_npz_with_a_broken_row_pointer_and_no_entries_is_refused_not_a_segfault(
     indptr = np.zeros(9, np.int64)
     indptr[4] = 2**31 - 1
     shape = (8, 0) if layout == "csr" else (0, 8)
-    np.savez(tmp_path / "broken.npz", indices=np.zeros(0, np.int32), indptr=indptr, format=np.bytes_(layout.encode()),
-             shape=np.array(shape), data=np.zeros(0), _is_array=np.array(True))
+    np.savez(
+        tmp_path / "broken.npz",
+        indices=np.zeros(0, np.int32),
+        indptr=indptr,
+        format=np.bytes_(layout.encode()),
+        shape=np.array(shape),
+        data=np.zeros(0),
+        _is_array=np.array(True),
+    )
     with pytest.raises(InputError, match="the index pointer must start at 0, never decrease"):
         load_matrix(str(tmp_path / "broken.npz"))
 

@@ -1,5 +1,6 @@
 """Every partitioner x executable strategy under ``mpiexec -n P`` (tests/partition/test_reorder.py):
-``python tests/partition/partition_driver.py SEED PLAN_PATH`` (a saved plan keeps the order). Users pass B and get C in their original indices: B
+``python tests/partition/partition_driver.py SEED PLAN_PATH`` (a saved plan keeps the order). Users pass B and
+get C in their original indices: B
 blocks are ``matrix.rows_of(B)``, C is assembled by ``matrix.gather_dense``; exact on integer data."""
 
 from __future__ import annotations

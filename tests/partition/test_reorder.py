@@ -86,8 +86,28 @@ def test_every_partitioner_and_strategy_gives_c_in_the_original_order(tmp_path, 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_spmm_check_for_every_partitioner_and_strategy(ranks):
     for method in PARTITIONERS:
-        completed = run_mpi(ranks, ["-m", "sparsewire", "spmm", "delaunay:700:2", "--partition", method, "--group-size", "2",
-                                    "--strategy", "all", "--mode", "bulk", "--repeat", "1", "--check", "--json"], timeout=300)
+        completed = run_mpi(
+            ranks,
+            [
+                "-m",
+                "sparsewire",
+                "spmm",
+                "delaunay:700:2",
+                "--partition",
+                method,
+                "--group-size",
+                "2",
+                "--strategy",
+                "all",
+                "--mode",
+                "bulk",
+                "--repeat",
+                "1",
+                "--check",
+                "--json",
+            ],
+            timeout=300,
+        )
         assert completed.returncode == 0, f"{method}: {completed.stderr}"
         report = json.loads(completed.stdout.strip().splitlines()[-1])
         assert len(report["runs"]) == 7, method
@@ -97,20 +117,35 @@ def test_spmm_check_for_every_partitioner_and_strategy(ranks):
 
 
 def test_spgemm_check_with_metis():
-    completed = run_mpi(3, ["-m", "sparsewire", "spgemm", "delaunay:700:4", "--partition", "metis", "--values", "random:2",
-                            "--check", "--json"], timeout=300)
+    completed = run_mpi(
+        3,
+        ["-m", "sparsewire", "spgemm", "delaunay:700:4", "--partition", "metis", "--values", "random:2", "--check", "--json"],
+        timeout=300,
+    )
     assert completed.returncode == 0, completed.stderr
     assert json.loads(completed.stdout.strip().splitlines()[-1])["check_passed"]
 
 
 def test_advise_reports_every_row_and_recommends_the_least_predicted_time(tmp_path):
     plot = tmp_path / "advice.png"
-    completed = run_cli(["advise", "delaunay:2000:1", "--ranks", "8", "--group-size", "4", "--json", "--plot", str(plot)], timeout=300)
+    completed = run_cli(
+        ["advise", "delaunay:2000:1", "--ranks", "8", "--group-size", "4", "--json", "--plot", str(plot)], timeout=300
+    )
     assert completed.returncode == 0, completed.stderr
     report = json.loads(completed.stdout)
     assert {r["partition"] for r in report["rows"]} == set(PARTITIONERS)
-    fields = {"partition", "strategy", "total_bytes", "inter_group_bytes", "messages", "nnz_imbalance", "bytes_imbalance",
-              "predicted_seconds", "setup_seconds", "break_even_multiplies"}
+    fields = {
+        "partition",
+        "strategy",
+        "total_bytes",
+        "inter_group_bytes",
+        "messages",
+        "nnz_imbalance",
+        "bytes_imbalance",
+        "predicted_seconds",
+        "setup_seconds",
+        "break_even_multiplies",
+    }
     assert all(fields <= set(r) for r in report["rows"])
     best = min(report["rows"], key=lambda r: (r["predicted_seconds"], r["total_bytes"]))
     assert report["recommendation"] == {"partition": best["partition"], "strategy": best["strategy"]}

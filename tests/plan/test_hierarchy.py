@@ -14,7 +14,7 @@ from sparsewire.plan import build_plan, plan_stats, strategy_stats
 from sparsewire.plan.hierarchy import aggregators, balanced_proxies, local_proxies, local_ranks
 from sparsewire.plan.stats import predicted_seconds
 from sparsewire.plan.strategies import HIERARCHICAL_STRATEGIES, parse_strategies
-from sparsewire.topology import PRESETS, LinkClass, Level, Topology, parse_topology
+from sparsewire.topology import PRESETS, Level, LinkClass, Topology, parse_topology
 
 EXECUTABLE = ["block", "column", "row", "joint", "column-hier", "joint-hier", "joint-group"]
 
@@ -23,9 +23,18 @@ def test_presets_and_nodes_groups():
     assert parse_topology("nodes:3").groups(7).tolist() == [0, 0, 0, 1, 1, 1, 2]  # the last group is smaller
     assert parse_topology("flat").groups(5).tolist() == [0] * 5
     assert PRESETS["cola-a800"].topology.groups(17).tolist() == [0] * 8 + [1] * 8 + [2]
-    assert PRESETS["cola-a800"].topology.levels[0].link.bandwidth == 300e9 and PRESETS["cola-a800"].topology.levels[1].link.bandwidth == 18e9
-    assert PRESETS["shiro-h100"].topology.levels[0].group_size == 4 and PRESETS["shiro-h100"].topology.levels[1].link.bandwidth == 25e9
-    assert PRESETS["leafspine-16"].topology.levels[0].group_size == 16 and PRESETS["leafspine-16"].topology.levels[0].link.bandwidth == 50e9
+    assert (
+        PRESETS["cola-a800"].topology.levels[0].link.bandwidth == 300e9
+        and PRESETS["cola-a800"].topology.levels[1].link.bandwidth == 18e9
+    )
+    assert (
+        PRESETS["shiro-h100"].topology.levels[0].group_size == 4
+        and PRESETS["shiro-h100"].topology.levels[1].link.bandwidth == 25e9
+    )
+    assert (
+        PRESETS["leafspine-16"].topology.levels[0].group_size == 16
+        and PRESETS["leafspine-16"].topology.levels[0].link.bandwidth == 50e9
+    )
     topology = Topology.nodes(2)
     assert topology.link_levels(np.array([0, 0, 3]), np.array([1, 2, 2]), 4).tolist() == [0, 1, 0]
     for bad in ("torus", "nodes:0", "nodes:x"):
@@ -60,7 +69,10 @@ def test_hand_made_inter_group_volumes():
     matrix = two_groups_example()
     rows = cols = even_rows(8, 4)
     topology = Topology.nodes(2)
-    stats = {name: strategy_stats(matrix, rows, cols, name, 1, 1, topology).class_totals() for name in ("column", "joint", "column-hier", "joint-hier", "joint-group")}
+    stats = {
+        name: strategy_stats(matrix, rows, cols, name, 1, 1, topology).class_totals()
+        for name in ("column", "joint", "column-hier", "joint-hier", "joint-group")
+    }
     # Flat column: pairs (0,2): {4,5}, (1,2): {4}, (0,3): {6}, (1,3): {6} -> 5 rows cross.
     assert stats["column"]["inter_group_bytes"] == 5
     # column-hier: from rank 2, union {4, 5}; from rank 3, {6} -> 3 rows cross once each.
@@ -127,7 +139,11 @@ def test_pipelined_layout_has_one_stage_per_remote_group(rng):
     # Round 0 (inside groups), then per remote round d: inter-group hop (step d-1, buffer d % 2)
     # and the distribution inside the group (step d, reading that buffer).
     assert [(e.step, e.input, e.receive_slot) for e in pipelined.ranks[0].exchanges] == [
-        (0, None, None), (0, None, 1), (1, 1, None), (1, None, 0), (2, 3, None)
+        (0, None, None),
+        (0, None, 1),
+        (1, 1, None),
+        (1, None, 0),
+        (2, 3, None),
     ]
     # Same bytes per pair, only split into stages.
     a, b = plan_stats(merged.ranks, 2, 4, topology=topology), plan_stats(pipelined.ranks, 2, 4, topology=topology)

@@ -39,6 +39,7 @@ def solve_pairs(network, pairs, sizes):
 
 # --- networks ---------------------------------------------------------------------------------
 
+
 def test_netsparse_cluster_matches_table5(cluster):
     assert cluster.n_hosts == 128 and int(cluster.host_groups.max()) + 1 == 8
     assert np.all(cluster.capacities == 400 * GIGABIT) and cluster.mtu == 1500
@@ -123,6 +124,7 @@ def test_unknown_preset_and_too_many_hosts():
 
 # --- max-min solver ---------------------------------------------------------------------------
 
+
 def test_contention_cases_are_exact(cluster):
     """The cases of ../shared/research/simulation.md (50 MB at 50 GB/s = 1000 us alone)."""
     assert solve_pairs(cluster, [(0, 16)], [MB50]).finish * 1e6 == pytest.approx([1000.0], rel=1e-12)
@@ -138,13 +140,25 @@ def test_contention_cases_are_exact(cluster):
 
 
 def test_one_byte_messages_cost_the_path_latency(cluster):
-    stats = PlanStats(Strategy.COLUMN, 128, 1, 1, np.array([0, 0]), np.array([15, 16]), np.zeros(2, np.int64),
-                      np.array([1, 1]), np.ones(2, np.int64), 0)
+    stats = PlanStats(
+        Strategy.COLUMN,
+        128,
+        1,
+        1,
+        np.array([0, 0]),
+        np.array([15, 16]),
+        np.zeros(2, np.int64),
+        np.array([1, 1]),
+        np.ones(2, np.int64),
+        0,
+    )
     timing = simulate_plan(stats, cluster)
     wire = float(wire_bytes(np.array([1]), cluster)[0])
     assert wire == 51.0  # one packet header
     # both leave host 0 (two messages of overhead) and share its NIC: each at half the line rate
-    assert timing.communication_seconds == pytest.approx(cluster.message_overhead * 2 + 2 * wire / (400 * GIGABIT) + 2.7e-6, rel=1e-12)
+    assert timing.communication_seconds == pytest.approx(
+        cluster.message_overhead * 2 + 2 * wire / (400 * GIGABIT) + 2.7e-6, rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -188,6 +202,7 @@ def test_agrees_with_simgrid_golden_files(name):
 
 # --- NetSparse characterization ---------------------------------------------------------------
 
+
 def test_table3_header_share_exact():
     shares = [round(ns.header_share_percent(k), 1) for k in ns.TABLE3_K]
     assert shares == [97.6, 95.2, 90.9, 83.3, 71.4, 55.6, 38.5, 23.8, 13.5]
@@ -225,14 +240,16 @@ def test_su_opt_is_the_busiest_receiver_at_line_rate(cluster):
 
 # --- per-request pipeline ---------------------------------------------------------------------
 
+
 def issue(cols, owner, node=0, rtt=10, batch=100, units=1, pending=256, use_filter=True, use_coalesce=True, command=0):
     cols = np.asarray(cols, np.int32)
     n_cols = len(owner)
     scratch = (np.zeros(n_cols, np.int64), np.zeros(n_cols, np.int64), np.zeros(n_cols, np.int64), np.full(n_cols, -1, np.int64))
     out = (np.zeros(cols.size, np.int32), np.zeros(cols.size, np.int32), np.zeros(cols.size, np.int64))
     rtts = np.full(8, rtt, np.int64)
-    counts = request_streams.issue_requests(cols, np.asarray(owner, np.int32), node, rtts, batch, units, pending,
-                                     use_filter, use_coalesce, command, *scratch, *out)
+    counts = request_streams.issue_requests(
+        cols, np.asarray(owner, np.int32), node, rtts, batch, units, pending, use_filter, use_coalesce, command, *scratch, *out
+    )
     issued = counts[0]
     return counts, out[0][:issued].tolist(), out[2][:issued].tolist()
 
@@ -308,7 +325,9 @@ def test_a_link_without_a_finite_positive_capacity_is_refused(capacity):
     """A flow over such a link was reported as finished at t = 0."""
     with pytest.raises(InputError, match="link 1 has capacity"):
         solve_max_min(np.array([0, 2]), np.array([0, 1]), np.array([100.0]), np.array([10.0, capacity]))
-    assert solve_max_min(np.array([0, 2]), np.array([0, 1]), np.array([100.0]), np.array([10.0, 5.0])).makespan == pytest.approx(20.0)
+    assert solve_max_min(np.array([0, 2]), np.array([0, 1]), np.array([100.0]), np.array([10.0, 5.0])).makespan == pytest.approx(
+        20.0
+    )
 
 
 def test_nodes_that_own_only_empty_rows_are_simulated(rng):
@@ -334,15 +353,43 @@ def test_netsparse_refuses_ids_beyond_32_bits():
 
 # --- CLI --------------------------------------------------------------------------------------
 
+
 def test_cli_netsparse_json_fields(tmp_path):
     plot = tmp_path / "compare.png"
-    result = run_cli(["netsparse", "rmat:10:8:1", "--nodes", "16", "--rack", "4", "--k", "16", "--ablation",
-                      "--compare-plans", "--plot", str(plot), "--sweep", "cache", "--json"], timeout=240)
+    result = run_cli(
+        [
+            "netsparse",
+            "rmat:10:8:1",
+            "--nodes",
+            "16",
+            "--rack",
+            "4",
+            "--k",
+            "16",
+            "--ablation",
+            "--compare-plans",
+            "--plot",
+            str(plot),
+            "--sweep",
+            "cache",
+            "--json",
+        ],
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     c = report["characterization"]
-    assert c["header_share_percent"] == {"1": 97.6, "2": 95.2, "4": 90.9, "8": 83.3, "16": 71.4, "32": 55.6, "64": 38.5,
-                                         "128": 23.8, "256": 13.5}
+    assert c["header_share_percent"] == {
+        "1": 97.6,
+        "2": 95.2,
+        "4": 90.9,
+        "8": 83.3,
+        "16": 71.4,
+        "32": 55.6,
+        "64": 38.5,
+        "128": 23.8,
+        "256": 13.5,
+    }
     for key in ("su_redundant_per_useful", "sa_redundant_per_useful", "unique_destinations_per_64", "group_shared_percent"):
         assert isinstance(c[key], float)
     assert [r["mechanisms"] for r in report["ablation"]] == ["RIG", "+filter", "+coalesce", "+NIC concatenation", "+switch"]
@@ -360,15 +407,31 @@ def test_cli_simulate_and_calibrate(tmp_path):
     assert result.returncode == 0, result.stderr
     rate = json.loads(calibration.read_text())["compute_rate"]
     assert rate > 0
-    result = run_cli(["simulate", "rmat:10:8:1", "--ranks", "16", "--topology", "shiro-h100", "--k", "8",
-                      "--calibration", str(calibration), "--json"], timeout=120)
+    result = run_cli(
+        [
+            "simulate",
+            "rmat:10:8:1",
+            "--ranks",
+            "16",
+            "--topology",
+            "shiro-h100",
+            "--k",
+            "8",
+            "--calibration",
+            str(calibration),
+            "--json",
+        ],
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     names = [s["name"] for s in report["strategies"]]
     assert names == ["column", "joint", "column-hier", "joint-hier", "joint-group"]
     for entry in report["strategies"]:
         assert entry["total_seconds"] >= entry["communication_seconds"] >= entry["lower_bound_seconds"] > 0
-        assert entry["compute_seconds"] > 0 and sum(s["seconds"] for s in entry["steps"]) == pytest.approx(entry["communication_seconds"])
+        assert entry["compute_seconds"] > 0 and sum(s["seconds"] for s in entry["steps"]) == pytest.approx(
+            entry["communication_seconds"]
+        )
 
 
 @pytest.mark.parametrize(

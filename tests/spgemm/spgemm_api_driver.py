@@ -36,8 +36,13 @@ def main() -> None:
     b_global = (a_global if args.matrix2 is None else load_operand(args.matrix2, args.values)) if root else None
     a = distribute(comm, a_global, args.partition)
     b = a if args.matrix2 is None else distribute(comm, b_global, a.right_operand_partitioning())
-    options = dict(strategy=args.strategy, grid=args.grid, phases=args.phases, overlap=args.overlap,
-                   stages_per_product=args.stages_per_product)
+    options = dict(
+        strategy=args.strategy,
+        grid=args.grid,
+        phases=args.phases,
+        overlap=args.overlap,
+        stages_per_product=args.stages_per_product,
+    )
     c = a.spgemm(b, args.semiring, args.algorithm, **options).gather()
     plan = plan_spgemm(a, b, args.semiring, args.algorithm, **options)
     before = plan.bytes_received

@@ -24,11 +24,10 @@ from mpi4py import MPI
 
 from sparsewire.plan.strategies import Strategy
 from sparsewire.spgemm import graphs
-from sparsewire.spgemm.compare import reference_product
+from sparsewire.spgemm.compare import compare_exactly, reference_product
 from sparsewire.spgemm.distributed import DistributedSpgemm
-from sparsewire.spgemm.semirings import SEMIRINGS, get_semiring, user_semiring
-from sparsewire.spgemm.compare import compare_exactly
 from sparsewire.spgemm.local import row_counts
+from sparsewire.spgemm.semirings import SEMIRINGS, get_semiring, user_semiring
 from sparsewire.spgemm.summa import ProcessGrid
 
 
@@ -66,7 +65,8 @@ CASES = ("square", "rectangular", "empty-rows", "empty-b")
 def semirings():
     """Every named semiring, a user ADD.MULTIPLY and a user semiring from a Python function."""
     return [get_semiring(name) for name in SEMIRINGS] + [
-        get_semiring("plus.minus"), user_semiring("plus_ten_a_minus_b", "plus", lambda a, b: 10 * a - b)
+        get_semiring("plus.minus"),
+        user_semiring("plus_ten_a_minus_b", "plus", lambda a, b: 10 * a - b),
     ]
 
 
@@ -76,7 +76,12 @@ def planned_checks(ranks: int) -> int:
     per algorithm and hop count; every graph algorithm per reordering partitioner."""
     products = len(CASES) * len(semirings()) * len(list(algorithms(ranks))) * len(PHASES)
     corrupted = len(CORRUPTED_ALGORITHMS) if ranks > 1 else 0
-    graph = 2 + len(TRIANGLE_ALGORITHMS) + len(REACH_ALGORITHMS) * len(REACH_HOPS) + len(REORDERING_PARTITIONERS) * len(GRAPH_ALGORITHMS)
+    graph = (
+        2
+        + len(TRIANGLE_ALGORITHMS)
+        + len(REACH_ALGORITHMS) * len(REACH_HOPS)
+        + len(REORDERING_PARTITIONERS) * len(GRAPH_ALGORITHMS)
+    )
     return products + corrupted + graph
 
 
@@ -116,12 +121,17 @@ def main() -> int:
     rank, ranks = comm.Get_rank(), comm.Get_size()
     seed = int(sys.argv[1])
     rng = np.random.default_rng(seed)  # same stream on every rank; rank 0's copies are used
-    cases = list(zip(CASES, [
-        (integer_matrix(rng, 23, 23, 0.15), None),
-        (integer_matrix(rng, 17, 29, 0.12), integer_matrix(rng, 29, 11, 0.2)),
-        (sp.csr_array(sp.diags_array(np.arange(1.0, 8.0), offsets=2, shape=(9, 9))), None),
-        (integer_matrix(rng, 6, 5, 0.5), sp.csr_array((5, 4))),
-    ]))
+    cases = list(
+        zip(
+            CASES,
+            [
+                (integer_matrix(rng, 23, 23, 0.15), None),
+                (integer_matrix(rng, 17, 29, 0.12), integer_matrix(rng, 29, 11, 0.2)),
+                (sp.csr_array(sp.diags_array(np.arange(1.0, 8.0), offsets=2, shape=(9, 9))), None),
+                (integer_matrix(rng, 6, 5, 0.5), sp.csr_array((5, 4))),
+            ],
+        )
+    )
     checks = 0
     for case, (a, b) in cases:
         b = a if b is None else b

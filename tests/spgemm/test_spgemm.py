@@ -10,12 +10,11 @@ import scipy.sparse as sp
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.spgemm import graphs
-from sparsewire.spgemm.compare import reference_product
+from sparsewire.spgemm.compare import compare_exactly, reference_product
 from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, to_scipy, wire_bytes
 from sparsewire.spgemm.semirings import SEMIRINGS, get_semiring, user_semiring
-from sparsewire.spgemm.compare import compare_exactly
-from sparsewire.spgemm.values import apply_values, check_values_spec
 from sparsewire.spgemm.summa import ProcessGrid, choose_grid, parse_grid, summa_stages
+from sparsewire.spgemm.values import apply_values, check_values_spec
 
 
 def brute_force(a: np.ndarray, b: np.ndarray, add, multiply):

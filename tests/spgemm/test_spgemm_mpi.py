@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse as sp
+from spgemm_driver import planned_checks
 
 from conftest import SHARED_MATRICES, _seed, run_mpi
-from spgemm_driver import planned_checks
 
 NAMED = ["plus_times", "min_plus", "max_plus", "max_times", "min_times", "plus_min", "lor_land", "plus_pair", "any_pair"]
 
@@ -38,7 +38,17 @@ def test_cli_spgemm_fields_and_check(ranks, algorithm):
     report = command_json(
         ranks, "spgemm", "rmat:9:6:2", "--algorithm", algorithm, "--values", "random:5", "--check", "--repeat", "1"
     )
-    for field in ("ranks", "grid", "algorithm", "semiring", "median_seconds", "nnz_out", "checksum_sum", "bytes_moved", "peak_rss_bytes"):
+    for field in (
+        "ranks",
+        "grid",
+        "algorithm",
+        "semiring",
+        "median_seconds",
+        "nnz_out",
+        "checksum_sum",
+        "bytes_moved",
+        "peak_rss_bytes",
+    ):
         assert field in report, field
     assert report["ranks"] == ranks and report["check_passed"] and report["exact"]
     assert report["bytes_moved"] == report["predicted_bytes"] > 0
@@ -56,8 +66,23 @@ def test_cli_spgemm_semirings_phases_and_a_second_matrix(tmp_path, rng):
     checksums = {}
     for semiring in NAMED + ["plus.minus"]:
         report = command_json(
-            3, "spgemm", str(tmp_path / "a.mtx"), str(tmp_path / "b.mtx"), "--semiring", semiring, "--values", "random:2",
-            "--algorithm", "summa", "--grid", "1x3", "--phases", "2", "--check", "--repeat", "1",
+            3,
+            "spgemm",
+            str(tmp_path / "a.mtx"),
+            str(tmp_path / "b.mtx"),
+            "--semiring",
+            semiring,
+            "--values",
+            "random:2",
+            "--algorithm",
+            "summa",
+            "--grid",
+            "1x3",
+            "--phases",
+            "2",
+            "--check",
+            "--repeat",
+            "1",
         )
         assert report["check_passed"] and report["shape"] == [30, 25], semiring
         checksums[semiring] = report["checksum_sum"]

@@ -143,7 +143,9 @@ def block_krylov_eigs(
                 kept = w @ (vectors[:, keep] / np.sqrt(values[keep]))
                 w = np.hstack([kept, fresh(b - kept.shape[1])])
                 clean = 0
-        raise InputError(f"could not complete an orthonormal block of {b} columns in {n} dimensions; use a smaller --block or --steps")
+        raise InputError(
+            f"could not complete an orthonormal block of {b} columns in {n} dimensions; use a smaller --block or --steps"
+        )
 
     if n <= steps * b:
         return _dense_eigs(executor, row_start, n, nev, started)
@@ -214,6 +216,12 @@ def _dense_eigs(executor: SpmmExecutor, row_start: int, n: int, nev: int, starte
     theta, x = values[order], vectors[:, order]
     residuals = np.linalg.norm(dense @ x - x * theta, axis=0)
     return EigenResult(
-        eigenvalues=theta.copy(), local_vectors=x[row_start : row_start + n_local].copy(), residuals=residuals,
-        iterations=1, multiplies=multiplies, converged=True, seconds=time.perf_counter() - started, multiply_seconds=multiply_seconds,
+        eigenvalues=theta.copy(),
+        local_vectors=x[row_start : row_start + n_local].copy(),
+        residuals=residuals,
+        iterations=1,
+        multiplies=multiplies,
+        converged=True,
+        seconds=time.perf_counter() - started,
+        multiply_seconds=multiply_seconds,
     )

@@ -36,7 +36,7 @@ def record_path(name: str) -> Path:
 
 def stamp(kind: str) -> dict:
     """Not collective. The fields every record starts with: kind, schema, time written, host."""
-    written = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    written = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     return {"kind": kind, "schema": SCHEMA, "written": written, "host": platform.node()}
 
 
@@ -58,7 +58,9 @@ def read_record(path: str | os.PathLike, kind: str, rerun: str) -> dict:
         found = record.get("kind") if isinstance(record, dict) else None
         raise InputError(f"{path} is not a {kind} calibration (its kind is {found!r}); {rerun}")
     if record.get("schema") != SCHEMA:
-        raise InputError(f"{path} is a {kind} calibration of schema {record.get('schema')!r}, this sparsewire reads {SCHEMA}; {rerun}")
+        raise InputError(
+            f"{path} is a {kind} calibration of schema {record.get('schema')!r}, this sparsewire reads {SCHEMA}; {rerun}"
+        )
     return record
 
 

@@ -22,7 +22,12 @@ from sparsewire.errors import InputError
 from sparsewire.exec.wire import EVERY_MESSAGE, TransferRule, default_rule, device_type
 
 __all__ = [
-    "TRANSFER_KIND", "default_transfer_calibration_path", "load_transfer_calibration", "transfer_rule", "crossover", "time_transfer_paths",
+    "TRANSFER_KIND",
+    "default_transfer_calibration_path",
+    "load_transfer_calibration",
+    "transfer_rule",
+    "crossover",
+    "time_transfer_paths",
     "measure_transfer_paths",
 ]
 
@@ -105,8 +110,9 @@ def _round_trip(comm, peer: int, backend, flat, memory, stage: np.ndarray | None
             backend.synchronize()
 
 
-def time_transfer_paths(comm, backend, sizes: list[int], repeat: int = 20, paths: tuple[str, ...] = ("direct", "staged"),
-                        progress=None) -> dict[str, list[float]]:
+def time_transfer_paths(
+    comm, backend, sizes: list[int], repeat: int = 20, paths: tuple[str, ...] = ("direct", "staged"), progress=None
+) -> dict[str, list[float]]:
     """Collective (every rank of ``comm``; ranks 0 and 1 measure, the others wait). Half the round
     trip time of a message between ranks 0 and 1 per size (bytes, float64 elements) on each of
     ``paths``, the median of ``repeat`` after one warm-up: ``direct``, MPI reading the backend's
@@ -154,8 +160,10 @@ def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat:
         raise InputError("the transfer sweep needs two ranks: run it as 'mpiexec -n 2 sparsewire calibrate --device ...'")
     fixed = default_rule(device)
     if fixed.staged_below_bytes >= EVERY_MESSAGE:
-        raise InputError(f"no crossover to measure on {device}: {fixed.why}, every one of them; run with a CUDA-aware MPI "
-                         "(bench/README.md), or see bench/gpu.py for the staged and NCCL times by message size")
+        raise InputError(
+            f"no crossover to measure on {device}: {fixed.why}, every one of them; run with a CUDA-aware MPI "
+            "(bench/README.md), or see bench/gpu.py for the staged and NCCL times by message size"
+        )
     rank = comm.Get_rank()
     measured = time_transfer_paths(comm, backend, sizes, repeat, ("direct", "staged"), progress)
     direct_times, staged_times = measured["direct"], measured["staged"]
@@ -163,7 +171,9 @@ def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat:
         **stamp(TRANSFER_KIND),
         "device": device_type(device),
         "staged_below_bytes": crossover(sizes, direct_times, staged_times),
-        "sweep": [{"bytes": int(s), "direct_seconds": d, "staged_seconds": t} for s, d, t in zip(sizes, direct_times, staged_times)],
+        "sweep": [
+            {"bytes": int(s), "direct_seconds": d, "staged_seconds": t} for s, d, t in zip(sizes, direct_times, staged_times)
+        ],
         "ranks": "0 and 1 of " + str(comm.Get_size()),
         "mpi": " ".join(MPI.Get_library_version().split()[:3]),
     }

@@ -10,7 +10,17 @@ import time
 
 import numpy as np
 
-from sparsewire.cli.common import DTYPES, MATRIX_HELP, add_partition_arguments, add_topology_arguments, check_writable, json_text, positive_int, topology_from_args, write_output
+from sparsewire.cli.common import (
+    DTYPES,
+    MATRIX_HELP,
+    add_partition_arguments,
+    add_topology_arguments,
+    check_writable,
+    json_text,
+    positive_int,
+    topology_from_args,
+    write_output,
+)
 from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
@@ -32,9 +42,15 @@ def add_commands(commands) -> None:
     advise.add_argument("--ranks", "-P", type=positive_int, required=True, help="number of ranks P")
     advise.add_argument("--k", type=positive_int, default=32, help="columns of B (default: 32)")
     advise.add_argument("--dtype", choices=sorted(DTYPES), default="float64", help="element type (default: float64)")
-    advise.add_argument("--strategies", default="all", help="comma list or all: block, column, row, joint, with groups also the hierarchical ones (default: all)")
+    advise.add_argument(
+        "--strategies",
+        default="all",
+        help="comma list or all: block, column, row, joint, with groups also the hierarchical ones (default: all)",
+    )
     advise.add_argument("--partitions", default="all", help="comma list of partitioners or all (default: all)")
-    advise.add_argument("--imbalance", type=float, default=0.03, help="metis, metis-hier: allowed excess of nonzeros per rank (default: 0.03)")
+    advise.add_argument(
+        "--imbalance", type=float, default=0.03, help="metis, metis-hier: allowed excess of nonzeros per rank (default: 0.03)"
+    )
     advise.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
     add_topology_arguments(advise, allow_mpi=False)
     advise.add_argument("--plot", help="write a bar chart (PNG) of bytes and predicted time to this path")
@@ -52,7 +68,9 @@ def add_commands(commands) -> None:
     analyze.add_argument("matrix", help=MATRIX_HELP)
     analyze.add_argument("--ranks", "-P", type=positive_int, required=True, help="number of ranks P")
     analyze.add_argument("--k", type=positive_int, default=32, help="columns of B (default: 32)")
-    analyze.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="element type; float32 is the papers' unit (default: float32)")
+    analyze.add_argument(
+        "--dtype", choices=sorted(DTYPES), default="float32", help="element type; float32 is the papers' unit (default: float32)"
+    )
     analyze.add_argument(
         "--strategies",
         default="all",
@@ -64,7 +82,6 @@ def add_commands(commands) -> None:
     add_topology_arguments(analyze, allow_mpi=False)
     analyze.add_argument("--json", action="store_true", help="print exactly one JSON object instead of a table")
     analyze.set_defaults(handler=run_analyze)
-
 
 
 def run_analyze(args: argparse.Namespace) -> int:
@@ -86,9 +103,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"planning {strategy.value} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
-        stats = strategy_stats(
-            matrix, row_partition, col_partition, strategy, args.k, element_bytes, topology, proxy=args.proxy
-        )
+        stats = strategy_stats(matrix, row_partition, col_partition, strategy, args.k, element_bytes, topology, proxy=args.proxy)
         entry = stats.as_dict()
         entry["plan_seconds"] = round(time.perf_counter() - started, 6)
         entries.append(entry)
@@ -133,7 +148,11 @@ def run_analyze(args: argparse.Namespace) -> int:
                 f"{e['plan_seconds']:.3f}",
             ]
             + (
-                [format_bytes(e["intra_group_bytes"]), format_bytes(e["inter_group_bytes"]), f"{e['predicted_seconds'] * 1e3:.4f}"]
+                [
+                    format_bytes(e["intra_group_bytes"]),
+                    format_bytes(e["inter_group_bytes"]),
+                    f"{e['predicted_seconds'] * 1e3:.4f}",
+                ]
                 if topology is not None
                 else []
             )
@@ -166,8 +185,15 @@ def run_advise(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix, symmetrize=args.symmetrize)
     progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
     report = advise(
-        matrix, args.ranks, topology=topology, k=args.k, element_bytes=np.dtype(DTYPES[args.dtype]).itemsize,
-        strategies=strategies, partitioners=partitioners, imbalance=args.imbalance, progress=progress,
+        matrix,
+        args.ranks,
+        topology=topology,
+        k=args.k,
+        element_bytes=np.dtype(DTYPES[args.dtype]).itemsize,
+        strategies=strategies,
+        partitioners=partitioners,
+        imbalance=args.imbalance,
+        progress=progress,
     )
     report["matrix"]["path"] = args.matrix
     if args.plot:
@@ -175,20 +201,49 @@ def run_advise(args: argparse.Namespace) -> int:
     if args.json:
         print(json_text(report))
         return 0
-    print(f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nonzeros; P = {args.ranks}, k = {args.k}, {args.dtype}, {report['topology']}")
+    print(
+        f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nonzeros; P = {args.ranks}, k = {args.k}, "
+        f"{args.dtype}, {report['topology']}"
+    )
     table = []
     for r in report["rows"]:
-        table.append([
-            r["partition"], r["strategy"], format_bytes(r["total_bytes"]), format_bytes(r["inter_group_bytes"]), r["messages"],
-            f"{r['nnz_imbalance']:.3f}", f"{r['bytes_imbalance']:.2f}", f"{r['predicted_seconds'] * 1e6:.1f}",
-            f"{r['setup_seconds']:.2f}", "-" if r["break_even_multiplies"] is None else r["break_even_multiplies"],
-        ])
-    print(format_table(["partition", "strategy", "bytes/multiply", "inter-group", "messages", "nnz max/mean", "bytes max/mean",
-                        "predicted us", "setup s", "pays off after"], table))
+        table.append(
+            [
+                r["partition"],
+                r["strategy"],
+                format_bytes(r["total_bytes"]),
+                format_bytes(r["inter_group_bytes"]),
+                r["messages"],
+                f"{r['nnz_imbalance']:.3f}",
+                f"{r['bytes_imbalance']:.2f}",
+                f"{r['predicted_seconds'] * 1e6:.1f}",
+                f"{r['setup_seconds']:.2f}",
+                "-" if r["break_even_multiplies"] is None else r["break_even_multiplies"],
+            ]
+        )
+    print(
+        format_table(
+            [
+                "partition",
+                "strategy",
+                "bytes/multiply",
+                "inter-group",
+                "messages",
+                "nnz max/mean",
+                "bytes max/mean",
+                "predicted us",
+                "setup s",
+                "pays off after",
+            ],
+            table,
+        )
+    )
     best = report["recommendation"]
     chosen = next(r for r in report["rows"] if r["partition"] == best["partition"] and r["strategy"] == best["strategy"])
-    print(f"recommendation: --partition {best['partition']} --strategy {best['strategy']} "
-          f"({chosen['predicted_seconds'] * 1e6:.1f} us and {format_bytes(chosen['total_bytes'])} per multiply)")
+    print(
+        f"recommendation: --partition {best['partition']} --strategy {best['strategy']} "
+        f"({chosen['predicted_seconds'] * 1e6:.1f} us and {format_bytes(chosen['total_bytes'])} per multiply)"
+    )
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0

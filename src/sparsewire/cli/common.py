@@ -15,9 +15,23 @@ from sparsewire.exec.modes import MODES
 from sparsewire.exec.transports import transport_help, transport_names
 
 __all__ = [
-    "MATRIX_HELP", "DTYPES", "DEFAULT_MODE", "Parser", "positive_int", "add_topology_arguments",
-    "topology_from_args", "start_mpi", "progress_printer", "add_partition_arguments", "PARTITION_HELP", "parse_modes",
-    "add_transport_argument", "json_text", "add_backend_arguments", "resolve_backend_arguments", "options_from_args",
+    "MATRIX_HELP",
+    "DTYPES",
+    "DEFAULT_MODE",
+    "Parser",
+    "positive_int",
+    "add_topology_arguments",
+    "topology_from_args",
+    "start_mpi",
+    "progress_printer",
+    "add_partition_arguments",
+    "PARTITION_HELP",
+    "parse_modes",
+    "add_transport_argument",
+    "json_text",
+    "add_backend_arguments",
+    "resolve_backend_arguments",
+    "options_from_args",
 ]
 
 MATRIX_HELP = (
@@ -51,9 +65,7 @@ def positive_int(text: str) -> int:
 def add_topology_arguments(parser: argparse.ArgumentParser, allow_mpi: bool) -> None:
     """--group-size/--topology (one of them) and --proxy."""
     where = parser.add_mutually_exclusive_group()
-    where.add_argument(
-        "--group-size", "-G", type=positive_int, help="groups of G consecutive ranks (same as --topology nodes:G)"
-    )
+    where.add_argument("--group-size", "-G", type=positive_int, help="groups of G consecutive ranks (same as --topology nodes:G)")
     from sparsewire.topology import PRESETS
 
     presets = ", ".join(["nodes:G", *PRESETS]) + (", mpi (shared-memory nodes)" if allow_mpi else "")
@@ -104,7 +116,9 @@ def write_output(path, flag: str, write) -> None:
     try:
         write(path)
     except OSError as error:
-        raise InputError(f"{flag} {path} could not be written: {error.strerror or error}; give a path in a writable directory") from None
+        raise InputError(
+            f"{flag} {path} could not be written: {error.strerror or error}; give a path in a writable directory"
+        ) from None
 
 
 def agree_on_arguments(comm, args: argparse.Namespace) -> None:
@@ -142,7 +156,12 @@ def add_partition_arguments(parser: argparse.ArgumentParser) -> None:
     from sparsewire.partition import PARTITIONERS
 
     parser.add_argument("--partition", choices=PARTITIONERS, default="even", help=PARTITION_HELP)
-    parser.add_argument("--imbalance", type=float, default=0.03, help="metis, metis-hier: allowed excess of nonzeros per rank over the mean (default: 0.03)")
+    parser.add_argument(
+        "--imbalance",
+        type=float,
+        default=0.03,
+        help="metis, metis-hier: allowed excess of nonzeros per rank over the mean (default: 0.03)",
+    )
 
 
 def progress_printer(args: argparse.Namespace):
@@ -169,8 +188,9 @@ def parse_modes(text: str) -> list[str]:
 def add_transport_argument(parser: argparse.ArgumentParser) -> None:
     """``--transport``: one of the registered transports (:mod:`sparsewire.exec.transports`), each
     described in ``--help`` from its registration."""
-    parser.add_argument("--transport", choices=transport_names(), default="mpi",
-                        help=f"how messages move: {transport_help()} (default: mpi)")
+    parser.add_argument(
+        "--transport", choices=transport_names(), default="mpi", help=f"how messages move: {transport_help()} (default: mpi)"
+    )
 
 
 def options_from_args(args: argparse.Namespace, topology=None, *, strategy: str = "auto", mode: str | None = None):
@@ -179,8 +199,15 @@ def options_from_args(args: argparse.Namespace, topology=None, *, strategy: str 
     ``--transfer-calibration``, those the command has) for one ``strategy`` and ``mode``."""
     from sparsewire.options import ExecOptions
 
-    given = {"transport": "transport", "backend": "backend", "device": "device", "threads": "threads", "deterministic": "deterministic",
-             "proxy": "proxy", "transfer_calibration": "transfer_calibration"}
+    given = {
+        "transport": "transport",
+        "backend": "backend",
+        "device": "device",
+        "threads": "threads",
+        "deterministic": "deterministic",
+        "proxy": "proxy",
+        "transfer_calibration": "transfer_calibration",
+    }
     fields = {field: getattr(args, name) for field, name in given.items() if getattr(args, name, None) is not None}
     return ExecOptions(strategy=strategy, topology=topology, mode=None if mode == "auto" else mode, **fields)
 
@@ -189,12 +216,19 @@ def add_backend_arguments(parser: argparse.ArgumentParser, default: str = "numpy
     """``--backend`` and ``--device``: where the executor's buffers live and what runs its products
     (:func:`resolve_backend_arguments` fills in what was left out)."""
     parser.add_argument(
-        "--backend", choices=BACKENDS, default=None,
-        help="local products and buffers: numpy (NumPy arrays, the compiled kernels; every mode; CPU only) or torch (torch tensors, "
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="local products and buffers: numpy (NumPy arrays, the compiled kernels; every mode; CPU only) or torch (torch "
+        "tensors, "
         f"PyTorch's sparse CSR products and gathers; every mode but partitioned) (default: {default}, torch on a cuda device)",
     )
-    parser.add_argument("--device", default="cpu", help="where the buffers and products live: cpu, cuda (each rank the GPU of its "
-                        "rank on the node, modulo the node's GPUs) or cuda:N; a cuda device implies --backend torch (default: cpu)")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the buffers and products live: cpu, cuda (each rank the GPU of its "
+        "rank on the node, modulo the node's GPUs) or cuda:N; a cuda device implies --backend torch (default: cpu)",
+    )
 
 
 def resolve_backend_arguments(args: argparse.Namespace, default: str, comm=None) -> None:
@@ -229,5 +263,9 @@ def json_text(value, indent: int | None = None) -> str:
 
     text = json.dumps(finite(value), indent=indent, allow_nan=False)
     if replaced:
-        print(f"sparsewire: warning: {replaced} numbers in the JSON are NaN or infinite; written as null", file=sys.stderr, flush=True)
+        print(
+            f"sparsewire: warning: {replaced} numbers in the JSON are NaN or infinite; written as null",
+            file=sys.stderr,
+            flush=True,
+        )
     return text

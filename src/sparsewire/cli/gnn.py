@@ -7,8 +7,18 @@ import argparse
 import sys
 
 from sparsewire.cli.common import (
-    MATRIX_HELP, add_backend_arguments, add_partition_arguments, add_topology_arguments, add_transport_argument, agree_on_arguments, json_text,
-    options_from_args, positive_int, progress_printer, resolve_backend_arguments, topology_from_args,
+    MATRIX_HELP,
+    add_backend_arguments,
+    add_partition_arguments,
+    add_topology_arguments,
+    add_transport_argument,
+    agree_on_arguments,
+    json_text,
+    options_from_args,
+    positive_int,
+    progress_printer,
+    resolve_backend_arguments,
+    topology_from_args,
 )
 from sparsewire.errors import InputError
 
@@ -34,16 +44,29 @@ def add_commands(commands) -> None:
     gcn.add_argument("--epochs", type=positive_int, default=200, help="training epochs (default: 200)")
     gcn.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default: 0.01)")
     gcn.add_argument("--weight-decay", type=float, default=5e-4, help="L2 weight decay of the first layer (default: 5e-4)")
-    gcn.add_argument("--dropout", type=float, default=0.5, help="dropout before every layer, masks from global node ids (default: 0.5)")
-    gcn.add_argument("--strategy", default="auto", help="SpMM strategy of the propagations: auto, block, column, row, joint (default: auto)")
+    gcn.add_argument(
+        "--dropout", type=float, default=0.5, help="dropout before every layer, masks from global node ids (default: 0.5)"
+    )
+    gcn.add_argument(
+        "--strategy", default="auto", help="SpMM strategy of the propagations: auto, block, column, row, joint (default: auto)"
+    )
     add_partition_arguments(gcn)
-    gcn.add_argument("--dtype", choices=["float32", "float64"], default="float32",
-                     help="features, weights and propagations (default: float32, as PyTorch trains)")
+    gcn.add_argument(
+        "--dtype",
+        choices=["float32", "float64"],
+        default="float32",
+        help="features, weights and propagations (default: float32, as PyTorch trains)",
+    )
     add_transport_argument(gcn)
     add_backend_arguments(gcn, default="torch")
-    gcn.add_argument("--transfer-calibration", help="file of 'sparsewire calibrate --device': messages below its threshold are staged "
-                     "through host memory (default: the stored calibration of the device's type when there is one, else none is)")
-    gcn.add_argument("--threads", "-T", type=positive_int, default=1, help="threads per rank for the executor and PyTorch (default: 1)")
+    gcn.add_argument(
+        "--transfer-calibration",
+        help="file of 'sparsewire calibrate --device': messages below its threshold are staged "
+        "through host memory (default: the stored calibration of the device's type when there is one, else none is)",
+    )
+    gcn.add_argument(
+        "--threads", "-T", type=positive_int, default=1, help="threads per rank for the executor and PyTorch (default: 1)"
+    )
     gcn.add_argument("--seed", type=int, default=0, help="weights and dropout masks (default: 0)")
     gcn.add_argument("--features", help="random:F: F seeded random features per node, for a matrix that is not a Planetoid file")
     gcn.add_argument("--classes", type=positive_int, help="number of classes with --features (random labels)")
@@ -65,8 +88,8 @@ def run_gcn(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
     from sparsewire.comm.runtime import agree_on_error
-    from sparsewire.gnn import distribute_graph, load_graph, train
     from sparsewire.exec.wire import messages_per_path
+    from sparsewire.gnn import distribute_graph, load_graph, train
 
     torch.set_num_threads(args.threads)  # one pool per rank at the executor's size (see distribute_graph)
     comm = MPI.COMM_WORLD
@@ -82,13 +105,31 @@ def run_gcn(args: argparse.Namespace) -> int:
     agree_on_error(comm, problem)
     topology = topology_from_args(args, comm)
     progress = progress_printer(args)
-    graph = distribute_graph(comm, data, args.model, partition=args.partition, imbalance=args.imbalance, dtype=getattr(torch, args.dtype),
-                             options=options_from_args(args, topology, strategy=args.strategy))
+    graph = distribute_graph(
+        comm,
+        data,
+        args.model,
+        partition=args.partition,
+        imbalance=args.imbalance,
+        dtype=getattr(torch, args.dtype),
+        options=options_from_args(args, topology, strategy=args.strategy),
+    )
     if progress and rank == 0:
-        progress(f"{args.data}: {graph.n} nodes, {graph.operator.matrix.nnz} nonzeros, {graph.classes} classes; P = {comm.Get_size()}")
+        progress(
+            f"{args.data}: {graph.n} nodes, {graph.operator.matrix.nnz} nonzeros, {graph.classes} classes; P = {comm.Get_size()}"
+        )
     result = train(
-        comm, graph, model=args.model, layers=args.layers, hidden=args.hidden, epochs=args.epochs, lr=args.lr,
-        weight_decay=args.weight_decay, dropout=args.dropout, seed=args.seed, progress=progress,
+        comm,
+        graph,
+        model=args.model,
+        layers=args.layers,
+        hidden=args.hidden,
+        epochs=args.epochs,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        dropout=args.dropout,
+        seed=args.seed,
+        progress=progress,
     )
     strategies = sorted({plan.rank_plan.strategy.value for plan in graph.operator.plans.values()})
     counted_by = next((plan.counted_by for plan in graph.operator.plans.values()), None)
@@ -103,20 +144,39 @@ def run_gcn(args: argparse.Namespace) -> int:
     if rank != 0:
         return 0
     report = {
-        "data": args.data, "model": args.model, "ranks": comm.Get_size(), "nodes": graph.n, "classes": graph.classes,
-        "layers": args.layers, "hidden": args.hidden, "epochs": args.epochs, "lr": args.lr, "weight_decay": args.weight_decay,
-        "dropout": args.dropout, "seed": args.seed, "strategy_requested": args.strategy, "strategies": strategies,
-        "transport": args.transport, "backend": args.backend, "device": args.device, "bytes_counted_by": counted_by, "dtype": args.dtype,
+        "data": args.data,
+        "model": args.model,
+        "ranks": comm.Get_size(),
+        "nodes": graph.n,
+        "classes": graph.classes,
+        "layers": args.layers,
+        "hidden": args.hidden,
+        "epochs": args.epochs,
+        "lr": args.lr,
+        "weight_decay": args.weight_decay,
+        "dropout": args.dropout,
+        "seed": args.seed,
+        "strategy_requested": args.strategy,
+        "strategies": strategies,
+        "transport": args.transport,
+        "backend": args.backend,
+        "device": args.device,
+        "bytes_counted_by": counted_by,
+        "dtype": args.dtype,
         "transfer_paths": paths,
-        "history": result.history, "test_accuracy": result.test_accuracy, "seconds_per_epoch": result.seconds_per_epoch,
+        "history": result.history,
+        "test_accuracy": result.test_accuracy,
+        "seconds_per_epoch": result.seconds_per_epoch,
         "bytes_per_epoch": result.bytes_per_epoch,
     }
     if args.json:
         print(json_text(report))
     else:
         print(
-            f"test accuracy {result.test_accuracy:.4f} after {args.epochs} epochs ({args.model}, strategy {', '.join(strategies)}); "
-            f"{result.seconds_per_epoch * 1e3:.1f} ms and {result.bytes_per_epoch} bytes per epoch (forward + backward, all ranks)"
+            f"test accuracy {result.test_accuracy:.4f} after {args.epochs} epochs ({args.model}, strategy "
+            f"{', '.join(strategies)}); "
+            f"{result.seconds_per_epoch * 1e3:.1f} ms and {result.bytes_per_epoch} bytes per epoch (forward + backward, all "
+            "ranks)"
         )
     sys.stdout.flush()
     return 0

@@ -12,14 +12,21 @@ from pathlib import Path
 
 import numpy as np
 
+from sparsewire.calibration.compute import default_calibration_path, load_compute_rate, measure_compute_rate
+from sparsewire.calibration.store import write_record
+from sparsewire.calibration.transfer import default_transfer_calibration_path
 from sparsewire.cli.common import (
-    MATRIX_HELP, add_partition_arguments, check_writable, json_text, positive_int, progress_printer, resolve_backend_arguments, write_output,
+    MATRIX_HELP,
+    add_partition_arguments,
+    check_writable,
+    json_text,
+    positive_int,
+    progress_printer,
+    resolve_backend_arguments,
+    write_output,
 )
 from sparsewire.errors import InputError
 from sparsewire.exec.kernels import BACKENDS
-from sparsewire.calibration.store import write_record
-from sparsewire.calibration.transfer import default_transfer_calibration_path
-from sparsewire.calibration.compute import default_calibration_path, load_compute_rate, measure_compute_rate
 from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
@@ -47,15 +54,21 @@ def add_commands(commands) -> None:
     simulate.add_argument("matrix", help=MATRIX_HELP)
     simulate.add_argument("--ranks", "-P", type=positive_int, required=True, help="number of ranks P (one per host)")
     simulate.add_argument("--topology", required=True, help=f"network preset: {presets}")
-    simulate.add_argument("--strategies", default="auto", help="comma list (block, rowwise, column, row, joint, column-hier, joint-hier, "
-                          "joint-group) or auto: column, joint, and the hierarchical ones when the network has groups (default: auto)")
+    simulate.add_argument(
+        "--strategies",
+        default="auto",
+        help="comma list (block, rowwise, column, row, joint, column-hier, joint-hier, "
+        "joint-group) or auto: column, joint, and the hierarchical ones when the network has groups (default: auto)",
+    )
     simulate.add_argument("--k", type=positive_int, default=32, help="columns of B (default: 32)")
     simulate.add_argument("--element-bytes", type=positive_int, default=4, help="bytes per element of B (default: 4, float32)")
     add_partition_arguments(simulate)
     rate = simulate.add_mutually_exclusive_group()
     rate.add_argument("--compute-rate", type=float, help="local SpMM rate in nonzero-columns per second (nnz * k / s)")
-    rate.add_argument("--calibration", help=f"file written by 'sparsewire calibrate' (default: {default_calibration_path()}; "
-                      "measured now if absent)")
+    rate.add_argument(
+        "--calibration",
+        help=f"file written by 'sparsewire calibrate' (default: {default_calibration_path()}; measured now if absent)",
+    )
     simulate.add_argument("--no-compute", action="store_true", help="communication only")
     simulate.add_argument("--json", action="store_true", help="print exactly one JSON object")
     simulate.set_defaults(handler=_run_simulate)
@@ -63,21 +76,38 @@ def add_commands(commands) -> None:
     calibrate = commands.add_parser(
         "calibrate",
         help="measure this machine's local SpMM rate for the compute model of 'simulate', or with --device the transfer paths",
-        description="Without --device: time the executor's CSR x dense kernel (one thread) on an R-MAT graph (scale 16, edge factor 8) "
+        description="Without --device: time the executor's CSR x dense kernel (one thread) on an R-MAT graph (scale 16, edge "
+        "factor 8) "
         "at k = 16, 32, 64 and write the median rate in nonzero-columns per second to a JSON file. With --device D (run as "
-        "'mpiexec -n 2 sparsewire calibrate --device D'): time messages of each --sizes between ranks 0 and 1 sent directly from the "
+        "'mpiexec -n 2 sparsewire calibrate --device D'): time messages of each --sizes between ranks 0 and 1 sent directly from "
+        "the "
         "backend's buffers and staged through host memory, and write the size below which staging is faster; the executor stages "
         "messages below it (the hybrid communication of the semiring SpGEMM paper, sec. 5.2).",
     )
-    calibrate.add_argument("--output", help=f"where to write (default: {default_calibration_path()}; with --device "
-                           f"{default_transfer_calibration_path('cpu').parent}/transfer-<device type>.json)")
-    calibrate.add_argument("--repeat", type=positive_int, help="timed products per k (default: 5), or with --device timed round trips per "
-                           "message size and path (default: 20)")
-    calibrate.add_argument("--device", help="measure the transfer paths of this device (cpu, cuda or cuda:N) instead of the compute rate")
-    calibrate.add_argument("--backend", choices=BACKENDS, default=None, help="with --device: the kernel backend whose buffers are sent "
-                           "(default: numpy on the CPU, torch on cuda)")
-    calibrate.add_argument("--sizes", default=",".join(str(4**e) for e in range(3, 12)),
-                           help="with --device: message sizes in bytes, comma-separated (default: 64, 256, ..., 4194304)")
+    calibrate.add_argument(
+        "--output",
+        help=f"where to write (default: {default_calibration_path()}; with --device "
+        f"{default_transfer_calibration_path('cpu').parent}/transfer-<device type>.json)",
+    )
+    calibrate.add_argument(
+        "--repeat",
+        type=positive_int,
+        help="timed products per k (default: 5), or with --device timed round trips per message size and path (default: 20)",
+    )
+    calibrate.add_argument(
+        "--device", help="measure the transfer paths of this device (cpu, cuda or cuda:N) instead of the compute rate"
+    )
+    calibrate.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="with --device: the kernel backend whose buffers are sent (default: numpy on the CPU, torch on cuda)",
+    )
+    calibrate.add_argument(
+        "--sizes",
+        default=",".join(str(4**e) for e in range(3, 12)),
+        help="with --device: message sizes in bytes, comma-separated (default: 64, 256, ..., 4194304)",
+    )
     calibrate.add_argument("--json", action="store_true", help="print the measurement as JSON")
     calibrate.set_defaults(handler=_run_calibrate)
 
@@ -97,20 +127,36 @@ def add_commands(commands) -> None:
     netsparse.add_argument("--nodes", type=positive_int, default=128, help="nodes (default: 128)")
     netsparse.add_argument("--rack", type=positive_int, default=16, help="nodes per rack (leaf-spine; default: 16)")
     netsparse.add_argument("--k", type=positive_int, default=16, help="property elements K, 4 bytes each (default: 16)")
-    netsparse.add_argument("--topology", default="leafspine",
-                           help="leafspine (racks of --rack, as many spines), or a preset: " + presets + " (default: leafspine)")
-    netsparse.add_argument("--ablation", action="store_true", help="Table 8: RIG, +filter, +coalesce, +NIC concatenation, +switch")
+    netsparse.add_argument(
+        "--topology",
+        default="leafspine",
+        help="leafspine (racks of --rack, as many spines), or a preset: " + presets + " (default: leafspine)",
+    )
+    netsparse.add_argument(
+        "--ablation", action="store_true", help="Table 8: RIG, +filter, +coalesce, +NIC concatenation, +switch"
+    )
     netsparse.add_argument("--sweep", default="", help="comma list of batch, delay, cache (Figs. 15, 17, 18)")
-    netsparse.add_argument("--topologies", action="store_true", help="Fig. 22: NetSparse vs SUOpt on leaf-spine, HyperX, dragonfly")
-    netsparse.add_argument("--compare-plans", action="store_true",
-                           help="our software plans (column, joint, column-hier, joint-hier, joint-group) beside SUOpt, SAOpt, NetSparse")
+    netsparse.add_argument(
+        "--topologies", action="store_true", help="Fig. 22: NetSparse vs SUOpt on leaf-spine, HyperX, dragonfly"
+    )
+    netsparse.add_argument(
+        "--compare-plans",
+        action="store_true",
+        help="our software plans (column, joint, column-hier, joint-hier, joint-group) beside SUOpt, SAOpt, NetSparse",
+    )
     netsparse.add_argument("--plot", default="netsparse-compare.png", help="PNG of --compare-plans (default: %(default)s)")
     netsparse.add_argument("--batch", type=positive_int, help="RIG batch size in nonzeros (default: per matrix, see docs)")
     netsparse.add_argument("--nic-delay", type=int, default=500, help="NIC concatenation delay in cycles (default: 500)")
-    netsparse.add_argument("--cache-mb", type=float, default=32.0, help="property cache per switch in MB; 0 = none, -1 = unbounded (default: 32)")
+    netsparse.add_argument(
+        "--cache-mb", type=float, default=32.0, help="property cache per switch in MB; 0 = none, -1 = unbounded (default: 32)"
+    )
     netsparse.add_argument("--sa-cores", type=positive_int, default=64, help="SAOpt cores per node (default: 64)")
-    netsparse.add_argument("--sa-overhead-ns", type=float, default=800.0,
-                           help="SAOpt software time per request and core in ns (default: 800, about 10%% goodput at K=16)")
+    netsparse.add_argument(
+        "--sa-overhead-ns",
+        type=float,
+        default=800.0,
+        help="SAOpt software time per request and core in ns (default: 800, about 10%% goodput at K=16)",
+    )
     netsparse.add_argument("--json", action="store_true", help="print exactly one JSON object")
     netsparse.set_defaults(handler=_run_netsparse)
 
@@ -135,8 +181,8 @@ def _run_calibrate_transfers(args: argparse.Namespace) -> int:
     """``calibrate --device``: the transfer sweep (Collective over MPI_COMM_WORLD)."""
     from mpi4py import MPI
 
-    from sparsewire.exec.kernels import make_backend
     from sparsewire.calibration.transfer import measure_transfer_paths
+    from sparsewire.exec.kernels import make_backend
 
     try:
         sizes = sorted({int(text) for text in args.sizes.split(",") if text.strip()})
@@ -157,8 +203,15 @@ def _run_calibrate_transfers(args: argparse.Namespace) -> int:
         if args.json:
             print(json_text({**record, "path": str(path)}))
         else:
-            rows = [[format_bytes(r["bytes"]), f"{r['direct_seconds'] * 1e6:.2f}", f"{r['staged_seconds'] * 1e6:.2f}",
-                     "direct" if r["direct_seconds"] <= r["staged_seconds"] else "staged"] for r in record["sweep"]]
+            rows = [
+                [
+                    format_bytes(r["bytes"]),
+                    f"{r['direct_seconds'] * 1e6:.2f}",
+                    f"{r['staged_seconds'] * 1e6:.2f}",
+                    "direct" if r["direct_seconds"] <= r["staged_seconds"] else "staged",
+                ]
+                for r in record["sweep"]
+            ]
             print(format_table(["message", "direct us", "staged us", "faster"], rows))
             print(f"staged below {record['staged_below_bytes']} bytes on device {record['device']}; written to {path}")
     return 0
@@ -185,14 +238,18 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from sparsewire.plan.stats import strategy_stats
     from sparsewire.plan.strategies import parse_strategies
     from sparsewire.sim.network import build_network
-    from sparsewire.topology import PRESETS
     from sparsewire.sim.plan_timing import rank_nonzeros, simulate_plan
+    from sparsewire.topology import PRESETS
 
     progress = progress_printer(args)
     network = build_network(args.topology, args.ranks)
     topology = network.planner_topology(args.ranks)
     grouped = len(topology.levels) > 1
-    text = "column,joint" + (",column-hier,joint-hier,joint-group" if grouped else "") if args.strategies == "auto" else args.strategies
+    text = (
+        "column,joint" + (",column-hier,joint-hier,joint-group" if grouped else "")
+        if args.strategies == "auto"
+        else args.strategies
+    )
     strategies = parse_strategies(text, hierarchical=grouped)
     rate, rate_source = _compute_rate(args, progress)
     matrix = load_matrix(args.matrix)
@@ -212,9 +269,14 @@ def _run_simulate(args: argparse.Namespace) -> int:
         entries.append(entry)
     report = {
         "matrix": {"path": args.matrix, "n_rows": int(matrix.shape[0]), "n_cols": int(matrix.shape[1]), "nnz": int(matrix.nnz)},
-        "ranks": args.ranks, "k": args.k, "element_bytes": args.element_bytes,
-        "network": network.describe(), "machine": PRESETS[network.name].description,
-        "compute_rate": rate, "compute_rate_source": rate_source, "strategies": entries,
+        "ranks": args.ranks,
+        "k": args.k,
+        "element_bytes": args.element_bytes,
+        "network": network.describe(),
+        "machine": PRESETS[network.name].description,
+        "compute_rate": rate,
+        "compute_rate_source": rate_source,
+        "strategies": entries,
     }
     if args.json:
         print(json_text(report))
@@ -225,10 +287,23 @@ def _run_simulate(args: argparse.Namespace) -> int:
     rows_out = []
     for e in entries:
         steps = " + ".join(f"{s['seconds'] * 1e6:.1f}" for s in e["steps"]) or "0"
-        rows_out.append([e["name"], format_bytes(e["total_bytes"]), steps, f"{e['communication_seconds'] * 1e6:.1f}",
-                         f"{e['lower_bound_seconds'] * 1e6:.1f}", f"{e['compute_seconds'] * 1e6:.1f}",
-                         f"{e['total_seconds'] * 1e6:.1f}", e["slowest_rank"]])
-    print(format_table(["strategy", "bytes", "steps (us)", "comm us", "lower bound us", "compute us", "total us", "slowest rank"], rows_out))
+        rows_out.append(
+            [
+                e["name"],
+                format_bytes(e["total_bytes"]),
+                steps,
+                f"{e['communication_seconds'] * 1e6:.1f}",
+                f"{e['lower_bound_seconds'] * 1e6:.1f}",
+                f"{e['compute_seconds'] * 1e6:.1f}",
+                f"{e['total_seconds'] * 1e6:.1f}",
+                e["slowest_rank"],
+            ]
+        )
+    print(
+        format_table(
+            ["strategy", "bytes", "steps (us)", "comm us", "lower bound us", "compute us", "total us", "slowest rank"], rows_out
+        )
+    )
     return 0
 
 
@@ -237,8 +312,16 @@ def _netsparse_network(args: argparse.Namespace, name: str | None = None):
 
     name = (name or args.topology).strip().lower()
     if name == "leafspine":
-        return leaf_spine(args.nodes, rack_size=args.rack, spines=args.rack, bandwidth=400 * GIGABIT, name="leaf-spine",
-                          mtu=1500, packet_header_bytes=50, message_overhead=1e-6)
+        return leaf_spine(
+            args.nodes,
+            rack_size=args.rack,
+            spines=args.rack,
+            bandwidth=400 * GIGABIT,
+            name="leaf-spine",
+            mtu=1500,
+            packet_header_bytes=50,
+            message_overhead=1e-6,
+        )
     return build_network(name, args.nodes)
 
 
@@ -260,13 +343,19 @@ def _plans_rows(matrix, network, nodes: int, k: int, su, progress) -> list[dict]
         timing = simulate_plan(stats, network)
         received = np.bincount(stats.destinations, weights=wire_bytes(stats.message_bytes, network), minlength=nodes)
         traffic = int(received.max(initial=0))
-        result.append({
-            "mechanisms": f"software {name}", "kind": "software", "seconds": timing.communication_seconds,
-            "lower_bound_seconds": timing.lower_bound_seconds,
-            "speedup_vs_su": su.seconds / timing.communication_seconds if timing.communication_seconds else float("inf"),
-            "traffic_reduction_vs_su": su.tail_traffic_bytes / traffic if traffic else float("inf"),
-            "tail_traffic_bytes": traffic, "total_bytes": int(stats.total_bytes), "steps": len(timing.steps),
-        })
+        result.append(
+            {
+                "mechanisms": f"software {name}",
+                "kind": "software",
+                "seconds": timing.communication_seconds,
+                "lower_bound_seconds": timing.lower_bound_seconds,
+                "speedup_vs_su": su.seconds / timing.communication_seconds if timing.communication_seconds else float("inf"),
+                "traffic_reduction_vs_su": su.tail_traffic_bytes / traffic if traffic else float("inf"),
+                "tail_traffic_bytes": traffic,
+                "total_bytes": int(stats.total_bytes),
+                "steps": len(timing.steps),
+            }
+        )
     return result
 
 
@@ -315,12 +404,21 @@ def _run_netsparse(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     matrix = load_matrix(args.matrix)
     if matrix.shape[0] != matrix.shape[1]:
-        raise InputError(f"NetSparse's workload needs a square matrix (rows and properties split alike); got {matrix.shape[0]} x {matrix.shape[1]}")
+        raise InputError(
+            f"NetSparse's workload needs a square matrix (rows and properties split alike); got {matrix.shape[0]} x "
+            f"{matrix.shape[1]}"
+        )
     workload = ns.Workload.from_matrix(matrix, args.nodes)
     if progress:
-        progress(f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz:,} nonzeros over {args.nodes} nodes; {network.describe()}")
-    hardware = ns.Hardware(batch=args.batch, nic_delay_cycles=args.nic_delay,
-                           cache_bytes=None if args.cache_mb == -1 else int(args.cache_mb * (1 << 20)))
+        progress(
+            f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz:,} nonzeros over {args.nodes} nodes; "
+            f"{network.describe()}"
+        )
+    hardware = ns.Hardware(
+        batch=args.batch,
+        nic_delay_cycles=args.nic_delay,
+        cache_bytes=None if args.cache_mb == -1 else int(args.cache_mb * (1 << 20)),
+    )
     if progress:
         progress("characterization ...")
     characterization = ns.characterize(workload, group_size=args.rack)
@@ -332,7 +430,10 @@ def _run_netsparse(args: argparse.Namespace) -> int:
     full = simulator.run(ns.Mechanisms(), hardware, "NetSparse")
     report = {
         "matrix": {"path": args.matrix, "n_rows": int(matrix.shape[0]), "nnz": int(matrix.nnz)},
-        "nodes": args.nodes, "rack": args.rack, "k": args.k, "network": network.describe(),
+        "nodes": args.nodes,
+        "rack": args.rack,
+        "k": args.k,
+        "network": network.describe(),
         "hardware": {**{key: value for key, value in vars(hardware).items()}, "batch": simulator.batch(hardware)},
         "characterization": characterization,
         "results": [dict(su.row(su), kind="baseline"), dict(sa.row(su), kind="baseline"), dict(full.row(su), kind="hardware")],
@@ -351,7 +452,13 @@ def _run_netsparse(args: argparse.Namespace) -> int:
     if args.compare_plans:
         comparison = report["results"] + _plans_rows(matrix, network, args.nodes, args.k, su, progress)
         report["comparison"] = comparison
-        write_output(args.plot, "--plot", lambda target: _plot(comparison, target, f"{os.path.basename(args.matrix)}: {args.nodes} nodes, K = {args.k}, {network.name}"))
+        write_output(
+            args.plot,
+            "--plot",
+            lambda target: _plot(
+                comparison, target, f"{os.path.basename(args.matrix)}: {args.nodes} nodes, K = {args.k}, {network.name}"
+            ),
+        )
         report["plot"] = args.plot
     report["elapsed_seconds"] = round(time.perf_counter() - started, 2)
     if args.json:
@@ -367,38 +474,92 @@ def _fmt(value: float, digits: int = 3) -> str:
 
 def _print_netsparse(report: dict) -> None:
     c = report["characterization"]
-    print(f"{report['matrix']['path']}: {report['matrix']['n_rows']} rows, {report['matrix']['nnz']:,} nonzeros; "
-          f"{report['nodes']} nodes, K = {report['k']}; {report['network']}")
+    print(
+        f"{report['matrix']['path']}: {report['matrix']['n_rows']} rows, {report['matrix']['nnz']:,} nonzeros; "
+        f"{report['nodes']} nodes, K = {report['k']}; {report['network']}"
+    )
     print("characterization (NetSparse sec. 3):")
-    print(f"  useful : redundant transfers  SU 1 : {_fmt(c['su_redundant_per_useful'])}   SA 1 : {_fmt(c['sa_redundant_per_useful'])}")
+    print(
+        f"  useful : redundant transfers  SU 1 : {_fmt(c['su_redundant_per_useful'])}   SA 1 : "
+        f"{_fmt(c['sa_redundant_per_useful'])}"
+    )
     print("  header share of SA traffic   " + ", ".join(f"K={k}: {v}%" for k, v in c["header_share_percent"].items()))
     print(f"  unique destinations per 64 consecutive requests: {c['unique_destinations_per_64']:.2f}")
     print(f"  requests useful to more than one node of a {c['group_size']}-node group: {c['group_shared_percent']:.1f}%")
 
     def table(title: str, rows: list[dict], first: str = "mechanisms") -> None:
         print(title)
-        body = [[r.get("topology", r[first]) if first == "topology" else r[first], f"{r['seconds'] * 1e6:.1f}", _fmt(r["speedup_vs_su"]),
-                 _fmt(r["traffic_reduction_vs_su"]), format_bytes(r["tail_traffic_bytes"]),
-                 f"{r.get('goodput_percent', float('nan')):.1f}", f"{r.get('line_utilization_percent', float('nan')):.1f}",
-                 f"{r.get('requests_per_packet', float('nan')):.1f}", f"{r.get('filter_coalesce_percent', float('nan')):.1f}",
-                 f"{r.get('cache_hit_percent', float('nan')):.1f}"] for r in rows]
-        print(format_table([first, "comm us", "speedup vs SU", "traffic / SU", "tail traffic", "goodput %", "line util %",
-                            "PR/packet", "filter+coalesce %", "cache hit %"], body))
+        body = [
+            [
+                r.get("topology", r[first]) if first == "topology" else r[first],
+                f"{r['seconds'] * 1e6:.1f}",
+                _fmt(r["speedup_vs_su"]),
+                _fmt(r["traffic_reduction_vs_su"]),
+                format_bytes(r["tail_traffic_bytes"]),
+                f"{r.get('goodput_percent', float('nan')):.1f}",
+                f"{r.get('line_utilization_percent', float('nan')):.1f}",
+                f"{r.get('requests_per_packet', float('nan')):.1f}",
+                f"{r.get('filter_coalesce_percent', float('nan')):.1f}",
+                f"{r.get('cache_hit_percent', float('nan')):.1f}",
+            ]
+            for r in rows
+        ]
+        print(
+            format_table(
+                [
+                    first,
+                    "comm us",
+                    "speedup vs SU",
+                    "traffic / SU",
+                    "tail traffic",
+                    "goodput %",
+                    "line util %",
+                    "PR/packet",
+                    "filter+coalesce %",
+                    "cache hit %",
+                ],
+                body,
+            )
+        )
 
     table("baselines and NetSparse:", report["results"])
     if "ablation" in report:
         table("ablation (Table 8 order), against SUOpt:", report["ablation"])
     for entry in report.get("sweeps", []):
         print(f"sweep: {entry['description']}")
-        print(format_table(["value", "comm us", "speedup", "cache hit %", "PR/packet"],
-                           [[p["value"], f"{p['seconds'] * 1e6:.1f}", _fmt(p["speedup"]), f"{p['cache_hit_percent']:.1f}",
-                             f"{p['requests_per_packet']:.1f}"] for p in entry["points"]]))
+        print(
+            format_table(
+                ["value", "comm us", "speedup", "cache hit %", "PR/packet"],
+                [
+                    [
+                        p["value"],
+                        f"{p['seconds'] * 1e6:.1f}",
+                        _fmt(p["speedup"]),
+                        f"{p['cache_hit_percent']:.1f}",
+                        f"{p['requests_per_packet']:.1f}",
+                    ]
+                    for p in entry["points"]
+                ],
+            )
+        )
     if "topologies" in report:
         table("topologies (Fig. 22), NetSparse against SUOpt:", report["topologies"], "topology")
     if "comparison" in report:
         print("software plans versus hardware (same cluster, same matrix):")
-        print(format_table(["approach", "comm us", "speedup vs SU", "traffic / SU", "tail traffic"],
-                           [[r["mechanisms"], f"{r['seconds'] * 1e6:.1f}", _fmt(r["speedup_vs_su"]), _fmt(r["traffic_reduction_vs_su"]),
-                             format_bytes(r["tail_traffic_bytes"])] for r in report["comparison"]]))
+        print(
+            format_table(
+                ["approach", "comm us", "speedup vs SU", "traffic / SU", "tail traffic"],
+                [
+                    [
+                        r["mechanisms"],
+                        f"{r['seconds'] * 1e6:.1f}",
+                        _fmt(r["speedup_vs_su"]),
+                        _fmt(r["traffic_reduction_vs_su"]),
+                        format_bytes(r["tail_traffic_bytes"]),
+                    ]
+                    for r in report["comparison"]
+                ],
+            )
+        )
         print(f"plot: {report['plot']}")
     print(f"elapsed {report['elapsed_seconds']} s")

@@ -47,23 +47,32 @@ def add_commands(commands) -> None:
     spgemm.add_argument("matrix", help=MATRIX_HELP)
     spgemm.add_argument("matrix2", nargs="?", help="B (default: A itself)")
     spgemm.add_argument("--semiring", default="plus_times", help=SEMIRING_HELP)
-    spgemm.add_argument("--algorithm", choices=["summa", "1d", "auto"], default="auto", help="(default: auto, by predicted bytes)")
     spgemm.add_argument(
-        "--strategy", choices=["auto", "column", "row", "joint"], default="auto",
+        "--algorithm", choices=["summa", "1d", "auto"], default="auto", help="(default: auto, by predicted bytes)"
+    )
+    spgemm.add_argument(
+        "--strategy",
+        choices=["auto", "column", "row", "joint"],
+        default="auto",
         help="1D only: fetch B rows (column), push partial C rows (row), or a vertex cover of both (joint) (default: auto)",
     )
     spgemm.add_argument("--grid", help="SUMMA grid ROWSxCOLS, product = ranks (default: most nearly square, rows >= cols)")
     spgemm.add_argument(
-        "--overlap", action="store_true",
+        "--overlap",
+        action="store_true",
         help="1D only: multiply the diagonal block while the rows travel, then merge the received rows' product into it "
         "(default: one product once the rows are in, which skips that merge and measured faster)",
     )
     spgemm.add_argument(
-        "--stages-per-product", type=positive_int, default=2,
+        "--stages-per-product",
+        type=positive_int,
+        default=2,
         help="SUMMA only: stages multiplied as one product over their joined blocks; each further product is merged "
         "into C (a pass over C), so more is faster and holds more received blocks (default: 2)",
     )
-    spgemm.add_argument("--phases", type=positive_int, default=1, help="split B's columns into N phases to bound peak memory (default: 1)")
+    spgemm.add_argument(
+        "--phases", type=positive_int, default=1, help="split B's columns into N phases to bound peak memory (default: 1)"
+    )
     spgemm.add_argument("--repeat", type=positive_int, default=3, help="timed multiplies after one warm-up (default: 3)")
     spgemm.add_argument("--values", default="file", help=VALUES_HELP)
     add_partition_arguments(spgemm)
@@ -99,8 +108,12 @@ def add_commands(commands) -> None:
     reach.add_argument("--hops", type=int, required=True, help="the k of k-hop reachability (>= 0)")
     for command in (triangles, reach):
         command.add_argument("matrix", help=MATRIX_HELP)
-        command.add_argument("--algorithm", choices=["summa", "1d", "auto"] if command is triangles else ["summa", "1d"],
-                             default="auto" if command is triangles else "summa", help="(default: %(default)s)")
+        command.add_argument(
+            "--algorithm",
+            choices=["summa", "1d", "auto"] if command is triangles else ["summa", "1d"],
+            default="auto" if command is triangles else "summa",
+            help="(default: %(default)s)",
+        )
         command.add_argument("--grid", help="SUMMA grid ROWSxCOLS (default: most nearly square)")
         add_partition_arguments(command)
         command.add_argument("--check", action="store_true", help="compare with a SciPy reference")
@@ -147,7 +160,6 @@ def _print(args, report: dict, lines: list[str]) -> int:
 
 def _run_spgemm(args: argparse.Namespace) -> int:
     from sparsewire.spgemm.semirings import get_semiring
-
     from sparsewire.spgemm.values import check_values_spec
 
     semiring = get_semiring(args.semiring)
@@ -160,9 +172,22 @@ def _run_spgemm(args: argparse.Namespace) -> int:
     grid = parse_grid(args.grid, comm.Get_size())
     progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
     report = _spgemm_session(
-        comm, args.matrix, args.matrix2, semiring, algorithm=args.algorithm, strategy=args.strategy, grid=grid,
-        phases=args.phases, repeat=args.repeat, values=args.values, check=args.check, output=args.output, progress=progress,
-        partition=args.partition, imbalance=args.imbalance, overlap=args.overlap,
+        comm,
+        args.matrix,
+        args.matrix2,
+        semiring,
+        algorithm=args.algorithm,
+        strategy=args.strategy,
+        grid=grid,
+        phases=args.phases,
+        repeat=args.repeat,
+        values=args.values,
+        check=args.check,
+        output=args.output,
+        progress=progress,
+        partition=args.partition,
+        imbalance=args.imbalance,
+        overlap=args.overlap,
         stages_per_product=args.stages_per_product,
     )
     if comm.Get_rank() != 0:
@@ -175,13 +200,17 @@ def _run_spgemm(args: argparse.Namespace) -> int:
         f"median_seconds {r['median_seconds']:.6f} over {r['repeat']}",
         f"nnz_out {r['nnz_out']}, checksum_sum {r['checksum_sum']:.17g}",
         f"bytes_moved {r['bytes_moved']} ({format_bytes(r['bytes_moved'])}); predicted by algorithm: "
-        + ", ".join(f"{name} {'>= ' if name in r['lower_bounds_only'] else ''}{format_bytes(value)}"
-                    for name, value in r["predicted_bytes_by_algorithm"].items()),
+        + ", ".join(
+            f"{name} {'>= ' if name in r['lower_bounds_only'] else ''}{format_bytes(value)}"
+            for name, value in r["predicted_bytes_by_algorithm"].items()
+        ),
         f"peak_held_entries {r['peak_held_entries']}, peak_rss_bytes {r['peak_rss_bytes']} ({format_bytes(r['peak_rss_bytes'])})",
     ]
     if args.check:
-        lines.append(f"check: {'passed' if r['check_passed'] else 'FAILED'} (pattern equal: {r['pattern_equal']}, "
-                     f"mismatched values: {r['mismatched_values']}, {'exact' if r.get('exact') else 'relative 1e-12'})")
+        lines.append(
+            f"check: {'passed' if r['check_passed'] else 'FAILED'} (pattern equal: {r['pattern_equal']}, "
+            f"mismatched values: {r['mismatched_values']}, {'exact' if r.get('exact') else 'relative 1e-12'})"
+        )
     failed = _print(args, report, lines)
     if report["bytes_moved"] != report["predicted_bytes"]:
         print("sparsewire: error: bytes moved differ from the predicted bytes", file=sys.stderr)
@@ -213,17 +242,28 @@ def _run_vertex_algorithm(args: argparse.Namespace) -> int:
     values = run["values"]
     reached = np.isfinite(values)
     report = {
-        "command": args.command, "matrix": args.matrix, "ranks": comm.Get_size(), "source": args.source,
-        "algorithm": run["algorithm"], "seconds": seconds, "steps": run["steps"], "bytes_moved": run["bytes_moved"],
-        "reached": int(reached.sum()), "max_value": float(values[reached].max()), "sum_values": float(values[reached].sum()),
+        "command": args.command,
+        "matrix": args.matrix,
+        "ranks": comm.Get_size(),
+        "source": args.source,
+        "algorithm": run["algorithm"],
+        "seconds": seconds,
+        "steps": run["steps"],
+        "bytes_moved": run["bytes_moved"],
+        "reached": int(reached.sum()),
+        "max_value": float(values[reached].max()),
+        "sum_values": float(values[reached].sum()),
     }
     if args.check:
-        reference = (graphs.reference_bfs_levels if args.command == "bfs" else graphs.reference_shortest_paths)(matrix, args.source)
+        reference = (graphs.reference_bfs_levels if args.command == "bfs" else graphs.reference_shortest_paths)(
+            matrix, args.source
+        )
         report["check_passed"] = bool(np.array_equal(values, reference))
     name = "level" if args.command == "bfs" else "distance"
     lines = [
         f"{args.command} from {args.source} on {args.matrix}, {comm.Get_size()} ranks ({run['algorithm']})",
-        f"reached {report['reached']} of {values.size} vertices; max {name} {report['max_value']:g}, sum {report['sum_values']:g}",
+        f"reached {report['reached']} of {values.size} vertices; max {name} {report['max_value']:g}, sum "
+        f"{report['sum_values']:g}",
         f"{run['steps']} steps in {seconds:.4f} s, bytes_moved {run['bytes_moved']} ({format_bytes(run['bytes_moved'])})",
     ]
     if args.check:
@@ -246,13 +286,24 @@ def _run_on_pattern(args: argparse.Namespace, algorithm):
 def _run_triangles(args: argparse.Namespace) -> int:
     from sparsewire.spgemm import graphs
 
-    outcome = _run_on_pattern(args, lambda comm, matrix, grid: graphs.triangle_count(
-        comm, matrix, algorithm=args.algorithm, grid=grid, partition=args.partition, imbalance=args.imbalance))
+    outcome = _run_on_pattern(
+        args,
+        lambda comm, matrix, grid: graphs.triangle_count(
+            comm, matrix, algorithm=args.algorithm, grid=grid, partition=args.partition, imbalance=args.imbalance
+        ),
+    )
     if outcome is None:
         return 0
     comm, matrix, run, seconds = outcome
-    report = {"command": "triangles", "matrix": args.matrix, "ranks": comm.Get_size(), "algorithm": run["algorithm"],
-              "triangles": run["values"], "seconds": seconds, "bytes_moved": run["bytes_moved"]}
+    report = {
+        "command": "triangles",
+        "matrix": args.matrix,
+        "ranks": comm.Get_size(),
+        "algorithm": run["algorithm"],
+        "triangles": run["values"],
+        "seconds": seconds,
+        "bytes_moved": run["bytes_moved"],
+    }
     if args.check:
         report["reference_triangles"] = graphs.reference_triangle_count(matrix)
         report["check_passed"] = report["reference_triangles"] == run["values"]
@@ -269,16 +320,26 @@ def _run_reach(args: argparse.Namespace) -> int:
     from sparsewire.spgemm import graphs
 
     outcome = _run_on_pattern(
-        args, lambda comm, matrix, grid: graphs.reachable_within(
-            comm, matrix, args.hops, algorithm=args.algorithm, grid=grid, partition=args.partition, imbalance=args.imbalance)
+        args,
+        lambda comm, matrix, grid: graphs.reachable_within(
+            comm, matrix, args.hops, algorithm=args.algorithm, grid=grid, partition=args.partition, imbalance=args.imbalance
+        ),
     )
     if outcome is None:
         return 0
     comm, matrix, run, seconds = outcome
     reach = run["values"]
-    report = {"command": "reach", "matrix": args.matrix, "ranks": comm.Get_size(), "hops": args.hops,
-              "algorithm": run["algorithm"], "reachable_pairs": int(reach.nnz), "products": run["steps"],
-              "seconds": seconds, "bytes_moved": run["bytes_moved"]}
+    report = {
+        "command": "reach",
+        "matrix": args.matrix,
+        "ranks": comm.Get_size(),
+        "hops": args.hops,
+        "algorithm": run["algorithm"],
+        "reachable_pairs": int(reach.nnz),
+        "products": run["steps"],
+        "seconds": seconds,
+        "bytes_moved": run["bytes_moved"],
+    }
     if args.check:
         reference = graphs.reference_reachable_within(matrix, args.hops)
         report["check_passed"] = bool(reach.shape == reference.shape and (reach != reference).nnz == 0)
@@ -317,7 +378,8 @@ def _spgemm_session(
     Timing: one untimed warm-up multiply, then ``repeat`` multiplies, each between barriers and
     timed as the slowest rank. ``bytes_moved`` is what MPI delivered to the ranks in one multiply
     (receive statuses; it should equal ``predicted_bytes``, predicted from counts before running).
-    ``peak_held_entries`` is the most stored entries any rank held at once inside the multiply; ``peak_rss_bytes`` the largest peak
+    ``peak_held_entries`` is the most stored entries any rank held at once inside the multiply;
+    ``peak_rss_bytes`` the largest peak
     resident memory of any rank over the whole run.
     """
     import statistics
@@ -335,15 +397,27 @@ def _spgemm_session(
     b_global = a_global if second_spec is None else _load_on_root(comm, second_spec, values)
     problem = None
     if rank == 0 and a_global.shape[1] != b_global.shape[0]:
-        problem = (f"cannot multiply {a_global.shape[0]} x {a_global.shape[1]} by {b_global.shape[0]} x {b_global.shape[1]}: "
-                   "A's columns must equal B's rows")
+        problem = (
+            f"cannot multiply {a_global.shape[0]} x {a_global.shape[1]} by {b_global.shape[0]} x {b_global.shape[1]}: "
+            "A's columns must equal B's rows"
+        )
     agree_on_error(comm, problem)
     a = distribute(comm, a_global, partition, imbalance=imbalance)
     b = a if second_spec is None else distribute(comm, b_global, a.right_operand_partitioning())
     if progress and rank == 0:
-        progress(f"choosing among {algorithm} candidates" if algorithm == "auto" or strategy == "auto" else f"building {algorithm}")
+        progress(
+            f"choosing among {algorithm} candidates" if algorithm == "auto" or strategy == "auto" else f"building {algorithm}"
+        )
     plan = plan_spgemm(
-        a, b, semiring, algorithm, strategy=strategy, grid=grid, phases=phases, overlap=overlap, stages_per_product=stages_per_product
+        a,
+        b,
+        semiring,
+        algorithm,
+        strategy=strategy,
+        grid=grid,
+        phases=phases,
+        overlap=overlap,
+        stages_per_product=stages_per_product,
     )
     if progress and rank == 0:
         progress(f"running {plan.algorithm} on a {plan.grid} grid")

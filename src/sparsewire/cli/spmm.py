@@ -7,8 +7,21 @@ import argparse
 import sys
 
 from sparsewire.cli.common import (
-    DEFAULT_MODE, DTYPES, MATRIX_HELP, add_backend_arguments, add_partition_arguments, add_topology_arguments, add_transport_argument,
-    agree_on_arguments, json_text, options_from_args, parse_modes, positive_int, progress_printer, resolve_backend_arguments, start_mpi,
+    DEFAULT_MODE,
+    DTYPES,
+    MATRIX_HELP,
+    add_backend_arguments,
+    add_partition_arguments,
+    add_topology_arguments,
+    add_transport_argument,
+    agree_on_arguments,
+    json_text,
+    options_from_args,
+    parse_modes,
+    positive_int,
+    progress_printer,
+    resolve_backend_arguments,
+    start_mpi,
     topology_from_args,
 )
 from sparsewire.cli.spmm_runs import bytes_match, eigs_session, spmm_session
@@ -24,7 +37,8 @@ def add_commands(commands) -> None:
         "spmm",
         help="run distributed C = A @ B under mpiexec",
         description=(
-            "Run C = A @ B on the ranks of mpiexec -n P with B[i, j] a hash of (i, j) in [-0.5, 0.5) (see docs/cli.md). Rank 0 loads "
+            "Run C = A @ B on the ranks of mpiexec -n P with B[i, j] a hash of (i, j) in [-0.5, 0.5) (see docs/cli.md). Rank 0 "
+            "loads "
             "the matrix and hands each rank its rows; the ranks plan collectively, then multiply --repeat times "
             "after one warm-up. Several strategies or modes (comma-separated, or 'all') print a comparison table."
         ),
@@ -49,8 +63,11 @@ def add_commands(commands) -> None:
     )
     add_transport_argument(spmm)
     add_backend_arguments(spmm)
-    spmm.add_argument("--transfer-calibration", help="file of 'sparsewire calibrate --device': messages below its threshold are staged "
-                      "through host memory (default: the stored calibration of the device's type when there is one, else none is)")
+    spmm.add_argument(
+        "--transfer-calibration",
+        help="file of 'sparsewire calibrate --device': messages below its threshold are staged "
+        "through host memory (default: the stored calibration of the device's type when there is one, else none is)",
+    )
     spmm.add_argument(
         "--threads",
         "-T",
@@ -98,16 +115,18 @@ def add_commands(commands) -> None:
     eigs.set_defaults(handler=run_eigs)
 
 
-
 def run_spmm(args: argparse.Namespace) -> int:
     from sparsewire.plan.strategies import parse_strategies
 
     hierarchical = args.group_size is not None or args.topology is not None
-    strategies = ["auto"] if args.strategy.strip().lower() == "auto" else [
-        s.value for s in parse_strategies(args.strategy, executable_only=True, hierarchical=hierarchical)
-    ]
+    strategies = (
+        ["auto"]
+        if args.strategy.strip().lower() == "auto"
+        else [s.value for s in parse_strategies(args.strategy, executable_only=True, hierarchical=hierarchical)]
+    )
     modes = parse_modes(args.mode)
     resolve_backend_arguments(args, "numpy")
+
     def problem_of(mode: str | None) -> str | None:  # None or auto: the device alone (auto picks a mode that runs)
         try:
             options_from_args(args, mode=mode)
@@ -135,9 +154,21 @@ def run_spmm(args: argparse.Namespace) -> int:
         topology.groups(comm.Get_size())
     limit_threads_per_rank(comm)
     options = options_from_args(args, topology)
-    results = spmm_session(comm, args.matrix, strategies, modes, options, k=args.k, dtype=DTYPES[args.dtype], repeat=args.repeat,
-                           partition=args.partition, imbalance=args.imbalance, check=args.check, symmetrize=args.symmetrize,
-                           progress=progress_printer(args))
+    results = spmm_session(
+        comm,
+        args.matrix,
+        strategies,
+        modes,
+        options,
+        k=args.k,
+        dtype=DTYPES[args.dtype],
+        repeat=args.repeat,
+        partition=args.partition,
+        imbalance=args.imbalance,
+        check=args.check,
+        symmetrize=args.symmetrize,
+        progress=progress_printer(args),
+    )
     if comm.Get_rank() != 0:
         return 0
     failed = any(not bytes_match(r) or not r.get("check_passed", True) for r in results)
@@ -145,8 +176,22 @@ def run_spmm(args: argparse.Namespace) -> int:
         if len(results) == 1:
             print(json_text(results[0]))
         else:
-            common = {key: results[0][key] for key in ("matrix", "n_rows", "n_cols", "nnz", "ranks", "threads", "k", "dtype", "transport", "backend",
-                                                       "device")}
+            common = {
+                key: results[0][key]
+                for key in (
+                    "matrix",
+                    "n_rows",
+                    "n_cols",
+                    "nnz",
+                    "ranks",
+                    "threads",
+                    "k",
+                    "dtype",
+                    "transport",
+                    "backend",
+                    "device",
+                )
+            }
             print(json_text({**common, "runs": results}))
         return 1 if failed else 0
     first = results[0]
@@ -174,7 +219,17 @@ def run_spmm(args: argparse.Namespace) -> int:
             + ([format_bytes(r["inter_group_bytes"]), f"{r['predicted_seconds'] * 1e3:.4f}"] if topology is not None else [])
             + ([f"{r['max_abs_error']:.2e}"] if args.check else [])
         )
-    headers = ["strategy", "mode", "bytes/multiply", "delivered=planned", "messages", "median ms", "min ms", "speedup vs block", "plan s"]
+    headers = [
+        "strategy",
+        "mode",
+        "bytes/multiply",
+        "delivered=planned",
+        "messages",
+        "median ms",
+        "min ms",
+        "speedup vs block",
+        "plan s",
+    ]
     headers += ["inter-group", "predicted ms"] if topology is not None else []
     if topology is not None:
         print(f"topology {topology.describe()}; proxy {args.proxy}")
@@ -191,9 +246,11 @@ def run_spmm(args: argparse.Namespace) -> int:
 def run_eigs(args: argparse.Namespace) -> int:
     from sparsewire.plan.strategies import parse_strategies
 
-    strategies = ["auto"] if args.strategy.strip().lower() == "auto" else [
-        s.value for s in parse_strategies(args.strategy, executable_only=True, hierarchical=False)
-    ]
+    strategies = (
+        ["auto"]
+        if args.strategy.strip().lower() == "auto"
+        else [s.value for s in parse_strategies(args.strategy, executable_only=True, hierarchical=False)]
+    )
     modes = parse_modes(args.mode)
     if len(strategies) != 1 or len(modes) != 1:
         raise InputError("eigs runs one strategy and one mode; give one of each")
@@ -207,9 +264,19 @@ def run_eigs(args: argparse.Namespace) -> int:
     agree_on_arguments(comm, args)
     limit_threads_per_rank(comm)
     report = eigs_session(
-        comm, args.matrix, args.nev, options_from_args(args, strategy=strategies[0], mode=modes[0]), block=args.block, steps=args.steps,
-        tol=args.tol, max_iterations=args.max_iterations, partition=args.partition, imbalance=args.imbalance, symmetrize=args.symmetrize,
-        check=args.check, progress=progress_printer(args),
+        comm,
+        args.matrix,
+        args.nev,
+        options_from_args(args, strategy=strategies[0], mode=modes[0]),
+        block=args.block,
+        steps=args.steps,
+        tol=args.tol,
+        max_iterations=args.max_iterations,
+        partition=args.partition,
+        imbalance=args.imbalance,
+        symmetrize=args.symmetrize,
+        check=args.check,
+        progress=progress_printer(args),
     )
     if comm.Get_rank() != 0:
         return 0
@@ -221,18 +288,27 @@ def run_eigs(args: argparse.Namespace) -> int:
         f"{report['matrix']}: n = {report['n']}, {report['nnz']} nonzeros; P = {report['ranks']}, "
         f"{report['threads']} thread(s) per rank, {report['strategy']}/{report['mode']}, block {report['block']}"
     )
-    rows = [[i + 1, f"{value:.12g}", f"{residual:.2e}"] + ([f"{report['reference_eigenvalues'][i]:.12g}"] if args.check else [])
-            for i, (value, residual) in enumerate(zip(report["eigenvalues"], report["residuals"]))]
+    rows = [
+        [i + 1, f"{value:.12g}", f"{residual:.2e}"] + ([f"{report['reference_eigenvalues'][i]:.12g}"] if args.check else [])
+        for i, (value, residual) in enumerate(zip(report["eigenvalues"], report["residuals"]))
+    ]
     print(format_table(["#", "eigenvalue", "residual"] + (["eigsh (ARPACK)"] if args.check else []), rows))
     print(
         f"{'converged' if report['converged'] else 'NOT converged'} after {report['iterations']} iterations, "
         f"{report['multiplies']} multiplies ({report['multiplies_per_second']:.1f} per second), "
         f"{format_bytes(report['bytes_per_iteration'])} per iteration, {report['seconds']:.3f} s"
-        + (f"; largest difference to eigsh {report['max_difference']:.2e} ({'within' if report['check_passed'] else 'OUTSIDE'} "
-           "the tolerance of sparsewire.tolerance.eigenvalues_allowed)" if args.check else "")
+        + (
+            f"; largest difference to eigsh {report['max_difference']:.2e} ({'within' if report['check_passed'] else 'OUTSIDE'} "
+            "the tolerance of sparsewire.tolerance.eigenvalues_allowed)"
+            if args.check
+            else ""
+        )
     )
     if failed:
-        print("sparsewire: error: eigs did not converge or differs from eigsh by more than the tolerance; see above", file=sys.stderr)
+        print(
+            "sparsewire: error: eigs did not converge or differs from eigsh by more than the tolerance; see above",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -35,8 +35,9 @@ def _load(comm, spec: str, partition: str, symmetrize: bool, topology=None, imba
     return matrix, bad
 
 
-def spmm_session(comm, spec, strategies, modes, options, *, k, dtype, repeat, partition, imbalance, check, symmetrize,
-                 progress) -> list[dict] | None:
+def spmm_session(
+    comm, spec, strategies, modes, options, *, k, dtype, repeat, partition, imbalance, check, symmetrize, progress
+) -> list[dict] | None:
     """Collective. Every (strategy, mode) on the matrix ``spec`` with the other choices of
     ``options`` (:class:`~sparsewire.options.ExecOptions`): one result dict per run on rank 0 (None
     on other ranks). B is :func:`~sparsewire.generators.deterministic_dense`.
@@ -61,7 +62,10 @@ def spmm_session(comm, spec, strategies, modes, options, *, k, dtype, repeat, pa
     dtype = np.dtype(dtype)
     matrix, bad = _load(comm, spec, partition, symmetrize, topology, imbalance)
     if bad and check:
-        raise InputError(f"{spec}: {bad} stored values are NaN or infinite, so --check cannot compare results; clean the matrix or run without --check")
+        raise InputError(
+            f"{spec}: {bad} stored values are NaN or infinite, so --check cannot compare results; clean the matrix or run "
+            "without --check"
+        )
     if bad and rank == 0:
         print(f"sparsewire: warning: {spec}: {bad} stored values are NaN or infinite; C will hold NaN", file=sys.stderr)
     b_local = deterministic_dense_rows(matrix.input_ids(), k, dtype)  # original indices: any partitioner
@@ -110,9 +114,19 @@ def spmm_session(comm, spec, strategies, modes, options, *, k, dtype, repeat, pa
             if rank != 0:
                 continue
             row = {
-                "matrix": spec, "n_rows": matrix.shape[0], "n_cols": matrix.shape[1], "nnz": matrix.nnz,
-                "ranks": comm.Get_size(), "strategy": chosen, "strategy_requested": strategy, "strategy_reason": reason,
-                "mode": used.mode.value, "threads": used.threads, "deterministic": used.deterministic, "k": k, "dtype": dtype.name,
+                "matrix": spec,
+                "n_rows": matrix.shape[0],
+                "n_cols": matrix.shape[1],
+                "nnz": matrix.nnz,
+                "ranks": comm.Get_size(),
+                "strategy": chosen,
+                "strategy_requested": strategy,
+                "strategy_reason": reason,
+                "mode": used.mode.value,
+                "threads": used.threads,
+                "deterministic": used.deterministic,
+                "k": k,
+                "dtype": dtype.name,
                 "median_seconds": timing.median_seconds,
                 "min_seconds": timing.min_seconds,
                 "plan_seconds": plan_seconds,
@@ -137,10 +151,15 @@ def spmm_session(comm, spec, strategies, modes, options, *, k, dtype, repeat, pa
                 row["received_tensor_bytes"] = int(measured)
             if topology is not None:
                 classes = stats.class_totals()
-                row.update(topology=topology.name, proxy=used.proxy.value, intra_group_bytes=classes["intra_group_bytes"],
-                           inter_group_bytes=classes["inter_group_bytes"],
-                           measured_intra_group_bytes=int(measured_intra) if measured_independently else None,
-                           measured_inter_group_bytes=int(measured_inter) if measured_independently else None, predicted_seconds=stats.as_dict()["predicted_seconds"])
+                row.update(
+                    topology=topology.name,
+                    proxy=used.proxy.value,
+                    intra_group_bytes=classes["intra_group_bytes"],
+                    inter_group_bytes=classes["inter_group_bytes"],
+                    measured_intra_group_bytes=int(measured_intra) if measured_independently else None,
+                    measured_inter_group_bytes=int(measured_inter) if measured_independently else None,
+                    predicted_seconds=stats.as_dict()["predicted_seconds"],
+                )
             if problems:
                 row["first_delivery_problem"] = problems[0]
             if check:
@@ -151,8 +170,9 @@ def spmm_session(comm, spec, strategies, modes, options, *, k, dtype, repeat, pa
     return results if rank == 0 else None
 
 
-def eigs_session(comm, spec, nev, options, *, block, steps, tol, max_iterations, partition, imbalance, symmetrize, check,
-                 progress) -> dict | None:
+def eigs_session(
+    comm, spec, nev, options, *, block, steps, tol, max_iterations, partition, imbalance, symmetrize, check, progress
+) -> dict | None:
     """Collective. The ``nev`` largest-magnitude eigenvalues of the symmetric matrix ``spec`` by
     :func:`~sparsewire.apps.eigensolver.block_krylov_eigs` on one plan made with ``options``
     (:class:`~sparsewire.options.ExecOptions`); a result dict on rank 0
@@ -162,8 +182,8 @@ def eigs_session(comm, spec, nev, options, *, block, steps, tol, max_iterations,
     import scipy.sparse as sp
     from mpi4py import MPI
 
-    from sparsewire.comm.runtime import agree_on_error
     from sparsewire.apps.eigensolver import block_krylov_eigs
+    from sparsewire.comm.runtime import agree_on_error
     from sparsewire.tolerance import eigenvalues_allowed, within
 
     rank = comm.Get_rank()
@@ -187,7 +207,13 @@ def eigs_session(comm, spec, nev, options, *, block, steps, tol, max_iterations,
     agree_on_error(comm, problem)
     with matrix.spmm_plan(block, np.float64, options=options) as plan:
         result = block_krylov_eigs(
-            plan.executor, matrix.row_offset, matrix.shape[0], nev, steps=steps, tol=tol, max_iterations=max_iterations,
+            plan.executor,
+            matrix.row_offset,
+            matrix.shape[0],
+            nev,
+            steps=steps,
+            tol=tol,
+            max_iterations=max_iterations,
             progress=progress,
         )
         bytes_per_multiply = comm.allreduce(plan.bytes_received, op=MPI.SUM)
@@ -197,10 +223,23 @@ def eigs_session(comm, spec, nev, options, *, block, steps, tol, max_iterations,
     if rank != 0:
         return None
     report = {
-        "matrix": spec, "n": matrix.shape[0], "nnz": matrix.nnz, "ranks": comm.Get_size(), "threads": used_threads,
-        "strategy": chosen, "mode": mode, "transport": options.transport, "options": plan_options, "nev": nev, "block": block,
-        "eigenvalues": result.eigenvalues.tolist(), "residuals": result.residuals.tolist(), "converged": result.converged,
-        "iterations": result.iterations, "multiplies": result.multiplies, "seconds": seconds,
+        "matrix": spec,
+        "n": matrix.shape[0],
+        "nnz": matrix.nnz,
+        "ranks": comm.Get_size(),
+        "threads": used_threads,
+        "strategy": chosen,
+        "mode": mode,
+        "transport": options.transport,
+        "options": plan_options,
+        "nev": nev,
+        "block": block,
+        "eigenvalues": result.eigenvalues.tolist(),
+        "residuals": result.residuals.tolist(),
+        "converged": result.converged,
+        "iterations": result.iterations,
+        "multiplies": result.multiplies,
+        "seconds": seconds,
         "multiply_seconds": multiply_seconds,
         "multiplies_per_second": result.multiplies / multiply_seconds if multiply_seconds > 0 else None,
         "bytes_per_multiply": int(bytes_per_multiply),
@@ -213,5 +252,7 @@ def eigs_session(comm, spec, nev, options, *, block, steps, tol, max_iterations,
         reference = reference[np.argsort(-np.abs(reference), kind="stable")]
         report["reference_eigenvalues"] = reference.tolist()
         report["max_difference"] = float(np.max(np.abs(result.eigenvalues - reference)))
-        report["check_passed"] = bool(within(result.eigenvalues, reference, eigenvalues_allowed(reference, matrix.shape[0])).all())
+        report["check_passed"] = bool(
+            within(result.eigenvalues, reference, eigenvalues_allowed(reference, matrix.shape[0])).all()
+        )
     return report

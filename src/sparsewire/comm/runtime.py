@@ -17,8 +17,8 @@ from mpi4py import MPI
 from threadpoolctl import threadpool_limits
 
 from sparsewire import errors
-from sparsewire.errors import InputError, SparsewireError
 from sparsewire.cores import default_threads
+from sparsewire.errors import InputError, SparsewireError
 
 __all__ = [
     "ranks_on_node",
@@ -114,7 +114,9 @@ def agree_on_values(comm: MPI.Comm, values: dict[str, object], advice: str) -> N
         held = [ranks_values.get(name) for ranks_values in gathered]
         if len(set(held)) > 1:
             shown = ", ".join(f"rank {rank} has {value}" for rank, value in enumerate(held[:8]))
-            problem = errors.PlanMismatchError(f"the ranks disagree on {name} ({shown}{', ...' if len(held) > 8 else ''}); {advice}")
+            problem = errors.PlanMismatchError(
+                f"the ranks disagree on {name} ({shown}{', ...' if len(held) > 8 else ''}); {advice}"
+            )
             break
     agree_on_error(comm, problem)
 

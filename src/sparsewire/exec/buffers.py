@@ -178,12 +178,24 @@ def _move_columns(matrix: sp.csr_array, columns_map: np.ndarray, n_cols: int) ->
 
 
 def _exchange_buffers(
-    index: int, exchange: Exchange, built: list[ExchangeBuffers], receive_storage, plan: RankPlan, k: int,
-    dtype: np.dtype, threads: int, row_bounds: np.ndarray, needs: BufferNeeds, backend, rule,
+    index: int,
+    exchange: Exchange,
+    built: list[ExchangeBuffers],
+    receive_storage,
+    plan: RankPlan,
+    k: int,
+    dtype: np.dtype,
+    threads: int,
+    row_bounds: np.ndarray,
+    needs: BufferNeeds,
+    backend,
+    rule,
 ) -> ExchangeBuffers:
     n_b = plan.local_shape[1]
     if exchange.input is not None and not 0 <= exchange.input < index:
-        raise PlanMismatchError(f"exchange {index} reads exchange {exchange.input}, which does not come before it; the plan is corrupt")
+        raise PlanMismatchError(
+            f"exchange {index} reads exchange {exchange.input}, which does not come before it; the plan is corrupt"
+        )
     source = built[exchange.input] if exchange.input is not None else None
     plain_send, plain_recv = offsets(exchange.send_counts), offsets(exchange.recv_counts)
     send_offsets = offsets(padded_rows(exchange.send_counts, k, needs.partitions))
@@ -230,21 +242,35 @@ def _exchange_buffers(
     direct = TransferRule(0, "no staging")
     send_paths, recv_paths = ((rule or direct).paths(elements * dtype.itemsize) for elements in (send_elements, recv_elements))
     return ExchangeBuffers(
-        index=index, exchange=exchange, input=exchange.input,
-        send_ranks=tuple(exchange.send_ranks.tolist()), recv_ranks=tuple(exchange.recv_ranks.tolist()),
-        send_offsets=send_offsets, recv_offsets=recv_offsets,
-        send_elements=tuple((np.diff(send_offsets) * k).tolist()), recv_elements=tuple((np.diff(recv_offsets) * k).tolist()),
+        index=index,
+        exchange=exchange,
+        input=exchange.input,
+        send_ranks=tuple(exchange.send_ranks.tolist()),
+        recv_ranks=tuple(exchange.recv_ranks.tolist()),
+        send_offsets=send_offsets,
+        recv_offsets=recv_offsets,
+        send_elements=tuple((np.diff(send_offsets) * k).tolist()),
+        recv_elements=tuple((np.diff(recv_offsets) * k).tolist()),
         expected_elements=tuple((np.diff(plain_recv) * k).tolist()),
-        send_rows_map=send_rows_map, recv_rows_map=recv_rows_map,
-        send_buffer=send_buffer, receive_buffer=receive_buffer,
-        send_flat=backend.mpi_memory(send_buffer).reshape(-1), recv_flat=backend.mpi_memory(receive_buffer).reshape(-1),
-        pack_gather=pack_gather, pack_b=pack_b, pack_input=pack_input,
-        receive_matrix=receive, unpack=unpack, unpack_columns=unpack_columns,
+        send_rows_map=send_rows_map,
+        recv_rows_map=recv_rows_map,
+        send_buffer=send_buffer,
+        receive_buffer=receive_buffer,
+        send_flat=backend.mpi_memory(send_buffer).reshape(-1),
+        recv_flat=backend.mpi_memory(receive_buffer).reshape(-1),
+        pack_gather=pack_gather,
+        pack_b=pack_b,
+        pack_input=pack_input,
+        receive_matrix=receive,
+        unpack=unpack,
+        unpack_columns=unpack_columns,
         dependencies=tuple(tuple(d) for d in dependencies),
-        send_paths=send_paths, recv_paths=recv_paths,
+        send_paths=send_paths,
+        recv_paths=recv_paths,
         send_stage=backend.stage_zeros(n_send * k, dtype) if WirePath.STAGED in send_paths else None,
         recv_stage=backend.stage_zeros(n_recv * k, dtype) if WirePath.STAGED in recv_paths else None,
-        send_device=backend.flat(send_buffer), recv_device=backend.flat(receive_buffer),
+        send_device=backend.flat(send_buffer),
+        recv_device=backend.flat(receive_buffer),
     )
 
 
@@ -279,7 +305,9 @@ def _merged_operand(plan: RankPlan, exchanges: tuple[ExchangeBuffers, ...], stac
     return backend.csr(matrix, dtype, threads, keep_order=True)
 
 
-def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeeds, backend=None, rule: TransferRule | None = None) -> Buffers:
+def build_buffers(
+    plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeeds, backend=None, rule: TransferRule | None = None
+) -> Buffers:
     """Not collective. Every buffer and operand of ``plan`` for blocks of ``k`` columns of
     ``dtype`` on ``threads`` threads, as ``needs`` asks (see the module docstring), of ``backend``
     (:mod:`sparsewire.exec.kernels`; default NumPy); with ``rule``, host memory for the messages
@@ -308,7 +336,9 @@ def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeed
         storage = [slots.get(e.receive_slot) if e.receive_slot is not None else None for e in plan.exchanges]
     built: list[ExchangeBuffers] = []
     for index, exchange in enumerate(plan.exchanges):
-        built.append(_exchange_buffers(index, exchange, built, storage[index], plan, k, dtype, threads, row_bounds, needs, backend, rule))
+        built.append(
+            _exchange_buffers(index, exchange, built, storage[index], plan, k, dtype, threads, row_bounds, needs, backend, rule)
+        )
     exchanges = tuple(built)
 
     dependents: list[list[list[tuple[int, int]]]] = [[[] for _ in ex.recv_ranks] for ex in exchanges]
@@ -318,12 +348,24 @@ def build_buffers(plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeed
                 dependents[ex.input][input_message].append((ex.index, message))
     step_numbers = sorted({e.step for e in plan.exchanges})
     steps = tuple(
-        tuple(sorted((i for i, e in enumerate(plan.exchanges) if e.step == step), key=lambda i: plan.exchanges[i].input is not None))
+        tuple(
+            sorted((i for i, e in enumerate(plan.exchanges) if e.step == step), key=lambda i: plan.exchanges[i].input is not None)
+        )
         for step in step_numbers
     )
     merged = _merged_operand(plan, exchanges, stack.shape[0], dtype, threads, backend) if needs.ordered else None
     return Buffers(
-        plan=plan, k=int(k), dtype=dtype, threads=int(threads), needs=needs, kernels=backend, diagonal=diagonal, row_bounds=row_bounds,
-        exchanges=exchanges, steps=steps, dependents=tuple(tuple(tuple(m) for m in ex) for ex in dependents),
-        stack=stack, merged=merged,
+        plan=plan,
+        k=int(k),
+        dtype=dtype,
+        threads=int(threads),
+        needs=needs,
+        kernels=backend,
+        diagonal=diagonal,
+        row_bounds=row_bounds,
+        exchanges=exchanges,
+        steps=steps,
+        dependents=tuple(tuple(tuple(m) for m in ex) for ex in dependents),
+        stack=stack,
+        merged=merged,
     )

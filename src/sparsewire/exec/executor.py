@@ -80,7 +80,9 @@ class SpmmExecutor:
     def __init__(self, plan: RankPlan, comm: MPI.Comm, k: int, dtype=np.float64, options: ExecOptions | None = None) -> None:
         options = options or ExecOptions(mode=Mode.OVERLAP)
         if options.mode is None:
-            raise InputError("the executor runs one mode: choose it first (ExecOptions(mode=...); plan_spmm chooses 'auto' for you)")
+            raise InputError(
+                "the executor runs one mode: choose it first (ExecOptions(mode=...); plan_spmm chooses 'auto' for you)"
+            )
         mode = Mode(options.mode)
         transport_class = transport_entry(options.transport).transport_class(mode, comm, options.device)
         self.stages_messages = transport_class.stages_messages
@@ -145,8 +147,9 @@ class SpmmExecutor:
             dependencies=mode.relays_per_message,
             ordered=self.deterministic,
         )
-        self.buffers = build_buffers(plan, self.k, self.dtype, self.threads, needs, self.kernels,
-                                     self.transfer_rule if self.stages_messages else None)
+        self.buffers = build_buffers(
+            plan, self.k, self.dtype, self.threads, needs, self.kernels, self.transfer_rule if self.stages_messages else None
+        )
         self.ledger = ByteLedger(plan.rank, plan.n_ranks, self.dtype.itemsize)
         self.transport = transport_class(self.comm, self.buffers, self.ledger)
         self.combine = (OrderedCombine if self.deterministic else StreamingCombine)(self.buffers)

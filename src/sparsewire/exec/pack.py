@@ -37,7 +37,9 @@ class Packer:
         """Not collective. The rows of one destination only (a relay sent message by message); serial, small."""
         start, stop = int(ex.send_offsets[message]), int(ex.send_offsets[message + 1])
         self.kernels.multiply_rows(ex.pack_b, b, ex.send_buffer, start, stop)
-        self.kernels.multiply_rows(ex.pack_input, self.buffers.exchanges[ex.input].receive_buffer, ex.send_buffer, start, stop, accumulate=True)
+        self.kernels.multiply_rows(
+            ex.pack_input, self.buffers.exchanges[ex.input].receive_buffer, ex.send_buffer, start, stop, accumulate=True
+        )
 
     def elements(self, ex: ExchangeBuffers, b: np.ndarray, start: int, stop: int) -> None:
         """Not collective (one thread's partition). Elements ``start:stop`` of ``ex``'s flat send buffer

@@ -33,7 +33,14 @@ from sparsewire.comm.mpi_library import cuda_aware_mpi
 from sparsewire.errors import InputError
 
 __all__ = [
-    "WirePath", "TransferRule", "default_rule", "device_type", "summarize_paths", "messages_per_path", "describe_paths", "EVERY_MESSAGE",
+    "WirePath",
+    "TransferRule",
+    "default_rule",
+    "device_type",
+    "summarize_paths",
+    "messages_per_path",
+    "describe_paths",
+    "EVERY_MESSAGE",
     "DEFAULT_CUDA_STAGED_BELOW",
 ]
 
@@ -96,8 +103,11 @@ def default_rule(device: str) -> TransferRule:
     aware, how = cuda_aware_mpi()
     if not aware:
         return TransferRule(EVERY_MESSAGE, f"MPI cannot read CUDA memory ({how}), so messages go through pinned host memory")
-    return TransferRule(DEFAULT_CUDA_STAGED_BELOW, f"not calibrated, CombBLAS-GPU's fixed 1 MiB switch ({how}); "
-                        "measure this machine's with 'mpiexec -n 2 sparsewire calibrate --device cuda'")
+    return TransferRule(
+        DEFAULT_CUDA_STAGED_BELOW,
+        f"not calibrated, CombBLAS-GPU's fixed 1 MiB switch ({how}); "
+        "measure this machine's with 'mpiexec -n 2 sparsewire calibrate --device cuda'",
+    )
 
 
 _CLASSES = ("intra_group", "inter_group")
@@ -126,8 +136,11 @@ def summarize_paths(comm, buffers, topology) -> dict:
     for array, op in ((counts, MPI.SUM), (smallest, MPI.MIN), (largest, MPI.MAX)):
         comm.Allreduce(MPI.IN_PLACE, array, op=op)
     return {
-        name: {path: [int(counts[c, p, 0]), int(counts[c, p, 1]), int(smallest[c, p]), int(largest[c, p])]
-               for p, path in enumerate(("direct", "staged")) if counts[c, p, 0]}
+        name: {
+            path: [int(counts[c, p, 0]), int(counts[c, p, 1]), int(smallest[c, p]), int(largest[c, p])]
+            for p, path in enumerate(("direct", "staged"))
+            if counts[c, p, 0]
+        }
         for c, name in enumerate(_CLASSES)
     }
 
@@ -150,11 +163,17 @@ def describe_paths(rule: TransferRule, staging: bool, transport: str, summary: d
     if staging:
         lines = [f"transfers: {rule.describe()}"]
     elif transport == "mpi":
-        lines = ["transfers: every message direct: the partitioned mode sends each partition from the buffers (staging is per whole message)"]
+        lines = [
+            "transfers: every message direct: the partitioned mode sends each partition from the buffers (staging is per whole "
+            "message)"
+        ]
     else:
         lines = [f"transfers: every message direct: the {transport} transport sends the buffers themselves"]
     for name in _CLASSES:
-        parts = [f"{messages} {path} ({format_bytes(low)}-{format_bytes(high)})" for path, (messages, _, low, high) in summary[name].items()]
+        parts = [
+            f"{messages} {path} ({format_bytes(low)}-{format_bytes(high)})"
+            for path, (messages, _, low, high) in summary[name].items()
+        ]
         if parts:
             lines.append(f"  {name.replace('_', '-')} messages: {', '.join(parts)}")
     aware, how = cuda_aware_mpi()

@@ -14,13 +14,24 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.errors import InputError
-from sparsewire.sizes import check_fits
 from sparsewire.io import check_compressed, load_matrix, open_archive
+from sparsewire.sizes import check_fits
 
 __all__ = ["GraphData", "load_planetoid", "synthetic_graph", "load_graph", "PLANETOID_KEYS"]
 
-PLANETOID_KEYS = ("n", "adj_indptr", "adj_indices", "feat_shape", "feat_indptr", "feat_indices", "feat_data", "labels",
-                  "train_idx", "val_idx", "test_idx")
+PLANETOID_KEYS = (
+    "n",
+    "adj_indptr",
+    "adj_indices",
+    "feat_shape",
+    "feat_indptr",
+    "feat_indices",
+    "feat_data",
+    "labels",
+    "train_idx",
+    "val_idx",
+    "test_idx",
+)
 
 
 @dataclass
@@ -77,12 +88,16 @@ def load_planetoid(path: str, *, add_raw_self_loops: bool = False) -> GraphData:
         shape = tuple(int(v) for v in arrays["feat_shape"])
         check_fits(n, n, arrays["adj_indices"].size + arrays["feat_data"].size, path)
         adjacency = sp.csr_array((np.ones(arrays["adj_indices"].size), arrays["adj_indices"], arrays["adj_indptr"]), shape=(n, n))
-        features = sp.csr_array((arrays["feat_data"].astype(np.float64), arrays["feat_indices"], arrays["feat_indptr"]), shape=shape)
+        features = sp.csr_array(
+            (arrays["feat_data"].astype(np.float64), arrays["feat_indices"], arrays["feat_indptr"]), shape=shape
+        )
         # Indices out of range would be read outside the arrays by SciPy and the kernels.
         check_compressed(adjacency)
         check_compressed(features)
     except (ValueError, TypeError) as error:
-        raise InputError(f"{path}: corrupt graph or feature arrays ({error}); give a Planetoid .npz file as its MANIFEST describes") from None
+        raise InputError(
+            f"{path}: corrupt graph or feature arrays ({error}); give a Planetoid .npz file as its MANIFEST describes"
+        ) from None
     if add_raw_self_loops and "adj_raw_self_loops" in arrays:
         loops = arrays["adj_raw_self_loops"].astype(np.int64)
         if loops.size and (loops.min() < 0 or loops.max() >= n):
@@ -105,7 +120,9 @@ def synthetic_graph(spec: str, features: int, classes: int, seed: int = 0, *, sy
     standard-normal features (n x ``features``), uniform labels in [0, ``classes``), and a split of
     10% / 10% / 20% of the nodes (train / validation / test) by a seeded permutation."""
     if features < 1 or classes < 2:
-        raise InputError(f"synthetic data needs --features random:F with F >= 1 and --classes C >= 2 (got F = {features}, C = {classes})")
+        raise InputError(
+            f"synthetic data needs --features random:F with F >= 1 and --classes C >= 2 (got F = {features}, C = {classes})"
+        )
     adjacency = load_matrix(spec, symmetrize=symmetrize)
     if adjacency.shape[0] != adjacency.shape[1]:
         raise InputError(f"{spec} is {adjacency.shape[0]} x {adjacency.shape[1]}; a graph's adjacency is square")
@@ -119,7 +136,9 @@ def synthetic_graph(spec: str, features: int, classes: int, seed: int = 0, *, sy
     return GraphData(spec, adjacency, sp.csr_array(dense), labels, np.sort(train), np.sort(val), np.sort(test), classes)
 
 
-def load_graph(source: str, *, features: str | None = None, classes: int | None = None, seed: int = 0, symmetrize: bool = False) -> GraphData:
+def load_graph(
+    source: str, *, features: str | None = None, classes: int | None = None, seed: int = 0, symmetrize: bool = False
+) -> GraphData:
     """Not collective. A Planetoid ``.npz`` when ``source`` is one and ``features`` is None; else the
     matrix ``source`` with ``features = "random:F"`` and ``classes`` (:func:`synthetic_graph`)."""
     if features is None:

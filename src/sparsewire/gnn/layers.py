@@ -66,7 +66,9 @@ class GCNConv(nn.Module):
 
     def forward(self, x: torch.Tensor, operator: GraphOperator) -> torch.Tensor:
         """Collective. This rank's rows of the layer's output (``x`` dense, or sparse COO input features)."""
-        out = propagate(operator, sparse_linear(x, self.weight, operator.threads or 1, operator.kernels) if x.is_sparse else x @ self.weight.T)
+        out = propagate(
+            operator, sparse_linear(x, self.weight, operator.threads or 1, operator.kernels) if x.is_sparse else x @ self.weight.T
+        )
         return out + self.bias if self.bias is not None else out
 
     def __repr__(self) -> str:
@@ -96,7 +98,9 @@ class SAGEConv(nn.Module):
         - **output:** :math:`(|\mathcal{V}_p|, F_{out})`
     """
 
-    def __init__(self, in_channels: int, out_channels: int, root_weight: bool = True, bias: bool = True, dtype: torch.dtype = torch.float64):
+    def __init__(
+        self, in_channels: int, out_channels: int, root_weight: bool = True, bias: bool = True, dtype: torch.dtype = torch.float64
+    ):
         super().__init__()
         self.in_channels, self.out_channels = in_channels, out_channels
         self.lin_l = nn.Linear(in_channels, out_channels, bias=bias, dtype=dtype)
@@ -133,8 +137,12 @@ class SAGEConv(nn.Module):
 def _keep_fraction(rows: np.ndarray, cols: np.ndarray, salt: int) -> np.ndarray:
     """u(i, j) in [0, 1): the mixing of :func:`~sparsewire.generators.deterministic_dense`, salted."""
     mask32 = np.uint64(0xFFFFFFFF)
-    h = (rows.astype(np.uint64) * np.uint64(2654435761) + cols.astype(np.uint64) * np.uint64(40503)
-         + np.uint64(salt & 0xFFFFFFFF) * np.uint64(97) + np.uint64(1)) & mask32
+    h = (
+        rows.astype(np.uint64) * np.uint64(2654435761)
+        + cols.astype(np.uint64) * np.uint64(40503)
+        + np.uint64(salt & 0xFFFFFFFF) * np.uint64(97)
+        + np.uint64(1)
+    ) & mask32
     for _ in range(2):
         h = (((h >> np.uint64(16)) ^ h) * np.uint64(0x45D9F3B)) & mask32
     h = (h >> np.uint64(16)) ^ h

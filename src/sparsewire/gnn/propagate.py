@@ -47,7 +47,9 @@ class GraphOperator:
         self.matrix, self.comm = matrix, matrix.comm
         self.options = options or ExecOptions(backend="torch", threads=1)
         self.threads = self.options.threads
-        self.kernels = make_backend(self.options.backend, self.options.device)  # also for the first layer's sparse input (gnn/sparse_input.py)
+        self.kernels = make_backend(
+            self.options.backend, self.options.device
+        )  # also for the first layer's sparse input (gnn/sparse_input.py)
         self.plans: dict[tuple[int, str], SpmmPlan] = {}
         self.bytes_forward = 0
         self.bytes_backward = 0
@@ -181,7 +183,10 @@ def gcn_normalize(matrix: DistributedMatrix, dtype: np.dtype = np.float64) -> Di
     Needs a square A. The weights are computed in float64 and stored in ``dtype`` (the training
     dtype: the plans then share the matrix's arrays instead of holding a converted copy).
     """
-    agree_on_error(matrix.comm, None if matrix.shape[0] == matrix.shape[1] else f"GCN normalisation needs a square adjacency (got {matrix.shape})")
+    agree_on_error(
+        matrix.comm,
+        None if matrix.shape[0] == matrix.shape[1] else f"GCN normalisation needs a square adjacency (got {matrix.shape})",
+    )
     local = sp.csr_array(matrix.local_rows, dtype=np.float64, copy=True)
     rows = np.arange(local.shape[0])
     columns = rows + matrix.row_offset
@@ -197,8 +202,13 @@ def gcn_normalize(matrix: DistributedMatrix, dtype: np.dtype = np.float64) -> Di
     inverse_sqrt = _inverse_power(_all_degrees(matrix, np.asarray(local.sum(axis=1)).ravel()), 0.5)
     scaled = _stored(sp.csr_array(sp.diags_array(inverse_sqrt[columns]) @ local @ sp.diags_array(inverse_sqrt)), dtype)
     return DistributedMatrix(
-        matrix.comm, scaled, matrix.row_partition, matrix.col_partition, matrix.comm.allreduce(scaled.nnz, op=MPI.SUM),
-        matrix.row_order, matrix.col_order,
+        matrix.comm,
+        scaled,
+        matrix.row_partition,
+        matrix.col_partition,
+        matrix.comm.allreduce(scaled.nnz, op=MPI.SUM),
+        matrix.row_order,
+        matrix.col_order,
     )
 
 
@@ -211,7 +221,9 @@ def mean_normalize(matrix: DistributedMatrix, dtype: np.dtype = np.float64) -> D
     local.data[:] = 1.0
     inverse = _inverse_power(np.asarray(local.sum(axis=1)).ravel(), 1.0)
     scaled = _stored(sp.csr_array(sp.diags_array(inverse) @ local), dtype)
-    return DistributedMatrix(matrix.comm, scaled, matrix.row_partition, matrix.col_partition, matrix.nnz, matrix.row_order, matrix.col_order)
+    return DistributedMatrix(
+        matrix.comm, scaled, matrix.row_partition, matrix.col_partition, matrix.nnz, matrix.row_order, matrix.col_order
+    )
 
 
 def _stored(matrix: sp.csr_array, dtype: np.dtype) -> sp.csr_array:
@@ -219,8 +231,14 @@ def _stored(matrix: sp.csr_array, dtype: np.dtype) -> sp.csr_array:
     kernels take, so the plans share these arrays instead of holding a converted copy."""
     matrix.sort_indices()
     index = np.int32 if max(matrix.shape[1], matrix.nnz) <= np.iinfo(np.int32).max else np.int64
-    return sp.csr_array((matrix.data.astype(dtype, copy=False), matrix.indices.astype(index, copy=False), matrix.indptr.astype(index, copy=False)),
-                        shape=matrix.shape)
+    return sp.csr_array(
+        (
+            matrix.data.astype(dtype, copy=False),
+            matrix.indices.astype(index, copy=False),
+            matrix.indptr.astype(index, copy=False),
+        ),
+        shape=matrix.shape,
+    )
 
 
 def _inverse_power(values: np.ndarray, power: float) -> np.ndarray:

@@ -20,7 +20,9 @@ from sparsewire.exec.kernels import make_backend
 __all__ = ["sparse_linear"]
 
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
-_STRUCTURES: dict[tuple, tuple] = {}  # (indices pointer, shape, dtype, threads, backend) -> the two operands and X^T's value order
+_STRUCTURES: dict[
+    tuple, tuple
+] = {}  # (indices pointer, shape, dtype, threads, backend) -> the two operands and X^T's value order
 
 
 def _structure(x: torch.Tensor, threads: int, kernels) -> tuple:

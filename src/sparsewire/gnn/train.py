@@ -53,9 +53,18 @@ class TrainResult:
     model: GNN | None = None
 
 
-def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn", *, partition="even", root: int = 0,
-                     imbalance: float = 0.03, dtype: torch.dtype = torch.float32, options: ExecOptions | None = None,
-                     **option_keywords) -> LocalGraph:
+def distribute_graph(
+    comm: MPI.Comm,
+    data: GraphData | None,
+    model: str = "gcn",
+    *,
+    partition="even",
+    root: int = 0,
+    imbalance: float = 0.03,
+    dtype: torch.dtype = torch.float32,
+    options: ExecOptions | None = None,
+    **option_keywords,
+) -> LocalGraph:
     """Collective. Hand every rank its nodes: ``data`` on ``root`` (None elsewhere). The adjacency
     is distributed by rows and normalised for the model (GCN: ``D^-1/2 (A + I) D^-1/2``; SAGE: the
     mean over in-neighbours), features as rows of ``dtype`` (float32 by default, as PyTorch trains;
@@ -91,7 +100,9 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     elif model not in ("gcn", "sage"):
         problem = f"unknown model {model!r}; choose gcn or sage"
     agree_on_error(comm, problem)
-    matrix = distribute(comm, data.adjacency if rank == root else None, partition, root=root, topology=options.topology, imbalance=imbalance)
+    matrix = distribute(
+        comm, data.adjacency if rank == root else None, partition, root=root, topology=options.topology, imbalance=imbalance
+    )
     values = np.float32 if dtype == torch.float32 else np.float64
     matrix = gcn_normalize(matrix, values) if model == "gcn" else mean_normalize(matrix, values)
     offsets = matrix.row_partition.offsets
@@ -106,7 +117,9 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
         pieces = []
         for p in range(size):
             nodes = order[offsets[p] : offsets[p + 1]]
-            pieces.append((sp.csr_array(data.features[nodes]), data.labels[nodes], {name: mask[nodes] for name, mask in masks.items()}))
+            pieces.append(
+                (sp.csr_array(data.features[nodes]), data.labels[nodes], {name: mask[nodes] for name, mask in masks.items()})
+            )
         header = ({name: int(mask.sum()) for name, mask in masks.items()}, data.classes)
     else:
         header = None
@@ -115,8 +128,13 @@ def distribute_graph(comm: MPI.Comm, data: GraphData | None, model: str = "gcn",
     operator = GraphOperator(matrix, options)
     on = getattr(operator.kernels, "device", "cpu")  # cuda names this rank's GPU there
     return LocalGraph(
-        operator, _feature_tensor(features, dtype).to(on), torch.from_numpy(labels).to(on),
-        {name: torch.from_numpy(mask).to(on) for name, mask in masks.items()}, totals, classes, matrix.shape[0],
+        operator,
+        _feature_tensor(features, dtype).to(on),
+        torch.from_numpy(labels).to(on),
+        {name: torch.from_numpy(mask).to(on) for name, mask in masks.items()},
+        totals,
+        classes,
+        matrix.shape[0],
     )
 
 
@@ -184,7 +202,9 @@ def train(
     features = graph.features
     channels = channels or [features.shape[1]] + [hidden] * (layers - 1) + [graph.classes]
     torch.manual_seed(seed)
-    network = GNN(model, channels, dropout=dropout, seed=seed, dtype=features.dtype).to(features.device)  # drawn on the CPU: the same weights on any device
+    network = GNN(model, channels, dropout=dropout, seed=seed, dtype=features.dtype).to(
+        features.device
+    )  # drawn on the CPU: the same weights on any device
     if initial_state is not None:
         network.load_state_dict(initial_state)
     first, rest = list(network.convs[0].parameters()), [p for conv in network.convs[1:] for p in conv.parameters()]
@@ -199,7 +219,9 @@ def train(
         started = MPI.Wtime()
         optimizer.zero_grad()
         out = network(features, operator)
-        loss = torch.nn.functional.nll_loss(out[train_mask], graph.labels[train_mask], reduction="sum") / max(graph.totals["train"], 1)
+        loss = torch.nn.functional.nll_loss(out[train_mask], graph.labels[train_mask], reduction="sum") / max(
+            graph.totals["train"], 1
+        )
         loss.backward()
         _sum_gradients(comm, network)
         optimizer.step()
@@ -209,8 +231,14 @@ def train(
         moved = comm.allreduce(operator.bytes_forward + operator.bytes_backward, op=MPI.SUM)
         total_loss = comm.allreduce(float(loss.detach()), op=MPI.SUM)
         accuracy = evaluate(comm, network, graph)
-        entry = {"epoch": epoch, "loss": total_loss, "train_accuracy": accuracy["train"], "val_accuracy": accuracy["val"],
-                 "seconds": seconds, "bytes": int(moved)}
+        entry = {
+            "epoch": epoch,
+            "loss": total_loss,
+            "train_accuracy": accuracy["train"],
+            "val_accuracy": accuracy["val"],
+            "seconds": seconds,
+            "bytes": int(moved),
+        }
         result.history.append(entry)
         if progress and rank == 0 and (epoch % progress_every == 0 or epoch == 1 or epoch == epochs):
             progress(

@@ -129,11 +129,15 @@ def _row_membership(method: str, matrix: sp.csr_array, parts: int, imbalance: fl
         return _metis(graph, parts, weights, imbalance, seed)[:m]
     if method == "metis-hier":
         if topology is None:
-            raise InputError("metis-hier partitions into the topology's groups first; give a topology (--group-size G or --topology)")
+            raise InputError(
+                "metis-hier partitions into the topology's groups first; give a topology (--group-size G or --topology)"
+            )
         rank_groups = topology.groups(parts)
         n_groups = int(rank_groups.max()) + 1
         ranks_per_group = np.bincount(rank_groups, minlength=n_groups)
-        group_of = _metis(graph, n_groups, weights, imbalance, seed, targets=list(ranks_per_group / parts) if n_groups > 1 else None)
+        group_of = _metis(
+            graph, n_groups, weights, imbalance, seed, targets=list(ranks_per_group / parts) if n_groups > 1 else None
+        )
         membership = np.empty(graph.shape[0], np.int64)
         for group in range(n_groups):
             members = np.flatnonzero(group_of == group)
@@ -181,7 +185,9 @@ def _columns_follow_rows(matrix: sp.csr_array, row_part: np.ndarray, parts: int)
     return result
 
 
-def partition(matrix: sp.sparray, parts: int, method: str = "even", *, topology=None, imbalance: float = 0.03, seed: int = 0) -> Partitioning:
+def partition(
+    matrix: sp.sparray, parts: int, method: str = "even", *, topology=None, imbalance: float = 0.03, seed: int = 0
+) -> Partitioning:
     """Not collective. Reorder and partition A for ``parts`` ranks with ``method`` (module docstring).
 
     Args:

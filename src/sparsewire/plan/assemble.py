@@ -14,6 +14,7 @@ from sparsewire.plan.types import AGGREGATE_C, DIRECT_B, DIRECT_C, FETCH_B, FORW
 
 __all__ = ["exchange_index", "exchange_layout", "assemble"]
 
+
 def exchange_index(hop: np.ndarray, round_: np.ndarray, layout: str, hierarchical: bool) -> np.ndarray:
     """Not collective."""
     if layout == "merged":
@@ -96,9 +97,17 @@ def assemble(
         term_round = (groups[rank] - groups[row_partition.owner(known.term_key[term_on])]) % n_groups
         term_exchange = exchange_index(HOP[known.term_kind[term_on]], term_round, layout, hierarchical)
         term_here = term_exchange == index
-        rows.append(positions_in(send_order, keys.order(
-            known.term_receiver[term_on][term_here], known.term_kind[term_on][term_here], known.term_key[term_on][term_here]
-        ), "partial C rows"))
+        rows.append(
+            positions_in(
+                send_order,
+                keys.order(
+                    known.term_receiver[term_on][term_here],
+                    known.term_kind[term_on][term_here],
+                    known.term_key[term_on][term_here],
+                ),
+                "partial C rows",
+            )
+        )
         cols.append(known.term_col[term_on][term_here] - col_start)
         values.append(known.term_value[term_on][term_here])
         if input_index is not None:

@@ -37,7 +37,10 @@ class StrategyChoice:
             return f"strategy {self.strategy.value} was requested"
         seconds, nbytes = self.candidates[self.strategy.value]
         others = sorted((s, b, name) for name, (s, b) in self.candidates.items() if name != self.strategy.value)
-        text = f"auto chose {self.strategy.value}: least predicted time under {self.model} ({seconds * 1e6:.2f} us, {format_bytes(nbytes)})"
+        text = (
+            f"auto chose {self.strategy.value}: least predicted time under {self.model} ({seconds * 1e6:.2f} us, "
+            f"{format_bytes(nbytes)})"
+        )
         if others:
             s, b, name = others[0]
             tie = " (a tie, broken by fewer bytes)" if s == seconds else ""

@@ -88,9 +88,7 @@ def _konig_cover(graph: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
     edge_rows, edge_cols = graph.nonzero()
     tails = np.concatenate([edge_rows, n_rows + match_of_row[matched_rows], np.full(unmatched_rows.size, source)])
     heads = np.concatenate([n_rows + edge_cols, matched_rows, unmatched_rows])
-    alternating = sp.csr_array(
-        (np.ones(tails.size, np.int8), (tails, heads)), shape=(source + 1, source + 1)
-    )
+    alternating = sp.csr_array((np.ones(tails.size, np.int8), (tails, heads)), shape=(source + 1, source + 1))
     reached = np.zeros(source + 1, bool)
     reached[breadth_first_order(alternating, source, directed=True, return_predecessors=False)] = True
     return ~reached[:n_rows], reached[n_rows:source]

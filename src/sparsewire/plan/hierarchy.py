@@ -68,7 +68,8 @@ def balanced_proxies(groups: np.ndarray, group: int, rows_from_source: np.ndarra
 
 
 def aggregators(groups: np.ndarray, rank: int) -> np.ndarray:
-    """Not collective. ``aggregator[g]``: the rank of group g that sums g's partial C rows for ``rank`` (-1 for rank's own group)."""
+    """Not collective. ``aggregator[g]``: the rank of group g that sums g's partial C rows for ``rank`` (-1
+    for rank's own group)."""
     position = local_ranks(groups)[rank]
     result = np.array([members[position % members.size] for members in group_members(groups)], np.int64)
     result[groups[rank]] = -1

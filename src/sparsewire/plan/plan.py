@@ -57,7 +57,18 @@ from sparsewire.plan.blocks import LocalBlocks, split_local_rows
 from sparsewire.plan.records import BufferRows, RecordKeys, Records, check_key_space, outboxes, request_records, unique_records
 from sparsewire.plan.strategies import Strategy, choose_row_based
 from sparsewire.plan.types import (
-    AGGREGATE_C, DIRECT_B, DIRECT_C, FETCH_B, FORWARD_B, LAYOUTS, PARTIAL_C, PROXY_POLICIES, RECORD_KINDS, CommPlan, Exchange, RankPlan,
+    AGGREGATE_C,
+    DIRECT_B,
+    DIRECT_C,
+    FETCH_B,
+    FORWARD_B,
+    LAYOUTS,
+    PARTIAL_C,
+    PROXY_POLICIES,
+    RECORD_KINDS,
+    CommPlan,
+    Exchange,
+    RankPlan,
     RecordKind,
 )
 from sparsewire.topology import Topology
@@ -67,9 +78,25 @@ AllToAll = Callable[[dict], dict]
 
 # The plan's types and records are re-exported: this module is where users of the planner look.
 __all__ = [
-    "Exchange", "RankPlan", "CommPlan", "LAYOUTS", "RECORD_KINDS", "RecordKind", "RecordKeys", "BufferRows", "check_key_space",
-    "DIRECT_B", "DIRECT_C", "FETCH_B", "PARTIAL_C", "FORWARD_B", "AGGREGATE_C", "build_plan", "build_rank_plan_collective",
+    "Exchange",
+    "RankPlan",
+    "CommPlan",
+    "LAYOUTS",
+    "RECORD_KINDS",
+    "RecordKind",
+    "RecordKeys",
+    "BufferRows",
+    "check_key_space",
+    "DIRECT_B",
+    "DIRECT_C",
+    "FETCH_B",
+    "PARTIAL_C",
+    "FORWARD_B",
+    "AGGREGATE_C",
+    "build_plan",
+    "build_rank_plan_collective",
 ]
+
 
 def _plan_ranks(
     local_blocks: dict[int, LocalBlocks],
@@ -100,9 +127,7 @@ def _plan_ranks(
             rank: (b.rows[off] + row_partition.offsets[rank], b.cols[off], groups[b.sources[off]])
             for (rank, b), off in zip(local_blocks.items(), off_group.values())
         }
-        decided = group_call(
-            values, lambda members: hierarchy.group_cover_row_based(*map(list, zip(*members)), n_groups)
-        )
+        decided = group_call(values, lambda members: hierarchy.group_cover_row_based(*map(list, zip(*members)), n_groups))
         for rank, mask in decided.items():
             row_based[rank][off_group[rank]] = mask
 
@@ -257,9 +282,7 @@ def build_rank_plan_collective(
         return {rank: comm.alltoall(boxes[rank])}
 
     try:
-        plans = _plan_ranks(
-            {rank: blocks}, strategy, row_partition, col_partition, groups, layout, proxy, group_call, alltoall
-        )
+        plans = _plan_ranks({rank: blocks}, strategy, row_partition, col_partition, groups, layout, proxy, group_call, alltoall)
     finally:
         group_comm.Free()
     return plans[rank]

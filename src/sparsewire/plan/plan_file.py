@@ -26,23 +26,30 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
-
 from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, collective_errors
 from sparsewire.errors import InputError, PlanMismatchError
+from sparsewire.io import open_archive
 from sparsewire.options import ExecOptions
-from sparsewire.plan.auto_strategy import StrategyChoice, collective_stats
 from sparsewire.partition import RowPartition
+from sparsewire.plan.auto_strategy import StrategyChoice, collective_stats
 from sparsewire.plan.plan import AGGREGATE_C, LAYOUTS, Exchange, RankPlan
 from sparsewire.plan.strategies import Strategy
-from sparsewire.io import open_archive
 from sparsewire.topology import Topology, parse_topology
 
 if TYPE_CHECKING:  # for annotations only: the matrix's class imports this module's users
     from sparsewire.distributed import DistributedMatrix
 
-__all__ = ["PLAN_FORMAT", "PLAN_FORMAT_VERSION", "plan_arrays", "plan_from_arrays", "write_plan_file", "read_plan_file", "load_plan"]
+__all__ = [
+    "PLAN_FORMAT",
+    "PLAN_FORMAT_VERSION",
+    "plan_arrays",
+    "plan_from_arrays",
+    "write_plan_file",
+    "read_plan_file",
+    "load_plan",
+]
 
 PLAN_FORMAT = "sparsewire-spmm-plan"
 PLAN_FORMAT_VERSION = 3  # 2: the checksum of the plan arrays (plan_checksum); 3: the options as one object
@@ -52,8 +59,12 @@ _EXCHANGE_ARRAYS = ("send_ranks", "send_counts", "recv_ranks", "recv_counts", "s
 
 
 def _csr_arrays(prefix: str, matrix: sp.csr_array) -> dict[str, np.ndarray]:
-    return {f"{prefix}.indptr": matrix.indptr, f"{prefix}.indices": matrix.indices, f"{prefix}.data": matrix.data,
-            f"{prefix}.shape": np.asarray(matrix.shape, np.int64)}
+    return {
+        f"{prefix}.indptr": matrix.indptr,
+        f"{prefix}.indices": matrix.indices,
+        f"{prefix}.data": matrix.data,
+        f"{prefix}.shape": np.asarray(matrix.shape, np.int64),
+    }
 
 
 def _csr_from(arrays, prefix: str, shape: tuple[int, int]) -> sp.csr_array:
@@ -72,7 +83,9 @@ def _csr_from(arrays, prefix: str, shape: tuple[int, int]) -> sp.csr_array:
     return sp.csr_array((data, indices, indptr), shape=shape)
 
 
-def _array(arrays, name: str, ndim: int, kind: type, length: int | None = None, bounds: tuple[int, int] | None = None) -> np.ndarray:
+def _array(
+    arrays, name: str, ndim: int, kind: type, length: int | None = None, bounds: tuple[int, int] | None = None
+) -> np.ndarray:
     """Array ``name`` of a plan file, checked: present, ``ndim`` dimensions, of NumPy ``kind``
     (np.integer, np.floating), of ``length`` and with every value in ``bounds`` [lo, hi)."""
     if name not in arrays:
@@ -101,7 +114,11 @@ def plan_arrays(plan: RankPlan) -> dict[str, np.ndarray]:
     for index, exchange in enumerate(plan.exchanges):
         prefix = f"e{index}"
         arrays[f"{prefix}.header"] = np.array(
-            [exchange.step, -1 if exchange.input is None else exchange.input, -1 if exchange.receive_slot is None else exchange.receive_slot],
+            [
+                exchange.step,
+                -1 if exchange.input is None else exchange.input,
+                -1 if exchange.receive_slot is None else exchange.receive_slot,
+            ],
             np.int64,
         )
         arrays.update({f"{prefix}.{name}": np.asarray(getattr(exchange, name)) for name in _EXCHANGE_ARRAYS})
@@ -110,7 +127,9 @@ def plan_arrays(plan: RankPlan) -> dict[str, np.ndarray]:
     return arrays
 
 
-def plan_from_arrays(arrays: dict[str, np.ndarray], rank: int, row_partition: RowPartition, col_partition: RowPartition) -> RankPlan:
+def plan_from_arrays(
+    arrays: dict[str, np.ndarray], rank: int, row_partition: RowPartition, col_partition: RowPartition
+) -> RankPlan:
     """Not collective. The rank plan :func:`plan_arrays` wrote for ``rank`` of a matrix distributed as
     ``row_partition`` x ``col_partition``, with every array checked against the shape and index
     range the executor relies on (:class:`InputError` naming the array otherwise)."""
@@ -118,7 +137,10 @@ def plan_from_arrays(arrays: dict[str, np.ndarray], rank: int, row_partition: Ro
     header = _array(arrays, "header", 1, np.integer, length=3)
     saved_rank, setup_entries, n_exchanges = (int(v) for v in header)
     if saved_rank != rank or setup_entries < 0 or not 0 <= n_exchanges <= 4 * size + 8:
-        raise InputError(f"the header of rank {rank}'s plan ({saved_rank}, {setup_entries}, {n_exchanges}) is not a plan header for rank {rank}")
+        raise InputError(
+            f"the header of rank {rank}'s plan ({saved_rank}, {setup_entries}, {n_exchanges}) is not a plan header for rank "
+            f"{rank}"
+        )
     for name, partition in (("row_offsets", row_partition), ("col_offsets", col_partition)):
         if not np.array_equal(_array(arrays, name, 1, np.integer), partition.offsets):
             raise InputError(f"{name} differs from the matrix's partition")
@@ -140,17 +162,25 @@ def plan_from_arrays(arrays: dict[str, np.ndarray], rank: int, row_partition: Ro
         for side in ("send", "recv"):
             ranks = _array(arrays, f"{prefix}.{side}_ranks", 1, np.integer, bounds=(0, size))
             fields[f"{side}_ranks"] = ranks
-            fields[f"{side}_counts"] = _array(arrays, f"{prefix}.{side}_counts", 1, np.integer, length=ranks.size, bounds=(0, 2**40))
+            fields[f"{side}_counts"] = _array(
+                arrays, f"{prefix}.{side}_counts", 1, np.integer, length=ranks.size, bounds=(0, 2**40)
+            )
             if np.unique(ranks).size != ranks.size:
                 raise InputError(f"{prefix}.{side}_ranks names a rank twice")
         n_sent, n_received = int(fields["send_counts"].sum()), int(fields["recv_counts"].sum())
         fields["send_kinds"] = _array(arrays, f"{prefix}.send_kinds", 1, np.integer, length=n_sent, bounds=(0, AGGREGATE_C + 1))
-        fields["receive_kinds"] = _array(arrays, f"{prefix}.receive_kinds", 1, np.integer, length=n_received, bounds=(0, AGGREGATE_C + 1))
-        fields["receive_keys"] = _array(arrays, f"{prefix}.receive_keys", 1, np.integer, length=n_received, bounds=(0, max(n_keys, 1)))
+        fields["receive_kinds"] = _array(
+            arrays, f"{prefix}.receive_kinds", 1, np.integer, length=n_received, bounds=(0, AGGREGATE_C + 1)
+        )
+        fields["receive_keys"] = _array(
+            arrays, f"{prefix}.receive_keys", 1, np.integer, length=n_received, bounds=(0, max(n_keys, 1))
+        )
         input_rows = 0 if source < 0 else int(exchanges[source].recv_counts.sum())
         exchanges.append(
             Exchange(
-                step=step, input=None if source < 0 else source, receive_slot=None if slot < 0 else slot,
+                step=step,
+                input=None if source < 0 else source,
+                receive_slot=None if slot < 0 else slot,
                 send_matrix=_csr_from(arrays, f"{prefix}.send_matrix", (n_sent, n_b + input_rows)),
                 receive_matrix=_csr_from(arrays, f"{prefix}.receive_matrix", (n_rows, n_received)),
                 **fields,
@@ -198,7 +228,11 @@ def _check_meta(meta, path) -> None:
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise InputError(f"{path} has a damaged plan setting {name!r} ({value!r}); plan again and save")
     saved = meta["options"]
-    problems = [f"{name} {saved[name]!r} is not a name" for name in ("topology", "mode") if not isinstance(saved.get(name), (str, type(None)))]
+    problems = [
+        f"{name} {saved[name]!r} is not a name"
+        for name in ("topology", "mode")
+        if not isinstance(saved.get(name), (str, type(None)))
+    ]
     if not problems:
         try:
             # The strategy is checked with the choice below, and against the topology at load.
@@ -211,14 +245,22 @@ def _check_meta(meta, path) -> None:
     if problems:
         raise InputError(f"{path} has damaged plan options ({'; '.join(problems)}); plan again and save")
     checks = {
-        "k": 1 <= meta["k"] <= 2**31, "dtype": meta["dtype"] in ("float32", "float64"),
+        "k": 1 <= meta["k"] <= 2**31,
+        "dtype": meta["dtype"] in ("float32", "float64"),
         "ranks": isinstance(meta.get("ranks"), int) and meta["ranks"] >= 1,
-        "checksum": isinstance(meta.get("checksum"), str), "plan_checksum": isinstance(meta.get("plan_checksum"), str),
+        "checksum": isinstance(meta.get("checksum"), str),
+        "plan_checksum": isinstance(meta.get("plan_checksum"), str),
     }
     choice = meta["choice"]
     try:
-        checks["choice"] = Strategy(choice["strategy"]).value in choice["candidates"] and isinstance(choice["requested"], str) and isinstance(choice["model"], str) and all(
-            isinstance(name, str) and float(seconds) >= 0 and int(volume) >= 0 for name, (seconds, volume) in choice["candidates"].items()
+        checks["choice"] = (
+            Strategy(choice["strategy"]).value in choice["candidates"]
+            and isinstance(choice["requested"], str)
+            and isinstance(choice["model"], str)
+            and all(
+                isinstance(name, str) and float(seconds) >= 0 and int(volume) >= 0
+                for name, (seconds, volume) in choice["candidates"].items()
+            )
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         checks["choice"] = False
@@ -243,8 +285,14 @@ def write_plan_file(path: str | os.PathLike, matrix: DistributedMatrix, plan: Ra
                 flat[name] = np.asarray(order, np.int64)
         for rank, rank_arrays in enumerate(gathered):
             flat.update({f"r{rank}/{name}": value for name, value in rank_arrays.items()})
-        meta = {"format": PLAN_FORMAT, "version": PLAN_FORMAT_VERSION, "ranks": comm.Get_size(), "checksum": checksum,
-                "plan_checksum": arrays_checksum(flat), **settings}
+        meta = {
+            "format": PLAN_FORMAT,
+            "version": PLAN_FORMAT_VERSION,
+            "ranks": comm.Get_size(),
+            "checksum": checksum,
+            "plan_checksum": arrays_checksum(flat),
+            **settings,
+        }
         flat["meta"] = np.array(json.dumps(meta))
         try:
             with open(path, "wb") as handle:
@@ -288,7 +336,10 @@ def _read_archive(path, matrix: DistributedMatrix, size: int, checksum: str) -> 
             meta = json.loads(str(archive["meta"]))
             _check_meta(meta, path)
             if meta["ranks"] != size:
-                raise PlanMismatchError(f"{path} holds a plan for P = {meta['ranks']} ranks, not {size}; load it on {meta['ranks']} ranks or plan again")
+                raise PlanMismatchError(
+                    f"{path} holds a plan for P = {meta['ranks']} ranks, not {size}; load it on {meta['ranks']} ranks or plan "
+                    "again"
+                )
             if meta["checksum"] != checksum:
                 raise PlanMismatchError(
                     f"{path} was saved for another matrix or partition (checksum {meta['checksum'][:12]!r} != "
@@ -300,20 +351,28 @@ def _read_archive(path, matrix: DistributedMatrix, size: int, checksum: str) -> 
     except (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile, zlib.error) as error:
         # What a damaged archive raises: zipfile (BadZipFile; RuntimeError for encryption,
         # NotImplementedError, a RuntimeError, for unknown methods), zlib, NumPy, json (ValueError).
-        raise InputError(f"cannot read a plan from {path}: {error or type(error).__name__}; give a file written by SpmmPlan.save") from None
+        raise InputError(
+            f"cannot read a plan from {path}: {error or type(error).__name__}; give a file written by SpmmPlan.save"
+        ) from None
     if arrays_checksum(flat) != meta["plan_checksum"]:
-        raise InputError(f"{path} was changed after it was saved: its plan arrays do not match their checksum; plan again and save")
+        raise InputError(
+            f"{path} was changed after it was saved: its plan arrays do not match their checksum; plan again and save"
+        )
     for name in ("row_order", "col_order"):
         saved, current = flat.get(name), getattr(matrix, name)
         if (saved is None) != (current is None) or (saved is not None and not np.array_equal(saved, current)):
-            raise PlanMismatchError(f"{path} was saved for another ordering of the matrix ({name}); distribute it with the same partitioner")
+            raise PlanMismatchError(
+                f"{path} was saved for another ordering of the matrix ({name}); distribute it with the same partitioner"
+            )
     pieces: list[dict] = [{} for _ in range(size)]
     for name, value in flat.items():
         owner, slash, field = name.partition("/")
         if name in ("row_order", "col_order"):
             continue
         if not slash or not owner[1:].isdigit() or not 0 <= int(owner[1:]) < size:
-            raise InputError(f"{path} holds an array {name!r} that belongs to no rank of {size}; give a file written by SpmmPlan.save")
+            raise InputError(
+                f"{path} holds an array {name!r} that belongs to no rank of {size}; give a file written by SpmmPlan.save"
+            )
         pieces[int(owner[1:])][field] = value
     return meta, pieces
 
@@ -336,7 +395,9 @@ def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, run: dict
     stats = collective_stats(comm, plan, meta["k"], np.dtype(meta["dtype"]).itemsize, topology or Topology.flat())
     choice_meta = meta["choice"]
     choice = StrategyChoice(
-        Strategy(choice_meta["strategy"]), choice_meta["requested"], choice_meta["model"],
+        Strategy(choice_meta["strategy"]),
+        choice_meta["requested"],
+        choice_meta["model"],
         {name: (float(s), int(b)) for name, (s, b) in choice_meta["candidates"].items()},
     )
     return cls(matrix, plan, stats, meta["k"], np.dtype(meta["dtype"]), options, choice, transposed=meta["transposed"])

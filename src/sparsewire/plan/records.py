@@ -15,8 +15,19 @@ from sparsewire.plan.blocks import LocalBlocks
 from sparsewire.plan.strategies import Strategy
 from sparsewire.plan.types import AGGREGATE_C, DIRECT_B, DIRECT_C, FETCH_B, FORWARD_B, PARTIAL_C, RecordKind
 
-__all__ = ["Records", "make_records", "check_key_space", "positions_in", "BufferRows", "RecordKeys", "ColumnServing", "request_records",
-           "unique_records", "outboxes"]
+__all__ = [
+    "Records",
+    "make_records",
+    "check_key_space",
+    "positions_in",
+    "BufferRows",
+    "RecordKeys",
+    "ColumnServing",
+    "request_records",
+    "unique_records",
+    "outboxes",
+]
+
 
 @dataclass
 class Records:
@@ -73,7 +84,9 @@ def positions_in(sorted_keys: np.ndarray, wanted: np.ndarray, what: str) -> np.n
     found = positions < sorted_keys.size
     found[found] = sorted_keys[positions[found]] == wanted[found]
     if not found.all():
-        raise PlanMismatchError(f"the plan lost {int((~found).sum())} {what}; the records of the ranks disagree (a planner bug: please report it)")
+        raise PlanMismatchError(
+            f"the plan lost {int((~found).sum())} {what}; the records of the ranks disagree (a planner bug: please report it)"
+        )
     return positions
 
 

@@ -17,8 +17,8 @@ maxima are given per class, and ``predicted_seconds`` is the cost model of :func
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 import scipy.sparse as sp
@@ -221,8 +221,15 @@ def plan_stats(
     keep = rows > 0
     setup_entries = sum(int(s[3]) for s in summaries)
     return PlanStats(
-        Strategy(strategy), int(n_ranks), k, element_bytes,
-        sources[keep], destinations[keep], steps[keep], rows[keep] * k * element_bytes, np.ones(int(keep.sum()), np.int64),
+        Strategy(strategy),
+        int(n_ranks),
+        k,
+        element_bytes,
+        sources[keep],
+        destinations[keep],
+        steps[keep],
+        rows[keep] * k * element_bytes,
+        np.ones(int(keep.sum()), np.int64),
         setup_bytes=setup_entries * (element_bytes + SETUP_INDEX_BYTES),
         topology=topology,
     )
@@ -245,9 +252,15 @@ def rowwise_stats(
     off = destinations != sources
     pair_keys, pair_counts = np.unique(sources[off] * n_ranks + destinations[off], return_counts=True)
     return PlanStats(
-        Strategy.ROWWISE, n_ranks, k, element_bytes,
-        pair_keys // n_ranks, pair_keys % n_ranks, np.zeros(pair_keys.size, np.int64),
-        pair_counts.astype(np.int64) * k * element_bytes, pair_counts.astype(np.int64),
+        Strategy.ROWWISE,
+        n_ranks,
+        k,
+        element_bytes,
+        pair_keys // n_ranks,
+        pair_keys % n_ranks,
+        np.zeros(pair_keys.size, np.int64),
+        pair_counts.astype(np.int64) * k * element_bytes,
+        pair_counts.astype(np.int64),
         setup_bytes=0,
         topology=topology,
     )
@@ -264,8 +277,14 @@ def block_stats(col_partition: RowPartition, k: int, element_bytes: int, topolog
     destinations = np.concatenate([np.delete(np.arange(n_ranks), q) for q in senders] or [np.zeros(0, np.int64)])
     message_bytes = (col_partition.counts()[sources] * k * element_bytes).astype(np.int64)
     return PlanStats(
-        Strategy.BLOCK, n_ranks, k, element_bytes,
-        sources, destinations.astype(np.int64), np.zeros(sources.size, np.int64), message_bytes,
+        Strategy.BLOCK,
+        n_ranks,
+        k,
+        element_bytes,
+        sources,
+        destinations.astype(np.int64),
+        np.zeros(sources.size, np.int64),
+        message_bytes,
         np.ones(sources.size, np.int64),
         setup_bytes=0,
         topology=topology,

@@ -83,9 +83,7 @@ def parse_strategies(text: str, *, executable_only: bool = False, hierarchical: 
     if not names:
         raise InputError("no strategy given; choose from " + ", ".join(s.value for s in Strategy))
     if names == ["all"]:
-        return [
-            s for s in ALL_STRATEGIES if (s.executable or not executable_only) and (hierarchical or not s.hierarchical)
-        ]
+        return [s for s in ALL_STRATEGIES if (s.executable or not executable_only) and (hierarchical or not s.hierarchical)]
     chosen = []
     for name in names:
         try:

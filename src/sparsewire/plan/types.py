@@ -13,11 +13,26 @@ import scipy.sparse as sp
 from sparsewire.partition import RowPartition
 from sparsewire.plan.strategies import Strategy
 
-__all__ = ["Exchange", "RankPlan", "CommPlan", "LAYOUTS", "PROXY_POLICIES", "RECORD_KINDS", "RecordKind", "HOP",
-           "DIRECT_B", "DIRECT_C", "FETCH_B", "PARTIAL_C", "FORWARD_B", "AGGREGATE_C"]
+__all__ = [
+    "Exchange",
+    "RankPlan",
+    "CommPlan",
+    "LAYOUTS",
+    "PROXY_POLICIES",
+    "RECORD_KINDS",
+    "RecordKind",
+    "HOP",
+    "DIRECT_B",
+    "DIRECT_C",
+    "FETCH_B",
+    "PARTIAL_C",
+    "FORWARD_B",
+    "AGGREGATE_C",
+]
 
 LAYOUTS = ("merged", "pipelined")
 PROXY_POLICIES = ("local", "balanced")
+
 
 class RecordKind(IntEnum):
     """The kinds of transferred rows (module docstring); stored as int8 in ``send_kinds`` and

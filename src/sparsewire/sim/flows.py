@@ -111,7 +111,7 @@ def _compact(active, ids, flow_offsets, flow_links, sizes, left):
     links = np.empty(offsets[-1], np.int64)
     for i in range(keep.size):
         f = keep[i]
-        links[offsets[i]:offsets[i + 1]] = flow_links[flow_offsets[f]:flow_offsets[f + 1]]
+        links[offsets[i] : offsets[i + 1]] = flow_links[flow_offsets[f] : flow_offsets[f + 1]]
     return ids[keep].copy(), offsets, links, sizes[keep].copy(), left[keep].copy()
 
 

@@ -41,15 +41,46 @@ import numpy as np
 from sparsewire.errors import InputError
 from sparsewire.sim import request_streams
 from sparsewire.sim.flows import solve_max_min
-from sparsewire.sim.network import Network
 from sparsewire.sim.netsparse_workload import (
-    ABLATION, CONCATENATION_HEADER_BYTES, ELEMENT_BYTES, PACKET_HEADER_BYTES, PAIR_HEADER_BYTES, REQUEST_HEADER_BYTES, TABLE3_K, UPPER_HEADER_BYTES,
-    CommunicationResult, Hardware, Mechanisms, Progress, Workload, characterize, header_share_percent, requests_per_packet, sorted_unique,
+    ABLATION,
+    CONCATENATION_HEADER_BYTES,
+    ELEMENT_BYTES,
+    PACKET_HEADER_BYTES,
+    PAIR_HEADER_BYTES,
+    REQUEST_HEADER_BYTES,
+    TABLE3_K,
+    UPPER_HEADER_BYTES,
+    CommunicationResult,
+    Hardware,
+    Mechanisms,
+    Progress,
+    Workload,
+    characterize,
+    header_share_percent,
+    requests_per_packet,
+    sorted_unique,
 )
+from sparsewire.sim.network import Network
 
 __all__ = [
-    "UPPER_HEADER_BYTES", "CONCATENATION_HEADER_BYTES", "REQUEST_HEADER_BYTES", "PAIR_HEADER_BYTES", "header_share_percent", "Workload", "characterize", "Mechanisms",
-    "ABLATION", "Hardware", "CommunicationResult", "simulate_netsparse", "su_opt", "sa_opt", "ablation", "sweep", "SWEEPS", "TABLE3_K",
+    "UPPER_HEADER_BYTES",
+    "CONCATENATION_HEADER_BYTES",
+    "REQUEST_HEADER_BYTES",
+    "PAIR_HEADER_BYTES",
+    "header_share_percent",
+    "Workload",
+    "characterize",
+    "Mechanisms",
+    "ABLATION",
+    "Hardware",
+    "CommunicationResult",
+    "simulate_netsparse",
+    "su_opt",
+    "sa_opt",
+    "ablation",
+    "sweep",
+    "SWEEPS",
+    "TABLE3_K",
 ]
 
 
@@ -68,7 +99,9 @@ def _check_network(workload: Workload, network: Network) -> None:
         raise InputError(f"{workload.nodes} nodes do not fit network {network.name!r} with {network.n_hosts} hosts")
 
 
-def _tail(network: Network, workload: Workload, finish_by_node: np.ndarray, received: np.ndarray, seconds: float, payload: int) -> tuple[int, int, float, float]:
+def _tail(
+    network: Network, workload: Workload, finish_by_node: np.ndarray, received: np.ndarray, seconds: float, payload: int
+) -> tuple[int, int, float, float]:
     tail = int(np.argmax(finish_by_node))
     capacity = float(network.capacities[network.host_downlinks()[tail]]) if network.n_hosts > 1 else 1.0
     useful = float(workload.useful()[tail]) * payload
@@ -89,7 +122,9 @@ def su_opt(workload: Workload, network: Network, k: int) -> CommunicationResult:
     return CommunicationResult("SUOpt", seconds, seconds, tail, traffic, goodput, line, extra={"model": "analytic"})
 
 
-def _solve_pairs(network: Network, nodes: int, pair_bytes: np.ndarray, latency: bool, extra_flows=()) -> tuple[np.ndarray, float, float, int, np.ndarray]:
+def _solve_pairs(
+    network: Network, nodes: int, pair_bytes: np.ndarray, latency: bool, extra_flows=()
+) -> tuple[np.ndarray, float, float, int, np.ndarray]:
     """Flows for a dense (source, destination) byte matrix over full routes plus extra single-route
     flows ``(route links, bytes, source, destination)``; returns the finish time per node, makespan,
     lower bound, flow count and bytes received per node (all flows' last link)."""
@@ -113,7 +148,9 @@ def _solve_pairs(network: Network, nodes: int, pair_bytes: np.ndarray, latency: 
     result = solve_max_min(all_offsets, all_links, all_sizes, network.capacities)
     finish = result.finish + np.concatenate([delays, np.asarray(extra_delays, np.float64)])
     by_node = np.zeros(nodes)
-    ends = np.concatenate([np.stack([sources, destinations], 1).astype(np.int64), np.asarray(extra_ends, np.int64).reshape(-1, 2)])
+    ends = np.concatenate(
+        [np.stack([sources, destinations], 1).astype(np.int64), np.asarray(extra_ends, np.int64).reshape(-1, 2)]
+    )
     for column in (0, 1):
         valid = ends[:, column] >= 0
         np.maximum.at(by_node, ends[valid, column], finish[valid])
@@ -123,7 +160,9 @@ def _solve_pairs(network: Network, nodes: int, pair_bytes: np.ndarray, latency: 
     return by_node, float(finish.max(initial=0.0)), result.lower_bound, int(all_sizes.size), received
 
 
-def sa_opt(workload: Workload, network: Network, k: int, cores: int = 64, overhead_seconds: float = 800e-9) -> CommunicationResult:
+def sa_opt(
+    workload: Workload, network: Network, k: int, cores: int = 64, overhead_seconds: float = 800e-9
+) -> CommunicationResult:
     """Not collective. SAOpt (module docstring): per-core perfect dedup, per (core, node) concatenation, software
     overhead per PR, no latency."""
     _check_network(workload, network)
@@ -158,11 +197,23 @@ def sa_opt(workload: Workload, network: Network, k: int, cores: int = 64, overhe
     requests = int(2 * counts.sum())
     remote_total = int(remote.sum())
     return CommunicationResult(
-        "SAOpt", seconds, max(bound, float(software.max(initial=0.0))), tail, traffic, goodput, line,
-        requests=requests, packets=packets,
+        "SAOpt",
+        seconds,
+        max(bound, float(software.max(initial=0.0))),
+        tail,
+        traffic,
+        goodput,
+        line,
+        requests=requests,
+        packets=packets,
         filter_coalesce_percent=100.0 * (remote_total - int(counts.sum())) / remote_total if remote_total else 0.0,
-        flows=flows, extra={"software_seconds": float(software.max(initial=0.0)), "network_seconds": makespan, "cores": cores,
-                            "overhead_seconds_per_request": overhead_seconds},
+        flows=flows,
+        extra={
+            "software_seconds": float(software.max(initial=0.0)),
+            "network_seconds": makespan,
+            "cores": cores,
+            "overhead_seconds_per_request": overhead_seconds,
+        },
     )
 
 
@@ -205,7 +256,15 @@ class NetSparseSimulator:
 
     def issue(self, hardware: Hardware, mechanisms: Mechanisms) -> _Issued:
         """The read PRs every node issues (the RIG stage), cached per setting."""
-        key = (self.batch(hardware), hardware.units, hardware.pending, hardware.command_seconds, hardware.clock_hz, mechanisms.filter, mechanisms.coalesce)
+        key = (
+            self.batch(hardware),
+            hardware.units,
+            hardware.pending,
+            hardware.command_seconds,
+            hardware.clock_hz,
+            mechanisms.filter,
+            mechanisms.coalesce,
+        )
         if key in self._issued:
             return self._issued[key]
         workload = self.workload
@@ -220,8 +279,12 @@ class NetSparseSimulator:
         destinations = np.empty(total, np.int32)
         times = np.empty(total, np.int64)
         nodes = np.empty(total, np.int32)
-        scratch = (np.zeros(workload.n_cols, np.int64), np.zeros(workload.n_cols, np.int64),
-                   np.zeros(workload.n_cols, np.int64), np.full(workload.n_cols, -1, np.int64))
+        scratch = (
+            np.zeros(workload.n_cols, np.int64),
+            np.zeros(workload.n_cols, np.int64),
+            np.zeros(workload.n_cols, np.int64),
+            np.full(workload.n_cols, -1, np.int64),
+        )
         rtt = hardware.cycles(2 * self.one_way)
         filtered = coalesced = 0
         last_cycle = np.zeros(n, np.int64)
@@ -232,18 +295,34 @@ class NetSparseSimulator:
             begin, end = workload.node_starts[node], workload.node_starts[node + 1]
             count = int(remote_counts[node])
             issued, node_filtered, node_coalesced, node_last = request_streams.issue_requests(
-                indices[begin:end], workload.col_owner, node, rtt[node], self.batch(hardware), hardware.units, hardware.pending,
-                mechanisms.filter, mechanisms.coalesce, int(hardware.cycles(hardware.command_seconds)),
-                *scratch, cols[written: written + count], destinations[written: written + count], times[written: written + count],
+                indices[begin:end],
+                workload.col_owner,
+                node,
+                rtt[node],
+                self.batch(hardware),
+                hardware.units,
+                hardware.pending,
+                mechanisms.filter,
+                mechanisms.coalesce,
+                int(hardware.cycles(hardware.command_seconds)),
+                *scratch,
+                cols[written : written + count],
+                destinations[written : written + count],
+                times[written : written + count],
             )
-            nodes[written: written + issued] = node
+            nodes[written : written + issued] = node
             written += issued
             filtered += node_filtered
             coalesced += node_coalesced
             last_cycle[node] = node_last
             if (node + 1) % 32 == 0 or node + 1 == n:
-                self._say(f"  requests: {node + 1}/{n} nodes, {written:,} issued of {total:,} remote nonzeros ({time.perf_counter() - started:.1f} s)")
-        result = _Issued(nodes[:written], cols[:written], destinations[:written], times[:written], filtered, coalesced, last_cycle)
+                self._say(
+                    f"  requests: {node + 1}/{n} nodes, {written:,} issued of {total:,} remote nonzeros "
+                    f"({time.perf_counter() - started:.1f} s)"
+                )
+        result = _Issued(
+            nodes[:written], cols[:written], destinations[:written], times[:written], filtered, coalesced, last_cycle
+        )
         self._issued[key] = result
         return result
 
@@ -254,7 +333,10 @@ class NetSparseSimulator:
         the cache, what the switches send on (:meth:`_switch_flows`); then the flows solved on
         the network."""
         name = name or mechanisms.label()
-        self._say(f"netsparse {name} (batch {self.batch(hardware)}, NIC delay {hardware.nic_delay_cycles}, cache {hardware.cache_bytes})")
+        self._say(
+            f"netsparse {name} (batch {self.batch(hardware)}, NIC delay {hardware.nic_delay_cycles}, cache "
+            f"{hardware.cache_bytes})"
+        )
         issued = self.issue(hardware, mechanisms)
         n, payload, mtu = self.workload.nodes, self.payload, self.network.mtu
         concatenate = mechanisms.nic_concatenation
@@ -275,10 +357,15 @@ class NetSparseSimulator:
         response_cap = requests_per_packet(payload, mtu) if concatenate else 1
         response_packets = request_streams.concatenate(s_own[order], s_req[order], arrival[order], n, n, nic_delay, response_cap)
         response_requests = _pair_counts(s_own, s_req, n)
-        nic_bytes = (read_packets + response_packets) * PACKET_HEADER_BYTES + read_requests * REQUEST_HEADER_BYTES \
+        nic_bytes = (
+            (read_packets + response_packets) * PACKET_HEADER_BYTES
+            + read_requests * REQUEST_HEADER_BYTES
             + response_requests * (REQUEST_HEADER_BYTES + payload)
+        )
         if mechanisms.switch_concatenation or mechanisms.cache:
-            pair_bytes, extra_flows = self._switch_flows(issued, inter, served, arrival, nic_bytes, hit_bytes_down, mechanisms, hardware)
+            pair_bytes, extra_flows = self._switch_flows(
+                issued, inter, served, arrival, nic_bytes, hit_bytes_down, mechanisms, hardware
+            )
         else:
             pair_bytes, extra_flows = nic_bytes.astype(np.float64), []
         by_node, _, bound, flows, received = _solve_pairs(self.network, n, pair_bytes, True, extra_flows)
@@ -290,14 +377,25 @@ class NetSparseSimulator:
         remote_total = int(self.workload.remote.sum())
         dropped = issued.filtered + issued.coalesced
         return CommunicationResult(
-            name, seconds, bound + one_way, tail, traffic, goodput, line_use,
+            name,
+            seconds,
+            bound + one_way,
+            tail,
+            traffic,
+            goodput,
+            line_use,
             requests=int(read_requests.sum() + response_requests.sum() + hits.sum()),
             packets=int(read_packets.sum() + response_packets.sum()) + hit_packets,
             filter_coalesce_percent=100.0 * dropped / remote_total if remote_total else 0.0,
             cache_hit_percent=100.0 * float(hits.sum()) / max(int(inter.sum()), 1),
             flows=flows,
-            extra={"generation_seconds": float(generation.max(initial=0.0)), "issued_requests": int(requester.size), "batch": self.batch(hardware),
-                   "filtered": issued.filtered, "coalesced": issued.coalesced},
+            extra={
+                "generation_seconds": float(generation.max(initial=0.0)),
+                "issued_requests": int(requester.size),
+                "batch": self.batch(hardware),
+                "filtered": issued.filtered,
+                "coalesced": issued.coalesced,
+            },
         )
 
     def _switch_delay(self, mechanisms: Mechanisms, hardware: Hardware) -> int:
@@ -306,7 +404,9 @@ class NetSparseSimulator:
             return 0
         return int(np.ceil(hardware.switch_delay_cycles * hardware.clock_hz / hardware.switch_clock_hz))
 
-    def _cache_hits(self, issued: _Issued, inter: np.ndarray, mechanisms: Mechanisms, hardware: Hardware) -> tuple[np.ndarray, int, np.ndarray]:
+    def _cache_hits(
+        self, issued: _Issued, inter: np.ndarray, mechanisms: Mechanisms, hardware: Hardware
+    ) -> tuple[np.ndarray, int, np.ndarray]:
         """The top-of-rack cache for reads leaving the requester's switch: which reads hit, the
         packets the switches answer hits with, and the bytes they send down to each requester."""
         n, payload = self.workload.nodes, self.payload
@@ -324,8 +424,14 @@ class NetSparseSimulator:
             fill = hardware.cycles(2 * self.one_way[requester[index], owner[index]])
             order = np.lexsort((lookup_times, self.switch[requester[index]]))
             hits[index[order]] = request_streams.property_cache(
-                self.switch[requester[index]][order], issued.cols[index][order].astype(np.int64), lookup_times[order],
-                fill[order], max(sets, 1), hardware.cache_ways, unbounded, self.workload.n_cols,
+                self.switch[requester[index]][order],
+                issued.cols[index][order].astype(np.int64),
+                lookup_times[order],
+                fill[order],
+                max(sets, 1),
+                hardware.cache_ways,
+                unbounded,
+                self.workload.n_cols,
             )
         hit_index = np.flatnonzero(hits)
         if not hit_index.size:
@@ -334,13 +440,24 @@ class NetSparseSimulator:
         switches = int(self.switch.max(initial=0)) + 1
         cap = requests_per_packet(payload, self.network.mtu) if mechanisms.switch_concatenation else 1
         packets = request_streams.concatenate(
-            self.switch[requester[hit_index]][order], requester[hit_index][order], times[hit_index][order],
-            switches, n, self._switch_delay(mechanisms, hardware), cap,
+            self.switch[requester[hit_index]][order],
+            requester[hit_index][order],
+            times[hit_index][order],
+            switches,
+            n,
+            self._switch_delay(mechanisms, hardware),
+            cap,
         )
         per_requester = np.bincount(requester[hit_index], minlength=n)
-        return hits, int(packets.sum()), packets.sum(axis=0) * PACKET_HEADER_BYTES + per_requester * (REQUEST_HEADER_BYTES + payload)
+        return (
+            hits,
+            int(packets.sum()),
+            packets.sum(axis=0) * PACKET_HEADER_BYTES + per_requester * (REQUEST_HEADER_BYTES + payload),
+        )
 
-    def _switch_flows(self, issued: _Issued, inter, served, arrival, nic_bytes, hit_bytes_down, mechanisms: Mechanisms, hardware: Hardware):
+    def _switch_flows(
+        self, issued: _Issued, inter, served, arrival, nic_bytes, hit_bytes_down, mechanisms: Mechanisms, hardware: Hardware
+    ):
         """With switch concatenation or the cache: the bytes between hosts of one switch (as
         pairs), and as extra flows the NIC links' bytes and what the switches send on (missed
         reads and responses leaving the source switch, packed per switch)."""
@@ -384,8 +501,14 @@ def _pair_counts(sources: np.ndarray, destinations: np.ndarray, n: int) -> np.nd
     return counts
 
 
-def simulate_netsparse(workload: Workload, network: Network, k: int, mechanisms: Mechanisms = Mechanisms(),
-                       hardware: Hardware = Hardware(), progress: Progress = None) -> CommunicationResult:
+def simulate_netsparse(
+    workload: Workload,
+    network: Network,
+    k: int,
+    mechanisms: Mechanisms = Mechanisms(),
+    hardware: Hardware = Hardware(),
+    progress: Progress = None,
+) -> CommunicationResult:
     """Not collective. One NetSparse configuration (all mechanisms by default)."""
     return NetSparseSimulator(workload, network, k, progress).run(mechanisms, hardware)
 
@@ -397,10 +520,16 @@ def ablation(simulator: NetSparseSimulator, su: CommunicationResult, hardware: H
 
 SWEEPS = {
     "batch": ("RIG batch size (nonzeros), speedup over batch 16384 (Fig. 15)", (2048, 4096, 8192, 16384, 32768, 65536), 16384),
-    "delay": ("NIC concatenation delay (cycles; switch delay scaled by 1/4), speedup over no concatenation (Fig. 17)",
-              (0, 50, 125, 500, 2000, 10000, 50000), None),
-    "cache": ("property cache per switch (bytes; 0 = none, -1 = unbounded), speedup over no cache (Fig. 18)",
-              (0, 2 << 20, 8 << 20, 32 << 20, 128 << 20, -1), 0),
+    "delay": (
+        "NIC concatenation delay (cycles; switch delay scaled by 1/4), speedup over no concatenation (Fig. 17)",
+        (0, 50, 125, 500, 2000, 10000, 50000),
+        None,
+    ),
+    "cache": (
+        "property cache per switch (bytes; 0 = none, -1 = unbounded), speedup over no cache (Fig. 18)",
+        (0, 2 << 20, 8 << 20, 32 << 20, 128 << 20, -1),
+        0,
+    ),
 }
 
 
@@ -423,12 +552,21 @@ def sweep(simulator: NetSparseSimulator, what: str, hardware: Hardware = Hardwar
         ]
     else:
         results = [
-            simulator.run(replace(full, cache=value != 0), replace(hardware, cache_bytes=None if value < 0 else value), f"cache {value}")
+            simulator.run(
+                replace(full, cache=value != 0), replace(hardware, cache_bytes=None if value < 0 else value), f"cache {value}"
+            )
             for value in values
         ]
         base = results[0].seconds
     for value, result in zip(values, results):
-        points.append({"value": value, "seconds": result.seconds, "speedup": base / result.seconds if result.seconds else float("inf"),
-                       "cache_hit_percent": result.cache_hit_percent, "requests_per_packet": result.requests_per_packet,
-                       "filter_coalesce_percent": result.filter_coalesce_percent})
+        points.append(
+            {
+                "value": value,
+                "seconds": result.seconds,
+                "speedup": base / result.seconds if result.seconds else float("inf"),
+                "cache_hit_percent": result.cache_hit_percent,
+                "requests_per_packet": result.requests_per_packet,
+                "filter_coalesce_percent": result.filter_coalesce_percent,
+            }
+        )
     return {"parameter": what, "description": description, "points": points}

@@ -16,9 +16,23 @@ from sparsewire.partition import RowPartition, even_rows
 from sparsewire.sim import request_streams
 
 __all__ = [
-    "UPPER_HEADER_BYTES", "CONCATENATION_HEADER_BYTES", "REQUEST_HEADER_BYTES", "PACKET_HEADER_BYTES", "PAIR_HEADER_BYTES", "ELEMENT_BYTES",
-    "header_share_percent", "requests_per_packet", "sorted_unique", "Workload", "characterize", "Mechanisms", "ABLATION", "Hardware",
-    "CommunicationResult", "Progress", "TABLE3_K",
+    "UPPER_HEADER_BYTES",
+    "CONCATENATION_HEADER_BYTES",
+    "REQUEST_HEADER_BYTES",
+    "PACKET_HEADER_BYTES",
+    "PAIR_HEADER_BYTES",
+    "ELEMENT_BYTES",
+    "header_share_percent",
+    "requests_per_packet",
+    "sorted_unique",
+    "Workload",
+    "characterize",
+    "Mechanisms",
+    "ABLATION",
+    "Hardware",
+    "CommunicationResult",
+    "Progress",
+    "TABLE3_K",
 ]
 
 UPPER_HEADER_BYTES = 50
@@ -76,7 +90,10 @@ class Workload:
         if nodes > max(n_rows, 1):
             raise InputError(f"{nodes} nodes but only {n_rows} rows; use at most {n_rows} nodes")
         if max(n_rows, n_cols) >= 2**31:
-            raise InputError(f"a {n_rows} x {n_cols} matrix is beyond the simulator, which holds row and column ids in 32 bits; use fewer than 2^31 rows and columns")
+            raise InputError(
+                f"a {n_rows} x {n_cols} matrix is beyond the simulator, which holds row and column ids in 32 bits; use fewer "
+                "than 2^31 rows and columns"
+            )
         matrix.sort_indices()
         rows = even_rows(n_rows, nodes)
         col_owner = np.asarray(even_rows(n_cols, nodes).owner(np.arange(n_cols)), np.int32)
@@ -166,8 +183,17 @@ class Mechanisms:
         for name, mechanisms in reversed(ABLATION):
             if mechanisms == self:
                 return name
-        parts = [n for n, on in (("filter", self.filter), ("coalesce", self.coalesce), ("nic-concat", self.nic_concatenation),
-                                 ("switch-concat", self.switch_concatenation), ("cache", self.cache)) if on]
+        parts = [
+            n
+            for n, on in (
+                ("filter", self.filter),
+                ("coalesce", self.coalesce),
+                ("nic-concat", self.nic_concatenation),
+                ("switch-concat", self.switch_concatenation),
+                ("cache", self.cache),
+            )
+            if on
+        ]
         return "RIG+" + "+".join(parts) if parts else "RIG"
 
 
@@ -235,7 +261,9 @@ class CommunicationResult:
             "seconds": self.seconds,
             "lower_bound_seconds": self.lower_bound_seconds,
             "speedup_vs_su": su.seconds / self.seconds if self.seconds > 0 else float("inf"),
-            "traffic_reduction_vs_su": su.tail_traffic_bytes / self.tail_traffic_bytes if self.tail_traffic_bytes else float("inf"),
+            "traffic_reduction_vs_su": su.tail_traffic_bytes / self.tail_traffic_bytes
+            if self.tail_traffic_bytes
+            else float("inf"),
             "tail_node": self.tail_node,
             "tail_traffic_bytes": self.tail_traffic_bytes,
             "goodput_percent": self.goodput_percent,

@@ -208,9 +208,17 @@ class _Builder:
         routes = np.asarray(routes, np.int32)
         routes[np.arange(n), np.arange(n), :] = -1
         return Network(
-            name, self.names, np.array(self.capacities), np.array(self.latencies), routes, groups,
-            link_kinds=np.array(self.link_kinds, np.int64), kind_names=self.kinds,
-            uplinks=self.nic_up, downlinks=self.nic_down, **options,
+            name,
+            self.names,
+            np.array(self.capacities),
+            np.array(self.latencies),
+            routes,
+            groups,
+            link_kinds=np.array(self.link_kinds, np.int64),
+            kind_names=self.kinds,
+            uplinks=self.nic_up,
+            downlinks=self.nic_down,
+            **options,
         )
 
 
@@ -223,8 +231,14 @@ def _host_links(builder: _Builder, capacity: float, latency: float) -> tuple[np.
 
 
 def leaf_spine(
-    n_hosts: int, rack_size: int = 16, spines: int = 16, bandwidth: float = 400 * GIGABIT,
-    link_latency: float = 450e-9, switch_latency: float = 300e-9, name: str = "leaf-spine", **options,
+    n_hosts: int,
+    rack_size: int = 16,
+    spines: int = 16,
+    bandwidth: float = 400 * GIGABIT,
+    link_latency: float = 450e-9,
+    switch_latency: float = 300e-9,
+    name: str = "leaf-spine",
+    **options,
 ) -> Network:
     """Not collective. Racks of ``rack_size`` hosts, ``spines`` spines, d-mod-k routing (module docstring)."""
     if rack_size < 1 or spines < 1:
@@ -232,8 +246,12 @@ def leaf_spine(
     racks = -(-n_hosts // rack_size)
     builder = _Builder(n_hosts, ("nic-up", "nic-down", "leaf-up", "spine-down"))
     up, down = _host_links(builder, bandwidth, link_latency)
-    leaf_up = builder.links("leaf-up", [f"leaf{r}->spine{s}" for r in range(racks) for s in range(spines)], bandwidth, link_latency)
-    spine_down = builder.links("spine-down", [f"spine{s}->leaf{r}" for r in range(racks) for s in range(spines)], bandwidth, link_latency)
+    leaf_up = builder.links(
+        "leaf-up", [f"leaf{r}->spine{s}" for r in range(racks) for s in range(spines)], bandwidth, link_latency
+    )
+    spine_down = builder.links(
+        "spine-down", [f"spine{s}->leaf{r}" for r in range(racks) for s in range(spines)], bandwidth, link_latency
+    )
     hosts = np.arange(n_hosts)
     rack = hosts // rack_size
     source, destination = np.meshgrid(hosts, hosts, indexing="ij")
@@ -248,8 +266,14 @@ def leaf_spine(
 
 
 def fat_tree(
-    n_hosts: int, rack_size: int = 16, uplinks: int = 16, bandwidth: float = 400 * GIGABIT,
-    link_latency: float = 450e-9, switch_latency: float = 300e-9, name: str = "fat-tree", **options,
+    n_hosts: int,
+    rack_size: int = 16,
+    uplinks: int = 16,
+    bandwidth: float = 400 * GIGABIT,
+    link_latency: float = 450e-9,
+    switch_latency: float = 300e-9,
+    name: str = "fat-tree",
+    **options,
 ) -> Network:
     """Not collective. Two-level fat tree with a non-blocking core: per leaf one aggregated uplink and downlink of
     ``uplinks * bandwidth`` (traffic sprayed over all spines)."""
@@ -271,9 +295,15 @@ def fat_tree(
 
 
 def dragonfly(
-    n_hosts: int, hosts_per_switch: int = 4, switches_per_group: int = 8, global_ports: int = 4,
-    bandwidth: float = 400 * GIGABIT, link_latency: float = 450e-9, switch_latency: float = 300e-9,
-    name: str = "dragonfly", **options,
+    n_hosts: int,
+    hosts_per_switch: int = 4,
+    switches_per_group: int = 8,
+    global_ports: int = 4,
+    bandwidth: float = 400 * GIGABIT,
+    link_latency: float = 450e-9,
+    switch_latency: float = 300e-9,
+    name: str = "dragonfly",
+    **options,
 ) -> Network:
     """Not collective. Dragonfly with minimal routing (module docstring); groups are the host groups."""
     switches = -(-n_hosts // hosts_per_switch)
@@ -325,14 +355,22 @@ def dragonfly(
 
 
 def hyperx(
-    n_hosts: int, shape: tuple[int, ...] = (4, 4, 2), hosts_per_switch: int = 4, bandwidth: float = 400 * GIGABIT,
-    link_latency: float = 450e-9, switch_latency: float = 300e-9, name: str = "hyperx", **options,
+    n_hosts: int,
+    shape: tuple[int, ...] = (4, 4, 2),
+    hosts_per_switch: int = 4,
+    bandwidth: float = 400 * GIGABIT,
+    link_latency: float = 450e-9,
+    switch_latency: float = 300e-9,
+    name: str = "hyperx",
+    **options,
 ) -> Network:
     """Not collective. HyperX: switches on a grid, all-to-all links along each dimension, dimension-order routing.
     Host groups are the switches."""
     switches = int(np.prod(shape))
     if switches * hosts_per_switch < n_hosts:
-        raise InputError(f"hyperx {shape} with {hosts_per_switch} hosts per switch holds {switches * hosts_per_switch} hosts, not {n_hosts}")
+        raise InputError(
+            f"hyperx {shape} with {hosts_per_switch} hosts per switch holds {switches * hosts_per_switch} hosts, not {n_hosts}"
+        )
     builder = _Builder(n_hosts, ("nic-up", "nic-down", "dimension"))
     up, down = _host_links(builder, bandwidth, link_latency)
     coordinates = np.array(np.unravel_index(np.arange(switches), shape)).T
@@ -362,7 +400,11 @@ def hyperx(
 
 
 def gpu_cluster(
-    n_hosts: int, gpus_per_node: int, nvlink: LinkClass, infiniband: LinkClass, name: str = "gpu-cluster",
+    n_hosts: int,
+    gpus_per_node: int,
+    nvlink: LinkClass,
+    infiniband: LinkClass,
+    name: str = "gpu-cluster",
 ) -> Network:
     """Not collective. Nodes of ``gpus_per_node`` GPUs on an NVSwitch; one InfiniBand NIC per GPU into a non-blocking
     fat tree. Path latencies equal the link classes' latencies; ``message_overhead`` is the
@@ -375,7 +417,9 @@ def gpu_cluster(
     nic_up = builder.links("nic-up", [f"gpu{h}->ib" for h in hosts], infiniband.bandwidth, infiniband.latency / 3)
     nic_down = builder.links("nic-down", [f"ib->gpu{h}" for h in hosts], infiniband.bandwidth, infiniband.latency / 3)
     builder.nic_up, builder.nic_down = nic_up, nic_down
-    core = builder.links("core", [f"node{n}->core" for n in range(nodes)], gpus_per_node * infiniband.bandwidth, infiniband.latency / 3)
+    core = builder.links(
+        "core", [f"node{n}->core" for n in range(nodes)], gpus_per_node * infiniband.bandwidth, infiniband.latency / 3
+    )
     host = np.arange(n_hosts)
     node = host // gpus_per_node
     source, destination = np.meshgrid(host, host, indexing="ij")
@@ -402,7 +446,9 @@ def build_network(preset: str, n_hosts: int | None = None) -> Network:
     name = preset.strip().lower()
     machine = PRESETS.get(name)
     if machine is None or machine.network is None:
-        problem = f"{preset!r} is a planner topology the simulator does not model" if machine else f"unknown network preset {preset!r}"
+        problem = (
+            f"{preset!r} is a planner topology the simulator does not model" if machine else f"unknown network preset {preset!r}"
+        )
         raise InputError(f"{problem}; choose one of {', '.join(network_presets())}")
     default = machine.hosts
     hosts = n_hosts if n_hosts is not None else default

@@ -72,8 +72,14 @@ class PlanTime:
             "total_seconds": self.total_seconds,
             "slowest_rank": self.slowest_rank,
             "steps": [
-                {"step": s.step, "seconds": s.seconds, "lower_bound_seconds": s.lower_bound_seconds,
-                 "slowest_rank": s.slowest_rank, "flows": s.flows, "bytes": s.bytes}
+                {
+                    "step": s.step,
+                    "seconds": s.seconds,
+                    "lower_bound_seconds": s.lower_bound_seconds,
+                    "slowest_rank": s.slowest_rank,
+                    "flows": s.flows,
+                    "bytes": s.bytes,
+                }
                 for s in self.steps
             ],
         }
@@ -84,7 +90,9 @@ def wire_bytes(payload: np.ndarray, network: Network) -> np.ndarray:
     payload = np.asarray(payload, np.int64)
     room = network.mtu - network.packet_header_bytes
     if room <= 0:
-        raise InputError(f"network {network.name!r}: MTU {network.mtu} leaves no room after {network.packet_header_bytes}-byte headers")
+        raise InputError(
+            f"network {network.name!r}: MTU {network.mtu} leaves no room after {network.packet_header_bytes}-byte headers"
+        )
     packets = -(-payload // room)
     return payload + packets * network.packet_header_bytes
 
@@ -129,8 +137,14 @@ def simulate_plan(
         finish = network.message_overhead * sent_messages[pair_sources] + result.finish + latency
         slowest = int(np.argmax(finish))
         steps.append(
-            StepTime(int(step), float(finish[slowest]), result.lower_bound + float(latency.min()),
-                     int(pair_destinations[slowest]), int(keys.size), int(sizes.sum()))
+            StepTime(
+                int(step),
+                float(finish[slowest]),
+                result.lower_bound + float(latency.min()),
+                int(pair_destinations[slowest]),
+                int(keys.size),
+                int(sizes.sum()),
+            )
         )
     communication = sum(s.seconds for s in steps)
     bound = sum(s.lower_bound_seconds for s in steps)

@@ -41,8 +41,23 @@ UNBOUNDED = np.iinfo(np.int64).max // 4
 
 @njit(cache=True)
 def issue_requests(
-    cols, col_owner, node, rtt_cycles, batch, units, pending, use_filter, use_coalesce, command_cycles,
-    first_response, last_unit, last_time, stamp, out_cols, out_dest, out_time,
+    cols,
+    col_owner,
+    node,
+    rtt_cycles,
+    batch,
+    units,
+    pending,
+    use_filter,
+    use_coalesce,
+    command_cycles,
+    first_response,
+    last_unit,
+    last_time,
+    stamp,
+    out_cols,
+    out_dest,
+    out_time,
 ):
     """Issue one node's read PRs (module docstring). ``cols``: the node's nonzeros' columns in CSR
     order; ``rtt_cycles[d]``: round trip to node d. ``first_response``/``last_unit``/``last_time``/

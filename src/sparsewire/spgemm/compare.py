@@ -95,6 +95,7 @@ def product_terms(a: sp.sparray, b: sp.sparray, semiring: Semiring) -> tuple[np.
 
 def _compare_membership(result: sp.csr_array, reference: sp.csr_array, a, b, semiring: Semiring) -> dict:
     """The ``any`` monoid: the pattern of the reference, and each value one of its terms."""
+
     def keyed(i, j, values):
         # Rows (i, j, value bits); -0.0 and 0.0 are the same value.
         values = np.asarray(values, np.float64) + 0.0
@@ -105,7 +106,7 @@ def _compare_membership(result: sp.csr_array, reference: sp.csr_array, a, b, sem
         mine = keyed(np.repeat(np.arange(ours.shape[0]), np.diff(ours.indptr)), ours.indices, ours.data)
         # Each of ours is a member when its (i, j, value) occurs among the terms too.
         _, inverse, counts = np.unique(np.vstack([known, mine]), axis=0, return_inverse=True, return_counts=True)
-        return counts[inverse.ravel()[known.shape[0]:]] >= 2
+        return counts[inverse.ravel()[known.shape[0] :]] >= 2
 
     return _compare(result, reference, members, exact=False)
 

@@ -205,8 +205,9 @@ class DistributedSpgemm:
         """The most stored entries this rank held at once (inputs, received blocks, products, C)."""
         return self.multiplier.peak_held_entries
 
-    def gather_c(self, c_local: gb.Matrix, root: int = 0, row_order: np.ndarray | None = None,
-                 col_order: np.ndarray | None = None) -> sp.csr_array | None:
+    def gather_c(
+        self, c_local: gb.Matrix, root: int = 0, row_order: np.ndarray | None = None, col_order: np.ndarray | None = None
+    ) -> sp.csr_array | None:
         """Collective. The global C on ``root`` (None elsewhere); with ``row_order`` /
         ``col_order`` (position -> original index), rows and columns in the original order."""
         comm = self.comm
@@ -345,7 +346,9 @@ def rows_to_blocks(comm: MPI.Comm, rows_held: sp.sparray, row_offset: int, block
     return sp.csr_array((received[2], (received[0] - row_slice.start, received[1] - col_slice.start)), shape=shape)
 
 
-def blocks_to_rows(comm: MPI.Comm, block: sp.sparray, row_start: int, col_start: int, rows: RowPartition, n_cols: int) -> sp.csr_array:
+def blocks_to_rows(
+    comm: MPI.Comm, block: sp.sparray, row_start: int, col_start: int, rows: RowPartition, n_cols: int
+) -> sp.csr_array:
     """Collective. 2D blocks -> 1D rows, the inverse of :func:`rows_to_blocks`: every rank passes its
     block (first global row ``row_start``, first column ``col_start``) and gets its rows
     ``rows.range(rank)`` of the whole, with global column indices."""

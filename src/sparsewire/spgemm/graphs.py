@@ -95,7 +95,9 @@ def _vertex_sweep(comm, matrix, source, semiring_name, update, partition="even",
         source = int(np.argsort(order)[source])  # the source's label in the partitioner's order
     transposed = sp.csr_array(matrix.T) if rank == 0 else None
     semiring = get_semiring(semiring_name)
-    spgemm = DistributedSpgemm(comm, transposed, (n, 1), semiring, "1d", strategy=Strategy.COLUMN, partitions=(vertices, vertices))
+    spgemm = DistributedSpgemm(
+        comm, transposed, (n, 1), semiring, "1d", strategy=Strategy.COLUMN, partitions=(vertices, vertices)
+    )
     start, stop = spgemm.b_block(rank)[0].start, spgemm.b_block(rank)[0].stop
     values = np.full(stop - start, np.inf)
     if start <= source < stop:
@@ -104,7 +106,9 @@ def _vertex_sweep(comm, matrix, source, semiring_name, update, partition="even",
     steps = 0
     while True:
         dtype = semiring.dtype
-        x = gb.Matrix.from_coo(changed, np.zeros(changed.size, np.int64), values[changed].astype(dtype), nrows=stop - start, ncols=1, dtype=dtype)
+        x = gb.Matrix.from_coo(
+            changed, np.zeros(changed.size, np.int64), values[changed].astype(dtype), nrows=stop - start, ncols=1, dtype=dtype
+        )
         y = spgemm.multiply(x)
         rows, _, candidate = y.to_coo()
         changed = update(values, rows.astype(np.int64), candidate.astype(np.float64), steps + 1)
@@ -172,8 +176,13 @@ def lower_triangle(matrix: sp.sparray) -> sp.csr_array:
 
 
 def triangle_count(
-    comm: MPI.Comm, matrix: sp.csr_array | None, *, algorithm: str = "auto", grid: ProcessGrid | None = None,
-    partition: str = "even", imbalance: float = 0.03,
+    comm: MPI.Comm,
+    matrix: sp.csr_array | None,
+    *,
+    algorithm: str = "auto",
+    grid: ProcessGrid | None = None,
+    partition: str = "even",
+    imbalance: float = 0.03,
 ) -> GraphRun:
     """Collective. Triangles of the undirected graph of A: ``sum(L (+.pair) L masked by L)``
     (the count does not depend on the labels, so a reordering ``partition`` needs no way back)."""
@@ -192,8 +201,14 @@ def triangle_count(
 
 
 def reachable_within(
-    comm: MPI.Comm, matrix: sp.csr_array | None, hops: int, *, algorithm: str = "summa", grid: ProcessGrid | None = None,
-    partition: str = "even", imbalance: float = 0.03,
+    comm: MPI.Comm,
+    matrix: sp.csr_array | None,
+    hops: int,
+    *,
+    algorithm: str = "summa",
+    grid: ProcessGrid | None = None,
+    partition: str = "even",
+    imbalance: float = 0.03,
 ) -> GraphRun:
     """Collective. The pattern of ``(I + A)^hops`` (v reachable from u in at most ``hops`` steps),
     by repeated squaring over (lor, land); on rank 0 ``values`` is it as a boolean CSR matrix in the
@@ -229,7 +244,15 @@ def reachable_within(
 
 def _product(comm, left: gb.Matrix, right: gb.Matrix, n: int, semiring, algorithm: str, grid, vertices) -> tuple[gb.Matrix, int]:
     spgemm = DistributedSpgemm(
-        comm, None, (n, n), semiring, algorithm, grid=grid, a_local=to_scipy(left), a_shape=(n, n), partitions=(vertices, vertices)
+        comm,
+        None,
+        (n, n),
+        semiring,
+        algorithm,
+        grid=grid,
+        a_local=to_scipy(left),
+        a_shape=(n, n),
+        partitions=(vertices, vertices),
     )
     product = spgemm.multiply(right)
     sent = comm.allreduce(spgemm.bytes_received, op=MPI.SUM)

@@ -126,13 +126,18 @@ def pack_row_ranges(
             messages.append((ints, values[start:stop] if consume else values[start:stop].copy(), listed))
     finally:
         if not consume:
-            matrix.ss.pack_hypercsr(**{key: value for key, value in arrays.items() if key not in ("nrows", "ncols", "format")},
-                                    take_ownership=True)
+            matrix.ss.pack_hypercsr(
+                **{key: value for key, value in arrays.items() if key not in ("nrows", "ncols", "format")}, take_ownership=True
+            )
     return messages
 
 
 def import_messages(
-    pieces: list[tuple[np.ndarray, np.ndarray, int]], row_offsets: np.ndarray, nrows: int, ncols: int, dtype: np.dtype,
+    pieces: list[tuple[np.ndarray, np.ndarray, int]],
+    row_offsets: np.ndarray,
+    nrows: int,
+    ncols: int,
+    dtype: np.dtype,
     values: np.ndarray | None = None,
 ) -> gb.Matrix:
     """Not collective. One hypersparse matrix from messages: piece d = (integer array, values, listed rows) holds
@@ -158,8 +163,15 @@ def import_messages(
     indptr = np.zeros(listed_total + 1, np.uint64)
     np.cumsum(lengths, out=indptr[1:])
     return gb.Matrix.ss.import_hypercsr(
-        nrows=nrows, ncols=ncols, rows=rows, indptr=indptr, col_indices=cols,
-        values=np.ascontiguousarray(values, dtype=dtype), nvec=listed_total, sorted_cols=True, take_ownership=True,
+        nrows=nrows,
+        ncols=ncols,
+        rows=rows,
+        indptr=indptr,
+        col_indices=cols,
+        values=np.ascontiguousarray(values, dtype=dtype),
+        nvec=listed_total,
+        sorted_cols=True,
+        take_ownership=True,
     )
 
 

@@ -33,11 +33,12 @@ from mpi4py import MPI
 
 from sparsewire.errors import PlanMismatchError
 from sparsewire.plan.plan import DIRECT_B, DIRECT_C, RankPlan
-from sparsewire.spgemm.transfer import SparseTransfer
 from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
+from sparsewire.spgemm.transfer import SparseTransfer
 
 __all__ = ["OneDimMultiplier"]
+
 
 def _rows_only(matrix: sp.csr_array, keep: np.ndarray, ones: bool = False) -> sp.csr_array:
     """``matrix`` with every row not in ``keep`` (a boolean mask) emptied; values 1 if ``ones``."""

@@ -22,8 +22,8 @@ python-graphblas).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import graphblas as gb
 import numpy as np
@@ -153,9 +153,7 @@ def get_semiring(name: str) -> Semiring:
         if not isinstance(getattr(binary, multiply, None), gb.core.operator.BinaryOp):
             raise InputError(f"semiring {name!r}: python-graphblas has no binary operator {multiply!r} (try minus, first, div)")
         return _build(text, add, multiply, np.bool_ if add == "lor" else np.float64)
-    raise InputError(
-        f"unknown semiring {name!r}; choose from {', '.join(SEMIRINGS)}, or write ADD.MULTIPLY (e.g. plus.minus)"
-    )
+    raise InputError(f"unknown semiring {name!r}; choose from {', '.join(SEMIRINGS)}, or write ADD.MULTIPLY (e.g. plus.minus)")
 
 
 def user_semiring(name: str, add: str, multiply: Callable[[float, float], float], dtype=np.float64) -> Semiring:

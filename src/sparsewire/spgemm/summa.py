@@ -28,9 +28,9 @@ from mpi4py import MPI
 
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
-from sparsewire.spgemm.transfer import SparseTransfer
 from sparsewire.spgemm.local import empty, import_messages, index_dtype, pack_row_ranges, row_counts, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
+from sparsewire.spgemm.transfer import SparseTransfer
 
 __all__ = ["ProcessGrid", "choose_grid", "parse_grid", "summa_stages", "SummaMultiplier", "BlockLayout"]
 
@@ -158,16 +158,23 @@ class SummaMultiplier:
         self.col_comm = comm.Split(color=self.col, key=self.row)
         self.a_block = a_block
         self.stages = summa_stages(layout.a_cols, layout.b_rows)
-        self.itype = index_dtype(max(int(layout.a_rows.counts().max()), int(layout.b_rows.counts().max())),
-                                 max(int(layout.a_cols.counts().max()), int(layout.b_cols.counts().max())))
+        self.itype = index_dtype(
+            max(int(layout.a_rows.counts().max()), int(layout.b_rows.counts().max())),
+            max(int(layout.a_cols.counts().max()), int(layout.b_cols.counts().max())),
+        )
         a_start = int(layout.a_cols.offsets[self.col])
         owned = [s for s, stage in enumerate(self.stages) if stage[2] == self.col]
         # This rank's A stage blocks (GraphBLAS views for its own products, messages for its peers)
         # and their sizes from counts (the prediction does not look at the messages).
         self.a_pieces = {s: column_slice(a_block, self.stages[s][0] - a_start, self.stages[s][1] - a_start) for s in owned}
-        self.a_messages = {} if grid.cols == 1 else {
-            s: pack_row_ranges(piece, np.array([0, piece.nrows], np.int64), self.itype)[0] for s, piece in self.a_pieces.items()
-        }
+        self.a_messages = (
+            {}
+            if grid.cols == 1
+            else {
+                s: pack_row_ranges(piece, np.array([0, piece.nrows], np.int64), self.itype)[0]
+                for s, piece in self.a_pieces.items()
+            }
+        )
         self.a_sizes = {s: (int((row_counts(p) > 0).sum()), int(p.nvals)) for s, p in self.a_pieces.items()}
         self.bytes_received = 0
         self.peak_held_entries = 0
@@ -186,7 +193,9 @@ class SummaMultiplier:
         """Not collective. Bytes this rank's stage blocks put on the wire in :meth:`multiply` (each to pc - 1 or
         pr - 1 receivers), from counts only: the A blocks' sizes found at setup, B's row degrees."""
         grid, value_bytes, index_bytes = self.layout.grid, np.dtype(self.semiring.dtype).itemsize, self.itype.itemsize
-        total = sum((grid.cols - 1) * wire_bytes(listed, entries, index_bytes, value_bytes) for listed, entries in self.a_sizes.values())
+        total = sum(
+            (grid.cols - 1) * wire_bytes(listed, entries, index_bytes, value_bytes) for listed, entries in self.a_sizes.values()
+        )
         counts = row_counts(b_block)
         for _, first, last in self._b_stage_rows():
             piece = counts[first:last]

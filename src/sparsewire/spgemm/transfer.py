@@ -55,7 +55,8 @@ class SparseTransfer:
         self.bytes_received = 0
 
     def send(self, comm: MPI.Comm, destination: int, tag: int, message: tuple[np.ndarray, np.ndarray, int]) -> None:
-        """Not collective (point to point with the peers). Start sending one message (header, integers, values); the buffers must stay unchanged
+        """Not collective (point to point with the peers). Start sending one message (header, integers,
+        values); the buffers must stay unchanged
         until :meth:`finish_sends`."""
         ints, values, listed = message
         header = np.array([listed, values.size], np.int64)
@@ -83,7 +84,8 @@ class SparseTransfer:
         return int(incoming.header[0]), int(incoming.header[1])
 
     def post_payload(self, incoming: Incoming, values: np.ndarray | None = None) -> None:
-        """Not collective (point to point with the peers). Wait for the header, then start the payload receives with exactly the announced room;
+        """Not collective (point to point with the peers). Wait for the header, then start the payload
+        receives with exactly the announced room;
         ``values``: where the values go (default: a new array)."""
         listed, entries = self.wait_header(incoming)
         incoming.ints = np.empty(2 * listed + entries, self.itype)
@@ -95,14 +97,16 @@ class SparseTransfer:
         ]
 
     def wait(self, incoming: Incoming) -> tuple[np.ndarray, np.ndarray, int]:
-        """Not collective (point to point with the peers). Wait for one message's payload; returns it as (integer array, values, listed rows)."""
+        """Not collective (point to point with the peers). Wait for one message's payload; returns it as
+        (integer array, values, listed rows)."""
         statuses = [MPI.Status(), MPI.Status()]
         MPI.Request.Waitall(incoming.requests, statuses)
         self.bytes_received += sum(status.Get_count(MPI.BYTE) for status in statuses)
         return incoming.ints, incoming.values, incoming.listed
 
     def finish_sends(self) -> None:
-        """Not collective (point to point with the peers). Wait until every started send has completed (its buffers may then change)."""
+        """Not collective (point to point with the peers). Wait until every started send has completed (its
+        buffers may then change)."""
         MPI.Request.Waitall(self.send_requests)
         self.send_requests.clear()
         self._keep_alive.clear()

@@ -25,11 +25,16 @@ HERE = Path(__file__).resolve().parent
 def write(name, network, sources, destinations, sizes):
     offsets, links = network.route_lists(sources, destinations)
     flows = [
-        {"source": int(s), "destination": int(d), "bytes": int(b), "route": [int(x) for x in links[offsets[i]:offsets[i + 1]]]}
+        {"source": int(s), "destination": int(d), "bytes": int(b), "route": [int(x) for x in links[offsets[i] : offsets[i + 1]]]}
         for i, (s, d, b) in enumerate(zip(sources, destinations, sizes))
     ]
-    instance = {"name": name, "network": network.describe(), "hosts": network.n_hosts,
-                "capacities": [float(c) for c in network.capacities], "flows": flows}
+    instance = {
+        "name": name,
+        "network": network.describe(),
+        "hosts": network.n_hosts,
+        "capacities": [float(c) for c in network.capacities],
+        "flows": flows,
+    }
     (HERE / f"{name}.json").write_text(json.dumps(instance))
     print(f"{name}: {len(flows)} flows")
 

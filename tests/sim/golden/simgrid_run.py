@@ -21,8 +21,15 @@ from simgrid import Actor, Engine, LinkInRoute, Mailbox, NetZone
 def main(path):
     with open(path) as handle:
         instance = json.load(handle)
-    engine = Engine(["simgrid_run", "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0",
-                     "--cfg=network/TCP-gamma:0", "--log=root.threshold:warning"])
+    engine = Engine(
+        [
+            "simgrid_run",
+            "--cfg=network/model:CM02",
+            "--cfg=network/crosstraffic:0",
+            "--cfg=network/TCP-gamma:0",
+            "--log=root.threshold:warning",
+        ]
+    )
     zone = NetZone.create_full_zone("cluster")
     hosts = [zone.create_host(f"host{i}", 1e9).seal() for i in range(instance["hosts"])]
     links = [zone.create_link(f"link{j}", capacity).set_latency(0).seal() for j, capacity in enumerate(instance["capacities"])]
@@ -32,8 +39,14 @@ def main(path):
         if pair in routed:
             continue
         routed.add(pair)
-        zone.add_route(hosts[pair[0]].netpoint, hosts[pair[1]].netpoint, None, None,
-                       [LinkInRoute(links[link]) for link in flow["route"]], False)
+        zone.add_route(
+            hosts[pair[0]].netpoint,
+            hosts[pair[1]].netpoint,
+            None,
+            None,
+            [LinkInRoute(links[link]) for link in flow["route"]],
+            False,
+        )
     zone.seal()
     finish = [0.0] * len(instance["flows"])
 

@@ -26,7 +26,10 @@ from sparsewire.exec.modes import Mode
 __all__ = ["BACKENDS", "backend_class", "backend_problem", "make_backend"]
 
 #: Every backend's name and the class that implements it (``module:class``, imported on first use).
-_CLASSES = {"numpy": "sparsewire.exec.kernels.numpy_backend:NumpyBackend", "torch": "sparsewire.exec.kernels.torch_backend:TorchBackend"}
+_CLASSES = {
+    "numpy": "sparsewire.exec.kernels.numpy_backend:NumpyBackend",
+    "torch": "sparsewire.exec.kernels.torch_backend:TorchBackend",
+}
 #: The kernel backends' names, for ``--backend`` and :class:`~sparsewire.options.ExecOptions`.
 BACKENDS = tuple(_CLASSES)
 
@@ -45,14 +48,20 @@ def backend_problem(backend: str, device: str, mode: str | None) -> str | None:
     if backend not in BACKENDS:
         return f"unknown backend {backend!r}; choose {' or '.join(BACKENDS)}"
     if backend == "numpy":
-        return None if device == "cpu" else f"the numpy backend runs on the CPU (got device {device!r}); pass backend='torch' for another device"
+        return (
+            None
+            if device == "cpu"
+            else f"the numpy backend runs on the CPU (got device {device!r}); pass backend='torch' for another device"
+        )
     implementation = backend_class(backend)
     problem = implementation.device_problem(device)
     if problem:
         return problem
     if mode is not None and Mode(mode) not in implementation.modes:
-        return (f"the {backend} backend cannot run the {mode} mode (it runs "
-                f"{', '.join(m.value for m in Mode if m in implementation.modes)}); use one of those or backend 'numpy'")
+        return (
+            f"the {backend} backend cannot run the {mode} mode (it runs "
+            f"{', '.join(m.value for m in Mode if m in implementation.modes)}); use one of those or backend 'numpy'"
+        )
     return None
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.errors import InputError
 from sparsewire.cores import default_threads  # re-exported: the kernels size their pools by it
+from sparsewire.errors import InputError
 
 __all__ = [
     "CsrOperand",
@@ -168,13 +168,23 @@ class CsrOperand:
         index_type = np.int32 if csr.shape[1] <= np.iinfo(np.int32).max else np.int64
         bounds = balanced_bounds(indptr, threads)
         chunks = np.concatenate(
-            [[0]] + [lo + balanced_bounds(indptr[lo : hi + 1] - indptr[lo], CHUNKS_PER_THREAD)[1:] for lo, hi in zip(bounds[:-1], bounds[1:])]
+            [[0]]
+            + [
+                lo + balanced_bounds(indptr[lo : hi + 1] - indptr[lo], CHUNKS_PER_THREAD)[1:]
+                for lo, hi in zip(bounds[:-1], bounds[1:])
+            ]
         ).astype(np.int64)
         return CsrOperand(
             # The plan's arrays are shared where their types already fit (a GNN plan's diagonal block
             # in the training dtype): a copy would hold the matrix twice.
-            indptr, csr.indices.astype(index_type, copy=False), csr.data.astype(dtype, copy=False), csr.shape, bounds, bool(prefetch),
-            chunks, np.zeros(threads * _compiled().COUNTER_STRIDE, np.int64),
+            indptr,
+            csr.indices.astype(index_type, copy=False),
+            csr.data.astype(dtype, copy=False),
+            csr.shape,
+            bounds,
+            bool(prefetch),
+            chunks,
+            np.zeros(threads * _compiled().COUNTER_STRIDE, np.int64),
         )
 
     @property
@@ -205,7 +215,10 @@ def _require_contiguous_rows(x: np.ndarray, out: np.ndarray) -> None:
     Fortran-ordered block would otherwise be read wrong)."""
     for name, array in (("x", x), ("out", out)):
         if array.ndim != 2 or (array.size and array.shape[1] > 1 and array.strides[1] != array.itemsize):
-            raise InputError(f"the kernel's {name} must be 2-D with rows of contiguous elements (got strides {array.strides}); pass np.ascontiguousarray({name})")
+            raise InputError(
+                f"the kernel's {name} must be 2-D with rows of contiguous elements (got strides {array.strides}); pass "
+                f"np.ascontiguousarray({name})"
+            )
 
 
 #: Bytes of a B row up to which the CSR product never prefetches: a row of one cache line or less
@@ -229,18 +242,49 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
     _require_contiguous_rows(x, out)
     stream = streams(out, accumulate)
     if operand.bounds.size == 2:
-        _compiled().csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, 0, operand.shape[0], accumulate, _prefetches(operand, x), stream)
+        _compiled().csr_dense_range(
+            operand.indptr,
+            operand.indices,
+            operand.data,
+            x,
+            out,
+            0,
+            operand.shape[0],
+            accumulate,
+            _prefetches(operand, x),
+            stream,
+        )
     else:
         _threaded(
-            _compiled().csr_dense_threads, operand.indptr, operand.indices, operand.data, x, out, operand.chunks, operand.claimed, accumulate,
-            _prefetches(operand, x), stream,
+            _compiled().csr_dense_threads,
+            operand.indptr,
+            operand.indices,
+            operand.data,
+            x,
+            out,
+            operand.chunks,
+            operand.claimed,
+            accumulate,
+            _prefetches(operand, x),
+            stream,
         )
 
 
 def multiply_rows(operand: CsrOperand, x: np.ndarray, out: np.ndarray, start: int, stop: int, accumulate: bool = False) -> None:
     """Not collective. Rows [start, stop) of :func:`multiply`, on the calling thread."""
     _require_contiguous_rows(x, out)
-    _compiled().csr_dense_range(operand.indptr, operand.indices, operand.data, x, out, start, stop, accumulate, _prefetches(operand, x), streams(out, accumulate))
+    _compiled().csr_dense_range(
+        operand.indptr,
+        operand.indices,
+        operand.data,
+        x,
+        out,
+        start,
+        stop,
+        accumulate,
+        _prefetches(operand, x),
+        streams(out, accumulate),
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -315,7 +359,9 @@ def apply_columns(operand: CscOperand, buffer: np.ndarray, out: np.ndarray, col_
         _threaded(_compiled().csc_columns_threads, operand.colptrs, operand.rows, operand.data, buffer, out, col_start, col_stop)
 
 
-def apply_elements(operand: CscOperand, thread: int, buffer_flat: np.ndarray, k: int, out: np.ndarray, start: int, stop: int) -> None:
+def apply_elements(
+    operand: CscOperand, thread: int, buffer_flat: np.ndarray, k: int, out: np.ndarray, start: int, stop: int
+) -> None:
     """Not collective. Thread ``thread``'s part of ``out += A @ buffer`` for elements [start, stop) of the
     flattened buffer (one partition; whole rows and row fragments)."""
     _compiled().csc_elements(operand.colptrs[thread], operand.rows, operand.data, buffer_flat, k, out, start, stop)
@@ -325,4 +371,3 @@ def copy(source: np.ndarray, target: np.ndarray, threads: int) -> None:
     """Not collective. ``target[:] = source[:]`` (1-D) on ``threads`` threads: the machine's copy bandwidth."""
     bounds = np.linspace(0, source.size, threads + 1).astype(np.int64)
     _threaded(_compiled().copy_threads, source, target, bounds)
-

@@ -37,8 +37,10 @@ from sparsewire.exec.kernels.simd import (
     lanes_store,
     lanes_stream,
     lanes_zero,
-    prefetch as _prefetch,
     store_fence,
+)
+from sparsewire.exec.kernels.simd import (
+    prefetch as _prefetch,
 )
 
 #: Nonzeros ahead whose B rows the CSR product prefetches (16 and 32 measured alike; 8 less).
@@ -200,7 +202,9 @@ def _prefetch_ahead(indices, p, stop, last, base, row_bytes, lines):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _rows_of_one_block(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, registers, last, base, row_bytes):
+def _rows_of_one_block(
+    indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, registers, last, base, row_bytes
+):
     """Rows [row_start, row_stop) when a C row is exactly ``registers`` (4, 2 or 1) registers:
     ``registers`` is a constant at each call site, so the block and the prefetch of that many lines
     compile without loops over blocks or lines (a copy of this loop timed at k = 32 on 2 threads
@@ -215,7 +219,7 @@ def _rows_of_one_block(indptr, indices, data, x, out, row_start, row_stop, accum
                 _prefetch_ahead(indices, p, stop, last, base, row_bytes, 1)
             _two_rows_block1(indices, data, x, out, i, p, middle, middle, stop, stream)
             i += 2
-    for i in range(i, row_stop):
+    for i in range(i, row_stop):  # noqa: B020 - goes on from the row the pairs stopped at
         p, stop = element(indptr, i), element(indptr, i + 1)
         if accumulate and p == stop:
             continue  # nothing to add: C's row is not touched (an off-diagonal block is mostly empty rows)
@@ -249,11 +253,17 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
     base, row_bytes = x.ctypes.data, x.strides[0]
     last = element(indptr, row_stop) if prefetch else 0
     if k == 4 * lanes:
-        _rows_of_one_block(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, 4, last, base, row_bytes)
+        _rows_of_one_block(
+            indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, 4, last, base, row_bytes
+        )
     elif k == 2 * lanes:
-        _rows_of_one_block(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, 2, last, base, row_bytes)
+        _rows_of_one_block(
+            indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, 2, last, base, row_bytes
+        )
     elif k == lanes:
-        _rows_of_one_block(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, 1, last, base, row_bytes)
+        _rows_of_one_block(
+            indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, 1, last, base, row_bytes
+        )
     elif 2 * k == lanes:
         # Half a register (k = 8 in float32, 4 in float64): the scalar loop below would take
         # each of the row's columns in turn (7x MKL's time at k = 8 in float32).
@@ -265,7 +275,7 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
                     _prefetch_ahead(indices, p, stop, last, base, row_bytes, 1)
                 _two_rows_half(indices, data, x, out, i, p, middle, middle, stop)
                 i += 2
-        for i in range(i, row_stop):
+        for i in range(i, row_stop):  # noqa: B020 - goes on from the row the pairs stopped at
             p, stop = element(indptr, i), element(indptr, i + 1)
             if accumulate and p == stop:
                 continue
@@ -358,6 +368,16 @@ from sparsewire.exec.kernels.numba_messages import (  # noqa: E402 - the backend
 )
 
 __all__ = [
-    "csr_dense_range", "csr_dense_threads", "reset_claims", "claim_chunk", "gather_range", "gather_threads", "gather_elements",
-    "csr_elements", "csc_columns_range", "csc_columns_threads", "csc_elements", "copy_threads",
+    "csr_dense_range",
+    "csr_dense_threads",
+    "reset_claims",
+    "claim_chunk",
+    "gather_range",
+    "gather_threads",
+    "gather_elements",
+    "csr_elements",
+    "csc_columns_range",
+    "csc_columns_threads",
+    "csc_elements",
+    "copy_threads",
 ]

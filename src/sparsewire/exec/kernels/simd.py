@@ -56,7 +56,9 @@ def _element_address(context, builder, array_type, array, row, column):
 def _splat(builder, value, count):
     vector_type = ir.VectorType(value.type, count)
     single = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
-    return builder.shuffle_vector(single, ir.Constant(vector_type, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), count), [0] * count))
+    return builder.shuffle_vector(
+        single, ir.Constant(vector_type, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), count), [0] * count)
+    )
 
 
 @intrinsic
@@ -187,7 +189,9 @@ def prefetch(typingctx, address):
         function = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [pointer_type, i32, i32, i32]), "llvm.prefetch.p0"
         )
-        builder.call(function, [builder.inttoptr(args[0], pointer_type), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        builder.call(
+            function, [builder.inttoptr(args[0], pointer_type), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+        )
         return context.get_dummy_value()
 
     return types.void(types.intp), codegen

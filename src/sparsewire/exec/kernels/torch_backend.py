@@ -136,7 +136,10 @@ class TorchBackend:
                 "on a machine with an NVIDIA GPU (bench/README.md), or use device='cpu'"
             )
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-            return f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+            return (
+                f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 to "
+                f"cuda:{torch.cuda.device_count() - 1}"
+            )
         return None
 
     def _values(self, values: np.ndarray, dtype: np.dtype) -> torch.Tensor:
@@ -151,8 +154,15 @@ class TorchBackend:
         row_starts = csr.indptr.astype(np.int64)
         indptr, indices = _index(row_starts, self.device), _index(csr.indices, self.device)
         values = self._values(csr.data, np.dtype(dtype))
-        return TorchCsr(_csr_tensor(indptr, indices, values, csr.shape), indptr, indices, values, row_starts, csr.shape,
-                        balanced_bounds(row_starts, threads))
+        return TorchCsr(
+            _csr_tensor(indptr, indices, values, csr.shape),
+            indptr,
+            indices,
+            values,
+            row_starts,
+            csr.shape,
+            balanced_bounds(row_starts, threads),
+        )
 
     def gather_operand(self, index: np.ndarray, threads: int) -> TorchGather:
         """Not collective."""
@@ -167,8 +177,15 @@ class TorchBackend:
     @staticmethod
     def with_values(operand: TorchCsr, values: torch.Tensor) -> TorchCsr:
         """Not collective. ``operand``'s pattern with other values (in its stored order)."""
-        return TorchCsr(_csr_tensor(operand.indptr, operand.indices, values, operand.shape), operand.indptr, operand.indices, values,
-                        operand.row_starts, operand.shape, operand.bounds)
+        return TorchCsr(
+            _csr_tensor(operand.indptr, operand.indices, values, operand.shape),
+            operand.indptr,
+            operand.indices,
+            values,
+            operand.row_starts,
+            operand.shape,
+            operand.bounds,
+        )
 
     @staticmethod
     def from_torch(tensor: torch.Tensor) -> torch.Tensor:
@@ -245,13 +262,19 @@ class TorchBackend:
         torch.addmm(out, operand.matrix, x, beta=1 if accumulate else 0, out=out)
 
     @staticmethod
-    def multiply_rows(operand: TorchCsr, x: torch.Tensor, out: torch.Tensor, start: int, stop: int, accumulate: bool = False) -> None:
+    def multiply_rows(
+        operand: TorchCsr, x: torch.Tensor, out: torch.Tensor, start: int, stop: int, accumulate: bool = False
+    ) -> None:
         """Not collective. Rows [start, stop) of :meth:`multiply`."""
         if stop <= start:
             return
         first, last = int(operand.row_starts[start]), int(operand.row_starts[stop])
-        rows = _csr_tensor(operand.indptr[start : stop + 1] - first, operand.indices[first:last], operand.values[first:last],
-                           (stop - start, operand.shape[1]))
+        rows = _csr_tensor(
+            operand.indptr[start : stop + 1] - first,
+            operand.indices[first:last],
+            operand.values[first:last],
+            (stop - start, operand.shape[1]),
+        )
         target = out[start:stop]
         torch.addmm(target, rows, x, beta=1 if accumulate else 0, out=target)
 
@@ -261,7 +284,9 @@ class TorchBackend:
         if operand.index.numel():
             torch.index_select(x, 0, operand.index, out=out)
 
-    def apply_columns(self, operand: TorchColumns, buffer: torch.Tensor, out: torch.Tensor, col_start: int, col_stop: int) -> None:
+    def apply_columns(
+        self, operand: TorchColumns, buffer: torch.Tensor, out: torch.Tensor, col_start: int, col_stop: int
+    ) -> None:
         """Not collective. ``out += R[:, col_start:col_stop] @ buffer[col_start:col_stop]`` (one
         message's rows added at their C rows): a CSR ``addmm`` on that block of R, made once.
         (Gathering the message's rows, scaling them and ``index_add_`` at their C rows made an
@@ -293,8 +318,13 @@ class TorchBackend:
         wanted = _TORCH_DTYPES[dtype]
         if out is None:
             return torch.empty(shape, dtype=wanted, device=self.device)
-        if not (isinstance(out, torch.Tensor) and tuple(out.shape) == shape and out.dtype == wanted and out.device == self.device
-                and out.is_contiguous()):
+        if not (
+            isinstance(out, torch.Tensor)
+            and tuple(out.shape) == shape
+            and out.dtype == wanted
+            and out.device == self.device
+            and out.is_contiguous()
+        ):
             raise PlanMismatchError(
                 f"rank {rank}: out must be a contiguous {wanted} tensor on {self.device} of shape {shape} "
                 f"(got {type(out).__name__} {tuple(getattr(out, 'shape', ()))})"

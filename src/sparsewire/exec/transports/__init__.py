@@ -56,7 +56,11 @@ class TransportEntry:
         if Mode(mode) not in self.modes:
             return (
                 f"the {self.name} transport cannot run the {mode} mode (it runs {', '.join(m for m in MODES if m in self.modes)})"
-                + ("; the partitioned mode needs MPI-4 partitioned messages: use transport 'mpi'" if Mode(mode) is Mode.PARTITIONED else "")
+                + (
+                    "; the partitioned mode needs MPI-4 partitioned messages: use transport 'mpi'"
+                    if Mode(mode) is Mode.PARTITIONED
+                    else ""
+                )
             )
         check = _resolve(self.problem)
         return check(mode, device) if check is not None else None
@@ -65,8 +69,9 @@ class TransportEntry:
 _REGISTRY: dict[str, TransportEntry] = {}
 
 
-def register_transport(name: str, *, modes, summary: str, select: str | Callable, problem: str | Callable | None = None,
-                       replace: bool = False) -> TransportEntry:
+def register_transport(
+    name: str, *, modes, summary: str, select: str | Callable, problem: str | Callable | None = None, replace: bool = False
+) -> TransportEntry:
     """Not collective (every rank registers the same transports before planning). Make a transport
     known under ``name`` (see the module docstring); ``replace=True`` to register a name again."""
     if not name or not name.replace("-", "").replace("_", "").isalnum():
@@ -110,12 +115,17 @@ def transport_help() -> str:
 
 
 register_transport(
-    "mpi", modes=tuple(Mode), select="sparsewire.exec.transports.mpi:select",
-    summary="MPI point to point (persistent requests; MPI-4 partitioned messages for the partitioned mode); bytes counted from the "
-            "receive statuses",
+    "mpi",
+    modes=tuple(Mode),
+    select="sparsewire.exec.transports.mpi:select",
+    summary="MPI point to point (persistent requests; MPI-4 partitioned messages for the partitioned mode); bytes counted from "
+    "the "
+    "receive statuses",
 )
 register_transport(
-    "torch", modes=(Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY), select="sparsewire.exec.transports.torch_distributed:select",
+    "torch",
+    modes=(Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY),
+    select="sparsewire.exec.transports.torch_distributed:select",
     problem="sparsewire.exec.transports.torch_distributed:device_mode_problem",
     summary="torch.distributed (Gloo for CPU tensors, NCCL for CUDA tensors), for PyTorch programs; every mode but partitioned",
 )

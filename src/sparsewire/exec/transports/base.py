@@ -34,6 +34,7 @@ from sparsewire.exec.modes import Mode
 
 __all__ = ["ByteLedger", "Transport", "MessageTransport", "PartitionedTransport"]
 
+
 class ByteLedger:
     """Bytes received per source rank in the last multiply, and every message whose size differed
     from the receiving plan's, over all multiplies.
@@ -100,7 +101,8 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def start_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers). Begin every send of ``ex`` (its send buffer is packed; partitioned: open the messages,
+        """Not collective (point to point with the peers). Begin every send of ``ex`` (its send buffer is
+        packed; partitioned: open the messages,
         whose partitions are then marked ready one by one)."""
 
     @abc.abstractmethod
@@ -126,7 +128,8 @@ class MessageTransport(Transport):
 
     @abc.abstractmethod
     def wait_any(self) -> tuple[int, int]:
-        """Not collective (point to point with the peers). Complete one of the posted receives not yet completed, count it, and return its
+        """Not collective (point to point with the peers). Complete one of the posted receives not yet
+        completed, count it, and return its
         (exchange, message)."""
 
 
@@ -139,4 +142,5 @@ class PartitionedTransport(Transport):
 
     @abc.abstractmethod
     def partition_arrived(self, ex: ExchangeBuffers, message: int, partition: int) -> bool:
-        """Not collective (point to point with the peers). Whether partition ``partition`` of received ``message`` has arrived (thread-safe)."""
+        """Not collective (point to point with the peers). Whether partition ``partition`` of received
+        ``message`` has arrived (thread-safe)."""

@@ -79,14 +79,23 @@ class MpiTransport(MessageTransport):
             recv_messages = list(_messages(ex.recv_offsets, ex.recv_elements, k))
             send_messages = list(_messages(ex.send_offsets, ex.send_elements, k))
             recv_staged, send_staged = set(ex.recv_staged), set(ex.send_staged)
-            recv_memory = [_bind(ex.recv_flat, ex.recv_stage, ex.recv_device, start, count, m in recv_staged)
-                           for m, (start, count) in enumerate(recv_messages)]
-            send_memory = [_bind(ex.send_flat, ex.send_stage, ex.send_device, start, count, m in send_staged)
-                           for m, (start, count) in enumerate(send_messages)]
-            self._recv.append([comm.Recv_init([memory, self._type], source, tag) for source, (memory, _) in zip(ex.recv_ranks, recv_memory)])
-            self._send.append([
-                comm.Send_init([memory, self._type], destination, tag) for destination, (memory, _) in zip(ex.send_ranks, send_memory)
-            ])
+            recv_memory = [
+                _bind(ex.recv_flat, ex.recv_stage, ex.recv_device, start, count, m in recv_staged)
+                for m, (start, count) in enumerate(recv_messages)
+            ]
+            send_memory = [
+                _bind(ex.send_flat, ex.send_stage, ex.send_device, start, count, m in send_staged)
+                for m, (start, count) in enumerate(send_messages)
+            ]
+            self._recv.append(
+                [comm.Recv_init([memory, self._type], source, tag) for source, (memory, _) in zip(ex.recv_ranks, recv_memory)]
+            )
+            self._send.append(
+                [
+                    comm.Send_init([memory, self._type], destination, tag)
+                    for destination, (memory, _) in zip(ex.send_ranks, send_memory)
+                ]
+            )
             self._copy_in.append([None if device is None else (memory, device) for memory, device in recv_memory])
             self._copy_out.append([None if device is None else (device, memory) for memory, device in send_memory])
         self._backend = buffers.kernels
@@ -170,14 +179,18 @@ class MpiPartitionedTransport(_Partitioned):
         self._recv, self._send = [], []
         for ex in buffers.exchanges:
             tag, flat_recv, flat_send = _TAG + ex.index, ex.recv_flat, ex.send_flat
-            self._recv.append([
-                comm.Precv_init([flat_recv[start : start + count], count // T, self._type], T, source, tag)
-                for source, (start, count) in zip(ex.recv_ranks, _messages(ex.recv_offsets, ex.recv_elements, k))
-            ])
-            self._send.append([
-                comm.Psend_init([flat_send[start : start + count], count // T, self._type], T, destination, tag)
-                for destination, (start, count) in zip(ex.send_ranks, _messages(ex.send_offsets, ex.send_elements, k))
-            ])
+            self._recv.append(
+                [
+                    comm.Precv_init([flat_recv[start : start + count], count // T, self._type], T, source, tag)
+                    for source, (start, count) in zip(ex.recv_ranks, _messages(ex.recv_offsets, ex.recv_elements, k))
+                ]
+            )
+            self._send.append(
+                [
+                    comm.Psend_init([flat_send[start : start + count], count // T, self._type], T, destination, tag)
+                    for destination, (start, count) in zip(ex.send_ranks, _messages(ex.send_offsets, ex.send_elements, k))
+                ]
+            )
         self._statuses = [[MPI.Status() for _ in requests] for requests in self._recv]
 
     def post_receives(self, ex: ExchangeBuffers) -> None:
@@ -226,14 +239,30 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
         for ex in buffers.exchanges:
             flat_recv, flat_send = ex.recv_flat, ex.send_flat
             tags = [_PARTITION_TAG + ex.index * T + t for t in range(T)]
-            self._recv.append([
-                [comm.Recv_init([flat_recv[start + t * (count // T) : start + (t + 1) * (count // T)], self._type], source, tags[t]) for t in range(T)]
-                for source, (start, count) in zip(ex.recv_ranks, _messages(ex.recv_offsets, ex.recv_elements, k))
-            ])
-            self._send.append([
-                [comm.Send_init([flat_send[start + t * (count // T) : start + (t + 1) * (count // T)], self._type], destination, tags[t]) for t in range(T)]
-                for destination, (start, count) in zip(ex.send_ranks, _messages(ex.send_offsets, ex.send_elements, k))
-            ])
+            self._recv.append(
+                [
+                    [
+                        comm.Recv_init(
+                            [flat_recv[start + t * (count // T) : start + (t + 1) * (count // T)], self._type], source, tags[t]
+                        )
+                        for t in range(T)
+                    ]
+                    for source, (start, count) in zip(ex.recv_ranks, _messages(ex.recv_offsets, ex.recv_elements, k))
+                ]
+            )
+            self._send.append(
+                [
+                    [
+                        comm.Send_init(
+                            [flat_send[start + t * (count // T) : start + (t + 1) * (count // T)], self._type],
+                            destination,
+                            tags[t],
+                        )
+                        for t in range(T)
+                    ]
+                    for destination, (start, count) in zip(ex.send_ranks, _messages(ex.send_offsets, ex.send_elements, k))
+                ]
+            )
         self._statuses = [[[MPI.Status() for _ in range(T)] for _ in ex.recv_ranks] for ex in buffers.exchanges]
         self._lock = threading.Lock() if T > 1 else None
 
@@ -243,7 +272,8 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
             MPI.Prequest.Startall(requests)
 
     def start_sends(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers). Nothing to open: each partition's send starts when it is marked ready."""
+        """Not collective (point to point with the peers). Nothing to open: each partition's send starts when
+        it is marked ready."""
 
     def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
         self._send[ex.index][message][partition].Start()
@@ -263,7 +293,8 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
         return arrived
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
-        """Not collective (point to point with the peers). Every partition was completed by :meth:`partition_arrived`; count their statuses."""
+        """Not collective (point to point with the peers). Every partition was completed by
+        :meth:`partition_arrived`; count their statuses."""
         for message, statuses in enumerate(self._statuses[ex.index]):
             elements = sum(status.Get_count(self._type) for status in statuses)
             self.ledger.record(ex, message, elements)
@@ -291,6 +322,8 @@ def select(mode: Mode, comm: MPI.Comm, device: str = "cpu", *, partitioned: bool
     if comm.Get_rank() == 0:
         warnings.warn(
             "MPI partitioned communication is not available; the partitioned mode runs on persistent point-to-point requests, "
-            "one per partition", FallbackWarning, stacklevel=4,
+            "one per partition",
+            FallbackWarning,
+            stacklevel=4,
         )
     return MpiPartitionsOverPointToPoint

@@ -47,18 +47,29 @@ from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.exec.modes import Mode
 from sparsewire.exec.transports.base import ByteLedger, MessageTransport
 
-__all__ = ["TorchTransport", "GROUPED_MODES", "process_group_ranks", "device_mode_problem", "select", "TIMEOUT_ENVIRONMENT_VARIABLE"]
+__all__ = [
+    "TorchTransport",
+    "GROUPED_MODES",
+    "process_group_ranks",
+    "device_mode_problem",
+    "select",
+    "TIMEOUT_ENVIRONMENT_VARIABLE",
+]
 
 #: The modes the transport runs on CUDA tensors (whole exchanges in one NCCL group).
 GROUPED_MODES = frozenset({Mode.BULK, Mode.OVERLAP, Mode.PIPELINED})
 
 
-def device_mode_problem(device: str, mode: str) -> str | None:
+def device_mode_problem(mode: str, device: str) -> str | None:
     """Not collective. What is wrong with the torch transport running ``mode`` on ``device`` (None: nothing)."""
     if str(device).startswith("cuda") and Mode(mode) not in GROUPED_MODES:
-        return (f"the torch transport moves CUDA tensors over NCCL one exchange at a time, so it runs the "
-                f"{', '.join(m.value for m in Mode if m in GROUPED_MODES)} modes on {device} (not {mode}); use one of those or transport 'mpi'")
+        return (
+            f"the torch transport moves CUDA tensors over NCCL one exchange at a time, so it runs the "
+            f"{', '.join(m.value for m in Mode if m in GROUPED_MODES)} modes on {device} (not {mode}); use one of those or "
+            "transport 'mpi'"
+        )
     return None
+
 
 #: Seconds a torch.distributed operation may wait before it fails (default 300).
 TIMEOUT_ENVIRONMENT_VARIABLE = "SPARSEWIRE_TORCH_TIMEOUT"
@@ -92,18 +103,32 @@ def process_group_ranks(comm: MPI.Comm, device=None) -> list[int]:
     except ImportError:
         torch = dist = None
     available = dist is not None and dist.is_available()
-    agree_on_error(comm, None if available else "the torch transport needs PyTorch with torch.distributed; install it with 'pip install -r requirements.lock'")
+    agree_on_error(
+        comm,
+        None
+        if available
+        else "the torch transport needs PyTorch with torch.distributed; install it with 'pip install -r requirements.lock'",
+    )
     initialised = comm.allgather(dist.is_initialized())
     if any(initialised) and not all(initialised):
-        agree_on_error(comm, "some ranks have a torch.distributed process group and some do not; initialise it on every rank or on none")
+        agree_on_error(
+            comm, "some ranks have a torch.distributed process group and some do not; initialise it on every rank or on none"
+        )
     if not any(initialised):
         if device is not None and torch.device(device).type == "cuda":
             torch.cuda.set_device(torch.device(device))
         address = _rendezvous(comm)
         backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
-        dist.init_process_group(backend, init_method=f"tcp://{address}", rank=comm.Get_rank(), world_size=comm.Get_size(), timeout=_timeout())
+        dist.init_process_group(
+            backend, init_method=f"tcp://{address}", rank=comm.Get_rank(), world_size=comm.Get_size(), timeout=_timeout()
+        )
     ranks = comm.allgather(dist.get_rank())
-    agree_on_error(comm, None if len(set(ranks)) == len(ranks) else f"ranks of the communicator share torch.distributed ranks {ranks}; give each rank its own")
+    agree_on_error(
+        comm,
+        None
+        if len(set(ranks)) == len(ranks)
+        else f"ranks of the communicator share torch.distributed ranks {ranks}; give each rank its own",
+    )
     return ranks
 
 
@@ -119,16 +144,28 @@ def _prepare_nccl(comm: MPI.Comm, device) -> None:
     if not dist.is_nccl_available():
         problem = "CUDA tensors move over NCCL, which this PyTorch lacks; use transport 'mpi' (staged through host memory)"
     elif comm.Get_size() != dist.get_world_size():
-        problem = (f"on CUDA the torch transport needs the communicator to be the whole process group ({comm.Get_size()} of "
-                   f"{dist.get_world_size()} ranks): NCCL's first operation must include every rank")
+        problem = (
+            f"on CUDA the torch transport needs the communicator to be the whole process group ({comm.Get_size()} of "
+            f"{dist.get_world_size()} ranks): NCCL's first operation must include every rank"
+        )
     elif "nccl" not in str(dist.get_backend_config()):
-        problem = f"the process group ({dist.get_backend_config()}) has no NCCL backend for CUDA tensors; initialise it with 'cpu:gloo,cuda:nccl'"
+        problem = (
+            f"the process group ({dist.get_backend_config()}) has no NCCL backend for CUDA tensors; initialise it with "
+            "'cpu:gloo,cuda:nccl'"
+        )
     agree_on_error(comm, problem)
     places = comm.allgather((socket.gethostname(), device.index))
     shared = [(a, b) for a in range(len(places)) for b in range(a + 1, len(places)) if places[a] == places[b]]
-    agree_on_error(comm, None if not shared else (
-        f"ranks {shared[0][0]} and {shared[0][1]} share GPU cuda:{places[shared[0][0]][1]} on {places[shared[0][0]][0]}; NCCL needs one GPU per "
-        "rank: run as many ranks as GPUs, or use transport 'mpi' (host-staged), where ranks may share a GPU"))
+    agree_on_error(
+        comm,
+        None
+        if not shared
+        else (
+            f"ranks {shared[0][0]} and {shared[0][1]} share GPU cuda:{places[shared[0][0]][1]} on {places[shared[0][0]][0]}; "
+            "NCCL needs one GPU per "
+            "rank: run as many ranks as GPUs, or use transport 'mpi' (host-staged), where ranks may share a GPU"
+        ),
+    )
     torch.cuda.set_device(device)  # NCCL's batched point-to-point hangs on another current device
     dist.all_reduce(torch.zeros(1, device=device))
     torch.cuda.synchronize(device)
@@ -202,9 +239,15 @@ class TorchTransport(MessageTransport):
         self._recv_tensors, self._send_tensors = [], []
         for ex in buffers.exchanges:
             # The buffers as tensors: the torch backend's own (on its device), a NumPy buffer's memory.
-            flat_recv, flat_send = (x if isinstance(x, torch.Tensor) else torch.from_numpy(x) for x in (ex.recv_device, ex.send_device))
-            self._recv_tensors.append([flat_recv[s * k : s * k + n] for s, n in zip(ex.recv_offsets[:-1].tolist(), ex.recv_elements)])
-            self._send_tensors.append([flat_send[s * k : s * k + n] for s, n in zip(ex.send_offsets[:-1].tolist(), ex.send_elements)])
+            flat_recv, flat_send = (
+                x if isinstance(x, torch.Tensor) else torch.from_numpy(x) for x in (ex.recv_device, ex.send_device)
+            )
+            self._recv_tensors.append(
+                [flat_recv[s * k : s * k + n] for s, n in zip(ex.recv_offsets[:-1].tolist(), ex.recv_elements)]
+            )
+            self._send_tensors.append(
+                [flat_send[s * k : s * k + n] for s, n in zip(ex.send_offsets[:-1].tolist(), ex.send_elements)]
+            )
         self._recv_works: list[list] = [[None] * len(ex.recv_ranks) for ex in buffers.exchanges]
         self._send_works: list[list] = [[None] * len(ex.send_ranks) for ex in buffers.exchanges]
         self._pending: list[tuple[int, int]] = []  # posted receives not yet completed, in posting order
@@ -216,8 +259,10 @@ class TorchTransport(MessageTransport):
         (grouped: held until :meth:`start_sends` issues the exchange's group)."""
         tag = self._tags[ex.index]
         if self._grouped:
-            self._held[ex.index] = [self._dist.P2POp(self._dist.irecv, tensor, self._peer[source], tag=tag)
-                                    for source, tensor in zip(ex.recv_ranks, self._recv_tensors[ex.index])]
+            self._held[ex.index] = [
+                self._dist.P2POp(self._dist.irecv, tensor, self._peer[source], tag=tag)
+                for source, tensor in zip(ex.recv_ranks, self._recv_tensors[ex.index])
+            ]
             return
         works = self._recv_works[ex.index]
         for message, (source, tensor) in enumerate(zip(ex.recv_ranks, self._recv_tensors[ex.index])):
@@ -229,8 +274,10 @@ class TorchTransport(MessageTransport):
         (grouped: the held receives and every send of ``ex`` in one group)."""
         if self._grouped:
             dist, tag = self._dist, self._tags[ex.index]
-            operations = self._held[ex.index] + [dist.P2POp(dist.isend, tensor, self._peer[destination], tag=tag)
-                                                 for destination, tensor in zip(ex.send_ranks, self._send_tensors[ex.index])]
+            operations = self._held[ex.index] + [
+                dist.P2POp(dist.isend, tensor, self._peer[destination], tag=tag)
+                for destination, tensor in zip(ex.send_ranks, self._send_tensors[ex.index])
+            ]
             self._held[ex.index] = []
             self._group_works[ex.index] = dist.batch_isend_irecv(operations) if operations else []
             return
@@ -239,9 +286,13 @@ class TorchTransport(MessageTransport):
 
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
         if self._grouped:
-            raise RuntimeError("grouped torch transport sends whole exchanges; the schedule asked for one message (see device_mode_problem)")
+            raise RuntimeError(
+                "grouped torch transport sends whole exchanges; the schedule asked for one message (see device_mode_problem)"
+            )
         destination = self._peer[ex.send_ranks[message]]
-        self._send_works[ex.index][message] = self._dist.isend(self._send_tensors[ex.index][message], dst=destination, tag=self._tags[ex.index])
+        self._send_works[ex.index][message] = self._dist.isend(
+            self._send_tensors[ex.index][message], dst=destination, tag=self._tags[ex.index]
+        )
 
     def _complete(self, index: int, message: int) -> None:
         works = self._recv_works[index]
@@ -284,7 +335,8 @@ class TorchTransport(MessageTransport):
                 works[message] = None
 
     def free(self) -> None:
-        """Not collective (frees this rank's requests). Nothing is held between multiplies (torch.distributed has no persistent requests)."""
+        """Not collective (frees this rank's requests). Nothing is held between multiplies (torch.distributed
+        has no persistent requests)."""
         self._pending = []
 
 
