@@ -43,10 +43,38 @@ def worker(
     from mpi4py import MPI
 
     import sparsewire
-    from sparsewire.exec.executor import MODES, SpmmExecutor, layout_for_mode
     from sparsewire.generators import deterministic_dense
     from sparsewire.plan.plan import build_rank_plan_collective
     from sparsewire.topology import Topology
+
+    try:  # the executor of this tree: its options as one object
+        from sparsewire.exec.executor import SpmmExecutor
+        from sparsewire.exec.modes import MODES, layout_for_mode
+        from sparsewire.options import ExecOptions
+        from sparsewire.timed import time_plan
+
+        def executor_of(plan, k, mode, deterministic, transport):
+            options = ExecOptions(mode=mode, threads=threads, deterministic=deterministic, transport=transport)
+            return SpmmExecutor(plan, comm, k, np.float64, options)
+
+        def median_time(executor, b, out):
+            return time_plan(executor, b, out, repeat).median_seconds
+    except ImportError:  # a baseline from before ExecOptions (and before the one timed run)
+        from sparsewire.exec.spmm import MODES, SpmmExecutor, layout_for_mode
+
+        def executor_of(plan, k, mode, deterministic, transport):
+            options = {} if transport == "mpi" else {"transport": transport}  # a baseline may predate transports
+            return SpmmExecutor(plan, comm, k, np.float64, mode, threads=threads, deterministic=deterministic, **options)
+
+        def median_time(executor, b, out):
+            executor.multiply(b, out=out)
+            times = []
+            for _ in range(repeat):
+                comm.Barrier()
+                began = MPI.Wtime()
+                executor.multiply(b, out=out)
+                times.append(comm.allreduce(MPI.Wtime() - began, op=MPI.MAX))
+            return statistics.median(times)
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -71,18 +99,9 @@ def worker(
                 if transport == "torch" and mode == "partitioned":
                     continue  # MPI-4 partitioned messages only
                 plan = plans[layout_for_mode(mode)]
-                options = {} if transport == "mpi" else {"transport": transport}  # a baseline may predate transports
-                with SpmmExecutor(
-                    plan, comm, k, np.float64, mode, threads=threads, deterministic=deterministic, **options
-                ) as executor:
+                with executor_of(plan, k, mode, deterministic, transport) as executor:
                     out = np.empty((plan.local_shape[0], k))
-                    executor.multiply(b, out=out)
-                    times = []
-                    for _ in range(repeat):
-                        comm.Barrier()
-                        began = MPI.Wtime()
-                        executor.multiply(b, out=out)
-                        times.append(comm.allreduce(MPI.Wtime() - began, op=MPI.MAX))
+                    median = median_time(executor, b, out)  # one warm-up, then repeat timed multiplies
                     checksum = comm.allreduce(float(out.sum()), op=MPI.SUM)
                     delivered = comm.allreduce(executor.bytes_received, op=MPI.SUM)
                 if rank == 0:
@@ -93,7 +112,7 @@ def worker(
                                 "mode": mode,
                                 "transport": transport,
                                 "deterministic": deterministic,
-                                "median_seconds": statistics.median(times),
+                                "median_seconds": median,
                                 "checksum": checksum,
                                 "bytes": delivered,
                                 "package": str(Path(sparsewire.__file__).parent),

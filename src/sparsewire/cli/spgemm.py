@@ -391,6 +391,7 @@ def _spgemm_session(
     from sparsewire.spgemm.compare import compare_products, reference_product
     from sparsewire.spgemm.distributed import peak_rss_bytes
     from sparsewire.spgemm.local import to_scipy
+    from sparsewire.timed import timed_run
 
     rank = comm.Get_rank()
     a_global = _load_on_root(comm, spec, values)
@@ -423,12 +424,9 @@ def _spgemm_session(
         progress(f"running {plan.algorithm} on a {plan.grid} grid")
     result = plan.multiply()  # warm-up
     received_before = plan.bytes_received
-    times = []
-    for _ in range(repeat):
-        comm.Barrier()
-        started = MPI.Wtime()
-        result = plan.multiply()
-        times.append(comm.allreduce(MPI.Wtime() - started, op=MPI.MAX))
+    timing = timed_run(comm, plan.multiply, repeat, warmup=0)
+    result = timing.result if repeat else result
+    times = timing.seconds
     moved = comm.allreduce(plan.bytes_received - received_before, op=MPI.SUM) // max(repeat, 1)
     nnz_out = comm.allreduce(int(result.nvals), op=MPI.SUM)
     # float64 sum of the stored values; a boolean True counts 1
