@@ -23,6 +23,7 @@ from sparsewire.aligned import empty_aligned, zeros_aligned  # noqa: E402
 from sparsewire.errors import FallbackWarning, InputError, PlanMismatchError, SparsewireError, SparsewireWarning  # noqa: E402
 from sparsewire.generators import deterministic_dense
 from sparsewire.io import load_matrix
+from sparsewire.options import ExecOptions
 from sparsewire.partition import Partitioning, RowPartition, balanced_nnz, even_rows
 from sparsewire.plan import (
     CommPlan,
@@ -67,6 +68,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "DistributedMatrix",
+    "ExecOptions",
     "SpmmPlan",
     "SpgemmPlan",
     "StrategyChoice",

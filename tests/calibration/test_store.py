@@ -9,7 +9,7 @@ import pytest
 
 from sparsewire.calibration import store
 from sparsewire.calibration.compute import COMPUTE_KIND, default_calibration_path, load_compute_rate
-from sparsewire.calibration.transfer import TRANSFER_KIND, default_transfer_calibration_path, load_transfer_calibration
+from sparsewire.calibration.transfer import TRANSFER_KIND, default_transfer_record_path, load_transfer_rule
 from sparsewire.errors import InputError
 
 
@@ -17,7 +17,7 @@ def test_every_record_lives_in_one_cache_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert store.cache_directory() == tmp_path / "sparsewire"
     assert default_calibration_path() == tmp_path / "sparsewire" / "compute.json"
-    assert default_transfer_calibration_path("cuda:1") == tmp_path / "sparsewire" / "transfer-cuda.json"
+    assert default_transfer_record_path("cuda:1") == tmp_path / "sparsewire" / "transfer-cuda.json"
 
 
 def test_a_record_round_trips_with_its_stamp(tmp_path, rng):
@@ -27,7 +27,7 @@ def test_a_record_round_trips_with_its_stamp(tmp_path, rng):
     assert record["schema"] == store.SCHEMA and record["kind"] == COMPUTE_KIND and record["written"] and "host" in record
     assert load_compute_rate(path) == rate
     with pytest.raises(InputError, match="is not a transfer calibration"):
-        load_transfer_calibration(path, "cpu")  # another kind
+        load_transfer_rule(path, "cpu")  # another kind
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import SHARED_DATA, _seed, cuda_devices, run_cli, run_mpi
 from sparsewire.calibration.transfer import TRANSFER_KIND as CALIBRATION_KIND
-from sparsewire.calibration.transfer import crossover, load_transfer_calibration, transfer_rule
+from sparsewire.calibration.transfer import crossover, load_transfer_rule, transfer_rule
 from sparsewire.comm.mpi_library import cuda_aware_mpi
 from sparsewire.errors import InputError
 from sparsewire.exec import wire
@@ -47,7 +47,7 @@ def test_crossover_on_random_sweeps(rng):
 
 
 def test_the_rule_stages_messages_below_the_threshold(tmp_path, rng):
-    rule = load_transfer_calibration(write_calibration(tmp_path / "t.json", 4096), "cpu")
+    rule = load_transfer_rule(write_calibration(tmp_path / "t.json", 4096), "cpu")
     sizes = rng.integers(0, 10000, 100)
     np.testing.assert_array_equal(rule.staged(sizes), sizes < 4096)
     assert list(rule.staged([4095, 4096, 4097])) == [True, False, False]
@@ -84,7 +84,7 @@ def test_bad_calibration_files_are_named_with_the_fix(tmp_path, content, problem
     if content is not None:
         path.write_text(content)
     with pytest.raises(InputError, match=problem) as error:
-        load_transfer_calibration(path, "cpu")
+        load_transfer_rule(path, "cpu")
     assert "sparsewire calibrate --device cpu" in str(error.value)
 
 
@@ -133,7 +133,7 @@ def test_staged_messages_follow_a_planted_threshold_and_give_the_same_c(tmp_path
     result = run_mpi(ranks, ["tests/exec/transfer_driver.py", f"split:{calibration}", backend, str(_seed() + ranks)], timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     totals = json.loads(result.stdout.strip().splitlines()[-1])
-    assert load_transfer_calibration(calibration, "cpu").staged_below_bytes > 0 or ranks == 1
+    assert load_transfer_rule(calibration, "cpu").staged_below_bytes > 0 or ranks == 1
     if ranks >= 3:
         assert totals["staged"] > 0 and totals["direct"] > 0, totals  # both paths ran
 
@@ -175,7 +175,7 @@ def test_calibrate_device_measures_both_paths_and_writes_a_file_the_executor_rea
     direct = [r["direct_seconds"] for r in record["sweep"]]
     staged = [r["staged_seconds"] for r in record["sweep"]]
     assert record["staged_below_bytes"] == crossover([64, 4096, 262144], direct, staged)
-    assert load_transfer_calibration(output, "cpu").staged_below_bytes == record["staged_below_bytes"]
+    assert load_transfer_rule(output, "cpu").staged_below_bytes == record["staged_below_bytes"]
 
 
 def test_calibrate_device_needs_two_ranks_and_a_device_it_runs():

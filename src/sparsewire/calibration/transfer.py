@@ -23,8 +23,8 @@ from sparsewire.exec.wire import EVERY_MESSAGE, TransferRule, default_rule, devi
 
 __all__ = [
     "TRANSFER_KIND",
-    "default_transfer_calibration_path",
-    "load_transfer_calibration",
+    "default_transfer_record_path",
+    "load_transfer_rule",
     "transfer_rule",
     "crossover",
     "time_transfer_paths",
@@ -35,13 +35,13 @@ __all__ = [
 TRANSFER_KIND = "transfer"
 
 
-def default_transfer_calibration_path(device: str) -> Path:
+def default_transfer_record_path(device: str) -> Path:
     """Not collective. Where ``sparsewire calibrate --device D`` writes and the executor looks for the
     calibration of D's type: ``transfer-<type>.json`` in :func:`~sparsewire.calibration.store.cache_directory`."""
     return record_path(f"transfer-{device_type(device)}")
 
 
-def load_transfer_calibration(path: str | os.PathLike, device: str) -> TransferRule:
+def load_transfer_rule(path: str | os.PathLike, device: str) -> TransferRule:
     """Not collective. The rule stored in the calibration file at ``path`` for ``device``.
 
     Raises:
@@ -61,18 +61,18 @@ def load_transfer_calibration(path: str | os.PathLike, device: str) -> TransferR
 
 def transfer_rule(device: str, calibration: str | os.PathLike | None = None) -> TransferRule:
     """Not collective. The rule of an executor on ``device``: from ``calibration`` when given, else
-    from :func:`default_transfer_calibration_path` when that file exists, else
+    from :func:`default_transfer_record_path` when that file exists, else
     :func:`default_rule`; always :func:`default_rule`'s (every message staged) where MPI cannot
     read the device's memory."""
     fallback = default_rule(device)  # the device check comes first
     if fallback.staged_below_bytes >= EVERY_MESSAGE:
         if calibration is not None:  # still refuse a bad file
-            load_transfer_calibration(calibration, device)
+            load_transfer_rule(calibration, device)
         return fallback  # MPI cannot send from device memory: no threshold applies
     if calibration is not None:
-        return load_transfer_calibration(calibration, device)
-    stored = default_transfer_calibration_path(device)
-    return load_transfer_calibration(stored, device) if stored.exists() else fallback
+        return load_transfer_rule(calibration, device)
+    stored = default_transfer_record_path(device)
+    return load_transfer_rule(stored, device) if stored.exists() else fallback
 
 
 def crossover(sizes: list[int], direct_seconds: list[float], staged_seconds: list[float]) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -199,16 +200,12 @@ def options_from_args(args: argparse.Namespace, topology=None, *, strategy: str 
     ``--transfer-calibration``, those the command has) for one ``strategy`` and ``mode``."""
     from sparsewire.options import ExecOptions
 
-    given = {
-        "transport": "transport",
-        "backend": "backend",
-        "device": "device",
-        "threads": "threads",
-        "deterministic": "deterministic",
-        "proxy": "proxy",
-        "transfer_calibration": "transfer_calibration",
+    chosen_here = ("strategy", "topology", "mode")  # the command's own forms of these are lists or names
+    fields = {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(ExecOptions)
+        if field.name not in chosen_here and getattr(args, field.name, None) is not None
     }
-    fields = {field: getattr(args, name) for field, name in given.items() if getattr(args, name, None) is not None}
     return ExecOptions(strategy=strategy, topology=topology, mode=None if mode == "auto" else mode, **fields)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from sparsewire.calibration.compute import default_calibration_path, load_compute_rate, measure_compute_rate
 from sparsewire.calibration.store import write_record
-from sparsewire.calibration.transfer import default_transfer_calibration_path
+from sparsewire.calibration.transfer import default_transfer_record_path
 from sparsewire.cli.common import (
     MATRIX_HELP,
     add_partition_arguments,
@@ -87,7 +87,7 @@ def add_commands(commands) -> None:
     calibrate.add_argument(
         "--output",
         help=f"where to write (default: {default_calibration_path()}; with --device "
-        f"{default_transfer_calibration_path('cpu').parent}/transfer-<device type>.json)",
+        f"{default_transfer_record_path('cpu').parent}/transfer-<device type>.json)",
     )
     calibrate.add_argument(
         "--repeat",
@@ -192,7 +192,7 @@ def _run_calibrate_transfers(args: argparse.Namespace) -> int:
         raise InputError(f"--sizes needs at least one size, each at least 8 bytes (one float64; got {args.sizes!r})")
     comm = MPI.COMM_WORLD
     resolve_backend_arguments(args, "numpy", comm)
-    path = Path(args.output) if args.output else default_transfer_calibration_path(args.device)
+    path = Path(args.output) if args.output else default_transfer_record_path(args.device)
     if args.output:
         check_writable(path, "--output")
     backend = make_backend(args.backend, args.device)
