@@ -167,11 +167,14 @@ class SpmmPlan:
         rank_plan: this rank's :class:`~sparsewire.plan.plan.RankPlan`.
         stats: the :class:`~sparsewire.plan.stats.PlanStats` (bytes, messages, per-rank maxima,
             per link class and predicted time under the topology, flat when none was given).
-        k, dtype, mode, threads, deterministic, transport, backend, device: what the executor runs.
+        options: how it is made and runs (:class:`~sparsewire.options.ExecOptions`, the mode and
+            threads filled in); ``mode``, ``threads``, ``deterministic``, ``topology``,
+            ``transport``, ``backend``, ``device`` read its fields.
+        k, dtype: the width and element type of B and C.
         transposed: True for the plan of ``A.T @ G``.
         choice: the :class:`StrategyChoice` (why this strategy).
         transfer_summary: sent messages of all ranks per link class and path (staged or direct:
-            messages, bytes, smallest, largest; :func:`~sparsewire.exec.transfer_paths.summarize_paths`).
+            messages, bytes, smallest, largest; :func:`~sparsewire.exec.wire.summarize_paths`).
     """
 
     def __init__(
@@ -301,7 +304,7 @@ class SpmmPlan:
     def explain(self) -> str:
         """Not collective (every rank holds the same text; the transfer paths were summed over the
         ranks when the plan was made). The strategy and why, the transport, backend and transfer
-        paths (:func:`~sparsewire.exec.transfer_paths.describe_paths`), bytes and messages per link
+        paths (:func:`~sparsewire.exec.wire.describe_paths`), bytes and messages per link
         class, per-rank maxima with the max/mean ratio, and the predicted time."""
         stats = self.stats
         size = self.comm.Get_size()

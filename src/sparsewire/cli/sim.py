@@ -1,7 +1,7 @@
 """The simulation commands ``simulate``, ``calibrate`` and ``netsparse`` (no MPI needed): thin
 handlers over :mod:`sparsewire.sim` (plans on a network, the NetSparse model, calibration).
 ``calibrate --device`` is the exception: it times the transfer paths between two ranks under
-mpiexec (:mod:`sparsewire.exec.transfer_paths`)."""
+mpiexec (:mod:`sparsewire.exec.wire`)."""
 
 from __future__ import annotations
 

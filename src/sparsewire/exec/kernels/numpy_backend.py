@@ -9,7 +9,7 @@ point (``buffers.kernels``):
 * ``zeros(shape, dtype)``: every buffer; ``mpi_memory(buffer)``: what MPI is given to move it
   directly (host memory as a NumPy array of the same memory; a CUDA tensor itself);
   ``flat(buffer)``, ``stage_zeros``, ``copy_out``, ``copy_in``: a message staged through host
-  memory (:mod:`~sparsewire.exec.transfer_paths`); ``synchronize()``: every queued kernel and
+  memory (:mod:`~sparsewire.exec.wire`); ``synchronize()``: every queued kernel and
   copy done (a no-op on the CPU), before MPI touches that memory;
 * ``multiply``, ``multiply_rows``, ``gather``, ``apply_columns`` (and, NumPy only, the per-thread
   element ranges of the partitioned mode): the products;
@@ -83,7 +83,7 @@ class NumpyBackend:
 
     @staticmethod
     def stage_zeros(elements: int, dtype) -> np.ndarray:
-        """Not collective. Host memory for staged messages (:mod:`sparsewire.exec.transfer_paths`)."""
+        """Not collective. Host memory for staged messages (:mod:`sparsewire.exec.wire`)."""
         return zeros_aligned((elements,), dtype)
 
     @staticmethod

@@ -11,7 +11,7 @@ Devices: ``cpu``, and ``cuda``/``cuda:N`` where PyTorch has CUDA. On the CPU a t
 view are the same memory, so MPI and Gloo move the tensors themselves. On CUDA the buffers are
 device memory: MPI is given the tensors themselves (:meth:`TorchBackend.mpi_memory`; read through
 ``__cuda_array_interface__`` by a CUDA-aware MPI) only for the messages the transfer rule sends
-direct; every other message is staged (:mod:`sparsewire.exec.transfer_paths`) through pinned host
+direct; every other message is staged (:mod:`sparsewire.exec.wire`) through pinned host
 memory, copied asynchronously on a stream of its own (:meth:`~TorchBackend.copy_out`,
 :meth:`~TorchBackend.copy_in`); NCCL moves the tensors for the torch transport. The CUDA-only
 lines are the branches on ``self._copies`` beside their CPU twins; without a GPU only the CPU
@@ -208,7 +208,7 @@ class TorchBackend:
         return buffer.view(-1)
 
     def stage_zeros(self, elements: int, dtype) -> np.ndarray:
-        """Not collective. Host memory for staged messages (:mod:`sparsewire.exec.transfer_paths`):
+        """Not collective. Host memory for staged messages (:mod:`sparsewire.exec.wire`):
         page-locked (pinned) on CUDA, so the copies are asynchronous DMA; a NumPy view for MPI."""
         if self._copies is None:
             return zeros_aligned((elements,), dtype)

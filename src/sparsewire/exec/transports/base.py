@@ -20,7 +20,7 @@ Implementations: :mod:`sparsewire.exec.transports.mpi` (persistent point-to-poin
 partitioned, partitioned over point-to-point) and :mod:`sparsewire.exec.transports.torch_distributed`
 (torch.distributed: Gloo for CPU tensors; the group it sets up also names NCCL for CUDA tensors
 where PyTorch has it, though no backend keeps buffers on CUDA in this version). Which messages
-the MPI transport stages through host memory is :mod:`sparsewire.exec.transfer_paths`'s rule.
+the MPI transport stages through host memory is :mod:`sparsewire.exec.wire`'s rule, per message (``WirePath``).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class Transport(abc.ABC):
     #: Whether those counts are independent of the receiving plan (a receive status) or only the
     #: sizes the receiver posted, checked against the senders' counts once at setup.
     counts_measured: bool = True
-    #: Whether it stages the messages the buffers mark (:mod:`sparsewire.exec.transfer_paths`);
+    #: Whether it stages the messages the buffers mark (:mod:`sparsewire.exec.wire`);
     #: the others send every message from the buffers.
     stages_messages: bool = False
 

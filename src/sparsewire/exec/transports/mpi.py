@@ -56,7 +56,7 @@ def _bind(flat: np.ndarray, stage: np.ndarray | None, device, start: int, count:
 
 class MpiTransport(MessageTransport):
     """One persistent ``MPI_Send_init``/``MPI_Recv_init`` request per message; a staged message
-    (:mod:`sparsewire.exec.transfer_paths`) is copied into host memory before its send starts and
+    (:mod:`sparsewire.exec.wire`) is copied into host memory before its send starts and
     out of it once its receive completes. Before MPI reads or writes any memory of an exchange the
     backend is synchronised (queued device kernels and copies done; nothing on the CPU)."""
 
@@ -71,7 +71,7 @@ class MpiTransport(MessageTransport):
         k = buffers.k
         self._recv: list[list[MPI.Prequest]] = []
         self._send: list[list[MPI.Prequest]] = []
-        # Staged messages (transfer_paths) are bound to host memory and copied around MPI.
+        # Staged messages (WirePath.STAGED, exec/wire.py) are bound to host memory and copied around MPI.
         self._copy_out: list[list[tuple[object, np.ndarray] | None]] = []
         self._copy_in: list[list[tuple[np.ndarray, object] | None]] = []
         for ex in buffers.exchanges:
