@@ -255,6 +255,12 @@ class SpmmPlan:
             raise
 
     @property
+    def transfer_rule(self):
+        """Which messages are staged through host memory (:class:`~sparsewire.exec.wire.TransferRule`),
+        or None where the transport sends every message from the buffers."""
+        return self.executor.transfer_rule if self.executor.stages_messages else None
+
+    @property
     def bytes_received(self) -> int:
         """Bytes this rank received in the last multiply, as the transport counted them
         (:attr:`counted_by`; MPI: the receive statuses)."""

@@ -7,7 +7,8 @@ level i's link. The last level always holds every rank. The planner's *groups* a
 other traffic ``inter_group``.
 
 Presets (bandwidths per rank and direction from the papers' machines; latencies and per-message
-overheads are typical published values, not measurements):
+overheads are typical published values, not measurements; ``flat`` and ``nodes:G`` use the assumed
+constants of :mod:`sparsewire.calibration.links`):
 
 =================  ============  =======================================  ==========================================
 preset             ranks/group   intra-group link                         inter-group link
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sparsewire.calibration import links
 from sparsewire.errors import InputError
 
 __all__ = ["LinkClass", "Level", "Topology", "Machine", "parse_topology", "PRESETS"]
@@ -68,8 +70,9 @@ class Level:
     link: LinkClass
 
 
-_SHARED_MEMORY = LinkClass("shared-memory", 50e9, 1e-6, 0.5e-6)
-_NETWORK = LinkClass("network", 12.5e9, 2e-6, 2e-6, proxy_based=True)
+# Assumed, not measured: sparsewire.calibration.links says where they come from.
+_SHARED_MEMORY = LinkClass("shared-memory", *links.SHARED_MEMORY)
+_NETWORK = LinkClass("network", *links.NETWORK, proxy_based=True)
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ class Topology:
     @classmethod
     def flat(cls) -> Topology:
         """Not collective. One group of all ranks, one link class."""
-        return cls("flat", (Level("machine", None, LinkClass("network", 12.5e9, 2e-6, 1e-6)),))
+        return cls("flat", (Level("machine", None, LinkClass("network", *links.FLAT_NETWORK)),))
 
     @classmethod
     def nodes(cls, group_size: int) -> Topology:

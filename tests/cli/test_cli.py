@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from conftest import SHARED_MATRICES, run_cli
+from conftest import CHILD_ENV, ROOT, SHARED_MATRICES, run_cli
 from oracles import formula_volumes, inter_group_formulas
 from sparsewire.io import load_matrix as _load_matrix
 from sparsewire.partition import partition
@@ -20,18 +22,33 @@ def load_matrix(spec: str):
     return _load_matrix(spec)
 
 
-def analyze_json(matrix: str, ranks: int, *extra: str, timeout: float = 300) -> dict:
-    completed = run_cli(["analyze", matrix, "--ranks", str(ranks), "--json", *extra], timeout=timeout)
-    assert completed.returncode == 0, completed.stderr
-    lines = completed.stdout.strip().splitlines()
+def analyze_json(matrix: str, ranks: int, *extra: str, timeout: float = 300, meanwhile=None) -> dict:
+    """``sparsewire analyze ... --json``'s report; ``meanwhile()`` runs in this process while the
+    command does (the formulas a test compares with, computed on the other core)."""
+    command = [sys.executable, "-m", "sparsewire", "analyze", matrix, "--ranks", str(ranks), "--json", *extra]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV, cwd=ROOT) as process:
+        try:
+            expected = meanwhile() if meanwhile is not None else None
+            stdout, stderr = process.communicate(timeout=timeout)
+        finally:
+            process.kill()
+    assert process.returncode == 0, stderr
+    lines = stdout.strip().splitlines()
     assert len(lines) == 1, "analyze --json must print exactly one JSON object"
-    return json.loads(lines[0])
+    report = json.loads(lines[0])
+    return report if meanwhile is None else (report, expected)
 
 
-def assert_matches_formulas(report: dict, spec: str, ranks: int, k: int, element_bytes: int, method: str = "even"):
+def expected_volumes(spec: str, ranks: int, k: int, element_bytes: int, method: str = "even") -> dict[str, int]:
+    """Every strategy's bytes by the papers' formulas (tests/oracles.py)."""
     matrix = load_matrix(spec)
     rows, cols = partition(matrix, ranks, method).partitions
-    expected = formula_volumes(matrix, rows, cols, k, element_bytes)
+    return formula_volumes(matrix, rows, cols, k, element_bytes)
+
+
+def assert_matches_formulas(report: dict, spec: str, ranks: int, k: int, element_bytes: int, method: str = "even", expected=None):
+    matrix = load_matrix(spec)
+    expected = expected if expected is not None else expected_volumes(spec, ranks, k, element_bytes, method)
     got = {entry["name"]: entry["total_bytes"] for entry in report["strategies"]}
     assert got == expected
     assert report["matrix"]["n_rows"] == matrix.shape[0] and report["matrix"]["nnz"] == matrix.nnz
@@ -59,9 +76,9 @@ def test_analyze_json_contract():
 @pytest.mark.parametrize("ranks", [8, 32])
 @pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
 def test_analyze_volumes_equal_formulas_on_shared_data(path, ranks):
-    report = analyze_json(str(path), ranks)
+    report, expected = analyze_json(str(path), ranks, meanwhile=lambda: expected_volumes(str(path), ranks, 32, 4))
     assert (report["k"], report["element_bytes"]) == (32, 4)
-    assert_matches_formulas(report, str(path), ranks, 32, 4)
+    assert_matches_formulas(report, str(path), ranks, 32, 4, expected=expected)
 
 
 def test_analyze_with_topology_adds_link_classes_to_every_strategy():
@@ -84,11 +101,14 @@ def test_analyze_with_topology_adds_link_classes_to_every_strategy():
 @pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
 def test_analyze_inter_group_bytes_equal_formulas_on_shared_data(path):
     ranks, group_size = 16, 4
-    report = analyze_json(str(path), ranks, "--group-size", str(group_size), "--strategies", "column-hier,joint-hier,joint-group")
-    matrix = load_matrix(str(path))
-    rows, cols = partition(matrix, ranks, "even").partitions
-    groups = np.arange(ranks) // group_size
-    expected = inter_group_formulas(matrix, rows, cols, groups, 32, 4)
+
+    def formulas():
+        matrix = load_matrix(str(path))
+        rows, cols = partition(matrix, ranks, "even").partitions
+        return inter_group_formulas(matrix, rows, cols, np.arange(ranks) // group_size, 32, 4)
+
+    arguments = ("--group-size", str(group_size), "--strategies", "column-hier,joint-hier,joint-group")
+    report, expected = analyze_json(str(path), ranks, *arguments, meanwhile=formulas)
     got = {e["name"]: e["inter_group_bytes"] for e in report["strategies"]}
     assert got["column-hier"] == expected["column-hier"] and got["joint-group"] == expected["joint-group"]
     assert got["joint-group"] <= min(got["joint-hier"], got["column-hier"])

@@ -106,7 +106,7 @@ def spmm_session(
                 stats, chosen, layout, used = plan.stats, plan.rank_plan.strategy.value, plan.rank_plan.layout, plan.options
                 counted_by, measured_independently = plan.counted_by, plan.bytes_measured
                 reason = plan.choice.reason()
-                staged_below = plan.executor.transfer_rule.staged_below_bytes if plan.executor.stages_messages else None
+                staged_below = plan.transfer_rule.staged_below_bytes if plan.transfer_rule else None
                 transfer_paths = plan.transfer_summary
             checksum_sum = comm.allreduce(float(result.sum(dtype=np.float64)), op=MPI.SUM)
             checksum_squares = comm.allreduce(float(np.square(result, dtype=np.float64).sum()), op=MPI.SUM)

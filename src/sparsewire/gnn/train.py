@@ -25,6 +25,7 @@ from sparsewire.gnn.data import GraphData
 from sparsewire.gnn.layers import GNN
 from sparsewire.gnn.propagate import GraphOperator, gcn_normalize, mean_normalize
 from sparsewire.options import ExecOptions, exec_options
+from sparsewire.timed import timed_run
 
 __all__ = ["TrainResult", "LocalGraph", "distribute_graph", "train"]
 
@@ -212,11 +213,8 @@ def train(
     operator = graph.operator
     train_mask = graph.masks["train"]
     result = TrainResult(model=network)
-    for epoch in range(1, epochs + 1):
-        network.train()
-        operator.bytes_forward = operator.bytes_backward = 0
-        comm.Barrier()
-        started = MPI.Wtime()
+
+    def step() -> torch.Tensor:
         optimizer.zero_grad()
         out = network(features, operator)
         loss = torch.nn.functional.nll_loss(out[train_mask], graph.labels[train_mask], reduction="sum") / max(
@@ -225,9 +223,15 @@ def train(
         loss.backward()
         _sum_gradients(comm, network)
         optimizer.step()
-        if features.device.type == "cuda":
-            torch.cuda.synchronize(features.device)  # the step's kernels are asynchronous: time them done
-        seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
+        return loss
+
+    # The step's kernels are asynchronous on a GPU: time them done.
+    finish = (lambda: torch.cuda.synchronize(features.device)) if features.device.type == "cuda" else None
+    for epoch in range(1, epochs + 1):
+        network.train()
+        operator.bytes_forward = operator.bytes_backward = 0
+        timing = timed_run(comm, step, 1, warmup=0, finish=finish)  # one training step, the slowest rank's time
+        seconds, loss = timing.seconds[0], timing.result
         moved = comm.allreduce(operator.bytes_forward + operator.bytes_backward, op=MPI.SUM)
         total_loss = comm.allreduce(float(loss.detach()), op=MPI.SUM)
         accuracy = evaluate(comm, network, graph)
