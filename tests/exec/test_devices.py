@@ -168,7 +168,7 @@ def test_the_cuda_branches_give_the_same_c_when_copies_run_as_late_as_a_gpu_may_
     assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
     totals = json.loads(completed.stdout.strip().splitlines()[-1])
     assert totals["staged"] > 0 and totals["deferred_copies"] > 0, totals
-    if ranks >= 3:
+    if ranks >= 3 and totals["distinct_sizes"] >= 2:  # messages of one size are all staged
         assert totals["direct"] > 0, totals
 
 

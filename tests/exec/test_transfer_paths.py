@@ -134,8 +134,10 @@ def test_staged_messages_follow_a_planted_threshold_and_give_the_same_c(tmp_path
     assert result.returncode == 0, result.stdout + result.stderr
     totals = json.loads(result.stdout.strip().splitlines()[-1])
     assert load_transfer_rule(calibration, "cpu").staged_below_bytes > 0 or ranks == 1
-    if ranks >= 3:
-        assert totals["staged"] > 0 and totals["direct"] > 0, totals  # both paths ran
+    if ranks >= 2:
+        assert totals["staged"] > 0, totals
+    if ranks >= 3 and totals["distinct_sizes"] >= 2:
+        assert totals["direct"] > 0, totals  # both paths ran (messages of one size are all staged)
 
 
 def test_without_a_calibration_nothing_is_staged_on_the_cpu(tmp_path):

@@ -5,7 +5,8 @@ calibration give the same C as messages sent from the buffers.
 
 CALIBRATION: a transfer calibration file (its threshold read back through the executor), or
 ``split:PATH``: the driver plans once, then plants at PATH a calibration whose threshold is the
-largest message's size (every smaller message staged, the largest ones direct) and uses it. For each mode of
+largest message's size (every smaller message staged, the largest ones direct; where all messages
+have one size, every message staged) and uses it; it reports ``distinct_sizes``. For each mode of
 the backend and deterministic off and
 on: C on integer data equal to SciPy's; the bytes MPI delivered equal to the plan; each message
 staged exactly when its bytes are below the threshold; after a multiply, every staged message's
@@ -63,17 +64,21 @@ b_first, b_full = (comm.bcast(rng.integers(-3, 4, (n, k)).astype(np.float64), ro
 reference_first, reference = a @ b_first, a @ b_full
 matrix = sparsewire.distribute(comm, a)
 topology = Topology.nodes(2) if comm.Get_size() >= 2 else None
+distinct_sizes = None
 if calibration.startswith("split:"):
     calibration = calibration[len("split:") :]
     with matrix.spmm_plan(k, np.float64, "auto", topology, "bulk", 1) as probe:
         sizes = [e * 8 for ex in probe.executor.buffers.exchanges for e in ex.send_elements]
-    largest = max(comm.allgather(max(sizes, default=0)))
+    distinct_sizes = sorted({size for rank_sizes in comm.allgather(sizes) for size in rank_sizes})
+    # The largest size: every smaller message staged, the largest direct; where every message has
+    # one size (a random matrix on few ranks may give that), one byte more: every message staged.
+    threshold = distinct_sizes[-1] + (1 if len(distinct_sizes) == 1 else 0) if distinct_sizes else 0
     if comm.Get_rank() == 0:
         with open(calibration, "w") as file:
-            json.dump({"kind": "transfer", "schema": 2, "device": device.split(":")[0], "staged_below_bytes": largest}, file)
+            json.dump({"kind": "transfer", "schema": 2, "device": device.split(":")[0], "staged_below_bytes": threshold}, file)
     comm.Barrier()
 modes = ("bulk", "overlap", "early") if backend == "torch" else ("bulk", "overlap", "early", "partitioned")
-totals = {"staged": 0, "direct": 0}
+totals = {"staged": 0, "direct": 0, "distinct_sizes": None if distinct_sizes is None else len(distinct_sizes)}
 for mode in modes:
     for deterministic in (False, True):
         plan = matrix.spmm_plan(
