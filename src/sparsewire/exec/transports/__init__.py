@@ -47,8 +47,8 @@ class TransportEntry:
     problem: str | Callable | None = None
 
     def transport_class(self, mode: Mode, comm, device: str = "cpu") -> type:
-        """Collective where the selector is (the ``mpi`` one asks MPI whether it has partitioned
-        messages, and warns on rank 0 when it falls back). The Transport class that runs ``mode``."""
+        """Not collective. The Transport class that runs ``mode`` (the ``mpi`` selector asks the MPI
+        library whether it has partitioned messages, and warns on rank 0 when it falls back)."""
         return _resolve(self.select)(Mode(mode), comm, device)
 
     def mode_problem(self, mode: str, device: str = "cpu") -> str | None:
