@@ -131,3 +131,24 @@ def test_tests_mirror_the_package():
     folders = {path.name for path in (ROOT / "tests").iterdir() if path.is_dir() and any(path.glob("test_*.py"))}
     assert folders <= rooms | modules, f"test folders that name no part of the package: {sorted(folders - rooms - modules)}"
     assert rooms <= folders, f"subpackages without a test folder: {sorted(rooms - folders)}"
+
+
+MAX_MODULE_LINES = 450
+
+
+def modules_over(root, limit: int = MAX_MODULE_LINES) -> list[str]:
+    """The ``.py`` files under ``root`` with more than ``limit`` lines, as 'path: lines'."""
+    return [
+        f"{path.relative_to(root)}: {count}"
+        for path in sorted(root.rglob("*.py"))
+        if (count := len(path.read_text().splitlines())) > limit
+    ]
+
+
+def test_no_library_module_is_over_450_lines(tmp_path):
+    """One module one responsibility: none of src/sparsewire over 450 lines (a planted 451-line
+    module is seen, a 450-line one is not)."""
+    assert modules_over(ROOT / "src" / "sparsewire") == []
+    (tmp_path / "long.py").write_text("x = 1\n" * 451)
+    (tmp_path / "short.py").write_text("x = 1\n" * 450)
+    assert modules_over(tmp_path) == ["long.py: 451"]

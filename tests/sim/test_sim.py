@@ -17,7 +17,8 @@ from sparsewire.plan.strategies import Strategy
 from sparsewire.sim import netsparse as ns
 from sparsewire.sim import request_streams
 from sparsewire.sim.flows import solve_max_min
-from sparsewire.sim.network import GIGABIT, build_network, dragonfly, hyperx, leaf_spine, network_presets
+from sparsewire.sim.network import GIGABIT
+from sparsewire.sim.network_builders import build_network, dragonfly, hyperx, leaf_spine, network_presets
 from sparsewire.sim.plan_timing import simulate_plan, wire_bytes
 from sparsewire.topology import PRESETS, parse_topology
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire.archives import check_compressed, open_archive
 from sparsewire.errors import InputError
-from sparsewire.io import check_compressed, load_matrix, open_archive
+from sparsewire.io import load_matrix
 from sparsewire.sizes import check_fits
 
 __all__ = ["GraphData", "load_planetoid", "synthetic_graph", "load_graph", "PLANETOID_KEYS"]

@@ -28,9 +28,9 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from sparsewire.archives import open_archive
 from sparsewire.comm.runtime import agree_on_error, collective_errors
 from sparsewire.errors import InputError, PlanMismatchError
-from sparsewire.io import open_archive
 from sparsewire.options import ExecOptions
 from sparsewire.partition import RowPartition
 from sparsewire.plan.auto_strategy import StrategyChoice, collective_stats

@@ -24,11 +24,7 @@ the added one-way latency being the read that precedes each response. The *tail 
 whose flows finish last; its traffic is the bytes its NIC receives, its goodput the useful payload
 it receives over ``T * line rate``, its line utilization all received bytes over ``T * line rate``.
 
-Baselines (sec. 8.1): SUOpt receives every remote property at 100% line rate without headers,
-``T = max_i (n_cols - own_i) * payload / line rate``. SAOpt runs the software SA scheme on
-``cores`` cores per node (Conveyors): each core (its own rank) dedups its own requests perfectly,
-concatenates per destination node up to the MTU, and spends ``overhead`` seconds per PR; no
-network latency: ``T = max(network time, max over cores of PRs * overhead)``.
+The SUOpt / SAOpt baselines (sec. 8.1) are in :mod:`sparsewire.sim.netsparse_baselines`.
 """
 
 from __future__ import annotations
@@ -40,7 +36,7 @@ import numpy as np
 
 from sparsewire.errors import InputError
 from sparsewire.sim import request_streams
-from sparsewire.sim.flows import solve_max_min
+from sparsewire.sim.netsparse_baselines import check_network, sa_opt, solve_pairs, su_opt, tail_node
 from sparsewire.sim.netsparse_workload import (
     ABLATION,
     CONCATENATION_HEADER_BYTES,
@@ -58,7 +54,6 @@ from sparsewire.sim.netsparse_workload import (
     characterize,
     header_share_percent,
     requests_per_packet,
-    sorted_unique,
 )
 from sparsewire.sim.network import Network
 
@@ -94,129 +89,6 @@ def default_batch(workload: Workload, units: int = 16) -> int:
     return int(min(32768, max(256, 1 << (target.bit_length() - 1))))
 
 
-def _check_network(workload: Workload, network: Network) -> None:
-    if workload.nodes > network.n_hosts:
-        raise InputError(f"{workload.nodes} nodes do not fit network {network.name!r} with {network.n_hosts} hosts")
-
-
-def _tail(
-    network: Network, workload: Workload, finish_by_node: np.ndarray, received: np.ndarray, seconds: float, payload: int
-) -> tuple[int, int, float, float]:
-    tail = int(np.argmax(finish_by_node))
-    capacity = float(network.capacities[network.host_downlinks()[tail]]) if network.n_hosts > 1 else 1.0
-    useful = float(workload.useful()[tail]) * payload
-    if seconds <= 0:
-        return tail, int(received[tail]), 0.0, 0.0
-    return tail, int(received[tail]), 100.0 * useful / (seconds * capacity), 100.0 * float(received[tail]) / (seconds * capacity)
-
-
-def su_opt(workload: Workload, network: Network, k: int) -> CommunicationResult:
-    """Not collective. SUOpt: every node receives every remote property at line rate, no headers, no latency."""
-    _check_network(workload, network)
-    payload = ELEMENT_BYTES * k
-    received = (workload.n_cols - workload.own_cols()) * payload
-    capacity = network.capacities[network.host_downlinks()[: workload.nodes]] if workload.nodes > 1 else np.ones(1)
-    times = received / capacity
-    seconds = float(times.max(initial=0.0))
-    tail, traffic, goodput, line = _tail(network, workload, times, received, seconds, payload)
-    return CommunicationResult("SUOpt", seconds, seconds, tail, traffic, goodput, line, extra={"model": "analytic"})
-
-
-def _solve_pairs(
-    network: Network, nodes: int, pair_bytes: np.ndarray, latency: bool, extra_flows=()
-) -> tuple[np.ndarray, float, float, int, np.ndarray]:
-    """Flows for a dense (source, destination) byte matrix over full routes plus extra single-route
-    flows ``(route links, bytes, source, destination)``; returns the finish time per node, makespan,
-    lower bound, flow count and bytes received per node (all flows' last link)."""
-    sources, destinations = np.nonzero(pair_bytes)
-    sizes = pair_bytes[sources, destinations].astype(np.float64)
-    offsets, links = network.route_lists(sources, destinations)
-    delays = network.path_latency(sources, destinations) if latency else np.zeros(sources.size)
-    offsets_list, links_list = [offsets], [links]
-    extra_sizes, extra_delays, extra_ends = [], [], []
-    for route, size, delay, ends in extra_flows:
-        if size <= 0:
-            continue
-        offsets_list.append(np.array([offsets_list[-1][-1] + len(route)]))
-        links_list.append(np.asarray(route, np.int64))
-        extra_sizes.append(size)
-        extra_delays.append(delay if latency else 0.0)
-        extra_ends.append(ends)
-    all_offsets = np.concatenate(offsets_list)
-    all_links = np.concatenate(links_list)
-    all_sizes = np.concatenate([sizes, np.asarray(extra_sizes, np.float64)])
-    result = solve_max_min(all_offsets, all_links, all_sizes, network.capacities)
-    finish = result.finish + np.concatenate([delays, np.asarray(extra_delays, np.float64)])
-    by_node = np.zeros(nodes)
-    ends = np.concatenate(
-        [np.stack([sources, destinations], 1).astype(np.int64), np.asarray(extra_ends, np.int64).reshape(-1, 2)]
-    )
-    for column in (0, 1):
-        valid = ends[:, column] >= 0
-        np.maximum.at(by_node, ends[valid, column], finish[valid])
-    loads = np.bincount(all_links, weights=np.repeat(all_sizes, np.diff(all_offsets)), minlength=network.n_links)
-    downlinks = network.host_downlinks()[:nodes]
-    received = loads[downlinks] if nodes > 1 else np.zeros(1)
-    return by_node, float(finish.max(initial=0.0)), result.lower_bound, int(all_sizes.size), received
-
-
-def sa_opt(
-    workload: Workload, network: Network, k: int, cores: int = 64, overhead_seconds: float = 800e-9
-) -> CommunicationResult:
-    """Not collective. SAOpt (module docstring): per-core perfect dedup, per (core, node) concatenation, software
-    overhead per PR, no latency."""
-    _check_network(workload, network)
-    payload = ELEMENT_BYTES * k
-    n = workload.nodes
-    matrix = workload.matrix
-    nodes_of = workload.node_of_nonzeros().astype(np.int64)
-    position = np.arange(matrix.nnz, dtype=np.int64) - workload.node_starts[nodes_of]
-    sizes = np.diff(workload.node_starts)[nodes_of]
-    core = (position * cores) // np.maximum(sizes, 1) + nodes_of * cores
-    remote = workload.remote
-    keys, _ = sorted_unique(core[remote] * workload.n_cols + matrix.indices[remote])
-    core_of, col_of = keys // workload.n_cols, keys % workload.n_cols
-    requests_per_core = np.bincount(core_of, minlength=n * cores)
-    owners = workload.col_owner[col_of].astype(np.int64)
-    core_dest, counts = sorted_unique(core_of * n + owners)
-    read_cap = requests_per_packet(0, network.mtu)
-    response_cap = requests_per_packet(payload, network.mtu)
-    source_node = (core_dest // n) // cores
-    destination = core_dest % n
-    read_bytes = -(-counts // read_cap) * PACKET_HEADER_BYTES + counts * REQUEST_HEADER_BYTES
-    response_bytes = -(-counts // response_cap) * PACKET_HEADER_BYTES + counts * (REQUEST_HEADER_BYTES + payload)
-    pair_bytes = np.zeros((n, n), np.float64)
-    np.add.at(pair_bytes, (source_node, destination), read_bytes)
-    np.add.at(pair_bytes, (destination, source_node), response_bytes)
-    by_node, makespan, bound, flows, received = _solve_pairs(network, n, pair_bytes, latency=False)
-    software = (requests_per_core.reshape(n, cores).max(axis=1) * overhead_seconds).astype(np.float64)
-    finish = np.maximum(by_node, software)
-    seconds = float(finish.max(initial=0.0))
-    tail, traffic, goodput, line = _tail(network, workload, finish, received, seconds, payload)
-    packets = int((-(-counts // read_cap)).sum() + (-(-counts // response_cap)).sum())
-    requests = int(2 * counts.sum())
-    remote_total = int(remote.sum())
-    return CommunicationResult(
-        "SAOpt",
-        seconds,
-        max(bound, float(software.max(initial=0.0))),
-        tail,
-        traffic,
-        goodput,
-        line,
-        requests=requests,
-        packets=packets,
-        filter_coalesce_percent=100.0 * (remote_total - int(counts.sum())) / remote_total if remote_total else 0.0,
-        flows=flows,
-        extra={
-            "software_seconds": float(software.max(initial=0.0)),
-            "network_seconds": makespan,
-            "cores": cores,
-            "overhead_seconds_per_request": overhead_seconds,
-        },
-    )
-
-
 @dataclass
 class _Issued:
     nodes: np.ndarray
@@ -233,7 +105,7 @@ class NetSparseSimulator:
     request streams between configurations that share the RIG-stage settings."""
 
     def __init__(self, workload: Workload, network: Network, k: int, progress: Progress = None) -> None:
-        _check_network(workload, network)
+        check_network(workload, network)
         self.workload = workload
         self.network = network
         self.k = k
@@ -368,12 +240,12 @@ class NetSparseSimulator:
             )
         else:
             pair_bytes, extra_flows = nic_bytes.astype(np.float64), []
-        by_node, _, bound, flows, received = _solve_pairs(self.network, n, pair_bytes, True, extra_flows)
+        by_node, _, bound, flows, received = solve_pairs(self.network, n, pair_bytes, True, extra_flows)
         one_way = float(self.one_way[requester, owner].max(initial=0.0))
         generation = issued.last_cycle / hardware.clock_hz
         finish = np.maximum(by_node + one_way, generation)
         seconds = float(finish.max(initial=0.0))
-        tail, traffic, goodput, line_use = _tail(self.network, self.workload, finish, received, seconds, payload)
+        tail, traffic, goodput, line_use = tail_node(self.network, self.workload, finish, received, seconds, payload)
         remote_total = int(self.workload.remote.sum())
         dropped = issued.filtered + issued.coalesced
         return CommunicationResult(

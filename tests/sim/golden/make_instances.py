@@ -17,7 +17,7 @@ import numpy as np
 from sparsewire.generators import rmat
 from sparsewire.partition import partition
 from sparsewire.plan.stats import strategy_stats
-from sparsewire.sim.network import build_network, dragonfly, leaf_spine
+from sparsewire.sim.network_builders import build_network, dragonfly, leaf_spine
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,0 +1,122 @@
+"""The ``calibrate`` command: the local SpMM rate the compute model of ``simulate`` reads, or with ``--device``
+the transfer paths between two ranks under mpiexec (:mod:`sparsewire.calibration`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sparsewire.calibration.compute import default_calibration_path, measure_compute_rate
+from sparsewire.calibration.store import write_record
+from sparsewire.calibration.transfer import default_transfer_record_path
+from sparsewire.cli.common import (
+    check_writable,
+    json_text,
+    positive_int,
+    progress_printer,
+    resolve_backend_arguments,
+    write_output,
+)
+from sparsewire.errors import InputError
+from sparsewire.exec.kernels import BACKENDS
+from sparsewire.report import format_bytes, format_table
+
+__all__ = ["add_commands"]
+
+
+def add_commands(commands) -> None:
+    """Add ``calibrate`` to the CLI's subparsers."""
+
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="measure this machine's local SpMM rate for the compute model of 'simulate', or with --device the transfer paths",
+        description="Without --device: time the executor's CSR x dense kernel (one thread) on an R-MAT graph (scale 16, edge "
+        "factor 8) "
+        "at k = 16, 32, 64 and write the median rate in nonzero-columns per second to a JSON file. With --device D (run as "
+        "'mpiexec -n 2 sparsewire calibrate --device D'): time messages of each --sizes between ranks 0 and 1 sent directly from "
+        "the "
+        "backend's buffers and staged through host memory, and write the size below which staging is faster; the executor stages "
+        "messages below it (the hybrid communication of the semiring SpGEMM paper, sec. 5.2).",
+    )
+    calibrate.add_argument(
+        "--output",
+        help=f"where to write (default: {default_calibration_path()}; with --device "
+        f"{default_transfer_record_path('cpu').parent}/transfer-<device type>.json)",
+    )
+    calibrate.add_argument(
+        "--repeat",
+        type=positive_int,
+        help="timed products per k (default: 5), or with --device timed round trips per message size and path (default: 20)",
+    )
+    calibrate.add_argument(
+        "--device", help="measure the transfer paths of this device (cpu, cuda or cuda:N) instead of the compute rate"
+    )
+    calibrate.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="with --device: the kernel backend whose buffers are sent (default: numpy on the CPU, torch on cuda)",
+    )
+    calibrate.add_argument(
+        "--sizes",
+        default=",".join(str(4**e) for e in range(3, 12)),
+        help="with --device: message sizes in bytes, comma-separated (default: 64, 256, ..., 4194304)",
+    )
+    calibrate.add_argument("--json", action="store_true", help="print the measurement as JSON")
+    calibrate.set_defaults(handler=_run_calibrate)
+
+
+def _run_calibrate(args: argparse.Namespace) -> int:
+    if args.device is not None:
+        return _run_calibrate_transfers(args)
+    path = Path(args.output) if args.output else default_calibration_path()
+    if args.output:
+        check_writable(path, "--output")
+    result = measure_compute_rate(args.repeat or 5, progress_printer(args))
+    write_output(path, "--output", lambda target: write_record(target, result))
+    result["path"] = str(path)
+    if args.json:
+        print(json_text(result))
+    else:
+        print(f"local SpMM rate {result['compute_rate']:.3g} nonzero-columns/s, written to {path}")
+    return 0
+
+
+def _run_calibrate_transfers(args: argparse.Namespace) -> int:
+    """``calibrate --device``: the transfer sweep (Collective over MPI_COMM_WORLD)."""
+    from mpi4py import MPI
+
+    from sparsewire.calibration.transfer import measure_transfer_paths
+    from sparsewire.exec.kernels import make_backend
+
+    try:
+        sizes = sorted({int(text) for text in args.sizes.split(",") if text.strip()})
+    except ValueError:
+        raise InputError(f"--sizes must be whole numbers of bytes, comma-separated (got {args.sizes!r})") from None
+    if not sizes or sizes[0] < 8:
+        raise InputError(f"--sizes needs at least one size, each at least 8 bytes (one float64; got {args.sizes!r})")
+    comm = MPI.COMM_WORLD
+    resolve_backend_arguments(args, "numpy", comm)
+    path = Path(args.output) if args.output else default_transfer_record_path(args.device)
+    if args.output:
+        check_writable(path, "--output")
+    backend = make_backend(args.backend, args.device)
+    progress = progress_printer(args) if comm.Get_rank() == 0 else None
+    record = measure_transfer_paths(comm, backend, args.device, sizes, args.repeat or 20, progress)
+    if comm.Get_rank() == 0:
+        write_output(path, "--output", lambda target: write_record(target, record))
+        if args.json:
+            print(json_text({**record, "path": str(path)}))
+        else:
+            rows = [
+                [
+                    format_bytes(r["bytes"]),
+                    f"{r['direct_seconds'] * 1e6:.2f}",
+                    f"{r['staged_seconds'] * 1e6:.2f}",
+                    "direct" if r["direct_seconds"] <= r["staged_seconds"] else "staged",
+                ]
+                for r in record["sweep"]
+            ]
+            print(format_table(["message", "direct us", "staged us", "faster"], rows))
+            print(f"staged below {record['staged_below_bytes']} bytes on device {record['device']}; written to {path}")
+    return 0
