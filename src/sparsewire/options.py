@@ -1,7 +1,8 @@
 """How a plan is made and run, as one object: :class:`ExecOptions`.
 
 One frozen dataclass carries every choice that says how an SpMM plan runs (strategy, topology,
-proxy, mode, threads, determinism, transport, kernel backend, device, transfer calibration). It is
+proxy, mode, threads, determinism, transport, kernel backend, device, transfer calibration, wait
+timeout). It is
 validated once, when it is made (every problem in one :class:`~sparsewire.errors.InputError`, one
 line each), passed whole from the public API to the planner, the executor and the plan file, saved
 in the plan file (:meth:`saved`) and reported in the JSON (:meth:`as_dict`). The public functions
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT
 from sparsewire.errors import InputError
 from sparsewire.exec.kernels import backend_problem
 from sparsewire.exec.modes import MODES, Mode
@@ -59,6 +61,8 @@ class ExecOptions:
         device: the backend's device (``cpu``, ``cuda``, ``cuda:N``).
         transfer_calibration: a file of ``sparsewire calibrate --device`` (which messages are staged
             through host memory); None = the stored one of the device's type, if any.
+        wait_timeout: seconds a multiply may go without any message arriving before it ends the
+            job with a message naming what it waits for (:mod:`sparsewire.comm.watchdog`).
     """
 
     strategy: str | Strategy = AUTO
@@ -71,6 +75,7 @@ class ExecOptions:
     backend: str = "numpy"
     device: str = "cpu"
     transfer_calibration: Path | str | os.PathLike | None = None
+    wait_timeout: float = DEFAULT_WAIT_TIMEOUT
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -84,6 +89,7 @@ class ExecOptions:
             "deterministic": bool(self.deterministic),
             "device": str(self.device),
             "transfer_calibration": None if self.transfer_calibration is None else Path(self.transfer_calibration),
+            "wait_timeout": float(self.wait_timeout),
         }
         for name, value in normal.items():
             object.__setattr__(self, name, value)
@@ -137,6 +143,13 @@ class ExecOptions:
             problems.append(problem)
         if self.transfer_calibration is not None and not isinstance(self.transfer_calibration, (str, os.PathLike)):
             problems.append(f"transfer_calibration must be a path or None (got {type(self.transfer_calibration).__name__})")
+        if (
+            isinstance(self.wait_timeout, bool)
+            or not isinstance(self.wait_timeout, (int, float, np.integer, np.floating))
+            or not np.isfinite(self.wait_timeout)
+            or self.wait_timeout <= 0
+        ):
+            problems.append(f"wait_timeout must be a positive number of seconds (got {self.wait_timeout!r})")
         return problems
 
     @property
@@ -162,9 +175,8 @@ class ExecOptions:
 
     def agreed(self) -> dict:
         """Not collective. What every rank of a job must have alike (the device by type only)."""
-        agreed = {
-            name: value for name, value in self.as_dict().items() if name not in ("threads", "device", "transfer_calibration")
-        }
+        per_rank = ("threads", "device", "transfer_calibration", "wait_timeout")
+        agreed = {name: value for name, value in self.as_dict().items() if name not in per_rank}
         return {**agreed, "device type": self.device_type}
 
     def as_dict(self) -> dict:
@@ -180,6 +192,7 @@ class ExecOptions:
             "backend": self.backend,
             "device": self.device,
             "transfer_calibration": None if self.transfer_calibration is None else str(self.transfer_calibration),
+            "wait_timeout": self.wait_timeout,
         }
 
     def saved(self) -> dict:

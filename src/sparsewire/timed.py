@@ -5,7 +5,9 @@ Every command and bench that reports a time measures it here, one way: ``warmup`
 (first touch of buffers, MPI connections), then per repetition ``Barrier``, ``Wtime``, the step,
 ``finish`` (what makes an asynchronous step done: ``torch.cuda.synchronize`` on a GPU), and the
 maximum over the ranks of the elapsed time (``MPI_Allreduce(MAX)``), as PETSc's ``-log_view``
-reports an event's Max. The report keeps every repetition's time.
+reports an event's Max. The report keeps every repetition's time. The barrier and the maximum
+are bounded by a :class:`~sparsewire.comm.watchdog.Watchdog` (``wait_timeout``), as the
+executor's multiplies are: a peer cut off between two repetitions ends the job, not hangs it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT, Watchdog
 
 __all__ = ["TimedRun", "timed_run", "time_plan"]
 
@@ -53,24 +57,35 @@ def timed_run(
     warmup: int = 1,
     finish: Callable[[], None] | None = None,
     before: Callable[[], None] | None = None,
+    wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
 ) -> TimedRun:
     """Collective (every rank of ``comm`` calls it with the same ``repeat`` and ``warmup``). Run
     ``step`` ``warmup`` times untimed, then ``repeat`` times timed as the module docstring says;
-    ``before`` runs before each timed repetition's barrier (outside the timing)."""
+    ``before`` runs before each timed repetition's barrier (outside the timing); the barrier and
+    the maximum each end the job after ``wait_timeout`` seconds (module docstring)."""
     from mpi4py import MPI
 
     run = TimedRun()
+    where = ["before the first repetition"]
+    guard = Watchdog(wait_timeout, lambda: f"rank {comm.Get_rank()} waits in the timing's {where[0]}; a peer stopped")
     for _ in range(warmup):
         run.result = step()
-    for _ in range(repeat):
+    for repetition in range(repeat):
         if before is not None:
             before()
+        where[0] = f"barrier of repetition {repetition}"
+        guard.arm()
         comm.Barrier()
+        guard.disarm()
         started = MPI.Wtime()
         run.result = step()
         if finish is not None:
             finish()
-        run.seconds.append(comm.allreduce(MPI.Wtime() - started, op=MPI.MAX))
+        elapsed = MPI.Wtime() - started
+        where[0] = f"maximum over the ranks of repetition {repetition}"
+        guard.arm()
+        run.seconds.append(comm.allreduce(elapsed, op=MPI.MAX))
+        guard.disarm()
     return run
 
 
@@ -86,4 +101,8 @@ def time_plan(plan, b_local, out, repeat: int, *, warmup: int = 1) -> TimedRun:
         def finish() -> None:
             torch.cuda.synchronize(device)
 
-    return timed_run(plan.comm, lambda: plan.multiply(b_local, out=out), repeat, warmup=warmup, finish=finish)
+    options = getattr(plan, "options", None)
+    timeout = getattr(options, "wait_timeout", DEFAULT_WAIT_TIMEOUT)
+    return timed_run(
+        plan.comm, lambda: plan.multiply(b_local, out=out), repeat, warmup=warmup, finish=finish, wait_timeout=timeout
+    )

@@ -188,9 +188,18 @@ def parse_modes(text: str) -> list[str]:
 
 def add_transport_argument(parser: argparse.ArgumentParser) -> None:
     """``--transport``: one of the registered transports (:mod:`sparsewire.exec.transports`), each
-    described in ``--help`` from its registration."""
+    described in ``--help`` from its registration; and ``--wait-timeout``, the bound on a wait."""
+    from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT
+
     parser.add_argument(
         "--transport", choices=transport_names(), default="mpi", help=f"how messages move: {transport_help()} (default: mpi)"
+    )
+    parser.add_argument(
+        "--wait-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="end the job, naming the rank, peer, link and bytes outstanding, when a multiply receives nothing for this "
+        f"long: a dead link or a stopped peer (default: {DEFAULT_WAIT_TIMEOUT:g})",
     )
 
 

@@ -23,6 +23,7 @@ from sparsewire.errors import InputError, SparsewireError
 __all__ = [
     "ranks_on_node",
     "limit_threads_per_rank",
+    "node_ids",
     "agree_on_error",
     "agree_on_values",
     "install_abort_on_error",
@@ -36,6 +37,15 @@ __all__ = [
 THREADS_ENVIRONMENT_VARIABLE = "SPARSEWIRE_THREADS_PER_RANK"
 
 _MPI_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE}
+
+
+def node_ids(comm: MPI.Comm) -> np.ndarray:
+    """Collective. For every rank of ``comm``, the lowest rank of ``comm`` on its node (the ranks
+    sharing its memory, ``MPI_COMM_TYPE_SHARED``): equal ids, same node."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    leader = node.allreduce(comm.Get_rank(), op=MPI.MIN)
+    node.Free()
+    return np.asarray(comm.allgather(leader), np.int64)
 
 
 def ranks_on_node(comm: MPI.Comm) -> int:

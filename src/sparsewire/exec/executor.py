@@ -37,7 +37,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, ranks_on_node
+from sparsewire.comm.runtime import agree_on_error, node_ids
+from sparsewire.comm.watchdog import Watchdog
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import BufferNeeds, build_buffers
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
@@ -112,7 +113,8 @@ class SpmmExecutor:
         except InputError as error:
             problem = error
         agree_on_error(comm, problem)
-        sharing = ranks_on_node(comm)
+        self._nodes = node_ids(comm)
+        sharing = int((self._nodes == self._nodes[comm.Get_rank()]).sum())
         threads = options.threads
         if threads is None:
             from sparsewire.cores import default_threads
@@ -152,6 +154,8 @@ class SpmmExecutor:
         )
         self.ledger = ByteLedger(plan.rank, plan.n_ranks, self.dtype.itemsize)
         self.transport = transport_class(self.comm, self.buffers, self.ledger)
+        self.watchdog = Watchdog(self.options.wait_timeout, self.describe_wait)
+        self.ledger.on_arrival = self.watchdog.progress
         self.combine = (OrderedCombine if self.deterministic else StreamingCombine)(self.buffers)
         self.schedule = SCHEDULES[mode](self.buffers, self.transport, self.combine)
 
@@ -187,8 +191,46 @@ class SpmmExecutor:
             raise PlanMismatchError("this executor was closed; make a new one")
         out = self.kernels.output(out, (self.plan.local_shape[0], self.k), self.dtype, rank)
         self.ledger.reset()
-        self.schedule.run(b_local, out)
+        self.watchdog.arm()
+        try:
+            self.schedule.run(b_local, out)
+        finally:
+            self.watchdog.disarm()
         return out
+
+    def link_of(self, peer: int) -> str:
+        """Not collective. The link between this rank and ``peer``: whether MPI puts them on one node
+        (shared memory) or two, and the topology's link class where the options give one."""
+        rank = self.plan.rank
+        where = "same node" if self._nodes[peer] == self._nodes[rank] else "another node"
+        topology = self.options.topology
+        if topology is None or len(topology.levels) < 2:
+            return where
+        level = int(topology.link_levels(np.array([rank]), np.array([peer]), self.plan.n_ranks)[0])
+        return f"{where}, {topology.levels[level].link.name} link"
+
+    def describe_wait(self) -> str:
+        """Not collective. What this rank's multiply still waits for: every expected message that
+        has not arrived, by peer with its link and bytes, or else its sends (the watchdog's message)."""
+        rank, itemsize = self.plan.rank, self.dtype.itemsize
+        missing: dict[int, list[int]] = {}
+        for ex in self.buffers.exchanges:
+            uncounted = [m for m in range(len(ex.recv_ranks)) if (ex.index, m) not in self.ledger.arrived]
+            incomplete = self.transport.incomplete_receives(ex) if uncounted else None
+            for message in uncounted if incomplete is None else incomplete:
+                entry = missing.setdefault(int(ex.recv_ranks[message]), [0, 0])
+                entry[0] += 1
+                entry[1] += int(ex.expected_elements[message]) * itemsize
+        if missing:
+            peers = ", ".join(
+                f"from rank {peer} ({self.link_of(peer)}): {count} message{'s' * (count > 1)}, {size} bytes"
+                for peer, (count, size) in sorted(missing.items())
+            )
+            total = sum(size for _, size in missing.values())
+            return f"rank {rank} ({self.mode.value} mode) still waits for {total} bytes: {peers}"
+        peers = sorted({int(q) for ex in self.buffers.exchanges for q in ex.send_ranks})
+        links = ", ".join(f"rank {q} ({self.link_of(q)})" for q in peers)
+        return f"rank {rank} ({self.mode.value} mode) has every message it expects; its sends to {links or 'no rank'} wait"
 
     def close(self) -> None:
         """Collective. Stop the schedule's threads, free the transport's requests and the

@@ -26,6 +26,7 @@ the MPI transport stages through host memory is :mod:`sparsewire.exec.wire`'s ru
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 
 import numpy as np
 
@@ -46,6 +47,8 @@ class ByteLedger:
             today's wire paths, :class:`~sparsewire.exec.wire.WirePath`; a codec will make them
             differ).
         problems: one line per message whose payload differed from the plan's.
+        arrived: (exchange index, message) of every message counted in this multiply.
+        on_arrival: called after each message is counted (the executor's watchdog), or None.
     """
 
     def __init__(self, rank: int, n_ranks: int, itemsize: int) -> None:
@@ -53,11 +56,14 @@ class ByteLedger:
         self.bytes_from = np.zeros(n_ranks, np.int64)
         self.wire_bytes_from = np.zeros(n_ranks, np.int64)
         self.problems: list[str] = []
+        self.arrived: set[tuple[int, int]] = set()
+        self.on_arrival: Callable[[], None] | None = None
 
     def reset(self) -> None:
-        """Not collective. Start a multiply: zero the byte counts (the problems stay)."""
+        """Not collective. Start a multiply: zero the byte counts and arrivals (the problems stay)."""
         self.bytes_from[:] = 0
         self.wire_bytes_from[:] = 0
+        self.arrived.clear()
 
     def record(self, ex: ExchangeBuffers, message: int, received_elements: int, wire_bytes: int | None = None) -> None:
         """Not collective. Count one received message of ``received_elements`` elements (padding
@@ -67,6 +73,9 @@ class ByteLedger:
         source = ex.recv_ranks[message]
         self.bytes_from[source] += payload * self.itemsize
         self.wire_bytes_from[source] += payload * self.itemsize if wire_bytes is None else wire_bytes
+        self.arrived.add((ex.index, message))
+        if self.on_arrival is not None:
+            self.on_arrival()
         if payload != ex.expected_elements[message]:
             self.problems.append(
                 f"rank {self.rank} received {payload} elements from rank {source} in exchange {ex.index} but its "
@@ -112,6 +121,12 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def wait_sends(self, ex: ExchangeBuffers) -> None:
         """Not collective (point to point with the peers). Complete every send of ``ex``."""
+
+    def incomplete_receives(self, ex: ExchangeBuffers) -> list[int] | None:
+        """Not collective. The messages of ``ex`` whose receive has not completed, asked without
+        completing anything (for the watchdog's message, from its own thread), or None where the
+        transport cannot tell (then every message not yet counted is named)."""
+        return None
 
     @abc.abstractmethod
     def free(self) -> None:

@@ -143,6 +143,10 @@ class MpiTransport(MessageTransport):
     def wait_sends(self, ex: ExchangeBuffers) -> None:
         MPI.Request.Waitall(self._send[ex.index])
 
+    def incomplete_receives(self, ex: ExchangeBuffers) -> list[int] | None:
+        # MPI_Request_get_status neither completes nor frees a request (MPI_THREAD_MULTIPLE here)
+        return [message for message, request in enumerate(self._recv[ex.index]) if not request.Get_status()]
+
     def free(self) -> None:
         """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transports.base`."""
         for request in self._all_recv + [r for requests in self._send for r in requests]:

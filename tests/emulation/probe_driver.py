@@ -1,0 +1,31 @@
+"""Run under mpiexec on the emulated cluster: prints (rank 0) ``NODES`` (each rank's node as MPI
+sees it: shared-memory groups numbered in rank order) and ``CROSSING`` (bytes this job sent
+between nodes in a ring of 4 MiB messages, checked on arrival)."""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from sparsewire.comm.runtime import node_ids
+
+
+def main() -> None:
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    nodes = node_ids(comm)
+    numbered = np.unique(nodes, return_inverse=True)[1]
+    message = np.full(1 << 19, float(rank))  # 4 MiB
+    received = np.empty_like(message)
+    right, left = (rank + 1) % size, (rank - 1) % size
+    for _ in range(4):
+        comm.Sendrecv(message, right, 7, received, left, 7)
+        assert (received == left).all()
+    crossing = sum(4 * message.nbytes for q in range(size) if nodes[q] != nodes[(q + 1) % size])
+    if rank == 0:
+        print("NODES " + " ".join(str(int(g)) for g in numbered), flush=True)
+        print(f"CROSSING {crossing}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

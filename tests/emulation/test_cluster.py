@@ -1,0 +1,112 @@
+"""The emulated cluster (issue 40): namespaces over rate-limited links carry MPICH over TCP, the
+harness leaves nothing behind, and a link that dies ends the job (the watchdog) instead of hanging
+it, on the MPI and torch transports; a link down for 5 s and back lets the run finish exact.
+
+The cluster tests need root and ``ip``/``tc`` and skip cleanly without them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import CHILD_ENV, EXIT_TIMES, ROOT
+from sparsewire.emulation.cluster import EmulatedCluster, parse_rate, unavailable_reason
+from sparsewire.errors import InputError
+
+DRIVER = str(ROOT / "tests" / "emulation" / "link_driver.py")
+PROBE = str(ROOT / "tests" / "emulation" / "probe_driver.py")
+WAIT_TIMEOUT = 10.0
+
+needs_cluster = pytest.mark.skipif(unavailable_reason() is not None, reason=f"no emulated cluster: {unavailable_reason()}")
+
+
+def test_rates_are_parsed_and_bad_ones_refused():
+    assert parse_rate("1gbit") == 1e9 and parse_rate("500mbit") == 5e8 and parse_rate(" 2.5GBIT ") == 2.5e9
+    for bad in ("1gb", "fast", "-1gbit", "0mbit", ""):
+        with pytest.raises(InputError, match="gbit, mbit or kbit"):
+            parse_rate(bad)
+    with pytest.raises(InputError, match="2 to 16 nodes"):
+        EmulatedCluster(1)
+
+
+def _namespaces() -> set[str]:
+    return set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+
+
+@pytest.mark.mpi
+@needs_cluster
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_ranks_on_different_nodes_talk_over_the_link_and_nothing_is_left(nodes):
+    """MPI's nodes are the namespaces; a ring of 4 MiB messages crosses the links, whose kernel
+    counters grow by at least what was sent between nodes; the teardown deletes every namespace."""
+    before = _namespaces()
+    with EmulatedCluster(nodes, "1gbit") as cluster:
+        assert set(cluster.namespaces) <= _namespaces()
+        counted = cluster.counters()
+        per_node = 2 if nodes == 2 else 1
+        result = cluster.run(per_node, [sys.executable, PROBE], timeout=120, env=CHILD_ENV)
+        assert result.returncode == 0, result.stderr[-3000:]
+        grown = sum(tx for tx, _ in cluster.counters()) - sum(tx for tx, _ in counted)
+        lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+        assert lines["NODES"] == " ".join(str(rank // per_node) for rank in range(nodes * per_node))
+        assert int(lines["CROSSING"]) > 0 and grown >= int(lines["CROSSING"]), (grown, lines)
+        assert result.left_running == []
+    assert _namespaces() == before
+
+
+def _run_with_link_fault(transport: str, down_seconds: float | None, multiplies: int):
+    """Start the driver on 2 nodes x 2 ranks at 1 Gbit/s, take node 1's link down once the
+    multiplies run (for good when ``down_seconds`` is None), and finish the job."""
+    with EmulatedCluster(2, "1gbit") as cluster, open("/dev/null") as nothing:
+        import tempfile
+
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            command = [sys.executable, DRIVER, "--transport", transport, "--multiplies", str(multiplies)]
+            command += ["--wait-timeout", str(WAIT_TIMEOUT)]
+            process = cluster.start(2, command, env=CHILD_ENV, stdout=out, stderr=err, stdin=nothing, text=True)
+            deadline = time.monotonic() + 120
+            while "READY" not in (out.seek(0) or out.read()) and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(1.0)
+            cluster.set_link(1, False)
+            went_down = time.monotonic()
+            if down_seconds is not None:
+                time.sleep(down_seconds)
+                cluster.set_link(1, True)
+            result = cluster.finish(process, timeout=WAIT_TIMEOUT + 60)
+            ended_after = time.monotonic() - went_down
+            out.seek(0)
+            err.seek(0)
+            return result, out.read(), err.read(), ended_after
+
+
+@pytest.mark.mpi
+@needs_cluster
+@pytest.mark.parametrize("transport", ["mpi", "torch"])
+def test_a_link_down_for_good_ends_the_job_naming_the_rank_peer_link_and_bytes(transport):
+    result, out, err, ended_after = _run_with_link_fault(transport, None, multiplies=10**7)
+    EXIT_TIMES.append(f"emulated link down for good, {transport}: job ended {ended_after:.1f} s after (bound {WAIT_TIMEOUT:g} s)")
+    assert not result.timed_out, err[-3000:]
+    assert result.returncode != 0 and ended_after <= WAIT_TIMEOUT + 10, (result.returncode, ended_after, err[-3000:])
+    messages = [line for line in err.splitlines() if "no message arrived for" in line]
+    assert messages, err[-3000:]
+    # node 0's ranks (0 and 1) name what they wait for from node 1 (ranks 2 and 3) over the network
+    assert any(
+        f"rank {rank} (overlap mode) still waits for" in line and "(another node" in line and " bytes" in line
+        for line in messages
+        for rank in (0, 1)
+    ), messages
+    assert "CHECK" not in out
+
+
+@pytest.mark.mpi
+@needs_cluster
+@pytest.mark.parametrize("transport", ["mpi", "torch"])
+def test_a_link_down_for_5_seconds_and_back_lets_the_run_finish_exact(transport):
+    result, out, err, ended_after = _run_with_link_fault(transport, 5.0, multiplies=3000)
+    assert result.returncode == 0 and not result.timed_out, err[-3000:]
+    assert "CHECK passed" in out, out + err[-3000:]
+    assert ended_after > 5.0  # the multiplies were still running when the link went down
