@@ -120,6 +120,37 @@ class Topology:
         levels = (Level("node", largest, _SHARED_MEMORY), Level("cluster", None, _NETWORK))
         return cls("mpi-nodes", levels, tuple(int(g) for g in groups))
 
+    @classmethod
+    def from_record(cls, record: dict, name: str = "measured") -> Topology:
+        """Not collective. The topology of a ``network`` calibration record
+        (:func:`sparsewire.calibration.network.measure_network`): its measured link classes (overhead
+        0), groups of its ``group_size`` (or exactly its ``rank_groups`` when those are not
+        consecutive blocks, which then fixes the rank count).
+
+        Raises:
+            InputError naming the field when the record lacks what a topology needs.
+        """
+        try:
+            links_measured = record["links"]
+            groups = [int(g) for g in record["rank_groups"]]
+            size = int(record["group_size"])
+
+            def measured(key: str, label: str) -> LinkClass:
+                entry = links_measured[key]
+                return LinkClass(label, float(entry["bandwidth_bytes_per_second"]), float(entry["latency_seconds"]), 0.0)
+
+            intra = measured("intra_node", "measured intra-node") if "intra_node" in links_measured else _SHARED_MEMORY
+            if "inter_node" not in links_measured:
+                return cls(name, (Level("machine", None, intra),))
+            inter = measured("inter_node", "measured inter-node")
+        except (KeyError, TypeError, ValueError) as error:
+            raise InputError(
+                f"network calibration {name!r} lacks {error}; write it again with 'mpiexec -n P sparsewire calibrate --network'"
+            ) from None
+        blocks = groups == [rank // size for rank in range(len(groups))]
+        levels = (Level("node", size, intra), Level("cluster", None, inter))
+        return cls(name, levels, None if blocks else tuple(groups))
+
     def groups(self, n_ranks: int) -> np.ndarray:
         """Not collective. Level-0 group id of each of ``n_ranks`` ranks (ids 0, 1, ... in order of first rank)."""
         return self.level_groups(0, n_ranks)
@@ -261,7 +292,15 @@ PRESETS: dict[str, Machine] = {
 
 
 def parse_topology(text: str) -> Topology:
-    """Not collective. The topology of a preset of :data:`PRESETS` by name, or ``nodes:G``."""
+    """Not collective. The topology of a preset of :data:`PRESETS` by name, ``nodes:G``, or a file
+    written by ``sparsewire calibrate --network`` (:meth:`Topology.from_record`)."""
+    from pathlib import Path
+
+    if text.strip().endswith(".json") or Path(text).is_file():
+        from sparsewire.calibration.store import read_record
+
+        record = read_record(text, "network", "write it with 'mpiexec -n P sparsewire calibrate --network --output FILE'")
+        return Topology.from_record(record, f"measured:{Path(text).name}")
     name = text.strip().lower()
     if name in PRESETS:
         return PRESETS[name].topology
@@ -272,4 +311,7 @@ def parse_topology(text: str) -> Topology:
             size = 0
         if size >= 1:
             return Topology.nodes(size)
-    raise InputError(f"unknown topology {text!r}; choose nodes:G (G ranks per group) or one of {', '.join(PRESETS)}")
+    raise InputError(
+        f"unknown topology {text!r}; choose nodes:G (G ranks per group), a file of 'sparsewire calibrate --network', or one "
+        f"of {', '.join(PRESETS)}"
+    )

@@ -1,5 +1,6 @@
-"""The ``calibrate`` command: the local SpMM rate the compute model of ``simulate`` reads, or with ``--device``
-the transfer paths between two ranks under mpiexec (:mod:`sparsewire.calibration`)."""
+"""The ``calibrate`` command: the local SpMM rate the compute model of ``simulate`` reads, with ``--device``
+the transfer paths between two ranks, or with ``--network`` the link classes between the job's ranks
+(both under mpiexec; :mod:`sparsewire.calibration`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from sparsewire.calibration.compute import default_calibration_path, measure_compute_rate
-from sparsewire.calibration.store import write_record
+from sparsewire.calibration.store import record_path, write_record
 from sparsewire.calibration.transfer import default_transfer_record_path
 from sparsewire.cli.common import (
     check_writable,
@@ -36,7 +37,10 @@ def add_commands(commands) -> None:
         "'mpiexec -n 2 sparsewire calibrate --device D'): time messages of each --sizes between ranks 0 and 1 sent directly from "
         "the "
         "backend's buffers and staged through host memory, and write the size below which staging is faster; the executor stages "
-        "messages below it (the hybrid communication of the semiring SpGEMM paper, sec. 5.2).",
+        "messages below it (the hybrid communication of the semiring SpGEMM paper, sec. 5.2). With --network (run as "
+        "'mpiexec -n P sparsewire calibrate --network'): measure latency and bandwidth inside a node and between nodes (nodes "
+        "as MPI sees them: shared memory), the latter also with every rank of a node sending out at once, and write a topology "
+        "file that --topology FILE reads (spmm, analyze, explain(), --strategy auto).",
     )
     calibrate.add_argument(
         "--output",
@@ -48,8 +52,14 @@ def add_commands(commands) -> None:
         type=positive_int,
         help="timed products per k (default: 5), or with --device timed round trips per message size and path (default: 20)",
     )
-    calibrate.add_argument(
+    what = calibrate.add_mutually_exclusive_group()
+    what.add_argument(
         "--device", help="measure the transfer paths of this device (cpu, cuda or cuda:N) instead of the compute rate"
+    )
+    what.add_argument(
+        "--network",
+        action="store_true",
+        help=f"measure the links between the job's ranks and write a topology file (default: {record_path('network')})",
     )
     calibrate.add_argument(
         "--backend",
@@ -62,11 +72,19 @@ def add_commands(commands) -> None:
         default=",".join(str(4**e) for e in range(3, 12)),
         help="with --device: message sizes in bytes, comma-separated (default: 64, 256, ..., 4194304)",
     )
+    calibrate.add_argument(
+        "--message-bytes",
+        type=positive_int,
+        default=4 << 20,
+        help="with --network: the streamed message size (default: 4194304)",
+    )
     calibrate.add_argument("--json", action="store_true", help="print the measurement as JSON")
     calibrate.set_defaults(handler=_run_calibrate)
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
+    if args.network:
+        return _run_calibrate_network(args)
     if args.device is not None:
         return _run_calibrate_transfers(args)
     path = Path(args.output) if args.output else default_calibration_path()
@@ -119,4 +137,37 @@ def _run_calibrate_transfers(args: argparse.Namespace) -> int:
             ]
             print(format_table(["message", "direct us", "staged us", "faster"], rows))
             print(f"staged below {record['staged_below_bytes']} bytes on device {record['device']}; written to {path}")
+    return 0
+
+
+def _run_calibrate_network(args: argparse.Namespace) -> int:
+    """``calibrate --network``: the link classes (Collective over MPI_COMM_WORLD)."""
+    from mpi4py import MPI
+
+    from sparsewire.calibration.network import measure_network
+
+    comm = MPI.COMM_WORLD
+    path = Path(args.output) if args.output else record_path("network")
+    if args.output and comm.Get_rank() == 0:
+        check_writable(path, "--output")
+    progress = progress_printer(args) if comm.Get_rank() == 0 else None
+    record = measure_network(comm, args.message_bytes, args.repeat or 10, progress)
+    if comm.Get_rank() != 0:
+        return 0
+    write_output(path, "--output", lambda target: write_record(target, record))
+    if args.json:
+        print(json_text({**record, "path": str(path)}))
+        return 0
+    rows = [
+        [
+            name,
+            f"{entry['pair'][0]}-{entry['pair'][1]}",
+            f"{entry['latency_seconds'] * 1e6:.1f}",
+            f"{entry['single_pair_bandwidth'] / 2**20:.1f}",
+            f"{entry['bandwidth_bytes_per_second'] / 2**20:.1f}",
+        ]
+        for name, entry in record["links"].items()
+    ]
+    print(format_table(["link", "ranks", "latency us", "one pair MiB/s", "per rank, all sending MiB/s"], rows))
+    print(f"groups {record['rank_groups']}; written to {path} (use it as --topology {path})")
     return 0

@@ -1,0 +1,128 @@
+"""The network's link classes, measured: latency and bandwidth inside a node and between nodes,
+written as a calibration record (kind ``network``) that ``--topology FILE`` reads back as a
+:class:`~sparsewire.topology.Topology` (:meth:`~sparsewire.topology.Topology.from_record`).
+
+Groups come from MPI itself (``MPI_COMM_TYPE_SHARED``: the ranks sharing a node's memory). Per link
+class (``intra_node``: two ranks of one node; ``inter_node``: rank 0 and the first rank of another
+node), with every other rank waiting at a barrier:
+
+* latency: half the median round trip of an 8-byte ping-pong;
+* bandwidth per rank: a stream of ``message_bytes`` messages (8 in flight, then a one-byte
+  acknowledgement), bytes over the median time; for ``inter_node`` also with *every* rank of the
+  first node sending to its partner on the second node at once, which shares the node's link
+  (the figure the planner's per-rank ``LinkClass.bandwidth`` means), the slowest pair's rate.
+
+The planner's link class is then ``seconds = messages * latency + bytes / bandwidth`` (overhead 0:
+the ping-pong's latency already holds the software's per-message time).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+from mpi4py import MPI
+
+from sparsewire.calibration.store import stamp
+from sparsewire.comm.runtime import node_ids
+from sparsewire.errors import InputError
+
+__all__ = ["NETWORK_KIND", "measure_network"]
+
+NETWORK_KIND = "network"
+_TAG = 6100
+
+
+def _ping_pong(comm: MPI.Comm, a: int, b: int, nbytes: int, repeat: int) -> float | None:
+    """Median half round trip between ranks a and b (None on other ranks)."""
+    rank = comm.Get_rank()
+    buffer = np.zeros(max(nbytes, 1), np.uint8)
+    times = []
+    for i in range(repeat + 2):
+        if rank == a:
+            started = MPI.Wtime()
+            comm.Send(buffer, b, _TAG)
+            comm.Recv(buffer, b, _TAG)
+            if i >= 2:  # two warm-ups: connections made, pages touched
+                times.append((MPI.Wtime() - started) / 2)
+        elif rank == b:
+            comm.Recv(buffer, a, _TAG)
+            comm.Send(buffer, a, _TAG)
+    return statistics.median(times) if times else None
+
+
+def _stream(comm: MPI.Comm, pairs: list[tuple[int, int]], nbytes: int, repeat: int, window: int = 8) -> float:
+    """Bytes per second from each sender to its receiver, all pairs at once: the median over the
+    repetitions of the slowest pair's rate, on every rank."""
+    rank = comm.Get_rank()
+    message = np.ones(nbytes, np.uint8)
+    ack = np.zeros(1, np.uint8)
+    receives = [np.empty(nbytes, np.uint8) for _ in range(window)]
+    rates = []
+    for i in range(repeat + 1):
+        comm.Barrier()
+        started = MPI.Wtime()
+        for sender, receiver in pairs:
+            if rank == sender:
+                MPI.Request.Waitall([comm.Isend(message, receiver, _TAG + 1) for _ in range(window)])
+                comm.Recv(ack, receiver, _TAG + 2)
+            elif rank == receiver:
+                MPI.Request.Waitall([comm.Irecv(buffer, sender, _TAG + 1) for buffer in receives])
+                comm.Send(ack, sender, _TAG + 2)
+        elapsed = MPI.Wtime() - started
+        slowest = comm.allreduce(elapsed if any(rank == s for s, _ in pairs) else 0.0, op=MPI.MAX)
+        if i >= 1:
+            rates.append(window * nbytes / slowest)
+    return statistics.median(rates)
+
+
+def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 10, progress=None) -> dict:
+    """Collective. The ``network`` record of this job's ranks (module docstring): the groups
+    (``rank_groups``: each rank's node, numbered in rank order), and per link class present
+    ``latency_seconds``, ``bandwidth_bytes_per_second`` (per rank: for ``inter_node`` the rate when
+    every rank of a node sends out at once), ``single_pair_bandwidth`` and the pair measured.
+
+    Raises:
+        InputError on every rank with fewer than 2 ranks, or when no two ranks share a node and no
+        two are on different nodes.
+    """
+    size = comm.Get_size()
+    if size < 2:
+        raise InputError("calibrate --network measures links between ranks: run it under mpiexec -n 2 or more")
+    nodes = node_ids(comm)
+    groups = np.unique(nodes, return_inverse=True)[1]
+    classes: dict[str, dict] = {}
+    same = [(a, b) for a in range(size) for b in range(a + 1, size) if nodes[a] == nodes[b]]
+    other = [b for b in range(1, size) if nodes[b] != nodes[0]]
+    measured = {"intra_node": same[0] if same else None, "inter_node": (0, other[0]) if other else None}
+    for name, pair in measured.items():
+        if pair is None:
+            continue
+        if progress:
+            progress(f"{name}: ranks {pair[0]} and {pair[1]}, ping-pong and a stream of {message_bytes} byte messages")
+        latency = comm.bcast(_ping_pong(comm, *pair, 8, repeat * 20), root=pair[0])
+        single = _stream(comm, [pair], message_bytes, repeat)
+        entry = {"pair": list(pair), "latency_seconds": latency, "single_pair_bandwidth": single}
+        if name == "inter_node":
+            first = [r for r in range(size) if nodes[r] == nodes[0]]
+            second = [r for r in range(size) if nodes[r] == nodes[pair[1]]]
+            partners = list(zip(first, second))
+            entry["concurrent_pairs"] = [list(p) for p in partners]
+            entry["bandwidth_bytes_per_second"] = _stream(comm, partners, message_bytes, repeat)
+        else:
+            entry["bandwidth_bytes_per_second"] = single
+        classes[name] = entry
+    if not classes:
+        raise InputError("no link class to measure")
+    record = stamp(NETWORK_KIND)
+    record.update(
+        {
+            "ranks": size,
+            "rank_groups": [int(g) for g in groups],
+            "group_size": int(np.bincount(groups).max()),
+            "message_bytes": message_bytes,
+            "repeat": repeat,
+            "links": classes,
+        }
+    )
+    return record
