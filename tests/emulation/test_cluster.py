@@ -6,6 +6,7 @@ The cluster tests need root and ``ip``/``tc`` and skip cleanly without them."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -110,3 +111,25 @@ def test_a_link_down_for_5_seconds_and_back_lets_the_run_finish_exact(transport)
     assert result.returncode == 0 and not result.timed_out, err[-3000:]
     assert "CHECK passed" in out, out + err[-3000:]
     assert ended_after > 5.0  # the multiplies were still running when the link went down
+
+
+@pytest.mark.mpi
+@needs_cluster
+def test_the_emulate_command_runs_a_checked_multiply_across_nodes_and_cleans_up():
+    before = _namespaces()
+    command = [sys.executable, "-m", "sparsewire", "emulate", "--nodes", "2", "--ranks-per-node", "1", "--"]
+    command += ["sparsewire", "spmm", "rmat:12:8:1", "--topology", "mpi", "--strategy", "joint", "--check", "--json"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=CHILD_ENV, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["check_passed"] is True and report["ranks"] == 2 and report["measured_inter_group_bytes"] > 0
+    sent = int(result.stderr.split("node 0: link sent ")[1].split()[0])
+    assert sent >= report["measured_inter_group_bytes"]  # the kernel's counter: at least what MPI delivered across
+    assert _namespaces() == before
+
+
+def test_the_emulate_command_needs_a_command():
+    result = subprocess.run(
+        [sys.executable, "-m", "sparsewire", "emulate", "--nodes", "2"], capture_output=True, text=True, timeout=60, env=CHILD_ENV
+    )
+    assert result.returncode != 0 and "give the command to run after --" in result.stderr

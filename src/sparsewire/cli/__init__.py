@@ -15,7 +15,7 @@ import os
 import sys
 
 from sparsewire import __version__
-from sparsewire.cli import analyze, calibrate, gnn, graphs, netsparse, sim, spgemm, spmm
+from sparsewire.cli import analyze, calibrate, emulate, gnn, graphs, netsparse, sim, spgemm, spmm
 from sparsewire.cli.common import Parser
 from sparsewire.errors import SparsewireError
 
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sparsewire {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for family in (analyze, spmm, spgemm, graphs, gnn, sim, calibrate, netsparse):
+    for family in (analyze, spmm, spgemm, graphs, gnn, sim, calibrate, netsparse, emulate):
         family.add_commands(commands)
     return parser
 
