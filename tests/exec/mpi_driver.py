@@ -15,10 +15,15 @@ so P = 3 and 4 have a group of one), mode and thread count, on every rank:
   written into a caller's ``out`` array;
 * the bytes MPI delivered from each source (receive statuses) equal the plan's rows * k * element
   size, and no message had another size than its receiver's plan expects.
+
+With ``SPARSEWIRE_REPORT_INTER_NODE=1`` rank 0 also prints ``INTER_NODE_BYTES <n>``: the bytes MPI
+delivered between ranks of different nodes (as MPI sees nodes), summed over every multiply, for
+a test to hold against the network's own counters (tests/emulation).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
@@ -27,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from sparsewire.comm.runtime import node_ids
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.kernels import backend_problem
 from sparsewire.exec.modes import MODES, layout_for_mode
@@ -108,6 +114,8 @@ def main() -> None:
     if backend == "torch":
         import torch
     runs = 0
+    nodes = node_ids(comm)
+    inter_node = 0
     for name, matrix, method, k, dtype in cases(seed, size):
         rows, cols = partition(matrix, size, method).partitions
         local = matrix[slice(*rows.range(rank))]
@@ -156,10 +164,14 @@ def main() -> None:
                                     np.add.at(planned, exchange.recv_ranks, exchange.recv_counts * k * np.dtype(dtype).itemsize)
                                 assert np.array_equal(executor.bytes_received_from, planned), f"{label}/{mode}: bytes"
                                 assert not executor.delivery_problems, executor.delivery_problems
+                                inter_node += int(executor.bytes_received_from[nodes != nodes[rank]].sum())
                         runs += 1
     total = comm.reduce(runs, op=MPI.SUM)
+    inter_node = comm.reduce(inter_node, op=MPI.SUM)
     if rank == 0:
         print(f"OK {total}")
+        if os.environ.get("SPARSEWIRE_REPORT_INTER_NODE") == "1":
+            print(f"INTER_NODE_BYTES {inter_node}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,113 @@
+"""Every strategy and mode over the emulated cluster (issue 40): measured time beside the planner's
+predicted communication time under the *measured* topology, bytes per link class (planned, what MPI
+delivered, what the links' kernel counters saw), and what ``--strategy auto`` picks against the
+measured fastest.
+
+Per layout (``2x2``: 2 nodes x 2 ranks on a veth pair; ``4x1``: 4 nodes x 1 rank through a bridge)
+and rate: bring the cluster up, measure it (``sparsewire calibrate --network``), then per matrix run
+``sparsewire spmm MATRIX --topology measured.json --strategy S.. --mode M.. --check --json`` and
+``--strategy auto``. Needs root (``sparsewire emulate``'s harness). On the 2-core machine 4 ranks
+are oversubscribed (ranks x threads = 4 > 2 cores): compare strategies with each other, not with
+other benches.
+
+    sudo .venv/bin/python bench/emulated.py --rates 1gbit,5gbit --layouts 2x2,4x1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, short_name
+
+from sparsewire.emulation.cluster import EmulatedCluster, unavailable_reason
+
+SHARED = ROOT.parent / "shared" / "data"
+DEFAULT_MATRICES = [str(SHARED / f"{name}.mtx.gz") for name in ("delaunay_n16", "mdual", "cit-HepTh", "dblp-2010")]
+
+
+def run_json(cluster: EmulatedCluster, per_node: int, arguments: list[str], timeout: float) -> dict:
+    result = cluster.run(per_node, [sys.executable, "-m", "sparsewire", *arguments], timeout=timeout)
+    if result.returncode != 0:
+        raise SystemExit(f"failed ({result.returncode}): {' '.join(arguments)}\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--matrices", default=",".join([m for m in DEFAULT_MATRICES if Path(m).exists()] + ["rmat:16:8:1"]))
+    parser.add_argument("--rates", default="1gbit,5gbit")
+    parser.add_argument("--layouts", default="2x2,4x1")
+    parser.add_argument("--strategies", default="column,joint,column-hier,joint-hier,joint-group")
+    parser.add_argument("--modes", default="bulk,overlap,pipelined,early")
+    parser.add_argument("--k", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "emulated.json"))
+    args = parser.parse_args()
+    problem = unavailable_reason()
+    if problem:
+        raise SystemExit(f"bench/emulated.py needs an emulated cluster: {problem}")
+    rows, picks = [], []
+    for layout in args.layouts.split(","):
+        nodes, per_node = (int(x) for x in layout.split("x"))
+        for rate in args.rates.split(","):
+            with EmulatedCluster(nodes, rate) as cluster, tempfile.TemporaryDirectory() as folder:
+                network = str(Path(folder) / "network.json")
+                run_json(cluster, per_node, ["calibrate", "--network", "--output", network, "--json"], 300)
+                links = json.loads(Path(network).read_text())["links"]
+                print(
+                    f"== {layout} at {rate}: inter-node {links['inter_node']['bandwidth_bytes_per_second'] / 2**20:.1f} MiB/s "
+                    f"per rank, {links['inter_node']['latency_seconds'] * 1e6:.1f} us",
+                    flush=True,
+                )
+                for matrix in args.matrices.split(","):
+                    common = [matrix, "--topology", network, "--k", str(args.k), "--repeat", str(args.repeat), "--json"]
+                    before = cluster.counters()
+                    started = time.monotonic()
+                    report = run_json(
+                        cluster, per_node, [*common, "--strategy", args.strategies, "--mode", args.modes, "--check"], 3600
+                    )
+                    link_bytes = sum(tx for tx, _ in cluster.counters()) - sum(tx for tx, _ in before)
+                    auto = run_json(cluster, per_node, [*common, "--strategy", "auto", "--mode", "overlap"], 600)
+                    runs = report["runs"]
+                    for run in runs:
+                        rows.append({"layout": layout, "rate": rate, "matrix": short_name(matrix), **run})
+                        inter, delivered = run["inter_group_bytes"] / 1e6, run["measured_inter_group_bytes"] / 1e6
+                        print(
+                            f"{short_name(matrix):16s} {run['strategy']:12s} {run['mode']:10s} "
+                            f"inter {inter:7.2f} MB (MPI {delivered:7.2f}) "
+                            f"measured {run['median_seconds'] * 1e3:8.2f} ms  predicted {run['predicted_seconds'] * 1e3:8.2f} ms "
+                            f"ratio {run['median_seconds'] / run['predicted_seconds']:6.2f}  check {run['check_passed']}",
+                            flush=True,
+                        )
+                    overlap = [r for r in runs if r["mode"] == "overlap"]
+                    fastest = min(overlap, key=lambda r: r["median_seconds"])
+                    chosen = next(r for r in overlap if r["strategy"] == auto["strategy"])
+                    picks.append(
+                        {
+                            "layout": layout,
+                            "rate": rate,
+                            "matrix": short_name(matrix),
+                            "auto": auto["strategy"],
+                            "fastest": fastest["strategy"],
+                            "auto_over_fastest": chosen["median_seconds"] / fastest["median_seconds"],
+                            "link_bytes": link_bytes,
+                            "seconds": time.monotonic() - started,
+                        }
+                    )
+                    print(
+                        f"   auto picks {auto['strategy']} ({picks[-1]['auto_over_fastest']:.2f}x the fastest, "
+                        f"{fastest['strategy']}); link counters {link_bytes / 1e6:.1f} MB",
+                        flush=True,
+                    )
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps({"runs": rows, "auto": picks}, indent=1))
+    print(f"written to {args.output}")
+
+
+if __name__ == "__main__":
+    main()
