@@ -48,6 +48,9 @@ class LinkClass:
 
     ``proxy_based`` marks links driven by a proxy (InfiniBand under NVSHMEM, CoLa sec. 4.1 Issue #2),
     where many small messages congest the proxy queue; their ``overhead`` is set higher.
+    ``shared`` marks a bandwidth that belongs to a level-0 group (a node's one network card), not
+    to each rank: the bytes of all the group's ranks queue on it
+    (:func:`~sparsewire.plan.stats.predicted_seconds`). Measured links are (``calibrate --network``).
     """
 
     name: str
@@ -55,6 +58,7 @@ class LinkClass:
     latency: float
     overhead: float
     proxy_based: bool = False
+    shared: bool = False
 
     def seconds(self, messages, nbytes):
         """Not collective. Time for ``messages`` messages carrying ``nbytes`` bytes in all, one after the other."""
@@ -124,7 +128,8 @@ class Topology:
     def from_record(cls, record: dict, name: str = "measured") -> Topology:
         """Not collective. The topology of a ``network`` calibration record
         (:func:`sparsewire.calibration.network.measure_network`): its measured link classes (overhead
-        0), groups of its ``group_size`` (or exactly its ``rank_groups`` when those are not
+        0; the inter-node one ``shared`` by a node's ranks at the one-pair bandwidth, the node's link),
+        groups of its ``group_size`` (or exactly its ``rank_groups`` when those are not
         consecutive blocks, which then fixes the rank count).
 
         Raises:
@@ -135,14 +140,15 @@ class Topology:
             groups = [int(g) for g in record["rank_groups"]]
             size = int(record["group_size"])
 
-            def measured(key: str, label: str) -> LinkClass:
+            def measured(key: str, label: str, shared: bool) -> LinkClass:
                 entry = links_measured[key]
-                return LinkClass(label, float(entry["bandwidth_bytes_per_second"]), float(entry["latency_seconds"]), 0.0)
+                bandwidth = entry["single_pair_bandwidth" if shared else "bandwidth_bytes_per_second"]
+                return LinkClass(label, float(bandwidth), float(entry["latency_seconds"]), 0.0, shared=shared)
 
-            intra = measured("intra_node", "measured intra-node") if "intra_node" in links_measured else _SHARED_MEMORY
+            intra = measured("intra_node", "measured intra-node", False) if "intra_node" in links_measured else _SHARED_MEMORY
             if "inter_node" not in links_measured:
                 return cls(name, (Level("machine", None, intra),))
-            inter = measured("inter_node", "measured inter-node")
+            inter = measured("inter_node", "measured inter-node", True)
         except (KeyError, TypeError, ValueError) as error:
             raise InputError(
                 f"network calibration {name!r} lacks {error}; write it again with 'mpiexec -n P sparsewire calibrate --network'"

@@ -22,7 +22,7 @@ from sparsewire.topology import parse_topology
 TCP_PAYLOAD = 0.956  # the share of a link's bits that is TCP payload at MTU 1500 (shared/research/emulated-cluster)
 
 
-def _record(groups, intra=(4e9, 3e-6), inter=(6e7, 9e-6)) -> dict:
+def _record(groups, intra=(4e9, 3e-6), inter=(6e7, 9e-6), node_link=1.2e8) -> dict:
     record = stamp("network")
     record.update(
         {
@@ -31,7 +31,11 @@ def _record(groups, intra=(4e9, 3e-6), inter=(6e7, 9e-6)) -> dict:
             "group_size": max(groups.count(g) for g in set(groups)),
             "links": {
                 "intra_node": {"bandwidth_bytes_per_second": intra[0], "latency_seconds": intra[1]},
-                "inter_node": {"bandwidth_bytes_per_second": inter[0], "latency_seconds": inter[1]},
+                "inter_node": {
+                    "bandwidth_bytes_per_second": inter[0],
+                    "latency_seconds": inter[1],
+                    "single_pair_bandwidth": node_link,
+                },
             },
         }
     )
@@ -44,13 +48,15 @@ def test_a_measured_record_reloads_as_the_topology_that_prices_the_plan(tmp_path
     topology = parse_topology(str(path))
     assert topology.groups(4).tolist() == [0, 0, 1, 1] and topology.groups(8).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
     node, cluster = topology.levels
-    assert (node.link.bandwidth, node.link.latency, cluster.link.bandwidth, cluster.link.latency) == (4e9, 3e-6, 6e7, 9e-6)
+    assert (node.link.bandwidth, node.link.latency, node.link.shared) == (4e9, 3e-6, False)
+    assert (cluster.link.bandwidth, cluster.link.latency, cluster.link.shared) == (1.2e8, 9e-6, True)
     matrix = load_matrix("rmat:10:8:1")
     parts = partition(matrix, 4)
     stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, topology)
     # block, one step: every rank sends its 256 rows x 8 x 4 bytes to each other rank, 2 messages
-    # over the measured inter-node link and 1 inside the node; the step lasts as its slowest class
-    inter = 2 * 9e-6 + 2 * 8192 / 6e7
+    # over the node's one measured link (which both ranks of the node share: 4 x 8192 bytes queue
+    # on it) and 1 inside the node; the step lasts as its slowest class
+    inter = 2 * 9e-6 + 4 * 8192 / 1.2e8
     intra = 1 * 3e-6 + 8192 / 4e9
     assert predicted_seconds(stats) == pytest.approx(max(inter, intra), rel=1e-12)
     # groups that are not consecutive blocks are kept as they are (and fix the rank count)
@@ -94,4 +100,4 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
         assert intra["bandwidth_bytes_per_second"] >= 5 * inter["single_pair_bandwidth"], (intra, inter)
     topology = parse_topology(str(path))
     assert topology.groups(4).tolist() == [0, 0, 1, 1]
-    assert topology.levels[1].link.bandwidth == inter["bandwidth_bytes_per_second"]
+    assert topology.levels[1].link.bandwidth == inter["single_pair_bandwidth"] and topology.levels[1].link.shared

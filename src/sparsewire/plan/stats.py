@@ -159,12 +159,15 @@ def predicted_seconds(stats: PlanStats, topology: Topology | None = None) -> flo
     A step lasts as long as its slowest (class, rank): its parts are in flight together (SHIRO
     Alg. 1 overlaps the intra- and inter-group halves of each stage; CoLa Alg. 3 overlaps round
     d+1's inter-group fetch with round d's distribution). Steps run one after the other:
-    ``T = sum_s max_{c, x} t(s, c, x)``.
+    ``T = sum_s max_{c, x} t(s, c, x)``. A ``shared`` link class (a node's one network card,
+    measured by ``calibrate --network``) carries the bytes of every rank of a level-0 group g at
+    once: ``t(s, c) = max_x m (latency_c + overhead_c) + max_g b_g / bandwidth_c``, sent and received.
     """
     topology = topology or stats.topology
     if topology is None:
         raise InputError("predicted_seconds needs a topology; pass topology= or compute the stats with one")
     levels = topology.link_levels(stats.sources, stats.destinations, stats.n_ranks)
+    groups = topology.groups(stats.n_ranks)
     total = 0.0
     for step in np.unique(stats.steps):
         slowest = 0.0
@@ -175,6 +178,12 @@ def predicted_seconds(stats: PlanStats, topology: Topology | None = None) -> flo
             for ranks in (stats.sources[mask], stats.destinations[mask]):
                 counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
                 nbytes = np.bincount(ranks, weights=stats.message_bytes[mask], minlength=stats.n_ranks)
+                if level.link.shared:  # one link per group: its ranks' bytes queue on it
+                    link = level.link
+                    per_group = np.bincount(groups[ranks], weights=stats.message_bytes[mask])
+                    seconds = counts.max() * (link.latency + link.overhead) + per_group.max() / link.bandwidth
+                    slowest = max(slowest, float(seconds))
+                    continue
                 slowest = max(slowest, float(level.link.seconds(counts, nbytes).max()))
         total += slowest
     return total
