@@ -65,7 +65,7 @@ def main() -> None:
                     flush=True,
                 )
                 for matrix in args.matrices.split(","):
-                    common = [matrix, "--topology", network, "--k", str(args.k), "--repeat", str(args.repeat), "--json"]
+                    common = ["spmm", matrix, "--topology", network, "--k", str(args.k), "--repeat", str(args.repeat), "--json"]
                     before = cluster.counters()
                     started = time.monotonic()
                     report = run_json(
