@@ -3,6 +3,8 @@ joint-group <= joint-hier, column-hier, exact products for every layout, and the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -171,6 +173,11 @@ def test_predicted_seconds_by_hand():
     flat = strategy_stats(matrix, rows, cols, "column", 1, 1, topology)
     assert predicted_seconds(flat) == pytest.approx(4.3)
     assert flat.as_dict()["predicted_seconds"] == pytest.approx(4.3)
+    # The slow link shared by each group (a node's one card): column-hier's step-0 rows cross it
+    # together, group 1 -> 0 sends 3 bytes in 1 message per rank: 1 * 2 + 3 / 10 = 2.3 s; the
+    # forwarding hop inside the group (1.01 s) is shorter, so T = 2.3 s.
+    shared = Topology("test", (Level("node", 2, link_inside), Level("cluster", None, replace(link_between, shared=True))))
+    assert predicted_seconds(strategy_stats(matrix, rows, cols, "column-hier", 1, 1, shared)) == pytest.approx(2.3)
 
 
 def test_hierarchical_strategies_need_a_topology():

@@ -159,9 +159,16 @@ def predicted_seconds(stats: PlanStats, topology: Topology | None = None) -> flo
     A step lasts as long as its slowest (class, rank): its parts are in flight together (SHIRO
     Alg. 1 overlaps the intra- and inter-group halves of each stage; CoLa Alg. 3 overlaps round
     d+1's inter-group fetch with round d's distribution). Steps run one after the other:
-    ``T = sum_s max_{c, x} t(s, c, x)``. A ``shared`` link class (a node's one network card,
-    measured by ``calibrate --network``) carries the bytes of every rank of a level-0 group g at
-    once: ``t(s, c) = max_x m (latency_c + overhead_c) + max_g b_g / bandwidth_c``, sent and received.
+    ``T = sum_s max_{c, x} t(s, c, x)`` over the classes that are not ``shared``.
+
+    A ``shared`` link class is one full-duplex link per level-0 group g (a node's network card, as
+    ``calibrate --network`` measures it): every rank of g sends and receives through it, and the
+    executor's relays leave as soon as their inputs arrive (the overlap and early modes), so the
+    traffic of every step queues on it together. Per direction,
+    ``t_c = max_x sum_s m (latency_c + overhead_c) + max_g sum_s b_g / bandwidth_c``, and
+    ``T = max(sum_s ..., max_c t_c)``. Measured on the emulated cluster (docs/performance.md) the
+    sum over steps overpredicted the two-level strategies 1.5x: their two steps cross the link in
+    opposite directions.
     """
     topology = topology or stats.topology
     if topology is None:
@@ -173,19 +180,22 @@ def predicted_seconds(stats: PlanStats, topology: Topology | None = None) -> flo
         slowest = 0.0
         for level_index, level in enumerate(topology.levels):
             mask = (stats.steps == step) & (levels == level_index)
-            if not mask.any():
+            if level.link.shared or not mask.any():
                 continue
             for ranks in (stats.sources[mask], stats.destinations[mask]):
                 counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
                 nbytes = np.bincount(ranks, weights=stats.message_bytes[mask], minlength=stats.n_ranks)
-                if level.link.shared:  # one link per group: its ranks' bytes queue on it
-                    link = level.link
-                    per_group = np.bincount(groups[ranks], weights=stats.message_bytes[mask])
-                    seconds = counts.max() * (link.latency + link.overhead) + per_group.max() / link.bandwidth
-                    slowest = max(slowest, float(seconds))
-                    continue
                 slowest = max(slowest, float(level.link.seconds(counts, nbytes).max()))
         total += slowest
+    for level_index, level in enumerate(topology.levels):
+        mask = levels == level_index
+        if not level.link.shared or not mask.any():
+            continue
+        link = level.link
+        for ranks in (stats.sources[mask], stats.destinations[mask]):
+            counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
+            per_group = np.bincount(groups[ranks], weights=stats.message_bytes[mask])
+            total = max(total, float(counts.max() * (link.latency + link.overhead) + per_group.max() / link.bandwidth))
     return total
 
 
