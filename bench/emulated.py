@@ -75,7 +75,7 @@ def main() -> None:
                     auto = run_json(cluster, per_node, [*common, "--strategy", "auto", "--mode", "overlap"], 600)
                     runs = report["runs"]
                     for run in runs:
-                        rows.append({"layout": layout, "rate": rate, "matrix": short_name(matrix), **run})
+                        rows.append({**run, "cluster": layout, "rate": rate, "matrix": short_name(matrix)})
                         inter, delivered = run["inter_group_bytes"] / 1e6, run["measured_inter_group_bytes"] / 1e6
                         print(
                             f"{short_name(matrix):16s} {run['strategy']:12s} {run['mode']:10s} "
