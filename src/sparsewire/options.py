@@ -2,10 +2,10 @@
 
 One frozen dataclass carries every choice that says how an SpMM plan runs (strategy, topology,
 proxy, mode, threads, determinism, transport, kernel backend, device, transfer calibration, wait
-timeout). It is
-validated once, when it is made (every problem in one :class:`~sparsewire.errors.InputError`, one
-line each), passed whole from the public API to the planner, the executor and the plan file, saved
-in the plan file (:meth:`saved`) and reported in the JSON (:meth:`as_dict`). The public functions
+timeout). It is validated once, when it is made (every problem in one
+:class:`~sparsewire.errors.InputError`, one line each), passed whole from the public API to the
+planner, the executor and the plan file, saved in the plan file (:meth:`saved`) and reported in
+the JSON (:meth:`as_dict`). The public functions
 (:func:`~sparsewire.spmm_plan.plan_spmm`, ``DistributedMatrix.spmm_plan``, ``SpmmPlan.load``) keep
 their keyword arguments as the friendly surface and build one of these.
 

@@ -65,10 +65,8 @@ class OverlapSchedule(_Schedule):
         exchanges = buffers.exchanges
         self._finished = np.zeros(len(exchanges), bool)
         # Relays message by message: the buffers list each relayed message's inputs, and the
-        # transport sends one message at a time and completes any one receive (its early mode).
-        self._per_message = any(any(needed for needed in ex.dependencies) for ex in exchanges) and (
-            "early" in {str(mode) for mode in transport.modes}
-        )
+        # transport sends one message at a time and completes any one receive.
+        self._per_message = transport.sends_message_by_message and any(any(ex.dependencies) for ex in exchanges)
         self._arrived = [np.zeros(len(ex.recv_ranks), bool) for ex in exchanges]
         self._waiting = [np.zeros(len(ex.send_ranks), np.int64) for ex in exchanges]
 

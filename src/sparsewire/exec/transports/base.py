@@ -137,6 +137,13 @@ class MessageTransport(Transport):
     """Whole messages, which also go one at a time: the bulk, overlap, pipelined and early
     schedules."""
 
+    @property
+    def sends_message_by_message(self) -> bool:
+        """Not collective. Whether :meth:`start_send` and :meth:`wait_any` may be used (one message at a time) rather
+        than only whole exchanges (NCCL's grouped protocol); the overlap schedule relays per message
+        where they may."""
+        return True
+
     @abc.abstractmethod
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
         """Not collective (point to point with the peers). Begin the send of one message of ``ex`` (its rows are packed)."""

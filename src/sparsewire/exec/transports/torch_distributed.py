@@ -284,6 +284,10 @@ class TorchTransport(MessageTransport):
         for message in range(len(ex.send_ranks)):
             self.start_send(ex, message)
 
+    @property
+    def sends_message_by_message(self) -> bool:
+        return not self._grouped
+
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
         if self._grouped:
             raise RuntimeError(
