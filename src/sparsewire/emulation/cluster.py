@@ -205,13 +205,18 @@ class EmulatedCluster:
                     raise RuntimeError(f"the link of {ns} did not come up within 10 s")
                 time.sleep(0.05)
 
+    def _pids(self) -> list[int]:
+        """The processes inside the nodes' namespaces (this one aside)."""
+        pids = []
+        for ns in self.namespaces:
+            listed = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+            pids += [int(pid) for pid in listed.stdout.split() if int(pid) != os.getpid()]
+        return pids
+
     def end_processes(self) -> list[int]:
         """Not collective. End (SIGTERM, then SIGKILL after 1 s) every process still inside the nodes'
         namespaces: only this cluster's jobs run there. The ids ended."""
-        ended = []
-        for ns in self.namespaces:
-            listed = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-            ended += [int(pid) for pid in listed.stdout.split() if int(pid) != os.getpid()]
+        ended = self._pids()
         for signal_number in (signal.SIGTERM, signal.SIGKILL):
             alive = []
             for pid in ended:
@@ -280,10 +285,11 @@ class EmulatedCluster:
         arguments = self.mpiexec_command(ranks_per_node, command, nodes=nodes)
         return subprocess.Popen(arguments, env=env, start_new_session=True, **popen)
 
-    def finish(self, process: subprocess.Popen, timeout: float = 600) -> subprocess.CompletedProcess:
+    def finish(self, process: subprocess.Popen, timeout: float = 600, grace: float = 0.0) -> subprocess.CompletedProcess:
         """Not collective. Wait for a job of :meth:`start` to end, at most ``timeout`` seconds (then
-        kill it: ``returncode`` -9, ``timed_out`` True), then end whatever it left inside the
-        namespaces (a launcher cut off by a dead link, say): their ids are ``left_running``."""
+        kill it: ``returncode`` -9, ``timed_out`` True), give what it left inside the namespaces up
+        to ``grace`` seconds to end by itself (ranks and a launcher cut off by a dead link, say),
+        then end the rest: their ids are ``left_running``."""
         timed_out = False
         try:
             out, err = process.communicate(timeout=timeout)
@@ -291,6 +297,9 @@ class EmulatedCluster:
             timed_out = True
             os.killpg(process.pid, signal.SIGKILL)
             out, err = process.communicate()
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and self._pids():
+            time.sleep(0.1)
         left = self.end_processes()
         result = subprocess.CompletedProcess(process.args, process.returncode, out, err)
         result.timed_out, result.left_running = timed_out, left
