@@ -86,7 +86,7 @@ def test_a_damaged_or_foreign_record_is_refused_with_the_command_that_writes_one
 def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, bits, tmp_path):
     path = tmp_path / "net.json"
     with EmulatedCluster(2, rate) as cluster:
-        command = [sys.executable, "-m", "sparsewire", "calibrate", "--network", "--output", str(path), "--repeat", "5"]
+        command = [sys.executable, "-m", "sparsewire", "calibrate", "--network", "--output", str(path), "--repeat", "10"]
         result = cluster.run(2, command, timeout=300, env=CHILD_ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads(path.read_text())
