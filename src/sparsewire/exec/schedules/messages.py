@@ -39,6 +39,42 @@ class _Schedule:
         """Release what the schedule holds (threads)."""
 
 
+class _MessageRelays:
+    """Relays sent message by message (the early mode, and the overlap mode where the transport
+    sends one message at a time): which received messages are in, and how many inputs each
+    relayed message still waits for; a relayed message is packed and sent once that count is 0."""
+
+    def __init__(self, buffers: Buffers, transport: MessageTransport, packer: Packer) -> None:
+        self.buffers, self.transport, self.packer = buffers, transport, packer
+        self.arrived = [np.zeros(len(ex.recv_ranks), bool) for ex in buffers.exchanges]
+        self._waiting = [np.zeros(len(ex.send_ranks), np.int64) for ex in buffers.exchanges]
+
+    def reset(self) -> None:
+        """A multiply begins: nothing has arrived."""
+        for arrived in self.arrived:
+            arrived[:] = False
+
+    def start(self, ex, b: np.ndarray) -> None:
+        """Send the messages of relay ``ex`` whose inputs are in; the others leave as they arrive."""
+        arrived, waiting = self.arrived[ex.input], self._waiting[ex.index]
+        for message, needed in enumerate(ex.dependencies):
+            waiting[message] = sum(1 for m in needed if not arrived[m])
+            if waiting[message] == 0:
+                self.packer.message(ex, message, b)
+                self.transport.start_send(ex, message)
+
+    def arrive(self, index: int, message: int, b: np.ndarray) -> None:
+        """Message ``message`` of exchange ``index`` is in: send every relayed message it completes."""
+        self.arrived[index][message] = True
+        exchanges = self.buffers.exchanges
+        for dependent_index, send_message in self.buffers.dependents[index][message]:
+            waiting = self._waiting[dependent_index]
+            waiting[send_message] -= 1
+            if waiting[send_message] == 0:
+                self.packer.message(exchanges[dependent_index], send_message, b)
+                self.transport.start_send(exchanges[dependent_index], send_message)
+
+
 class BulkSchedule(_Schedule):
     """Exchange after exchange (see the module docstring)."""
 
@@ -67,8 +103,7 @@ class OverlapSchedule(_Schedule):
         # Relays message by message: the buffers list each relayed message's inputs, and the
         # transport sends one message at a time and completes any one receive.
         self._per_message = transport.sends_message_by_message and any(any(ex.dependencies) for ex in exchanges)
-        self._arrived = [np.zeros(len(ex.recv_ranks), bool) for ex in exchanges]
-        self._waiting = [np.zeros(len(ex.send_ranks), np.int64) for ex in exchanges]
+        self._relays = _MessageRelays(buffers, transport, self.packer)
 
     def _finish(self, index: int, b: np.ndarray, out: np.ndarray) -> None:
         """Every message of exchange ``index`` in (one at a time where some of them feed relays), then its product."""
@@ -85,40 +120,21 @@ class OverlapSchedule(_Schedule):
     def _arrivals_until(self, index: int, b: np.ndarray) -> None:
         """Complete receives in arrival order until exchange ``index`` is in, sending each relayed
         message whose inputs are then all in."""
-        exchanges, dependents = self.buffers.exchanges, self.buffers.dependents
-        while not self._arrived[index].all():
-            arrived_index, message = self.transport.wait_any()
-            self._arrived[arrived_index][message] = True
-            for dependent_index, send_message in dependents[arrived_index][message]:
-                waiting = self._waiting[dependent_index]
-                waiting[send_message] -= 1
-                if waiting[send_message] == 0:
-                    dependent = exchanges[dependent_index]
-                    self.packer.message(dependent, send_message, b)
-                    self.transport.start_send(dependent, send_message)
-
-    def _start_relay(self, ex, b: np.ndarray) -> None:
-        """Send the messages of relay ``ex`` whose inputs are in; the others leave as their inputs arrive."""
-        arrived, waiting = self._arrived[ex.input], self._waiting[ex.index]
-        for message, needed in enumerate(ex.dependencies):
-            waiting[message] = sum(1 for m in needed if not arrived[m])
-            if waiting[message] == 0:
-                self.packer.message(ex, message, b)
-                self.transport.start_send(ex, message)
+        while not self._relays.arrived[index].all():
+            self._relays.arrive(*self.transport.wait_any(), b)
 
     def run(self, b: np.ndarray, out: np.ndarray) -> None:
         """Collective over the plan's peers."""
         transport, steps, exchanges = self.transport, self.buffers.steps, self.buffers.exchanges
         self._finished[:] = False
         if self._per_message:
-            for arrived in self._arrived:
-                arrived[:] = False
+            self._relays.reset()
         for position, step in enumerate(steps):
             for index in step:
                 ex = exchanges[index]
                 transport.post_receives(ex)
                 if ex.input is not None and self._per_message:
-                    self._start_relay(ex, b)
+                    self._relays.start(ex, b)
                     continue
                 if ex.input is not None:
                     self._finish(ex.input, b, out)
@@ -142,14 +158,12 @@ class EarlySchedule(_Schedule):
 
     def __init__(self, buffers: Buffers, transport: MessageTransport, combine, packer: Packer | None = None) -> None:
         super().__init__(buffers, transport, combine, packer)
-        self._arrived = [np.zeros(len(ex.recv_ranks), bool) for ex in buffers.exchanges]
-        self._waiting = [np.zeros(len(ex.send_ranks), np.int64) for ex in buffers.exchanges]
+        self._relays = _MessageRelays(buffers, transport, self.packer)
 
     def run(self, b: np.ndarray, out: np.ndarray) -> None:
         """Collective over the plan's peers."""
         transport, steps, exchanges = self.transport, self.buffers.steps, self.buffers.exchanges
-        for arrived in self._arrived:
-            arrived[:] = False
+        self._relays.reset()
         for position, step in enumerate(steps):
             for index in step:
                 ex = exchanges[index]
@@ -158,12 +172,7 @@ class EarlySchedule(_Schedule):
                     self.packer.exchange(ex, b)
                     transport.start_sends(ex)
                     continue
-                arrived, waiting = self._arrived[ex.input], self._waiting[index]
-                for message, needed in enumerate(ex.dependencies):
-                    waiting[message] = sum(1 for m in needed if not arrived[m])
-                    if waiting[message] == 0:
-                        self.packer.message(ex, message, b)
-                        transport.start_send(ex, message)
+                self._relays.start(ex, b)
             if position == 0:
                 self.combine.diagonal(b, out)  # while the first messages are in flight
             else:
@@ -176,16 +185,8 @@ class EarlySchedule(_Schedule):
     def _arrivals_until(self, indices, b: np.ndarray, out: np.ndarray) -> None:
         """Complete receives in arrival order until every message of the exchanges ``indices``
         has been combined."""
-        exchanges, dependents = self.buffers.exchanges, self.buffers.dependents
-        while not all(self._arrived[i].all() for i in indices):
+        arrived = self._relays.arrived
+        while not all(arrived[i].all() for i in indices):
             index, message = self.transport.wait_any()
-            ex = exchanges[index]
-            self._arrived[index][message] = True
-            self.combine.message_arrived(ex, message, out)
-            for dependent_index, send_message in dependents[index][message]:
-                waiting = self._waiting[dependent_index]
-                waiting[send_message] -= 1
-                if waiting[send_message] == 0:
-                    dependent = exchanges[dependent_index]
-                    self.packer.message(dependent, send_message, b)
-                    self.transport.start_send(dependent, send_message)
+            self.combine.message_arrived(self.buffers.exchanges[index], message, out)
+            self._relays.arrive(index, message, b)
