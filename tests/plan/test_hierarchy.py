@@ -16,6 +16,7 @@ from sparsewire.plan import build_plan, plan_stats, strategy_stats
 from sparsewire.plan.hierarchy import aggregators, balanced_proxies, local_proxies, local_ranks
 from sparsewire.plan.stats import predicted_seconds
 from sparsewire.plan.strategies import HIERARCHICAL_STRATEGIES, parse_strategies
+from sparsewire.plan.types import RECORD_KINDS
 from sparsewire.topology import PRESETS, Level, LinkClass, Topology, parse_topology
 
 EXECUTABLE = ["block", "column", "row", "joint", "column-hier", "joint-hier", "joint-group"]
@@ -88,6 +89,73 @@ def test_hand_made_inter_group_volumes():
     assert stats["joint-group"]["inter_group_bytes"] == 3
     for name in stats:
         assert stats[name]["max_rank_send_inter_group_bytes"] <= stats[name]["inter_group_bytes"]
+
+
+def received_records(plan) -> set[tuple[int, str, int, int]]:
+    """(receiver, kind name, key, sender) of every row every rank receives."""
+    result = set()
+    for rank_plan in plan.ranks:
+        for exchange in rank_plan.exchanges:
+            senders = np.repeat(exchange.recv_ranks, exchange.recv_counts)
+            for kind, key, sender in zip(exchange.receive_kinds, exchange.receive_keys, senders):
+                result.add((rank_plan.rank, RECORD_KINDS[int(kind)], int(key), int(sender)))
+    return result
+
+
+def test_a_row_only_one_member_needs_is_not_relayed():
+    # The example plus row 1 (rank 0) using column 7 (rank 3), which no other rank of group 0 needs:
+    # rank 3's proxy in group 0 is rank 1, but the row goes straight to rank 0 (one slow crossing
+    # either way, no forwarding hop). Columns 4 and 6 are needed by both ranks of group 0 and relayed.
+    matrix = sp.csr_array(two_groups_example() + sp.csr_array(([1.0], ([1], [7])), shape=(8, 8)))
+    rows = cols = even_rows(8, 4)
+    plan = build_plan(matrix, rows, cols, "column-hier", Topology.nodes(2))
+    received = received_records(plan)
+    assert (0, "DIRECT_B", 7, 3) in received and not any(r[2] == 7 and r[1] != "DIRECT_B" for r in received)
+    assert {(0, "FETCH_B", 4, 2), (1, "FORWARD_B", 4, 0), (1, "FETCH_B", 6, 3), (0, "FORWARD_B", 6, 1)} <= received
+    totals = strategy_stats(matrix, rows, cols, "column-hier", 1, 1, Topology.nodes(2)).class_totals()
+    assert (totals["inter_group_bytes"], totals["intra_group_bytes"]) == (4, 2)
+
+
+def test_a_partial_row_with_one_contributor_is_not_aggregated():
+    # 12 x 12 over 4 ranks of 3 rows, groups {0, 1} and {2, 3}. Row 0 (rank 0) uses columns 6-8 (rank 2)
+    # only: a star, its cover is the row, and rank 2 alone contributes, so it sends the row directly.
+    # Row 1 uses columns 6-8 and 9-11 (rank 3): ranks 2 and 3 both contribute; rank 3's partial is
+    # summed at the aggregator of (group 1, rank 0), rank 2, which sends one row across.
+    entries = [(0, c) for c in (6, 7, 8)] + [(1, c) for c in range(6, 12)] + [(i, i) for i in range(12)]
+    matrix = sp.csr_array((np.ones(len(entries)), tuple(zip(*entries))), shape=(12, 12))
+    rows = cols = even_rows(12, 4)
+    for name in ("joint-hier", "joint-group"):
+        plan = build_plan(matrix, rows, cols, name, Topology.nodes(2))
+        received = received_records(plan)
+        assert {(0, "DIRECT_C", 0, 2), (2, "PARTIAL_C", 1, 3), (0, "AGGREGATE_C", 1, 2)} <= received, name
+        assert not any(r[1] == "AGGREGATE_C" and r[2] == 0 for r in received), name
+        totals = strategy_stats(matrix, rows, cols, name, 1, 1, Topology.nodes(2)).class_totals()
+        assert (totals["inter_group_bytes"], totals["intra_group_bytes"]) == (2, 1), name
+        np.testing.assert_array_equal(replay_plan(plan, np.arange(24.0).reshape(12, 2)), matrix @ np.arange(24.0).reshape(12, 2))
+
+
+@pytest.mark.parametrize("trial", range(8))
+def test_proxies_relay_exactly_the_rows_several_members_need(rng, trial):
+    matrix = random_integer_matrix(rng, 80, 80, rng.uniform(0.02, 0.15))
+    n_ranks = int(rng.integers(2, 9))
+    topology = Topology.nodes(int(rng.integers(1, 4)))
+    groups = topology.groups(n_ranks)
+    rows, cols = partition(matrix, n_ranks, "even").partitions
+    received = received_records(build_plan(matrix, rows, cols, "column-hier", topology, proxy=["local", "balanced"][trial % 2]))
+    csr = sp.csr_array(matrix)
+    for group in np.unique(groups):
+        members = np.flatnonzero(groups == group)
+        needs = {int(p): set(csr[slice(*rows.range(p))].indices.tolist()) for p in members}
+        for j in set().union(*needs.values()):
+            owner = int(cols.owner(np.array([j]))[0])
+            if groups[owner] == group:
+                continue
+            needing = [p for p in members if j in needs[int(p)]]
+            fetched = [r for r in received if r[1] == "FETCH_B" and r[2] == j and groups[r[0]] == group]
+            if len(needing) == 1:
+                assert (int(needing[0]), "DIRECT_B", j, owner) in received and not fetched
+            else:
+                assert len(fetched) == 1 and fetched[0][3] == owner
 
 
 @pytest.mark.parametrize("trial", range(16))

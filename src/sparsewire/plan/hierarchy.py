@@ -24,7 +24,15 @@ import numpy as np
 
 from sparsewire.plan.strategies import cover_row_based
 
-__all__ = ["group_members", "local_ranks", "local_proxies", "balanced_proxies", "aggregators", "group_cover_row_based"]
+__all__ = [
+    "group_members",
+    "local_ranks",
+    "local_proxies",
+    "balanced_proxies",
+    "aggregators",
+    "shared_columns",
+    "group_cover_row_based",
+]
 
 
 def group_members(groups: np.ndarray) -> list[np.ndarray]:
@@ -74,6 +82,16 @@ def aggregators(groups: np.ndarray, rank: int) -> np.ndarray:
     result = np.array([members[position % members.size] for members in group_members(groups)], np.int64)
     result[groups[rank]] = -1
     return result
+
+
+def shared_columns(member_needs: list[np.ndarray]) -> list[np.ndarray]:
+    """Not collective. Per member of a group, the B rows (sorted unique columns of its ``member_needs``)
+    that at least one other member needs too: the ones worth fetching once through a proxy."""
+    if not member_needs:
+        return []
+    columns, counts = np.unique(np.concatenate(member_needs), return_counts=True)
+    shared = columns[counts > 1]
+    return [np.intersect1d(needs, shared, assume_unique=True) for needs in member_needs]
 
 
 def group_cover_row_based(

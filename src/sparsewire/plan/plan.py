@@ -131,12 +131,20 @@ def _plan_ranks(
         for rank, mask in decided.items():
             row_based[rank][off_group[rank]] = mask
 
-    proxies: dict[int, np.ndarray] = {}
-    if hierarchical and proxy_policy == "balanced":
+    # B rows from outside the group that another member needs too: only these are fetched through a
+    # proxy (a row one member needs crosses the slow link once either way; sent directly it skips
+    # the relay's second hop and its wait).
+    relayed_cols: dict[int, np.ndarray] = {rank: np.zeros(0, np.int64) for rank in local_blocks}
+    if hierarchical and n_groups > 1:
         needs = {}
         for rank, b in local_blocks.items():
             wanted = ~row_based[rank] & (groups[b.sources] != groups[rank])
             needs[rank] = np.unique(b.cols[wanted])
+        relayed_cols = group_call(needs, hierarchy.shared_columns)
+
+    proxies: dict[int, np.ndarray] = {}
+    if hierarchical and proxy_policy == "balanced":
+        needs = relayed_cols
 
         def balance(members: list) -> list:
             # Rows the whole group needs from each source: the union over its ranks.
@@ -154,7 +162,16 @@ def _plan_ranks(
         proxy = proxies.get(rank, np.full(n_ranks, -1, np.int64))
         aggregator = hierarchy.aggregators(groups, rank) if hierarchical else np.full(n_groups, -1, np.int64)
         records, serving[rank] = request_records(
-            blocks, row_based[rank], hierarchical, groups, proxy, aggregator, row_partition, col_partition, strategy
+            blocks,
+            row_based[rank],
+            hierarchical,
+            groups,
+            proxy,
+            aggregator,
+            relayed_cols[rank],
+            row_partition,
+            col_partition,
+            strategy,
         )
         own = unique_records(records, keys)
         boxes[rank] = (outboxes(own, rank, n_ranks), own)

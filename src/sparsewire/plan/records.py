@@ -145,12 +145,19 @@ def request_records(
     groups: np.ndarray,
     proxy: np.ndarray,
     aggregator: np.ndarray,
+    relayed_cols: np.ndarray,
     row_partition: RowPartition,
     col_partition: RowPartition,
     strategy: Strategy,
 ) -> tuple[Records, ColumnServing]:
     """Not collective. Receiver step of rank p: the records that serve its off-diagonal nonzeros, and for each
-    column-based nonzero the record that brings its B row (kind, sender, round)."""
+    column-based nonzero the record that brings its B row (kind, sender, round).
+
+    Hierarchical strategies relay only what merges: a B row from outside p's group goes through the
+    proxy when it is in ``relayed_cols`` (another member of p's group needs it too), and a partial
+    C row of row i goes through the aggregator of the source group g when more than one rank of g
+    contributes to i. Anything else crosses the slow link once either way and is sent directly, so
+    the inter-group bytes are those of full relaying and the intra-group bytes and hops fewer."""
     p = blocks.rank
     n_groups = int(groups.max(initial=0)) + 1
     row_start = int(row_partition.offsets[p])
@@ -162,7 +169,7 @@ def request_records(
     # Column-based: B rows.
     cb = column_based
     q, j, rnd = blocks.sources[cb], blocks.cols[cb], rounds[cb]
-    cb_direct = direct[cb]
+    cb_direct = direct[cb] | ~np.isin(j, relayed_cols)
     if strategy is Strategy.BLOCK:  # every B row of every other rank, used or not
         start, stop = col_partition.range(p)
         all_j = np.concatenate([np.arange(0, start), np.arange(stop, col_partition.n)]).astype(np.int64)
@@ -182,7 +189,11 @@ def request_records(
     # Row-based: partial C rows, with their A entries as terms.
     rb = row_based
     q, i, j, v, rnd = blocks.sources[rb], blocks.rows[rb] + row_start, blocks.cols[rb], blocks.values[rb], rounds[rb]
-    rb_direct = direct[rb]
+    # A row i with partials from one rank of the source group only has nothing to sum there.
+    contributors = np.unique(np.stack([i * n_groups + groups[q], q]), axis=1)[0] if q.size else np.zeros(0, np.int64)
+    keys, contributor_count = np.unique(contributors, return_counts=True)
+    alone = contributor_count[np.searchsorted(keys, i * n_groups + groups[q])] == 1 if q.size else np.zeros(0, bool)
+    rb_direct = direct[rb] | alone
     agg = aggregator[groups[q]] if q.size else np.zeros(0, np.int64)
     # Direct: q computes p's row i.  Hierarchical: q computes a partial for its aggregator, or is it.
     term_kind = np.where(rb_direct, DIRECT_C, np.where(q == agg, AGGREGATE_C, PARTIAL_C))

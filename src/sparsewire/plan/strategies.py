@@ -16,11 +16,12 @@ Hierarchical strategies (need a :class:`~sparsewire.topology.Topology`; routing 
 :mod:`sparsewire.plan.hierarchy`), with groups g, h of ranks:
 
 * ``column-hier`` (CoLa sec. 4.2-4.3) every nonzero column-based; a B row that ranks of group h need
-  from q outside h crosses the slow link once, to a proxy in h, which forwards it inside h.
+  from q outside h crosses the slow link once, to a proxy in h, which forwards it inside h (a row
+  only one rank of h needs goes to it directly: no merge, so no relay).
   Inter-group bytes ``s*k*sum_q sum_{h != group(q)} |union_{p in h} Cols(A(p,q))|``.
 * ``joint-hier`` (SHIRO sec. VI) the per-pair ``joint`` choice; its column part routed as in
   ``column-hier``, its row part summed inside the source group (one rank of g adds the partial C
-  rows for the same output row) and sent across once.
+  rows for the same output row; a row one rank of g computes goes directly) and sent across once.
 * ``joint-group`` (ours) one minimum vertex cover per (destination group h, source group g) on the
   block A(rows of h, columns of g); routed as ``joint-hier``. Inter-group bytes
   ``s*k*sum_{h != g} tau(A(h, g))``, never more than ``joint-hier`` or ``column-hier`` (the union of
