@@ -6,7 +6,10 @@ measured fastest.
 Per layout (``2x2``: 2 nodes x 2 ranks on a veth pair; ``4x1``: 4 nodes x 1 rank through a bridge)
 and rate: bring the cluster up, measure it (``sparsewire calibrate --network``), then per matrix run
 ``sparsewire spmm MATRIX --topology measured.json --strategy S.. --mode M.. --check --json`` and
-``--strategy auto``. Needs root (``sparsewire emulate``'s harness). On the 2-core machine 4 ranks
+``--strategy auto``; and the same runs on this machine without the cluster (every rank in shared
+memory, the same groups), whose time is the compute and packing share: ``1 - local / measured`` is
+the share of the time the link costs, and the cost model (communication only) is judged where that
+is at least a half. Needs root (``sparsewire emulate``'s harness). On the 2-core machine 4 ranks
 are oversubscribed (ranks x threads = 4 > 2 cores): compare strategies with each other, not with
 other benches.
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,10 +34,31 @@ SHARED = ROOT.parent / "shared" / "data"
 DEFAULT_MATRICES = [str(SHARED / f"{name}.mtx.gz") for name in ("delaunay_n16", "mdual", "cit-HepTh", "dblp-2010")]
 
 
+def runs_of(report) -> list[dict]:
+    """The runs of an ``spmm --json`` report: one dict, a list, or ``{"runs": [...]}``."""
+    if isinstance(report, list):
+        return report
+    return report.get("runs", [report])
+
+
 def run_json(cluster: EmulatedCluster, per_node: int, arguments: list[str], timeout: float) -> dict:
     result = cluster.run(per_node, [sys.executable, "-m", "sparsewire", *arguments], timeout=timeout)
     if result.returncode != 0:
         raise SystemExit(f"failed ({result.returncode}): {' '.join(arguments)}\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout)
+
+
+def run_local(ranks: int, arguments: list[str], timeout: float) -> dict:
+    """The same command on this machine's shared memory (no emulated link), by the venv's mpiexec."""
+    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    result = subprocess.run(
+        [mpiexec, "-n", str(ranks), sys.executable, "-m", "sparsewire", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"failed locally ({result.returncode}): {' '.join(arguments)}\n{result.stderr[-3000:]}")
     return json.loads(result.stdout)
 
 
@@ -72,38 +97,50 @@ def main() -> None:
                         cluster, per_node, [*common, "--strategy", args.strategies, "--mode", args.modes, "--check"], 3600
                     )
                     link_bytes = sum(tx for tx, _ in cluster.counters()) - sum(tx for tx, _ in before)
-                    auto = run_json(cluster, per_node, [*common, "--strategy", "auto", "--mode", "overlap"], 600)
-                    runs = report["runs"]
+                    local = run_local(nodes * per_node, [*common, "--strategy", args.strategies, "--mode", args.modes], 3600)[
+                        "runs"
+                    ]
+                    local_seconds = {(r["strategy"], r["mode"]): r["median_seconds"] for r in runs_of(local)}
+                    runs = runs_of(report)
                     for run in runs:
-                        rows.append({**run, "cluster": layout, "rate": rate, "matrix": short_name(matrix)})
+                        link_share = 1.0 - local_seconds[(run["strategy"], run["mode"])] / run["median_seconds"]
+                        rows.append(
+                            {**run, "cluster": layout, "rate": rate, "matrix": short_name(matrix), "link_share": link_share}
+                        )
                         inter, delivered = run["inter_group_bytes"] / 1e6, run["measured_inter_group_bytes"] / 1e6
                         print(
                             f"{short_name(matrix):16s} {run['strategy']:12s} {run['mode']:10s} "
                             f"inter {inter:7.2f} MB (MPI {delivered:7.2f}) "
                             f"measured {run['median_seconds'] * 1e3:8.2f} ms  predicted {run['predicted_seconds'] * 1e3:8.2f} ms "
-                            f"ratio {run['median_seconds'] / run['predicted_seconds']:6.2f}  check {run['check_passed']}",
+                            f"ratio {run['median_seconds'] / run['predicted_seconds']:6.2f}  link share {link_share:5.2f}  "
+                            f"check {run['check_passed']}",
                             flush=True,
                         )
-                    overlap = [r for r in runs if r["mode"] == "overlap"]
-                    fastest = min(overlap, key=lambda r: r["median_seconds"])
-                    chosen = next(r for r in overlap if r["strategy"] == auto["strategy"])
-                    picks.append(
-                        {
-                            "layout": layout,
-                            "rate": rate,
-                            "matrix": short_name(matrix),
-                            "auto": auto["strategy"],
-                            "fastest": fastest["strategy"],
-                            "auto_over_fastest": chosen["median_seconds"] / fastest["median_seconds"],
-                            "link_bytes": link_bytes,
-                            "seconds": time.monotonic() - started,
-                        }
-                    )
-                    print(
-                        f"   auto picks {auto['strategy']} ({picks[-1]['auto_over_fastest']:.2f}x the fastest, "
-                        f"{fastest['strategy']}); link counters {link_bytes / 1e6:.1f} MB",
-                        flush=True,
-                    )
+                    for mode in ("overlap", "bulk"):
+                        in_mode = [r for r in runs if r["mode"] == mode]
+                        if not in_mode:
+                            continue
+                        auto = run_json(cluster, per_node, [*common, "--strategy", "auto", "--mode", mode], 600)
+                        fastest = min(in_mode, key=lambda r: r["median_seconds"])
+                        chosen = next(r for r in in_mode if r["strategy"] == auto["strategy"])
+                        picks.append(
+                            {
+                                "layout": layout,
+                                "rate": rate,
+                                "matrix": short_name(matrix),
+                                "mode": mode,
+                                "auto": chosen["strategy"],
+                                "fastest": fastest["strategy"],
+                                "auto_over_fastest": chosen["median_seconds"] / fastest["median_seconds"],
+                                "link_bytes": link_bytes,
+                                "seconds": time.monotonic() - started,
+                            }
+                        )
+                        print(
+                            f"   {mode}: auto picks {chosen['strategy']} ({picks[-1]['auto_over_fastest']:.2f}x the fastest, "
+                            f"{fastest['strategy']}); link counters {link_bytes / 1e6:.1f} MB",
+                            flush=True,
+                        )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps({"runs": rows, "auto": picks}, indent=1))
     print(f"written to {args.output}")

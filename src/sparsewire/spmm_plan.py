@@ -19,7 +19,7 @@ from mpi4py import MPI
 from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, collective_errors, ranks_on_node
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.executor import SpmmExecutor
-from sparsewire.exec.modes import choose_mode
+from sparsewire.exec.modes import Mode, choose_mode
 from sparsewire.exec.wire import describe_paths, summarize_paths
 from sparsewire.options import UNSET as _UNSET
 from sparsewire.options import ExecOptions, exec_options
@@ -155,6 +155,7 @@ def plan_spmm(
         options.topology,
         options.layout,
         options.proxy.value,
+        Mode(options.mode).relays_per_message,
     )
     return SpmmPlan(matrix, plan, stats, k, dtype, options, choice)
 
@@ -255,6 +256,14 @@ class SpmmPlan:
             raise
 
     @property
+    def predicted_seconds(self) -> float:
+        """Not collective. Predicted communication time per multiply under the plan's topology (flat
+        when none) for the way it runs: relays per message where the mode does and the transport
+        sends message by message (:func:`~sparsewire.plan.stats.predicted_seconds`)."""
+        per_message = self.options.mode.relays_per_message and self.executor.transport.sends_message_by_message
+        return predicted_seconds(self.stats, relays_per_message=per_message)
+
+    @property
     def transfer_rule(self):
         """Which messages are staged through host memory (:class:`~sparsewire.exec.wire.TransferRule`),
         or None where the transport sends every message from the buffers."""
@@ -346,7 +355,7 @@ class SpmmPlan:
             ratio = f"{per_rank.max() / mean:.2f}" if mean > 0 else "-"
             lines.append(f"busiest rank {label}s {format_bytes(int(per_rank.max(initial=0)))} (max/mean {ratio})")
         lines.append(
-            f"predicted communication time {predicted_seconds(stats) * 1e6:.2f} us per multiply under {stats.topology.name}"
+            f"predicted communication time {self.predicted_seconds * 1e6:.2f} us per multiply under {stats.topology.name}"
         )
         return "\n".join(lines)
 

@@ -54,6 +54,22 @@ def test_ranks_on_different_nodes_talk_over_the_link_and_nothing_is_left(nodes):
         lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
         assert lines["NODES"] == " ".join(str(rank // per_node) for rank in range(nodes * per_node))
         assert int(lines["CROSSING"]) > 0 and grown >= int(lines["CROSSING"]), (grown, lines)
+        assert float(lines["ROUNDTRIP_US"]) < 1000.0, lines  # no delay asked: tens of microseconds
+        assert result.left_running == []
+    assert _namespaces() == before
+
+
+@pytest.mark.mpi
+@needs_cluster
+def test_a_link_delay_holds_every_frame_the_asked_time():
+    """With ``delay_us`` the relay holds each frame that long each way: an 8-byte round trip
+    between the nodes takes at least twice the delay (and not much more), timed by MPI.Wtime."""
+    before = _namespaces()
+    with EmulatedCluster(2, "1gbit", delay_us=1000) as cluster:
+        result = cluster.run(1, [sys.executable, PROBE], timeout=120, env=CHILD_ENV)
+        assert result.returncode == 0, result.stderr[-3000:]
+        lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+        assert 2000.0 <= float(lines["ROUNDTRIP_US"]) <= 6000.0, lines
         assert result.left_running == []
     assert _namespaces() == before
 

@@ -245,7 +245,10 @@ def test_predicted_seconds_by_hand():
     # together, group 1 -> 0 sends 3 bytes in 1 message per rank: 1 * 2 + 3 / 10 = 2.3 s; the
     # forwarding hop inside the group (1.01 s) is shorter, so T = 2.3 s.
     shared = Topology("test", (Level("node", 2, link_inside), Level("cluster", None, replace(link_between, shared=True))))
-    assert predicted_seconds(strategy_stats(matrix, rows, cols, "column-hier", 1, 1, shared)) == pytest.approx(2.3)
+    shared_stats = strategy_stats(matrix, rows, cols, "column-hier", 1, 1, shared)
+    assert predicted_seconds(shared_stats) == pytest.approx(2.3)
+    # A mode whose relays wait for their whole step (bulk): the steps add up, 2.3 + 1.01 s.
+    assert predicted_seconds(shared_stats, relays_per_message=False) == pytest.approx(3.31)
 
 
 def test_hierarchical_strategies_need_a_topology():

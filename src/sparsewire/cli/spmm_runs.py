@@ -104,6 +104,7 @@ def spmm_session(
                     measured_inter = comm.allreduce(int(received[~same].sum()), op=MPI.SUM)
                 problems = [p for ps in comm.allgather(plan.delivery_problems) for p in ps]
                 stats, chosen, layout, used = plan.stats, plan.rank_plan.strategy.value, plan.rank_plan.layout, plan.options
+                predicted = plan.predicted_seconds if topology is not None else None
                 counted_by, measured_independently = plan.counted_by, plan.bytes_measured
                 reason = plan.choice.reason()
                 staged_below = plan.transfer_rule.staged_below_bytes if plan.transfer_rule else None
@@ -158,7 +159,7 @@ def spmm_session(
                     inter_group_bytes=classes["inter_group_bytes"],
                     measured_intra_group_bytes=int(measured_intra) if measured_independently else None,
                     measured_inter_group_bytes=int(measured_inter) if measured_independently else None,
-                    predicted_seconds=stats.as_dict()["predicted_seconds"],
+                    predicted_seconds=predicted,
                 )
             if problems:
                 row["first_delivery_problem"] = problems[0]

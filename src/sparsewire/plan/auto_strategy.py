@@ -63,12 +63,21 @@ def collective_stats(comm: MPI.Comm, plan: RankPlan, k: int, itemsize: int, mode
 
 
 def choose_strategy(
-    matrix: DistributedMatrix, k: int, dtype: np.dtype, strategy: str, topology: Topology | None, layout: str, proxy: str
+    matrix: DistributedMatrix,
+    k: int,
+    dtype: np.dtype,
+    strategy: str,
+    topology: Topology | None,
+    layout: str,
+    proxy: str,
+    relays_per_message: bool = True,
 ) -> tuple[RankPlan, PlanStats, StrategyChoice]:
     """Collective. This rank's plan of ``strategy`` (``auto``: of every
     :func:`candidate_strategies` entry, keeping the least predicted communication time
     ``T = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)`` under
-    ``topology``, flat when None; ties go to fewer bytes), its stats and the choice's record."""
+    ``topology``, flat when None, with a shared link as :func:`~sparsewire.plan.stats.predicted_seconds`
+    models it for a mode that does or does not relay per message; ties go to fewer bytes), its stats
+    and the choice's record."""
     comm = matrix.comm
     model = topology or Topology.flat()
     names = candidate_strategies(topology) if strategy == "auto" else [Strategy(strategy)]
@@ -79,7 +88,7 @@ def choose_strategy(
             comm, matrix.local_rows, matrix.row_partition, matrix.col_partition, candidate, topology, layout=layout, proxy=proxy
         )
         stats = collective_stats(comm, plan, k, dtype.itemsize, model)
-        seconds = predicted_seconds(stats)
+        seconds = predicted_seconds(stats, relays_per_message=relays_per_message)
         candidates[candidate.value] = (seconds, stats.total_bytes)
         if best is None or (seconds, stats.total_bytes) < (best[2], best[1].total_bytes):
             best = (plan, stats, seconds)

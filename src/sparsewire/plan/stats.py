@@ -150,7 +150,7 @@ class PlanStats:
         return result
 
 
-def predicted_seconds(stats: PlanStats, topology: Topology | None = None) -> float:
+def predicted_seconds(stats: PlanStats, topology: Topology | None = None, *, relays_per_message: bool = True) -> float:
     """Not collective. Communication time per multiply under the topology's cost model.
 
     For every step s, link class c and rank x, with m messages and b bytes that x sends over class
@@ -162,40 +162,50 @@ def predicted_seconds(stats: PlanStats, topology: Topology | None = None) -> flo
     ``T = sum_s max_{c, x} t(s, c, x)`` over the classes that are not ``shared``.
 
     A ``shared`` link class is one full-duplex link per level-0 group g (a node's network card, as
-    ``calibrate --network`` measures it): every rank of g sends and receives through it, and the
-    executor's relays leave as soon as their inputs arrive (the overlap and early modes), so the
-    traffic of every step queues on it together. Per direction,
-    ``t_c = max_x sum_s m (latency_c + overhead_c) + max_g sum_s b_g / bandwidth_c``, and
-    ``T = max(sum_s ..., max_c t_c)``. Measured on the emulated cluster (docs/performance.md) the
-    sum over steps overpredicted the two-level strategies 1.5x: their two steps cross the link in
-    opposite directions.
+    ``calibrate --network`` measures it): every rank of g sends and receives through it, so per
+    direction ``t_c(S) = max_x sum_{s in S} m (latency_c + overhead_c) + max_g sum_{s in S} b_g / bandwidth_c``
+    over a set of steps S. With ``relays_per_message`` (the overlap and early modes: a relay leaves
+    as soon as its inputs arrive) the traffic of every step queues on it together:
+    ``T = max(sum_s ..., max_c t_c(all steps))``; measured on the emulated cluster
+    (docs/performance.md) the sum over steps overpredicted the two-level strategies 1.5x there,
+    since their two steps cross the link in opposite directions. Without (bulk, pipelined and
+    partitioned: a relay waits for its whole step) each step also lasts at least its own
+    ``t_c({s})``: ``T = sum_s max(max_{c, x} t(s, c, x), max_c t_c({s}))``.
     """
     topology = topology or stats.topology
     if topology is None:
         raise InputError("predicted_seconds needs a topology; pass topology= or compute the stats with one")
     levels = topology.link_levels(stats.sources, stats.destinations, stats.n_ranks)
     groups = topology.groups(stats.n_ranks)
+
+    def shared_seconds(link, mask: np.ndarray) -> float:
+        slowest = 0.0
+        for ranks in (stats.sources[mask], stats.destinations[mask]):
+            counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
+            per_group = np.bincount(groups[ranks], weights=stats.message_bytes[mask])
+            slowest = max(slowest, float(counts.max() * (link.latency + link.overhead) + per_group.max() / link.bandwidth))
+        return slowest
+
     total = 0.0
     for step in np.unique(stats.steps):
         slowest = 0.0
         for level_index, level in enumerate(topology.levels):
             mask = (stats.steps == step) & (levels == level_index)
-            if level.link.shared or not mask.any():
+            if not mask.any() or (level.link.shared and relays_per_message):
+                continue
+            if level.link.shared:
+                slowest = max(slowest, shared_seconds(level.link, mask))
                 continue
             for ranks in (stats.sources[mask], stats.destinations[mask]):
                 counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
                 nbytes = np.bincount(ranks, weights=stats.message_bytes[mask], minlength=stats.n_ranks)
                 slowest = max(slowest, float(level.link.seconds(counts, nbytes).max()))
         total += slowest
-    for level_index, level in enumerate(topology.levels):
-        mask = levels == level_index
-        if not level.link.shared or not mask.any():
-            continue
-        link = level.link
-        for ranks in (stats.sources[mask], stats.destinations[mask]):
-            counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
-            per_group = np.bincount(groups[ranks], weights=stats.message_bytes[mask])
-            total = max(total, float(counts.max() * (link.latency + link.overhead) + per_group.max() / link.bandwidth))
+    if relays_per_message:
+        for level_index, level in enumerate(topology.levels):
+            mask = levels == level_index
+            if level.link.shared and mask.any():
+                total = max(total, shared_seconds(level.link, mask))
     return total
 
 
