@@ -61,6 +61,24 @@ def test_ranks_on_different_nodes_talk_over_the_link_and_nothing_is_left(nodes):
 
 @pytest.mark.mpi
 @needs_cluster
+def test_a_killed_owner_takes_its_cluster_down():
+    """A plain kill (SIGTERM) of the process that holds a cluster removes what it made, as Ctrl-C does."""
+    before = _namespaces()
+    script = "import time\nfrom sparsewire.emulation.cluster import EmulatedCluster\nwith EmulatedCluster(2, '1gbit'):\n"
+    script += "    print('up', flush=True)\n    time.sleep(120)\n"
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=CHILD_ENV)
+    try:
+        assert owner.stdout.readline().strip() == "up"
+        assert len(_namespaces() - before) == 2
+        owner.terminate()
+        assert owner.wait(timeout=60) == 128 + 15
+    finally:
+        owner.kill()
+    assert _namespaces() == before
+
+
+@pytest.mark.mpi
+@needs_cluster
 def test_a_link_delay_holds_every_frame_the_asked_time():
     """With ``delay_us`` the relay holds each frame that long each way: an 8-byte round trip
     between the nodes takes at least twice the delay (and not much more), timed by MPI.Wtime."""

@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -98,6 +99,10 @@ def _run(arguments: Sequence[str]) -> str:
     return completed.stdout
 
 
+def _exit_on_sigterm(signal_number, frame) -> None:
+    raise SystemExit(128 + signal_number)
+
+
 class EmulatedCluster:
     """``nodes`` namespaces joined by links of ``rate`` (``1gbit``, ``5gbit``, ...), optionally with a
     fixed one-way ``delay_us``; a context manager (``with EmulatedCluster(2, "1gbit") as cluster:``)
@@ -122,11 +127,19 @@ class EmulatedCluster:
 
     # -- bring up, take down ------------------------------------------------------------------
     def __enter__(self) -> EmulatedCluster:
+        # A plain kill (SIGTERM) must take the cluster down as Ctrl-C does: make it an exit.
+        self._previous_sigterm = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)
         self.up()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.down()
+        try:
+            self.down()
+        finally:
+            if self._previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
 
     def addresses(self) -> list[str]:
         """Not collective. Each node's address (on its interface :data:`INTERFACE`)."""
