@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import CHILD_ENV, EXIT_TIMES, ROOT, _seed
-from sparsewire.emulation.cluster import EmulatedCluster, parse_rate, unavailable_reason
+from sparsewire.emulation.cluster import EmulatedCluster, node_cpus, parse_rate, unavailable_reason
 from sparsewire.errors import InputError
 
 DRIVER = str(ROOT / "tests" / "emulation" / "link_driver.py")
@@ -31,6 +31,13 @@ def test_rates_are_parsed_and_bad_ones_refused():
             parse_rate(bad)
     with pytest.raises(InputError, match="2 to 16 nodes"):
         EmulatedCluster(1)
+
+
+def test_nodes_get_cores_of_their_own_while_there_are_enough(monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
+    assert node_cpus(2) == [[0, 2, 4], [1, 3]]
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    assert node_cpus(2) == [[0], [1]] and node_cpus(4) == [[0], [1], [0], [1]]
 
 
 def _namespaces() -> set[str]:
@@ -55,6 +62,8 @@ def test_ranks_on_different_nodes_talk_over_the_link_and_nothing_is_left(nodes):
         assert lines["NODES"] == " ".join(str(rank // per_node) for rank in range(nodes * per_node))
         assert int(lines["CROSSING"]) > 0 and grown >= int(lines["CROSSING"]), (grown, lines)
         assert float(lines["ROUNDTRIP_US"]) < 1000.0, lines  # no delay asked: tens of microseconds
+        # every rank runs on its node's cores only (so its default threads count those)
+        assert json.loads(lines["CPUS"]) == [cluster.node_cpus[rank // per_node] for rank in range(nodes * per_node)]
         assert result.left_running == []
     assert _namespaces() == before
 

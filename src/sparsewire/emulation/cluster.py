@@ -18,6 +18,10 @@ segments and loses 10-40% of the throughput). Measured on the 2-core machine
 (``../shared/research/emulated-cluster``): 1 Gbit/s gives 114 MiB/s of payload (TCP/IP headers take
 4.4%), 5 Gbit/s 565 MiB/s; 10 Gbit/s is the CPU's limit, not the link's.
 
+Cores. Each node's processes are pinned (``taskset``) to its share of this machine's cores
+(:func:`node_cpus`), as a real node has cores of its own, so the ranks' default thread count
+(cores / ranks on the node) sees the node's cores, not the machine's.
+
 Clean-up. :meth:`EmulatedCluster.down` (also on an exception or Ctrl-C inside ``with``) ends the
 processes still in the namespaces, by id (they can only be this cluster's), stops the relay and
 deletes the namespaces, which deletes every veth, bridge and qdisc with them.
@@ -42,7 +46,7 @@ from pathlib import Path
 
 from sparsewire.errors import InputError
 
-__all__ = ["EmulatedCluster", "parse_rate", "unavailable_reason", "INTERFACE"]
+__all__ = ["EmulatedCluster", "parse_rate", "unavailable_reason", "node_cpus", "INTERFACE"]
 
 INTERFACE = "swemu0"  # each node's link, inside its namespace
 _SUBNET = "10.200.0"
@@ -58,7 +62,8 @@ case "$host" in
   {subnet}.*) ns={prefix}-n$(( ${{host##*.}} - 1 ));;
   *) echo "sparsewire emulated cluster: unknown host '$host'" >&2; exit 1;;
 esac
-exec ip netns exec "$ns" /bin/sh -c "exec $*"
+{pin}
+exec ip netns exec "$ns" $pin_command /bin/sh -c "exec $*"
 """
 
 
@@ -99,6 +104,22 @@ def _run(arguments: Sequence[str]) -> str:
     return completed.stdout
 
 
+def node_cpus(nodes: int) -> list[list[int]]:
+    """Not collective. The cores each node's processes run on: this process's cores dealt out in
+    turn (node i gets every nodes-th one from the i-th), so nodes share none while there are enough;
+    with fewer cores than nodes, node i gets core i modulo the count. A real node has cores of its
+    own: without this, every rank of every node would see all the machine's cores and start that
+    many kernel threads (4 nodes x 1 rank on 2 cores: 8 threads)."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if len(cores) >= nodes:
+        return [cores[i::nodes] for i in range(nodes)]
+    return [[cores[i % len(cores)]] for i in range(nodes)]
+
+
+def _cpu_list(cpus: list[int]) -> str:
+    return ",".join(str(c) for c in cpus)
+
+
 def _exit_on_sigterm(signal_number, frame) -> None:
     raise SystemExit(128 + signal_number)
 
@@ -121,6 +142,7 @@ class EmulatedCluster:
         self.prefix = f"swe{os.getpid()}"
         self.namespaces = [f"{self.prefix}-n{i}" for i in range(nodes)]
         self.switch = f"{self.prefix}-sw" if nodes > 2 or delay_us is not None else None
+        self.node_cpus = node_cpus(nodes)
         self._folder: tempfile.TemporaryDirectory | None = None
         self._relay: subprocess.Popen | None = None
         self.is_up = False
@@ -206,8 +228,17 @@ class EmulatedCluster:
         self._wait_until_running()
         self._folder = tempfile.TemporaryDirectory(prefix="sparsewire-emulated-")
         launcher = Path(self._folder.name) / "launch"
-        launcher.write_text(_LAUNCHER.format(prefix=self.prefix, subnet=_SUBNET))
+        launcher.write_text(_LAUNCHER.format(prefix=self.prefix, subnet=_SUBNET, pin=self._pin_script()))
         launcher.chmod(0o755)
+
+    def _pin_script(self) -> str:
+        """The launcher's lines that set ``pin_command`` to pin a node's processes to its cores."""
+        if shutil.which("taskset") is None:
+            return "pin_command="
+        cases = "".join(
+            f"  {ns}) pin_command='taskset -c {_cpu_list(cpus)}';;\n" for ns, cpus in zip(self.namespaces, self.node_cpus)
+        )
+        return f'case "$ns" in\n{cases}esac'
 
     def _wait_until_running(self) -> None:
         # UCX skips an interface that is not operationally up yet
@@ -284,8 +315,9 @@ class EmulatedCluster:
         hosts = ",".join(f"{address}:{ranks_per_node}" for address in self.addresses()[:nodes])
         variables = [item for name, value in self.mpi_environment().items() for item in ("-genv", name, value)]
         launcher = str(Path(self._folder.name) / "launch")
+        pin = ["taskset", "-c", _cpu_list(self.node_cpus[0])] if shutil.which("taskset") else []
         return [
-            "ip", "netns", "exec", self.namespaces[0], mpiexec, "-launcher", "ssh", "-launcher-exec", launcher,
+            "ip", "netns", "exec", self.namespaces[0], *pin, mpiexec, "-launcher", "ssh", "-launcher-exec", launcher,
             "-hosts", hosts, *variables, "-n", str(nodes * ranks_per_node), *command,
         ]  # fmt: skip
 
