@@ -5,11 +5,35 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["default_threads"]
+from sparsewire.errors import InputError
+
+__all__ = ["NODE_CORES_VARIABLE", "node_cores", "default_threads"]
+
+#: Environment variable that says how many cores a rank's node has, where fewer than the process
+#: may run on: the emulated cluster sets it, since its nodes share one machine's cores.
+NODE_CORES_VARIABLE = "SPARSEWIRE_NODE_CORES"
+
+
+def node_cores() -> int:
+    """Not collective. The cores of this rank's node: this process's CPU affinity (else the machine's
+    count), or :data:`NODE_CORES_VARIABLE` where that is smaller.
+
+    Raises:
+        InputError when the variable is set to anything but a positive whole number.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    text = os.environ.get(NODE_CORES_VARIABLE)
+    if text is None:
+        return cores
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InputError(f"{NODE_CORES_VARIABLE}={text!r} is not a positive whole number of cores; unset it or set it to e.g. 2")
+    return min(cores, value)
 
 
 def default_threads(ranks_on_node: int) -> int:
-    """Not collective. ``cores / ranks on this node``, at least 1 (cores: this process's CPU
-    affinity, else the machine's count)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, ranks_on_node))
+    """Not collective. ``node cores / ranks on this node``, at least 1 (:func:`node_cores`)."""
+    return max(1, node_cores() // max(1, ranks_on_node))

@@ -2,17 +2,17 @@
 sees it: shared-memory groups numbered in rank order), ``CROSSING`` (bytes this job sent
 between nodes in a ring of 4 MiB messages, checked on arrival) and ``ROUNDTRIP_US`` (the median
 round trip of an 8-byte ping-pong between rank 0 and the last rank, timed by ``MPI.Wtime``) and
-``CPUS`` (each rank's CPU affinity, as JSON)."""
+``THREADS`` (each rank's default thread count, as JSON)."""
 
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import node_ids
+from sparsewire.comm.runtime import node_ids, ranks_on_node
+from sparsewire.cores import default_threads
 
 
 def main() -> None:
@@ -39,12 +39,12 @@ def main() -> None:
         elif rank == peer:
             comm.Recv(token, 0, 8)
             comm.Send(token, 0, 8)
-    cpus = comm.gather(sorted(os.sched_getaffinity(0)), root=0)
+    threads = comm.gather(default_threads(ranks_on_node(comm)), root=0)
     crossing = sum(4 * message.nbytes for q in range(size) if nodes[q] != nodes[(q + 1) % size])
     if rank == 0:
         print("NODES " + " ".join(str(int(g)) for g in numbered), flush=True)
         print(f"CROSSING {crossing}", flush=True)
-        print(f"CPUS {json.dumps(cpus)}", flush=True)
+        print(f"THREADS {json.dumps(threads)}", flush=True)
         if roundtrips:
             print(f"ROUNDTRIP_US {np.median(roundtrips) * 1e6:.1f}", flush=True)
 

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from conftest import CHILD_ENV, EXIT_TIMES, ROOT, _seed
-from sparsewire.emulation.cluster import EmulatedCluster, node_cpus, parse_rate, unavailable_reason
+from sparsewire.cores import NODE_CORES_VARIABLE, default_threads, node_cores
+from sparsewire.emulation.cluster import EmulatedCluster, parse_rate, unavailable_reason
 from sparsewire.errors import InputError
 
 DRIVER = str(ROOT / "tests" / "emulation" / "link_driver.py")
@@ -33,11 +34,18 @@ def test_rates_are_parsed_and_bad_ones_refused():
         EmulatedCluster(1)
 
 
-def test_nodes_get_cores_of_their_own_while_there_are_enough(monkeypatch):
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
-    assert node_cpus(2) == [[0, 2, 4], [1, 3]]
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
-    assert node_cpus(2) == [[0], [1]] and node_cpus(4) == [[0], [1], [0], [1]]
+def test_a_node_counts_the_cores_it_is_told_it_has(monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))
+    monkeypatch.delenv(NODE_CORES_VARIABLE, raising=False)
+    assert node_cores() == 8 and default_threads(2) == 4
+    monkeypatch.setenv(NODE_CORES_VARIABLE, "2")
+    assert node_cores() == 2 and default_threads(2) == 1 and default_threads(4) == 1
+    monkeypatch.setenv(NODE_CORES_VARIABLE, "64")  # never more than the process may run on
+    assert node_cores() == 8
+    for bad in ("0", "-1", "abc", "1.5", ""):
+        monkeypatch.setenv(NODE_CORES_VARIABLE, bad)
+        with pytest.raises(InputError, match="SPARSEWIRE_NODE_CORES.*positive whole number"):
+            node_cores()
 
 
 def _namespaces() -> set[str]:
@@ -62,8 +70,9 @@ def test_ranks_on_different_nodes_talk_over_the_link_and_nothing_is_left(nodes):
         assert lines["NODES"] == " ".join(str(rank // per_node) for rank in range(nodes * per_node))
         assert int(lines["CROSSING"]) > 0 and grown >= int(lines["CROSSING"]), (grown, lines)
         assert float(lines["ROUNDTRIP_US"]) < 1000.0, lines  # no delay asked: tens of microseconds
-        # every rank runs on its node's cores only (so its default threads count those)
-        assert json.loads(lines["CPUS"]) == [cluster.node_cpus[rank // per_node] for rank in range(nodes * per_node)]
+        # a rank's default threads count its node's share of the cores, not the whole machine's
+        threads = max(1, max(1, node_cores() // nodes) // per_node)
+        assert json.loads(lines["THREADS"]) == [threads] * (nodes * per_node), lines
         assert result.left_running == []
     assert _namespaces() == before
 

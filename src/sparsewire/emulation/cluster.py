@@ -18,9 +18,9 @@ segments and loses 10-40% of the throughput). Measured on the 2-core machine
 (``../shared/research/emulated-cluster``): 1 Gbit/s gives 114 MiB/s of payload (TCP/IP headers take
 4.4%), 5 Gbit/s 565 MiB/s; 10 Gbit/s is the CPU's limit, not the link's.
 
-Cores. Each node's processes are pinned (``taskset``) to its share of this machine's cores
-(:func:`node_cpus`), as a real node has cores of its own, so the ranks' default thread count
-(cores / ranks on the node) sees the node's cores, not the machine's.
+Cores. The nodes share this machine's cores; each is told its share (``SPARSEWIRE_NODE_CORES``,
+:func:`sparsewire.cores.node_cores`: the machine's cores / nodes, at least 1), so a rank's default
+thread count is that over the ranks on its node, as on a real node, and not the whole machine's.
 
 Clean-up. :meth:`EmulatedCluster.down` (also on an exception or Ctrl-C inside ``with``) ends the
 processes still in the namespaces, by id (they can only be this cluster's), stops the relay and
@@ -44,9 +44,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from sparsewire.cores import NODE_CORES_VARIABLE, node_cores
 from sparsewire.errors import InputError
 
-__all__ = ["EmulatedCluster", "parse_rate", "unavailable_reason", "node_cpus", "INTERFACE"]
+__all__ = ["EmulatedCluster", "parse_rate", "unavailable_reason", "INTERFACE"]
 
 INTERFACE = "swemu0"  # each node's link, inside its namespace
 _SUBNET = "10.200.0"
@@ -62,8 +63,7 @@ case "$host" in
   {subnet}.*) ns={prefix}-n$(( ${{host##*.}} - 1 ));;
   *) echo "sparsewire emulated cluster: unknown host '$host'" >&2; exit 1;;
 esac
-{pin}
-exec ip netns exec "$ns" $pin_command /bin/sh -c "exec $*"
+exec ip netns exec "$ns" /bin/sh -c "exec $*"
 """
 
 
@@ -104,22 +104,6 @@ def _run(arguments: Sequence[str]) -> str:
     return completed.stdout
 
 
-def node_cpus(nodes: int) -> list[list[int]]:
-    """Not collective. The cores each node's processes run on: this process's cores dealt out in
-    turn (node i gets every nodes-th one from the i-th), so nodes share none while there are enough;
-    with fewer cores than nodes, node i gets core i modulo the count. A real node has cores of its
-    own: without this, every rank of every node would see all the machine's cores and start that
-    many kernel threads (4 nodes x 1 rank on 2 cores: 8 threads)."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    if len(cores) >= nodes:
-        return [cores[i::nodes] for i in range(nodes)]
-    return [[cores[i % len(cores)]] for i in range(nodes)]
-
-
-def _cpu_list(cpus: list[int]) -> str:
-    return ",".join(str(c) for c in cpus)
-
-
 def _exit_on_sigterm(signal_number, frame) -> None:
     raise SystemExit(128 + signal_number)
 
@@ -142,7 +126,9 @@ class EmulatedCluster:
         self.prefix = f"swe{os.getpid()}"
         self.namespaces = [f"{self.prefix}-n{i}" for i in range(nodes)]
         self.switch = f"{self.prefix}-sw" if nodes > 2 or delay_us is not None else None
-        self.node_cpus = node_cpus(nodes)
+        # The nodes share this machine's cores: each counts its share, so a rank's default
+        # threads are node cores / ranks on the node, as on a real node.
+        self.cores_per_node = max(1, node_cores() // nodes)
         self._folder: tempfile.TemporaryDirectory | None = None
         self._relay: subprocess.Popen | None = None
         self.is_up = False
@@ -228,17 +214,8 @@ class EmulatedCluster:
         self._wait_until_running()
         self._folder = tempfile.TemporaryDirectory(prefix="sparsewire-emulated-")
         launcher = Path(self._folder.name) / "launch"
-        launcher.write_text(_LAUNCHER.format(prefix=self.prefix, subnet=_SUBNET, pin=self._pin_script()))
+        launcher.write_text(_LAUNCHER.format(prefix=self.prefix, subnet=_SUBNET))
         launcher.chmod(0o755)
-
-    def _pin_script(self) -> str:
-        """The launcher's lines that set ``pin_command`` to pin a node's processes to its cores."""
-        if shutil.which("taskset") is None:
-            return "pin_command="
-        cases = "".join(
-            f"  {ns}) pin_command='taskset -c {_cpu_list(cpus)}';;\n" for ns, cpus in zip(self.namespaces, self.node_cpus)
-        )
-        return f'case "$ns" in\n{cases}esac'
 
     def _wait_until_running(self) -> None:
         # UCX skips an interface that is not operationally up yet
@@ -294,13 +271,15 @@ class EmulatedCluster:
     # -- use --------------------------------------------------------------------------------
     def mpi_environment(self) -> dict[str, str]:
         """Not collective. The variables that make MPICH use TCP over the emulated links (module
-        docstring), and torch.distributed's rendezvous at rank 0's node and its Gloo sockets on them."""
+        docstring), torch.distributed's rendezvous at rank 0's node and its Gloo sockets on them,
+        and each node's share of the cores."""
         return {
             "MPIR_CVAR_CH4_NETMOD": "ucx",
             "UCX_TLS": "self,tcp",
             "UCX_NET_DEVICES": INTERFACE,
             "MASTER_ADDR": self.addresses()[0],
             "GLOO_SOCKET_IFNAME": INTERFACE,
+            NODE_CORES_VARIABLE: str(self.cores_per_node),
         }
 
     def mpiexec_command(self, ranks_per_node: int, command: Sequence[str], *, nodes: int | None = None) -> list[str]:
@@ -315,9 +294,8 @@ class EmulatedCluster:
         hosts = ",".join(f"{address}:{ranks_per_node}" for address in self.addresses()[:nodes])
         variables = [item for name, value in self.mpi_environment().items() for item in ("-genv", name, value)]
         launcher = str(Path(self._folder.name) / "launch")
-        pin = ["taskset", "-c", _cpu_list(self.node_cpus[0])] if shutil.which("taskset") else []
         return [
-            "ip", "netns", "exec", self.namespaces[0], *pin, mpiexec, "-launcher", "ssh", "-launcher-exec", launcher,
+            "ip", "netns", "exec", self.namespaces[0], mpiexec, "-launcher", "ssh", "-launcher-exec", launcher,
             "-hosts", hosts, *variables, "-n", str(nodes * ranks_per_node), *command,
         ]  # fmt: skip
 

@@ -1,0 +1,85 @@
+"""The tables of docs/performance.md "Over a real link" from a run of bench/emulated.py: per layout and
+rate, measured / predicted per strategy (one table per mode asked), and the three checks of issue 40
+over every run: prediction within 25% where the link is at least half the time (link share from the
+same run in shared memory), two-level strategies with fewer inter-node bytes than ``joint`` against
+its time, and ``auto``'s pick against the measured fastest.
+
+    .venv/bin/python bench/emulated_report.py [bench/results/emulated.json] [--modes overlap,bulk]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from common import ROOT
+
+STRATEGIES = ("column", "joint", "column-hier", "joint-hier", "joint-group")
+TWO_LEVEL = ("column-hier", "joint-hier", "joint-group")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="?", default=str(ROOT / "bench" / "results" / "emulated.json"))
+    parser.add_argument("--modes", default="overlap,bulk")
+    args = parser.parse_args()
+    data = json.loads(Path(args.results).read_text())
+    runs, picks = data["runs"], data["auto"]
+    for layout, rate in sorted({(r["cluster"], r["rate"]) for r in runs}):
+        here = [r for r in runs if (r["cluster"], r["rate"]) == (layout, rate)]
+        for mode in args.modes.split(","):
+            print(f"\n{layout} at {rate}, {mode} mode (inter-node bytes: measured median of 10 / predicted ms):\n")
+            print("| matrix | " + " | ".join(STRATEGIES) + " | auto picks |")
+            print("|---|" + "---|" * (len(STRATEGIES) + 1))
+            for matrix in dict.fromkeys(r["matrix"] for r in here):
+                cells = []
+                for strategy in STRATEGIES:
+                    run = next(r for r in here if (r["matrix"], r["strategy"], r["mode"]) == (matrix, strategy, mode))
+                    cells.append(
+                        f"{run['inter_group_bytes'] / 1e6:.2f} MB: {run['median_seconds'] * 1e3:.1f} / "
+                        f"{run['predicted_seconds'] * 1e3:.1f}"
+                    )
+                pick = next(
+                    (p for p in picks if (p["layout"], p["rate"], p["matrix"], p.get("mode")) == (layout, rate, matrix, mode)),
+                    None,
+                )
+                cells.append(f"{pick['auto']} ({pick['auto_over_fastest']:.2f}x {pick['fastest']})" if pick else "-")
+                print(f"| {matrix} | " + " | ".join(cells) + " |")
+        judged = [r for r in here if r["link_share"] >= 0.5]
+        within = [r for r in judged if 0.75 <= r["median_seconds"] / r["predicted_seconds"] <= 1.25]
+        ratios = [r["median_seconds"] / r["predicted_seconds"] for r in judged]
+        print(
+            f"\n{layout} at {rate}, every mode: the link is at least half the time in {len(judged)} of {len(here)} runs; "
+            f"measured / predicted there {min(ratios, default=0):.2f}-{max(ratios, default=0):.2f}, "
+            f"{len(within)} of {len(judged)} within 25%"
+        )
+        slower = []
+        compared = 0
+        for run in here:
+            if run["strategy"] not in TWO_LEVEL:
+                continue
+            flat = next(r for r in here if (r["matrix"], r["mode"], r["strategy"]) == (run["matrix"], run["mode"], "joint"))
+            if run["inter_group_bytes"] < flat["inter_group_bytes"]:
+                compared += 1
+                if run["median_seconds"] > flat["median_seconds"]:
+                    slower.append(
+                        f"{run['matrix']} {run['strategy']} {run['mode']} {run['median_seconds'] / flat['median_seconds']:.2f}x"
+                    )
+        listed = "; ".join(slower) or "-"
+        print(f"two-level with fewer inter-node bytes than joint: {compared} runs, slower than joint in {len(slower)}: {listed}")
+        missed = [p for p in picks if (p["layout"], p["rate"]) == (layout, rate) and p["auto_over_fastest"] > 1.10]
+        ours = [p for p in picks if (p["layout"], p["rate"]) == (layout, rate)]
+        print(
+            f"auto within 10% of the fastest in {len(ours) - len(missed)} of {len(ours)}"
+            + "".join(
+                f"; {p['matrix']} {p.get('mode')}: {p['auto']} {p['auto_over_fastest']:.2f}x {p['fastest']}" for p in missed
+            )
+        )
+    checked = all(r["check_passed"] for r in runs)
+    delivered = all(r["measured_inter_group_bytes"] == r["inter_group_bytes"] for r in runs)
+    print(f"\nevery run C checked: {checked}, inter-node bytes MPI delivered = plan's: {delivered}")
+
+
+if __name__ == "__main__":
+    main()
