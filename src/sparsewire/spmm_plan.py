@@ -147,15 +147,10 @@ def plan_spmm(
         agree_on_error(comm, options if isinstance(options, str) else None)
     if options.topology is not None and options.topology.rank_groups is not None:
         options.topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
+    strategy = options.strategy if options.strategy == "auto" else options.strategy.value
+    per_message = Mode(options.mode).relays_per_message
     plan, stats, choice = choose_strategy(
-        matrix,
-        k,
-        dtype,
-        options.strategy if options.strategy == "auto" else options.strategy.value,
-        options.topology,
-        options.layout,
-        options.proxy.value,
-        Mode(options.mode).relays_per_message,
+        matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, per_message
     )
     return SpmmPlan(matrix, plan, stats, k, dtype, options, choice)
 
@@ -257,9 +252,8 @@ class SpmmPlan:
 
     @property
     def predicted_seconds(self) -> float:
-        """Not collective. Predicted communication time per multiply under the plan's topology (flat
-        when none) for the way it runs: relays per message where the mode does and the transport
-        sends message by message (:func:`~sparsewire.plan.stats.predicted_seconds`)."""
+        """Not collective. Predicted communication time per multiply in the form of the plan's mode and
+        transport (relays per message or not; :func:`~sparsewire.plan.stats.predicted_seconds`)."""
         per_message = self.options.mode.relays_per_message and self.executor.transport.sends_message_by_message
         return predicted_seconds(self.stats, relays_per_message=per_message)
 
