@@ -54,7 +54,23 @@ def test_wrong_b_shape_on_one_rank_aborts_the_job_quickly():
     completed = run_mpi(3, [DRIVER, "wrong_shape", "0"], timeout=10)
     assert completed.returncode != 0, completed.stdout
     assert "rank 1: the B block has shape (" in completed.stderr and "aborting the job" in completed.stderr
+    assert "rank 1: rank 1:" not in completed.stderr  # the rank named once
     assert "OK wrong_shape" not in completed.stdout
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_out_may_be_or_overlap_b_in_every_mode_and_backend(rng, ranks):
+    completed = run_mpi(ranks, [DRIVER, "aliasing", str(int(rng.integers(2**31)))], timeout=300)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    checked = int(completed.stdout.split("OK aliasing ")[1].split()[0])
+    assert checked >= 9, completed.stdout  # 5 modes x 2 backends, less partitioned on torch where refused
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_a_complex_b_is_refused_not_multiplied_as_its_real_part(ranks):
+    completed = run_mpi(ranks, [DRIVER, "complex_b", "0"], timeout=60)
+    assert completed.returncode != 0 and "OK complex_b" not in completed.stdout, completed.stdout
+    assert "the B block's values are complex128 (complex)" in completed.stderr, completed.stderr
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])

@@ -313,8 +313,8 @@ def _from_local_rows(comm: MPI.Comm, local, row_offsets) -> DistributedMatrix:
     rank, size = comm.Get_rank(), comm.Get_size()
     problem = None
     try:
-        offsets = np.asarray(row_offsets, dtype=np.int64)
-        row_partition = RowPartition(offsets)
+        row_partition = RowPartition(np.asarray(row_offsets))  # refuses fractional offsets
+        offsets = row_partition.offsets
         if row_partition.n_parts != size:
             raise InputError(f"row_offsets has {offsets.size} entries; give P + 1 = {size + 1} (one range per rank)")
         if not sp.issparse(local):

@@ -233,13 +233,15 @@ class SpmmPlan:
                 write C into (then nothing is allocated). A large C is streamed to memory when its
                 rows start on cache lines: ``sparsewire.empty_aligned`` allocates such an array, as
                 the plan does when ``out`` is not given. With the torch backend: a contiguous
-                tensor of the plan's dtype on its device.
+                tensor of the plan's dtype on its device. It may be B itself or overlap it: B is
+                then copied first (as NumPy's ``matmul(a, b, out=b)`` does), so C stays exact.
 
         Returns:
             ``C_p = sum_j A[rows_p, j] B[j, :]`` for this rank's rows p.
 
         Raises:
-            PlanMismatchError for a wrong shape, dtype or a closed plan. On a job of several ranks
+            PlanMismatchError for a wrong shape or dtype (a complex B, values that are not
+            numbers) or a closed plan. On a job of several ranks
             the other ranks may already wait for this rank's messages, so there the error
             aborts the job with its message instead (it never hangs).
         """

@@ -32,6 +32,7 @@ with the ``nodes:G`` link classes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -142,16 +143,23 @@ class Topology:
 
             def measured(key: str, label: str, shared: bool) -> LinkClass:
                 entry = links_measured[key]
-                bandwidth = entry["single_pair_bandwidth" if shared else "bandwidth_bytes_per_second"]
-                return LinkClass(label, float(bandwidth), float(entry["latency_seconds"]), 0.0, shared=shared)
+                field = "single_pair_bandwidth" if shared else "bandwidth_bytes_per_second"
+                bandwidth, latency = entry[field], entry["latency_seconds"]
+                # what the command line refuses (NaN, infinity, true, a rate of 0) is refused here too
+                for what, value, positive in ((field, bandwidth, True), ("latency_seconds", latency, False)):
+                    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    if not number or value < 0 or (positive and value == 0):
+                        raise ValueError(f"{key}.{what} = {value!r}, not a finite number {'> 0' if positive else '>= 0'}")
+                return LinkClass(label, float(bandwidth), float(latency), 0.0, shared=shared)
 
             intra = measured("intra_node", "measured intra-node", False) if "intra_node" in links_measured else _SHARED_MEMORY
             if "inter_node" not in links_measured:
                 return cls(name, (Level("machine", None, intra),))
             inter = measured("inter_node", "measured inter-node", True)
         except (KeyError, TypeError, ValueError) as error:
+            problem = f"has {error}" if isinstance(error, ValueError) else f"lacks {error}"
             raise InputError(
-                f"network calibration {name!r} lacks {error}; write it again with 'mpiexec -n P sparsewire calibrate --network'"
+                f"network calibration {name!r} {problem}; write it again with 'mpiexec -n P sparsewire calibrate --network'"
             ) from None
         blocks = groups == [rank // size for rank in range(len(groups))]
         levels = (Level("node", size, intra), Level("cluster", None, inter))

@@ -73,6 +73,12 @@ def test_a_damaged_or_foreign_record_is_refused_with_the_command_that_writes_one
     path.write_text(json.dumps(broken))
     with pytest.raises(InputError, match="lacks 'latency_seconds'.*calibrate --network"):
         parse_topology(str(path))
+    for field, bad in (("single_pair_bandwidth", float("nan")), ("single_pair_bandwidth", True), ("latency_seconds", -1e-6)):
+        damaged = _record([0, 0, 1, 1])
+        damaged["links"]["inter_node"][field] = bad
+        path.write_text(json.dumps(damaged))  # NaN is written as the token NaN, as Python's json reads it
+        with pytest.raises(InputError, match=f"has inter_node.{field} = {bad!r}, not a finite number"):
+            parse_topology(str(path))
     path.write_text(json.dumps({**_record([0, 0]), "kind": "compute"}))
     with pytest.raises(InputError, match="not a network calibration.*calibrate --network"):
         parse_topology(str(path))

@@ -236,3 +236,51 @@ def test_graph_commands_on_an_empty_graph_say_so(tmp_path, command):
     path.write_text("%%MatrixMarket matrix coordinate real general\n0 0 0\n")
     completed = run_cli([command, str(path)], timeout=120)
     assert completed.returncode == 2 and "the graph has no vertices (a 0 x 0 matrix)" in completed.stderr, completed.stderr
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["gcn", "--lr", "inf"], "argument --lr: must be a finite number (got 'inf')"),
+        (["gcn", "--lr", "0"], "argument --lr: must be greater than 0 (got 0)"),
+        (["gcn", "--weight-decay", "nan"], "argument --weight-decay: must be a finite number (got 'nan')"),
+        (["gcn", "--dropout", "1"], "argument --dropout: must be less than 1 (got 1)"),
+        (["eigs", "stencil2d:8", "--tol", "inf"], "argument --tol: must be a finite number (got 'inf')"),
+        (["eigs", "stencil2d:8", "--tol=-1e-8"], "argument --tol: must be greater than 0 (got -1e-8)"),
+        (["analyze", "stencil2d:8", "--ranks", "2", "--imbalance", "abc"], "argument --imbalance: expected a number (got 'abc')"),
+        (["spmm", "stencil2d:8", "--wait-timeout=-5"], "argument --wait-timeout: must be greater than 0 (got -5)"),
+        (["emulate", "--delay-us", "nan", "--", "true"], "argument --delay-us: must be a finite number (got 'nan')"),
+        (["netsparse", "rmat:8:4:1", "--cache-mb=-2"], "argument --cache-mb: must be at least -1 (got -2)"),
+        (["gcn", "--seed=-1"], "argument --seed: must be from 0 to 2**63 - 1 (got -1)"),
+        (["gcn", "--seed", str(2**64)], f"argument --seed: must be from 0 to 2**63 - 1 (got {2**64})"),
+    ],
+)
+def test_numbers_outside_their_domain_are_one_error_line(args, expected):
+    """They ran and exited 0 (``--lr inf``, ``--weight-decay nan``, ``eigs --tol inf``)."""
+    completed = run_cli(args)
+    assert completed.returncode == 2 and completed.stderr.count("sparsewire: error:") == 1, completed.stderr
+    assert expected in completed.stderr and "Traceback" not in completed.stderr, completed.stderr
+
+
+def test_a_closed_stdout_ends_the_command_quietly():
+    """``sparsewire ... | head -1`` ended in a BrokenPipeError traceback; now exit status 141, as a
+    shell tool killed by SIGPIPE, and nothing on stderr but the progress lines."""
+    command = [sys.executable, "-m", "sparsewire", "analyze", "stencil2d:12", "--ranks", "4"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=CHILD_ENV, cwd=ROOT)
+    process.stdout.close()  # before the command writes anything: its first write meets a closed pipe
+    _, errors = process.communicate(timeout=120)
+    assert process.returncode == 141 and b"Traceback" not in errors and b"Error" not in errors, errors.decode()
+
+
+def test_spgemm_output_is_written_to_exactly_the_path_given(tmp_path):
+    """``--output c.txt`` wrote ``c.txt.npz`` without saying so."""
+    import scipy.sparse as sp
+
+    from sparsewire.io import load_matrix
+
+    target = tmp_path / "c.txt"
+    completed = run_cli(["spgemm", "stencil2d:6", "--output", str(target)])
+    assert completed.returncode == 0, completed.stderr
+    assert target.exists() and not (tmp_path / "c.txt.npz").exists()
+    a = load_matrix("stencil2d:6")
+    np.testing.assert_array_equal(sp.load_npz(target).toarray(), (a @ a).toarray())

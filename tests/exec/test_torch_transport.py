@@ -93,3 +93,16 @@ def test_cli_refuses_the_partitioned_mode_on_torch_in_one_line():
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_gcn_on_torch_trains_as_on_mpi(ranks):
     assert_gcn_trains_alike(ranks, "transport", ("mpi", "torch"))
+
+
+@pytest.mark.parametrize("setting", ["abc", "0", "-3", "nan", "inf", "1e300"])
+def test_a_bad_torch_timeout_setting_is_one_clear_error(monkeypatch, setting):
+    """``nan`` and ``inf`` passed the check and then broke ``timedelta`` with a traceback."""
+    from sparsewire.errors import InputError
+    from sparsewire.exec.transports.torch_distributed import TIMEOUT_ENVIRONMENT_VARIABLE, _timeout
+
+    monkeypatch.setenv(TIMEOUT_ENVIRONMENT_VARIABLE, setting)
+    with pytest.raises(InputError, match=f"SPARSEWIRE_TORCH_TIMEOUT='{setting}' must be a positive, finite number"):
+        _timeout()
+    monkeypatch.setenv(TIMEOUT_ENVIRONMENT_VARIABLE, "12.5")
+    assert _timeout().total_seconds() == 12.5

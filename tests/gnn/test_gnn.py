@@ -4,6 +4,7 @@ Geometric, the same weights at every P, accuracy on Planetoid, the data reader a
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -318,3 +319,37 @@ def test_an_edge_list_with_a_vertex_id_beyond_the_machine_is_refused(tmp_path):
     (tmp_path / "far.txt").write_text("0 1\n1 4000000000000\n")  # 4e12 rows: beyond any machine
     with pytest.raises(InputError, match=r"largest vertex id \+ 1.*needs about"):
         load_matrix(str(tmp_path / "far.txt"))
+
+
+@pytest.mark.parametrize(
+    "keywords, expected",
+    [
+        ({"lr": float("nan")}, "lr must be a finite number greater than 0 (got nan)"),
+        ({"lr": float("inf")}, "lr must be a finite number greater than 0 (got inf)"),
+        ({"weight_decay": float("nan")}, "weight_decay must be a finite number of at least 0 (got nan)"),
+        ({"weight_decay": -1.0}, "weight_decay must be a finite number of at least 0 (got -1.0)"),
+        ({"dropout": 1.0}, "dropout must be a finite number from 0 up to but not 1 (got 1.0)"),
+    ],
+)
+def test_training_refuses_hyper_parameters_outside_their_domain(keywords, expected):
+    """``--lr inf`` and ``--weight-decay nan`` trained and reported an accuracy; the library refuses
+    them before anything collective (so no communicator or graph is touched here)."""
+    from sparsewire.errors import InputError
+    from sparsewire.gnn.train import train
+
+    with pytest.raises(InputError, match=re.escape(expected)):
+        train(None, None, **keywords)
+
+
+def test_gcn_refuses_nan_in_the_graph_unless_allowed(tmp_path):
+    """It trained on an adjacency with NaN values and reported an accuracy."""
+    n = 40
+    entries = [f"{i + 1} {(i + 1) % n + 1} {'nan' if i == 2 else '1'}" for i in range(n)]
+    path = tmp_path / "ring.mtx"
+    path.write_text(f"%%MatrixMarket matrix coordinate real general\n{n} {n} {n}\n" + "\n".join(entries) + "\n")
+    command = ["-m", "sparsewire", "gcn", str(path), "--features", "random:4", "--classes", "2", "--epochs", "2"]
+    refused = run_mpi(2, command, timeout=120)
+    assert refused.returncode == 2 and refused.stderr.count("sparsewire: error:") == 1, refused.stderr
+    assert "the adjacency holds 1 NaN or infinite values (the first in row 2)" in refused.stderr, refused.stderr
+    allowed = run_mpi(2, [*command, "--allow-nonfinite"], timeout=120)
+    assert allowed.returncode == 0, allowed.stderr

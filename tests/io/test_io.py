@@ -59,11 +59,25 @@ def test_integer_skew_symmetric(tmp_path):
         (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 0 1\n", "out of bounds"),
         (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 x 1\n", "line 3"),
         (HEADER.format(field="integer", symmetry="general") + "2 2 1\n1 1 1.5\n", "not integers"),
+        # values the fast parser read up to the first odd character (1,5 as 1; 0x10 as 0; 1.5abc as 1.5)
+        (HEADER.format(field="real", symmetry="general") + "2 2 2\n1 1 1\n2 2 1,5\n", "line 4: character ',' is not part"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 1 0x10\n", "line 3: character 'x' is not part"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 1 1.5abc\n", "line 3: character 'b' is not part"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 1 1.2.3\n", "line 3: two decimal points"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 1 1e5e5\n", "line 3: two exponents"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 1 1-2\n", "line 3: a sign inside a number"),
+        (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 1 nana\n", "line 3: 'nana' is not a number"),
     ],
 )
 def test_malformed_matrix_market(tmp_path, body, message):
     with pytest.raises(InputError, match=message):
         load_matrix(write(tmp_path, "bad.mtx", body))
+
+
+def test_every_plain_number_form_is_read_exactly(tmp_path):
+    body = "3 3 6\n1 1 -2e-3\n1 2 1E+2\n2 2 0.5\n3 3 7\n2 1 NaN\n3 1 -inf\n"
+    matrix = load_matrix(write(tmp_path, "a.mtx", HEADER.format(field="real", symmetry="general") + body)).toarray()
+    np.testing.assert_array_equal(matrix, [[-2e-3, 100.0, 0], [np.nan, 0.5, 0], [-np.inf, 0, 7]])
 
 
 def test_missing_and_unknown(tmp_path):
@@ -248,6 +262,8 @@ def test_metis_graph_random_roundtrip(tmp_path, rng):
         ),
         ("4 3 1\n2 5 3 2\n1 5 3 7\n1 2 2 8\n\n", "edge 2-3 is not listed from both ends with one weight"),
         ("4 3\n2 2 3\n1 1\n1\n\n", "listed twice"),
+        # a negative edge weight was accepted (the weights of both ends agree, so nothing else caught it)
+        ("4 3 1\n2 -5 3 2\n1 -5 3 7\n1 2 2 7\n\n", "line 2: -5 is negative; a METIS graph holds non-negative integers only"),
     ],
 )
 def test_malformed_metis_graph(tmp_path, body, message):

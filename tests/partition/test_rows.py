@@ -50,6 +50,16 @@ def test_invalid_offsets_rejected(offsets):
         RowPartition(np.array(offsets))
 
 
+def test_fractional_offsets_are_refused_not_truncated():
+    with pytest.raises(InputError, match=r"whole numbers of rows \(got float64 \[0. , 2.5, 5. \]\)"):
+        RowPartition(np.array([0, 2.5, 5]))
+    for bad in ([0, np.nan, 5], [0, np.inf], ["0", "5"]):
+        with pytest.raises(InputError, match="whole numbers of rows"):
+            RowPartition(np.array(bad))
+    # whole numbers in a float array are fine (JSON and NumPy arithmetic give them)
+    assert RowPartition(np.array([0.0, 2.0, 5.0])).offsets.tolist() == [0, 2, 5]
+
+
 def test_bad_arguments():
     with pytest.raises(InputError, match="at least 1"):
         even_rows(5, 0)

@@ -440,8 +440,9 @@ def test_cli_simulate_and_calibrate(tmp_path):
     [
         (["simulate", "rmat:8:4", "--ranks", "200", "--topology", "netsparse-leafspine"], "has 128 hosts"),
         (["simulate", "rmat:8:4", "--ranks", "4", "--topology", "mesh"], "unknown network preset"),
-        (["simulate", "rmat:8:4", "--ranks", "4", "--topology", "flat-x", "--compute-rate", "-1"], "unknown network preset"),
-        (["simulate", "rmat:8:4", "--ranks", "4", "--topology", "cola-a800", "--compute-rate", "-1"], "positive"),
+        (["simulate", "rmat:8:4", "--ranks", "4", "--topology", "flat-x", "--compute-rate", "1e9"], "unknown network preset"),
+        (["simulate", "rmat:8:4", "--ranks", "4", "--topology", "cola-a800", "--compute-rate=-1"], "must be greater than 0"),
+        (["simulate", "rmat:8:4", "--ranks", "4", "--topology", "cola-a800", "--compute-rate", "nan"], "must be a finite number"),
         (["netsparse", "rmat:8:4", "--nodes", "8", "--sweep", "speed"], "unknown sweep"),
         (["netsparse", "uniform:50x60:3", "--nodes", "4"], "square"),
         (["netsparse", "rmat:4:2", "--nodes", "64"], "use at most 16 nodes"),

@@ -99,6 +99,8 @@ def block_krylov_eigs(
         raise InputError(f"--nev {nev} must be between 1 and the block size {b} and at most the order {n}")
     if steps < 2:
         raise InputError(f"the Krylov basis needs at least 2 blocks (got {steps})")
+    if not (isinstance(tol, (int, float)) and np.isfinite(tol) and tol > 0):
+        raise InputError(f"tol must be a finite number greater than 0 (got {tol!r}); 1e-8 is the default")
     n_local = plan.local_shape[0]
     started = time.perf_counter()
     multiply_seconds = 0.0

@@ -62,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _abort_if_several_ranks("interrupted (SIGINT)", 130)
         return 130
+    except BrokenPipeError:  # stdout closed early (``sparsewire ... | head -1``): end as a shell tool does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the flush at exit does not raise again
+        return 141  # 128 + SIGPIPE
     except Exception as error:
         if _abort_if_several_ranks(f"{type(error).__name__}: {error}", 1, traceback=True):
             return 1  # not reached: MPI_Abort ends the process

@@ -17,6 +17,7 @@ from sparsewire.cli.common import (
     add_topology_arguments,
     check_writable,
     json_text,
+    number,
     positive_int,
     topology_from_args,
     write_output,
@@ -49,7 +50,10 @@ def add_commands(commands) -> None:
     )
     advise.add_argument("--partitions", default="all", help="comma list of partitioners or all (default: all)")
     advise.add_argument(
-        "--imbalance", type=float, default=0.03, help="metis, metis-hier: allowed excess of nonzeros per rank (default: 0.03)"
+        "--imbalance",
+        type=number(0.0),
+        default=0.03,
+        help="metis, metis-hier: allowed excess of nonzeros per rank (default: 0.03)",
     )
     advise.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
     add_topology_arguments(advise, allow_mpi=False)

@@ -63,6 +63,38 @@ def positive_int(text: str) -> int:
     return value
 
 
+def seed_number(text: str) -> int:
+    """argparse type: a random seed, a whole number from 0 to 2**63 - 1 (what NumPy and PyTorch both take)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number (got {text!r})") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 2**63 - 1 (got {text})")
+    return value
+
+
+def number(minimum: float | None = None, *, above: bool = False, below: float | None = None):
+    """argparse type: a finite number (NaN and infinity refused), at least ``minimum`` (greater than
+    it with ``above``) and less than ``below`` where given."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number (got {text!r})") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number (got {text!r})")
+        if minimum is not None and (value <= minimum if above else value < minimum):
+            raise argparse.ArgumentTypeError(f"must be {'greater than' if above else 'at least'} {minimum:g} (got {text})")
+        if below is not None and value >= below:
+            raise argparse.ArgumentTypeError(f"must be less than {below:g} (got {text})")
+        return value
+
+    parse.__name__ = "number"  # argparse names the type in its message
+    return parse
+
+
 def add_topology_arguments(parser: argparse.ArgumentParser, allow_mpi: bool) -> None:
     """--group-size/--topology (one of them) and --proxy."""
     where = parser.add_mutually_exclusive_group()
@@ -159,7 +191,7 @@ def add_partition_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partition", choices=PARTITIONERS, default="even", help=PARTITION_HELP)
     parser.add_argument(
         "--imbalance",
-        type=float,
+        type=number(0.0),
         default=0.03,
         help="metis, metis-hier: allowed excess of nonzeros per rank over the mean (default: 0.03)",
     )
@@ -196,7 +228,7 @@ def add_transport_argument(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--wait-timeout",
-        type=float,
+        type=number(0.0, above=True),
         metavar="SECONDS",
         help="end the job, naming the rank, peer, link and bytes outstanding, when a multiply receives nothing for this "
         f"long: a dead link or a stopped peer (default: {DEFAULT_WAIT_TIMEOUT:g})",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sparsewire.cli.common import positive_int
+from sparsewire.cli.common import number, positive_int
 from sparsewire.errors import InputError
 
 __all__ = ["add_commands"]
@@ -26,8 +26,10 @@ def add_commands(commands) -> None:
     emulate.add_argument("--nodes", type=positive_int, default=2, help="nodes, 2 to 16 (default: 2)")
     emulate.add_argument("--ranks-per-node", type=positive_int, default=2, help="ranks on each node (default: 2)")
     emulate.add_argument("--rate", default="1gbit", help="every link's rate: NUMBER gbit|mbit|kbit (default: 1gbit)")
-    emulate.add_argument("--delay-us", type=float, help="one-way delay of every link in microseconds (default: none)")
-    emulate.add_argument("--timeout", type=float, default=3600, help="end the job after this many seconds (default: 3600)")
+    emulate.add_argument("--delay-us", type=number(0.0), help="one-way delay of every link in microseconds (default: none)")
+    emulate.add_argument(
+        "--timeout", type=number(0.0, above=True), default=3600, help="end the job after this many seconds (default: 3600)"
+    )
     emulate.add_argument("command", nargs=argparse.REMAINDER, help="the command each rank runs (after --)")
     emulate.set_defaults(handler=_run_emulate)
 

@@ -14,10 +14,12 @@ from sparsewire.cli.common import (
     add_transport_argument,
     agree_on_arguments,
     json_text,
+    number,
     options_from_args,
     positive_int,
     progress_printer,
     resolve_backend_arguments,
+    seed_number,
     topology_from_args,
 )
 from sparsewire.errors import InputError
@@ -42,10 +44,13 @@ def add_commands(commands) -> None:
     gcn.add_argument("--layers", type=positive_int, default=2, help="graph convolutions (default: 2)")
     gcn.add_argument("--hidden", type=positive_int, default=16, help="hidden width (default: 16)")
     gcn.add_argument("--epochs", type=positive_int, default=200, help="training epochs (default: 200)")
-    gcn.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default: 0.01)")
-    gcn.add_argument("--weight-decay", type=float, default=5e-4, help="L2 weight decay of the first layer (default: 5e-4)")
+    gcn.add_argument("--lr", type=number(0.0, above=True), default=0.01, help="Adam learning rate (default: 0.01)")
+    gcn.add_argument("--weight-decay", type=number(0.0), default=5e-4, help="L2 weight decay of the first layer (default: 5e-4)")
     gcn.add_argument(
-        "--dropout", type=float, default=0.5, help="dropout before every layer, masks from global node ids (default: 0.5)"
+        "--dropout",
+        type=number(0.0, below=1.0),
+        default=0.5,
+        help="dropout before every layer, masks from global node ids (default: 0.5)",
     )
     gcn.add_argument(
         "--strategy", default="auto", help="SpMM strategy of the propagations: auto, block, column, row, joint (default: auto)"
@@ -67,7 +72,10 @@ def add_commands(commands) -> None:
     gcn.add_argument(
         "--threads", "-T", type=positive_int, default=1, help="threads per rank for the executor and PyTorch (default: 1)"
     )
-    gcn.add_argument("--seed", type=int, default=0, help="weights and dropout masks (default: 0)")
+    gcn.add_argument("--seed", type=seed_number, default=0, help="weights and dropout masks (default: 0)")
+    gcn.add_argument(
+        "--allow-nonfinite", action="store_true", help="train even where the adjacency or features hold NaN or infinite values"
+    )
     gcn.add_argument("--features", help="random:F: F seeded random features per node, for a matrix that is not a Planetoid file")
     gcn.add_argument("--classes", type=positive_int, help="number of classes with --features (random labels)")
     gcn.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
@@ -113,6 +121,7 @@ def run_gcn(args: argparse.Namespace) -> int:
         imbalance=args.imbalance,
         dtype=getattr(torch, args.dtype),
         options=options_from_args(args, topology, strategy=args.strategy),
+        allow_nonfinite=args.allow_nonfinite,
     )
     if progress and rank == 0:
         progress(

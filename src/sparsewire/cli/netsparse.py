@@ -13,6 +13,7 @@ from sparsewire.cli.common import (
     MATRIX_HELP,
     check_writable,
     json_text,
+    number,
     positive_int,
     progress_printer,
     write_output,
@@ -69,12 +70,15 @@ def add_commands(commands) -> None:
     netsparse.add_argument("--batch", type=positive_int, help="RIG batch size in nonzeros (default: per matrix, see docs)")
     netsparse.add_argument("--nic-delay", type=int, default=500, help="NIC concatenation delay in cycles (default: 500)")
     netsparse.add_argument(
-        "--cache-mb", type=float, default=32.0, help="property cache per switch in MB; 0 = none, -1 = unbounded (default: 32)"
+        "--cache-mb",
+        type=number(-1.0),
+        default=32.0,
+        help="property cache per switch in MB; 0 = none, -1 = unbounded (default: 32)",
     )
     netsparse.add_argument("--sa-cores", type=positive_int, default=64, help="SAOpt cores per node (default: 64)")
     netsparse.add_argument(
         "--sa-overhead-ns",
-        type=float,
+        type=number(0.0),
         default=800.0,
         help="SAOpt software time per request and core in ns (default: 800, about 10%% goodput at K=16)",
     )

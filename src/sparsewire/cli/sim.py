@@ -14,6 +14,7 @@ from sparsewire.cli.common import (
     MATRIX_HELP,
     add_partition_arguments,
     json_text,
+    number,
     positive_int,
     progress_printer,
 )
@@ -53,7 +54,9 @@ def add_commands(commands) -> None:
     simulate.add_argument("--element-bytes", type=positive_int, default=4, help="bytes per element of B (default: 4, float32)")
     add_partition_arguments(simulate)
     rate = simulate.add_mutually_exclusive_group()
-    rate.add_argument("--compute-rate", type=float, help="local SpMM rate in nonzero-columns per second (nnz * k / s)")
+    rate.add_argument(
+        "--compute-rate", type=number(0.0, above=True), help="local SpMM rate in nonzero-columns per second (nnz * k / s)"
+    )
     rate.add_argument(
         "--calibration",
         help=f"file written by 'sparsewire calibrate' (default: {default_calibration_path()}; measured now if absent)",

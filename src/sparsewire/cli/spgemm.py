@@ -267,7 +267,12 @@ def _spgemm_session(
     if rank != 0:
         return None
     if output:
-        write_output(output, "--output", lambda target: sp.save_npz(target, gathered))
+
+        def save(target: str) -> None:
+            with open(target, "wb") as file:  # a file object: save_npz would add ".npz" to a name without it
+                sp.save_npz(file, gathered)
+
+        write_output(output, "--output", save)
     report = {
         "matrix": spec,
         "matrix2": second_spec,

@@ -16,6 +16,7 @@ from sparsewire.cli.common import (
     add_transport_argument,
     agree_on_arguments,
     json_text,
+    number,
     options_from_args,
     parse_modes,
     positive_int,
@@ -102,7 +103,9 @@ def add_commands(commands) -> None:
     eigs.add_argument("--nev", type=positive_int, default=4, help="eigenpairs wanted (default: 4)")
     eigs.add_argument("--block", type=positive_int, help="block width b >= nev (default: nev + 4)")
     eigs.add_argument("--steps", type=positive_int, default=8, help="blocks per Krylov basis before a restart (default: 8)")
-    eigs.add_argument("--tol", type=float, default=1e-8, help="relative residual ||Ax - theta x|| / |theta| (default: 1e-8)")
+    eigs.add_argument(
+        "--tol", type=number(0.0, above=True), default=1e-8, help="relative residual ||Ax - theta x|| / |theta| (default: 1e-8)"
+    )
     eigs.add_argument("--max-iterations", type=positive_int, default=500, help="restart cycles before giving up (default: 500)")
     eigs.add_argument("--strategy", default="auto", help="auto, block, column, row or joint (default: auto)")
     eigs.add_argument("--mode", default=DEFAULT_MODE, help=f"executor mode or auto, as for spmm (default: {DEFAULT_MODE})")

@@ -136,7 +136,9 @@ def abort_job(comm: MPI.Comm, message: str, status: int = 1) -> None:
     ranks only, where the others may already wait in MPI: mpi4py's own rule for an unhandled
     exception under ``python -m mpi4py``), with exit status ``status``."""
     sys.stdout.flush()
-    print(f"sparsewire: error: rank {comm.Get_rank()}: {message}; aborting the job", file=sys.stderr, flush=True)
+    prefix = f"rank {comm.Get_rank()}: "
+    text = message if message.startswith(prefix) else prefix + message  # errors that name their rank already
+    print(f"sparsewire: error: {text}; aborting the job", file=sys.stderr, flush=True)
     # MPI_Abort makes the launcher kill every process, and Hydra may do so before it has read this
     # rank's last lines from their pipe (seen once in CI: the message lost); give it a moment.
     time.sleep(0.25)

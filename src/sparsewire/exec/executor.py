@@ -183,13 +183,15 @@ class SpmmExecutor:
     def multiply(self, b_local, out=None):
         """Collective. This rank's rows of ``C = A @ B`` from its rows of B (shape (rows of B
         owned, k)), written into ``out`` when given (shape (rows of A owned, k), C-contiguous, the
-        executor's dtype; a tensor on the device with the torch backend). Arguments are checked
-        before any message is sent (PlanMismatchError)."""
+        executor's dtype; a tensor on the device with the torch backend; it may be or overlap B,
+        which is then copied first). Arguments are checked before any message is sent
+        (PlanMismatchError; a complex B or one of non-numbers is refused)."""
         rank = self.plan.rank
         b_local = self.kernels.block(b_local, (self.plan.local_shape[1], self.k), self.dtype, rank)
         if self._closed:
             raise PlanMismatchError("this executor was closed; make a new one")
         out = self.kernels.output(out, (self.plan.local_shape[0], self.k), self.dtype, rank)
+        b_local = self.kernels.apart(b_local, out)  # out=B (or overlapping it) stays exact
         self.ledger.reset()
         self.watchdog.arm()
         try:

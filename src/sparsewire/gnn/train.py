@@ -21,6 +21,7 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error
 from sparsewire.distributed import distribute
+from sparsewire.errors import InputError
 from sparsewire.gnn.data import GraphData
 from sparsewire.gnn.layers import GNN
 from sparsewire.gnn.propagate import GraphOperator, gcn_normalize, mean_normalize
@@ -64,6 +65,7 @@ def distribute_graph(
     imbalance: float = 0.03,
     dtype: torch.dtype = torch.float32,
     options: ExecOptions | None = None,
+    allow_nonfinite: bool = False,
     **option_keywords,
 ) -> LocalGraph:
     """Collective. Hand every rank its nodes: ``data`` on ``root`` (None elsewhere). The adjacency
@@ -76,6 +78,10 @@ def distribute_graph(
     with one thread), with any of its fields given as keywords (``strategy=``, ``topology=``,
     ``threads=``, ``transport=``, ``backend=``, ``device=``, ...) replacing the options', say how
     the propagations are planned and run; the topology also guides the partitioner.
+
+    NaN or infinite values in the adjacency or the features are refused (training on them gives
+    nonsense and still reports an accuracy) unless ``allow_nonfinite``; so is an empty training
+    split.
 
     ``threads`` (default 1) are the executor's threads per rank; give PyTorch the same
     (``torch.set_num_threads``, as ``sparsewire gcn --threads`` does).
@@ -100,6 +106,8 @@ def distribute_graph(
         problem = f"rank {root} must pass the graph data"
     elif model not in ("gcn", "sage"):
         problem = f"unknown model {model!r}; choose gcn or sage"
+    elif rank == root:
+        problem = _data_problem(data, allow_nonfinite)
     agree_on_error(comm, problem)
     matrix = distribute(
         comm, data.adjacency if rank == root else None, partition, root=root, topology=options.topology, imbalance=imbalance
@@ -139,6 +147,23 @@ def distribute_graph(
     )
 
 
+def _data_problem(data: GraphData, allow_nonfinite: bool) -> str | None:
+    """What makes ``data`` unfit to train on, or None."""
+    if not allow_nonfinite:
+        for what, values in (("adjacency", data.adjacency), ("features", data.features)):
+            values = sp.csr_array(values)
+            bad = ~np.isfinite(values.data)
+            if bad.any():
+                first = int(np.searchsorted(values.indptr, np.flatnonzero(bad)[0], side="right") - 1)
+                return (
+                    f"the {what} holds {int(bad.sum())} NaN or infinite values (the first in row {first}); fix the data, "
+                    "or pass allow_nonfinite=True if you mean it"
+                )
+    if len(data.train_idx) == 0:
+        return "the training split is empty: no labelled node to train on; give train_idx (or a graph with training nodes)"
+    return None
+
+
 def _feature_tensor(features: sp.csr_array, dtype: torch.dtype) -> torch.Tensor:
     """Sparse COO (coalesced, ``dtype``) when at most a quarter of the entries are stored, else dense."""
     features = sp.csr_array(features, dtype=np.float32 if dtype == torch.float32 else np.float64)
@@ -157,6 +182,20 @@ def _sum_gradients(comm: MPI.Comm, model: torch.nn.Module) -> None:
             comm.Allreduce(MPI.IN_PLACE, host.numpy(), op=MPI.SUM)
             if parameter.grad.device.type != "cpu":
                 parameter.grad.copy_(host)
+
+
+def _check_hyper_parameters(lr, weight_decay, dropout) -> None:
+    """NaN or infinite hyper-parameters would train on nonsense and still report an accuracy."""
+
+    def finite(value) -> bool:
+        return isinstance(value, (int, float)) and bool(np.isfinite(value))
+
+    if not (finite(lr) and lr > 0):
+        raise InputError(f"lr must be a finite number greater than 0 (got {lr!r}); 0.01 is the default")
+    if not (finite(weight_decay) and weight_decay >= 0):
+        raise InputError(f"weight_decay must be a finite number of at least 0 (got {weight_decay!r}); 5e-4 is the default")
+    if not (finite(dropout) and 0 <= dropout < 1):
+        raise InputError(f"dropout must be a finite number from 0 up to but not 1 (got {dropout!r}); 0.5 is the default")
 
 
 def train(
@@ -197,6 +236,7 @@ def train(
         seconds`` (training step, slowest rank) and ``bytes`` (what MPI delivered in the forward and
         backward propagations, all ranks); the final test accuracy; means per epoch.
     """
+    _check_hyper_parameters(lr, weight_decay, dropout)  # before anything collective: the same on every rank
     rank = comm.Get_rank()
     if dtype not in (None, graph.features.dtype):
         graph = dataclasses.replace(graph, features=graph.features.to(dtype))

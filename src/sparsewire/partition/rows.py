@@ -32,7 +32,14 @@ class RowPartition:
     offsets: np.ndarray
 
     def __post_init__(self) -> None:
-        offsets = np.asarray(self.offsets, dtype=np.int64)
+        given = np.asarray(self.offsets)
+        if given.dtype.kind not in "iu":
+            # Whole numbers only: converting 2.5 to int64 would silently move a boundary.
+            whole = given.dtype.kind == "f" and bool(np.all(np.isfinite(given))) and bool(np.all(given == np.round(given)))
+            if not whole:
+                shown = np.array2string(given.ravel()[:8], separator=", ")
+                raise InputError(f"partition offsets must be whole numbers of rows (got {given.dtype} {shown}); give integers")
+        offsets = given.astype(np.int64)
         if offsets.ndim != 1 or offsets.size < 2:
             raise InputError(f"partition offsets must be a 1-D array of length P + 1 >= 2 (got shape {offsets.shape})")
         if offsets[0] != 0 or np.any(np.diff(offsets) < 0):

@@ -37,6 +37,18 @@ from sparsewire.exec.modes import Mode
 __all__ = ["NumpyBackend"]
 
 
+def refuse_unsupported_values(kind: str | None, name: str, rank: int) -> None:
+    """Not collective. Raise PlanMismatchError for a B whose values the kernels cannot take exactly:
+    complex (its imaginary part would be dropped) or not numbers at all. Booleans and integers are
+    converted to the plan's dtype. ``kind``: NumPy's dtype kind letter (``c`` complex, ``f`` float...)."""
+    if kind not in ("b", "i", "u", "f"):
+        what = "complex" if kind == "c" else "not numbers"
+        raise PlanMismatchError(
+            f"rank {rank}: the B block's values are {name} ({what}); the kernels multiply real float32 or float64 "
+            "(booleans and integers are converted). For a complex B multiply B.real and B.imag separately"
+        )
+
+
 class NumpyBackend:
     """NumPy arrays and the compiled (Numba) kernels of :mod:`sparsewire.exec.kernels.compiled`; every mode."""
 
@@ -113,9 +125,16 @@ class NumpyBackend:
                 f"rank {rank}: the B block has shape {getattr(b, 'shape', type(b).__name__)}, expected {shape} "
                 "(this rank's rows of B by k); give each rank its rows under the plan's column partition"
             )
+        refuse_unsupported_values(getattr(b.dtype, "kind", None), str(b.dtype), rank)
         if b.dtype != dtype or not b.flags.c_contiguous:
             b = np.ascontiguousarray(b, dtype=dtype)
         return b
+
+    @staticmethod
+    def apart(b: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Not collective. ``b``, or a copy of it where it shares memory with ``out``: C's rows are
+        written while B's are still read (NumPy's ``matmul(a, b, out=b)`` copies likewise)."""
+        return b.copy() if np.may_share_memory(b, out) and np.shares_memory(b, out) else b
 
     @staticmethod
     def output(out, shape: tuple[int, int], dtype: np.dtype, rank: int) -> np.ndarray:

@@ -36,6 +36,7 @@ import torch
 from sparsewire.aligned import zeros_aligned
 from sparsewire.errors import PlanMismatchError
 from sparsewire.exec.kernels.compiled import balanced_bounds
+from sparsewire.exec.kernels.numpy_backend import refuse_unsupported_values
 from sparsewire.exec.modes import Mode
 
 __all__ = ["TorchBackend", "TorchCsr", "TorchGather", "TorchColumns", "node_device"]
@@ -309,8 +310,21 @@ class TorchBackend:
                 "(this rank's rows of B by k); give each rank its rows under the plan's column partition"
             )
         if isinstance(b, np.ndarray):
+            refuse_unsupported_values(b.dtype.kind, str(b.dtype), rank)
             b = torch.from_numpy(np.ascontiguousarray(b, dtype=dtype))
+        elif isinstance(b, torch.Tensor) and b.is_complex():
+            refuse_unsupported_values("c", str(b.dtype), rank)
         return b.to(device=self.device, dtype=_TORCH_DTYPES[dtype]).contiguous()
+
+    @staticmethod
+    def apart(b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Not collective. ``b``, or a copy of it where its memory overlaps ``out``'s: C's rows are
+        written while B's are still read."""
+        if b.device != out.device:
+            return b
+        b_start, out_start = b.data_ptr(), out.data_ptr()
+        b_end, out_end = b_start + b.numel() * b.element_size(), out_start + out.numel() * out.element_size()
+        return b.clone() if b_start < out_end and out_start < b_end else b
 
     def output(self, out, shape: tuple[int, int], dtype: np.dtype, rank: int) -> torch.Tensor:
         """Not collective. ``out`` checked (a contiguous tensor of ``dtype`` on the device), or a

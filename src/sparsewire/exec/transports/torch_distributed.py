@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import math
 import os
 import socket
 
@@ -80,10 +81,12 @@ def _timeout() -> datetime.timedelta:
     setting = os.environ.get(TIMEOUT_ENVIRONMENT_VARIABLE, "300")
     try:
         seconds = float(setting)
-        if seconds <= 0:
+        if not math.isfinite(seconds) or seconds <= 0 or seconds > 1e9:  # NaN and inf overflow timedelta
             raise ValueError
     except ValueError:
-        raise InputError(f"{TIMEOUT_ENVIRONMENT_VARIABLE}={setting!r} must be a positive number of seconds") from None
+        raise InputError(
+            f"{TIMEOUT_ENVIRONMENT_VARIABLE}={setting!r} must be a positive, finite number of seconds (at most 1e9)"
+        ) from None
     return datetime.timedelta(seconds=seconds)
 
 
