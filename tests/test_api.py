@@ -206,3 +206,35 @@ def test_help_lists_every_command():
         "netsparse",
     ):
         assert f"    {command}" in completed.stdout, command
+
+
+def test_a_plan_multiplied_from_two_threads_at_once_refuses_the_second(rng):
+    """One plan from two threads gave wrong products at P = 1 (28 of 100) and a raw MPI error at
+    P = 2: now the second concurrent multiply is one clear error, and no product is wrong."""
+    import threading
+
+    from mpi4py import MPI
+
+    a = random_integer_matrix(rng, 2000, 2000, 0.004)
+    b = rng.integers(-3, 4, (2000, 16)).astype(np.float64)
+    expected = a @ b
+    matrix = sparsewire.distribute(MPI.COMM_SELF, a)
+    with matrix.spmm_plan(16) as plan:
+        with plan.executor._running:  # as while another thread's multiply runs
+            with pytest.raises(sparsewire.PlanMismatchError, match="already multiplying in another thread"):
+                plan.multiply(b)
+        exact, refused = [], []
+
+        def work() -> None:
+            for _ in range(40):
+                try:
+                    exact.append(np.array_equal(plan.multiply(b), expected))
+                except sparsewire.PlanMismatchError as error:
+                    refused.append("one multiply at a time" in str(error))
+
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert all(exact) and all(refused) and len(exact) + len(refused) == 80 and exact

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 import sparsewire
 from conftest import ROOT, SHARED_DATA, run_cli, run_mpi
 from oracles import random_integer_matrix
-from sparsewire.partition import PARTITIONERS, nnz_imbalance, partition
+from sparsewire.partition import PARTITIONERS, RowPartition, nnz_imbalance, partition
 from sparsewire.plan.stats import strategy_stats
 
 DRIVER = str(ROOT / "tests" / "partition" / "partition_driver.py")
@@ -165,3 +165,12 @@ def test_nonzeros_per_rank_within_five_percent_at_32_ranks_on_shared_data():
             chosen = partition(matrix, 32, method, topology=topology)
             worst[(path.name, method)] = nnz_imbalance(chosen.permute(matrix), chosen.rows)
     assert max(worst.values()) <= 1.05, {key: round(value, 3) for key, value in worst.items() if value > 1.05}
+
+
+def test_nnz_imbalance_counts_empty_ranks_at_the_end_too():
+    """``advise`` on 9 rows over 16 ranks (the last 7 empty) ended in an IndexError."""
+    matrix = sp.csr_array(np.array([[1, 1, 0], [0, 1, 0], [1, 1, 1]], dtype=float))
+    rows = RowPartition(np.array([0, 1, 3, 3, 3]))  # nonzeros per rank 2, 4, 0, 0: mean 1.5
+    assert nnz_imbalance(matrix, rows) == 4 / 1.5
+    completed = run_cli(["advise", "stencil2d:3", "--ranks", "16"])
+    assert completed.returncode == 0 and "recommendation:" in completed.stdout, completed.stderr

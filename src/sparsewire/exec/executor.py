@@ -34,6 +34,8 @@ Buffers, operands and requests are made once per executor (one plan, one k, one 
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from mpi4py import MPI
 
@@ -143,6 +145,7 @@ class SpmmExecutor:
         self.threads, self.deterministic = int(threads), options.deterministic
         self.dtype = np.dtype(dtype)
         self._closed = False
+        self._running = threading.Lock()  # held during a multiply: a second thread is refused
         needs = BufferNeeds(
             partitions=self.threads if mode.partitions_per_thread else 1,
             unpack=None if self.deterministic else ("message" if mode.per_message else "exchange"),
@@ -192,12 +195,24 @@ class SpmmExecutor:
             raise PlanMismatchError("this executor was closed; make a new one")
         out = self.kernels.output(out, (self.plan.local_shape[0], self.k), self.dtype, rank)
         b_local = self.kernels.apart(b_local, out)  # out=B (or overlapping it) stays exact
-        self.ledger.reset()
-        self.watchdog.arm()
+        if not self._running.acquire(blocking=False):
+            # Two threads would share the buffers and requests (wrong C at P = 1, a raw MPI error
+            # at P > 1); waiting would not help at P > 1, where ranks must multiply the same B's in
+            # the same order.
+            raise PlanMismatchError(
+                f"rank {rank}: this plan is already multiplying in another thread; a plan runs one multiply at a "
+                "time: call it from one thread (at P = 1 a lock around multiply will do; at P > 1 every rank must "
+                "multiply the same B's in the same order)"
+            )
         try:
-            self.schedule.run(b_local, out)
+            self.ledger.reset()
+            self.watchdog.arm()
+            try:
+                self.schedule.run(b_local, out)
+            finally:
+                self.watchdog.disarm()
         finally:
-            self.watchdog.disarm()
+            self._running.release()
         return out
 
     def link_of(self, peer: int) -> str:
