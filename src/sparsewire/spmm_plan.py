@@ -425,8 +425,8 @@ def spmm(matrix: DistributedMatrix, b_local: np.ndarray, out: np.ndarray | None 
 
     The first call for a given A, k and dtype plans (strategy and mode ``auto``) and keeps the plan
     with A; later calls with the same A, k and dtype reuse it. ``b_local``: this rank's rows of B
-    (``matrix.col_partition.range(rank)``), float32 or float64 (anything else is converted to
-    float64). Every rank must pass the same k and dtype.
+    (``matrix.col_partition.range(rank)``), float32 or float64 (integers and booleans are converted
+    to float64; a complex B is refused). Every rank must pass the same k and dtype.
     """
     b_local = np.asarray(b_local)
     dtype = b_local.dtype if b_local.dtype in (np.dtype(np.float32), np.dtype(np.float64)) else np.dtype(np.float64)
