@@ -25,6 +25,7 @@ from sparsewire.errors import InputError
 from sparsewire.gnn.data import GraphData
 from sparsewire.gnn.layers import GNN
 from sparsewire.gnn.propagate import GraphOperator, gcn_normalize, mean_normalize
+from sparsewire.io import nonfinite_entries
 from sparsewire.options import ExecOptions, exec_options
 from sparsewire.timed import timed_run
 
@@ -152,11 +153,12 @@ def _data_problem(data: GraphData, allow_nonfinite: bool) -> str | None:
     if not allow_nonfinite:
         for what, values in (("adjacency", data.adjacency), ("features", data.features)):
             values = sp.csr_array(values)
-            bad = ~np.isfinite(values.data)
-            if bad.any():
-                first = int(np.searchsorted(values.indptr, np.flatnonzero(bad)[0], side="right") - 1)
+            count = nonfinite_entries(values)
+            if count:
+                first_entry = np.flatnonzero(~np.isfinite(values.data))[0]
+                first = int(np.searchsorted(values.indptr, first_entry, side="right") - 1)
                 return (
-                    f"the {what} holds {int(bad.sum())} NaN or infinite values (the first in row {first}); fix the data, "
+                    f"the {what} holds {count} NaN or infinite values (the first in row {first}); fix the data, "
                     "or pass allow_nonfinite=True if you mean it"
                 )
     if len(data.train_idx) == 0:

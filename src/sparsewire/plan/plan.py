@@ -144,15 +144,14 @@ def _plan_ranks(
 
     proxies: dict[int, np.ndarray] = {}
     if hierarchical and proxy_policy == "balanced":
-        needs = relayed_cols
 
         def balance(members: list) -> list:
-            # Rows the whole group needs from each source: the union over its ranks.
+            # Relayed rows the group receives from each source: the union over its ranks.
             needed = np.unique(np.concatenate(members))
             rows_from_source = np.bincount(col_partition.owner(needed), minlength=n_ranks).astype(np.int64)
             return [rows_from_source] * len(members)
 
-        counts = group_call(needs, balance)
+        counts = group_call(relayed_cols, balance)
         proxies = {rank: hierarchy.balanced_proxies(groups, int(groups[rank]), counts[rank]) for rank in local_blocks}
     elif hierarchical:
         proxies = {rank: hierarchy.local_proxies(groups, int(groups[rank])) for rank in local_blocks}

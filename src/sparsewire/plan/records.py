@@ -189,10 +189,11 @@ def request_records(
     # Row-based: partial C rows, with their A entries as terms.
     rb = row_based
     q, i, j, v, rnd = blocks.sources[rb], blocks.rows[rb] + row_start, blocks.cols[rb], blocks.values[rb], rounds[rb]
-    # A row i with partials from one rank of the source group only has nothing to sum there.
-    contributors = np.unique(np.stack([i * n_groups + groups[q], q]), axis=1)[0] if q.size else np.zeros(0, np.int64)
-    keys, contributor_count = np.unique(contributors, return_counts=True)
-    alone = contributor_count[np.searchsorted(keys, i * n_groups + groups[q])] == 1 if q.size else np.zeros(0, bool)
+    alone = np.zeros(q.size, bool)
+    if q.size:  # a row i with partials from one rank of the source group only has nothing to sum there
+        row_group = i * n_groups + groups[q]
+        keys, contributors = np.unique(np.unique(np.stack([row_group, q]), axis=1)[0], return_counts=True)
+        alone = contributors[np.searchsorted(keys, row_group)] == 1
     rb_direct = direct[rb] | alone
     agg = aggregator[groups[q]] if q.size else np.zeros(0, np.int64)
     # Direct: q computes p's row i.  Hierarchical: q computes a partial for its aggregator, or is it.

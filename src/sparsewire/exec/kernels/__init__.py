@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import importlib
 
-from sparsewire.errors import InputError
+from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.modes import Mode
 
-__all__ = ["BACKENDS", "backend_class", "backend_problem", "make_backend"]
+__all__ = ["BACKENDS", "backend_class", "backend_problem", "make_backend", "refuse_unsupported_values"]
 
 #: Every backend's name and the class that implements it (``module:class``, imported on first use).
 _CLASSES = {
@@ -75,3 +75,15 @@ def make_backend(backend: str, device: str = "cpu"):
     if problem:
         raise InputError(problem)
     return backend_class(backend)() if backend == "numpy" else backend_class(backend)(device)
+
+
+def refuse_unsupported_values(kind: str | None, name: str, rank: int) -> None:
+    """Not collective. Raise PlanMismatchError for a B whose values the kernels cannot take exactly:
+    complex (its imaginary part would be dropped) or not numbers at all. Booleans and integers are
+    converted to the plan's dtype. ``kind``: NumPy's dtype kind letter (``c`` complex, ``f`` float...)."""
+    if kind not in ("b", "i", "u", "f"):
+        what = "complex" if kind == "c" else "not numbers"
+        raise PlanMismatchError(
+            f"rank {rank}: the B block's values are {name} ({what}); the kernels multiply real float32 or float64 "
+            "(booleans and integers are converted). For a complex B multiply B.real and B.imag separately"
+        )

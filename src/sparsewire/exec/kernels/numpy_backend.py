@@ -32,21 +32,10 @@ import numpy as np
 from sparsewire.aligned import empty_aligned, zeros_aligned
 from sparsewire.errors import PlanMismatchError
 from sparsewire.exec.kernels import compiled as kernels
+from sparsewire.exec.kernels import refuse_unsupported_values
 from sparsewire.exec.modes import Mode
 
 __all__ = ["NumpyBackend"]
-
-
-def refuse_unsupported_values(kind: str | None, name: str, rank: int) -> None:
-    """Not collective. Raise PlanMismatchError for a B whose values the kernels cannot take exactly:
-    complex (its imaginary part would be dropped) or not numbers at all. Booleans and integers are
-    converted to the plan's dtype. ``kind``: NumPy's dtype kind letter (``c`` complex, ``f`` float...)."""
-    if kind not in ("b", "i", "u", "f"):
-        what = "complex" if kind == "c" else "not numbers"
-        raise PlanMismatchError(
-            f"rank {rank}: the B block's values are {name} ({what}); the kernels multiply real float32 or float64 "
-            "(booleans and integers are converted). For a complex B multiply B.real and B.imag separately"
-        )
 
 
 class NumpyBackend:

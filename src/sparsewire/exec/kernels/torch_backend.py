@@ -35,8 +35,8 @@ import torch
 
 from sparsewire.aligned import zeros_aligned
 from sparsewire.errors import PlanMismatchError
+from sparsewire.exec.kernels import refuse_unsupported_values
 from sparsewire.exec.kernels.compiled import balanced_bounds
-from sparsewire.exec.kernels.numpy_backend import refuse_unsupported_values
 from sparsewire.exec.modes import Mode
 
 __all__ = ["TorchBackend", "TorchCsr", "TorchGather", "TorchColumns", "node_device"]
