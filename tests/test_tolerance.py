@@ -113,3 +113,22 @@ def test_spgemm_check_passes_on_normal_values(tmp_path, rng, ranks):
         assert completed.returncode == 0, completed.stdout + completed.stderr
         report = json.loads(completed.stdout.strip().splitlines()[-1])
         assert report["check_passed"] and report["pattern_equal"] and not report["exact"], report
+
+
+def test_float32_products_in_the_subnormal_range_pass_and_a_planted_error_fails(rng):
+    """Values near float32's smallest subnormal (1.4e-45) round absolutely, not relatively: the
+    underflow term admits what float32 computes and still refuses an error of a few subnormals more."""
+    a = sp.random_array((80, 80), density=0.1, rng=rng, format="csr")
+    a.data = rng.uniform(1e-42, 1e-39, a.nnz)
+    b = rng.uniform(-0.5, 0.5, (80, 6))
+    ours = (sp.csr_array(a.astype(np.float32)) @ b.astype(np.float32)).astype(np.float64)
+    reference = a @ b
+    magnitude, pattern = abs(a), a.astype(bool).astype(np.float64)
+    operands = magnitude.sum(axis=1)[:, None] + pattern @ np.abs(b)
+    terms = np.diff(a.indptr)[:, None]
+    allowed = allowed_error(magnitude @ np.abs(b), terms, np.float32, operands)
+    assert within(ours, reference, allowed).all()
+    assert not within(ours, reference, allowed_error(magnitude @ np.abs(b), terms, np.float32)).all()  # no underflow term
+    planted = ours.copy()
+    planted[np.unravel_index(np.argmax(np.abs(reference)), reference.shape)] += 64 * np.finfo(np.float32).smallest_subnormal
+    assert within(planted, reference, allowed).sum() == planted.size - 1

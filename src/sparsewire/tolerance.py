@@ -10,7 +10,12 @@ float64 by another library, so an entry passes when
     |ours - reference| <= (gamma_{m+2}(u_dtype) + gamma_m(u_float64)) * scale
 
 where ``scale = sum_k |term_k|`` (for SpMM, ``(|A| |B|)_ij``) and the two extra terms cover the
-rounding of A's and B's values to ``dtype``. Values that compare equal (infinities) pass. An
+rounding of A's and B's values to ``dtype``. Below the normal range the relative model does not hold:
+with gradual underflow every rounding may also lose an absolute ``eta`` (half the smallest
+subnormal; Higham eq. 2.8), once per operand value and once per product, so
+``eta_dtype * (m + operands)`` is added, ``operands`` being the sum of the magnitudes of the values
+that enter the entry (for SpMM, ``sum_k |a_ik| + sum_k |b_kj|``); it is 1e-45 in float32 and so
+changes nothing for data in the normal range. Values that compare equal (infinities) pass. An
 absolute 1e-9 would fail values near 1e12 that are right to the last bit, and a relative 1e-12
 fails a sum of N(0, 1) terms that cancels to 1e-16; this rule does neither.
 
@@ -26,12 +31,18 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["unit_roundoff", "gamma", "allowed_error", "within", "eigenvalues_allowed"]
+__all__ = ["unit_roundoff", "underflow_unit", "gamma", "allowed_error", "within", "eigenvalues_allowed"]
 
 
 def unit_roundoff(dtype) -> float:
     """Not collective. Half the distance from 1 to the next number of ``dtype`` (2^-53 for float64)."""
     return float(np.finfo(np.dtype(dtype)).eps) / 2
+
+
+def underflow_unit(dtype) -> float:
+    """Not collective. ``eta``: half the smallest subnormal of ``dtype``, the absolute error a rounding may add
+    under gradual underflow (7.0e-46 for float32)."""
+    return float(np.finfo(np.dtype(dtype)).smallest_subnormal) / 2
 
 
 def gamma(terms, dtype) -> np.ndarray:
@@ -40,11 +51,14 @@ def gamma(terms, dtype) -> np.ndarray:
     return np.where(mu < 1, mu / np.maximum(1 - mu, 1e-300), np.inf)
 
 
-def allowed_error(scale, terms, dtype) -> np.ndarray:
+def allowed_error(scale, terms, dtype, operands=0.0) -> np.ndarray:
     """Not collective. The largest |ours - reference| the rule accepts (module docstring): ``scale`` is the sum
-    of the magnitudes of the terms of each entry, ``terms`` their number (broadcast with scale)."""
+    of the magnitudes of the terms of each entry, ``terms`` their number, ``operands`` the sum of the magnitudes
+    of the operand values entering it (the underflow term; broadcast with scale)."""
     terms = np.asarray(terms, np.float64)
-    return (gamma(terms + 2, dtype) + gamma(terms, np.float64)) * np.asarray(scale, np.float64)
+    relative = (gamma(terms + 2, dtype) + gamma(terms, np.float64)) * np.asarray(scale, np.float64)
+    eta = underflow_unit(dtype) + underflow_unit(np.float64)
+    return relative + eta * (terms + np.asarray(operands, np.float64))
 
 
 def within(result, reference, allowed) -> np.ndarray:

@@ -74,7 +74,9 @@ def spmm_session(
     if check and rank == 0:
         b_reference = deterministic_dense(0, matrix.shape[1], k, np.float64)
         reference = whole @ b_reference
-        allowed = allowed_error(abs(whole) @ np.abs(b_reference), np.diff(whole.indptr)[:, None], dtype)
+        magnitude, pattern = abs(whole), whole.astype(bool).astype(np.float64)
+        operands = magnitude.sum(axis=1)[:, None] + pattern @ np.abs(b_reference)  # sum |a_ik| + sum |b_kj|
+        allowed = allowed_error(magnitude @ np.abs(b_reference), np.diff(whole.indptr)[:, None], dtype, operands)
     groups = topology.groups(comm.Get_size()) if topology is not None else None
     results = []
     for strategy in strategies:
