@@ -10,10 +10,17 @@
 - ``aliasing``: ``multiply(B, out=B)`` and an ``out`` that overlaps B by all but one row, every mode
   and both kernel backends: C exact against SciPy (B is copied first, as NumPy's matmul does).
 - ``complex_b``: a complex B is refused (every rank's job ends with the one-line error).
+- ``dropped_plans``: 5,000 plans made, multiplied once and dropped (no close(), no ``with``), and
+  2,100 matrices multiplied by ``sparsewire.spmm`` (which keeps a plan on each): no MPI error, C
+  exact each time, and the resident memory (the kernel's count, /proc/self/statm) after the
+  first plan grows by less than 50 MB; prints the growth.
+- ``open_plans``: plans kept open until the 1,025th is refused with the count and the fix on every
+  rank; after closing them a new plan multiplies.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -153,11 +160,54 @@ def complex_b(seed: int, path: str) -> str:
     return "OK complex_b ran (it should not have)"
 
 
+def resident_mb() -> float:
+    with open("/proc/self/statm") as statm:  # resident pages, as the kernel counts them
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def dropped_plans(seed: int, path: str) -> str:
+    comm = MPI.COMM_WORLD
+    whole = integer_matrix(np.random.default_rng(seed), (60, 60), 0.1)
+    b = np.arange(60 * 2, dtype=np.float64).reshape(60, 2) % 7
+    expected = whole @ b
+    matrix = sparsewire.distribute(comm, whole if comm.Get_rank() == 0 else None)
+    rows, cols = matrix.row_partition.range(comm.Get_rank()), matrix.col_partition.range(comm.Get_rank())
+    start = None
+    for made in range(5000):
+        c = matrix.spmm_plan(2).multiply(b[cols[0] : cols[1]])  # the plan is dropped at once
+        assert np.array_equal(c, expected[rows[0] : rows[1]]), made
+        start = resident_mb() if start is None else start
+    for made in range(2100):
+        again = sparsewire.distribute(comm, whole if comm.Get_rank() == 0 else None)
+        assert np.array_equal(sparsewire.spmm(again, b[cols[0] : cols[1]]), expected[rows[0] : rows[1]]), made
+    growth = comm.allreduce(resident_mb() - start, op=MPI.MAX)
+    return f"OK dropped_plans growth {growth:.1f} MB"
+
+
+def open_plans(seed: int, path: str) -> str:
+    comm = MPI.COMM_WORLD
+    matrix = sparsewire.distribute(comm, "stencil2d:6")
+    kept, refusal = [], "not refused"
+    try:
+        while len(kept) <= 1024:
+            kept.append(matrix.spmm_plan(1))
+    except sparsewire.InputError as error:
+        refusal = f"refused after {len(kept)}: {error}"
+    for rank, line in enumerate(comm.allgather(refusal)):  # printed by rank 0: lines of ranks do not interleave
+        if comm.Get_rank() == 0:
+            print(f"rank {rank} {line}", flush=True)
+    for plan in kept:
+        plan.close()
+    with matrix.spmm_plan(1) as plan:
+        plan.multiply(np.ones((plan.input_rows, 1)))
+    return f"OK open_plans {len(kept)}"
+
+
 if __name__ == "__main__":
     case, seed = sys.argv[1], int(sys.argv[2])
     target = sys.argv[3] if len(sys.argv) > 3 else "/dev/null"
     cases = {"roundtrip": roundtrip, "wrong_load": wrong_load, "wrong_shape": wrong_shape}
-    cases.update(aliasing=aliasing, complex_b=complex_b)
+    cases.update(aliasing=aliasing, complex_b=complex_b, dropped_plans=dropped_plans, open_plans=open_plans)
     result = cases[case](seed, target)
     if MPI.COMM_WORLD.Get_rank() == 0:
         print(result, flush=True)

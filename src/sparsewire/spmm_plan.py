@@ -10,7 +10,6 @@ call (the model is PETSc's ``PetscSF``: set up once, run many times, invert for 
 from __future__ import annotations
 
 import os
-import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -416,9 +415,6 @@ class SpmmPlan:
         self.close()
 
 
-_PLAN_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 @collective_errors
 def spmm(matrix: DistributedMatrix, b_local: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Collective. This rank's rows of ``C = A @ B`` in one line.
@@ -442,7 +438,9 @@ def spmm(matrix: DistributedMatrix, b_local: np.ndarray, out: np.ndarray | None 
             f"the ranks passed B blocks of different widths or types {sorted(set(keys))}; every rank passes the same k and dtype"
         )
     agree_on_error(matrix.comm, problem)
-    plans = _PLAN_CACHE.setdefault(matrix, {})
+    # Kept on the matrix: matrix and plans are collected together (a weak-keyed cache whose plans
+    # point back at their matrix never let either go).
+    plans = matrix.__dict__.setdefault("_spmm_plans", {})
     if key not in plans:
         plans[key] = plan_spmm(matrix, key[0], dtype)
     return plans[key].multiply(np.ascontiguousarray(b_local, dtype=dtype), out)

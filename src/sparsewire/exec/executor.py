@@ -34,7 +34,9 @@ Buffers, operands and requests are made once per executor (one plan, one k, one 
 
 from __future__ import annotations
 
+import functools
 import threading
+import weakref
 
 import numpy as np
 from mpi4py import MPI
@@ -45,6 +47,7 @@ from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import BufferNeeds, build_buffers
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
 from sparsewire.exec.kernels import make_backend
+from sparsewire.exec.lifetime import admit, free_communicators, release_now, track
 from sparsewire.exec.modes import Mode
 from sparsewire.exec.schedules import SCHEDULES
 from sparsewire.exec.transports import transport_entry
@@ -138,6 +141,8 @@ class SpmmExecutor:
                 )
         self.kernels = make_backend(options.backend, options.device)
         self.kernels.set_threads(threads, sharing)
+        # What dropped executors held is freed here; too many open ones is one error on every rank.
+        agree_on_error(comm, admit())
         # A communicator of its own: the executor's tags cannot match the caller's messages.
         self.comm = comm.Dup()
         self.options = options.replace(threads=int(threads))
@@ -157,10 +162,13 @@ class SpmmExecutor:
         )
         self.ledger = ByteLedger(plan.rank, plan.n_ranks, self.dtype.itemsize)
         self.transport = transport_class(self.comm, self.buffers, self.ledger)
-        self.watchdog = Watchdog(self.options.wait_timeout, self.describe_wait)
+        this = weakref.ref(self)  # the watchdog must not keep a dropped executor alive
+        self.watchdog = Watchdog(self.options.wait_timeout, lambda: this().describe_wait() if this() else "(plan closed)")
         self.ledger.on_arrival = self.watchdog.progress
         self.combine = (OrderedCombine if self.deterministic else StreamingCombine)(self.buffers)
         self.schedule = SCHEDULES[mode](self.buffers, self.transport, self.combine)
+        # Freed by close(), or after the executor is garbage-collected (exec.lifetime).
+        self._finalizer = track(self, functools.partial(_release, self.schedule, self.transport, self.comm))
 
     @property
     def bytes_received_from(self) -> np.ndarray:
@@ -255,12 +263,17 @@ class SpmmExecutor:
         if self._closed:
             return
         self._closed = True
-        self.schedule.close()
-        self.transport.free()
-        self.comm.Free()
+        release_now(self, self._finalizer)
 
     def __enter__(self) -> SpmmExecutor:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _release(schedule, transport, comm: MPI.Comm) -> None:
+    """Stop the schedule's threads, free the transport's requests and the communicator (local in MPICH)."""
+    schedule.close()
+    transport.free()
+    free_communicators(comm)

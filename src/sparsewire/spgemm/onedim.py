@@ -31,7 +31,9 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from sparsewire.comm.runtime import agree_on_error
 from sparsewire.errors import PlanMismatchError
+from sparsewire.exec.lifetime import admit, free_communicators, release_now, track
 from sparsewire.plan.plan import DIRECT_B, DIRECT_C, RankPlan
 from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
@@ -109,13 +111,15 @@ class OneDimMultiplier:
         self.n_received = int(self.recv_offsets[-1])
         # Row positions in a message stay below the longest send or receive buffer of any rank.
         self.row_bound = comm.allreduce(max(int(self.send_bounds[-1]), self.n_received, 1), op=MPI.MAX)
+        agree_on_error(comm, admit())  # what dropped plans held is freed; too many open is refused
         self.comm = comm.Dup()  # its own tag space
+        self._finalizer = track(self, lambda held=self.comm: free_communicators(held))  # freed on collection too
         self.bytes_received = 0
         self.peak_held_entries = 0
 
     def free(self) -> None:
-        """Collective (frees its communicator). Release the duplicated communicator."""
-        self.comm.Free()
+        """Collective (frees its communicator). Release the duplicated communicator (once)."""
+        release_now(self, self._finalizer)
 
     def send_buffer(self, b_local: gb.Matrix) -> gb.Matrix:
         """Not collective. The rows this rank sends, grouped by destination: copied B rows and partial C rows."""

@@ -26,7 +26,9 @@ import graphblas as gb
 import numpy as np
 from mpi4py import MPI
 
+from sparsewire.comm.runtime import agree_on_error
 from sparsewire.errors import InputError
+from sparsewire.exec.lifetime import admit, free_communicators, release_now, track
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.spgemm.local import empty, import_messages, index_dtype, pack_row_ranges, row_counts, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
@@ -154,8 +156,10 @@ class SummaMultiplier:
             raise InputError(f"grid {grid} needs {grid.size} ranks, the communicator has {comm.Get_size()}")
         self.row, self.col = grid.position(comm.Get_rank())
         # Ranks of one grid row share A's stage blocks, ranks of one grid column B's.
+        agree_on_error(comm, admit())  # what dropped plans held is freed; too many open is refused
         self.row_comm = comm.Split(color=self.row, key=self.col)
         self.col_comm = comm.Split(color=self.col, key=self.row)
+        self._finalizer = track(self, lambda held=(self.row_comm, self.col_comm): free_communicators(*held))
         self.a_block = a_block
         self.stages = summa_stages(layout.a_cols, layout.b_rows)
         self.itype = index_dtype(
@@ -180,9 +184,8 @@ class SummaMultiplier:
         self.peak_held_entries = 0
 
     def free(self) -> None:
-        """Collective (frees its row and column communicators). Release the grid row and column communicators."""
-        self.row_comm.Free()
-        self.col_comm.Free()
+        """Collective (frees its row and column communicators). Release the grid row and column communicators (once)."""
+        release_now(self, self._finalizer)
 
     def _b_stage_rows(self) -> list[tuple[int, int, int]]:
         """(stage, first, last local row of B) of the stages whose B block this rank owns."""
