@@ -65,3 +65,9 @@ def test_plan_spgemm_reports_its_choice_and_refuses_a_b_laid_out_otherwise(rng):
     ):
         with pytest.raises(InputError, match=message):
             sparsewire.plan_spgemm(a, a, **bad)
+
+
+def test_arguments_in_the_wrong_order_name_the_order(rng):
+    matrix = random_integer_matrix(rng, 8, 8, 0.3)
+    with pytest.raises(InputError, match=r"communicator first.*got a csr_array.*distribute\(MPI.COMM_WORLD, A\)"):
+        sparsewire.distribute(matrix, MPI.COMM_WORLD)

@@ -275,6 +275,11 @@ def distribute(
     Raises:
         InputError on every rank: unreadable file, wrong shapes, offsets that do not fit.
     """
+    if not isinstance(comm, MPI.Comm):
+        raise InputError(
+            f"distribute takes the communicator first, then the matrix (got a {type(comm).__name__} as comm); "
+            "call sparsewire.distribute(MPI.COMM_WORLD, A)"
+        )
     rank, size = comm.Get_rank(), comm.Get_size()
     if not 0 <= root < size:
         raise InputError(f"root {root} is not a rank of this communicator of {size}")

@@ -262,6 +262,31 @@ def test_numbers_outside_their_domain_are_one_error_line(args, expected):
     assert expected in completed.stderr and "Traceback" not in completed.stderr, completed.stderr
 
 
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["analyze", "stencil2d:8", "--ranks", "300000000"], "--ranks 300000000: planning 300000000 ranks in one process needs"),
+        (["advise", "stencil2d:8", "--ranks", "300000000"], "--ranks 300000000: planning 300000000 ranks in one process needs"),
+        (["simulate", "stencil2d:8", "-P", "300000000", "--topology", "fat-tree:4"], "--ranks 300000000: planning"),
+        (["spmm", "stencil2d:8", "--k", "2147483647"], "--k 2147483647: B and C (128 rows x 2147483647 columns) needs"),
+        (["spmm", "uniform:10x900000000000:1", "--k", "2"], "--k 2: B and C (900000000010 rows x 2 columns) needs"),
+        (["eigs", "stencil2d:8", "--block", "2147483647"], "--block 2147483647 --steps 8: a Krylov basis"),
+        (["gcn", "stencil2d:8", "--features", "random:2147483647", "--classes", "3"], "--features random:2147483647 for 64"),
+        (["gcn", "stencil2d:8", "--features", "random:4", "--classes", "3", "--hidden", "2147483647"], "--hidden 2147483647"),
+        (["gcn", "stencil2d:8", "--features", "random:4", "--classes", "2147483647"], "with 2147483647 classes needs"),
+        (["analyze", "stencil2d:8", "--ranks", "4", "--k", str(10**21)], "argument --k: must be from 1 to 2147483647"),
+        (["spgemm", "stencil2d:8", "--phases", "65"], "--phases 65: give 1 to 64 (B has 64 columns)"),
+    ],
+)
+def test_sizes_the_arguments_imply_are_refused_before_allocating(args, expected):
+    """Each was a MemoryError traceback (745 GiB, 224 GiB), a process killed for memory (gcn
+    --hidden 10^9, analyze --ranks 300000: 23 GB) or, for --phases, thousands of empty rounds."""
+    completed = run_cli(args)
+    assert completed.returncode == 2 and completed.stderr.count("sparsewire: error:") == 1, completed.stderr
+    assert expected in completed.stderr and "Traceback" not in completed.stderr, completed.stderr
+    assert "use a smaller" in completed.stderr or "give 1 to" in completed.stderr or "must be from" in completed.stderr
+
+
 def test_a_closed_stdout_ends_the_command_quietly():
     """``sparsewire ... | head -1`` ended in a BrokenPipeError traceback; now exit status 141, as a
     shell tool killed by SIGPIPE, and nothing on stderr but the progress lines."""

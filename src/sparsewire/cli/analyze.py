@@ -19,6 +19,7 @@ from sparsewire.cli.common import (
     json_text,
     number,
     positive_int,
+    refuse_ranks_beyond_memory,
     topology_from_args,
     write_output,
 )
@@ -94,6 +95,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     from sparsewire.plan.stats import strategy_stats
     from sparsewire.plan.strategies import parse_strategies
 
+    refuse_ranks_beyond_memory(args.ranks)
     topology = topology_from_args(args)
     strategies = parse_strategies(args.strategies, hierarchical=topology is not None)
     if topology is not None:
@@ -186,6 +188,7 @@ def run_advise(args: argparse.Namespace) -> int:
             raise InputError(f"--partitions {args.partitions!r}: choose from {', '.join(PARTITIONERS)} or all")
     if args.plot:
         check_writable(args.plot, "--plot")
+    refuse_ranks_beyond_memory(args.ranks)
     matrix = load_matrix(args.matrix, symmetrize=args.symmetrize)
     progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
     report = advise(

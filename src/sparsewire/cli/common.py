@@ -33,6 +33,8 @@ __all__ = [
     "add_backend_arguments",
     "resolve_backend_arguments",
     "options_from_args",
+    "refuse_oversized",
+    "refuse_ranks_beyond_memory",
 ]
 
 MATRIX_HELP = (
@@ -52,14 +54,18 @@ class Parser(argparse.ArgumentParser):
         raise InputError(f"{message}; see '{self.prog} --help'")
 
 
+#: The largest count any flag takes (MPI's counts are C ints; a larger width, rank count or repeat is a typo).
+LARGEST_COUNT = 2**31 - 1
+
+
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+    """argparse type: a whole number from 1 to :data:`LARGEST_COUNT`."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    if not 1 <= value <= LARGEST_COUNT:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {LARGEST_COUNT} (got {text})")
     return value
 
 
@@ -152,6 +158,34 @@ def write_output(path, flag: str, write) -> None:
         raise InputError(
             f"{flag} {path} could not be written: {error.strerror or error}; give a path in a writable directory"
         ) from None
+
+
+def refuse_oversized(comm, needed: int, what: str, fix: str) -> None:
+    """Collective (comm may be None: one process). One InputError on every rank when a rank's ``needed``
+    bytes, implied by the arguments, exceed what it may allocate (:func:`~sparsewire.sizes.check_derived_fits`)."""
+    from sparsewire.sizes import check_derived_fits
+
+    try:
+        check_derived_fits(needed, what, fix)
+        problem = None
+    except InputError as error:
+        problem = error
+    if comm is None:
+        if problem:
+            raise problem
+        return
+    from sparsewire.comm.runtime import agree_on_error
+
+    agree_on_error(comm, problem)
+
+
+def refuse_ranks_beyond_memory(ranks: int) -> None:
+    """Not collective. ``--ranks`` planned in one process (analyze, advise, simulate): refused before
+    anything is loaded when its P^2 boxes would not fit (:func:`~sparsewire.sizes.serial_planning_bytes`)."""
+    from sparsewire.sizes import serial_planning_bytes
+
+    what = f"--ranks {ranks}: planning {ranks} ranks in one process"
+    refuse_oversized(None, serial_planning_bytes(ranks), what, "use a smaller --ranks")
 
 
 def agree_on_arguments(comm, args: argparse.Namespace) -> None:

@@ -18,6 +18,7 @@ from sparsewire.cli.common import (
     options_from_args,
     positive_int,
     progress_printer,
+    refuse_oversized,
     resolve_backend_arguments,
     seed_number,
     topology_from_args,
@@ -98,6 +99,7 @@ def run_gcn(args: argparse.Namespace) -> int:
     from sparsewire.comm.runtime import agree_on_error
     from sparsewire.exec.wire import messages_per_path
     from sparsewire.gnn import distribute_graph, load_graph, train
+    from sparsewire.gnn.train import training_bytes
 
     torch.set_num_threads(args.threads)  # one pool per rank at the executor's size (see distribute_graph)
     comm = MPI.COMM_WORLD
@@ -127,6 +129,13 @@ def run_gcn(args: argparse.Namespace) -> int:
         progress(
             f"{args.data}: {graph.n} nodes, {graph.operator.matrix.nnz} nonzeros, {graph.classes} classes; P = {comm.Get_size()}"
         )
+    channels = [int(graph.features.shape[1])] + [args.hidden] * (args.layers - 1) + [graph.classes]
+    refuse_oversized(
+        comm,
+        training_bytes(graph, channels),
+        f"--layers {args.layers} --hidden {args.hidden} with {graph.classes} classes",
+        "use a smaller --hidden, fewer --layers or fewer classes",
+    )
     result = train(
         comm,
         graph,

@@ -17,6 +17,7 @@ from sparsewire.cli.common import (
     number,
     positive_int,
     progress_printer,
+    refuse_ranks_beyond_memory,
 )
 from sparsewire.errors import InputError
 from sparsewire.report import format_bytes, format_table
@@ -90,6 +91,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from sparsewire.sim.plan_timing import rank_nonzeros, simulate_plan
     from sparsewire.topology import PRESETS
 
+    refuse_ranks_beyond_memory(args.ranks)
     progress = progress_printer(args)
     network = build_network(args.topology, args.ranks)
     topology = network.planner_topology(args.ranks)

@@ -35,6 +35,12 @@ def _load(comm, spec: str, partition: str, symmetrize: bool, topology=None, imba
     return matrix, bad
 
 
+def _input_rows(matrix) -> int:
+    """This rank's rows of B (counted, not listed: a hypersparse wide A has 10^11 of them)."""
+    start, stop = matrix.col_partition.range(matrix.comm.Get_rank())
+    return int(stop - start)
+
+
 def spmm_session(
     comm, spec, strategies, modes, options, *, k, dtype, repeat, partition, imbalance, check, symmetrize, progress
 ) -> list[dict] | None:
@@ -53,6 +59,7 @@ def spmm_session(
     import numpy as np
     from mpi4py import MPI
 
+    from sparsewire.cli.common import refuse_oversized
     from sparsewire.generators import deterministic_dense, deterministic_dense_rows
     from sparsewire.timed import time_plan
     from sparsewire.tolerance import allowed_error, within
@@ -61,6 +68,10 @@ def spmm_session(
     topology, device = options.topology, options.device
     dtype = np.dtype(dtype)
     matrix, bad = _load(comm, spec, partition, symmetrize, topology, imbalance)
+    # B and C (and B's hashes while generated); with --check, rank 0 also holds A @ B, |A| |B| and B whole.
+    rows = matrix.local_rows.shape[0] + _input_rows(matrix) + (2 * matrix.shape[0] + matrix.shape[1]) * (check and rank == 0)
+    what = f"--k {k}: B and C ({rows} rows x {k} columns)"
+    refuse_oversized(comm, rows * k * (dtype.itemsize + 8), what, "use a smaller --k (B has a row for each column of A)")
     if bad and check:
         raise InputError(
             f"{spec}: {bad} stored values are NaN or infinite, so --check cannot compare results; clean the matrix or run "
@@ -186,12 +197,20 @@ def eigs_session(
     from mpi4py import MPI
 
     from sparsewire.apps.eigensolver import block_krylov_eigs
+    from sparsewire.cli.common import refuse_oversized
     from sparsewire.comm.runtime import agree_on_error
     from sparsewire.tolerance import eigenvalues_allowed, within
 
     rank = comm.Get_rank()
     block = block or nev + 4
     matrix, bad = _load(comm, spec, partition, symmetrize, imbalance=imbalance)
+    rows = matrix.local_rows.shape[0] + _input_rows(matrix)
+    refuse_oversized(
+        comm,
+        rows * block * (steps + 3) * 8,
+        f"--block {block} --steps {steps}: a Krylov basis ({steps + 1} blocks of {rows} rows x {block} columns)",
+        "use a smaller --block or --steps",
+    )
     whole = matrix.gather()
     problem = None
     if rank == 0:

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from sparsewire.archives import check_compressed, open_archive
 from sparsewire.errors import InputError
 from sparsewire.io import load_matrix
-from sparsewire.sizes import check_fits
+from sparsewire.sizes import check_derived_fits, check_fits
 
 __all__ = ["GraphData", "load_planetoid", "synthetic_graph", "load_graph", "PLANETOID_KEYS"]
 
@@ -128,6 +128,8 @@ def synthetic_graph(spec: str, features: int, classes: int, seed: int = 0, *, sy
     if adjacency.shape[0] != adjacency.shape[1]:
         raise InputError(f"{spec} is {adjacency.shape[0]} x {adjacency.shape[1]}; a graph's adjacency is square")
     n = adjacency.shape[0]
+    # The dense draw and its CSR copy (8 + 16 bytes an entry), before either is made.
+    check_derived_fits(n * features * 24, f"--features random:{features} for {n} nodes", "use a smaller F")
     rng = np.random.default_rng(seed)
     order = rng.permutation(n)
     train, val, test = np.split(order, [n // 10, n // 5])[:3]

@@ -27,9 +27,10 @@ from sparsewire.gnn.layers import GNN
 from sparsewire.gnn.propagate import GraphOperator, gcn_normalize, mean_normalize
 from sparsewire.io import nonfinite_entries
 from sparsewire.options import ExecOptions, exec_options
+from sparsewire.sizes import check_derived_fits
 from sparsewire.timed import timed_run
 
-__all__ = ["TrainResult", "LocalGraph", "distribute_graph", "train"]
+__all__ = ["TrainResult", "LocalGraph", "distribute_graph", "train", "training_bytes"]
 
 
 @dataclass
@@ -186,6 +187,16 @@ def _sum_gradients(comm: MPI.Comm, model: torch.nn.Module) -> None:
                 parameter.grad.copy_(host)
 
 
+def training_bytes(graph: LocalGraph, channels: list[int]) -> int:
+    """Not collective. About the bytes training with layer widths ``channels`` holds on this rank: each weight
+    four times (value, gradient, Adam's two moments) and each layer's output on the rank's rows and the
+    propagation's input rows six times (forward, dropout mask, backward, the propagation's buffers)."""
+    itemsize = graph.features.element_size()
+    rows = 2 * int(graph.features.shape[0])
+    weights = sum(int(a) * int(b) for a, b in zip(channels, channels[1:]))
+    return itemsize * (4 * weights + 6 * rows * sum(int(c) for c in channels))
+
+
 def _check_hyper_parameters(lr, weight_decay, dropout) -> None:
     """NaN or infinite hyper-parameters would train on nonsense and still report an accuracy."""
 
@@ -244,6 +255,16 @@ def train(
         graph = dataclasses.replace(graph, features=graph.features.to(dtype))
     features = graph.features
     channels = channels or [features.shape[1]] + [hidden] * (layers - 1) + [graph.classes]
+    try:
+        check_derived_fits(
+            training_bytes(graph, channels),
+            f"a network of {len(channels) - 1} layers, widest {max(channels)} (layers, hidden, channels, classes)",
+            "use a smaller hidden, fewer layers or fewer classes",
+        )
+        problem = None
+    except InputError as error:
+        problem = error
+    agree_on_error(comm, problem)
     torch.manual_seed(seed)
     network = GNN(model, channels, dropout=dropout, seed=seed, dtype=features.dtype).to(
         features.device

@@ -71,6 +71,7 @@ from sparsewire.plan.types import (
     RankPlan,
     RecordKind,
 )
+from sparsewire.sizes import check_derived_fits, serial_planning_bytes
 from sparsewire.topology import Topology
 
 GroupCall = Callable[[dict, Callable[[list], list]], dict]
@@ -232,6 +233,11 @@ def build_plan(
             f"row partition has {row_partition.n_parts} parts but column partition {col_partition.n_parts}; use one rank count"
         )
     n_ranks = row_partition.n_parts
+    check_derived_fits(
+        serial_planning_bytes(n_ranks),
+        f"planning for {n_ranks} ranks in one process (every rank's messages to every rank)",
+        "plan for fewer ranks, or let the ranks plan themselves (spmm_plan under mpiexec)",
+    )
     strategy, groups = _check_inputs(strategy, layout, proxy, topology, n_ranks)
     local_blocks = {
         rank: split_local_rows(rank, csr[slice(*row_partition.range(rank))], col_partition) for rank in range(n_ranks)

@@ -164,8 +164,9 @@ class DistributedSpgemm:
         return to_graphblas(self._scatter(matrix, self.c_block), np.bool_)
 
     def _phase_columns(self, b_local: gb.Matrix, phases: int) -> list[tuple[int, int]]:
-        if phases < 1:
-            raise InputError(f"--phases {phases}: give at least 1")
+        if not 1 <= phases <= max(self.b_shape[1], 1):
+            # Each phase is a whole collective multiply: more phases than B has columns only adds empty rounds.
+            raise InputError(f"--phases {phases}: give 1 to {max(self.b_shape[1], 1)} (B has {self.b_shape[1]} columns)")
         bounds = even_rows(b_local.ncols, phases).offsets
         return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
 
