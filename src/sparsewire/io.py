@@ -27,6 +27,7 @@ from sparsewire.sizes import check_fits
 
 __all__ = [
     "load_matrix",
+    "is_edge_list",
     "read_matrix_market",
     "read_edge_list",
     "read_metis_graph",
@@ -47,7 +48,7 @@ def load_matrix(spec: str, *, symmetrize: bool = False) -> sp.csr_array:
             ``.npz``) or a generator
             spec (``rmat:SCALE:EDGE_FACTOR[:SEED]``, ``delaunay:N[:SEED]``, ``stencil2d:NX[:NY]``,
             ``stencil3d:N[:7|27]``, ``uniform:ROWS[xCOLS]:PER_ROW[:SEED]``).
-        symmetrize: for edge lists only, return the pattern union ``max(A, A^T)``.
+        symmetrize: for edge lists only (refused for other specs), return the pattern union ``max(A, A^T)``.
 
     Returns:
         The matrix as CSR with float64 values.
@@ -57,6 +58,12 @@ def load_matrix(spec: str, *, symmetrize: bool = False) -> sp.csr_array:
     """
     if not isinstance(spec, str) or not spec:
         raise InputError("empty matrix argument; give a file path or a generator spec such as rmat:16:8:1")
+    if symmetrize and not is_edge_list(spec):
+        # Ignoring it would leave a user who asked for an undirected graph with a directed one.
+        raise InputError(
+            f"{spec}: --symmetrize (symmetrize=True) applies to edge lists (.txt, .el, .tsv, .edges) only; give an edge list or "
+            "drop the option"
+        )
     if os.path.exists(spec):
         return _load_file(spec, symmetrize=symmetrize)
     head = spec.split(":", 1)[0].lower()
@@ -69,6 +76,11 @@ def load_matrix(spec: str, *, symmetrize: bool = False) -> sp.csr_array:
         f"{spec!r} is neither an existing file nor a generator spec; "
         f"give a .mtx/.mtx.gz/.txt/.txt.gz/.graph/.graph.gz/.npz path or one of the generators ({known}), e.g. rmat:16:8:1"
     )
+
+
+def is_edge_list(spec: str) -> bool:
+    """Not collective. Whether ``spec`` names an edge list (by its extension), the one format ``symmetrize`` applies to."""
+    return _file_kind(spec) == "edges"
 
 
 def _file_kind(path: str) -> str | None:

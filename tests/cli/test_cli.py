@@ -287,6 +287,36 @@ def test_sizes_the_arguments_imply_are_refused_before_allocating(args, expected)
     assert "use a smaller" in completed.stderr or "give 1 to" in completed.stderr or "must be from" in completed.stderr
 
 
+@pytest.mark.parametrize(
+    "args, expected, misleading",
+    [
+        (["eigs", "rmat:6:4:1"], "A and A^T differ in", "--symmetrize"),  # a generator: the flag does nothing there
+        (["spmm", "stencil2d:4", "--symmetrize"], "--symmetrize (symmetrize=True) applies to edge lists", "Traceback"),
+        (
+            ["gcn", "stencil2d:4", "--features", "random:3", "--classes", "2", "--strategy", "joint-group"],
+            "add --group-size G or --topology PRESET",
+            "Topology.nodes",
+        ),
+        (["spgemm", "stencil2d:4", "--semiring", "times.div"], "(try minus, first, truediv, pow)", "first, div)"),
+        (["spgemm", "stencil2d:4", "--semiring", "plus.lt"], "the plus monoid cannot add", "KeyError"),
+        (["spgemm", "stencil2d:4", "--values", "random:-1"], "the seed must be from 0 to 2**63 - 1", "ValueError"),
+        (["spmm", "stencil2d:4", "--transfer-calibration", "MATRIX"], "--output NEW.json", "--output MATRIX"),
+    ],
+)
+def test_hints_name_only_what_exists_and_never_overwrite_an_input(tmp_path, args, expected, misleading):
+    """Each hint misled before: --symmetrize offered where it does nothing, Topology.nodes(2) printed on
+    the command line, the refused operator offered back (div), a calibration command writing over the
+    user's matrix; and two tracebacks (plus.lt, a negative --values seed)."""
+    matrix = tmp_path / "a.mtx"
+    matrix.write_text("%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1.0\n")
+    args = [str(matrix) if a == "MATRIX" else a for a in args]
+    completed = run_cli(args)
+    assert completed.returncode == 2 and completed.stderr.count("sparsewire: error:") == 1, completed.stderr
+    assert expected in completed.stderr, completed.stderr
+    assert misleading.replace("MATRIX", str(matrix)) not in completed.stderr, completed.stderr
+    assert matrix.read_text().startswith("%%MatrixMarket")
+
+
 def test_a_closed_stdout_ends_the_command_quietly():
     """``sparsewire ... | head -1`` ended in a BrokenPipeError traceback; now exit status 141, as a
     shell tool killed by SIGPIPE, and nothing on stderr but the progress lines."""

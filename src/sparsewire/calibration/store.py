@@ -53,15 +53,24 @@ def read_record(path: str | os.PathLike, kind: str, rerun: str) -> dict:
     except FileNotFoundError:
         raise InputError(f"calibration {path} does not exist; {rerun}") from None
     except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise InputError(f"{path} is not a calibration record ({error}); {rerun}") from None
+        raise InputError(f"{path} is not a calibration record ({error}); {_elsewhere(rerun, path)}") from None
     if not isinstance(record, dict) or record.get("kind") != kind:
         found = record.get("kind") if isinstance(record, dict) else None
-        raise InputError(f"{path} is not a {kind} calibration (its kind is {found!r}); {rerun}")
+        raise InputError(f"{path} is not a {kind} calibration (its kind is {found!r}); {_elsewhere(rerun, path)}")
     if record.get("schema") != SCHEMA:
         raise InputError(
             f"{path} is a {kind} calibration of schema {record.get('schema')!r}, this sparsewire reads {SCHEMA}; {rerun}"
         )
     return record
+
+
+def _elsewhere(rerun: str, path: Path) -> str:
+    """The fix for a file that is not ours: never a command that would write over it."""
+    if f"--output {path}" not in rerun:
+        return rerun
+    return (
+        rerun.replace(f"--output {path}", "--output NEW.json") + f" and pass NEW.json (not over {path}: it is not such a record)"
+    )
 
 
 def write_record(path: str | os.PathLike, record: dict) -> Path:

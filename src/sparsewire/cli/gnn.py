@@ -100,6 +100,7 @@ def run_gcn(args: argparse.Namespace) -> int:
     from sparsewire.exec.wire import messages_per_path
     from sparsewire.gnn import distribute_graph, load_graph, train
     from sparsewire.gnn.train import training_bytes
+    from sparsewire.plan.strategies import parse_strategies
 
     torch.set_num_threads(args.threads)  # one pool per rank at the executor's size (see distribute_graph)
     comm = MPI.COMM_WORLD
@@ -114,6 +115,8 @@ def run_gcn(args: argparse.Namespace) -> int:
             problem = error
     agree_on_error(comm, problem)
     topology = topology_from_args(args, comm)
+    if args.strategy != "auto":  # in flags: a hierarchical strategy without --group-size/--topology
+        parse_strategies(args.strategy, executable_only=True, hierarchical=topology is not None and len(topology.levels) > 1)
     progress = progress_printer(args)
     graph = distribute_graph(
         comm,

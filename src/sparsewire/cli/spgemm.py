@@ -172,7 +172,7 @@ def _run_spgemm(args: argparse.Namespace) -> int:
     if args.check:
         lines.append(
             f"check: {'passed' if r['check_passed'] else 'FAILED'} (pattern equal: {r['pattern_equal']}, "
-            f"mismatched values: {r['mismatched_values']}, {'exact' if r.get('exact') else 'relative 1e-12'})"
+            f"mismatched values: {r['mismatched_values']}, {'exact' if r.get('exact') else 'to roundoff'})"
         )
     failed = print_report(args, report, lines)
     if report["bytes_moved"] != report["predicted_bytes"]:

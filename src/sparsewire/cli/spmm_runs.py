@@ -199,6 +199,7 @@ def eigs_session(
     from sparsewire.apps.eigensolver import block_krylov_eigs
     from sparsewire.cli.common import refuse_oversized
     from sparsewire.comm.runtime import agree_on_error
+    from sparsewire.io import is_edge_list
     from sparsewire.tolerance import eigenvalues_allowed, within
 
     rank = comm.Get_rank()
@@ -221,7 +222,9 @@ def eigs_session(
         elif bad:
             problem = f"{spec}: stored values are NaN or infinite; clean the matrix first"
         elif (whole != whole.T).nnz:
-            problem = f"{spec} is not symmetric; eigs computes eigenpairs of symmetric matrices (use --symmetrize for edge lists)"
+            differ = (whole != whole.T).nnz
+            hint = " (add --symmetrize for the undirected graph)" if is_edge_list(spec) and not symmetrize else ""
+            problem = f"{spec} is not symmetric (A and A^T differ in {differ} entries); eigs needs a symmetric matrix{hint}"
         elif not 1 <= nev < matrix.shape[0]:
             problem = f"--nev {nev} must be between 1 and n - 1 = {matrix.shape[0] - 1}"
         elif block < nev:

@@ -147,6 +147,8 @@ def load_graph(
     if features is None:
         if not str(source).endswith(".npz"):
             raise InputError(f"{source} is not a Planetoid .npz; for another matrix give --features random:F --classes C")
+        if symmetrize:
+            raise InputError(f"{source}: --symmetrize applies to edge lists; a Planetoid graph is used as stored")
         return load_planetoid(source)
     if not features.startswith("random:"):
         raise InputError(f"--features {features!r}: give random:F (F random features per node)")

@@ -104,7 +104,14 @@ def _build(name: str, add: str, multiply, dtype) -> Semiring:
     else:
         operator = GraphblasSemiring.register_anonymous(add_monoid, multiply, name=name)
         multiply_op = multiply
-    typed = operator[gb_type]
+    try:
+        typed = operator[gb_type]
+    except KeyError:  # python-graphblas: the operator's result on these values is not what the monoid adds
+        raise InputError(
+            f"semiring {name!r}: {multiply if isinstance(multiply, str) else 'the multiplication'} on {dtype} values gives "
+            f"a result the {add} monoid cannot add; use an operator that returns numbers (plus, minus, times, first, "
+            "min, max, truediv) or, for a comparison, the lor monoid (lor.lt)"
+        ) from None
     commutes = multiply_op[gb_type].commutes_to is multiply_op[gb_type] if isinstance(multiply, str) else False
     identity = MONOIDS[add]
     if dtype == np.bool_ and identity is not None:
@@ -151,7 +158,9 @@ def get_semiring(name: str) -> Semiring:
         if add not in MONOIDS:
             raise InputError(f"semiring {name!r}: unknown monoid {add!r}; choose from {', '.join(MONOIDS)}")
         if not isinstance(getattr(binary, multiply, None), gb.core.operator.BinaryOp):
-            raise InputError(f"semiring {name!r}: python-graphblas has no binary operator {multiply!r} (try minus, first, div)")
+            raise InputError(
+                f"semiring {name!r}: python-graphblas has no binary operator {multiply!r} (try minus, first, truediv, pow)"
+            )
         return _build(text, add, multiply, np.bool_ if add == "lor" else np.float64)
     raise InputError(f"unknown semiring {name!r}; choose from {', '.join(SEMIRINGS)}, or write ADD.MULTIPLY (e.g. plus.minus)")
 

@@ -18,10 +18,12 @@ def check_values_spec(values: str) -> None:
         return
     if values.startswith("random:"):
         try:
-            int(values.split(":", 1)[1])
-            return
+            seed = int(values.split(":", 1)[1])
         except ValueError:
             raise InputError(f"--values {values!r}: the seed must be an integer, e.g. random:1") from None
+        if not 0 <= seed < 2**63:
+            raise InputError(f"--values {values!r}: the seed must be from 0 to 2**63 - 1, e.g. random:1")
+        return
     raise InputError(f"--values {values!r}: choose file, ones or random:SEED")
 
 
