@@ -301,20 +301,23 @@ def test_sizes_the_arguments_imply_are_refused_before_allocating(args, expected)
         (["spgemm", "stencil2d:4", "--semiring", "plus.lt"], "the plus monoid cannot add", "KeyError"),
         (["spgemm", "stencil2d:4", "--values", "random:-1"], "the seed must be from 0 to 2**63 - 1", "ValueError"),
         (["spmm", "stencil2d:4", "--transfer-calibration", "MATRIX"], "--output NEW.json", "--output MATRIX"),
+        (["advise", "stencil2d:4", "-P", "2", "--plot", "PLOT.xyz"], "the extension .xyz is not an image format", "Traceback"),
+        (["advise", "stencil2d:4", "-P", "2", "--plot", "PLOT"], "plot: no extension; end the name in .png", "written"),
     ],
 )
 def test_hints_name_only_what_exists_and_never_overwrite_an_input(tmp_path, args, expected, misleading):
     """Each hint misled before: --symmetrize offered where it does nothing, Topology.nodes(2) printed on
     the command line, the refused operator offered back (div), a calibration command writing over the
-    user's matrix; and two tracebacks (plus.lt, a negative --values seed)."""
+    user's matrix, a --plot without an extension written elsewhere (``.png`` added); and three
+    tracebacks (plus.lt, a negative --values seed, a --plot extension matplotlib cannot write)."""
     matrix = tmp_path / "a.mtx"
     matrix.write_text("%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1.0\n")
-    args = [str(matrix) if a == "MATRIX" else a for a in args]
+    args = [str(matrix) if a == "MATRIX" else a.replace("PLOT", str(tmp_path / "plot")) for a in args]
     completed = run_cli(args)
     assert completed.returncode == 2 and completed.stderr.count("sparsewire: error:") == 1, completed.stderr
     assert expected in completed.stderr, completed.stderr
     assert misleading.replace("MATRIX", str(matrix)) not in completed.stderr, completed.stderr
-    assert matrix.read_text().startswith("%%MatrixMarket")
+    assert matrix.read_text().startswith("%%MatrixMarket") and not list(tmp_path.glob("plot*"))
 
 
 def test_a_closed_stdout_ends_the_command_quietly():

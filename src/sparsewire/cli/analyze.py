@@ -15,7 +15,7 @@ from sparsewire.cli.common import (
     MATRIX_HELP,
     add_partition_arguments,
     add_topology_arguments,
-    check_writable,
+    check_plot_path,
     json_text,
     number,
     positive_int,
@@ -187,7 +187,7 @@ def run_advise(args: argparse.Namespace) -> int:
         if unknown or not partitioners:
             raise InputError(f"--partitions {args.partitions!r}: choose from {', '.join(PARTITIONERS)} or all")
     if args.plot:
-        check_writable(args.plot, "--plot")
+        check_plot_path(args.plot, "--plot")
     refuse_ranks_beyond_memory(args.ranks)
     matrix = load_matrix(args.matrix, symmetrize=args.symmetrize)
     progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))

@@ -34,6 +34,7 @@ __all__ = [
     "resolve_backend_arguments",
     "options_from_args",
     "refuse_oversized",
+    "check_plot_path",
     "refuse_ranks_beyond_memory",
 ]
 
@@ -147,6 +148,22 @@ def check_writable(path, flag: str) -> None:
         raise InputError(f"{flag} {path}: the directory {directory} does not exist; create it or give another path")
     if not os.access(directory, os.W_OK) or (os.path.exists(target) and not os.access(target, os.W_OK)):
         raise InputError(f"{flag} {path} cannot be written (permission denied); give a path in a writable directory")
+
+
+def check_plot_path(path, flag: str) -> None:
+    """InputError, before any work, when ``path`` cannot be written (:func:`check_writable`) or its
+    extension is not a format matplotlib writes (one without an extension would get ``.png`` added
+    behind the user's back)."""
+    import os
+
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    check_writable(path, flag)
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    extension = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    if extension not in formats:
+        given = f"the extension .{extension} is not an image format matplotlib writes" if extension else "no extension"
+        raise InputError(f"{flag} {path}: {given}; end the name in .png, .svg or .pdf")
 
 
 def write_output(path, flag: str, write) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from sparsewire.cli.common import (
     MATRIX_HELP,
-    check_writable,
+    check_plot_path,
     json_text,
     number,
     positive_int,
@@ -169,7 +169,7 @@ def _run_netsparse(args: argparse.Namespace) -> int:
 
     progress = progress_printer(args)
     if args.compare_plans:
-        check_writable(args.plot, "--plot")
+        check_plot_path(args.plot, "--plot")
     sweeps = [name.strip().lower() for name in args.sweep.split(",") if name.strip()]
     for name in sweeps:
         if name not in ns.SWEEPS:
