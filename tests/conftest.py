@@ -63,7 +63,10 @@ def _require_mpi_marker() -> None:
 
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"sparsewire test seed: {_seed()} (SPARSEWIRE_TEST_SEED={_seed()} reproduces this run's inputs)")
-    for title, lines in (("fault tests, time to exit (limit 30 s):", EXIT_TIMES), ("fuzzing of the readers:", FUZZ_LINES)):
+    for title, lines in (
+        ("fault tests, time to exit (limit 30 s):", EXIT_TIMES),
+        ("fuzzing (readers, argument vectors):", FUZZ_LINES),
+    ):
         if lines:
             terminalreporter.write_line(title)
             for line in lines:

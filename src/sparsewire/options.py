@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT
+from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT, MIN_WAIT_TIMEOUT
 from sparsewire.errors import InputError
 from sparsewire.exec.kernels import backend_problem
 from sparsewire.exec.modes import MODES, Mode
@@ -147,9 +147,12 @@ class ExecOptions:
             isinstance(self.wait_timeout, bool)
             or not isinstance(self.wait_timeout, (int, float, np.integer, np.floating))
             or not np.isfinite(self.wait_timeout)
-            or self.wait_timeout <= 0
+            or self.wait_timeout < MIN_WAIT_TIMEOUT
         ):
-            problems.append(f"wait_timeout must be a positive number of seconds (got {self.wait_timeout!r})")
+            problems.append(
+                f"wait_timeout must be a number of seconds of at least {MIN_WAIT_TIMEOUT:g} (got {self.wait_timeout!r}): "
+                "below that a healthy multiply's first messages (connections being set up) can take longer"
+            )
         return problems
 
     @property

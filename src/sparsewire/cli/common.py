@@ -272,17 +272,17 @@ def parse_modes(text: str) -> list[str]:
 def add_transport_argument(parser: argparse.ArgumentParser) -> None:
     """``--transport``: one of the registered transports (:mod:`sparsewire.exec.transports`), each
     described in ``--help`` from its registration; and ``--wait-timeout``, the bound on a wait."""
-    from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT
+    from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT, MIN_WAIT_TIMEOUT
 
     parser.add_argument(
         "--transport", choices=transport_names(), default="mpi", help=f"how messages move: {transport_help()} (default: mpi)"
     )
     parser.add_argument(
         "--wait-timeout",
-        type=number(0.0, above=True),
+        type=number(MIN_WAIT_TIMEOUT),
         metavar="SECONDS",
         help="end the job, naming the rank, peer, link and bytes outstanding, when a multiply receives nothing for this "
-        f"long: a dead link or a stopped peer (default: {DEFAULT_WAIT_TIMEOUT:g})",
+        f"long: a dead link or a stopped peer (at least {MIN_WAIT_TIMEOUT:g}; default: {DEFAULT_WAIT_TIMEOUT:g})",
     )
 
 

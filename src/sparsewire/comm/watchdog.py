@@ -24,11 +24,14 @@ import time
 import weakref
 from collections.abc import Callable
 
-__all__ = ["Watchdog", "DEFAULT_WAIT_TIMEOUT", "abort_stalled_job"]
+__all__ = ["Watchdog", "DEFAULT_WAIT_TIMEOUT", "MIN_WAIT_TIMEOUT", "abort_stalled_job"]
 
 #: Seconds without any message arriving before a multiply ends the job: far above any healthy
 #: multiply (the slowest seen in the benches over a 1 Gbit/s link is under 1 s).
 DEFAULT_WAIT_TIMEOUT = 300.0
+#: The smallest timeout the options accept: a job's first messages set up connections, and a
+#: smaller bound ended healthy runs (the argument fuzzer's --wait-timeout 1e-6).
+MIN_WAIT_TIMEOUT = 1.0
 
 _EXIT_STATUS = 3  # distinct from an error (1) and Ctrl-C (130)
 

@@ -1,0 +1,59 @@
+"""Hypothesis fuzzing of every command's argument vector (tests/cli/fuzz_arguments.py), in a process of
+its own under a 4 GiB data limit, seeded from the session seed: 1,000 vectors, each run to a result
+or refused with exactly one error line (exit status 2), none past its time limit. The count and the
+seed are printed at the end of the run; a longer run for people is documented in docs/api.md."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from conftest import CHILD_ENV, FUZZ_LINES, ROOT, _seed
+
+EXAMPLES = 1000
+FUZZER = ROOT / "tests" / "cli" / "fuzz_arguments.py"
+
+
+def test_every_command_survives_argument_fuzzing():
+    seed = _seed()
+    completed = subprocess.run(
+        [sys.executable, str(FUZZER), "--examples", str(EXAMPLES), "--seed", str(seed), "--memory-mib", "4096"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=CHILD_ENV,
+        cwd=ROOT,
+    )
+    output = completed.stdout + completed.stderr
+    summary = re.search(r"^fuzzed (\d+) argument vectors \(seed (\d+)\).*$", completed.stdout, re.MULTILINE)
+    FUZZ_LINES.append(
+        summary.group(0) if summary else f"FAILED with seed {seed}: rerun python {FUZZER.relative_to(ROOT)} --seed {seed}"
+    )
+    assert completed.returncode == 0 and summary, output[-6000:]
+    assert int(summary.group(1)) >= EXAMPLES and int(summary.group(2)) == seed
+    ran = int(re.search(r"; (\d+) ran, ", summary.group(0)).group(1))
+    assert ran >= EXAMPLES // 5, summary.group(0)  # most flags valid: a fifth or more of the vectors run to a result
+    for command in ("analyze", "advise", "spmm", "eigs", "spgemm", "bfs", "sssp", "triangles", "reach", "gcn", "simulate"):
+        assert f" {command} " in summary.group(0), (command, summary.group(0))
+
+
+def test_the_argument_fuzzer_catches_a_command_that_raises_the_wrong_error(tmp_path):
+    """A planted fault: a semiring lookup that lets a KeyError escape (as plus.lt once did) must fail the run."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import runpy, sys\n"
+        "import sparsewire.spgemm.semirings as semirings\n"
+        "original = semirings.get_semiring\n"
+        "def broken(name):\n"
+        "    if '.' in name or '_' in name:\n"
+        "        raise KeyError('planted')\n"
+        "    return original(name)\n"
+        "semirings.get_semiring = broken\n"
+        f"sys.argv = [{str(FUZZER)!r}, '--examples', '400', '--seed', '7']\n"
+        f"runpy.run_path({str(FUZZER)!r}, run_name='__main__')\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, str(planted)], capture_output=True, text=True, timeout=600, env=CHILD_ENV, cwd=ROOT
+    )
+    assert completed.returncode != 0 and "KeyError: 'planted'" in completed.stdout + completed.stderr, completed.stdout[-3000:]
