@@ -152,12 +152,30 @@ def aliasing(seed: int, path: str) -> str:
     return f"OK aliasing {checked}"
 
 
+COMBINATIONS = [(m, b) for m in ("bulk", "overlap", "pipelined", "early", "partitioned") for b in ("numpy", "torch")]
+
+
 def complex_b(seed: int, path: str) -> str:
+    """``path`` is MODE/BACKEND, or ``all`` (P = 1: each refusal is caught and the next tried)."""
+    from sparsewire.errors import InputError
+
     comm = MPI.COMM_WORLD
     matrix = sparsewire.distribute(comm, "stencil2d:12")
-    with matrix.spmm_plan(2) as plan:
-        plan.multiply(np.ones((plan.input_rows, 2)) * (1 + 2j))
-    return "OK complex_b ran (it should not have)"
+    refused = 0
+    for mode, backend in COMBINATIONS if path == "all" else [tuple(path.split("/"))]:
+        try:
+            plan = matrix.spmm_plan(2, mode=mode, backend=backend)
+        except InputError:  # partitioned on torch is refused at planning
+            continue
+        with plan:
+            try:
+                plan.multiply(np.ones((plan.input_rows, 2)) * (1 + 2j))
+            except sparsewire.PlanMismatchError as error:  # at P > 1 the job has ended before this
+                assert "the B block's values are complex128 (complex)" in str(error), str(error)
+                refused += 1
+                continue
+        return f"OK complex_b ran {mode}/{backend} (it should not have)"
+    return f"OK complex_b refused {refused}"
 
 
 def resident_mb() -> float:

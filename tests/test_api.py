@@ -66,10 +66,24 @@ def test_out_may_be_or_overlap_b_in_every_mode_and_backend(rng, ranks):
     assert checked >= 9, completed.stdout  # 5 modes x 2 backends, less partitioned on torch where refused
 
 
-@pytest.mark.parametrize("ranks", [1, 3])
-def test_a_complex_b_is_refused_not_multiplied_as_its_real_part(ranks):
-    completed = run_mpi(ranks, [DRIVER, "complex_b", "0"], timeout=60)
-    assert completed.returncode != 0 and "OK complex_b" not in completed.stdout, completed.stdout
+def test_a_complex_b_is_refused_in_every_mode_and_backend_at_one_rank():
+    completed = run_mpi(1, [DRIVER, "complex_b", "0", "all"], timeout=120)
+    assert completed.returncode == 0 and "OK complex_b refused 9" in completed.stdout, completed.stdout + completed.stderr
+
+
+# At P > 1 a refused multiply ends the job: one run per combination, spread over P = 2, 3, 4.
+_SPREAD = [
+    (2 + i % 3, f"{mode}/{backend}")
+    for i, (mode, backend) in enumerate(
+        [(m, b) for m in ("bulk", "overlap", "pipelined", "early") for b in ("numpy", "torch")] + [("partitioned", "numpy")]
+    )
+]
+
+
+@pytest.mark.parametrize("ranks, combination", _SPREAD)
+def test_a_complex_b_is_refused_not_multiplied_as_its_real_part(ranks, combination):
+    completed = run_mpi(ranks, [DRIVER, "complex_b", "0", combination], timeout=120)
+    assert completed.returncode != 0 and "should not have" not in completed.stdout, completed.stdout
     assert "the B block's values are complex128 (complex)" in completed.stderr, completed.stderr
 
 
