@@ -27,6 +27,7 @@ import json
 import os
 import resource
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -206,6 +207,9 @@ def run_vector(argv: list[str]) -> None:
     out, err = io.StringIO(), io.StringIO()
     signal.alarm(EXAMPLE_SECONDS)
     faulthandler.dump_traceback_later(2 * EXAMPLE_SECONDS + 10, exit=True)  # a hang in C code, where the alarm cannot reach
+    native = tempfile.TemporaryFile()  # what C libraries print to file descriptor 1 (METIS does) counts as output too
+    saved = os.dup(1)
+    os.dup2(native.fileno(), 1)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             status = main(list(argv))
@@ -214,13 +218,18 @@ def run_vector(argv: list[str]) -> None:
     finally:
         signal.alarm(0)
         faulthandler.cancel_dump_traceback_later()
+        os.dup2(saved, 1)
+        os.close(saved)
+        native.seek(0)
+        printed = native.read().decode(errors="replace") + out.getvalue()
+        native.close()
     shown = f"sparsewire {shlex.join(argv)}"
     errors = err.getvalue()
     assert "Traceback" not in errors, f"{shown}: a traceback:\n{errors[-3000:]}"
     if status == 0:
         OUTCOMES["ran"] += 1
         if "--json" in argv:
-            text = out.getvalue().strip()
+            text = printed.strip()
             assert text.count("\n") == 0 and isinstance(json.loads(text), dict), f"{shown}: --json printed {text[:500]!r}"
         return
     lines = [line for line in errors.splitlines() if line.startswith("sparsewire: error:")]
@@ -265,9 +274,13 @@ def main() -> int:
     limit = args.memory_mib * 2**20
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     os.environ["XDG_CACHE_HOME"] = str(WORK / "cache")  # calibrate writes its records here, not in the user's cache
+    os.chdir(WORK)  # relative --output/--plot values (and netsparse's default plot) land here, not in the checkout
     signal.signal(signal.SIGALRM, _alarm)
     warnings.simplefilter("ignore")
-    run(args.examples, run_seed)
+    try:
+        run(args.examples, run_seed)
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
     total = sum(COMMANDS.values())
     print(
         f"fuzzed {total} argument vectors (seed {run_seed}): "

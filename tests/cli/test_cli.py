@@ -321,6 +321,21 @@ def test_hints_name_only_what_exists_and_never_overwrite_an_input(tmp_path, args
     assert matrix.read_text().startswith("%%MatrixMarket") and not list(tmp_path.glob("plot*"))
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["eigs", "uniform:6:0", "--check", "--nev", "2"],  # ARPACK cannot start on a zero matrix: the reference is 0
+        ["advise", "EMPTY", "--ranks", "2", "--partitions", "rcm,even"],  # SciPy's RCM fails on a 0 x 0 graph
+        ["analyze", "EMPTY", "--ranks", "3", "--partition", "rcm"],
+    ],
+)
+def test_what_the_argument_fuzzer_found_runs(tmp_path, args):
+    empty = tmp_path / "empty.mtx"
+    empty.write_text("%%MatrixMarket matrix coordinate real general\n0 0 0\n")
+    completed = run_cli([str(empty) if a == "EMPTY" else a for a in args])
+    assert completed.returncode == 0 and "Traceback" not in completed.stderr, completed.stderr[-3000:]
+
+
 def test_a_closed_stdout_ends_the_command_quietly():
     """``sparsewire ... | head -1`` ended in a BrokenPipeError traceback; now exit status 141, as a
     shell tool killed by SIGPIPE, and nothing on stderr but the progress lines."""

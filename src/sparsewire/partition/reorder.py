@@ -152,6 +152,8 @@ def _position_order(method: str, matrix: sp.csr_array, seed: int) -> np.ndarray:
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
     graph = _symmetric_pattern(matrix)
+    if graph.shape[0] == 0:  # SciPy's RCM fails on an empty graph; there is nothing to order
+        return np.zeros(0, np.int64)
     if method == "rcm":
         return np.asarray(reverse_cuthill_mckee(graph, symmetric_mode=True), np.int64)
     import random
