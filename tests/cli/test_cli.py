@@ -327,6 +327,8 @@ def test_hints_name_only_what_exists_and_never_overwrite_an_input(tmp_path, args
         ["eigs", "uniform:6:0", "--check", "--nev", "2"],  # ARPACK cannot start on a zero matrix: the reference is 0
         ["advise", "EMPTY", "--ranks", "2", "--partitions", "rcm,even"],  # SciPy's RCM fails on a 0 x 0 graph
         ["analyze", "EMPTY", "--ranks", "3", "--partition", "rcm"],
+        ["advise", "uniform:6:0", "--ranks", "4", "--json"],  # METIS printed "Cannot bisect" into the JSON
+        ["analyze", "uniform:6:0", "--ranks", "4", "--partition", "metis-hier", "-G", "2", "--json"],
     ],
 )
 def test_what_the_argument_fuzzer_found_runs(tmp_path, args):
@@ -334,6 +336,8 @@ def test_what_the_argument_fuzzer_found_runs(tmp_path, args):
     empty.write_text("%%MatrixMarket matrix coordinate real general\n0 0 0\n")
     completed = run_cli([str(empty) if a == "EMPTY" else a for a in args])
     assert completed.returncode == 0 and "Traceback" not in completed.stderr, completed.stderr[-3000:]
+    if "--json" in args:
+        assert completed.stdout.count("\n") == 1 and isinstance(json.loads(completed.stdout), dict), completed.stdout[:300]
 
 
 def test_a_closed_stdout_ends_the_command_quietly():

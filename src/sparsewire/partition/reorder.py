@@ -112,6 +112,12 @@ def _metis(graph: sp.csr_array, parts: int, weights: np.ndarray, imbalance: floa
 
     if parts == 1 or graph.shape[0] == 0:
         return np.zeros(graph.shape[0], np.int64)
+    if graph.nnz == 0 or weights.sum() == 0:
+        # Nothing to cut and nothing to balance: METIS would print "Cannot bisect a graph with 0
+        # vertices" on stdout (into --json output); contiguous parts of the target sizes instead.
+        shares = np.full(parts, 1 / parts) if targets is None else np.asarray(targets, np.float64)
+        bounds = np.round(np.cumsum(shares) * graph.shape[0])
+        return np.minimum(np.searchsorted(bounds, np.arange(graph.shape[0]), side="right"), parts - 1).astype(np.int64)
     options = pymetis.Options(ufactor=max(1, int(round(imbalance * 1000))), seed=seed)
     adjacency = pymetis.CSRAdjacency(graph.indptr.astype(np.int64), graph.indices.astype(np.int64))
     _, membership = pymetis.part_graph(parts, adjacency, vweights=weights.astype(np.int64), tpwgts=targets, options=options)
