@@ -19,6 +19,7 @@ from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, 
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.modes import Mode, choose_mode
+from sparsewire.exec.traffic import TrafficMap, measured_traffic, planned_traffic
 from sparsewire.exec.wire import describe_paths, summarize_paths
 from sparsewire.options import UNSET as _UNSET
 from sparsewire.options import ExecOptions, exec_options
@@ -272,9 +273,12 @@ class SpmmPlan:
 
     @property
     def bytes_received_from(self) -> np.ndarray:
-        """Not collective. Bytes this rank received from each rank in the last multiply (int64,
-        one entry per rank), as the transport counted them (:attr:`counted_by`)."""
+        """Not collective. Bytes received from each rank in the last multiply, as :attr:`counted_by` says."""
         return self.executor.bytes_received_from
+
+    def traffic(self) -> tuple[TrafficMap, TrafficMap]:
+        """Collective. The rank x rank map of the last multiply as the transport counted it, and the plan's."""
+        return measured_traffic(self.comm, self.executor.ledger), planned_traffic(self.stats)
 
     @property
     def delivery_problems(self) -> list[str]:

@@ -15,6 +15,7 @@ from sparsewire.cli.common import (
     add_topology_arguments,
     add_transport_argument,
     agree_on_arguments,
+    check_plot_path,
     json_text,
     number,
     options_from_args,
@@ -24,6 +25,7 @@ from sparsewire.cli.common import (
     resolve_backend_arguments,
     start_mpi,
     topology_from_args,
+    write_output,
 )
 from sparsewire.cli.spmm_runs import bytes_match, eigs_session, spmm_session
 from sparsewire.errors import InputError
@@ -87,6 +89,12 @@ def add_commands(commands) -> None:
     add_topology_arguments(spmm, allow_mpi=True)
     spmm.add_argument("--check", action="store_true", help="gather C on rank 0 and compare with SciPy (max_abs_error)")
     spmm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
+    spmm.add_argument(
+        "--traffic-map",
+        metavar="FILE",
+        help="write a heat map of bytes and messages per (source, destination) rank pair of the first run, as MPI "
+        "counted them, groups outlined (.png, .svg or .pdf); the JSON has the map of every run",
+    )
     spmm.set_defaults(handler=run_spmm)
 
     eigs = commands.add_parser(
@@ -118,6 +126,20 @@ def add_commands(commands) -> None:
     eigs.set_defaults(handler=run_eigs)
 
 
+def _write_traffic_map(args: argparse.Namespace, run: dict, topology) -> None:
+    import numpy as np
+
+    from sparsewire.exec.traffic import TrafficMap, plot_traffic
+
+    if "bytes" not in run["traffic"]:
+        raise InputError(f"--traffic-map draws up to 64 ranks (this run has {run['ranks']}); use the JSON's per_link_class")
+    traffic = TrafficMap(np.array(run["traffic"]["bytes"]), np.array(run["traffic"]["messages"]))
+    title = f"{args.matrix}: {run['strategy']}/{run['mode']}, P = {run['ranks']}, k = {run['k']} (as MPI counted it)"
+    write_output(args.traffic_map, "--traffic-map", lambda target: plot_traffic(traffic, topology, target, title))
+    if not args.json:
+        print(f"traffic map written to {args.traffic_map}", file=sys.stderr)
+
+
 def run_spmm(args: argparse.Namespace) -> int:
     from sparsewire.plan.strategies import parse_strategies
 
@@ -145,6 +167,8 @@ def run_spmm(args: argparse.Namespace) -> int:
     if args.topology is not None and args.topology.strip().lower() != "mpi":
         topology_from_args(args)  # reject an unknown preset before MPI starts
 
+    if args.traffic_map is not None:
+        check_plot_path(args.traffic_map, "--traffic-map")
     MPI = start_mpi(modes, args.threads)
 
     from sparsewire.comm.runtime import limit_threads_per_rank
@@ -175,6 +199,8 @@ def run_spmm(args: argparse.Namespace) -> int:
     if comm.Get_rank() != 0:
         return 0
     failed = any(not bytes_match(r) or not r.get("check_passed", True) for r in results)
+    if args.traffic_map is not None:
+        _write_traffic_map(args, results[0], topology)
     if args.json:
         if len(results) == 1:
             print(json_text(results[0]))

@@ -11,12 +11,13 @@ __all__ = ["spmm_session", "eigs_session", "bytes_match"]
 
 
 def bytes_match(result: dict) -> bool:
-    """Bytes MPI delivered equal the plan's, in total and per link class, and every message had
+    """Bytes MPI delivered equal the plan's, in total, per link class and per pair of ranks, and every message had
     the size its receiver's plan expects. On a transport without receive statuses (torch) only the
     received tensor sizes can be compared; their agreement with the senders was checked at setup."""
     if not result["bytes_measured"]:
         return result["received_tensor_bytes"] == result["planned_bytes"] and result["delivery_problems"] == 0
     same = result["measured_bytes"] == result["planned_bytes"] and result["delivery_problems"] == 0
+    same = same and not result.get("traffic_differences")  # every rank pair, not only the totals
     if "inter_group_bytes" in result:
         same = same and result["measured_inter_group_bytes"] == result["inter_group_bytes"]
         same = same and result["measured_intra_group_bytes"] == result["intra_group_bytes"]
@@ -122,6 +123,7 @@ def spmm_session(
                 reason = plan.choice.reason()
                 staged_below = plan.transfer_rule.staged_below_bytes if plan.transfer_rule else None
                 transfer_paths = plan.transfer_summary
+                traffic, planned_traffic = plan.traffic()  # collective: every rank's ledger
             checksum_sum = comm.allreduce(float(result.sum(dtype=np.float64)), op=MPI.SUM)
             checksum_squares = comm.allreduce(float(np.square(result, dtype=np.float64).sum()), op=MPI.SUM)
             gathered = matrix.gather_dense(result) if check else None
@@ -160,6 +162,9 @@ def spmm_session(
                 "layout": layout,
                 "checksum_sum": checksum_sum,
                 "checksum_fro": float(np.sqrt(checksum_squares)),
+                # rank x rank (rows: sources) as the transport counted it; the matrices up to 64 ranks
+                "traffic": traffic.as_dict(topology, matrices=comm.Get_size() <= 64),
+                "traffic_differences": traffic.differences(planned_traffic),
             }
             if not measured_independently:
                 row["received_tensor_bytes"] = int(measured)

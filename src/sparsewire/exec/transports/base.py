@@ -43,6 +43,7 @@ class ByteLedger:
     Attributes:
         bytes_from: payload bytes from each rank (the plan's rows as the receiver reads them;
             reset before every multiply).
+        messages_from: messages received from each rank (reset before every multiply).
         wire_bytes_from: the bytes that crossed the wire from each rank (equal to the payload on
             today's wire paths, :class:`~sparsewire.exec.wire.WirePath`; a codec will make them
             differ).
@@ -55,6 +56,7 @@ class ByteLedger:
         self.rank, self.itemsize = rank, itemsize
         self.bytes_from = np.zeros(n_ranks, np.int64)
         self.wire_bytes_from = np.zeros(n_ranks, np.int64)
+        self.messages_from = np.zeros(n_ranks, np.int64)
         self.problems: list[str] = []
         self.arrived: set[tuple[int, int]] = set()
         self.on_arrival: Callable[[], None] | None = None
@@ -63,6 +65,7 @@ class ByteLedger:
         """Not collective. Start a multiply: zero the byte counts and arrivals (the problems stay)."""
         self.bytes_from[:] = 0
         self.wire_bytes_from[:] = 0
+        self.messages_from[:] = 0
         self.arrived.clear()
 
     def record(self, ex: ExchangeBuffers, message: int, received_elements: int, wire_bytes: int | None = None) -> None:
@@ -73,6 +76,7 @@ class ByteLedger:
         source = ex.recv_ranks[message]
         self.bytes_from[source] += payload * self.itemsize
         self.wire_bytes_from[source] += payload * self.itemsize if wire_bytes is None else wire_bytes
+        self.messages_from[source] += 1
         self.arrived.add((ex.index, message))
         if self.on_arrival is not None:
             self.on_arrival()
