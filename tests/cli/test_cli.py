@@ -328,6 +328,7 @@ def test_hints_name_only_what_exists_and_never_overwrite_an_input(tmp_path, args
         ["advise", "EMPTY", "--ranks", "2", "--partitions", "rcm,even"],  # SciPy's RCM fails on a 0 x 0 graph
         ["analyze", "EMPTY", "--ranks", "3", "--partition", "rcm"],
         ["advise", "uniform:6:0", "--ranks", "4", "--json"],  # METIS printed "Cannot bisect" into the JSON
+        ["analyze", "stencil3d:3", "--ranks", "30", "--partition", "metis", "--json"],  # and "too many parts"
         ["analyze", "uniform:6:0", "--ranks", "4", "--partition", "metis-hier", "-G", "2", "--json"],
     ],
 )

@@ -112,6 +112,8 @@ def _metis(graph: sp.csr_array, parts: int, weights: np.ndarray, imbalance: floa
 
     if parts == 1 or graph.shape[0] == 0:
         return np.zeros(graph.shape[0], np.int64)
+    if parts >= graph.shape[0]:  # a vertex per part (the rest empty): METIS would print "too many parts" on stdout
+        return np.arange(graph.shape[0], dtype=np.int64)
     if graph.nnz == 0 or weights.sum() == 0:
         # Nothing to cut and nothing to balance: METIS would print "Cannot bisect a graph with 0
         # vertices" on stdout (into --json output); contiguous parts of the target sizes instead.

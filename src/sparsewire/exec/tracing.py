@@ -1,0 +1,271 @@
+"""A per-rank trace of every multiply in the Chrome Trace Event format (Perfetto, chrome://tracing).
+
+What is recorded (issue 41): one process per rank (``rank r @ host``); complete spans (``ph: X``)
+for the diagonal product, each pack, each post of receives and sends, each wait, each combine of
+an exchange or a message and the final combine; each message in flight as an async span on the
+sender (post to completion, ``cat: send``) and on the receiver (post to arrival, ``cat:
+receive``) with peer, bytes, exchange and link class; and a flow arrow (``ph: s`` / ``f``) from
+every send's post to the completion of its receive. A flow's id names the multiply, the exchange
+and both ranks, so the two ends match across processes.
+
+How: :class:`Tracer` wraps the executor's parts (the packer, the transport, the combine) in
+proxies that time each call (``time.perf_counter_ns``) and delegate; tracing off leaves the
+parts unwrapped, so an untraced multiply runs exactly the code it ran before. Only multiplies in
+the window ``[first, stop)`` are recorded, and recording stops (said once, in the trace's
+metadata and by :meth:`Tracer.summary_line`) at ``limit`` events.
+
+Clocks: :func:`align_clocks` runs ping-pongs against rank 0 at the start and the end of the
+trace (Cristian's method: the sample of the smallest round trip is kept, offset = rank 0's time -
+the round trip's midpoint), fits offset + drift x time through them and reports the residual
+(half the best round trip, the bound on the error of each sample). :func:`write_trace` shifts
+every rank's events to rank 0's clock and writes one file.
+
+Message schedules (bulk, overlap, pipelined, early) on the MPI transport are traced; the
+partitioned mode and the torch transport are not yet (a trace of them is refused).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+
+from sparsewire.errors import InputError
+
+__all__ = ["Tracer", "align_clocks", "write_trace", "DEFAULT_EVENT_LIMIT"]
+
+#: Events per rank past which recording stops (a trace of about 100 MB).
+DEFAULT_EVENT_LIMIT = 1_000_000
+
+
+class Tracer:
+    """Not collective. Records this rank's events (see the module docstring).
+
+    Args:
+        rank: this rank; ``link_of(peer)``: the link class name of a peer (for the message spans).
+        window: multiplies ``[first, stop)`` to record (counted from 0 when tracing starts).
+        clock: nanoseconds of a monotonic clock (tests plant an offset clock).
+        limit: events past which recording stops.
+    """
+
+    def __init__(self, rank: int, link_of=None, window=(0, None), clock=time.perf_counter_ns, limit=DEFAULT_EVENT_LIMIT):
+        first, stop = window
+        if first < 0 or (stop is not None and stop <= first):
+            raise InputError(f"trace window [{first}, {stop}) holds no multiply; give 0 <= first < stop")
+        self.rank, self.link_of, self.clock, self.limit = rank, link_of or (lambda peer: "network"), clock, limit
+        self.first, self.stop = first, stop
+        self.events: list[dict] = []
+        self.multiply = -1
+        self.recording = False
+        self.truncated = False
+
+    def begin_multiply(self) -> None:
+        """A multiply starts (every rank counts them alike)."""
+        self.multiply += 1
+        self.recording = self.multiply >= self.first and (self.stop is None or self.multiply < self.stop) and not self.truncated
+
+    def add(self, event: dict) -> None:
+        if len(self.events) >= self.limit:
+            self.truncated, self.recording = True, False
+            return
+        event["pid"] = self.rank
+        event.setdefault("tid", 0)
+        self.events.append(event)
+
+    def span(self, name: str, start: int, end: int, **args) -> None:
+        """A complete span of this thread, from ``start`` to ``end`` (clock nanoseconds)."""
+        self.add({"ph": "X", "name": name, "cat": "phase", "ts": start / 1e3, "dur": (end - start) / 1e3, "args": args})
+
+    def flow_id(self, ex, source: int, destination: int) -> str:
+        return f"{self.multiply}:{ex.index}:{source}:{destination}"
+
+    def message_event(self, phase: str, side: str, ex, peer: int, size: int, at: int) -> None:
+        """Async begin (``b``) or end (``e``) of a message on its sender (``side`` send) or receiver."""
+        source, destination = (self.rank, peer) if side == "send" else (peer, self.rank)
+        event = {"ph": phase, "name": f"{side} {source}->{destination}", "cat": side, "ts": at / 1e3}
+        event["id"] = self.flow_id(ex, source, destination)
+        if phase == "b":
+            event["args"] = {"peer": peer, "bytes": size, "exchange": ex.index, "link": self.link_of(peer)}
+        self.add(event)
+
+    def flow(self, phase: str, ex, source: int, destination: int, at: int) -> None:
+        """The arrow of one message: ``s`` at its send's post, ``f`` at its receive's completion."""
+        event = {"ph": phase, "name": "message", "cat": "flow", "id": self.flow_id(ex, source, destination), "ts": at / 1e3}
+        if phase == "f":
+            event["bp"] = "e"  # bound to the enclosing slice (the wait)
+        self.add(event)
+
+    def summary_line(self) -> str:
+        kept = f"{len(self.events)} events"
+        return kept + (f" (stopped at the limit of {self.limit}; trace a smaller window)" if self.truncated else "")
+
+
+def _timed(tracer: Tracer, name: str, call, *args, **span_args):
+    start = tracer.clock()
+    result = call(*args)
+    end = tracer.clock()
+    if tracer.recording:
+        tracer.span(name, start, end, **span_args)
+    return result, start, end
+
+
+class TracedPacker:
+    """The packer, each call a ``pack`` span."""
+
+    def __init__(self, inner, tracer: Tracer) -> None:
+        self.inner, self.tracer, self.buffers = inner, tracer, inner.buffers
+
+    def exchange(self, ex, b) -> None:
+        _timed(self.tracer, "pack", self.inner.exchange, ex, b, exchange=ex.index)
+
+    def message(self, ex, message, b) -> None:
+        _timed(self.tracer, "pack", self.inner.message, ex, message, b, exchange=ex.index, to=int(ex.send_ranks[message]))
+
+
+class TracedCombine:
+    """The combine, each call a span (the diagonal product, an exchange's or a message's unpack, the final combine)."""
+
+    def __init__(self, inner, tracer: Tracer) -> None:
+        self.inner, self.tracer = inner, tracer
+
+    def diagonal(self, b, out) -> None:
+        _timed(self.tracer, "local product", self.inner.diagonal, b, out)
+
+    def exchange_arrived(self, ex, out) -> None:
+        _timed(self.tracer, "unpack", self.inner.exchange_arrived, ex, out, exchange=ex.index)
+
+    def message_arrived(self, ex, message, out) -> None:
+        _timed(self.tracer, "early multiply", self.inner.message_arrived, ex, message, out, exchange=ex.index)
+
+    def finish(self, b, out) -> None:
+        _timed(self.tracer, "combine", self.inner.finish, b, out)
+
+
+class TracedTransport:
+    """The transport: post and wait spans, the message spans and the flow arrows."""
+
+    def __init__(self, inner, tracer: Tracer) -> None:
+        self.inner, self.tracer = inner, tracer
+        self.itemsize = inner.ledger.itemsize
+
+    def __getattr__(self, name):  # everything else (sends_message_by_message, free, ledger, ...) is the transport's
+        return getattr(self.inner, name)
+
+    def _sent(self, ex, message: int, at: int) -> None:
+        tracer, destination = self.tracer, int(ex.send_ranks[message])
+        size = int(ex.send_offsets[message + 1] - ex.send_offsets[message]) * ex.send_buffer.shape[1] * self.itemsize
+        tracer.message_event("b", "send", ex, destination, size, at)
+        tracer.flow("s", ex, tracer.rank, destination, at)
+
+    def post_receives(self, ex) -> None:
+        _, start, end = _timed(self.tracer, "post receives", self.inner.post_receives, ex, exchange=ex.index)
+        if self.tracer.recording:
+            for message, source in enumerate(ex.recv_ranks):
+                size = int(ex.expected_elements[message]) * self.itemsize
+                self.tracer.message_event("b", "receive", ex, int(source), size, (start + end) // 2)
+
+    def start_sends(self, ex) -> None:
+        _, start, end = _timed(self.tracer, "post sends", self.inner.start_sends, ex, exchange=ex.index)
+        if self.tracer.recording:
+            for message in range(len(ex.send_ranks)):
+                self._sent(ex, message, (start + end) // 2)
+
+    def start_send(self, ex, message: int) -> None:
+        _, start, end = _timed(self.tracer, "post send", self.inner.start_send, ex, message, exchange=ex.index)
+        if self.tracer.recording:
+            self._sent(ex, message, (start + end) // 2)
+
+    def _arrived(self, ex, message: int, at: int) -> None:
+        source = int(ex.recv_ranks[message])
+        self.tracer.flow("f", ex, source, self.tracer.rank, at)
+        self.tracer.message_event("e", "receive", ex, source, 0, at)
+
+    def wait_receives(self, ex) -> None:
+        _, start, end = _timed(self.tracer, "wait", self.inner.wait_receives, ex, exchange=ex.index)
+        if self.tracer.recording:
+            for message in range(len(ex.recv_ranks)):
+                self._arrived(ex, message, (start + end) // 2)
+
+    def wait_any(self):
+        (index, message), start, end = _timed(self.tracer, "wait", self.inner.wait_any)
+        if self.tracer.recording:
+            self._arrived(self.inner.buffers.exchanges[index], message, (start + end) // 2)
+        return index, message
+
+    def wait_sends(self, ex) -> None:
+        _, start, end = _timed(self.tracer, "wait sends", self.inner.wait_sends, ex, exchange=ex.index)
+        if self.tracer.recording:
+            for destination in ex.send_ranks:
+                self.tracer.message_event("e", "send", ex, int(destination), 0, (start + end) // 2)
+
+
+def align_clocks(comm, clock=time.perf_counter_ns, rounds: int = 20) -> tuple[int, int]:
+    """Collective. This rank's offset to rank 0's clock (nanoseconds to add) and the half round trip of
+    the sample it came from (its error bound), from ``rounds`` ping-pongs with rank 0 keeping the
+    fastest (Cristian's method; rank 0 itself: (0, 0))."""
+    rank = comm.Get_rank()
+    best = (0, 0)
+    for peer in range(1, comm.Get_size()):
+        comm.Barrier()
+        if rank == 0:
+            for _ in range(rounds):
+                comm.recv(source=peer, tag=977)
+                comm.send(clock(), dest=peer, tag=978)
+        elif rank == peer:
+            fastest = None
+            for _ in range(rounds):
+                sent = clock()
+                comm.send(None, dest=0, tag=977)
+                reference = comm.recv(source=0, tag=978)
+                received = clock()
+                if fastest is None or received - sent < fastest[0]:
+                    fastest = (received - sent, reference - (sent + received) // 2)
+            best = (fastest[1], fastest[0] // 2)
+    return best
+
+
+def write_trace(comm, tracer: Tracer, directory, start: tuple[int, int], end: tuple[int, int], start_at: int, end_at: int):
+    """Collective. Shift every rank's events to rank 0's clock (offset fitted linearly through the
+    alignments ``start`` measured at ``start_at`` and ``end`` at ``end_at``, clock nanoseconds) and write
+    ``trace.json`` in ``directory`` on rank 0; its path there (None elsewhere) and the metadata."""
+    drift = (end[0] - start[0]) / max(end_at - start_at, 1)
+    for event in tracer.events:
+        local = event["ts"] * 1e3
+        event["ts"] = (local + start[0] + drift * (local - start_at)) / 1e3
+    host = socket.gethostname()
+    mine = {
+        "rank": tracer.rank,
+        "host": host,
+        "offset_ns": start[0],
+        "drift_ns_per_s": drift * 1e9,
+        "residual_us": max(start[1], end[1]) / 1e3,
+        "events": len(tracer.events),
+        "truncated": tracer.truncated,
+    }
+    gathered = comm.gather((tracer.events, mine), root=0)
+    if comm.Get_rank() != 0:
+        return None, None
+    events, ranks = [], []
+    for rank_events, meta in gathered:
+        ranks.append(meta)
+        events.append(
+            {"ph": "M", "name": "process_name", "pid": meta["rank"], "args": {"name": f"rank {meta['rank']} @ {meta['host']}"}}
+        )
+        events.append({"ph": "M", "name": "process_sort_index", "pid": meta["rank"], "args": {"sort_index": meta["rank"]}})
+        events.extend(rank_events)
+    metadata = {"ranks": ranks, "window": [tracer.first, tracer.stop], "clock": "perf_counter_ns, aligned to rank 0"}
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    target = path / "trace.json"
+    with open(target, "w") as handle:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ms", "otherData": metadata}, handle)
+    return os.fspath(target), metadata
+
+
+def max_residual_us(metadata: dict) -> float:
+    """Not collective. The largest alignment residual over the ranks (microseconds)."""
+    return float(np.max([r["residual_us"] for r in metadata["ranks"]]))
