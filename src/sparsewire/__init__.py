@@ -49,6 +49,7 @@ _LAZY = {
     "spmm": "sparsewire.spmm_plan",
     "SpgemmPlan": "sparsewire.spgemm_plan",
     "plan_spgemm": "sparsewire.spgemm_plan",
+    "trace": "sparsewire.exec.tracing",
 }
 
 
@@ -75,6 +76,7 @@ __all__ = [
     "distribute",
     "plan_spgemm",
     "spmm",
+    "trace",
     "CommPlan",
     "FallbackWarning",
     "InputError",

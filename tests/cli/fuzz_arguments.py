@@ -137,8 +137,9 @@ TEXT = {
     "--device": ["cpu", "cuda", "cuda:0", "cuda:99", "tpu", "", "cpu:1"],
     "--sizes": ["1,2", "64,1024", "0", "-1", "a,b", "", "1e3"],
     "--sweep": ["batch", "delay", "cache", "batch,delay,cache", "bogus", ""],
+    "--trace-window": ["0:", "1:3", "3:1", "a:b", "-1:2", ":", "2", "0:1"],
 }
-PATH_FLAGS = {"--plot", "--output", "--transfer-calibration", "--calibration", "--topology"}
+PATH_FLAGS = {"--plot", "--output", "--transfer-calibration", "--calibration", "--topology", "--trace", "--traffic-map"}
 
 
 def command_parsers() -> dict[str, argparse.ArgumentParser]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from sparsewire.cli.common import (
@@ -16,6 +17,7 @@ from sparsewire.cli.common import (
     add_transport_argument,
     agree_on_arguments,
     check_plot_path,
+    check_writable,
     json_text,
     number,
     options_from_args,
@@ -90,6 +92,19 @@ def add_commands(commands) -> None:
     spmm.add_argument("--check", action="store_true", help="gather C on rank 0 and compare with SciPy (max_abs_error)")
     spmm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     spmm.add_argument(
+        "--trace",
+        metavar="DIR",
+        help="write a Chrome trace (Perfetto, chrome://tracing) of each run to DIR/trace-STRATEGY-MODE.json: every rank's "
+        "pack, post, wait, unpack and combine spans, each message and an arrow from its send to its receive, clocks "
+        "aligned to rank 0 (message modes on the mpi transport)",
+    )
+    spmm.add_argument(
+        "--trace-window",
+        metavar="A:B",
+        default="0:",
+        help="trace multiplies A to B-1 of each run, 0 the warm-up (default: 0:, all)",
+    )
+    spmm.add_argument(
         "--traffic-map",
         metavar="FILE",
         help="write a heat map of bytes and messages per (source, destination) rank pair of the first run, as MPI "
@@ -124,6 +139,18 @@ def add_commands(commands) -> None:
     eigs.add_argument("--check", action="store_true", help="compare with SciPy's eigsh (ARPACK) on rank 0")
     eigs.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     eigs.set_defaults(handler=run_eigs)
+
+
+def trace_window(text: str) -> tuple[int, int | None]:
+    """``--trace-window A:B`` (B may be empty: to the end) as (A, B)."""
+    first, _, stop = text.partition(":")
+    try:
+        window = (int(first or 0), int(stop) if stop.strip() else None)
+    except ValueError:
+        raise InputError(f"--trace-window {text!r}: give A:B, whole numbers, e.g. 1:5 (B may be left out)") from None
+    if window[0] < 0 or (window[1] is not None and window[1] <= window[0]):
+        raise InputError(f"--trace-window {text!r}: give 0 <= A < B")
+    return window
 
 
 def _write_traffic_map(args: argparse.Namespace, run: dict, topology) -> None:
@@ -169,6 +196,14 @@ def run_spmm(args: argparse.Namespace) -> int:
 
     if args.traffic_map is not None:
         check_plot_path(args.traffic_map, "--traffic-map")
+    if args.trace is not None:
+        trace_window(args.trace_window)
+        if "partitioned" in modes or args.transport != "mpi":
+            raise InputError(
+                "--trace records the message modes (bulk, overlap, pipelined, early) on the mpi transport; "
+                "drop the partitioned mode (--mode all includes it) or --transport torch"
+            )
+        check_writable(os.path.join(args.trace, "trace.json") if os.path.isdir(args.trace) else args.trace, "--trace")
     MPI = start_mpi(modes, args.threads)
 
     from sparsewire.comm.runtime import limit_threads_per_rank
@@ -195,6 +230,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         check=args.check,
         symmetrize=args.symmetrize,
         progress=progress_printer(args),
+        trace=None if args.trace is None else (args.trace, trace_window(args.trace_window)),
     )
     if comm.Get_rank() != 0:
         return 0

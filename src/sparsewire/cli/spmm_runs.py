@@ -43,7 +43,7 @@ def _input_rows(matrix) -> int:
 
 
 def spmm_session(
-    comm, spec, strategies, modes, options, *, k, dtype, repeat, partition, imbalance, check, symmetrize, progress
+    comm, spec, strategies, modes, options, *, k, dtype, repeat, partition, imbalance, check, symmetrize, progress, trace=None
 ) -> list[dict] | None:
     """Collective. Every (strategy, mode) on the matrix ``spec`` with the other choices of
     ``options`` (:class:`~sparsewire.options.ExecOptions`): one result dict per run on rank 0 (None
@@ -57,10 +57,13 @@ def spmm_session(
     ``received_tensor_bytes`` sums the sizes of the tensors received into.
     ``delivery_problems`` counts messages whose size differed from the receiver's plan.
     """
+    import contextlib
+
     import numpy as np
     from mpi4py import MPI
 
     from sparsewire.cli.common import refuse_oversized
+    from sparsewire.exec.tracing import trace as trace_plan
     from sparsewire.generators import deterministic_dense, deterministic_dense_rows
     from sparsewire.timed import time_plan
     from sparsewire.tolerance import allowed_error, within
@@ -107,7 +110,12 @@ def spmm_session(
 
                     out = torch.from_numpy(result).to(device)  # on the CPU the same memory
                     b_in = torch.from_numpy(b_local).to(device)  # uploaded once, outside the timing
-                timing = time_plan(plan, b_in, out, repeat)  # one warm-up: first-touch of buffers, MPI connections
+                traced = contextlib.nullcontext()
+                if trace is not None:  # (directory, window): the warm-up is multiply 0
+                    name = f"trace-{plan.rank_plan.strategy.value}-{plan.options.mode.value}.json"
+                    traced = trace_plan(plan, trace[0], window=trace[1], name=name)
+                with traced as tracer:
+                    timing = time_plan(plan, b_in, out, repeat)  # one warm-up: first-touch of buffers, MPI connections
                 if options.backend == "torch" and out.device.type != "cpu":
                     result = out.cpu().numpy()
                 received = plan.bytes_received_from
@@ -166,6 +174,14 @@ def spmm_session(
                 "traffic": traffic.as_dict(topology, matrices=comm.Get_size() <= 64),
                 "traffic_differences": traffic.differences(planned_traffic),
             }
+            if trace is not None:
+                ranks = tracer.metadata["ranks"]
+                row["trace"] = {
+                    "path": tracer.path,
+                    "events": sum(r["events"] for r in ranks),
+                    "truncated": any(r["truncated"] for r in ranks),
+                    "clock_residual_us": max(r["residual_us"] for r in ranks),
+                }
             if not measured_independently:
                 row["received_tensor_bytes"] = int(measured)
             if topology is not None:

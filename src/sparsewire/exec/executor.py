@@ -167,8 +167,10 @@ class SpmmExecutor:
         self.ledger.on_arrival = self.watchdog.progress
         self.combine = (OrderedCombine if self.deterministic else StreamingCombine)(self.buffers)
         self.schedule = SCHEDULES[mode](self.buffers, self.transport, self.combine)
+        self.tracer = None
+        self._schedules = [self.schedule]  # with a traced one while tracing
         # Freed by close(), or after the executor is garbage-collected (exec.lifetime).
-        self._finalizer = track(self, functools.partial(_release, self.schedule, self.transport, self.comm))
+        self._finalizer = track(self, functools.partial(_release, self._schedules, self.transport, self.comm))
 
     @property
     def bytes_received_from(self) -> np.ndarray:
@@ -214,6 +216,8 @@ class SpmmExecutor:
             )
         try:
             self.ledger.reset()
+            if self.tracer is not None:
+                self.tracer.begin_multiply()
             self.watchdog.arm()
             try:
                 self.schedule.run(b_local, out)
@@ -222,6 +226,32 @@ class SpmmExecutor:
         finally:
             self._running.release()
         return out
+
+    def start_tracing(self, tracer) -> None:
+        """Not collective (every rank starts alike). Run the following multiplies through a schedule whose
+        packer, transport and combine record into ``tracer`` (:mod:`sparsewire.exec.tracing`)."""
+        from sparsewire.exec.pack import Packer
+        from sparsewire.exec.tracing import TracedCombine, TracedPacker, TracedTransport
+
+        if self.mode is Mode.PARTITIONED or self.transport.name != "mpi":
+            raise InputError(
+                f"tracing runs the message modes on the mpi transport (not {self.mode.value} on {self.transport.name}); "
+                "trace bulk, overlap, pipelined or early over MPI"
+            )
+        traced = SCHEDULES[self.mode](
+            self.buffers,
+            TracedTransport(self.transport, tracer),
+            TracedCombine(self.combine, tracer),
+            TracedPacker(Packer(self.buffers), tracer),
+        )
+        self._schedules.append(traced)
+        self.schedule, self.tracer = traced, tracer
+
+    def stop_tracing(self) -> None:
+        """Not collective. Multiplies run untraced again."""
+        if self.tracer is not None:
+            self._schedules.pop().close()
+            self.schedule, self.tracer = self._schedules[0], None
 
     def link_of(self, peer: int) -> str:
         """Not collective. The link between this rank and ``peer``: whether MPI puts them on one node
@@ -272,8 +302,9 @@ class SpmmExecutor:
         self.close()
 
 
-def _release(schedule, transport, comm: MPI.Comm) -> None:
-    """Stop the schedule's threads, free the transport's requests and the communicator (local in MPICH)."""
-    schedule.close()
+def _release(schedules, transport, comm: MPI.Comm) -> None:
+    """Stop the schedules' threads, free the transport's requests and the communicator (local in MPICH)."""
+    for schedule in schedules:
+        schedule.close()
     transport.free()
     free_communicators(comm)

@@ -6,7 +6,9 @@ an exchange or a message and the final combine; each message in flight as an asy
 sender (post to completion, ``cat: send``) and on the receiver (post to arrival, ``cat:
 receive``) with peer, bytes, exchange and link class; and a flow arrow (``ph: s`` / ``f``) from
 every send's post to the completion of its receive. A flow's id names the multiply, the exchange
-and both ranks, so the two ends match across processes.
+and both ranks, so the two ends match across processes. A message is stamped at the start of the
+call that posts it and at the end of the wait that completes it (a wait for a whole exchange
+returns when its last message is in), so its arrow never points back in time.
 
 How: :class:`Tracer` wraps the executor's parts (the packer, the transport, the combine) in
 proxies that time each call (``time.perf_counter_ns``) and delegate; tracing off leaves the
@@ -26,6 +28,7 @@ partitioned mode and the torch transport are not yet (a trace of them is refused
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -36,10 +39,31 @@ import numpy as np
 
 from sparsewire.errors import InputError
 
-__all__ = ["Tracer", "align_clocks", "write_trace", "DEFAULT_EVENT_LIMIT"]
+__all__ = ["trace", "Tracer", "align_clocks", "write_trace", "DEFAULT_EVENT_LIMIT"]
 
 #: Events per rank past which recording stops (a trace of about 100 MB).
 DEFAULT_EVENT_LIMIT = 1_000_000
+
+
+@contextlib.contextmanager
+def trace(plan, directory, *, window=(0, None), limit: int = DEFAULT_EVENT_LIMIT, clock=time.perf_counter_ns, name="trace.json"):
+    """Collective. Record the multiplies of ``plan`` (an :class:`~sparsewire.SpmmPlan` or its executor) made
+    inside the block, window ``[first, stop)`` of them, and write one Chrome trace ``directory/name`` on
+    rank 0 when the block ends (clocks aligned at its start and end: :func:`align_clocks`). Yields the
+    :class:`Tracer`; after the block its ``path`` (rank 0) and ``metadata`` (offsets, drift, residual
+    per rank) are set. Nothing is written when the block raises."""
+    executor = getattr(plan, "executor", plan)
+    comm = executor.comm
+    tracer = Tracer(comm.Get_rank(), executor.link_of, window, clock, limit)
+    start = align_clocks(comm, clock)
+    start_at = clock()
+    executor.start_tracing(tracer)
+    try:
+        yield tracer
+    finally:
+        executor.stop_tracing()
+    end = align_clocks(comm, clock)
+    tracer.path, tracer.metadata = write_trace(comm, tracer, directory, start, end, start_at, clock(), name)
 
 
 class Tracer:
@@ -62,6 +86,7 @@ class Tracer:
         self.multiply = -1
         self.recording = False
         self.truncated = False
+        self.path = self.metadata = None
 
     def begin_multiply(self) -> None:
         """A multiply starts (every rank counts them alike)."""
@@ -166,18 +191,18 @@ class TracedTransport:
         if self.tracer.recording:
             for message, source in enumerate(ex.recv_ranks):
                 size = int(ex.expected_elements[message]) * self.itemsize
-                self.tracer.message_event("b", "receive", ex, int(source), size, (start + end) // 2)
+                self.tracer.message_event("b", "receive", ex, int(source), size, start)
 
     def start_sends(self, ex) -> None:
         _, start, end = _timed(self.tracer, "post sends", self.inner.start_sends, ex, exchange=ex.index)
         if self.tracer.recording:
             for message in range(len(ex.send_ranks)):
-                self._sent(ex, message, (start + end) // 2)
+                self._sent(ex, message, start)
 
     def start_send(self, ex, message: int) -> None:
         _, start, end = _timed(self.tracer, "post send", self.inner.start_send, ex, message, exchange=ex.index)
         if self.tracer.recording:
-            self._sent(ex, message, (start + end) // 2)
+            self._sent(ex, message, start)
 
     def _arrived(self, ex, message: int, at: int) -> None:
         source = int(ex.recv_ranks[message])
@@ -188,29 +213,29 @@ class TracedTransport:
         _, start, end = _timed(self.tracer, "wait", self.inner.wait_receives, ex, exchange=ex.index)
         if self.tracer.recording:
             for message in range(len(ex.recv_ranks)):
-                self._arrived(ex, message, (start + end) // 2)
+                self._arrived(ex, message, end)
 
     def wait_any(self):
         (index, message), start, end = _timed(self.tracer, "wait", self.inner.wait_any)
         if self.tracer.recording:
-            self._arrived(self.inner.buffers.exchanges[index], message, (start + end) // 2)
+            self._arrived(self.inner.buffers.exchanges[index], message, end)
         return index, message
 
     def wait_sends(self, ex) -> None:
         _, start, end = _timed(self.tracer, "wait sends", self.inner.wait_sends, ex, exchange=ex.index)
         if self.tracer.recording:
             for destination in ex.send_ranks:
-                self.tracer.message_event("e", "send", ex, int(destination), 0, (start + end) // 2)
+                self.tracer.message_event("e", "send", ex, int(destination), 0, end)
 
 
-def align_clocks(comm, clock=time.perf_counter_ns, rounds: int = 20) -> tuple[int, int]:
+def align_clocks(comm, clock=time.perf_counter_ns, rounds: int = 50) -> tuple[int, int]:
     """Collective. This rank's offset to rank 0's clock (nanoseconds to add) and the half round trip of
     the sample it came from (its error bound), from ``rounds`` ping-pongs with rank 0 keeping the
-    fastest (Cristian's method; rank 0 itself: (0, 0))."""
+    fastest (Cristian's method; rank 0 itself: (0, 0)). Ranks not in the ping-pong wait asleep, so on
+    an oversubscribed node they do not take the cores the two need (that skewed a sample by 1 ms)."""
     rank = comm.Get_rank()
     best = (0, 0)
     for peer in range(1, comm.Get_size()):
-        comm.Barrier()
         if rank == 0:
             for _ in range(rounds):
                 comm.recv(source=peer, tag=977)
@@ -225,13 +250,16 @@ def align_clocks(comm, clock=time.perf_counter_ns, rounds: int = 20) -> tuple[in
                 if fastest is None or received - sent < fastest[0]:
                     fastest = (received - sent, reference - (sent + received) // 2)
             best = (fastest[1], fastest[0] // 2)
+        done = comm.Ibarrier()
+        while not done.Test():
+            time.sleep(0.0002)
     return best
 
 
-def write_trace(comm, tracer: Tracer, directory, start: tuple[int, int], end: tuple[int, int], start_at: int, end_at: int):
+def write_trace(comm, tracer: Tracer, directory, start, end, start_at: int, end_at: int, name: str = "trace.json"):
     """Collective. Shift every rank's events to rank 0's clock (offset fitted linearly through the
     alignments ``start`` measured at ``start_at`` and ``end`` at ``end_at``, clock nanoseconds) and write
-    ``trace.json`` in ``directory`` on rank 0; its path there (None elsewhere) and the metadata."""
+    ``name`` in ``directory`` on rank 0; its path there (None elsewhere) and the metadata."""
     drift = (end[0] - start[0]) / max(end_at - start_at, 1)
     for event in tracer.events:
         local = event["ts"] * 1e3
@@ -257,10 +285,15 @@ def write_trace(comm, tracer: Tracer, directory, start: tuple[int, int], end: tu
         )
         events.append({"ph": "M", "name": "process_sort_index", "pid": meta["rank"], "args": {"sort_index": meta["rank"]}})
         events.extend(rank_events)
-    metadata = {"ranks": ranks, "window": [tracer.first, tracer.stop], "clock": "perf_counter_ns, aligned to rank 0"}
+    metadata = {
+        "ranks": ranks,
+        "window": [tracer.first, tracer.stop],
+        "multiplies_seen": tracer.multiply + 1,
+        "clock": "perf_counter_ns, aligned to rank 0",
+    }
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    target = path / "trace.json"
+    target = path / name
     with open(target, "w") as handle:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms", "otherData": metadata}, handle)
     return os.fspath(target), metadata

@@ -1,0 +1,53 @@
+"""Tracing (sparsewire.exec.tracing): the format's rules on hand-made events, and under mpiexec at
+P = 1..4 a trace of every traced mode, flat and hierarchical, valid, with one arrow per message, no
+receive before its send on the aligned clock and planted clock offsets recovered within 10 us
+(tests/exec/trace_driver.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import ROOT, run_mpi
+from trace_rules import problems, receives_before_sends
+
+
+def test_the_rules_catch_each_kind_of_broken_trace():
+    good = [
+        {"ph": "X", "name": "wait", "ts": 10.0, "dur": 5.0, "pid": 1, "tid": 0},
+        {"ph": "X", "name": "pack", "ts": 0.0, "dur": 4.0, "pid": 0, "tid": 0},
+        {"ph": "X", "name": "post sends", "ts": 1.0, "dur": 1.0, "pid": 0, "tid": 0},
+        {"ph": "b", "name": "send 0->1", "cat": "send", "id": "0:0:0:1", "ts": 1.5, "pid": 0},
+        {"ph": "e", "cat": "send", "id": "0:0:0:1", "ts": 3.0, "pid": 0},
+        {"ph": "s", "name": "message", "cat": "flow", "id": "0:0:0:1", "ts": 1.5, "pid": 0},
+        {"ph": "f", "name": "message", "cat": "flow", "id": "0:0:0:1", "ts": 12.0, "pid": 1, "bp": "e"},
+    ]
+    assert problems(good) == [] and receives_before_sends(good) == []
+    assert problems(good[:-1])  # the arrival dropped
+    assert problems(good[:3] + [{**good[2], "ts": 3.5}] + good[3:])  # a span crossing another's end
+    assert problems([e for e in good if e["ph"] != "e"])  # an async begin without its end
+    early = [dict(e) for e in good]
+    early[-1]["ts"] = 1.0
+    assert receives_before_sends(early) == ["0:0:0:1: 0.500 us early"]
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_traces_of_every_message_mode_are_valid_and_aligned(rng, tmp_path, ranks):
+    completed = run_mpi(ranks, [str(ROOT / "tests" / "exec" / "trace_driver.py"), str(int(rng.integers(2**31))), str(tmp_path)])
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert int(completed.stdout.split("OK ")[1].split()[0]) == 8, completed.stdout
+
+
+def test_spmm_trace_writes_one_valid_trace_per_run(tmp_path):
+    import json
+
+    args = ["-m", "sparsewire", "spmm", "delaunay:800:2", "--mode", "bulk,early", "--repeat", "3", "--json"]
+    completed = run_mpi(2, [*args, "--trace", str(tmp_path), "--trace-window", "1:3"], timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    runs = json.loads(completed.stdout)["runs"]
+    for run in runs:
+        events = json.load(open(run["trace"]["path"]))["traceEvents"]
+        assert problems(events) == [] and receives_before_sends(events) == []
+        assert sum(e["ph"] == "s" for e in events) == 2 * run["messages"], run["mode"]  # multiplies 1 and 2
+        names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+        assert {name.split(" @ ")[0] for name in names} == {"rank 0", "rank 1"}
+        assert {"pack", "post sends", "wait", "local product", "combine"} <= {e["name"] for e in events if e["ph"] == "X"}
