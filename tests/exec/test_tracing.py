@@ -41,7 +41,7 @@ def test_spmm_trace_writes_one_valid_trace_per_run(tmp_path):
     import json
 
     args = ["-m", "sparsewire", "spmm", "delaunay:800:2", "--mode", "bulk,early", "--repeat", "3", "--json"]
-    completed = run_mpi(2, [*args, "--trace", str(tmp_path), "--trace-window", "1:3"], timeout=300)
+    completed = run_mpi(2, [*args, "--trace", str(tmp_path), "--trace-window", "1:3", "--log-view"], timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     runs = json.loads(completed.stdout)["runs"]
     for run in runs:
@@ -51,3 +51,25 @@ def test_spmm_trace_writes_one_valid_trace_per_run(tmp_path):
         names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
         assert {name.split(" @ ")[0] for name in names} == {"rank 0", "rank 1"}
         assert {"pack", "post sends", "wait", "local product", "combine"} <= {e["name"] for e in events if e["ph"] == "X"}
+        summary = run["log_view"]  # the same window: multiplies 1 and 2
+        assert summary["multiplies"] == 2 and summary["ranks"] == 2
+        sent = sum(row["messages"] for row in summary["phases"])
+        assert sent == 2 * run["messages"] and sum(row["bytes"] for row in summary["phases"]) == 2 * run["planned_bytes"]
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_a_planted_imbalance_shows_as_max_min_and_load_balance(ranks):
+    import json
+
+    completed = run_mpi(ranks, [str(ROOT / "tests" / "exec" / "log_view_driver.py")], timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    summary = json.loads(completed.stdout.strip().splitlines()[-1])
+    local = next(row for row in summary["phases"] if row["phase"] == "local product")
+    assert summary["multiplies"] == 5 and local["count"] == 5
+    assert local["time_max"] >= 5 * 0.020  # the sleeping rank's five sleeps
+    if ranks == 1:
+        assert summary["load_balance_efficiency"] == 1.0 and local["max_min_ratio"] == 1.0
+    else:
+        assert local["max_min_ratio"] > 10, local
+        assert abs(summary["load_balance_efficiency"] - 1 / ranks) < 0.1, summary["load_balance_efficiency"]
+    assert 0 < summary["communication_efficiency"] <= 1 and summary["timer_seconds"] > 0 and summary["record_seconds"] > 0

@@ -31,6 +31,7 @@ from sparsewire.cli.common import (
 )
 from sparsewire.cli.spmm_runs import bytes_match, eigs_session, spmm_session
 from sparsewire.errors import InputError
+from sparsewire.exec.log_view import format_log_view
 from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
@@ -99,10 +100,18 @@ def add_commands(commands) -> None:
         "aligned to rank 0 (message modes on the mpi transport)",
     )
     spmm.add_argument(
+        "--log-view",
+        action="store_true",
+        help="print per run a -log_view-style summary: per phase count, time max, max/min over ranks, avg, %%T, messages, "
+        "average length, bytes; load-balance and communication efficiency (POP); measured beside predicted "
+        "communication (also in the JSON)",
+    )
+    spmm.add_argument(
         "--trace-window",
         metavar="A:B",
-        default="0:",
-        help="trace multiplies A to B-1 of each run, 0 the warm-up (default: 0:, all)",
+        default="1:",
+        help="trace (and summarise) multiplies A to B-1 of each run; 0 is the untimed warm-up, which also compiles "
+        "the kernels (default: 1:, the timed multiplies)",
     )
     spmm.add_argument(
         "--traffic-map",
@@ -196,14 +205,15 @@ def run_spmm(args: argparse.Namespace) -> int:
 
     if args.traffic_map is not None:
         check_plot_path(args.traffic_map, "--traffic-map")
-    if args.trace is not None:
+    if args.trace is not None or args.log_view:
         trace_window(args.trace_window)
         if "partitioned" in modes or args.transport != "mpi":
             raise InputError(
-                "--trace records the message modes (bulk, overlap, pipelined, early) on the mpi transport; "
+                "--trace and --log-view record the message modes (bulk, overlap, pipelined, early) on the mpi transport; "
                 "drop the partitioned mode (--mode all includes it) or --transport torch"
             )
-        check_writable(os.path.join(args.trace, "trace.json") if os.path.isdir(args.trace) else args.trace, "--trace")
+        if args.trace is not None:  # a folder made when the run ends, or one that exists
+            check_writable(os.path.join(args.trace, "trace.json") if os.path.isdir(args.trace) else args.trace, "--trace")
     MPI = start_mpi(modes, args.threads)
 
     from sparsewire.comm.runtime import limit_threads_per_rank
@@ -230,7 +240,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         check=args.check,
         symmetrize=args.symmetrize,
         progress=progress_printer(args),
-        trace=None if args.trace is None else (args.trace, trace_window(args.trace_window)),
+        trace=None if args.trace is None and not args.log_view else (args.trace, trace_window(args.trace_window), args.log_view),
     )
     if comm.Get_rank() != 0:
         return 0
@@ -300,6 +310,13 @@ def run_spmm(args: argparse.Namespace) -> int:
         print(f"topology {topology.describe()}; proxy {args.proxy}")
     print(format_table(headers + (["max abs error"] if args.check else []), rows))
     for r in results:
+        if "log_view" in r:
+            print("\n" + format_log_view(r["log_view"], f"{r['strategy']}/{r['mode']}"))
+        if r.get("trace", {}).get("truncated"):
+            print(
+                f"sparsewire: warning: the trace {r['trace']['path']} stopped at its event limit; trace a smaller --trace-window",
+                file=sys.stderr,
+            )
         if "first_delivery_problem" in r:
             print(f"sparsewire: {r['strategy']}/{r['mode']}: {r['first_delivery_problem']}", file=sys.stderr)
     if failed:

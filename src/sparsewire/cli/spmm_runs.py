@@ -111,9 +111,9 @@ def spmm_session(
                     out = torch.from_numpy(result).to(device)  # on the CPU the same memory
                     b_in = torch.from_numpy(b_local).to(device)  # uploaded once, outside the timing
                 traced = contextlib.nullcontext()
-                if trace is not None:  # (directory, window): the warm-up is multiply 0
+                if trace is not None:  # (directory or None, window, summary): the warm-up is multiply 0
                     name = f"trace-{plan.rank_plan.strategy.value}-{plan.options.mode.value}.json"
-                    traced = trace_plan(plan, trace[0], window=trace[1], name=name)
+                    traced = trace_plan(plan, trace[0], window=trace[1], name=name, summary=trace[2])
                 with traced as tracer:
                     timing = time_plan(plan, b_in, out, repeat)  # one warm-up: first-touch of buffers, MPI connections
                 if options.backend == "torch" and out.device.type != "cpu":
@@ -174,7 +174,9 @@ def spmm_session(
                 "traffic": traffic.as_dict(topology, matrices=comm.Get_size() <= 64),
                 "traffic_differences": traffic.differences(planned_traffic),
             }
-            if trace is not None:
+            if trace is not None and tracer.summary is not None:
+                row["log_view"] = tracer.summary
+            if trace is not None and tracer.metadata is not None:
                 ranks = tracer.metadata["ranks"]
                 row["trace"] = {
                     "path": tracer.path,

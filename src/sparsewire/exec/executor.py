@@ -216,13 +216,17 @@ class SpmmExecutor:
             )
         try:
             self.ledger.reset()
-            if self.tracer is not None:
-                self.tracer.begin_multiply()
+            tracer = self.tracer
+            if tracer is not None:
+                tracer.begin_multiply()
+                started = tracer.clock()
             self.watchdog.arm()
             try:
                 self.schedule.run(b_local, out)
             finally:
                 self.watchdog.disarm()
+            if tracer is not None and tracer.recording:
+                tracer.span("multiply", started, tracer.clock())
         finally:
             self._running.release()
         return out

@@ -46,24 +46,41 @@ DEFAULT_EVENT_LIMIT = 1_000_000
 
 
 @contextlib.contextmanager
-def trace(plan, directory, *, window=(0, None), limit: int = DEFAULT_EVENT_LIMIT, clock=time.perf_counter_ns, name="trace.json"):
+def trace(
+    plan,
+    directory=None,
+    *,
+    window=(0, None),
+    limit: int = DEFAULT_EVENT_LIMIT,
+    clock=time.perf_counter_ns,
+    name="trace.json",
+    summary: bool = True,
+):
     """Collective. Record the multiplies of ``plan`` (an :class:`~sparsewire.SpmmPlan` or its executor) made
-    inside the block, window ``[first, stop)`` of them, and write one Chrome trace ``directory/name`` on
-    rank 0 when the block ends (clocks aligned at its start and end: :func:`align_clocks`). Yields the
-    :class:`Tracer`; after the block its ``path`` (rank 0) and ``metadata`` (offsets, drift, residual
-    per rank) are set. Nothing is written when the block raises."""
+    inside the block, window ``[first, stop)`` of them. With a ``directory``, every event is kept and one
+    Chrome trace ``directory/name`` is written on rank 0 when the block ends (clocks aligned at its start
+    and end: :func:`align_clocks`); without, only each phase's count and time are kept. With ``summary``
+    the block's -log_view summary (:func:`~sparsewire.exec.log_view.summarize`) is computed at the end.
+    Yields the :class:`Tracer`; after the block its ``path`` (rank 0), ``metadata`` (offsets, drift,
+    residual per rank) and ``summary`` (rank 0) are set. Nothing is written when the block raises."""
+    from sparsewire.exec.log_view import summarize
+
     executor = getattr(plan, "executor", plan)
     comm = executor.comm
-    tracer = Tracer(comm.Get_rank(), executor.link_of, window, clock, limit)
-    start = align_clocks(comm, clock)
+    tracer = Tracer(comm.Get_rank(), executor.link_of, window, clock, limit, keep_events=directory is not None)
+    start = align_clocks(comm, clock) if directory is not None else (0, 0)
     start_at = clock()
     executor.start_tracing(tracer)
     try:
         yield tracer
     finally:
         executor.stop_tracing()
-    end = align_clocks(comm, clock)
-    tracer.path, tracer.metadata = write_trace(comm, tracer, directory, start, end, start_at, clock(), name)
+    if directory is not None:
+        end = align_clocks(comm, clock)
+        tracer.path, tracer.metadata = write_trace(comm, tracer, directory, start, end, start_at, clock(), name)
+    if summary:
+        stats = getattr(plan, "stats", None)
+        tracer.summary = summarize(comm, tracer, None if stats is None else getattr(plan, "predicted_seconds", None))
 
 
 class Tracer:
@@ -76,7 +93,9 @@ class Tracer:
         limit: events past which recording stops.
     """
 
-    def __init__(self, rank: int, link_of=None, window=(0, None), clock=time.perf_counter_ns, limit=DEFAULT_EVENT_LIMIT):
+    def __init__(
+        self, rank: int, link_of=None, window=(0, None), clock=time.perf_counter_ns, limit=DEFAULT_EVENT_LIMIT, keep_events=True
+    ):
         first, stop = window
         if first < 0 or (stop is not None and stop <= first):
             raise InputError(f"trace window [{first}, {stop}) holds no multiply; give 0 <= first < stop")
@@ -86,14 +105,21 @@ class Tracer:
         self.multiply = -1
         self.recording = False
         self.truncated = False
-        self.path = self.metadata = None
+        self.keep_events = keep_events
+        self.path = self.metadata = self.summary = None
+        self.phases: dict[str, list[int]] = {}  # name -> [count, nanoseconds] over the window
+        self.sent: dict[str, list[int]] = {}  # posting phase -> [messages, bytes]
+        self.multiplies = 0  # recorded
 
     def begin_multiply(self) -> None:
         """A multiply starts (every rank counts them alike)."""
         self.multiply += 1
         self.recording = self.multiply >= self.first and (self.stop is None or self.multiply < self.stop) and not self.truncated
+        self.multiplies += self.recording
 
     def add(self, event: dict) -> None:
+        if not self.keep_events:
+            return
         if len(self.events) >= self.limit:
             self.truncated, self.recording = True, False
             return
@@ -103,6 +129,9 @@ class Tracer:
 
     def span(self, name: str, start: int, end: int, **args) -> None:
         """A complete span of this thread, from ``start`` to ``end`` (clock nanoseconds)."""
+        totals = self.phases.setdefault(name, [0, 0])
+        totals[0] += 1
+        totals[1] += end - start
         self.add({"ph": "X", "name": name, "cat": "phase", "ts": start / 1e3, "dur": (end - start) / 1e3, "args": args})
 
     def flow_id(self, ex, source: int, destination: int) -> str:
@@ -180,9 +209,12 @@ class TracedTransport:
     def __getattr__(self, name):  # everything else (sends_message_by_message, free, ledger, ...) is the transport's
         return getattr(self.inner, name)
 
-    def _sent(self, ex, message: int, at: int) -> None:
+    def _sent(self, ex, message: int, at: int, phase: str) -> None:
         tracer, destination = self.tracer, int(ex.send_ranks[message])
         size = int(ex.send_offsets[message + 1] - ex.send_offsets[message]) * ex.send_buffer.shape[1] * self.itemsize
+        totals = tracer.sent.setdefault(phase, [0, 0])
+        totals[0] += 1
+        totals[1] += size
         tracer.message_event("b", "send", ex, destination, size, at)
         tracer.flow("s", ex, tracer.rank, destination, at)
 
@@ -197,12 +229,12 @@ class TracedTransport:
         _, start, end = _timed(self.tracer, "post sends", self.inner.start_sends, ex, exchange=ex.index)
         if self.tracer.recording:
             for message in range(len(ex.send_ranks)):
-                self._sent(ex, message, start)
+                self._sent(ex, message, start, "post sends")
 
     def start_send(self, ex, message: int) -> None:
         _, start, end = _timed(self.tracer, "post send", self.inner.start_send, ex, message, exchange=ex.index)
         if self.tracer.recording:
-            self._sent(ex, message, start)
+            self._sent(ex, message, start, "post send")
 
     def _arrived(self, ex, message: int, at: int) -> None:
         source = int(ex.recv_ranks[message])

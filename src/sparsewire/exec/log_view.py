@@ -1,0 +1,143 @@
+"""A -log_view-style summary of traced multiplies: per phase, over the ranks, and the POP efficiencies.
+
+Per phase (PETSc's ``-log_view`` columns, ``../shared/research/observability.md``): Count (the most
+calls on a rank), Time max (seconds, the slowest rank's total), Max/Min ratio (slowest / fastest
+rank's time; None when some rank never ran it), Avg (mean over the ranks), %T (Time max / the
+slowest rank's multiply time), the messages posted in it, their average length and bytes (all
+ranks). The whole (POP metrics, Caliper's min/max/avg per rank):
+
+* useful time of a rank = its pack, unpack, early multiply, local product and combine time;
+* load-balance efficiency = mean useful / max useful;
+* communication efficiency = max useful / runtime (runtime: the slowest rank's multiply time);
+* parallel efficiency = their product.
+
+The communication time per multiply (the slowest rank's posts and waits) stands beside the plan's
+predicted communication time. The footer measures, in this run, what the numbers cost: one clock
+read and one recorded span.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+__all__ = ["summarize", "format_log_view", "COMPUTE_PHASES"]
+
+#: Phases that compute (POP's useful time); the rest post or wait.
+COMPUTE_PHASES = ("pack", "unpack", "early multiply", "local product", "combine")
+_ORDER = ("multiply", "local product", "pack", "post receives", "post sends", "post send", "wait", "unpack")
+_ORDER += ("early multiply", "wait sends", "combine")
+
+
+def _costs(tracer) -> tuple[float, float]:
+    """Seconds of one clock read and of one recorded span, measured now on a scratch copy."""
+    from sparsewire.exec.tracing import Tracer
+
+    clock, reads = tracer.clock, 10_000
+    started = time.perf_counter()
+    for _ in range(reads):
+        clock()
+    timer = (time.perf_counter() - started) / reads
+    scratch = Tracer(tracer.rank, tracer.link_of, clock=clock, keep_events=tracer.keep_events)
+    scratch.begin_multiply()
+    started = time.perf_counter()
+    for _ in range(reads):
+        scratch.span("pack", 0, 1, exchange=0)
+    return timer, (time.perf_counter() - started) / reads
+
+
+def summarize(comm, tracer, predicted_seconds: float | None = None) -> dict | None:
+    """Collective. The summary of ``tracer``'s window (module docstring) on rank 0 (None elsewhere)."""
+    timer, record = _costs(tracer)
+    mine = {
+        "phases": tracer.phases,
+        "sent": tracer.sent,
+        "multiplies": tracer.multiplies,
+        "timer_seconds": timer,
+        "record_seconds": record,
+    }
+    ranks = comm.gather(mine, root=0)
+    if comm.Get_rank() != 0:
+        return None
+    names = [n for n in _ORDER if any(n in r["phases"] for r in ranks)]
+    names += sorted({n for r in ranks for n in r["phases"]} - set(names))
+    seconds = {n: np.array([r["phases"].get(n, [0, 0])[1] / 1e9 for r in ranks]) for n in names}
+    runtime = float(seconds["multiply"].max()) if "multiply" in seconds else 0.0
+    rows = []
+    for name in names:
+        times = seconds[name]
+        messages = sum(r["sent"].get(name, [0, 0])[0] for r in ranks)
+        size = sum(r["sent"].get(name, [0, 0])[1] for r in ranks)
+        rows.append(
+            {
+                "phase": name,
+                "count": int(max(r["phases"].get(name, [0, 0])[0] for r in ranks)),
+                "time_max": float(times.max()),
+                "max_min_ratio": float(times.max() / times.min()) if times.min() > 0 else None,
+                "avg": float(times.mean()),
+                "percent_time": 100 * float(times.max()) / runtime if runtime else None,
+                "messages": int(messages),
+                "average_length": size / messages if messages else None,
+                "bytes": int(size),
+            }
+        )
+    useful = sum((seconds[n] for n in COMPUTE_PHASES if n in seconds), np.zeros(len(ranks)))
+    communication = sum((seconds[n] for n in names if n.startswith(("post", "wait"))), np.zeros(len(ranks)))
+    multiplies = max(r["multiplies"] for r in ranks)
+    load_balance = float(useful.mean() / useful.max()) if useful.max() > 0 else None
+    communication_efficiency = float(useful.max() / runtime) if runtime else None
+    return {
+        "multiplies": int(multiplies),
+        "ranks": len(ranks),
+        "phases": rows,
+        "runtime_seconds": runtime,
+        "load_balance_efficiency": load_balance,
+        "communication_efficiency": communication_efficiency,
+        "parallel_efficiency": None
+        if None in (load_balance, communication_efficiency)
+        else load_balance * communication_efficiency,
+        "communication_seconds_per_multiply": float(communication.max()) / multiplies if multiplies else None,
+        "predicted_communication_seconds_per_multiply": predicted_seconds,
+        "per_rank": [{name: float(seconds[name][r]) for name in names} for r in range(len(ranks))],
+        "timer_seconds": max(r["timer_seconds"] for r in ranks),
+        "record_seconds": max(r["record_seconds"] for r in ranks),
+    }
+
+
+def _number(value, form: str) -> str:
+    return "-" if value is None else format(value, form)
+
+
+def format_log_view(summary: dict, title: str) -> str:
+    """Not collective. The summary as PETSc's ``-log_view`` prints it: a table and the efficiencies and costs."""
+    from sparsewire.report import format_table
+
+    headers = ["phase", "count", "time max (s)", "max/min", "avg (s)", "%T", "messages", "avg length", "bytes"]
+    table = [
+        [
+            row["phase"],
+            row["count"],
+            f"{row['time_max']:.3e}",
+            _number(row["max_min_ratio"], ".2f"),
+            f"{row['avg']:.3e}",
+            _number(row["percent_time"], ".1f"),
+            row["messages"],
+            _number(row["average_length"], ".0f"),
+            row["bytes"],
+        ]
+        for row in summary["phases"]
+    ]
+    predicted = summary["predicted_communication_seconds_per_multiply"]
+    lines = [
+        f"{title}: {summary['multiplies']} multiplies on {summary['ranks']} ranks, summed over them",
+        format_table(headers, table),
+        f"load balance {_number(summary['load_balance_efficiency'], '.3f')}, communication efficiency "
+        f"{_number(summary['communication_efficiency'], '.3f')}, parallel efficiency "
+        f"{_number(summary['parallel_efficiency'], '.3f')} (POP; useful = {', '.join(COMPUTE_PHASES)})",
+        f"communication per multiply {_number(summary['communication_seconds_per_multiply'], '.3e')} s measured (slowest "
+        f"rank's posts and waits), {_number(predicted, '.3e')} s predicted",
+        f"cost of the numbers: {summary['timer_seconds'] * 1e9:.0f} ns a clock read, {summary['record_seconds'] * 1e9:.0f} ns "
+        "a recorded span (measured in this run)",
+    ]
+    return "\n".join(lines)
