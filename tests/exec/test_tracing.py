@@ -41,8 +41,11 @@ def test_spmm_trace_writes_one_valid_trace_per_run(tmp_path):
     import json
 
     args = ["-m", "sparsewire", "spmm", "delaunay:800:2", "--mode", "bulk,early", "--repeat", "3", "--json"]
-    completed = run_mpi(2, [*args, "--trace", str(tmp_path), "--trace-window", "1:3", "--log-view"], timeout=300)
+    picture = tmp_path / "timeline.png"
+    extra = ["--trace", str(tmp_path), "--trace-window", "1:3", "--log-view", "--plot", str(picture)]
+    completed = run_mpi(2, [*args, *extra], timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 20_000
     runs = json.loads(completed.stdout)["runs"]
     for run in runs:
         events = json.load(open(run["trace"]["path"]))["traceEvents"]

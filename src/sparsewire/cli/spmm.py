@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 
 from sparsewire.cli.common import (
     DEFAULT_MODE,
@@ -100,6 +102,12 @@ def add_commands(commands) -> None:
         "aligned to rank 0 (message modes on the mpi transport)",
     )
     spmm.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="draw the first run's timeline (ranks as rows, phases as bars, messages as arrows; two traced multiplies) "
+        "into FILE (.png, .svg or .pdf); traces the run (into --trace DIR, or a temporary folder)",
+    )
+    spmm.add_argument(
         "--log-view",
         action="store_true",
         help="print per run a -log_view-style summary: per phase count, time max, max/min over ranks, avg, %%T, messages, "
@@ -148,6 +156,13 @@ def add_commands(commands) -> None:
     eigs.add_argument("--check", action="store_true", help="compare with SciPy's eigsh (ARPACK) on rank 0")
     eigs.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     eigs.set_defaults(handler=run_eigs)
+
+
+def trace_folder(args: argparse.Namespace, comm) -> str | None:
+    """Collective. Where the traces go: --trace DIR, a temporary folder (rank 0's) for --plot alone, or None."""
+    if args.trace is not None or args.plot is None:
+        return args.trace
+    return comm.bcast(tempfile.mkdtemp(prefix="sparsewire-trace-") if comm.Get_rank() == 0 else None)
 
 
 def trace_window(text: str) -> tuple[int, int | None]:
@@ -205,7 +220,9 @@ def run_spmm(args: argparse.Namespace) -> int:
 
     if args.traffic_map is not None:
         check_plot_path(args.traffic_map, "--traffic-map")
-    if args.trace is not None or args.log_view:
+    if args.plot is not None:
+        check_plot_path(args.plot, "--plot")
+    if args.trace is not None or args.log_view or args.plot is not None:
         trace_window(args.trace_window)
         if "partitioned" in modes or args.transport != "mpi":
             raise InputError(
@@ -240,13 +257,25 @@ def run_spmm(args: argparse.Namespace) -> int:
         check=args.check,
         symmetrize=args.symmetrize,
         progress=progress_printer(args),
-        trace=None if args.trace is None and not args.log_view else (args.trace, trace_window(args.trace_window), args.log_view),
+        trace=None
+        if args.trace is None and not args.log_view and args.plot is None
+        else (trace_folder(args, comm), trace_window(args.trace_window), args.log_view),
     )
     if comm.Get_rank() != 0:
         return 0
     failed = any(not bytes_match(r) or not r.get("check_passed", True) for r in results)
     if args.traffic_map is not None:
         _write_traffic_map(args, results[0], topology)
+    if args.plot is not None:
+        from sparsewire.exec.timeline import plot_timeline
+
+        first = results[0]
+        title = f"{args.matrix}: {first['strategy']}/{first['mode']}, P = {first['ranks']}, k = {first['k']}"
+        write_output(args.plot, "--plot", lambda target: plot_timeline(first["trace"]["path"], target, title))
+        if args.trace is None:
+            shutil.rmtree(os.path.dirname(first["trace"]["path"]), ignore_errors=True)
+        if not args.json:
+            print(f"timeline written to {args.plot}", file=sys.stderr)
     if args.json:
         if len(results) == 1:
             print(json_text(results[0]))
