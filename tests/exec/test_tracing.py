@@ -1,5 +1,5 @@
 """Tracing (sparsewire.exec.tracing): the format's rules on hand-made events, and under mpiexec at
-P = 1..4 a trace of every traced mode, flat and hierarchical, valid, with one arrow per message, no
+P = 1..4 a trace of every traced mode on both transports, flat and hierarchical, valid, with one arrow per message, no
 receive before its send on the aligned clock and planted clock offsets recovered within 10 us
 (tests/exec/trace_driver.py)."""
 
@@ -34,7 +34,7 @@ def test_the_rules_catch_each_kind_of_broken_trace():
 def test_traces_of_every_message_mode_are_valid_and_aligned(rng, tmp_path, ranks):
     completed = run_mpi(ranks, [str(ROOT / "tests" / "exec" / "trace_driver.py"), str(int(rng.integers(2**31))), str(tmp_path)])
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert int(completed.stdout.split("OK ")[1].split()[0]) == 8, completed.stdout
+    assert int(completed.stdout.split("OK ")[1].split()[0]) == 16, completed.stdout
 
 
 def test_spmm_trace_writes_one_valid_trace_per_run(tmp_path):

@@ -1,7 +1,7 @@
 """Run by tests/exec/test_tracing.py under ``mpiexec -n P``: ``python tests/exec/trace_driver.py SEED DIR``.
 
 For the flat joint strategy and the hierarchical joint-group, every traced mode (bulk, overlap,
-pipelined, early): four multiplies, window [1, 3); the trace must obey the format's rules
+pipelined, early), on both transports (mpi, torch): four multiplies, window [1, 3); the trace must obey the format's rules
 (tests/exec/trace_rules.py), hold one flow arrow per message the plan sends in the window, and no
 receive may complete before its send was posted on the aligned clock. Each rank's clock is a
 stand-in running ``rank`` seconds ahead (plus the real one): the alignment must find that offset
@@ -10,6 +10,7 @@ Prints ``OK N`` on rank 0 (N traces checked) and each rank's residual."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -33,31 +34,34 @@ def main(seed: int, directory: str) -> str:
         return time.perf_counter_ns() + planted_offset
 
     checked, residuals = 0, []
-    for strategy, topology in (("joint", None), ("joint-group", sparsewire.Topology.nodes(2))):
-        for mode in ("bulk", "overlap", "pipelined", "early"):
-            chosen = topology if topology is not None or mode != "pipelined" else sparsewire.Topology.nodes(2)
-            with matrix.spmm_plan(3, strategy=strategy, mode=mode, topology=chosen) as plan:
-                name = f"{strategy}-{mode}.json"
-                with sparsewire.trace(plan, directory, window=(1, 3), clock=clock, name=name) as tracer:
-                    for _ in range(4):
-                        plan.multiply(b)
-                messages = plan.stats.messages
-            for meta in tracer.metadata["ranks"] if rank == 0 else []:
-                error = abs(meta["offset_ns"] + meta["rank"] * 1_000_000_000)
-                assert error <= 10_000, f"rank {meta['rank']}: planted offset recovered to {error} ns"
-                residuals.append(meta["residual_us"])
-            if rank == 0:
-                events = json.load(open(tracer.path))["traceEvents"]
-                broken = problems(events)
-                assert not broken, (strategy, mode, broken[:5])
-                flows = sum(1 for e in events if e["ph"] == "s")
-                assert flows == 2 * messages, (strategy, mode, flows, messages)  # the window holds two multiplies
-                early = receives_before_sends(events)
-                assert not early, (strategy, mode, early[:5])
-                if checked == 0 and size > 1:  # planted fault: one arrival record dropped
-                    dropped = next(i for i, e in enumerate(events) if e["ph"] == "f")
-                    assert problems(events[:dropped] + events[dropped + 1 :]), "a dropped arrival went unnoticed"
-            checked += 1
+    groups = sparsewire.Topology.nodes(2)
+    strategies = (("joint", None), ("joint-group", groups))
+    modes = ("bulk", "overlap", "pipelined", "early")
+    for (strategy, topology), mode, transport in itertools.product(strategies, modes, ("mpi", "torch")):
+        chosen = groups if mode == "pipelined" else topology
+        with matrix.spmm_plan(3, strategy=strategy, mode=mode, topology=chosen, transport=transport) as plan:
+            name = f"{strategy}-{mode}-{transport}.json"
+            with sparsewire.trace(plan, directory, window=(1, 3), clock=clock, name=name) as tracer:
+                for _ in range(4):
+                    plan.multiply(b)
+            messages = plan.stats.messages
+        case = (strategy, mode, transport)
+        for meta in tracer.metadata["ranks"] if rank == 0 else []:
+            error = abs(meta["offset_ns"] + meta["rank"] * 1_000_000_000)
+            assert error <= 10_000, f"{case} rank {meta['rank']}: planted offset recovered to {error} ns"
+            residuals.append(meta["residual_us"])
+        if rank == 0:
+            events = json.load(open(tracer.path))["traceEvents"]
+            broken = problems(events)
+            assert not broken, (case, broken[:5])
+            flows = sum(1 for e in events if e["ph"] == "s")
+            assert flows == 2 * messages, (case, flows, messages)  # the window holds two multiplies
+            early = receives_before_sends(events)
+            assert not early, (case, early[:5])
+            if checked == 0 and size > 1:  # planted fault: one arrival record dropped
+                dropped = next(i for i, e in enumerate(events) if e["ph"] == "f")
+                assert problems(events[:dropped] + events[dropped + 1 :]), "a dropped arrival went unnoticed"
+        checked += 1
     return f"OK {checked} residual_us {max(residuals, default=0.0):.2f}"
 
 

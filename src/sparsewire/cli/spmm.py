@@ -99,7 +99,7 @@ def add_commands(commands) -> None:
         metavar="DIR",
         help="write a Chrome trace (Perfetto, chrome://tracing) of each run to DIR/trace-STRATEGY-MODE.json: every rank's "
         "pack, post, wait, unpack and combine spans, each message and an arrow from its send to its receive, clocks "
-        "aligned to rank 0 (message modes on the mpi transport)",
+        "aligned to rank 0 (the message modes: not partitioned)",
     )
     spmm.add_argument(
         "--plot",
@@ -224,10 +224,10 @@ def run_spmm(args: argparse.Namespace) -> int:
         check_plot_path(args.plot, "--plot")
     if args.trace is not None or args.log_view or args.plot is not None:
         trace_window(args.trace_window)
-        if "partitioned" in modes or args.transport != "mpi":
+        if "partitioned" in modes:
             raise InputError(
-                "--trace and --log-view record the message modes (bulk, overlap, pipelined, early) on the mpi transport; "
-                "drop the partitioned mode (--mode all includes it) or --transport torch"
+                "--trace, --log-view and --plot record the message modes (bulk, overlap, pipelined, early); drop the "
+                "partitioned mode (--mode all includes it)"
             )
         if args.trace is not None:  # a folder made when the run ends, or one that exists
             check_writable(os.path.join(args.trace, "trace.json") if os.path.isdir(args.trace) else args.trace, "--trace")

@@ -237,10 +237,9 @@ class SpmmExecutor:
         from sparsewire.exec.pack import Packer
         from sparsewire.exec.tracing import TracedCombine, TracedPacker, TracedTransport
 
-        if self.mode is Mode.PARTITIONED or self.transport.name != "mpi":
+        if self.mode is Mode.PARTITIONED:
             raise InputError(
-                f"tracing runs the message modes on the mpi transport (not {self.mode.value} on {self.transport.name}); "
-                "trace bulk, overlap, pipelined or early over MPI"
+                "tracing runs the message modes (bulk, overlap, pipelined, early), not the partitioned mode; trace one of those"
             )
         traced = SCHEDULES[self.mode](
             self.buffers,
