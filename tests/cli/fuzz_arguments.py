@@ -62,8 +62,10 @@ WORK_FLAGS = {
     "--block": 8,
     "--ranks": 16,  # planning P ranks in one process costs P^2: advise at P = 1,000 takes minutes
 }
-#: Out-of-domain values of those flags (refused at once; 2**31 - 1 ranks by the memory check).
-WORK_JUNK = ["0", "-1", "abc", "nan", "2.5", "2147483647"]
+#: Out-of-domain values of those flags, refused at once (2**31 - 1 ranks by the memory check; 2**31 - 1
+#: repeats are a long run the user asked for, not a hang).
+WORK_JUNK = ["0", "-1", "abc", "nan", "2.5"]
+HUGE_REFUSED = {"--ranks": ["2147483647"]}
 
 EXTREME = ["0", "-1", "1", "2", "3", "7", "2147483647", "2147483648", "9223372036854775808", "10" * 12]
 JUNK = ["", " ", "abc", "nan", "inf", "-inf", "1e308", "1.5", "0x10", "-0", "1_000", "+3", "\x01", "é"]
@@ -157,7 +159,7 @@ def flag_values(action: argparse.Action, flag: str) -> st.SearchStrategy[str]:
     """What a flag's value is drawn from: mostly its domain (so most vectors run), else its edges and junk."""
     junk = st.sampled_from(EXTREME + JUNK)
     if flag in WORK_FLAGS:
-        return st.one_of(st.integers(1, WORK_FLAGS[flag]).map(str), st.sampled_from(WORK_JUNK))
+        return st.one_of(st.integers(1, WORK_FLAGS[flag]).map(str), st.sampled_from(WORK_JUNK + HUGE_REFUSED.get(flag, [])))
     if action.choices:
         valid = st.sampled_from(list(action.choices))
     elif flag in TEXT:
