@@ -76,3 +76,17 @@ def test_a_planted_imbalance_shows_as_max_min_and_load_balance(ranks):
         assert local["max_min_ratio"] > 10, local
         assert abs(summary["load_balance_efficiency"] - 1 / ranks) < 0.1, summary["load_balance_efficiency"]
     assert 0 < summary["communication_efficiency"] <= 1 and summary["timer_seconds"] > 0 and summary["record_seconds"] > 0
+
+
+def test_eigs_traces_summarises_and_maps_its_multiplies(tmp_path):
+    import json
+
+    args = ["-m", "sparsewire", "eigs", "stencil2d:20", "--mode", "overlap", "--json", "--log-view"]
+    completed = run_mpi(3, [*args, "--trace", str(tmp_path), "--trace-window", "2:5"], timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout)
+    assert report["converged"] and report["traffic_differences"] == [] and report["log_view"]["multiplies"] == 3
+    events = json.load(open(report["trace"]["path"]))["traceEvents"]
+    assert problems(events) == [] and receives_before_sends(events) == []
+    messages = sum(sum(row) for row in report["traffic"]["messages"])  # one multiply's
+    assert sum(e["ph"] == "s" for e in events) == 3 * messages > 0

@@ -4,10 +4,7 @@
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
 
 from sparsewire.cli.common import (
     DEFAULT_MODE,
@@ -18,8 +15,6 @@ from sparsewire.cli.common import (
     add_topology_arguments,
     add_transport_argument,
     agree_on_arguments,
-    check_plot_path,
-    check_writable,
     json_text,
     number,
     options_from_args,
@@ -29,11 +24,16 @@ from sparsewire.cli.common import (
     resolve_backend_arguments,
     start_mpi,
     topology_from_args,
-    write_output,
+)
+from sparsewire.cli.profiling import (
+    add_profiling_arguments,
+    check_profiling_arguments,
+    print_profiling,
+    profiling_request,
+    write_profiling_pictures,
 )
 from sparsewire.cli.spmm_runs import bytes_match, eigs_session, spmm_session
 from sparsewire.errors import InputError
-from sparsewire.exec.log_view import format_log_view
 from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
@@ -94,39 +94,7 @@ def add_commands(commands) -> None:
     add_topology_arguments(spmm, allow_mpi=True)
     spmm.add_argument("--check", action="store_true", help="gather C on rank 0 and compare with SciPy (max_abs_error)")
     spmm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
-    spmm.add_argument(
-        "--trace",
-        metavar="DIR",
-        help="write a Chrome trace (Perfetto, chrome://tracing) of each run to DIR/trace-STRATEGY-MODE.json: every rank's "
-        "pack, post, wait, unpack and combine spans, each message and an arrow from its send to its receive, clocks "
-        "aligned to rank 0 (the message modes: not partitioned)",
-    )
-    spmm.add_argument(
-        "--plot",
-        metavar="FILE",
-        help="draw the first run's timeline (ranks as rows, phases as bars, messages as arrows; two traced multiplies) "
-        "into FILE (.png, .svg or .pdf); traces the run (into --trace DIR, or a temporary folder)",
-    )
-    spmm.add_argument(
-        "--log-view",
-        action="store_true",
-        help="print per run a -log_view-style summary: per phase count, time max, max/min over ranks, avg, %%T, messages, "
-        "average length, bytes; load-balance and communication efficiency (POP); measured beside predicted "
-        "communication (also in the JSON)",
-    )
-    spmm.add_argument(
-        "--trace-window",
-        metavar="A:B",
-        default="1:",
-        help="trace (and summarise) multiplies A to B-1 of each run; 0 is the untimed warm-up, which also compiles "
-        "the kernels (default: 1:, the timed multiplies)",
-    )
-    spmm.add_argument(
-        "--traffic-map",
-        metavar="FILE",
-        help="write a heat map of bytes and messages per (source, destination) rank pair of the first run, as MPI "
-        "counted them, groups outlined (.png, .svg or .pdf); the JSON has the map of every run",
-    )
+    add_profiling_arguments(spmm, "run", "each run", "DIR/trace-STRATEGY-MODE.json")
     spmm.set_defaults(handler=run_spmm)
 
     eigs = commands.add_parser(
@@ -155,40 +123,8 @@ def add_commands(commands) -> None:
     eigs.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
     eigs.add_argument("--check", action="store_true", help="compare with SciPy's eigsh (ARPACK) on rank 0")
     eigs.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
+    add_profiling_arguments(eigs, "solve", "the solve", "DIR/trace-eigs-STRATEGY-MODE.json")
     eigs.set_defaults(handler=run_eigs)
-
-
-def trace_folder(args: argparse.Namespace, comm) -> str | None:
-    """Collective. Where the traces go: --trace DIR, a temporary folder (rank 0's) for --plot alone, or None."""
-    if args.trace is not None or args.plot is None:
-        return args.trace
-    return comm.bcast(tempfile.mkdtemp(prefix="sparsewire-trace-") if comm.Get_rank() == 0 else None)
-
-
-def trace_window(text: str) -> tuple[int, int | None]:
-    """``--trace-window A:B`` (B may be empty: to the end) as (A, B)."""
-    first, _, stop = text.partition(":")
-    try:
-        window = (int(first or 0), int(stop) if stop.strip() else None)
-    except ValueError:
-        raise InputError(f"--trace-window {text!r}: give A:B, whole numbers, e.g. 1:5 (B may be left out)") from None
-    if window[0] < 0 or (window[1] is not None and window[1] <= window[0]):
-        raise InputError(f"--trace-window {text!r}: give 0 <= A < B")
-    return window
-
-
-def _write_traffic_map(args: argparse.Namespace, run: dict, topology) -> None:
-    import numpy as np
-
-    from sparsewire.exec.traffic import TrafficMap, plot_traffic
-
-    if "bytes" not in run["traffic"]:
-        raise InputError(f"--traffic-map draws up to 64 ranks (this run has {run['ranks']}); use the JSON's per_link_class")
-    traffic = TrafficMap(np.array(run["traffic"]["bytes"]), np.array(run["traffic"]["messages"]))
-    title = f"{args.matrix}: {run['strategy']}/{run['mode']}, P = {run['ranks']}, k = {run['k']} (as MPI counted it)"
-    write_output(args.traffic_map, "--traffic-map", lambda target: plot_traffic(traffic, topology, target, title))
-    if not args.json:
-        print(f"traffic map written to {args.traffic_map}", file=sys.stderr)
 
 
 def run_spmm(args: argparse.Namespace) -> int:
@@ -218,19 +154,7 @@ def run_spmm(args: argparse.Namespace) -> int:
     if args.topology is not None and args.topology.strip().lower() != "mpi":
         topology_from_args(args)  # reject an unknown preset before MPI starts
 
-    if args.traffic_map is not None:
-        check_plot_path(args.traffic_map, "--traffic-map")
-    if args.plot is not None:
-        check_plot_path(args.plot, "--plot")
-    if args.trace is not None or args.log_view or args.plot is not None:
-        trace_window(args.trace_window)
-        if "partitioned" in modes:
-            raise InputError(
-                "--trace, --log-view and --plot record the message modes (bulk, overlap, pipelined, early); drop the "
-                "partitioned mode (--mode all includes it)"
-            )
-        if args.trace is not None:  # a folder made when the run ends, or one that exists
-            check_writable(os.path.join(args.trace, "trace.json") if os.path.isdir(args.trace) else args.trace, "--trace")
+    check_profiling_arguments(args, modes)
     MPI = start_mpi(modes, args.threads)
 
     from sparsewire.comm.runtime import limit_threads_per_rank
@@ -257,25 +181,12 @@ def run_spmm(args: argparse.Namespace) -> int:
         check=args.check,
         symmetrize=args.symmetrize,
         progress=progress_printer(args),
-        trace=None
-        if args.trace is None and not args.log_view and args.plot is None
-        else (trace_folder(args, comm), trace_window(args.trace_window), args.log_view),
+        trace=profiling_request(args, comm),
     )
     if comm.Get_rank() != 0:
         return 0
     failed = any(not bytes_match(r) or not r.get("check_passed", True) for r in results)
-    if args.traffic_map is not None:
-        _write_traffic_map(args, results[0], topology)
-    if args.plot is not None:
-        from sparsewire.exec.timeline import plot_timeline
-
-        first = results[0]
-        title = f"{args.matrix}: {first['strategy']}/{first['mode']}, P = {first['ranks']}, k = {first['k']}"
-        write_output(args.plot, "--plot", lambda target: plot_timeline(first["trace"]["path"], target, title))
-        if args.trace is None:
-            shutil.rmtree(os.path.dirname(first["trace"]["path"]), ignore_errors=True)
-        if not args.json:
-            print(f"timeline written to {args.plot}", file=sys.stderr)
+    write_profiling_pictures(args, results, topology)
     if args.json:
         if len(results) == 1:
             print(json_text(results[0]))
@@ -339,13 +250,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         print(f"topology {topology.describe()}; proxy {args.proxy}")
     print(format_table(headers + (["max abs error"] if args.check else []), rows))
     for r in results:
-        if "log_view" in r:
-            print("\n" + format_log_view(r["log_view"], f"{r['strategy']}/{r['mode']}"))
-        if r.get("trace", {}).get("truncated"):
-            print(
-                f"sparsewire: warning: the trace {r['trace']['path']} stopped at its event limit; trace a smaller --trace-window",
-                file=sys.stderr,
-            )
+        print_profiling(r, f"{r['strategy']}/{r['mode']}")
         if "first_delivery_problem" in r:
             print(f"sparsewire: {r['strategy']}/{r['mode']}: {r['first_delivery_problem']}", file=sys.stderr)
     if failed:
@@ -367,6 +272,7 @@ def run_eigs(args: argparse.Namespace) -> int:
         raise InputError("eigs runs one strategy and one mode; give one of each")
     if not args.tol > 0:
         raise InputError(f"--tol must be positive (got {args.tol})")
+    check_profiling_arguments(args, modes)
     MPI = start_mpi(modes, args.threads)
 
     from sparsewire.comm.runtime import limit_threads_per_rank
@@ -388,10 +294,12 @@ def run_eigs(args: argparse.Namespace) -> int:
         symmetrize=args.symmetrize,
         check=args.check,
         progress=progress_printer(args),
+        trace=profiling_request(args, comm),
     )
     if comm.Get_rank() != 0:
         return 0
-    failed = not report["converged"] or not report.get("check_passed", True)
+    failed = not report["converged"] or not report.get("check_passed", True) or bool(report["traffic_differences"])
+    write_profiling_pictures(args, [report], None)
     if args.json:
         print(json_text(report))
         return 1 if failed else 0
@@ -415,9 +323,11 @@ def run_eigs(args: argparse.Namespace) -> int:
             else ""
         )
     )
+    print_profiling(report, f"eigs {report['strategy']}/{report['mode']}")
     if failed:
         print(
-            "sparsewire: error: eigs did not converge or differs from eigsh by more than the tolerance; see above",
+            "sparsewire: error: eigs did not converge, differs from eigsh by more than the tolerance, or moved other "
+            "bytes than planned; see above",
             file=sys.stderr,
         )
         return 1

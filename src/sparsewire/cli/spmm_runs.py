@@ -36,6 +36,22 @@ def _load(comm, spec: str, partition: str, symmetrize: bool, topology=None, imba
     return matrix, bad
 
 
+def _add_trace_fields(report: dict, trace, tracer) -> None:
+    """The run's ``log_view`` summary and ``trace`` (path, events, truncated, clock residual), when traced."""
+    if trace is None:
+        return
+    if tracer.summary is not None:
+        report["log_view"] = tracer.summary
+    if tracer.metadata is not None:
+        ranks = tracer.metadata["ranks"]
+        report["trace"] = {
+            "path": tracer.path,
+            "events": sum(r["events"] for r in ranks),
+            "truncated": any(r["truncated"] for r in ranks),
+            "clock_residual_us": max(r["residual_us"] for r in ranks),
+        }
+
+
 def _input_rows(matrix) -> int:
     """This rank's rows of B (counted, not listed: a hypersparse wide A has 10^11 of them)."""
     start, stop = matrix.col_partition.range(matrix.comm.Get_rank())
@@ -174,16 +190,7 @@ def spmm_session(
                 "traffic": traffic.as_dict(topology, matrices=comm.Get_size() <= 64),
                 "traffic_differences": traffic.differences(planned_traffic),
             }
-            if trace is not None and tracer.summary is not None:
-                row["log_view"] = tracer.summary
-            if trace is not None and tracer.metadata is not None:
-                ranks = tracer.metadata["ranks"]
-                row["trace"] = {
-                    "path": tracer.path,
-                    "events": sum(r["events"] for r in ranks),
-                    "truncated": any(r["truncated"] for r in ranks),
-                    "clock_residual_us": max(r["residual_us"] for r in ranks),
-                }
+            _add_trace_fields(row, trace, tracer if trace is not None else None)
             if not measured_independently:
                 row["received_tensor_bytes"] = int(measured)
             if topology is not None:
@@ -208,13 +215,15 @@ def spmm_session(
 
 
 def eigs_session(
-    comm, spec, nev, options, *, block, steps, tol, max_iterations, partition, imbalance, symmetrize, check, progress
+    comm, spec, nev, options, *, block, steps, tol, max_iterations, partition, imbalance, symmetrize, check, progress, trace=None
 ) -> dict | None:
     """Collective. The ``nev`` largest-magnitude eigenvalues of the symmetric matrix ``spec`` by
     :func:`~sparsewire.apps.eigensolver.block_krylov_eigs` on one plan made with ``options``
     (:class:`~sparsewire.options.ExecOptions`); a result dict on rank 0
     (None elsewhere). ``check`` adds SciPy's ``eigsh`` (ARPACK) on rank 0 and the largest relative
     difference."""
+    import contextlib
+
     import numpy as np
     import scipy.sparse as sp
     from mpi4py import MPI
@@ -222,6 +231,7 @@ def eigs_session(
     from sparsewire.apps.eigensolver import block_krylov_eigs
     from sparsewire.cli.common import refuse_oversized
     from sparsewire.comm.runtime import agree_on_error
+    from sparsewire.exec.tracing import trace as trace_plan
     from sparsewire.io import is_edge_list
     from sparsewire.tolerance import eigenvalues_allowed, within
 
@@ -254,17 +264,23 @@ def eigs_session(
             problem = f"--block {block} must be at least --nev {nev}"
     agree_on_error(comm, problem)
     with matrix.spmm_plan(block, np.float64, options=options) as plan:
-        result = block_krylov_eigs(
-            plan.executor,
-            matrix.row_offset,
-            matrix.shape[0],
-            nev,
-            steps=steps,
-            tol=tol,
-            max_iterations=max_iterations,
-            progress=progress,
-        )
+        traced = contextlib.nullcontext()
+        if trace is not None:  # (directory or None, window, summary): the first multiply is 0
+            name = f"trace-eigs-{plan.rank_plan.strategy.value}-{plan.options.mode.value}.json"
+            traced = trace_plan(plan, trace[0], window=trace[1], name=name, summary=trace[2])
+        with traced as tracer:
+            result = block_krylov_eigs(
+                plan.executor,
+                matrix.row_offset,
+                matrix.shape[0],
+                nev,
+                steps=steps,
+                tol=tol,
+                max_iterations=max_iterations,
+                progress=progress,
+            )
         bytes_per_multiply = comm.allreduce(plan.bytes_received, op=MPI.SUM)
+        traffic, planned_traffic = plan.traffic()  # the last multiply's
         used_threads, chosen, mode, plan_options = plan.threads, plan.rank_plan.strategy.value, plan.mode, plan.options.as_dict()
     seconds = comm.allreduce(result.seconds, op=MPI.MAX)
     multiply_seconds = comm.allreduce(result.multiply_seconds, op=MPI.MAX)
@@ -292,7 +308,11 @@ def eigs_session(
         "multiplies_per_second": result.multiplies / multiply_seconds if multiply_seconds > 0 else None,
         "bytes_per_multiply": int(bytes_per_multiply),
         "bytes_per_iteration": int(bytes_per_multiply) * result.multiplies / max(result.iterations, 1),
+        "k": block,
+        "traffic": traffic.as_dict(options.topology, matrices=comm.Get_size() <= 64),
+        "traffic_differences": traffic.differences(planned_traffic),
     }
+    _add_trace_fields(report, trace, tracer if trace is not None else None)
     if check:
         from scipy.sparse.linalg import eigsh
 

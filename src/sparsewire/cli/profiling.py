@@ -1,0 +1,144 @@
+"""The profiling flags of the commands that run SpMM plans (``spmm``, ``eigs``): ``--trace``,
+``--trace-window``, ``--log-view``, ``--plot`` and ``--traffic-map`` (docs/profiling.md), their
+checks before MPI starts, and what is printed and drawn after the runs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+from sparsewire.cli.common import check_plot_path, check_writable, write_output
+from sparsewire.errors import InputError
+
+__all__ = [
+    "add_profiling_arguments",
+    "check_profiling_arguments",
+    "profiling_request",
+    "trace_window",
+    "print_profiling",
+    "write_profiling_pictures",
+]
+
+
+def add_profiling_arguments(parser: argparse.ArgumentParser, run: str, each: str, file_name: str) -> None:
+    """The five flags; ``run`` names what one trace covers (``run``), ``each`` the plural, ``file_name`` the trace's."""
+    parser.add_argument(
+        "--trace",
+        metavar="DIR",
+        help=f"write a Chrome trace (Perfetto, chrome://tracing) of {each} to {file_name}: every rank's pack, post, "
+        "wait, unpack and combine spans, each message and an arrow from its send to its receive, clocks aligned to "
+        "rank 0 (the message modes: not partitioned)",
+    )
+    parser.add_argument(
+        "--trace-window",
+        metavar="A:B",
+        default="1:",
+        help=f"trace (and summarise) multiplies A to B-1 of {each}; 0 is the first, which also compiles the kernels "
+        "(default: 1:)",
+    )
+    parser.add_argument(
+        "--log-view",
+        action="store_true",
+        help=f"print for {each} a -log_view-style summary: per phase count, time max, max/min over ranks, avg, %%T, "
+        "messages, average length, bytes; load-balance and communication efficiency (POP); measured beside predicted "
+        "communication (also in the JSON)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        help=f"draw the first {run}'s timeline (ranks as rows, phases as bars, messages as arrows; two traced "
+        "multiplies) into FILE (.png, .svg or .pdf); traces (into --trace DIR, or a temporary folder)",
+    )
+    parser.add_argument(
+        "--traffic-map",
+        metavar="FILE",
+        help=f"a heat map of bytes and messages per (source, destination) rank pair of the first {run}'s last "
+        "multiply, as MPI counted them, groups outlined (.png, .svg or .pdf); the JSON has the map",
+    )
+
+
+def trace_window(text: str) -> tuple[int, int | None]:
+    """``--trace-window A:B`` (B may be empty: to the end) as (A, B)."""
+    first, _, stop = text.partition(":")
+    try:
+        window = (int(first or 0), int(stop) if stop.strip() else None)
+    except ValueError:
+        raise InputError(f"--trace-window {text!r}: give A:B, whole numbers, e.g. 1:5 (B may be left out)") from None
+    if window[0] < 0 or (window[1] is not None and window[1] <= window[0]):
+        raise InputError(f"--trace-window {text!r}: give 0 <= A < B")
+    return window
+
+
+def _tracing(args: argparse.Namespace) -> bool:
+    return args.trace is not None or args.log_view or args.plot is not None
+
+
+def check_profiling_arguments(args: argparse.Namespace, modes: list[str]) -> None:
+    """Before MPI starts: the pictures' paths, the window, the trace folder, and a mode that can be traced."""
+    if args.traffic_map is not None:
+        check_plot_path(args.traffic_map, "--traffic-map")
+    if args.plot is not None:
+        check_plot_path(args.plot, "--plot")
+    if not _tracing(args):
+        return
+    trace_window(args.trace_window)
+    if "partitioned" in modes:
+        raise InputError(
+            "--trace, --log-view and --plot record the message modes (bulk, overlap, pipelined, early); drop the "
+            "partitioned mode (--mode all includes it)"
+        )
+    if args.trace is not None:  # a folder made when the run ends, or one that exists
+        check_writable(os.path.join(args.trace, "trace.json") if os.path.isdir(args.trace) else args.trace, "--trace")
+
+
+def profiling_request(args: argparse.Namespace, comm) -> tuple[str | None, tuple, bool] | None:
+    """Collective. (trace folder or None, window, summary) for the sessions, or None: nothing traced. --plot alone
+    traces into a temporary folder of rank 0's."""
+    if not _tracing(args):
+        return None
+    folder = args.trace
+    if folder is None and args.plot is not None:
+        folder = comm.bcast(tempfile.mkdtemp(prefix="sparsewire-trace-") if comm.Get_rank() == 0 else None)
+    return folder, trace_window(args.trace_window), args.log_view
+
+
+def print_profiling(run: dict, title: str) -> None:
+    """Rank 0, after the table: the run's summary and a warning when its trace hit the event limit."""
+    from sparsewire.exec.log_view import format_log_view
+
+    if "log_view" in run:
+        print("\n" + format_log_view(run["log_view"], title))
+    if run.get("trace", {}).get("truncated"):
+        print(
+            f"sparsewire: warning: the trace {run['trace']['path']} stopped at its event limit; trace a smaller --trace-window",
+            file=sys.stderr,
+        )
+
+
+def write_profiling_pictures(args: argparse.Namespace, runs: list[dict], topology) -> None:
+    """Rank 0: the traffic map and the timeline of the first run (and the temporary trace folder removed)."""
+    import numpy as np
+
+    first = runs[0]
+    title = f"{args.matrix}: {first['strategy']}/{first['mode']}, P = {first['ranks']}, k = {first['k']}"
+    if args.traffic_map is not None:
+        from sparsewire.exec.traffic import TrafficMap, plot_traffic
+
+        if "bytes" not in first["traffic"]:
+            raise InputError(f"--traffic-map draws up to 64 ranks (this run has {first['ranks']}); use the JSON's per_link_class")
+        traffic = TrafficMap(np.array(first["traffic"]["bytes"]), np.array(first["traffic"]["messages"]))
+        drawn = f"{title} (as MPI counted it)"
+        write_output(args.traffic_map, "--traffic-map", lambda target: plot_traffic(traffic, topology, target, drawn))
+        if not args.json:
+            print(f"traffic map written to {args.traffic_map}", file=sys.stderr)
+    if args.plot is not None:
+        from sparsewire.exec.timeline import plot_timeline
+
+        write_output(args.plot, "--plot", lambda target: plot_timeline(first["trace"]["path"], target, title))
+        if args.trace is None:
+            shutil.rmtree(os.path.dirname(first["trace"]["path"]), ignore_errors=True)
+        if not args.json:
+            print(f"timeline written to {args.plot}", file=sys.stderr)
