@@ -182,7 +182,7 @@ def test_cli_spmm_errors_are_one_line_without_hang(tmp_path):
     assert nan.returncode == 2 and "NaN" in nan.stderr and "Traceback" not in nan.stderr
     bad_k = run_mpi(3, ["-m", "sparsewire", "spmm", "stencil2d:8", "--k", "0"], timeout=60)
     assert bad_k.returncode == 2 and bad_k.stderr.strip().splitlines() == [
-        "sparsewire: error: argument --k: must be at least 1 (got 0); see 'sparsewire spmm --help'"
+        "sparsewire: error: argument --k: must be from 1 to 2147483647 (got 0); see 'sparsewire spmm --help'"
     ]
     rowwise = run_mpi(2, ["-m", "sparsewire", "spmm", "stencil2d:8", "--strategy", "rowwise"], timeout=60)
     assert rowwise.returncode == 2 and "accounting only" in rowwise.stderr

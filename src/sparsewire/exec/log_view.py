@@ -18,8 +18,6 @@ read and one recorded span (CPU time).
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 __all__ = ["summarize", "format_log_view", "COMPUTE_PHASES"]
@@ -30,27 +28,10 @@ _ORDER = ("multiply", "local product", "pack", "post receives", "post sends", "p
 _ORDER += ("early multiply", "wait sends", "combine")
 
 
-def _costs(tracer) -> tuple[float, float]:
-    """Seconds of one clock read and of one recorded span, measured now on a scratch copy in this thread's CPU
-    time (wall time would count the moments an oversubscribed core ran another rank)."""
-    from sparsewire.exec.tracing import Tracer
-
-    clock, reads = tracer.clock, 10_000
-    started = time.thread_time()
-    for _ in range(reads):
-        clock()
-    timer = (time.thread_time() - started) / reads
-    scratch = Tracer(tracer.rank, tracer.link_of, clock=clock, keep_events=tracer.keep_events)
-    scratch.begin_multiply()
-    started = time.thread_time()
-    for _ in range(reads):
-        scratch.span("pack", 0, 1, exchange=0)
-    return timer, (time.thread_time() - started) / reads
-
-
-def summarize(comm, tracer, predicted_seconds: float | None = None) -> dict | None:
-    """Collective. The summary of ``tracer``'s window (module docstring) on rank 0 (None elsewhere)."""
-    timer, record = _costs(tracer)
+def summarize(comm, tracer, costs: tuple[float, float], predicted_seconds: float | None = None) -> dict | None:
+    """Collective. The summary of ``tracer``'s window (module docstring) on rank 0 (None elsewhere); ``costs``:
+    this rank's seconds of a clock read and of a recorded span (:func:`~sparsewire.exec.tracing.measure_costs`)."""
+    timer, record = costs
     mine = {
         "phases": tracer.phases,
         "sent": tracer.sent,

@@ -13,8 +13,8 @@ returns when its last message is in), so its arrow never points back in time.
 How: :class:`Tracer` wraps the executor's parts (the packer, the transport, the combine) in
 proxies that time each call (``time.perf_counter_ns``) and delegate; tracing off leaves the
 parts unwrapped, so an untraced multiply runs exactly the code it ran before. Only multiplies in
-the window ``[first, stop)`` are recorded, and recording stops (said once, in the trace's
-metadata and by :meth:`Tracer.summary_line`) at ``limit`` events.
+the window ``[first, stop)`` are recorded, and recording stops at ``limit`` events (said in the
+trace's metadata, ``truncated``, and by the command line's warning).
 
 Clocks: :func:`align_clocks` runs ping-pongs against rank 0 at the start and the end of the
 trace (Cristian's method: the sample of the smallest round trip is kept, offset = rank 0's time -
@@ -40,7 +40,7 @@ import numpy as np
 
 from sparsewire.errors import InputError
 
-__all__ = ["trace", "Tracer", "align_clocks", "write_trace", "DEFAULT_EVENT_LIMIT"]
+__all__ = ["trace", "Tracer", "align_clocks", "write_trace", "measure_costs", "DEFAULT_EVENT_LIMIT"]
 
 #: Events per rank past which recording stops (a trace of about 100 MB).
 DEFAULT_EVENT_LIMIT = 1_000_000
@@ -80,8 +80,24 @@ def trace(
         end = align_clocks(comm, clock)
         tracer.path, tracer.metadata = write_trace(comm, tracer, directory, start, end, start_at, clock(), name)
     if summary:
-        stats = getattr(plan, "stats", None)
-        tracer.summary = summarize(comm, tracer, None if stats is None else getattr(plan, "predicted_seconds", None))
+        predicted = getattr(plan, "predicted_seconds", None) if hasattr(plan, "stats") else None
+        tracer.summary = summarize(comm, tracer, measure_costs(tracer), predicted)
+
+
+def measure_costs(tracer) -> tuple[float, float]:
+    """Not collective. Seconds of one clock read and of one recorded span, measured now on a scratch copy in this
+    thread's CPU time (wall time would count the moments an oversubscribed core ran another rank)."""
+    clock, reads = tracer.clock, 10_000
+    started = time.thread_time()
+    for _ in range(reads):
+        clock()
+    timer = (time.thread_time() - started) / reads
+    scratch = Tracer(tracer.rank, tracer.link_of, clock=clock, keep_events=tracer.keep_events)
+    scratch.begin_multiply()
+    started = time.thread_time()
+    for _ in range(reads):
+        scratch.span("pack", 0, 1, exchange=0)
+    return timer, (time.thread_time() - started) / reads
 
 
 class Tracer:
@@ -113,12 +129,13 @@ class Tracer:
         self.multiplies = 0  # recorded
 
     def begin_multiply(self) -> None:
-        """A multiply starts (every rank counts them alike)."""
+        """Not collective. A multiply starts (every rank counts them alike)."""
         self.multiply += 1
         self.recording = self.multiply >= self.first and (self.stop is None or self.multiply < self.stop) and not self.truncated
         self.multiplies += self.recording
 
     def add(self, event: dict) -> None:
+        """Not collective. Keep ``event`` (a trace event of this rank), unless only counts are kept or the limit is reached."""
         if not self.keep_events:
             return
         if len(self.events) >= self.limit:
@@ -129,17 +146,18 @@ class Tracer:
         self.events.append(event)
 
     def span(self, name: str, start: int, end: int, **args) -> None:
-        """A complete span of this thread, from ``start`` to ``end`` (clock nanoseconds)."""
+        """Not collective. A complete span of this thread, from ``start`` to ``end`` (clock nanoseconds)."""
         totals = self.phases.setdefault(name, [0, 0])
         totals[0] += 1
         totals[1] += end - start
         self.add({"ph": "X", "name": name, "cat": "phase", "ts": start / 1e3, "dur": (end - start) / 1e3, "args": args})
 
     def flow_id(self, ex, source: int, destination: int) -> str:
+        """Not collective. The id both ends of a message give it: ``multiply:exchange:source:destination``."""
         return f"{self.multiply}:{ex.index}:{source}:{destination}"
 
     def message_event(self, phase: str, side: str, ex, peer: int, size: int, at: int) -> None:
-        """Async begin (``b``) or end (``e``) of a message on its sender (``side`` send) or receiver."""
+        """Not collective. Async begin (``b``) or end (``e``) of a message on its sender (``side`` send) or receiver."""
         source, destination = (self.rank, peer) if side == "send" else (peer, self.rank)
         event = {"ph": phase, "name": f"{side} {source}->{destination}", "cat": side, "ts": at / 1e3}
         event["id"] = self.flow_id(ex, source, destination)
@@ -148,15 +166,11 @@ class Tracer:
         self.add(event)
 
     def flow(self, phase: str, ex, source: int, destination: int, at: int) -> None:
-        """The arrow of one message: ``s`` at its send's post, ``f`` at its receive's completion."""
+        """Not collective. The arrow of one message: ``s`` at its send's post, ``f`` at its receive's completion."""
         event = {"ph": phase, "name": "message", "cat": "flow", "id": self.flow_id(ex, source, destination), "ts": at / 1e3}
         if phase == "f":
             event["bp"] = "e"  # bound to the enclosing slice (the wait)
         self.add(event)
-
-    def summary_line(self) -> str:
-        kept = f"{len(self.events)} events"
-        return kept + (f" (stopped at the limit of {self.limit}; trace a smaller window)" if self.truncated else "")
 
 
 def _timed(tracer: Tracer, name: str, call, *args, **span_args):
