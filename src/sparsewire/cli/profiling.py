@@ -90,6 +90,8 @@ def check_profiling_arguments(args: argparse.Namespace, modes: list[str]) -> Non
             "--trace, --log-view and --plot record the message modes (bulk, overlap, pipelined, early); drop the "
             "partitioned mode (--mode all includes it)"
         )
+    if args.trace is not None and os.path.exists(args.trace) and not os.path.isdir(args.trace):
+        raise InputError(f"--trace {args.trace} is a file; give a folder (it is made when missing)")
     if args.trace is not None:  # a folder made when the run ends, or one that exists
         check_writable(os.path.join(args.trace, "trace.json") if os.path.isdir(args.trace) else args.trace, "--trace")
 

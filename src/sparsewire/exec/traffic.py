@@ -112,7 +112,9 @@ def plot_traffic(traffic: TrafficMap, topology: Topology | None, path: str, titl
     figure, axes = plt.subplots(1, 2, figsize=(12, 5.2))
     for axis, values, label in ((axes[0], traffic.bytes, "bytes"), (axes[1], traffic.messages, "messages")):
         shown = np.ma.masked_equal(values, 0)
-        image = axis.imshow(shown, cmap="viridis", norm=LogNorm(vmin=max(shown.min(), 1), vmax=max(shown.max(), 1)))
+        # A log scale needs two distinct positive ends; one rank (or a plan without messages) has none.
+        norm = LogNorm(vmin=shown.min(), vmax=shown.max()) if shown.count() and shown.max() > shown.min() else None
+        image = axis.imshow(shown, cmap="viridis", norm=norm)
         figure.colorbar(image, ax=axis, label=f"{label} per multiply (blank: none)")
         axis.set_xlabel("destination rank")
         axis.set_ylabel("source rank")
