@@ -304,6 +304,7 @@ def test_sizes_the_arguments_imply_are_refused_before_allocating(args, expected)
         (["spmm", "stencil2d:4", "--transfer-calibration", "MATRIX"], "--output NEW.json", "--output MATRIX"),
         (["advise", "stencil2d:4", "-P", "2", "--plot", "PLOT.xyz"], "the extension .xyz is not an image format", "Traceback"),
         (["advise", "stencil2d:4", "-P", "2", "--plot", "PLOT"], "plot: no extension; end the name in .png", "written"),
+        (["spmm", "stencil2d:4", "--trace", "MATRIX"], "is a file; give a folder (it is made when missing)", "Traceback"),
     ],
 )
 def test_hints_name_only_what_exists_and_never_overwrite_an_input(tmp_path, args, expected, misleading):
@@ -330,13 +331,16 @@ def test_hints_name_only_what_exists_and_never_overwrite_an_input(tmp_path, args
         ["advise", "uniform:6:0", "--ranks", "4", "--json"],  # METIS printed "Cannot bisect" into the JSON
         ["analyze", "stencil3d:3", "--ranks", "30", "--partition", "metis", "--json"],  # and "too many parts"
         ["analyze", "uniform:6:0", "--ranks", "4", "--partition", "metis-hier", "-G", "2", "--json"],
+        ["spmm", "stencil2d:4", "--traffic-map", "OUT/map.png", "--plot", "OUT/timeline.png"],  # one rank: no messages
     ],
 )
 def test_what_the_argument_fuzzer_found_runs(tmp_path, args):
     empty = tmp_path / "empty.mtx"
     empty.write_text("%%MatrixMarket matrix coordinate real general\n0 0 0\n")
-    completed = run_cli([str(empty) if a == "EMPTY" else a for a in args])
+    completed = run_cli([str(empty) if a == "EMPTY" else a.replace("OUT", str(tmp_path)) for a in args])
     assert completed.returncode == 0 and "Traceback" not in completed.stderr, completed.stderr[-3000:]
+    for picture in (a.replace("OUT", str(tmp_path)) for a in args if a.startswith("OUT")):
+        assert open(picture, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     if "--json" in args:
         assert completed.stdout.count("\n") == 1 and isinstance(json.loads(completed.stdout), dict), completed.stdout[:300]
 
