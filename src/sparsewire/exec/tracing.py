@@ -353,8 +353,3 @@ def write_trace(comm, tracer: Tracer, directory, start, end, start_at: int, end_
     with open(target, "w") as handle:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms", "otherData": metadata}, handle)
     return os.fspath(target), metadata
-
-
-def max_residual_us(metadata: dict) -> float:
-    """Not collective. The largest alignment residual over the ranks (microseconds)."""
-    return float(np.max([r["residual_us"] for r in metadata["ranks"]]))
