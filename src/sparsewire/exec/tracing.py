@@ -36,8 +36,6 @@ import socket
 import time
 from pathlib import Path
 
-import numpy as np
-
 from sparsewire.errors import InputError
 
 __all__ = ["trace", "Tracer", "align_clocks", "write_trace", "measure_costs", "DEFAULT_EVENT_LIMIT"]
