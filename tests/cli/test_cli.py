@@ -332,6 +332,7 @@ def test_hints_name_only_what_exists_and_never_overwrite_an_input(tmp_path, args
         ["analyze", "stencil3d:3", "--ranks", "30", "--partition", "metis", "--json"],  # and "too many parts"
         ["analyze", "uniform:6:0", "--ranks", "4", "--partition", "metis-hier", "-G", "2", "--json"],
         ["spmm", "stencil2d:4", "--traffic-map", "OUT/map.png", "--plot", "OUT/timeline.png"],  # one rank: no messages
+        ["reach", "stencil2d:4", "--hops", "2147483648", "--check"],  # the reference made 2**31 products
     ],
 )
 def test_what_the_argument_fuzzer_found_runs(tmp_path, args):

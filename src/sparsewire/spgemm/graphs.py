@@ -229,7 +229,8 @@ def reachable_within(
     rank = comm.Get_rank()
     rows, cols = first.c_block(rank)
     result = to_graphblas(sp.eye_array(n, format="csr")[rows][:, cols], np.bool_)
-    steps, moved, remaining = 0, 0, hops
+    # A path of more than n - 1 hops repeats a vertex: (I + A)^hops = (I + A)^(n - 1) for hops >= n - 1.
+    steps, moved, remaining = 0, 0, min(hops, max(n - 1, 0))
     while remaining:
         if remaining & 1:
             result, sent = _product(comm, result, power, n, semiring, algorithm, grid, vertices)
@@ -283,10 +284,14 @@ def reference_triangle_count(matrix: sp.sparray) -> int:
 
 
 def reference_reachable_within(matrix: sp.sparray, hops: int) -> sp.csr_array:
-    """Not collective. The pattern of ``(I + A)^hops`` by ``hops`` SciPy boolean products."""
+    """Not collective. The pattern of ``(I + A)^hops`` by SciPy boolean products, one hop at a time until
+    ``hops`` or until nothing changes (at most n - 1: a longer path repeats a vertex)."""
     n = matrix.shape[0]
     step = sp.csr_array(((sp.csr_array(matrix) != 0) + sp.eye_array(n, format="csr")) != 0).astype(np.int64)
     reach = sp.eye_array(n, format="csr", dtype=np.int64)
-    for _ in range(hops):
-        reach = sp.csr_array(((reach @ step) != 0).astype(np.int64))
+    for _ in range(min(hops, max(n - 1, 0))):
+        grown = sp.csr_array(((reach @ step) != 0).astype(np.int64))
+        if grown.nnz == reach.nnz:  # (I + A) keeps every reached vertex: an equal count is the same pattern
+            break
+        reach = grown
     return sp.csr_array(reach != 0)
