@@ -46,6 +46,14 @@ def main(seed: int, directory: str) -> str:
                     plan.multiply(b)
             messages = plan.stats.messages
         case = (strategy, mode, transport)
+        if checked == 0:  # a second trace of one plan inside the first is refused, on every rank alike
+            with matrix.spmm_plan(3, strategy=strategy, mode=mode, topology=chosen) as again:
+                with sparsewire.trace(again, summary=False):
+                    try:
+                        with sparsewire.trace(again, summary=False):
+                            raise AssertionError("a nested trace of one plan was accepted")
+                    except sparsewire.InputError as error:
+                        assert "being traced already" in str(error), error
         for meta in tracer.metadata["ranks"] if rank == 0 else []:
             error = abs(meta["offset_ns"] + meta["rank"] * 1_000_000_000)
             assert error <= 10_000, f"{case} rank {meta['rank']}: planted offset recovered to {error} ns"

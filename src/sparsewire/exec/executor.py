@@ -237,6 +237,8 @@ class SpmmExecutor:
         from sparsewire.exec.pack import Packer
         from sparsewire.exec.tracing import TracedCombine, TracedPacker, TracedTransport
 
+        if self.tracer is not None:
+            raise InputError("this plan is being traced already; end that trace block before starting another")
         if self.mode is Mode.PARTITIONED:
             raise InputError(
                 "tracing runs the message modes (bulk, overlap, pipelined, early), not the partitioned mode; trace one of those"
