@@ -84,6 +84,11 @@ class SpgemmPlan:
         return self._engine.multiply(self._b_block, phases=self.phases, mask=mask)
 
     @property
+    def executor(self) -> DistributedSpgemm:
+        """Not collective. What runs the multiplies (and what :func:`sparsewire.trace` records)."""
+        return self._engine
+
+    @property
     def bytes_received(self) -> int:
         """Not collective. Bytes MPI delivered to this rank in every multiply so far (its receive
         statuses, not the plan's counts); summed over the ranks, the bytes moved."""

@@ -90,3 +90,45 @@ def test_eigs_traces_summarises_and_maps_its_multiplies(tmp_path):
     assert problems(events) == [] and receives_before_sends(events) == []
     messages = sum(sum(row) for row in report["traffic"]["messages"])  # one multiply's
     assert sum(e["ph"] == "s" for e in events) == 3 * messages > 0
+
+
+@pytest.mark.parametrize("ranks", [1, 3, 4])
+def test_spgemm_traces_are_valid_and_carry_the_bytes_mpi_delivered(rng, tmp_path, ranks):
+    completed = run_mpi(
+        ranks, [str(ROOT / "tests" / "exec" / "spgemm_trace_driver.py"), str(int(rng.integers(2**31))), str(tmp_path)]
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert completed.stdout.split("OK ")[1].split()[0] == "4", completed.stdout  # SUMMA and the three 1D strategies
+
+
+@pytest.mark.parametrize(("ranks", "model"), [(2, "gcn"), (3, "sage")])
+def test_training_traces_layers_propagations_and_the_planned_messages(rng, tmp_path, ranks, model):
+    seed = str(int(rng.integers(2**31)))
+    completed = run_mpi(ranks, [str(ROOT / "tests" / "exec" / "gcn_trace_driver.py"), seed, str(tmp_path), model], timeout=300)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert completed.stdout.strip().endswith("OK"), completed.stdout
+
+
+def test_spgemm_and_gcn_commands_trace_summarise_and_draw(tmp_path):
+    import json
+
+    picture = tmp_path / "spgemm.png"
+    spgemm = ["-m", "sparsewire", "spgemm", "rmat:9:8", "--algorithm", "summa", "--json", "--log-view", "--plot", str(picture)]
+    completed = run_mpi(2, [*spgemm, "--trace", str(tmp_path / "spgemm"), "--trace-window", "1:3"], timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout)
+    events = json.load(open(report["trace"]["path"]))["traceEvents"]
+    assert report["trace"]["path"].endswith("trace-spgemm-summa.json") and problems(events) == []
+    assert report["log_view"]["multiplies"] == 2
+    assert sum(e["args"]["bytes"] for e in events if e["ph"] == "b" and e["cat"] == "send") == 2 * report["bytes_moved"]
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    picture = tmp_path / "gcn.png"
+    gcn = ["-m", "sparsewire", "gcn", "rmat:8:4", "--features", "random:8", "--classes", "3", "--epochs", "4", "--json"]
+    completed = run_mpi(2, [*gcn, "--trace-window", "1:3", "--log-view", "--plot", str(picture)], timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout)
+    assert report["log_view"]["epochs"] == 2 and report["log_view"]["percent_of"] == "epoch"
+    phases = {row["phase"]: row for row in report["log_view"]["phases"]}
+    assert phases["epoch"]["count"] == 2 and phases["layer 1 backward"]["count"] == 2 and phases["layer 0 forward"]["count"] == 4
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "trace-gcn.json").exists()

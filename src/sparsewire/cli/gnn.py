@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from sparsewire.cli.common import (
@@ -22,6 +23,14 @@ from sparsewire.cli.common import (
     resolve_backend_arguments,
     seed_number,
     topology_from_args,
+)
+from sparsewire.cli.profiling import (
+    add_profiling_arguments,
+    check_profiling_arguments,
+    print_profiling,
+    profiling_request,
+    trace_fields,
+    write_profiling_pictures,
 )
 from sparsewire.errors import InputError
 
@@ -82,6 +91,7 @@ def add_commands(commands) -> None:
     gcn.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
     add_topology_arguments(gcn, allow_mpi=True)
     gcn.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
+    add_profiling_arguments(gcn, "training", "the training", "DIR/trace-gcn.json", unit="epochs", traffic_map=False)
     gcn.set_defaults(handler=run_gcn)
 
 
@@ -90,12 +100,14 @@ def run_gcn(args: argparse.Namespace) -> int:
         raise InputError(f"--dropout must be in [0, 1) (got {args.dropout})")
     if not args.lr > 0 or args.weight_decay < 0:
         raise InputError(f"--lr must be positive and --weight-decay non-negative (got {args.lr}, {args.weight_decay})")
+    check_profiling_arguments(args)
     try:
         import torch
     except ImportError:
         raise InputError("sparsewire gcn needs PyTorch; install it with 'pip install -r requirements.lock'") from None
     from mpi4py import MPI
 
+    from sparsewire import trace as trace_training
     from sparsewire.comm.runtime import agree_on_error
     from sparsewire.exec.wire import messages_per_path
     from sparsewire.gnn import distribute_graph, load_graph, train
@@ -139,19 +151,24 @@ def run_gcn(args: argparse.Namespace) -> int:
         f"--layers {args.layers} --hidden {args.hidden} with {graph.classes} classes",
         "use a smaller --hidden, fewer --layers or fewer classes",
     )
-    result = train(
-        comm,
-        graph,
-        model=args.model,
-        layers=args.layers,
-        hidden=args.hidden,
-        epochs=args.epochs,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        dropout=args.dropout,
-        seed=args.seed,
-        progress=progress,
-    )
+    trace = profiling_request(args, comm)
+    traced = contextlib.nullcontext()
+    if trace is not None:  # (directory or None, window in epochs, summary): the first epoch is 0
+        traced = trace_training(graph.operator, trace[0], window=trace[1], name="trace-gcn.json", summary=trace[2])
+    with traced as tracer:
+        result = train(
+            comm,
+            graph,
+            model=args.model,
+            layers=args.layers,
+            hidden=args.hidden,
+            epochs=args.epochs,
+            lr=args.lr,
+            weight_decay=args.weight_decay,
+            dropout=args.dropout,
+            seed=args.seed,
+            progress=progress,
+        )
     strategies = sorted({plan.rank_plan.strategy.value for plan in graph.operator.plans.values()})
     counted_by = next((plan.counted_by for plan in graph.operator.plans.values()), None)
     # Messages per path over every propagation plan, forward and transposed (the backward passes
@@ -190,6 +207,9 @@ def run_gcn(args: argparse.Namespace) -> int:
         "seconds_per_epoch": result.seconds_per_epoch,
         "bytes_per_epoch": result.bytes_per_epoch,
     }
+    if trace is not None:
+        report.update(trace_fields(tracer))
+        write_profiling_pictures(args, report, f"{args.data}: {args.model}, P = {comm.Get_size()}")
     if args.json:
         print(json_text(report))
     else:
@@ -199,5 +219,6 @@ def run_gcn(args: argparse.Namespace) -> int:
             f"{result.seconds_per_epoch * 1e3:.1f} ms and {result.bytes_per_epoch} bytes per epoch (forward + backward, all "
             "ranks)"
         )
+        print_profiling(report, f"{args.model} training")
     sys.stdout.flush()
     return 0

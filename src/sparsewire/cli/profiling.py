@@ -1,6 +1,7 @@
-"""The profiling flags of the commands that run SpMM plans (``spmm``, ``eigs``): ``--trace``,
-``--trace-window``, ``--log-view``, ``--plot`` and ``--traffic-map`` (docs/profiling.md), their
-checks before MPI starts, and what is printed and drawn after the runs."""
+"""The profiling flags (docs/profiling.md): ``--trace``, ``--trace-window``, ``--log-view`` and
+``--plot`` on ``spmm``, ``eigs``, ``spgemm`` and ``gcn`` (whose window counts epochs), and
+``--traffic-map`` on the SpMM commands; their checks before MPI starts, the trace's fields of the
+JSON, and what is printed and drawn after the runs."""
 
 from __future__ import annotations
 
@@ -18,46 +19,54 @@ __all__ = [
     "check_profiling_arguments",
     "profiling_request",
     "trace_window",
+    "trace_fields",
     "print_profiling",
     "write_profiling_pictures",
 ]
 
 
-def add_profiling_arguments(parser: argparse.ArgumentParser, run: str, each: str, file_name: str) -> None:
-    """The five flags; ``run`` names what one trace covers (``run``), ``each`` the plural, ``file_name`` the trace's."""
+def add_profiling_arguments(
+    parser: argparse.ArgumentParser, run: str, each: str, file_name: str, unit: str = "multiplies", traffic_map: bool = True
+) -> None:
+    """The flags; ``run`` names what one trace covers (``run``), ``each`` the plural, ``file_name`` the trace's,
+    ``unit`` what the window counts (``multiplies`` or ``epochs``); ``traffic_map``: add ``--traffic-map``."""
+    first = "which also builds the plans and compiles the kernels" if unit == "epochs" else "which also compiles the kernels"
     parser.add_argument(
         "--trace",
         metavar="DIR",
         help=f"write a Chrome trace (Perfetto, chrome://tracing) of {each} to {file_name}: every rank's pack, post, "
-        "wait, unpack and combine spans, each message and an arrow from its send to its receive, clocks aligned to "
-        "rank 0 (the message modes: not partitioned)",
+        "wait, unpack, product and combine spans"
+        + (", each epoch, layer forward and backward and propagation" if unit == "epochs" else "")
+        + ", each message and an arrow from its send to its receive, clocks aligned to rank 0"
+        + (" (the message modes: not partitioned)" if traffic_map else ""),
     )
     parser.add_argument(
         "--trace-window",
         metavar="A:B",
         default="1:",
-        help=f"trace (and summarise) multiplies A to B-1 of {each}; 0 is the first, which also compiles the kernels "
-        "(default: 1:)",
+        help=f"trace (and summarise) {unit} A to B-1 of {each}; 0 is the first, {first} (default: 1:)",
     )
     parser.add_argument(
         "--log-view",
         action="store_true",
         help=f"print for {each} a -log_view-style summary: per phase count, time max, max/min over ranks, avg, %%T, "
-        "messages, average length, bytes; load-balance and communication efficiency (POP); measured beside predicted "
-        "communication (also in the JSON)",
+        "messages, average length, bytes; load-balance and communication efficiency (POP)"
+        + ("; measured beside predicted communication" if traffic_map else "")
+        + " (also in the JSON)",
     )
     parser.add_argument(
         "--plot",
         metavar="FILE",
-        help=f"draw the first {run}'s timeline (ranks as rows, phases as bars, messages as arrows; two traced "
-        "multiplies) into FILE (.png, .svg or .pdf); traces (into --trace DIR, or a temporary folder)",
+        help=f"draw the first {run}'s timeline (ranks as rows, phases as bars, messages as arrows) into FILE (.png, "
+        ".svg or .pdf); traces (into --trace DIR, or a temporary folder)",
     )
-    parser.add_argument(
-        "--traffic-map",
-        metavar="FILE",
-        help=f"a heat map of bytes and messages per (source, destination) rank pair of the first {run}'s last "
-        "multiply, as MPI counted them, groups outlined (.png, .svg or .pdf); the JSON has the map",
-    )
+    if traffic_map:
+        parser.add_argument(
+            "--traffic-map",
+            metavar="FILE",
+            help=f"a heat map of bytes and messages per (source, destination) rank pair of the first {run}'s last "
+            "multiply, as MPI counted them, groups outlined (.png, .svg or .pdf); the JSON has the map",
+        )
 
 
 def trace_window(text: str) -> tuple[int, int | None]:
@@ -76,9 +85,9 @@ def _tracing(args: argparse.Namespace) -> bool:
     return args.trace is not None or args.log_view or args.plot is not None
 
 
-def check_profiling_arguments(args: argparse.Namespace, modes: list[str]) -> None:
+def check_profiling_arguments(args: argparse.Namespace, modes: list[str] = ()) -> None:
     """Before MPI starts: the pictures' paths, the window, the trace folder, and a mode that can be traced."""
-    if args.traffic_map is not None:
+    if getattr(args, "traffic_map", None) is not None:
         check_plot_path(args.traffic_map, "--traffic-map")
     if args.plot is not None:
         check_plot_path(args.plot, "--plot")
@@ -107,6 +116,22 @@ def profiling_request(args: argparse.Namespace, comm) -> tuple[str | None, tuple
     return folder, trace_window(args.trace_window), args.log_view
 
 
+def trace_fields(tracer) -> dict:
+    """Rank 0: the JSON's ``log_view`` (the summary) and ``trace`` (path, events, truncated, clock residual)."""
+    fields = {}
+    if tracer.summary is not None:
+        fields["log_view"] = tracer.summary
+    if tracer.metadata is not None:
+        ranks = tracer.metadata["ranks"]
+        fields["trace"] = {
+            "path": tracer.path,
+            "events": sum(r["events"] for r in ranks),
+            "truncated": any(r["truncated"] for r in ranks),
+            "clock_residual_us": max(r["residual_us"] for r in ranks),
+        }
+    return fields
+
+
 def print_profiling(run: dict, title: str) -> None:
     """Rank 0, after the table: the run's summary and a warning when its trace hit the event limit."""
     from sparsewire.exec.log_view import format_log_view
@@ -120,13 +145,11 @@ def print_profiling(run: dict, title: str) -> None:
         )
 
 
-def write_profiling_pictures(args: argparse.Namespace, runs: list[dict], topology) -> None:
-    """Rank 0: the traffic map and the timeline of the first run (and the temporary trace folder removed)."""
+def write_profiling_pictures(args: argparse.Namespace, first: dict, title: str, topology=None) -> None:
+    """Rank 0: the traffic map and the timeline of the ``first`` run (and the temporary trace folder removed)."""
     import numpy as np
 
-    first = runs[0]
-    title = f"{args.matrix}: {first['strategy']}/{first['mode']}, P = {first['ranks']}, k = {first['k']}"
-    if args.traffic_map is not None:
+    if getattr(args, "traffic_map", None) is not None:
         from sparsewire.exec.traffic import TrafficMap, plot_traffic
 
         if "bytes" not in first["traffic"]:

@@ -18,6 +18,14 @@ from sparsewire.cli.common import (
     positive_int,
     write_output,
 )
+from sparsewire.cli.profiling import (
+    add_profiling_arguments,
+    check_profiling_arguments,
+    print_profiling,
+    profiling_request,
+    trace_fields,
+    write_profiling_pictures,
+)
 from sparsewire.errors import InputError
 from sparsewire.report import format_bytes
 
@@ -79,6 +87,7 @@ def add_commands(commands) -> None:
     spgemm.add_argument("--check", action="store_true", help="compare C with single-process GraphBLAS, entry by entry")
     spgemm.add_argument("--output", metavar="FILE", help="write C (original row and column order) as a SciPy .npz on rank 0")
     spgemm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
+    add_profiling_arguments(spgemm, "run", "the run", "DIR/trace-spgemm-ALGORITHM.json", traffic_map=False)
     spgemm.set_defaults(handler=_run_spgemm)
 
 
@@ -129,6 +138,7 @@ def _run_spgemm(args: argparse.Namespace) -> int:
     check_values_spec(args.values)
     if args.output:
         check_writable(args.output, "--output")
+    check_profiling_arguments(args)
     comm = start_mpi(args)
     from sparsewire.spgemm.summa import parse_grid
 
@@ -152,10 +162,12 @@ def _run_spgemm(args: argparse.Namespace) -> int:
         imbalance=args.imbalance,
         overlap=args.overlap,
         stages_per_product=args.stages_per_product,
+        trace=profiling_request(args, comm),
     )
     if comm.Get_rank() != 0:
         return 0
     r = report
+    write_profiling_pictures(args, r, f"{args.matrix}: spgemm {r['algorithm']}, P = {r['ranks']}, grid {r['grid']}")
     lines = [
         f"{r['matrix']} x {r['matrix2'] or r['matrix']}: C is {r['shape'][0]} x {r['shape'][1]}; semiring {r['semiring']} "
         f"(identity {r['semiring_facts']['identity']}, commutes: {r['semiring_facts']['multiplication_commutes']})",
@@ -175,6 +187,8 @@ def _run_spgemm(args: argparse.Namespace) -> int:
             f"mismatched values: {r['mismatched_values']}, {'exact' if r.get('exact') else 'to roundoff'})"
         )
     failed = print_report(args, report, lines)
+    if not args.json:
+        print_profiling(report, f"spgemm {r['algorithm']}")
     if report["bytes_moved"] != report["predicted_bytes"]:
         print("sparsewire: error: bytes moved differ from the predicted bytes", file=sys.stderr)
         return 1
@@ -200,6 +214,7 @@ def _spgemm_session(
     imbalance: float = 0.03,
     overlap: bool = False,
     stages_per_product: int = 2,
+    trace=None,
 ) -> dict | None:
     """Collective. ``C = A (+.x) B`` (B = A when ``second_spec`` is None) through the public path
     (:func:`sparsewire.distribute`, :func:`sparsewire.plan_spgemm`); the result dict on rank 0.
@@ -209,13 +224,16 @@ def _spgemm_session(
     (receive statuses; it should equal ``predicted_bytes``, predicted from counts before running).
     ``peak_held_entries`` is the most stored entries any rank held at once inside the multiply;
     ``peak_rss_bytes`` the largest peak
-    resident memory of any rank over the whole run.
+    resident memory of any rank over the whole run. ``trace``: (folder or None, window, summary) of
+    :func:`sparsewire.trace` over the warm-up (multiply 0) and the timed multiplies.
     """
+    import contextlib
     import statistics
 
     from mpi4py import MPI
 
     from sparsewire import distribute, plan_spgemm
+    from sparsewire import trace as trace_plan
     from sparsewire.comm.runtime import agree_on_error
     from sparsewire.spgemm.compare import compare_products, reference_product
     from sparsewire.spgemm.distributed import peak_rss_bytes
@@ -251,9 +269,14 @@ def _spgemm_session(
     )
     if progress and rank == 0:
         progress(f"running {plan.algorithm} on a {plan.grid} grid")
-    result = plan.multiply()  # warm-up
-    received_before = plan.bytes_received
-    timing = timed_run(comm, plan.multiply, repeat, warmup=0)
+    traced = contextlib.nullcontext()
+    if trace is not None:  # (directory or None, window, summary): the warm-up is multiply 0
+        name = f"trace-spgemm-{plan.algorithm.replace('/', '-')}.json"
+        traced = trace_plan(plan, trace[0], window=trace[1], name=name, summary=trace[2])
+    with traced as tracer:
+        result = plan.multiply()  # warm-up
+        received_before = plan.bytes_received
+        timing = timed_run(comm, plan.multiply, repeat, warmup=0)
     result = timing.result if repeat else result
     times = timing.seconds
     moved = comm.allreduce(plan.bytes_received - received_before, op=MPI.SUM) // max(repeat, 1)
@@ -300,6 +323,8 @@ def _spgemm_session(
     }
     if output:
         report["output"] = output
+    if trace is not None:
+        report.update(trace_fields(tracer))
     if check:
         reference = reference_product(a_global, b_global, semiring)
         report.update(compare_products(gathered, reference, a_global, b_global, semiring))

@@ -186,7 +186,9 @@ def run_spmm(args: argparse.Namespace) -> int:
     if comm.Get_rank() != 0:
         return 0
     failed = any(not bytes_match(r) or not r.get("check_passed", True) for r in results)
-    write_profiling_pictures(args, results, topology)
+    first = results[0]
+    title = f"{args.matrix}: {first['strategy']}/{first['mode']}, P = {first['ranks']}, k = {first['k']}"
+    write_profiling_pictures(args, first, title, topology)
     if args.json:
         if len(results) == 1:
             print(json_text(results[0]))
@@ -299,7 +301,8 @@ def run_eigs(args: argparse.Namespace) -> int:
     if comm.Get_rank() != 0:
         return 0
     failed = not report["converged"] or not report.get("check_passed", True) or bool(report["traffic_differences"])
-    write_profiling_pictures(args, [report], None)
+    title = f"{args.matrix}: eigs {report['strategy']}/{report['mode']}, P = {report['ranks']}, k = {report['k']}"
+    write_profiling_pictures(args, report, title)
     if args.json:
         print(json_text(report))
         return 1 if failed else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from sparsewire.cli.profiling import trace_fields
 from sparsewire.errors import InputError
 
 __all__ = ["spmm_session", "eigs_session", "bytes_match"]
@@ -34,22 +35,6 @@ def _load(comm, spec: str, partition: str, symmetrize: bool, topology=None, imba
     matrix = sparsewire.distribute(comm, spec, partition, symmetrize=symmetrize, topology=topology, imbalance=imbalance)
     bad = comm.allreduce(int(np.count_nonzero(~np.isfinite(matrix.local_rows.data))), op=MPI.SUM)
     return matrix, bad
-
-
-def _add_trace_fields(report: dict, trace, tracer) -> None:
-    """The run's ``log_view`` summary and ``trace`` (path, events, truncated, clock residual), when traced."""
-    if trace is None:
-        return
-    if tracer.summary is not None:
-        report["log_view"] = tracer.summary
-    if tracer.metadata is not None:
-        ranks = tracer.metadata["ranks"]
-        report["trace"] = {
-            "path": tracer.path,
-            "events": sum(r["events"] for r in ranks),
-            "truncated": any(r["truncated"] for r in ranks),
-            "clock_residual_us": max(r["residual_us"] for r in ranks),
-        }
 
 
 def _input_rows(matrix) -> int:
@@ -190,7 +175,7 @@ def spmm_session(
                 "traffic": traffic.as_dict(topology, matrices=comm.Get_size() <= 64),
                 "traffic_differences": traffic.differences(planned_traffic),
             }
-            _add_trace_fields(row, trace, tracer if trace is not None else None)
+            row.update(trace_fields(tracer) if trace is not None else {})
             if not measured_independently:
                 row["received_tensor_bytes"] = int(measured)
             if topology is not None:
@@ -312,7 +297,7 @@ def eigs_session(
         "traffic": traffic.as_dict(options.topology, matrices=comm.Get_size() <= 64),
         "traffic_differences": traffic.differences(planned_traffic),
     }
-    _add_trace_fields(report, trace, tracer if trace is not None else None)
+    report.update(trace_fields(tracer) if trace is not None else {})
     if check:
         from scipy.sparse.linalg import eigsh
 

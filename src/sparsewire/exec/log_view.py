@@ -3,8 +3,8 @@
 Per phase (PETSc's ``-log_view`` columns, ``../shared/research/observability.md``): Count (the most
 calls on a rank), Time max (seconds, the slowest rank's total), Max/Min ratio (slowest / fastest
 rank's time; None when some rank never ran it), Avg (mean over the ranks), %T (Time max / the
-slowest rank's multiply time), the messages posted in it, their average length and bytes (all
-ranks). The whole (POP metrics, Caliper's min/max/avg per rank):
+slowest rank's multiply time; in a traced training, its epoch time), the messages posted in it,
+their average length and bytes (all ranks). The whole (POP metrics, Caliper's min/max/avg per rank):
 
 * useful time of a rank = its pack, unpack, early multiply, local product and combine time;
 * load-balance efficiency = mean useful / max useful;
@@ -24,7 +24,19 @@ __all__ = ["summarize", "format_log_view", "COMPUTE_PHASES"]
 
 #: Phases that compute (POP's useful time); the rest post or wait.
 COMPUTE_PHASES = ("pack", "unpack", "early multiply", "local product", "combine")
-_ORDER = ("multiply", "local product", "pack", "post receives", "post sends", "post send", "wait", "unpack")
+_ORDER = (
+    "epoch",
+    "training step",
+    "evaluate",
+    "multiply",
+    "local product",
+    "pack",
+    "post receives",
+    "post sends",
+    "post send",
+    "wait",
+    "unpack",
+)
 _ORDER += ("early multiply", "wait sends", "combine")
 
 
@@ -36,6 +48,7 @@ def summarize(comm, tracer, costs: tuple[float, float], predicted_seconds: float
         "phases": tracer.phases,
         "sent": tracer.sent,
         "multiplies": tracer.multiplies,
+        "epochs": tracer.epochs,
         "timer_seconds": timer,
         "record_seconds": record,
     }
@@ -46,6 +59,8 @@ def summarize(comm, tracer, costs: tuple[float, float], predicted_seconds: float
     names += sorted({n for r in ranks for n in r["phases"]} - set(names))
     seconds = {n: np.array([r["phases"].get(n, [0, 0])[1] / 1e9 for r in ranks]) for n in names}
     runtime = float(seconds["multiply"].max()) if "multiply" in seconds else 0.0
+    base = "epoch" if "epoch" in seconds else "multiply"  # what %T divides by
+    whole = float(seconds[base].max()) if base in seconds else 0.0
     rows = []
     for name in names:
         times = seconds[name]
@@ -58,7 +73,7 @@ def summarize(comm, tracer, costs: tuple[float, float], predicted_seconds: float
                 "time_max": float(times.max()),
                 "max_min_ratio": float(times.max() / times.min()) if times.min() > 0 else None,
                 "avg": float(times.mean()),
-                "percent_time": 100 * float(times.max()) / runtime if runtime else None,
+                "percent_time": 100 * float(times.max()) / whole if whole else None,
                 "messages": int(messages),
                 "average_length": size / messages if messages else None,
                 "bytes": int(size),
@@ -71,6 +86,8 @@ def summarize(comm, tracer, costs: tuple[float, float], predicted_seconds: float
     communication_efficiency = float(useful.max() / runtime) if runtime else None
     return {
         "multiplies": int(multiplies),
+        "epochs": int(max(r["epochs"] for r in ranks)),
+        "percent_of": base,
         "ranks": len(ranks),
         "phases": rows,
         "runtime_seconds": runtime,
@@ -111,8 +128,10 @@ def format_log_view(summary: dict, title: str) -> str:
         for row in summary["phases"]
     ]
     predicted = summary["predicted_communication_seconds_per_multiply"]
+    epochs = f" in {summary['epochs']} epochs" if summary["epochs"] else ""
     lines = [
-        f"{title}: {summary['multiplies']} multiplies on {summary['ranks']} ranks, summed over them",
+        f"{title}: {summary['multiplies']} multiplies{epochs} on {summary['ranks']} ranks, summed over them "
+        f"(%T of the {summary['percent_of']} time)",
         format_table(headers, table),
         f"load balance {_number(summary['load_balance_efficiency'], '.3f')}, communication efficiency "
         f"{_number(summary['communication_efficiency'], '.3f')}, parallel efficiency "

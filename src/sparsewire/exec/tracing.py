@@ -24,7 +24,9 @@ every rank's events to rank 0's clock and writes one file.
 
 The message schedules (bulk, overlap, pipelined, early) are traced on both transports (MPI and
 torch.distributed); the partitioned mode, whose threads pack and send partitions, is not yet (a
-trace of it is refused).
+trace of it is refused). SpGEMM (:mod:`sparsewire.spgemm.traced`: its transfers and products) and
+GNN training (:class:`~sparsewire.gnn.propagate.GraphOperator`: epochs, layers, propagations and
+the multiplies of its plans) record into the same :class:`Tracer`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pathlib import Path
 
 from sparsewire.errors import InputError
 
-__all__ = ["trace", "Tracer", "align_clocks", "write_trace", "measure_costs", "DEFAULT_EVENT_LIMIT"]
+__all__ = ["trace", "region", "Tracer", "align_clocks", "write_trace", "measure_costs", "DEFAULT_EVENT_LIMIT"]
 
 #: Events per rank past which recording stops (a trace of about 100 MB).
 DEFAULT_EVENT_LIMIT = 1_000_000
@@ -55,31 +57,51 @@ def trace(
     name="trace.json",
     summary: bool = True,
 ):
-    """Collective. Record the multiplies of ``plan`` (an :class:`~sparsewire.SpmmPlan` or its executor) made
-    inside the block, window ``[first, stop)`` of them. With a ``directory``, every event is kept and one
-    Chrome trace ``directory/name`` is written on rank 0 when the block ends (clocks aligned at its start
-    and end: :func:`align_clocks`); without, only each phase's count and time are kept. With ``summary``
-    the block's -log_view summary (:func:`~sparsewire.exec.log_view.summarize`) is computed at the end.
-    Yields the :class:`Tracer`; after the block its ``path`` (rank 0), ``metadata`` (offsets, drift,
-    residual per rank) and ``summary`` (rank 0) are set. Nothing is written when the block raises."""
+    """Collective. Record what ``plan`` does inside the block: the multiplies of an
+    :class:`~sparsewire.SpmmPlan` (or its executor) or a :class:`~sparsewire.SpgemmPlan`, window
+    ``[first, stop)`` of them; or the training of a :class:`~sparsewire.gnn.GraphOperator`'s graph, window
+    ``[first, stop)`` of its epochs (each epoch, layer forward and backward and propagation, and the multiplies
+    inside). With a ``directory``, every event is kept and one Chrome trace ``directory/name`` is written on
+    rank 0 when the block ends (clocks aligned at its start and end: :func:`align_clocks`); without, only each
+    phase's count and time are kept. With ``summary`` the block's -log_view summary
+    (:func:`~sparsewire.exec.log_view.summarize`) is computed at the end. Yields the :class:`Tracer`; after
+    the block its ``path`` (rank 0), ``metadata`` (offsets, drift, residual per rank) and ``summary`` (rank 0)
+    are set. Nothing is written when the block raises."""
     from sparsewire.exec.log_view import summarize
 
-    executor = getattr(plan, "executor", plan)
-    comm = executor.comm
-    tracer = Tracer(comm.Get_rank(), executor.link_of, window, clock, limit, keep_events=directory is not None)
+    target = getattr(plan, "executor", plan)  # an SpmmPlan's executor; SpgemmPlan and GraphOperator trace themselves
+    comm = target.comm
+    unit = getattr(target, "trace_unit", "multiply")
+    tracer = Tracer(comm.Get_rank(), target.link_of, window, clock, limit, keep_events=directory is not None, unit=unit)
     start = align_clocks(comm, clock) if directory is not None else (0, 0)
     start_at = clock()
-    executor.start_tracing(tracer)
+    target.start_tracing(tracer)
     try:
         yield tracer
     finally:
-        executor.stop_tracing()
+        target.stop_tracing()
     if directory is not None:
         end = align_clocks(comm, clock)
         tracer.path, tracer.metadata = write_trace(comm, tracer, directory, start, end, start_at, clock(), name)
     if summary:
         predicted = getattr(plan, "predicted_seconds", None) if hasattr(plan, "stats") else None
         tracer.summary = summarize(comm, tracer, measure_costs(tracer), predicted)
+
+
+def region(tracer, name: str, **args):
+    """Not collective. A context whose block is one span ``name`` of ``tracer`` when it records (a no-op context
+    when ``tracer`` is None): the phases traced from inside an algorithm (SpGEMM's products, a layer)."""
+    if tracer is None:
+        return contextlib.nullcontext()
+    return _region(tracer, name, args)
+
+
+@contextlib.contextmanager
+def _region(tracer, name: str, args: dict):
+    start = tracer.clock()
+    yield
+    if tracer.recording:
+        tracer.span(name, start, tracer.clock(), **args)
 
 
 def measure_costs(tracer) -> tuple[float, float]:
@@ -103,13 +125,21 @@ class Tracer:
 
     Args:
         rank: this rank; ``link_of(peer)``: the link class name of a peer (for the message spans).
-        window: multiplies ``[first, stop)`` to record (counted from 0 when tracing starts).
+        window: multiplies (``unit`` multiply) or epochs (``unit`` epoch: :meth:`begin_epoch`) ``[first, stop)``
+            to record, counted from 0 when tracing starts.
         clock: nanoseconds of a monotonic clock (tests plant an offset clock).
         limit: events past which recording stops.
     """
 
     def __init__(
-        self, rank: int, link_of=None, window=(0, None), clock=time.perf_counter_ns, limit=DEFAULT_EVENT_LIMIT, keep_events=True
+        self,
+        rank: int,
+        link_of=None,
+        window=(0, None),
+        clock=time.perf_counter_ns,
+        limit=DEFAULT_EVENT_LIMIT,
+        keep_events=True,
+        unit: str = "multiply",
     ):
         first, stop = window
         if first < 0 or (stop is not None and stop <= first):
@@ -117,20 +147,31 @@ class Tracer:
         self.rank, self.link_of, self.clock, self.limit = rank, link_of or (lambda peer: "network"), clock, limit
         self.first, self.stop = first, stop
         self.events: list[dict] = []
-        self.multiply = -1
+        self.multiply = self.epoch = -1
+        self.unit = unit
         self.recording = False
         self.truncated = False
         self.keep_events = keep_events
         self.path = self.metadata = self.summary = None
         self.phases: dict[str, list[int]] = {}  # name -> [count, nanoseconds] over the window
         self.sent: dict[str, list[int]] = {}  # posting phase -> [messages, bytes]
-        self.multiplies = 0  # recorded
+        self.multiplies = self.epochs = 0  # recorded
+
+    def _inside(self, count: int) -> bool:
+        return count >= self.first and (self.stop is None or count < self.stop) and not self.truncated
 
     def begin_multiply(self) -> None:
-        """Not collective. A multiply starts (every rank counts them alike)."""
+        """Not collective. A multiply starts (every rank counts them alike: the flow ids number them)."""
         self.multiply += 1
-        self.recording = self.multiply >= self.first and (self.stop is None or self.multiply < self.stop) and not self.truncated
+        if self.unit == "multiply":
+            self.recording = self._inside(self.multiply)
         self.multiplies += self.recording
+
+    def begin_epoch(self) -> None:
+        """Not collective. A training epoch starts (the window of a tracer whose ``unit`` is epoch)."""
+        self.epoch += 1
+        self.recording = self._inside(self.epoch)
+        self.epochs += self.recording
 
     def add(self, event: dict) -> None:
         """Not collective. Keep ``event`` (a trace event of this rank), unless only counts are kept or the limit is reached."""
@@ -145,27 +186,34 @@ class Tracer:
 
     def span(self, name: str, start: int, end: int, **args) -> None:
         """Not collective. A complete span of this thread, from ``start`` to ``end`` (clock nanoseconds)."""
-        totals = self.phases.setdefault(name, [0, 0])
+        totals = self.phases.get(name)
+        if totals is None:
+            totals = self.phases[name] = [0, 0]
         totals[0] += 1
         totals[1] += end - start
-        self.add({"ph": "X", "name": name, "cat": "phase", "ts": start / 1e3, "dur": (end - start) / 1e3, "args": args})
+        if self.keep_events:
+            self.add({"ph": "X", "name": name, "cat": "phase", "ts": start / 1e3, "dur": (end - start) / 1e3, "args": args})
 
-    def flow_id(self, ex, source: int, destination: int) -> str:
-        """Not collective. The id both ends of a message give it: ``multiply:exchange:source:destination``."""
-        return f"{self.multiply}:{ex.index}:{source}:{destination}"
+    def flow_id(self, exchange: int, source: int, destination: int) -> str:
+        """Not collective. The id both ends of a message give it: ``multiply:exchange:source:destination``
+        (``exchange``: the plan's exchange, or SpGEMM's stage, that carries it)."""
+        return f"{self.multiply}:{exchange}:{source}:{destination}"
 
-    def message_event(self, phase: str, side: str, ex, peer: int, size: int, at: int) -> None:
-        """Not collective. Async begin (``b``) or end (``e``) of a message on its sender (``side`` send) or receiver."""
+    def message_event(self, phase: str, side: str, exchange: int, peer: int, size: int | None, at: int) -> None:
+        """Not collective. Async begin (``b``) or end (``e``) of a message on its sender (``side`` send) or receiver;
+        ``size`` (bytes) goes into the begin's arguments (None: not known yet, SpGEMM's receives; given at the end)."""
         source, destination = (self.rank, peer) if side == "send" else (peer, self.rank)
         event = {"ph": phase, "name": f"{side} {source}->{destination}", "cat": side, "ts": at / 1e3}
-        event["id"] = self.flow_id(ex, source, destination)
+        event["id"] = self.flow_id(exchange, source, destination)
         if phase == "b":
-            event["args"] = {"peer": peer, "bytes": size, "exchange": ex.index, "link": self.link_of(peer)}
+            event["args"] = {"peer": peer, "bytes": size, "exchange": exchange, "link": self.link_of(peer)}
+        elif size:
+            event["args"] = {"bytes": size}
         self.add(event)
 
-    def flow(self, phase: str, ex, source: int, destination: int, at: int) -> None:
+    def flow(self, phase: str, exchange: int, source: int, destination: int, at: int) -> None:
         """Not collective. The arrow of one message: ``s`` at its send's post, ``f`` at its receive's completion."""
-        event = {"ph": phase, "name": "message", "cat": "flow", "id": self.flow_id(ex, source, destination), "ts": at / 1e3}
+        event = {"ph": phase, "name": "message", "cat": "flow", "id": self.flow_id(exchange, source, destination), "ts": at / 1e3}
         if phase == "f":
             event["bp"] = "e"  # bound to the enclosing slice (the wait)
         self.add(event)
@@ -213,64 +261,89 @@ class TracedCombine:
 
 
 class TracedTransport:
-    """The transport: post and wait spans, the message spans and the flow arrows."""
+    """The transport: post and wait spans, the message spans and the flow arrows (the message events only when
+    the tracer keeps events: a summary counts each posting phase's messages and bytes)."""
 
     def __init__(self, inner, tracer: Tracer) -> None:
         self.inner, self.tracer = inner, tracer
         self.itemsize = inner.ledger.itemsize
+        self._messages: dict[int, tuple] = {}  # exchange index -> its peers and sizes as Python ints, made once
 
     def __getattr__(self, name):  # everything else (sends_message_by_message, free, ledger, ...) is the transport's
         return getattr(self.inner, name)
 
-    def _sent(self, ex, message: int, at: int, phase: str) -> None:
-        tracer, destination = self.tracer, int(ex.send_ranks[message])
-        size = int(ex.send_offsets[message + 1] - ex.send_offsets[message]) * ex.send_buffer.shape[1] * self.itemsize
-        totals = tracer.sent.setdefault(phase, [0, 0])
-        totals[0] += 1
+    def _of(self, ex) -> tuple[list[int], list[int], int, list[int], list[int]]:
+        """(destinations, bytes per send, bytes of all sends, sources, bytes per receive) of exchange ``ex``."""
+        known = self._messages.get(ex.index)
+        if known is None:
+            width = ex.send_buffer.shape[1] * self.itemsize
+            sizes = (ex.send_offsets[1:] - ex.send_offsets[:-1]) * width
+            known = self._messages[ex.index] = (
+                [int(rank) for rank in ex.send_ranks],
+                [int(size) for size in sizes],
+                int(sizes.sum()),
+                [int(rank) for rank in ex.recv_ranks],
+                [int(elements) * self.itemsize for elements in ex.expected_elements],
+            )
+        return known
+
+    def _count(self, phase: str, messages: int, size: int) -> None:
+        totals = self.tracer.sent.get(phase)
+        if totals is None:
+            totals = self.tracer.sent[phase] = [0, 0]
+        totals[0] += messages
         totals[1] += size
-        tracer.message_event("b", "send", ex, destination, size, at)
-        tracer.flow("s", ex, tracer.rank, destination, at)
+
+    def _sent(self, ex, message: int, at: int) -> None:
+        destinations, sizes = self._of(ex)[:2]
+        self.tracer.message_event("b", "send", ex.index, destinations[message], sizes[message], at)
+        self.tracer.flow("s", ex.index, self.tracer.rank, destinations[message], at)
 
     def post_receives(self, ex) -> None:
         _, start, end = _timed(self.tracer, "post receives", self.inner.post_receives, ex, exchange=ex.index)
-        if self.tracer.recording:
-            for message, source in enumerate(ex.recv_ranks):
-                size = int(ex.expected_elements[message]) * self.itemsize
-                self.tracer.message_event("b", "receive", ex, int(source), size, start)
+        if self.tracer.recording and self.tracer.keep_events:
+            _, _, _, sources, sizes = self._of(ex)
+            for source, size in zip(sources, sizes):
+                self.tracer.message_event("b", "receive", ex.index, source, size, start)
 
     def start_sends(self, ex) -> None:
         _, start, end = _timed(self.tracer, "post sends", self.inner.start_sends, ex, exchange=ex.index)
         if self.tracer.recording:
-            for message in range(len(ex.send_ranks)):
-                self._sent(ex, message, start, "post sends")
+            destinations, _, total = self._of(ex)[:3]
+            self._count("post sends", len(destinations), total)
+            if self.tracer.keep_events:
+                for message in range(len(destinations)):
+                    self._sent(ex, message, start)
 
     def start_send(self, ex, message: int) -> None:
         _, start, end = _timed(self.tracer, "post send", self.inner.start_send, ex, message, exchange=ex.index)
         if self.tracer.recording:
-            self._sent(ex, message, start, "post send")
+            self._count("post send", 1, self._of(ex)[1][message])
+            if self.tracer.keep_events:
+                self._sent(ex, message, start)
 
     def _arrived(self, ex, message: int, at: int) -> None:
-        source = int(ex.recv_ranks[message])
-        self.tracer.flow("f", ex, source, self.tracer.rank, at)
-        self.tracer.message_event("e", "receive", ex, source, 0, at)
+        source = self._of(ex)[3][message]
+        self.tracer.flow("f", ex.index, source, self.tracer.rank, at)
+        self.tracer.message_event("e", "receive", ex.index, source, 0, at)
 
     def wait_receives(self, ex) -> None:
         _, start, end = _timed(self.tracer, "wait", self.inner.wait_receives, ex, exchange=ex.index)
-        if self.tracer.recording:
+        if self.tracer.recording and self.tracer.keep_events:
             for message in range(len(ex.recv_ranks)):
                 self._arrived(ex, message, end)
 
     def wait_any(self):
         (index, message), start, end = _timed(self.tracer, "wait", self.inner.wait_any)
-        if self.tracer.recording:
+        if self.tracer.recording and self.tracer.keep_events:
             self._arrived(self.inner.buffers.exchanges[index], message, end)
         return index, message
 
     def wait_sends(self, ex) -> None:
         _, start, end = _timed(self.tracer, "wait sends", self.inner.wait_sends, ex, exchange=ex.index)
-        if self.tracer.recording:
-            for destination in ex.send_ranks:
-                self.tracer.message_event("e", "send", ex, int(destination), 0, end)
+        if self.tracer.recording and self.tracer.keep_events:
+            for destination in self._of(ex)[0]:
+                self.tracer.message_event("e", "send", ex.index, destination, 0, end)
 
 
 def align_clocks(comm, clock=time.perf_counter_ns, rounds: int = 50, most: int = 2000, good_ns: int = 4000) -> tuple[int, int]:
@@ -342,7 +415,9 @@ def write_trace(comm, tracer: Tracer, directory, start, end, start_at: int, end_
     metadata = {
         "ranks": ranks,
         "window": [tracer.first, tracer.stop],
+        "unit": tracer.unit,
         "multiplies_seen": tracer.multiply + 1,
+        "epochs_seen": tracer.epoch + 1,
         "clock": "perf_counter_ns, aligned to rank 0",
     }
     path = Path(directory)

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from sparsewire.exec.tracing import region
 from sparsewire.gnn.propagate import GraphOperator, propagate
 from sparsewire.gnn.sparse_input import sparse_linear
 
@@ -195,10 +196,40 @@ class GNN(nn.Module):
         """Collective. Log-probabilities of this rank's nodes, shape (local nodes, classes)."""
         if self.training:
             self.steps += 1
+        tracer = operator.tracer
         for index, conv in enumerate(self.convs):
             if self.training:
                 x = hash_dropout(x, self.dropout, operator.node_ids, (self.seed * 1_000_003 + self.steps) * 64 + index)
-            x = conv(x, operator)
+            with region(tracer, f"layer {index} forward", layer=index):
+                x = conv(x, operator)
+            if tracer is not None and tracer.recording and x.requires_grad:
+                _trace_backward(tracer, operator.hooks, conv, x, index)
             if index < len(self.convs) - 1:
                 x = torch.relu(x)
         return torch.log_softmax(x, dim=-1)
+
+
+def _trace_backward(tracer, hooks: list, conv: nn.Module, out: torch.Tensor, index: int) -> None:
+    """The span ``layer i backward`` of the coming backward pass, from autograd hooks: it starts when the
+    gradient of the layer's output arrives and ends when the last of its parameters' gradients is
+    accumulated (its propagation's backward and its matrix products lie between). The parameters'
+    hooks remove themselves then (``hooks`` keeps them for :meth:`GraphOperator.stop_tracing`)."""
+    started: list[int] = []
+    parameters = [p for p in conv.parameters() if p.requires_grad]
+    waiting = [len(parameters)]
+    handles: list = []
+
+    def begin(grad: torch.Tensor) -> None:
+        started.append(tracer.clock())
+
+    def accumulated(parameter: torch.Tensor) -> None:
+        waiting[0] -= 1
+        if waiting[0] == 0:
+            for handle in handles:
+                handle.remove()
+            if started and tracer.recording:
+                tracer.span(f"layer {index} backward", started[0], tracer.clock(), layer=index)
+
+    out.register_hook(begin)
+    handles += [p.register_post_accumulate_grad_hook(accumulated) for p in parameters]
+    hooks.extend(handles)

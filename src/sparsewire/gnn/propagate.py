@@ -15,9 +15,11 @@ import scipy.sparse as sp
 import torch
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, collective_errors
+from sparsewire.comm.runtime import agree_on_error, collective_errors, node_ids
 from sparsewire.distributed import DistributedMatrix
+from sparsewire.errors import InputError
 from sparsewire.exec.kernels import make_backend
+from sparsewire.exec.tracing import region
 from sparsewire.options import ExecOptions
 from sparsewire.spmm_plan import SpmmPlan, plan_spmm
 
@@ -40,7 +42,11 @@ class GraphOperator:
     Attributes:
         bytes_forward, bytes_backward: bytes MPI delivered to this rank by the propagations so far
             (receive statuses), forward and backward (reset them to measure an epoch).
+        tracer: the :class:`~sparsewire.exec.tracing.Tracer` while :func:`sparsewire.trace` records the
+            training (its window counts epochs), else None.
     """
+
+    trace_unit = "epoch"  # sparsewire.trace's window counts training epochs (gnn.train begins each)
 
     def __init__(self, matrix: DistributedMatrix, options: ExecOptions | None = None):
         """Not collective (plans are made later, collectively, per width)."""
@@ -54,6 +60,9 @@ class GraphOperator:
         self.bytes_forward = 0
         self.bytes_backward = 0
         self._all_node_ids = None
+        self.tracer = None
+        self._traced: list[SpmmPlan] = []  # plans whose executors record into the tracer
+        self.hooks: list = []  # autograd hooks of the traced layers (gnn.layers), removed when tracing stops
 
     @property
     def row_offset(self) -> int:
@@ -85,16 +94,41 @@ class GraphOperator:
             self.plans[key] = plan_spmm(self.matrix, int(width), _NUMPY[dtype], options=self.options)
         return self.plans[key]
 
+    def start_tracing(self, tracer) -> None:
+        """Collective (learns which ranks share a node). Record the following epochs into ``tracer``
+        (:func:`sparsewire.trace`): each propagation, and the multiplies of its plan (plans made later too)."""
+        if self.tracer is not None:
+            raise InputError("this graph's training is being traced already; end that trace block before starting another")
+        self._nodes = node_ids(self.comm)
+        self.tracer = tracer
+
+    def stop_tracing(self) -> None:
+        """Not collective. Propagations run untraced again."""
+        for plan in self._traced:
+            plan.executor.stop_tracing()
+        for handle in self.hooks:
+            handle.remove()
+        self._traced, self.hooks, self.tracer = [], [], None
+
+    def link_of(self, peer: int) -> str:
+        """Not collective (after :meth:`start_tracing`). Whether ``peer`` shares this rank's node (shared memory) or not."""
+        return "same node" if self._nodes[peer] == self._nodes[self.comm.Get_rank()] else "another node"
+
     def _run(self, x: torch.Tensor, transposed: bool) -> torch.Tensor:
         plan = self.plan(x.shape[1], x.dtype)
         if transposed:
             plan = plan.transpose()
+        tracer = self.tracer
+        if tracer is not None and plan.executor.tracer is None:
+            plan.executor.start_tracing(tracer)
+            self._traced.append(plan)
         source = x.detach()
         if not source.is_contiguous():
             source = source.contiguous()
         out = torch.empty((plan.output_rows, x.shape[1]), dtype=x.dtype, device=source.device)
         # The backend's arrays of the same memory (NumPy views, or the tensors themselves).
-        plan.multiply(self.kernels.from_torch(source), out=self.kernels.from_torch(out))
+        with region(tracer, "propagate backward" if transposed else "propagate forward", width=int(x.shape[1])):
+            plan.multiply(self.kernels.from_torch(source), out=self.kernels.from_torch(out))
         if transposed:
             self.bytes_backward += plan.bytes_received
         else:
@@ -103,6 +137,7 @@ class GraphOperator:
 
     def close(self) -> None:
         """Collective. Free every plan."""
+        self.stop_tracing()
         for plan in self.plans.values():
             plan.close()
         self.plans = {}

@@ -22,6 +22,7 @@ from mpi4py import MPI
 from sparsewire.comm.runtime import agree_on_error
 from sparsewire.distributed import distribute
 from sparsewire.errors import InputError
+from sparsewire.exec.tracing import region
 from sparsewire.gnn.data import GraphData
 from sparsewire.gnn.layers import GNN
 from sparsewire.gnn.propagate import GraphOperator, gcn_normalize, mean_normalize
@@ -293,11 +294,17 @@ def train(
     for epoch in range(1, epochs + 1):
         network.train()
         operator.bytes_forward = operator.bytes_backward = 0
-        timing = timed_run(comm, step, 1, warmup=0, finish=finish)  # one training step, the slowest rank's time
-        seconds, loss = timing.seconds[0], timing.result
-        moved = comm.allreduce(operator.bytes_forward + operator.bytes_backward, op=MPI.SUM)
-        total_loss = comm.allreduce(float(loss.detach()), op=MPI.SUM)
-        accuracy = evaluate(comm, network, graph)
+        tracer = operator.tracer  # sparsewire.trace(operator): its window counts these epochs
+        if tracer is not None:
+            tracer.begin_epoch()
+        with region(tracer, "epoch", epoch=epoch):
+            with region(tracer, "training step"):
+                timing = timed_run(comm, step, 1, warmup=0, finish=finish)  # one training step, the slowest rank's time
+            seconds, loss = timing.seconds[0], timing.result
+            moved = comm.allreduce(operator.bytes_forward + operator.bytes_backward, op=MPI.SUM)
+            total_loss = comm.allreduce(float(loss.detach()), op=MPI.SUM)
+            with region(tracer, "evaluate"):
+                accuracy = evaluate(comm, network, graph)
         entry = {
             "epoch": epoch,
             "loss": total_loss,
@@ -312,6 +319,8 @@ def train(
                 f"epoch {epoch:4d}  loss {total_loss:.4f}  train {accuracy['train']:.3f}  val {accuracy['val']:.3f}  "
                 f"{seconds * 1e3:.1f} ms/epoch  {moved} bytes/epoch (forward + backward)"
             )
+    if operator.tracer is not None:
+        operator.tracer.recording = False  # the final test evaluation is in no epoch: not traced
     result.test_accuracy = evaluate(comm, network, graph)["test"]
     if result.history:
         result.seconds_per_epoch = float(np.mean([h["seconds"] for h in result.history]))

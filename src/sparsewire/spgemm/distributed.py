@@ -22,8 +22,9 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import limit_threads_per_rank
+from sparsewire.comm.runtime import limit_threads_per_rank, node_ids
 from sparsewire.errors import InputError
+from sparsewire.exec.tracing import region
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.plan.plan import build_rank_plan_collective
 from sparsewire.plan.strategies import Strategy
@@ -174,14 +175,39 @@ class DistributedSpgemm:
         """Collective. This rank's block of C; with ``phases`` > 1, B's local columns are cut into
         that many pieces, multiplied one after another and joined (peak memory ~1/phases)."""
         if phases == 1:
-            return self.multiplier.multiply(b_local, mask)
+            return self._multiply_one(b_local, mask, 0)
         pieces, held = [], 0
         for lo, hi in self._phase_columns(b_local, phases):
             piece_mask = None if mask is None else mask[:, lo:hi].new()
-            piece = self.multiplier.multiply(b_local[:, lo:hi].new(), piece_mask, held_elsewhere=held)
+            piece = self._multiply_one(b_local[:, lo:hi].new(), piece_mask, held)
             held += piece.nvals
             pieces.append(piece)
         return gb.ss.concat([pieces])
+
+    def _multiply_one(self, b_local: gb.Matrix, mask: gb.Matrix | None, held: int) -> gb.Matrix:
+        """Collective. One multiply of the algorithm (a ``multiply`` span of the trace, when traced)."""
+        tracer = self.multiplier.tracer
+        if tracer is None:
+            return self.multiplier.multiply(b_local, mask, held_elsewhere=held)
+        tracer.begin_multiply()
+        with region(tracer, "multiply"):
+            return self.multiplier.multiply(b_local, mask, held_elsewhere=held)
+
+    def start_tracing(self, tracer) -> None:
+        """Collective (learns which ranks share a node). Record the following multiplies into ``tracer``
+        (:func:`sparsewire.trace`; the transfers through :class:`~sparsewire.spgemm.traced.TracedTransfer`)."""
+        if self.multiplier.tracer is not None:
+            raise InputError("this SpGEMM plan is being traced already; end that trace block before starting another")
+        self._nodes = node_ids(self.comm)
+        self.multiplier.tracer = tracer
+
+    def stop_tracing(self) -> None:
+        """Not collective. Multiplies run untraced again."""
+        self.multiplier.tracer = None
+
+    def link_of(self, peer: int) -> str:
+        """Not collective (after :meth:`start_tracing`). Whether ``peer`` shares this rank's node (shared memory) or not."""
+        return "same node" if self._nodes[peer] == self._nodes[self.comm.Get_rank()] else "another node"
 
     def predicted_bytes(self, b_local: gb.Matrix, phases: int = 1, *, lower_bound: bool = False) -> int:
         """Collective. Bytes :meth:`multiply` will put on the wire for this B, summed over ranks

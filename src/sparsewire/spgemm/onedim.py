@@ -34,9 +34,11 @@ from mpi4py import MPI
 from sparsewire.comm.runtime import agree_on_error
 from sparsewire.errors import PlanMismatchError
 from sparsewire.exec.lifetime import admit, free_communicators, release_now, track
+from sparsewire.exec.tracing import region
 from sparsewire.plan.plan import DIRECT_B, DIRECT_C, RankPlan
 from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
+from sparsewire.spgemm.traced import TracedTransfer
 from sparsewire.spgemm.transfer import SparseTransfer
 
 __all__ = ["OneDimMultiplier"]
@@ -116,6 +118,7 @@ class OneDimMultiplier:
         self._finalizer = track(self, lambda held=self.comm: free_communicators(held))  # freed on collection too
         self.bytes_received = 0
         self.peak_held_entries = 0
+        self.tracer = None  # a Tracer while traced (sparsewire.trace)
 
     def free(self) -> None:
         """Collective (frees its communicator). Release the duplicated communicator (once)."""
@@ -179,11 +182,14 @@ class OneDimMultiplier:
         semiring = self.semiring
         dtype = np.dtype(semiring.dtype)
         itype = index_dtype(self.row_bound, b_local.ncols)
-        transfer = SparseTransfer(itype, dtype)
+        transfer, tracer = SparseTransfer(itype, dtype), self.tracer
+        if tracer is not None:
+            transfer = TracedTransfer(transfer, tracer, self.comm)
         incoming = [transfer.post_header(self.comm, int(source), 0) for source in self.recv_ranks]
-        buffer = self.send_buffer(b_local)
-        sent_entries = buffer.nvals
-        messages = pack_row_ranges(buffer, self.send_bounds, itype, consume=True)
+        with region(tracer, "pack"):
+            buffer = self.send_buffer(b_local)
+            sent_entries = buffer.nvals
+            messages = pack_row_ranges(buffer, self.send_bounds, itype, consume=True)
         for destination, message in zip(self.send_ranks, messages):
             transfer.send(self.comm, int(destination), 0, message)
         sizes = [transfer.wait_header(message) for message in incoming]
@@ -193,19 +199,22 @@ class OneDimMultiplier:
             transfer.post_payload(message, values[value_starts[s] : value_starts[s + 1]])
         mask_arg = {} if mask is None else {"mask": mask.S}
         if self.overlap:  # the diagonal block needs no message: compute it while the rows travel
-            result = self.diagonal.mxm(b_local, semiring.operator).new(**mask_arg)
+            with region(tracer, "local product"):
+                result = self.diagonal.mxm(b_local, semiring.operator).new(**mask_arg)
         pieces = [transfer.wait(message) for message in incoming]
-        received = import_messages(pieces, self.recv_offsets[:-1], self.n_received, b_local.ncols, dtype, values=values)
+        with region(tracer, "unpack"):
+            received = import_messages(pieces, self.recv_offsets[:-1], self.n_received, b_local.ncols, dtype, values=values)
         transfer.finish_sends()
         self.bytes_received += transfer.bytes_received
         held = b_local.nvals + sent_entries + received.nvals + held_elsewhere
-        if not self.overlap:
-            stacked = b_local if self.n_received == 0 else gb.ss.concat([[b_local], [received]])
-            result = self.combined.mxm(stacked, semiring.operator).new(**mask_arg)
-        elif received.nvals:  # (an empty accumulation still costs GraphBLAS a pass over C)
-            result(accum=semiring.accumulate, **mask_arg) << self.received_terms.mxm(received, semiring.operator)
-        if self.place is not None and received.nvals:
-            result(accum=semiring.accumulate, **mask_arg) << self.place.mxm(received, semiring.merge)
+        with region(tracer, "local product"):
+            if not self.overlap:
+                stacked = b_local if self.n_received == 0 else gb.ss.concat([[b_local], [received]])
+                result = self.combined.mxm(stacked, semiring.operator).new(**mask_arg)
+            elif received.nvals:  # (an empty accumulation still costs GraphBLAS a pass over C)
+                result(accum=semiring.accumulate, **mask_arg) << self.received_terms.mxm(received, semiring.operator)
+            if self.place is not None and received.nvals:
+                result(accum=semiring.accumulate, **mask_arg) << self.place.mxm(received, semiring.merge)
         self.peak_held_entries = max(self.peak_held_entries, held + result.nvals)
         return result
 

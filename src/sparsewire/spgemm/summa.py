@@ -29,9 +29,11 @@ from mpi4py import MPI
 from sparsewire.comm.runtime import agree_on_error
 from sparsewire.errors import InputError
 from sparsewire.exec.lifetime import admit, free_communicators, release_now, track
+from sparsewire.exec.tracing import region
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.spgemm.local import empty, import_messages, index_dtype, pack_row_ranges, row_counts, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
+from sparsewire.spgemm.traced import TracedTransfer
 from sparsewire.spgemm.transfer import SparseTransfer
 
 __all__ = ["ProcessGrid", "choose_grid", "parse_grid", "summa_stages", "SummaMultiplier", "BlockLayout"]
@@ -182,6 +184,7 @@ class SummaMultiplier:
         self.a_sizes = {s: (int((row_counts(p) > 0).sum()), int(p.nvals)) for s, p in self.a_pieces.items()}
         self.bytes_received = 0
         self.peak_held_entries = 0
+        self.tracer = None  # a Tracer while traced (sparsewire.trace)
 
     def free(self) -> None:
         """Collective (frees its row and column communicators). Release the grid row and column communicators (once)."""
@@ -216,7 +219,9 @@ class SummaMultiplier:
         layout, semiring, grid = self.layout, self.semiring, self.layout.grid
         n_rows = int(layout.a_rows.counts()[self.row])
         n_cols = b_block.ncols
-        transfer = SparseTransfer(self.itype, semiring.dtype)
+        transfer, tracer = SparseTransfer(self.itype, semiring.dtype), self.tracer
+        if tracer is not None:
+            transfer = TracedTransfer(transfer, tracer, self.comm)
         # Start every send at once: A blocks along the grid row, B blocks along the grid column.
         for s, message in self.a_messages.items():
             for peer in range(grid.cols):
@@ -228,7 +233,9 @@ class SummaMultiplier:
             # The stages a grid row owns cover its B rows contiguously: one unpack of B packs them all.
             bounds = np.array([b_stages[0][1]] + [last for _, _, last in b_stages], np.int64)
             if grid.rows > 1:
-                for (s, _, _), message in zip(b_stages, pack_row_ranges(b_block, bounds, self.itype)):
+                with region(tracer, "pack"):
+                    packed = pack_row_ranges(b_block, bounds, self.itype)
+                for (s, _, _), message in zip(b_stages, packed):
                     for peer in range(grid.rows):
                         if peer != self.row:
                             transfer.send(self.col_comm, peer, s, message)
@@ -250,10 +257,14 @@ class SummaMultiplier:
             if side == "a":
                 if a_owner == self.col:
                     return self.a_pieces[stage]
-                return import_messages([transfer.wait(incoming.pop(("a", stage)))], [0], n_rows, hi - lo, semiring.dtype)
+                arrived = transfer.wait(incoming.pop(("a", stage)))
+                with region(tracer, "unpack"):
+                    return import_messages([arrived], [0], n_rows, hi - lo, semiring.dtype)
             if b_owner == self.row:
                 return b_pieces[stage]
-            return import_messages([transfer.wait(incoming.pop(("b", stage)))], [0], hi - lo, n_cols, semiring.dtype)
+            arrived = transfer.wait(incoming.pop(("b", stage)))
+            with region(tracer, "unpack"):
+                return import_messages([arrived], [0], hi - lo, n_cols, semiring.dtype)
 
         size = self.stages_per_product
         groups = [list(range(g, min(g + size, len(self.stages)))) for g in range(0, len(self.stages), size)]
@@ -269,12 +280,13 @@ class SummaMultiplier:
             a_list = [piece("a", stage) for stage in group]
             b_list = [piece("b", stage) for stage in group]
             # One product per group of stages: [A_s | A_s+1] (+.x) [B_s ; B_s+1] needs no merge between them.
-            a_piece = a_list[0] if len(group) == 1 else gb.ss.concat([a_list])
-            b_piece = b_list[0] if len(group) == 1 else gb.ss.concat([[b] for b in b_list])
-            if result is None:
-                result = a_piece.mxm(b_piece, semiring.operator).new(**mask_arg)
-            elif a_piece.nvals and b_piece.nvals:  # (an empty accumulation still costs a pass over C)
-                result(accum=semiring.accumulate, **mask_arg) << a_piece.mxm(b_piece, semiring.operator)
+            with region(tracer, "local product", stages=len(group)):
+                a_piece = a_list[0] if len(group) == 1 else gb.ss.concat([a_list])
+                b_piece = b_list[0] if len(group) == 1 else gb.ss.concat([[b] for b in b_list])
+                if result is None:
+                    result = a_piece.mxm(b_piece, semiring.operator).new(**mask_arg)
+                elif a_piece.nvals and b_piece.nvals:  # (an empty accumulation still costs a pass over C)
+                    result(accum=semiring.accumulate, **mask_arg) << a_piece.mxm(b_piece, semiring.operator)
             waiting = sum(int(m.header[1]) for m in incoming.values())
             held = base + a_piece.nvals + b_piece.nvals + waiting + result.nvals
             self.peak_held_entries = max(self.peak_held_entries, held)
