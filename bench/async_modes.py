@@ -4,7 +4,7 @@ and T = 1 and 2 where P x T <= 4, block widths k = 1, 4, 16, 64, 256, on the mat
 ../shared/data.
 
     .venv/bin/python bench/async_modes.py [--matrices M ...] [--ks 1,4,16,64,256] [--repeat 10]
-        [--transports mpi,torch] [--baseline GIT_REF] [--rounds 2]
+        [--transports mpi,torch] [--baseline GIT_REF] [--rounds 2] [--configurations 2x1,2x2,4x1]
 
 One ``mpiexec -n P`` run per (matrix, P, T) loads the matrix once, plans once per layout (strategy
 ``--strategy``, default joint; the pipelined mode on groups of one rank, so it pipelines one round
@@ -12,9 +12,9 @@ per remote rank), and times every mode, transport and k (one warm-up, then ``--r
 between barriers, the slowest rank's time). The torch transport (torch.distributed on Gloo) runs
 every mode but partitioned. With ``--baseline REF`` the sparsewire package of that git commit is
 extracted to a temporary directory and the same run is made with it (MPI transport), alternating
-with the current code ``--rounds`` times; each entry keeps its fastest median over the rounds, and
-a summary gives the geometric mean of current / baseline per mode and overall, and of torch / MPI
-per mode. P x T above the machine's cores oversubscribes it: those rows are marked. With
+with the current code ``--rounds`` times (which goes first alternates too); each entry keeps its
+fastest median over the rounds, and a summary gives the geometric mean of current / baseline per
+mode and overall, and of torch / MPI per mode. P x T above the machine's cores oversubscribes it: those rows are marked. With
 ``--deterministic`` every mode is also timed with ``deterministic=True`` and a second table gives
 its cost (time / the same mode's). Prints the tables and writes bench/results/async_modes.json.
 """
@@ -32,7 +32,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, default_matrices, extract_baseline, geometric_mean, short_name  # noqa: E402
 
-CONFIGURATIONS = [(2, 1), (2, 2), (4, 1)]
 MODE_ORDER = ("bulk", "overlap", "pipelined", "early", "partitioned")
 
 
@@ -168,9 +167,18 @@ def main() -> None:
         "--rounds", type=int, default=2, help="with --baseline: alternations of current and baseline (default: 2)"
     )
     parser.add_argument("--deterministic", action="store_true", help="also time every mode with deterministic=True")
+    parser.add_argument(
+        "--configurations",
+        default="2x1,2x2,4x1",
+        help="ranks x threads per rank to run (default: 2x1,2x2,4x1; 2x1 alone stays within this machine's cores)",
+    )
     parser.add_argument("--worker", nargs=2, metavar=("MATRIX", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     ks = [int(v) for v in args.ks.split(",")]
+    try:
+        configurations = [tuple(int(x) for x in item.split("x")) for item in args.configurations.split(",")]
+    except ValueError:
+        parser.error(f"--configurations {args.configurations!r}: give PxT items, e.g. 2x1,4x1")
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     if args.worker:
         worker(args.worker[0], ks, args.repeat, args.strategy, int(args.worker[1]), args.deterministic, transports)
@@ -183,13 +191,22 @@ def main() -> None:
     variants = [(t, None) for t in transports] + ([("baseline", baseline_source)] if baseline_source else [])
     columns = [m for m in MODE_ORDER]
     for matrix in args.matrices:
-        for ranks, threads in CONFIGURATIONS:
+        for ranks, threads in configurations:
             print(f"{short_name(matrix)}: P={ranks} T={threads}", file=sys.stderr, flush=True)
             best: dict[tuple, dict] = {}  # (variant, k, mode, deterministic) -> the entry with the fastest median
-            for _ in range(args.rounds if baseline_source else 1):
-                runs = [("current", run_worker(matrix, ranks, threads, args, transports, None))]
-                if baseline_source:
-                    runs.append(("baseline", run_worker(matrix, ranks, threads, args, ["mpi"], baseline_source)))
+            for round_index in range(args.rounds if baseline_source else 1):
+                order = ["current", "baseline"] if baseline_source else ["current"]
+                if round_index % 2:  # alternate who goes first: the second process of a pair ran measurably slower
+                    order.reverse()
+                runs = [
+                    (
+                        variant,
+                        run_worker(matrix, ranks, threads, args, transports, None)
+                        if variant == "current"
+                        else run_worker(matrix, ranks, threads, args, ["mpi"], baseline_source),
+                    )
+                    for variant in order
+                ]
                 for variant, entries in runs:
                     for e in entries:
                         key = ("baseline" if variant == "baseline" else e["transport"], e["k"], e["mode"], e["deterministic"])

@@ -127,7 +127,9 @@ def test_cli_spmm_hierarchical_when_groups_need_nothing_from_each_other(tmp_path
         dense[start : start + 20, start : start + 20] = block
     path = tmp_path / "two_islands.mtx"
     scipy.io.mmwrite(path, sp.coo_array(dense))
-    report = spmm_json(4, str(path), "--group-size", "2", "--strategy", HIERARCHICAL, "--mode", "all", "--check", "--repeat", "1")
+    report = spmm_json(
+        4, str(path), "--group-size", "2", "--strategy", HIERARCHICAL, "--mode", "all", "--check", "--repeat", "1", "--k", "8"
+    )
     assert_hierarchical_runs(report, 3 * 5)
     for run in report["runs"]:
         assert run["inter_group_bytes"] == 0 and run["intra_group_bytes"] > 0
@@ -159,7 +161,8 @@ def test_cli_spmm_single_run_fields():
 @pytest.mark.skipif(not SHARED_MATRICES, reason="../shared/data is not present")
 @pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
 def test_cli_spmm_on_shared_matrices(path):
-    report = spmm_json(4, str(path), "--strategy", "all", "--mode", "bulk,overlap", "--check", "--repeat", "1")
+    # k = 8: exactness and bytes do not depend on k, the time does.
+    report = spmm_json(4, str(path), "--strategy", "all", "--mode", "bulk,overlap", "--check", "--repeat", "1", "--k", "8")
     for run in report["runs"]:
         assert run["max_abs_error"] <= 1e-9 and run["measured_bytes"] == run["planned_bytes"]
 
@@ -167,7 +170,9 @@ def test_cli_spmm_on_shared_matrices(path):
 @pytest.mark.skipif(not SHARED_MATRICES, reason="../shared/data is not present")
 @pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
 def test_cli_spmm_hierarchical_on_shared_matrices(path):
-    report = spmm_json(4, str(path), "--group-size", "2", "--strategy", HIERARCHICAL, "--mode", "all", "--check", "--repeat", "1")
+    report = spmm_json(
+        4, str(path), "--group-size", "2", "--strategy", HIERARCHICAL, "--mode", "all", "--check", "--repeat", "1", "--k", "8"
+    )
     assert_hierarchical_runs(report, 3 * 5)
 
 

@@ -30,11 +30,31 @@ def test_the_rules_catch_each_kind_of_broken_trace():
     assert receives_before_sends(early) == ["0:0:0:1: 0.500 us early"]
 
 
+def test_an_epoch_window_and_regions_record_only_inside_it():
+    from sparsewire.exec.tracing import Tracer, region
+
+    ticks = iter(range(0, 10_000, 10))
+    tracer = Tracer(0, window=(1, 3), clock=lambda: next(ticks), unit="epoch")
+    for epoch in range(4):
+        tracer.begin_epoch()
+        tracer.begin_multiply()  # multiplies inside an epoch do not move an epoch window
+        assert tracer.recording == (epoch in (1, 2))
+        with region(tracer, "epoch", epoch=epoch):
+            with region(tracer, "layer 0 forward"):
+                pass
+    with region(None, "nothing"):  # no tracer: a no-op context
+        pass
+    assert tracer.epochs == 2 and tracer.multiplies == 2 and tracer.phases["epoch"][0] == 2
+    spans = [e for e in tracer.events if e["name"] == "epoch"]
+    assert [e["args"]["epoch"] for e in spans] == [1, 2] and all(e["dur"] == 0.03 for e in spans)  # 3 ticks of 10 ns
+    assert problems(tracer.events) == []
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_traces_of_every_message_mode_are_valid_and_aligned(rng, tmp_path, ranks):
     completed = run_mpi(ranks, [str(ROOT / "tests" / "exec" / "trace_driver.py"), str(int(rng.integers(2**31))), str(tmp_path)])
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert int(completed.stdout.split("OK ")[1].split()[0]) == 16, completed.stdout
+    assert int(completed.stdout.split("OK ")[1].split()[0]) == 18, completed.stdout
 
 
 def test_spmm_trace_writes_one_valid_trace_per_run(tmp_path):

@@ -1,8 +1,9 @@
 """Run by tests/exec/test_tracing.py under ``mpiexec -n P``: ``python tests/exec/trace_driver.py SEED DIR``.
 
-For the flat joint strategy and the hierarchical joint-group, every traced mode (bulk, overlap,
-pipelined, early), on both transports (mpi, torch): four multiplies, window [1, 3); the trace must obey the format's rules
-(tests/exec/trace_rules.py), hold one flow arrow per message the plan sends in the window, and no
+For the flat joint strategy and the hierarchical joint-group, every mode on the MPI transport
+(bulk, overlap, pipelined, early, partitioned with two threads) and every mode of the torch
+transport (all but partitioned): four multiplies, window [1, 3); the trace must obey the format's
+rules (tests/exec/trace_rules.py), hold one flow arrow per message the plan sends in the window, and no
 receive may complete before its send was posted on the aligned clock. Each rank's clock is a
 stand-in running ``rank`` seconds ahead (plus the real one): the alignment must find that offset
 within 10 microseconds. A planted fault (one arrival record dropped) must break the rules.
@@ -36,10 +37,13 @@ def main(seed: int, directory: str) -> str:
     checked, residuals = 0, []
     groups = sparsewire.Topology.nodes(2)
     strategies = (("joint", None), ("joint-group", groups))
-    modes = ("bulk", "overlap", "pipelined", "early")
+    modes = ("bulk", "overlap", "pipelined", "early", "partitioned")
     for (strategy, topology), mode, transport in itertools.product(strategies, modes, ("mpi", "torch")):
+        if mode == "partitioned" and transport == "torch":  # the torch transport has no partitioned mode
+            continue
         chosen = groups if mode == "pipelined" else topology
-        with matrix.spmm_plan(3, strategy=strategy, mode=mode, topology=chosen, transport=transport) as plan:
+        threads = 2 if mode == "partitioned" else 1  # two threads: two tracks per rank
+        with matrix.spmm_plan(3, strategy=strategy, mode=mode, topology=chosen, transport=transport, threads=threads) as plan:
             name = f"{strategy}-{mode}-{transport}.json"
             with sparsewire.trace(plan, directory, window=(1, 3), clock=clock, name=name) as tracer:
                 for _ in range(4):
@@ -66,6 +70,8 @@ def main(seed: int, directory: str) -> str:
             assert flows == 2 * messages, (case, flows, messages)  # the window holds two multiplies
             early = receives_before_sends(events)
             assert not early, (case, early[:5])
+            if mode == "partitioned":  # each thread packs its share of every message on a track of its own
+                assert {e["tid"] for e in events if e["ph"] == "X" and e["name"] == "pack"} == {0, 1} or size == 1, case
             if checked == 0 and size > 1:  # planted fault: one arrival record dropped
                 dropped = next(i for i, e in enumerate(events) if e["ph"] == "f")
                 assert problems(events[:dropped] + events[dropped + 1 :]), "a dropped arrival went unnoticed"

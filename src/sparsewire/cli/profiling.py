@@ -37,8 +37,7 @@ def add_profiling_arguments(
         help=f"write a Chrome trace (Perfetto, chrome://tracing) of {each} to {file_name}: every rank's pack, post, "
         "wait, unpack, product and combine spans"
         + (", each epoch, layer forward and backward and propagation" if unit == "epochs" else "")
-        + ", each message and an arrow from its send to its receive, clocks aligned to rank 0"
-        + (" (the message modes: not partitioned)" if traffic_map else ""),
+        + ", each message and an arrow from its send to its receive, clocks aligned to rank 0",
     )
     parser.add_argument(
         "--trace-window",
@@ -85,8 +84,8 @@ def _tracing(args: argparse.Namespace) -> bool:
     return args.trace is not None or args.log_view or args.plot is not None
 
 
-def check_profiling_arguments(args: argparse.Namespace, modes: list[str] = ()) -> None:
-    """Before MPI starts: the pictures' paths, the window, the trace folder, and a mode that can be traced."""
+def check_profiling_arguments(args: argparse.Namespace) -> None:
+    """Before MPI starts: the pictures' paths, the window and the trace folder."""
     if getattr(args, "traffic_map", None) is not None:
         check_plot_path(args.traffic_map, "--traffic-map")
     if args.plot is not None:
@@ -94,11 +93,6 @@ def check_profiling_arguments(args: argparse.Namespace, modes: list[str] = ()) -
     if not _tracing(args):
         return
     trace_window(args.trace_window)
-    if "partitioned" in modes:
-        raise InputError(
-            "--trace, --log-view and --plot record the message modes (bulk, overlap, pipelined, early); drop the "
-            "partitioned mode (--mode all includes it)"
-        )
     if args.trace is not None and os.path.exists(args.trace) and not os.path.isdir(args.trace):
         raise InputError(f"--trace {args.trace} is a file; give a folder (it is made when missing)")
     if args.trace is not None:  # a folder made when the run ends, or one that exists

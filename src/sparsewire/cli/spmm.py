@@ -154,7 +154,7 @@ def run_spmm(args: argparse.Namespace) -> int:
     if args.topology is not None and args.topology.strip().lower() != "mpi":
         topology_from_args(args)  # reject an unknown preset before MPI starts
 
-    check_profiling_arguments(args, modes)
+    check_profiling_arguments(args)
     MPI = start_mpi(modes, args.threads)
 
     from sparsewire.comm.runtime import limit_threads_per_rank
@@ -274,7 +274,7 @@ def run_eigs(args: argparse.Namespace) -> int:
         raise InputError("eigs runs one strategy and one mode; give one of each")
     if not args.tol > 0:
         raise InputError(f"--tol must be positive (got {args.tol})")
-    check_profiling_arguments(args, modes)
+    check_profiling_arguments(args)
     MPI = start_mpi(modes, args.threads)
 
     from sparsewire.comm.runtime import limit_threads_per_rank

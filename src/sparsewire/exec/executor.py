@@ -233,16 +233,12 @@ class SpmmExecutor:
 
     def start_tracing(self, tracer) -> None:
         """Not collective (every rank starts alike). Run the following multiplies through a schedule whose
-        packer, transport and combine record into ``tracer`` (:mod:`sparsewire.exec.tracing`)."""
+        packer, transport and combine record into ``tracer`` (:mod:`sparsewire.exec.traced_parts`)."""
         from sparsewire.exec.pack import Packer
-        from sparsewire.exec.tracing import TracedCombine, TracedPacker, TracedTransport
+        from sparsewire.exec.traced_parts import TracedCombine, TracedPacker, TracedTransport
 
         if self.tracer is not None:
             raise InputError("this plan is being traced already; end that trace block before starting another")
-        if self.mode is Mode.PARTITIONED:
-            raise InputError(
-                "tracing runs the message modes (bulk, overlap, pipelined, early), not the partitioned mode; trace one of those"
-            )
         traced = SCHEDULES[self.mode](
             self.buffers,
             TracedTransport(self.transport, tracer),

@@ -55,8 +55,9 @@ def summarize(comm, tracer, costs: tuple[float, float], predicted_seconds: float
     ranks = comm.gather(mine, root=0)
     if comm.Get_rank() != 0:
         return None
-    names = [n for n in _ORDER if any(n in r["phases"] for r in ranks)]
-    names += sorted({n for r in ranks for n in r["phases"]} - set(names))
+    ran = {n for r in ranks for n, (count, _) in r["phases"].items() if count}  # (the traced parts list every phase)
+    names = [n for n in _ORDER if n in ran]
+    names += sorted(ran - set(names))
     seconds = {n: np.array([r["phases"].get(n, [0, 0])[1] / 1e9 for r in ranks]) for n in names}
     runtime = float(seconds["multiply"].max()) if "multiply" in seconds else 0.0
     base = "epoch" if "epoch" in seconds else "multiply"  # what %T divides by

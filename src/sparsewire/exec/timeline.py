@@ -16,6 +16,7 @@ _COLOURS = {
     "post receives": "tab:gray",
     "post sends": "tab:purple",
     "post send": "tab:purple",
+    "post partition": "tab:purple",
     "wait": "tab:red",
     "wait sends": "tab:pink",
     "unpack": "tab:blue",

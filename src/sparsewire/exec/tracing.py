@@ -1,6 +1,6 @@
 """A per-rank trace of every multiply in the Chrome Trace Event format (Perfetto, chrome://tracing).
 
-What is recorded (issue 41): one process per rank (``rank r @ host``); complete spans (``ph: X``)
+What is recorded (issue 41): one process per rank (``rank r @ host``), a track per thread; complete spans (``ph: X``)
 for the diagonal product, each pack, each post of receives and sends, each wait, each combine of
 an exchange or a message and the final combine; each message in flight as an async span on the
 sender (post to completion, ``cat: send``) and on the receiver (post to arrival, ``cat:
@@ -10,9 +10,10 @@ and both ranks, so the two ends match across processes. A message is stamped at 
 call that posts it and at the end of the wait that completes it (a wait for a whole exchange
 returns when its last message is in), so its arrow never points back in time.
 
-How: :class:`Tracer` wraps the executor's parts (the packer, the transport, the combine) in
-proxies that time each call (``time.perf_counter_ns``) and delegate; tracing off leaves the
-parts unwrapped, so an untraced multiply runs exactly the code it ran before. Only multiplies in
+How: the executor's parts (the packer, the transport, the combine) are wrapped in proxies
+(:mod:`sparsewire.exec.traced_parts`) that time each call (``time.perf_counter_ns``) into a
+:class:`Tracer` and delegate; tracing off leaves the parts unwrapped, so an untraced multiply runs
+exactly the code it ran before. Only multiplies in
 the window ``[first, stop)`` are recorded, and recording stops at ``limit`` events (said in the
 trace's metadata, ``truncated``, and by the command line's warning).
 
@@ -22,11 +23,11 @@ the round trip's midpoint), fits offset + drift x time through them and reports 
 (half the best round trip, the bound on the error of each sample). :func:`write_trace` shifts
 every rank's events to rank 0's clock and writes one file.
 
-The message schedules (bulk, overlap, pipelined, early) are traced on both transports (MPI and
-torch.distributed); the partitioned mode, whose threads pack and send partitions, is not yet (a
-trace of it is refused). SpGEMM (:mod:`sparsewire.spgemm.traced`: its transfers and products) and
-GNN training (:class:`~sparsewire.gnn.propagate.GraphOperator`: epochs, layers, propagations and
-the multiplies of its plans) record into the same :class:`Tracer`.
+Every mode is traced (bulk, overlap, pipelined, early on both transports, MPI and
+torch.distributed; partitioned on MPI, each of its threads on a track of its own). SpGEMM
+(:mod:`sparsewire.spgemm.traced`: its transfers and products) and GNN training
+(:class:`~sparsewire.gnn.propagate.GraphOperator`: epochs, layers, propagations and the multiplies
+of its plans) record into the same :class:`Tracer`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -156,6 +158,8 @@ class Tracer:
         self.phases: dict[str, list[int]] = {}  # name -> [count, nanoseconds] over the window
         self.sent: dict[str, list[int]] = {}  # posting phase -> [messages, bytes]
         self.multiplies = self.epochs = 0  # recorded
+        self.lock = threading.Lock()  # the partitioned mode's threads add to shared totals
+        self._tracks = {threading.get_ident(): 0}  # OS thread -> track (tid); the tracing thread is 0
 
     def _inside(self, count: int) -> bool:
         return count >= self.first and (self.stop is None or count < self.stop) and not self.truncated
@@ -181,18 +185,38 @@ class Tracer:
             self.truncated, self.recording = True, False
             return
         event["pid"] = self.rank
-        event.setdefault("tid", 0)
+        event["tid"] = self.track()
         self.events.append(event)
 
-    def span(self, name: str, start: int, end: int, **args) -> None:
-        """Not collective. A complete span of this thread, from ``start`` to ``end`` (clock nanoseconds)."""
+    def track(self) -> int:
+        """Not collective. The track (``tid``) of the calling thread: 0 for the one that started tracing, then
+        1, 2, ... in the order other threads (the partitioned mode's) first record."""
+        thread = threading.get_ident()
+        track = self._tracks.get(thread)
+        if track is None:
+            with self.lock:
+                track = self._tracks.setdefault(thread, len(self._tracks))
+        return track
+
+    def totals(self, name: str) -> list[int]:
+        """Not collective. Phase ``name``'s [count, nanoseconds] over the window (the list the summary reads; the
+        traced parts keep it and add to it in place)."""
         totals = self.phases.get(name)
         if totals is None:
             totals = self.phases[name] = [0, 0]
+        return totals
+
+    def span(self, name: str, start: int, end: int, **args) -> None:
+        """Not collective. A complete span of this thread, from ``start`` to ``end`` (clock nanoseconds)."""
+        totals = self.totals(name)
         totals[0] += 1
         totals[1] += end - start
         if self.keep_events:
-            self.add({"ph": "X", "name": name, "cat": "phase", "ts": start / 1e3, "dur": (end - start) / 1e3, "args": args})
+            self.span_event(name, start, end, args)
+
+    def span_event(self, name: str, start: int, end: int, args: dict) -> None:
+        """Not collective. The trace event of a span (its time is counted by the caller)."""
+        self.add({"ph": "X", "name": name, "cat": "phase", "ts": start / 1e3, "dur": (end - start) / 1e3, "args": args})
 
     def flow_id(self, exchange: int, source: int, destination: int) -> str:
         """Not collective. The id both ends of a message give it: ``multiply:exchange:source:destination``
@@ -217,133 +241,6 @@ class Tracer:
         if phase == "f":
             event["bp"] = "e"  # bound to the enclosing slice (the wait)
         self.add(event)
-
-
-def _timed(tracer: Tracer, name: str, call, *args, **span_args):
-    start = tracer.clock()
-    result = call(*args)
-    end = tracer.clock()
-    if tracer.recording:
-        tracer.span(name, start, end, **span_args)
-    return result, start, end
-
-
-class TracedPacker:
-    """The packer, each call a ``pack`` span."""
-
-    def __init__(self, inner, tracer: Tracer) -> None:
-        self.inner, self.tracer, self.buffers = inner, tracer, inner.buffers
-
-    def exchange(self, ex, b) -> None:
-        _timed(self.tracer, "pack", self.inner.exchange, ex, b, exchange=ex.index)
-
-    def message(self, ex, message, b) -> None:
-        _timed(self.tracer, "pack", self.inner.message, ex, message, b, exchange=ex.index, to=int(ex.send_ranks[message]))
-
-
-class TracedCombine:
-    """The combine, each call a span (the diagonal product, an exchange's or a message's unpack, the final combine)."""
-
-    def __init__(self, inner, tracer: Tracer) -> None:
-        self.inner, self.tracer = inner, tracer
-
-    def diagonal(self, b, out) -> None:
-        _timed(self.tracer, "local product", self.inner.diagonal, b, out)
-
-    def exchange_arrived(self, ex, out) -> None:
-        _timed(self.tracer, "unpack", self.inner.exchange_arrived, ex, out, exchange=ex.index)
-
-    def message_arrived(self, ex, message, out) -> None:
-        _timed(self.tracer, "early multiply", self.inner.message_arrived, ex, message, out, exchange=ex.index)
-
-    def finish(self, b, out) -> None:
-        _timed(self.tracer, "combine", self.inner.finish, b, out)
-
-
-class TracedTransport:
-    """The transport: post and wait spans, the message spans and the flow arrows (the message events only when
-    the tracer keeps events: a summary counts each posting phase's messages and bytes)."""
-
-    def __init__(self, inner, tracer: Tracer) -> None:
-        self.inner, self.tracer = inner, tracer
-        self.itemsize = inner.ledger.itemsize
-        self._messages: dict[int, tuple] = {}  # exchange index -> its peers and sizes as Python ints, made once
-
-    def __getattr__(self, name):  # everything else (sends_message_by_message, free, ledger, ...) is the transport's
-        return getattr(self.inner, name)
-
-    def _of(self, ex) -> tuple[list[int], list[int], int, list[int], list[int]]:
-        """(destinations, bytes per send, bytes of all sends, sources, bytes per receive) of exchange ``ex``."""
-        known = self._messages.get(ex.index)
-        if known is None:
-            width = ex.send_buffer.shape[1] * self.itemsize
-            sizes = (ex.send_offsets[1:] - ex.send_offsets[:-1]) * width
-            known = self._messages[ex.index] = (
-                [int(rank) for rank in ex.send_ranks],
-                [int(size) for size in sizes],
-                int(sizes.sum()),
-                [int(rank) for rank in ex.recv_ranks],
-                [int(elements) * self.itemsize for elements in ex.expected_elements],
-            )
-        return known
-
-    def _count(self, phase: str, messages: int, size: int) -> None:
-        totals = self.tracer.sent.get(phase)
-        if totals is None:
-            totals = self.tracer.sent[phase] = [0, 0]
-        totals[0] += messages
-        totals[1] += size
-
-    def _sent(self, ex, message: int, at: int) -> None:
-        destinations, sizes = self._of(ex)[:2]
-        self.tracer.message_event("b", "send", ex.index, destinations[message], sizes[message], at)
-        self.tracer.flow("s", ex.index, self.tracer.rank, destinations[message], at)
-
-    def post_receives(self, ex) -> None:
-        _, start, end = _timed(self.tracer, "post receives", self.inner.post_receives, ex, exchange=ex.index)
-        if self.tracer.recording and self.tracer.keep_events:
-            _, _, _, sources, sizes = self._of(ex)
-            for source, size in zip(sources, sizes):
-                self.tracer.message_event("b", "receive", ex.index, source, size, start)
-
-    def start_sends(self, ex) -> None:
-        _, start, end = _timed(self.tracer, "post sends", self.inner.start_sends, ex, exchange=ex.index)
-        if self.tracer.recording:
-            destinations, _, total = self._of(ex)[:3]
-            self._count("post sends", len(destinations), total)
-            if self.tracer.keep_events:
-                for message in range(len(destinations)):
-                    self._sent(ex, message, start)
-
-    def start_send(self, ex, message: int) -> None:
-        _, start, end = _timed(self.tracer, "post send", self.inner.start_send, ex, message, exchange=ex.index)
-        if self.tracer.recording:
-            self._count("post send", 1, self._of(ex)[1][message])
-            if self.tracer.keep_events:
-                self._sent(ex, message, start)
-
-    def _arrived(self, ex, message: int, at: int) -> None:
-        source = self._of(ex)[3][message]
-        self.tracer.flow("f", ex.index, source, self.tracer.rank, at)
-        self.tracer.message_event("e", "receive", ex.index, source, 0, at)
-
-    def wait_receives(self, ex) -> None:
-        _, start, end = _timed(self.tracer, "wait", self.inner.wait_receives, ex, exchange=ex.index)
-        if self.tracer.recording and self.tracer.keep_events:
-            for message in range(len(ex.recv_ranks)):
-                self._arrived(ex, message, end)
-
-    def wait_any(self):
-        (index, message), start, end = _timed(self.tracer, "wait", self.inner.wait_any)
-        if self.tracer.recording and self.tracer.keep_events:
-            self._arrived(self.inner.buffers.exchanges[index], message, end)
-        return index, message
-
-    def wait_sends(self, ex) -> None:
-        _, start, end = _timed(self.tracer, "wait sends", self.inner.wait_sends, ex, exchange=ex.index)
-        if self.tracer.recording and self.tracer.keep_events:
-            for destination in self._of(ex)[0]:
-                self.tracer.message_event("e", "send", ex.index, destination, 0, end)
 
 
 def align_clocks(comm, clock=time.perf_counter_ns, rounds: int = 50, most: int = 2000, good_ns: int = 4000) -> tuple[int, int]:
@@ -411,6 +308,9 @@ def write_trace(comm, tracer: Tracer, directory, start, end, start_at: int, end_
             {"ph": "M", "name": "process_name", "pid": meta["rank"], "args": {"name": f"rank {meta['rank']} @ {meta['host']}"}}
         )
         events.append({"ph": "M", "name": "process_sort_index", "pid": meta["rank"], "args": {"sort_index": meta["rank"]}})
+        for track in sorted({event["tid"] for event in rank_events}):
+            label = {"name": "calling thread" if track == 0 else f"schedule thread {track}"}
+            events.append({"ph": "M", "name": "thread_name", "pid": meta["rank"], "tid": track, "args": label})
         events.extend(rank_events)
     metadata = {
         "ranks": ranks,

@@ -1,0 +1,300 @@
+"""The executor's parts traced (issue 41): proxies of the packer, the combine and the transport that
+time each call into a :class:`~sparsewire.exec.tracing.Tracer` and delegate.
+
+``SpmmExecutor.start_tracing`` builds a second schedule over these proxies; the untraced schedule
+is untouched. Each call is timed by two clock reads; while the tracer records, its time and count go
+into the phase's ``[count, nanoseconds]`` (kept by the proxy, so a summary adds two list updates per
+call) and, when the tracer keeps events, its span, the message spans and the flow arrows into the
+trace. Each method is written out rather than routed through one timing helper: a multiply calls
+them about ten times, and a Python frame per call (a few microseconds with the caches cold after a
+kernel) is what the summary's cost is made of (docs/performance.md, "What the profiling views cost").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sparsewire.exec.tracing import Tracer
+
+__all__ = ["TracedPacker", "TracedCombine", "TracedTransport"]
+
+
+class TracedPacker:
+    """The packer, each call a ``pack`` span."""
+
+    def __init__(self, inner, tracer: Tracer) -> None:
+        self.inner, self.tracer, self.buffers = inner, tracer, inner.buffers
+        self._pack = tracer.totals("pack")
+
+    def exchange(self, ex, b) -> None:
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.exchange(ex, b)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._pack
+            totals[0] += 1
+            totals[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("pack", start, end, {"exchange": ex.index})
+
+    def message(self, ex, message, b) -> None:
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.message(ex, message, b)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._pack
+            totals[0] += 1
+            totals[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("pack", start, end, {"exchange": ex.index, "to": int(ex.send_ranks[message])})
+
+    def elements(self, ex, b, start: int, stop: int) -> None:
+        """The partitioned mode: one thread's share of a message (its own track; the totals under the lock)."""
+        tracer = self.tracer
+        begin = tracer.clock()
+        self.inner.elements(ex, b, start, stop)
+        if tracer.recording:
+            end = tracer.clock()
+            with tracer.lock:
+                self._pack[0] += 1
+                self._pack[1] += end - begin
+            if tracer.keep_events:
+                tracer.span_event("pack", begin, end, {"exchange": ex.index})
+
+
+class TracedCombine:
+    """The combine, each call a span (the diagonal product, an exchange's or a message's unpack, the final combine)."""
+
+    def __init__(self, inner, tracer: Tracer) -> None:
+        self.inner, self.tracer = inner, tracer
+        self._local, self._unpack = tracer.totals("local product"), tracer.totals("unpack")
+        self._early, self._combine = tracer.totals("early multiply"), tracer.totals("combine")
+
+    def diagonal(self, b, out) -> None:
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.diagonal(b, out)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._local
+            totals[0] += 1
+            totals[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("local product", start, end, {})
+
+    def exchange_arrived(self, ex, out) -> None:
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.exchange_arrived(ex, out)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._unpack
+            totals[0] += 1
+            totals[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("unpack", start, end, {"exchange": ex.index})
+
+    def message_arrived(self, ex, message, out) -> None:
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.message_arrived(ex, message, out)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._early
+            totals[0] += 1
+            totals[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("early multiply", start, end, {"exchange": ex.index})
+
+    def diagonal_rows(self, b, out, thread: int) -> None:
+        """The partitioned mode: thread ``thread``'s rows of the diagonal product."""
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.diagonal_rows(b, out, thread)
+        if tracer.recording:
+            end = tracer.clock()
+            with tracer.lock:
+                self._local[0] += 1
+                self._local[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("local product", start, end, {"thread": thread})
+
+    def partition_arrived(self, ex, thread: int, start: int, stop: int, out) -> None:
+        """The partitioned mode: one received partition applied to thread ``thread``'s rows."""
+        tracer = self.tracer
+        begin = tracer.clock()
+        self.inner.partition_arrived(ex, thread, start, stop, out)
+        if tracer.recording:
+            end = tracer.clock()
+            with tracer.lock:
+                self._unpack[0] += 1
+                self._unpack[1] += end - begin
+            if tracer.keep_events:
+                tracer.span_event("unpack", begin, end, {"exchange": ex.index, "thread": thread})
+
+    def finish(self, b, out) -> None:
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.finish(b, out)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._combine
+            totals[0] += 1
+            totals[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("combine", start, end, {})
+
+
+class TracedTransport:
+    """The transport: post and wait spans; the messages posted, counted per posting phase (``Tracer.sent``); with
+    events kept, each message's async spans and its flow arrow."""
+
+    def __init__(self, inner, tracer: Tracer) -> None:
+        self.inner, self.tracer = inner, tracer
+        self.itemsize = inner.ledger.itemsize
+        self._messages: dict[int, tuple] = {}  # exchange index -> its peers and sizes as Python ints, made once
+        self._receives, self._wait = tracer.totals("post receives"), tracer.totals("wait")
+        self._sends, self._send = tracer.totals("post sends"), tracer.totals("post send")
+        self._wait_sends, self._ready = tracer.totals("wait sends"), tracer.totals("post partition")
+        self._sent_by_sends, self._sent_by_send = (
+            tracer.sent.setdefault("post sends", [0, 0]),
+            tracer.sent.setdefault("post send", [0, 0]),
+        )
+
+    def __getattr__(self, name):  # everything else (sends_message_by_message, free, ledger, ...) is the transport's
+        return getattr(self.inner, name)
+
+    def _of(self, ex) -> tuple[list[int], list[int], int, list[int], list[int]]:
+        """(destinations, bytes per send, bytes of all sends, sources, bytes per receive) of exchange ``ex``."""
+        known = self._messages.get(ex.index)
+        if known is None:
+            # The plan's rows (the partitioned mode pads its messages; the padding is not payload).
+            sizes = ex.exchange.send_counts.astype(np.int64) * (ex.send_buffer.shape[1] * self.itemsize)
+            known = self._messages[ex.index] = (
+                [int(rank) for rank in ex.send_ranks],
+                [int(size) for size in sizes],
+                int(sizes.sum()),
+                [int(rank) for rank in ex.recv_ranks],
+                [int(elements) * self.itemsize for elements in ex.expected_elements],
+            )
+        return known
+
+    def _sent(self, ex, message: int, at: int) -> None:
+        destinations, sizes = self._of(ex)[:2]
+        self.tracer.message_event("b", "send", ex.index, destinations[message], sizes[message], at)
+        self.tracer.flow("s", ex.index, self.tracer.rank, destinations[message], at)
+
+    def _arrived(self, ex, message: int, at: int) -> None:
+        source = self._of(ex)[3][message]
+        self.tracer.flow("f", ex.index, source, self.tracer.rank, at)
+        self.tracer.message_event("e", "receive", ex.index, source, 0, at)
+
+    def post_receives(self, ex) -> None:
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.post_receives(ex)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._receives
+            totals[0] += 1
+            totals[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("post receives", start, end, {"exchange": ex.index})
+                _, _, _, sources, sizes = self._of(ex)
+                for source, size in zip(sources, sizes):
+                    tracer.message_event("b", "receive", ex.index, source, size, start)
+
+    def start_sends(self, ex) -> None:
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.start_sends(ex)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._sends
+            totals[0] += 1
+            totals[1] += end - start
+            destinations, _, size = self._of(ex)[:3]
+            sent = self._sent_by_sends
+            sent[0] += len(destinations)
+            sent[1] += size
+            if tracer.keep_events:
+                tracer.span_event("post sends", start, end, {"exchange": ex.index})
+                for message in range(len(destinations)):
+                    self._sent(ex, message, start)
+
+    def start_send(self, ex, message: int) -> None:
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.start_send(ex, message)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._send
+            totals[0] += 1
+            totals[1] += end - start
+            sent = self._sent_by_send
+            sent[0] += 1
+            sent[1] += self._of(ex)[1][message]
+            if tracer.keep_events:
+                tracer.span_event("post send", start, end, {"exchange": ex.index})
+                self._sent(ex, message, start)
+
+    def wait_receives(self, ex) -> None:
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.wait_receives(ex)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._wait
+            totals[0] += 1
+            totals[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("wait", start, end, {"exchange": ex.index})
+                for message in range(len(ex.recv_ranks)):
+                    self._arrived(ex, message, end)
+
+    def wait_any(self):
+        tracer = self.tracer
+        start = tracer.clock()
+        index, message = self.inner.wait_any()
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._wait
+            totals[0] += 1
+            totals[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("wait", start, end, {})
+                self._arrived(self.inner.buffers.exchanges[index], message, end)
+        return index, message
+
+    def wait_sends(self, ex) -> None:
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.wait_sends(ex)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._wait_sends
+            totals[0] += 1
+            totals[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("wait sends", start, end, {"exchange": ex.index})
+                for destination in self._of(ex)[0]:
+                    tracer.message_event("e", "send", ex.index, destination, 0, end)
+
+    def mark_ready(self, ex, message: int, partition: int) -> None:
+        """The partitioned mode: a thread's partition of a sent message may go (``MPI_Pready``): a ``post partition`` span."""
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.mark_ready(ex, message, partition)
+        if tracer.recording:
+            end = tracer.clock()
+            with tracer.lock:
+                self._ready[0] += 1
+                self._ready[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("post partition", start, end, {"exchange": ex.index, "partition": partition})
+
+    def partition_arrived(self, ex, message: int, partition: int) -> bool:
+        """The partitioned mode's poll for a received partition: delegated, not recorded (the threads spin on it)."""
+        return self.inner.partition_arrived(ex, message, partition)
