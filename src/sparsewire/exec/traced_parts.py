@@ -27,6 +27,7 @@ class TracedPacker:
         self._pack = tracer.totals("pack")
 
     def exchange(self, ex, b) -> None:
+        """Not collective. :meth:`Packer.exchange` as a ``pack`` span."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.exchange(ex, b)
@@ -39,6 +40,7 @@ class TracedPacker:
                 tracer.span_event("pack", start, end, {"exchange": ex.index})
 
     def message(self, ex, message, b) -> None:
+        """Not collective. :meth:`Packer.message` as a ``pack`` span."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.message(ex, message, b)
@@ -51,7 +53,7 @@ class TracedPacker:
                 tracer.span_event("pack", start, end, {"exchange": ex.index, "to": int(ex.send_ranks[message])})
 
     def elements(self, ex, b, start: int, stop: int) -> None:
-        """The partitioned mode: one thread's share of a message (its own track; the totals under the lock)."""
+        """Not collective. The partitioned mode: one thread's share of a message (its own track; the totals under the lock)."""
         tracer = self.tracer
         begin = tracer.clock()
         self.inner.elements(ex, b, start, stop)
@@ -73,6 +75,7 @@ class TracedCombine:
         self._early, self._combine = tracer.totals("early multiply"), tracer.totals("combine")
 
     def diagonal(self, b, out) -> None:
+        """Not collective. The diagonal product as a ``local product`` span."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.diagonal(b, out)
@@ -85,6 +88,7 @@ class TracedCombine:
                 tracer.span_event("local product", start, end, {})
 
     def exchange_arrived(self, ex, out) -> None:
+        """Not collective. An exchange's received rows applied, an ``unpack`` span."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.exchange_arrived(ex, out)
@@ -97,6 +101,7 @@ class TracedCombine:
                 tracer.span_event("unpack", start, end, {"exchange": ex.index})
 
     def message_arrived(self, ex, message, out) -> None:
+        """Not collective. One message's rows applied on arrival, an ``early multiply`` span."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.message_arrived(ex, message, out)
@@ -109,7 +114,7 @@ class TracedCombine:
                 tracer.span_event("early multiply", start, end, {"exchange": ex.index})
 
     def diagonal_rows(self, b, out, thread: int) -> None:
-        """The partitioned mode: thread ``thread``'s rows of the diagonal product."""
+        """Not collective. The partitioned mode: thread ``thread``'s rows of the diagonal product."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.diagonal_rows(b, out, thread)
@@ -122,7 +127,7 @@ class TracedCombine:
                 tracer.span_event("local product", start, end, {"thread": thread})
 
     def partition_arrived(self, ex, thread: int, start: int, stop: int, out) -> None:
-        """The partitioned mode: one received partition applied to thread ``thread``'s rows."""
+        """Not collective. The partitioned mode: one received partition applied to thread ``thread``'s rows."""
         tracer = self.tracer
         begin = tracer.clock()
         self.inner.partition_arrived(ex, thread, start, stop, out)
@@ -135,6 +140,7 @@ class TracedCombine:
                 tracer.span_event("unpack", begin, end, {"exchange": ex.index, "thread": thread})
 
     def finish(self, b, out) -> None:
+        """Not collective. The final combine as a ``combine`` span."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.finish(b, out)
@@ -192,6 +198,7 @@ class TracedTransport:
         self.tracer.message_event("e", "receive", ex.index, source, 0, at)
 
     def post_receives(self, ex) -> None:
+        """Not collective (point to point with the peers). A ``post receives`` span; each receive's start."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.post_receives(ex)
@@ -207,6 +214,7 @@ class TracedTransport:
                     tracer.message_event("b", "receive", ex.index, source, size, start)
 
     def start_sends(self, ex) -> None:
+        """Not collective (point to point with the peers). A ``post sends`` span; each send's start and arrow."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.start_sends(ex)
@@ -225,6 +233,7 @@ class TracedTransport:
                     self._sent(ex, message, start)
 
     def start_send(self, ex, message: int) -> None:
+        """Not collective (point to point with the peers). A ``post send`` span; the send's start and arrow."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.start_send(ex, message)
@@ -241,6 +250,7 @@ class TracedTransport:
                 self._sent(ex, message, start)
 
     def wait_receives(self, ex) -> None:
+        """Not collective (point to point with the peers). A ``wait`` span; each receive's end and arrow head."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.wait_receives(ex)
@@ -255,6 +265,7 @@ class TracedTransport:
                     self._arrived(ex, message, end)
 
     def wait_any(self):
+        """Not collective (point to point with the peers). A ``wait`` span for one arrival; its end and arrow head."""
         tracer = self.tracer
         start = tracer.clock()
         index, message = self.inner.wait_any()
@@ -269,6 +280,7 @@ class TracedTransport:
         return index, message
 
     def wait_sends(self, ex) -> None:
+        """Not collective (point to point with the peers). A ``wait sends`` span; each send's end."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.wait_sends(ex)
@@ -283,7 +295,8 @@ class TracedTransport:
                     tracer.message_event("e", "send", ex.index, destination, 0, end)
 
     def mark_ready(self, ex, message: int, partition: int) -> None:
-        """The partitioned mode: a thread's partition of a sent message may go (``MPI_Pready``): a ``post partition`` span."""
+        """Not collective (point to point with the peers). The partitioned mode: a thread's partition of a sent
+        message may go (``MPI_Pready``), a ``post partition`` span."""
         tracer = self.tracer
         start = tracer.clock()
         self.inner.mark_ready(ex, message, partition)
@@ -296,5 +309,6 @@ class TracedTransport:
                 tracer.span_event("post partition", start, end, {"exchange": ex.index, "partition": partition})
 
     def partition_arrived(self, ex, message: int, partition: int) -> bool:
-        """The partitioned mode's poll for a received partition: delegated, not recorded (the threads spin on it)."""
+        """Not collective. The partitioned mode's poll for a received partition: delegated, not recorded (the
+        threads spin on it)."""
         return self.inner.partition_arrived(ex, message, partition)
