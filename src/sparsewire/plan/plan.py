@@ -54,7 +54,16 @@ from sparsewire.partition import RowPartition
 from sparsewire.plan import hierarchy
 from sparsewire.plan.assemble import assemble
 from sparsewire.plan.blocks import LocalBlocks, split_local_rows
-from sparsewire.plan.records import BufferRows, RecordKeys, Records, check_key_space, outboxes, request_records, unique_records
+from sparsewire.plan.records import (
+    BufferRows,
+    RecordKeys,
+    Records,
+    check_key_space,
+    deliver_all,
+    outboxes,
+    request_records,
+    unique_records,
+)
 from sparsewire.plan.strategies import Strategy, choose_row_based
 from sparsewire.plan.types import (
     AGGREGATE_C,
@@ -75,7 +84,7 @@ from sparsewire.sizes import check_derived_fits, serial_planning_bytes
 from sparsewire.topology import Topology
 
 GroupCall = Callable[[dict, Callable[[list], list]], dict]
-AllToAll = Callable[[dict], dict]
+Deliver = Callable[[dict], dict]
 
 # The plan's types and records are re-exported: this module is where users of the planner look.
 __all__ = [
@@ -108,13 +117,14 @@ def _plan_ranks(
     layout: str,
     proxy_policy: str,
     group_call: GroupCall,
-    alltoall: AllToAll,
+    deliver: Deliver,
 ) -> dict[int, RankPlan]:
     """Plan the ranks in ``local_blocks`` (all of them, or this MPI rank's).
 
     ``group_call(values, function)`` hands the values of each group's ranks (a list in rank order)
-    to ``function`` once per group and returns each rank's entry of the result; ``alltoall(boxes)``
-    delivers ``boxes[rank][target]`` to ``target``.
+    to ``function`` once per group and returns each rank's entry of the result; ``deliver(owned)``
+    takes each planned rank's unique records and returns, per planned rank, the records the other
+    ranks' :func:`~sparsewire.plan.records.outboxes` send it, in source order (an all-to-all).
     """
     n_ranks = row_partition.n_parts
     n_groups = int(groups.max(initial=0)) + 1
@@ -157,7 +167,7 @@ def _plan_ranks(
     elif hierarchical:
         proxies = {rank: hierarchy.local_proxies(groups, int(groups[rank])) for rank in local_blocks}
 
-    serving, boxes = {}, {}
+    serving, owned = {}, {}
     for rank, blocks in local_blocks.items():
         proxy = proxies.get(rank, np.full(n_ranks, -1, np.int64))
         aggregator = hierarchy.aggregators(groups, rank) if hierarchical else np.full(n_groups, -1, np.int64)
@@ -173,12 +183,11 @@ def _plan_ranks(
             col_partition,
             strategy,
         )
-        own = unique_records(records, keys)
-        boxes[rank] = (outboxes(own, rank, n_ranks), own)
-    delivered = alltoall({rank: box[0] for rank, box in boxes.items()})
+        owned[rank] = unique_records(records, keys)
+    delivered = deliver(owned)
     plans = {}
     for rank, blocks in local_blocks.items():
-        parts = [boxes[rank][1]] + [r for r in delivered[rank] if r is not None]
+        parts = [owned[rank]] + delivered[rank]
         plans[rank] = assemble(
             rank, blocks, Records.concat(parts), serving[rank], strategy, layout, groups, row_partition, col_partition, keys
         )
@@ -250,10 +259,10 @@ def build_plan(
             result.update({int(r): out for r, out in zip(members, outputs)})
         return result
 
-    def alltoall(boxes: dict) -> dict:
-        return {target: [boxes[source][target] for source in range(n_ranks)] for target in range(n_ranks)}
+    def deliver(owned: dict) -> dict:
+        return deliver_all(owned, n_ranks)
 
-    plans = _plan_ranks(local_blocks, strategy, row_partition, col_partition, groups, layout, proxy, group_call, alltoall)
+    plans = _plan_ranks(local_blocks, strategy, row_partition, col_partition, groups, layout, proxy, group_call, deliver)
     return CommPlan(strategy, row_partition, col_partition, tuple(plans[r] for r in range(n_ranks)))
 
 
@@ -300,11 +309,11 @@ def build_rank_plan_collective(
         outputs = function(gathered) if group_comm.Get_rank() == 0 else None
         return {rank: group_comm.scatter(outputs, root=0)}
 
-    def alltoall(boxes: dict) -> dict:
-        return {rank: comm.alltoall(boxes[rank])}
+    def deliver(owned: dict) -> dict:
+        return {rank: [box for box in comm.alltoall(outboxes(owned[rank], rank, size)) if box is not None]}
 
     try:
-        plans = _plan_ranks({rank: blocks}, strategy, row_partition, col_partition, groups, layout, proxy, group_call, alltoall)
+        plans = _plan_ranks({rank: blocks}, strategy, row_partition, col_partition, groups, layout, proxy, group_call, deliver)
     finally:
         group_comm.Free()
     return plans[rank]
