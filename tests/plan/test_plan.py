@@ -226,3 +226,42 @@ def test_a_key_missing_from_a_buffer_order_is_an_error_not_a_neighbour():
     for missing in ([8], [21], [0]):
         with pytest.raises(PlanMismatchError, match="the plan lost 1 rows"):
             _positions(order, np.array(missing), "rows")
+
+
+@pytest.mark.parametrize("n_ranks", [1, 3, 7])
+def test_serial_delivery_equals_the_all_to_all_of_every_ranks_boxes(rng, n_ranks):
+    """outboxes (per rank) and deliver_all (one sort over every rank's records) hand each rank what the rule
+    says, in source order and each box in its records' order: a record goes to its sender and to its receiver
+    when that relays (neither the owner nor the sender), a term to its sender. A planted fault (one source's
+    box dropped) is told apart."""
+    from sparsewire.plan.records import Records, deliver_all, make_records, outboxes
+
+    owned = {}
+    for rank in range(n_ranks):
+        n = int(rng.integers(0, 40))
+        sender, receiver = rng.integers(0, n_ranks, n), rng.integers(0, n_ranks, n)
+        term_sender = rng.choice(sender, int(rng.integers(0, 30))) if n else np.zeros(0, np.int64)
+        m = term_sender.size
+        terms = (rng.integers(0, 6, m), term_sender, rng.integers(0, n_ranks, m), rng.integers(0, 99, m), rng.integers(0, 99, m))
+        kinds, rounds = rng.integers(0, 6, n), rng.integers(0, 3, n)
+        owned[rank] = make_records(kinds, sender, receiver, rng.permutation(n), rounds, (*terms, rng.random(m)))
+
+    def rule(source: int, target: int) -> Records:
+        r = owned[source]
+        to_target = (r.sender == target) | ((r.receiver == target) & (r.receiver != source) & (r.receiver != r.sender))
+        return r.select(np.flatnonzero(to_target), np.flatnonzero(r.term_sender == target))
+
+    def same(x: Records, y: Records) -> bool:
+        return all(np.array_equal(a, b) for a, b in zip(x, y))
+
+    boxes = {rank: outboxes(owned[rank], rank, n_ranks) for rank in range(n_ranks)}
+    delivered = deliver_all(owned, n_ranks)
+    for target in range(n_ranks):
+        expected = Records.concat([owned[target]] + [rule(s, target) for s in range(n_ranks)])
+        from_boxes = [boxes[s][target] for s in range(n_ranks) if boxes[s][target] is not None]
+        assert same(Records.concat([owned[target]] + from_boxes), expected), target
+        assert same(Records.concat([owned[target]] + delivered[target]), expected), target
+        sources = [s for s in range(n_ranks) if rule(s, target).key.size]
+        if sources:  # planted: one source's box left out
+            short = Records.concat([owned[target]] + [rule(s, target) for s in range(n_ranks) if s != sources[0]])
+            assert not same(Records.concat([owned[target]] + delivered[target]), short)
