@@ -187,7 +187,7 @@ def _plan_ranks(
     delivered = deliver(owned)
     plans = {}
     for rank, blocks in local_blocks.items():
-        parts = [owned[rank]] + delivered[rank]
+        parts = [owned.pop(rank)] + delivered.pop(rank)  # (popped: each rank's records go once it is planned)
         plans[rank] = assemble(
             rank, blocks, Records.concat(parts), serving[rank], strategy, layout, groups, row_partition, col_partition, keys
         )

@@ -245,7 +245,6 @@ def deliver_all(owned: dict[int, Records], n_ranks: int) -> dict[int, list[Recor
     (serial planning): per rank one Records holding its boxes from rank 0, 1, ... in that order, each box in
     its records' order, made by one sort over all records instead of a box per pair of ranks."""
     sources = sorted(owned)
-    whole = Records.concat([owned[r] for r in sources])
     record_offsets = np.cumsum([0] + [owned[r].key.size for r in sources])
     targets, indices = [], []
     for position, source in enumerate(sources):
@@ -255,9 +254,18 @@ def deliver_all(owned: dict[int, Records], n_ranks: int) -> dict[int, list[Recor
     targets, indices = np.concatenate(targets), np.concatenate(indices)
     order = np.lexsort((indices, targets))  # by target, then source, then position
     record_bounds = np.searchsorted(targets[order], np.arange(n_ranks + 1))
-    term_order = np.argsort(whole.term_sender, kind="stable")  # by sender, then source, then position
-    term_bounds = np.searchsorted(whole.term_sender[term_order], np.arange(n_ranks + 1))
-    chosen = whole.select(indices[order], term_order)
+    term_senders = np.concatenate([owned[r].term_sender for r in sources])
+    term_order = np.argsort(term_senders, kind="stable")  # by sender, then source, then position
+    term_bounds = np.searchsorted(term_senders[term_order], np.arange(n_ranks + 1))
+    picked = indices[order]
+    del targets, indices, order, term_senders
+    # Field by field, so that only one field of all ranks' records is held twice at a time.
+    chosen = Records(
+        *(
+            np.concatenate([owned[r][field] for r in sources])[picked if field < 5 else term_order]
+            for field in range(len(Records._fields))
+        )
+    )
     return {
         target: [chosen.select(slice(*record_bounds[target : target + 2]), slice(*term_bounds[target : target + 2]))]
         for target in range(n_ranks)
