@@ -265,3 +265,21 @@ def test_serial_delivery_equals_the_all_to_all_of_every_ranks_boxes(rng, n_ranks
         if sources:  # planted: one source's box left out
             short = Records.concat([owned[target]] + [rule(s, target) for s in range(n_ranks) if s != sources[0]])
             assert not same(Records.concat([owned[target]] + delivered[target]), short)
+
+
+def test_build_plan_reports_each_rank_of_each_stage(capsys):
+    from sparsewire.cli.common import stage_progress
+
+    matrix = random_integer_matrix(np.random.default_rng(5), 60, 60, 0.1)
+    parts = even_rows(60, 6)
+    heard = []
+    plain = build_plan(matrix, parts, parts, "joint")
+    told = build_plan(matrix, parts, parts, "joint", progress=lambda *step: heard.append(step))
+    assert heard == [("records", r, 6) for r in range(1, 7)] + [("assemble", r, 6) for r in range(1, 7)]
+    assert plan_stats(told.ranks, 2, 8).total_bytes == plan_stats(plain.ranks, 2, 8).total_bytes
+    report = stage_progress("planning joint", every=0.0)
+    for step in heard:
+        report(*step)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "planning joint: records 10% (1/6 ranks)" and lines[-1] == "planning joint: assemble 100% (6/6 ranks)"
+    assert len(lines) == 12  # each rank passes another tenth of six

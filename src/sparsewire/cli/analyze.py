@@ -20,6 +20,7 @@ from sparsewire.cli.common import (
     number,
     positive_int,
     refuse_ranks_beyond_memory,
+    stage_progress,
     topology_from_args,
     write_output,
 )
@@ -109,7 +110,10 @@ def run_analyze(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"planning {strategy.value} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
-        stats = strategy_stats(matrix, row_partition, col_partition, strategy, args.k, element_bytes, topology, proxy=args.proxy)
+        progress = None if args.json else stage_progress(f"planning {strategy.value}")
+        stats = strategy_stats(
+            matrix, row_partition, col_partition, strategy, args.k, element_bytes, topology, proxy=args.proxy, progress=progress
+        )
         entry = stats.as_dict()
         entry["plan_seconds"] = round(time.perf_counter() - started, 6)
         entries.append(entry)

@@ -85,6 +85,7 @@ from sparsewire.topology import Topology
 
 GroupCall = Callable[[dict, Callable[[list], list]], dict]
 Deliver = Callable[[dict], dict]
+Progress = Callable[[str, int, int], None]
 
 # The plan's types and records are re-exported: this module is where users of the planner look.
 __all__ = [
@@ -118,6 +119,7 @@ def _plan_ranks(
     proxy_policy: str,
     group_call: GroupCall,
     deliver: Deliver,
+    progress: Progress | None = None,
 ) -> dict[int, RankPlan]:
     """Plan the ranks in ``local_blocks`` (all of them, or this MPI rank's).
 
@@ -125,6 +127,8 @@ def _plan_ranks(
     to ``function`` once per group and returns each rank's entry of the result; ``deliver(owned)``
     takes each planned rank's unique records and returns, per planned rank, the records the other
     ranks' :func:`~sparsewire.plan.records.outboxes` send it, in source order (an all-to-all).
+    ``progress(stage, done, total)``, if given, hears of each rank planned in the stages ``records`` and
+    ``assemble``.
     """
     n_ranks = row_partition.n_parts
     n_groups = int(groups.max(initial=0)) + 1
@@ -184,6 +188,8 @@ def _plan_ranks(
             strategy,
         )
         owned[rank] = unique_records(records, keys)
+        if progress:
+            progress("records", len(owned), len(local_blocks))
     delivered = deliver(owned)
     plans = {}
     for rank, blocks in local_blocks.items():
@@ -191,6 +197,8 @@ def _plan_ranks(
         plans[rank] = assemble(
             rank, blocks, Records.concat(parts), serving[rank], strategy, layout, groups, row_partition, col_partition, keys
         )
+        if progress:
+            progress("assemble", len(plans), len(local_blocks))
     return plans
 
 
@@ -219,6 +227,7 @@ def build_plan(
     *,
     layout: str = "merged",
     proxy: str = "local",
+    progress: Progress | None = None,
 ) -> CommPlan:
     """Plan every rank at once from the global matrix. Not collective; needs no MPI.
 
@@ -230,6 +239,7 @@ def build_plan(
             for the ``pipelined`` layout's rounds.
         layout: ``merged`` (for the bulk and overlap modes) or ``pipelined`` (the pipelined mode).
         proxy: ``local`` (CoLa's local-rank matching) or ``balanced`` (even bytes per proxy).
+        progress: ``progress(stage, done, total)`` after each rank of the ``records`` and ``assemble`` stages.
     """
     csr = sp.csr_array(matrix)
     if row_partition.n != csr.shape[0] or col_partition.n != csr.shape[1]:
@@ -262,7 +272,9 @@ def build_plan(
     def deliver(owned: dict) -> dict:
         return deliver_all(owned, n_ranks)
 
-    plans = _plan_ranks(local_blocks, strategy, row_partition, col_partition, groups, layout, proxy, group_call, deliver)
+    plans = _plan_ranks(
+        local_blocks, strategy, row_partition, col_partition, groups, layout, proxy, group_call, deliver, progress
+    )
     return CommPlan(strategy, row_partition, col_partition, tuple(plans[r] for r in range(n_ranks)))
 
 

@@ -330,15 +330,16 @@ def strategy_stats(
     topology: Topology | None = None,
     *,
     proxy: str = "local",
+    progress=None,
 ) -> PlanStats:
     """Not collective. Volumes of any strategy from the global matrix, without MPI: ``rowwise`` and ``block`` are
     counted from the partitions (:func:`rowwise_stats`, :func:`block_stats`), the others from
     their built plans (:func:`~sparsewire.plan.plan.build_plan` with the ``merged`` layout,
-    :func:`plan_stats`)."""
+    :func:`plan_stats`; ``progress`` is build_plan's)."""
     strategy = Strategy(strategy)
     if strategy is Strategy.ROWWISE:
         return rowwise_stats(matrix, row_partition, col_partition, k, element_bytes, topology)
     if strategy is Strategy.BLOCK:
         return block_stats(col_partition, k, element_bytes, topology)
-    plan = build_plan(matrix, row_partition, col_partition, strategy, topology, proxy=proxy)
+    plan = build_plan(matrix, row_partition, col_partition, strategy, topology, proxy=proxy, progress=progress)
     return plan_stats(plan.ranks, k, element_bytes, topology=topology)
