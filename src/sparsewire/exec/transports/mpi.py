@@ -289,11 +289,15 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
         request, status = self._recv[ex.index][message][partition], self._statuses[ex.index][message][partition]
         if self._lock is None:
             arrived = request.Test(status)
-        else:
-            with self._lock:
-                arrived = bool(flags[message, partition]) or request.Test(status)
-        if arrived:
-            flags[message, partition] = True
+            if arrived:
+                flags[message, partition] = True
+            return arrived
+        with self._lock:
+            # The flag is set under the lock: a second thread's Test of the completed (now inactive) request
+            # would overwrite its status with an empty one, and the bytes of that partition would count 0.
+            arrived = bool(flags[message, partition]) or request.Test(status)
+            if arrived:
+                flags[message, partition] = True
         return arrived
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
