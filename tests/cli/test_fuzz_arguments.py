@@ -33,7 +33,9 @@ def test_every_command_survives_argument_fuzzing():
     assert completed.returncode == 0 and summary, output[-6000:]
     assert int(summary.group(1)) >= EXAMPLES and int(summary.group(2)) == seed
     ran = int(re.search(r"; (\d+) ran, ", summary.group(0)).group(1))
-    assert ran >= EXAMPLES // 5, summary.group(0)  # most flags valid: a fifth or more of the vectors run to a result
+    # Most flags valid, so a good share of the vectors run to a result: 230 to 337 of 1,000 over 28 seeds (mean 280);
+    # the floor sits well below that spread, so only a fuzzer that stopped drawing runnable vectors trips it.
+    assert ran >= EXAMPLES * 15 // 100, summary.group(0)
     for command in ("analyze", "advise", "spmm", "eigs", "spgemm", "bfs", "sssp", "triangles", "reach", "gcn", "simulate"):
         assert f" {command} " in summary.group(0), (command, summary.group(0))
 
