@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sparsewire.distinct import distinct
 from sparsewire.errors import InputError
 
 __all__ = ["check_field_counts", "check_number_syntax"]
@@ -58,7 +59,7 @@ def check_number_syntax(path: str, body: bytes, first_line: int) -> None:
             refuse(int(starts[np.flatnonzero(per_token > 1)[0]]), what)
     if others.size:  # the words, checked one by one
         ends = np.append(np.flatnonzero(~space[:-1] & space[1:]) + 1, len(buffer) if not space[-1] else [])
-        for index in np.unique(np.searchsorted(starts, others, side="right") - 1).tolist():
+        for index in distinct(np.searchsorted(starts, others, side="right") - 1).tolist():
             word = body[starts[index] : int(ends[np.searchsorted(ends, starts[index], side="right")])]
             if word.lower().lstrip(b"+-") not in _WORDS:
                 refuse(int(starts[index]), f"{word.decode('ascii', 'replace')!r} is not a number")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sparsewire.distinct import distinct
 from sparsewire.topology import Topology
 
 __all__ = ["TrafficMap", "planned_traffic", "measured_traffic", "plot_traffic"]
@@ -127,7 +128,7 @@ def plot_traffic(traffic: TrafficMap, topology: Topology | None, path: str, titl
                     axis.text(destination, source, f"{value:,}", ha="center", va="center", fontsize=7, color="white")
         if topology is not None and len(topology.levels) > 1:
             groups = topology.groups(n)
-            for group in np.unique(groups):
+            for group in distinct(groups):
                 members = np.flatnonzero(groups == group)
                 axis.add_patch(
                     Rectangle(

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from sparsewire.errors import PlanMismatchError
 from sparsewire.partition import RowPartition
 
-__all__ = ["LocalBlocks", "split_local_rows"]
+__all__ = ["LocalBlocks", "split_local_rows", "check_partitions"]
 
 
 @dataclass(frozen=True)
@@ -70,3 +70,16 @@ def split_local_rows(rank: int, local_rows: sp.sparray, col_partition: RowPartit
         )
     off = ~on_diagonal
     return LocalBlocks(rank, diagonal, rows[off], cols[off], local.data[off], sources[off])
+
+
+def check_partitions(shape: tuple[int, int], row_partition: RowPartition, col_partition: RowPartition) -> None:
+    """Not collective. PlanMismatchError unless the partitions cover a matrix of ``shape`` with one rank count."""
+    if row_partition.n != shape[0] or col_partition.n != shape[1]:
+        raise PlanMismatchError(
+            f"partitions cover {row_partition.n} rows and {col_partition.n} columns but the matrix is "
+            f"{shape[0]} x {shape[1]}; build them with sparsewire.partition.partition on this matrix"
+        )
+    if row_partition.n_parts != col_partition.n_parts:
+        raise PlanMismatchError(
+            f"row partition has {row_partition.n_parts} parts but column partition {col_partition.n_parts}; use one rank count"
+        )

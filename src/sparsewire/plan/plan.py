@@ -49,11 +49,12 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire.distinct import distinct
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.partition import RowPartition
 from sparsewire.plan import hierarchy
 from sparsewire.plan.assemble import assemble
-from sparsewire.plan.blocks import LocalBlocks, split_local_rows
+from sparsewire.plan.blocks import LocalBlocks, check_partitions, split_local_rows
 from sparsewire.plan.records import (
     BufferRows,
     RecordKeys,
@@ -154,7 +155,7 @@ def _plan_ranks(
         needs = {}
         for rank, b in local_blocks.items():
             wanted = ~row_based[rank] & (groups[b.sources] != groups[rank])
-            needs[rank] = np.unique(b.cols[wanted])
+            needs[rank] = distinct(b.cols[wanted])
         relayed_cols = group_call(needs, hierarchy.shared_columns)
 
     proxies: dict[int, np.ndarray] = {}
@@ -162,7 +163,7 @@ def _plan_ranks(
 
         def balance(members: list) -> list:
             # Relayed rows the group receives from each source: the union over its ranks.
-            needed = np.unique(np.concatenate(members))
+            needed = distinct(np.concatenate(members))
             rows_from_source = np.bincount(col_partition.owner(needed), minlength=n_ranks).astype(np.int64)
             return [rows_from_source] * len(members)
 
@@ -242,15 +243,7 @@ def build_plan(
         progress: ``progress(stage, done, total)`` after each rank of the ``records`` and ``assemble`` stages.
     """
     csr = sp.csr_array(matrix)
-    if row_partition.n != csr.shape[0] or col_partition.n != csr.shape[1]:
-        raise PlanMismatchError(
-            f"partitions cover {row_partition.n} rows and {col_partition.n} columns but the matrix is "
-            f"{csr.shape[0]} x {csr.shape[1]}; build them with sparsewire.partition.partition on this matrix"
-        )
-    if row_partition.n_parts != col_partition.n_parts:
-        raise PlanMismatchError(
-            f"row partition has {row_partition.n_parts} parts but column partition {col_partition.n_parts}; use one rank count"
-        )
+    check_partitions(csr.shape, row_partition, col_partition)
     n_ranks = row_partition.n_parts
     check_derived_fits(
         serial_planning_bytes(n_ranks),

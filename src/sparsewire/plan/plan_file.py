@@ -30,6 +30,7 @@ from mpi4py import MPI
 
 from sparsewire.archives import open_archive
 from sparsewire.comm.runtime import agree_on_error, collective_errors
+from sparsewire.distinct import distinct
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.options import ExecOptions
 from sparsewire.partition import RowPartition
@@ -165,7 +166,7 @@ def plan_from_arrays(
             fields[f"{side}_counts"] = _array(
                 arrays, f"{prefix}.{side}_counts", 1, np.integer, length=ranks.size, bounds=(0, 2**40)
             )
-            if np.unique(ranks).size != ranks.size:
+            if distinct(ranks).size != ranks.size:
                 raise InputError(f"{prefix}.{side}_ranks names a rank twice")
         n_sent, n_received = int(fields["send_counts"].sum()), int(fields["recv_counts"].sum())
         fields["send_kinds"] = _array(arrays, f"{prefix}.send_kinds", 1, np.integer, length=n_sent, bounds=(0, AGGREGATE_C + 1))

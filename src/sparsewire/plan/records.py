@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sparsewire.distinct import distinct
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.blocks import LocalBlocks
@@ -234,7 +235,7 @@ def outboxes(records: Records, owner: int, n_ranks: int) -> list[Records | None]
     term_bounds = np.searchsorted(records.term_sender[term_order], np.arange(n_ranks + 1))
     chosen = records.select(indices[order], term_order)  # one gather; the boxes are slices of it
     boxes: list[Records | None] = [None] * n_ranks
-    for target in np.unique(targets).tolist():
+    for target in distinct(targets).tolist():
         rows = slice(record_bounds[target], record_bounds[target + 1])
         boxes[target] = chosen.select(rows, slice(term_bounds[target], term_bounds[target + 1]))
     return boxes

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire.distinct import distinct
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
+from sparsewire.plan.counted import COUNTED_STRATEGIES, counted_sends
 from sparsewire.plan.plan import RankPlan, build_plan
 from sparsewire.plan.strategies import Strategy
 from sparsewire.topology import Topology
@@ -187,7 +189,7 @@ def predicted_seconds(stats: PlanStats, topology: Topology | None = None, *, rel
         return slowest
 
     total = 0.0
-    for step in np.unique(stats.steps):
+    for step in distinct(stats.steps):
         slowest = 0.0
         for level_index, level in enumerate(topology.levels):
             mask = (stats.steps == step) & (levels == level_index)
@@ -333,13 +335,30 @@ def strategy_stats(
     progress=None,
 ) -> PlanStats:
     """Not collective. Volumes of any strategy from the global matrix, without MPI: ``rowwise`` and ``block`` are
-    counted from the partitions (:func:`rowwise_stats`, :func:`block_stats`), the others from
-    their built plans (:func:`~sparsewire.plan.plan.build_plan` with the ``merged`` layout,
-    :func:`plan_stats`; ``progress`` is build_plan's)."""
+    counted from the partitions (:func:`rowwise_stats`, :func:`block_stats`), ``column``, ``row`` and
+    ``joint`` from the block structure (:func:`~sparsewire.plan.counted.counted_sends`: equal to
+    :func:`plan_stats` of their plans, at a fraction of the cost), the hierarchical ones from their
+    built plans (:func:`~sparsewire.plan.plan.build_plan` with the ``merged`` layout, :func:`plan_stats`).
+    ``progress(stage, done, total)`` is build_plan's, or counted_sends' for ``joint``'s covers."""
     strategy = Strategy(strategy)
     if strategy is Strategy.ROWWISE:
         return rowwise_stats(matrix, row_partition, col_partition, k, element_bytes, topology)
     if strategy is Strategy.BLOCK:
         return block_stats(col_partition, k, element_bytes, topology)
+    if strategy in COUNTED_STRATEGIES:
+        sources, destinations, rows, setup_entries = counted_sends(matrix, row_partition, col_partition, strategy, progress)
+        return PlanStats(
+            strategy,
+            row_partition.n_parts,
+            k,
+            element_bytes,
+            sources,
+            destinations,
+            np.zeros(sources.size, np.int64),  # one exchange, step 0 (merged layout)
+            rows * k * element_bytes,
+            np.ones(sources.size, np.int64),
+            setup_bytes=setup_entries * (element_bytes + SETUP_INDEX_BYTES),
+            topology=topology,
+        )
     plan = build_plan(matrix, row_partition, col_partition, strategy, topology, proxy=proxy, progress=progress)
     return plan_stats(plan.ranks, k, element_bytes, topology=topology)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire.distinct import distinct
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.stats import PlanStats
@@ -122,7 +123,7 @@ def simulate_plan(
     if n > network.n_hosts:
         raise InputError(f"{n} ranks do not fit network {network.name!r} with {network.n_hosts} hosts (one rank per host)")
     steps = []
-    for step in np.unique(stats.steps):
+    for step in distinct(stats.steps):
         mask = stats.steps == step
         sources, destinations = stats.sources[mask], stats.destinations[mask]
         keys, inverse = np.unique(sources * n + destinations, return_inverse=True)

@@ -27,6 +27,7 @@ from mpi4py import MPI
 from scipy.sparse import csgraph
 
 from sparsewire.comm.runtime import agree_on_error
+from sparsewire.distinct import distinct
 from sparsewire.errors import InputError
 from sparsewire.partition import partition as choose_partitioning
 from sparsewire.plan.strategies import Strategy
@@ -137,7 +138,7 @@ def bfs_levels(
     (any partitioner of :mod:`sparsewire.partition`; results in the original labels)."""
 
     def update(levels, rows, _, step):
-        fresh = np.unique(rows[np.isinf(levels[rows])])
+        fresh = distinct(rows[np.isinf(levels[rows])])
         levels[fresh] = step
         return fresh
 

@@ -1,0 +1,22 @@
+"""Distinct values of integer arrays by sorting.
+
+``np.unique`` without ``return_*`` flags takes a hash-table path since NumPy 2.3 that is far slower
+than a sort on this project's int64 keys (NumPy 2.4.6, this machine: 10 million keys 14.5 s against
+0.13 s; 10,000 keys 7 ms against 0.1 ms), so every plain distinct-values call goes through here."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["distinct"]
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """Not collective. The distinct values of ``values`` (flattened), ascending: ``np.unique(values)`` for integers."""
+    ordered = np.sort(np.ravel(values))
+    if ordered.size < 2:
+        return ordered
+    keep = np.empty(ordered.size, bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]

@@ -1,0 +1,105 @@
+"""Volumes of the flat strategies (``column``, ``row``, ``joint``) counted from the block structure of
+the whole matrix in a few passes over its nonzeros, without building any rank's plan.
+
+A flat plan has one exchange; rank q sends rank p one message holding the B rows and partial C rows
+that A(p, q) needs (CoLa eq. 7/9, SHIRO eq. 2, 3 and sec. V):
+
+* column-based nonzero (i, j) of A(p, q): B row j, once per (p, j);
+* row-based nonzero (i, j): partial C row i, once per (i, q), and the entry itself at setup.
+
+So the rows q sends p are ``|{j : (p, j) column-based}| + |{i : (i, q) row-based}|``, counted by
+two sorts over all off-diagonal nonzeros (keys ``p n + j`` and ``i P + q``), where building the
+plans of P ranks costs P rounds of per-rank work and an all-to-all of their records (issue 44).
+``joint`` takes the same per-rank minimum vertex cover as the plan
+(:func:`~sparsewire.plan.strategies.cover_row_based` on the same edges), so the counts equal
+:func:`~sparsewire.plan.stats.plan_stats` of :func:`~sparsewire.plan.plan.build_plan` exactly
+(tests/plan/test_counted.py compares them on random and hand-made inputs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparsewire.distinct import distinct
+from sparsewire.errors import InputError
+from sparsewire.partition import RowPartition
+from sparsewire.plan.blocks import check_partitions
+from sparsewire.plan.strategies import Strategy, cover_row_based
+
+__all__ = ["COUNTED_STRATEGIES", "counted_sends"]
+
+#: The strategies :func:`counted_sends` counts.
+COUNTED_STRATEGIES = (Strategy.COLUMN, Strategy.ROW, Strategy.JOINT)
+
+
+def counted_sends(
+    matrix: sp.sparray,
+    row_partition: RowPartition,
+    col_partition: RowPartition,
+    strategy: Strategy | str,
+    progress=None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Not collective. ``(sources, destinations, rows, setup_entries)`` of a flat strategy's messages, one per
+    communicating pair in (source, destination) order, without building plans (module docstring).
+
+    ``progress(stage, done, total)``, if given, hears of each rank whose ``joint`` cover is solved (stage ``cover``).
+    """
+    strategy = Strategy(strategy)
+    if strategy not in COUNTED_STRATEGIES:
+        names = ", ".join(s.value for s in COUNTED_STRATEGIES)
+        raise InputError(f"strategy {strategy.value!r} is not counted without its plan; count one of {names}")
+    csr = sp.csr_array(matrix)
+    check_partitions(csr.shape, row_partition, col_partition)
+    if not csr.has_canonical_format:  # the plan's order and duplicates rule (split_local_rows); the caller's matrix stays
+        csr = csr.copy()
+        csr.sum_duplicates()
+    n_ranks, n_cols = row_partition.n_parts, csr.shape[1]
+    index = np.int32 if max(csr.shape[0], n_cols, n_ranks) < 2**31 else np.int64  # halves the per-nonzero arrays
+    rows = np.repeat(np.arange(csr.shape[0], dtype=index), np.diff(csr.indptr))
+    cols = csr.indices.astype(index, copy=False)
+    receivers = np.repeat(np.arange(n_ranks, dtype=index), np.diff(csr.indptr[row_partition.offsets]))
+    senders = np.asarray(col_partition.owner(cols), index)
+    off = np.flatnonzero(senders != receivers)
+    rows, cols, receivers, senders = rows[off], cols[off], receivers[off], senders[off]
+    del off
+
+    if strategy is Strategy.COLUMN:
+        row_based = np.zeros(rows.size, bool)
+    elif strategy is Strategy.ROW:
+        row_based = np.ones(rows.size, bool)
+    else:
+        row_based = _joint_row_based(rows, cols, receivers, senders, row_partition, progress)
+
+    column_based = ~row_based
+    b_rows = distinct(receivers[column_based].astype(np.int64) * n_cols + cols[column_based])  # one per (p, j)
+    c_rows = distinct(rows[row_based].astype(np.int64) * n_ranks + senders[row_based])  # one per (i, q)
+    setup_entries = int(np.count_nonzero(row_based))
+    del rows, cols, receivers, senders, row_based, column_based
+    pairs = np.concatenate(
+        [
+            np.asarray(col_partition.owner(b_rows % n_cols), np.int64) * n_ranks + b_rows // n_cols,
+            (c_rows % n_ranks) * n_ranks + np.asarray(row_partition.owner(c_rows // n_ranks), np.int64),
+        ]
+    )
+    del b_rows, c_rows
+    pairs.sort()
+    starts = np.flatnonzero(np.concatenate([[True], pairs[1:] != pairs[:-1]])) if pairs.size else np.zeros(0, np.int64)
+    pair_keys, counts = pairs[starts], np.diff(np.append(starts, pairs.size))
+    return pair_keys // n_ranks, pair_keys % n_ranks, counts.astype(np.int64), setup_entries
+
+
+def _joint_row_based(rows, cols, receivers, senders, row_partition: RowPartition, progress) -> np.ndarray:
+    """The plan's ``joint`` choice: per receiving rank p, the minimum vertex cover of its off-diagonal
+    nonzeros with the keys :func:`~sparsewire.plan.strategies.choose_row_based` gives them (the same
+    graph, so the same cover)."""
+    n_ranks = row_partition.n_parts
+    bounds = np.searchsorted(receivers, np.arange(n_ranks + 1))  # nonzeros are in row order, so grouped by p
+    row_based = np.zeros(rows.size, bool)
+    for p in range(n_ranks):
+        start, stop = int(bounds[p]), int(bounds[p + 1])
+        if stop > start:
+            local_rows = rows[start:stop].astype(np.int64) - int(row_partition.offsets[p])
+            row_based[start:stop] = cover_row_based(local_rows * n_ranks + senders[start:stop], cols[start:stop].astype(np.int64))
+        if progress:
+            progress("cover", p + 1, n_ranks)
+    return row_based

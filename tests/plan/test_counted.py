@@ -1,0 +1,106 @@
+"""Counted volumes of the flat strategies (sparsewire.plan.counted) against the volumes of their built plans:
+equal field by field on hand-made and random inputs (uneven and empty ranks, duplicate entries, explicit
+zeros, rectangular matrices), with and without a topology."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from oracles import random_integer_matrix
+from sparsewire.distinct import distinct
+from sparsewire.errors import InputError, PlanMismatchError
+from sparsewire.partition import RowPartition, even_rows
+from sparsewire.plan import build_plan, plan_stats, strategy_stats
+from sparsewire.plan.counted import counted_sends
+from sparsewire.topology import Topology
+
+FIELDS = ("sources", "destinations", "steps", "message_bytes", "message_counts")
+
+
+def assert_same_volumes(counted, planned) -> None:
+    for field in FIELDS:
+        assert np.array_equal(getattr(counted, field), getattr(planned, field)), field
+    assert counted.setup_bytes == planned.setup_bytes
+    assert counted.as_dict() == planned.as_dict()
+
+
+def random_partition(rng, n: int, parts: int) -> RowPartition:
+    """Contiguous parts of random sizes, some of them empty."""
+    cuts = np.sort(rng.integers(0, n + 1, parts - 1))
+    return RowPartition(np.concatenate([[0], cuts, [n]]).astype(np.int64))
+
+
+def test_hand_made_counts_are_exact():
+    # 6 x 6, ranks own rows/columns 0-1, 2-3, 4-5. Off-diagonal: rank 0 needs columns 2, 3 (rank 1) and 4 (rank 2);
+    # rank 2 needs column 0 (rank 0) from rows 4 and 5.
+    entries = [(0, 2), (1, 2), (0, 3), (1, 4), (4, 0), (5, 0), (2, 2), (5, 5)]
+    matrix = sp.csr_array((np.arange(1.0, 9.0), tuple(zip(*entries))), shape=(6, 6))
+    parts = even_rows(6, 3)
+    column = counted_sends(matrix, parts, parts, "column")
+    assert [a.tolist() for a in column[:3]] == [[0, 1, 2], [2, 0, 0], [1, 2, 1]] and column[3] == 0
+    row = counted_sends(matrix, parts, parts, "row")  # partial C rows (i, q): (0, 1), (1, 1), (1, 2); (4, 0), (5, 0)
+    assert [a.tolist() for a in row[:3]] == [[0, 1, 2], [2, 0, 0], [2, 2, 1]] and row[3] == 6  # six off-diagonal entries
+    # joint: rank 0's graph has a matching of three, so a cover of three; rank 2's is column 0 (serves rows 4 and 5)
+    joint = counted_sends(matrix, parts, parts, "joint")
+    assert joint[2].sum() == 4 and [a.tolist() for a in joint[:2]] == [[0, 1, 2], [2, 0, 0]]
+
+
+@pytest.mark.parametrize("strategy", ["column", "row", "joint"])
+def test_counted_volumes_equal_the_built_plans_volumes_on_random_inputs(rng, strategy):
+    for trial in range(12):
+        n_rows, n_cols = int(rng.integers(1, 60)), int(rng.integers(1, 60))
+        if trial % 2:
+            n_cols = n_rows
+        parts = int(rng.integers(1, 8))
+        matrix = random_integer_matrix(rng, n_rows, n_cols, float(rng.uniform(0.02, 0.4)))
+        rows = random_partition(rng, n_rows, parts) if trial % 3 else even_rows(n_rows, min(parts, n_rows))
+        cols = random_partition(rng, n_cols, rows.n_parts)
+        topology = Topology.nodes(2) if trial % 4 == 1 else None
+        k, element_bytes = int(rng.integers(1, 40)), int(rng.choice([4, 8]))
+        counted = strategy_stats(matrix, rows, cols, strategy, k, element_bytes, topology)
+        planned = plan_stats(build_plan(matrix, rows, cols, strategy, topology).ranks, k, element_bytes, topology=topology)
+        assert_same_volumes(counted, planned)
+
+
+def test_duplicates_and_explicit_zeros_count_as_the_plan_counts_them(rng):
+    """A COO input with repeated (i, j) and stored zeros: one nonzero each, as split_local_rows sums them; the
+    caller's matrix is left as it was."""
+    n = 40
+    rows_, cols_ = rng.integers(0, n, 300), rng.integers(0, n, 300)
+    values = rng.integers(-2, 3, 300).astype(float)  # a fifth of them stored zeros
+    coo = sp.coo_array((values, (rows_, cols_)), shape=(n, n))
+    parts = random_partition(rng, n, 5)
+    for strategy in ("column", "row", "joint"):
+        counted = strategy_stats(coo, parts, parts, strategy, 8, 4)
+        planned = plan_stats(build_plan(coo, parts, parts, strategy).ranks, 8, 4)
+        assert_same_volumes(counted, planned)
+    assert coo.nnz == 300 and np.array_equal(coo.row, rows_)  # not summed in place
+
+
+def test_a_planted_miscount_is_caught(rng, monkeypatch):
+    """The comparison can fail: counting B rows once per (p, j) pair is what the plan sends; counting them once
+    per nonzero (a missing deduplication) must differ on a matrix where two rows of a rank share a column."""
+    import sparsewire.plan.counted as counted
+
+    matrix = sp.csr_array(np.array([[0, 0, 1, 0], [0, 0, 1, 0], [0, 0, 1, 1], [0, 0, 0, 1]], float))
+    parts = even_rows(4, 2)
+    planned = plan_stats(build_plan(matrix, parts, parts, "column").ranks, 4, 4)
+    monkeypatch.setattr(counted, "distinct", lambda keys: np.sort(keys))
+    wrong = strategy_stats(matrix, parts, parts, "column", 4, 4)
+    with pytest.raises(AssertionError):
+        assert_same_volumes(wrong, planned)
+    monkeypatch.setattr(counted, "distinct", distinct)
+    assert_same_volumes(strategy_stats(matrix, parts, parts, "column", 4, 4), planned)
+
+
+def test_counted_sends_refuses_what_it_cannot_count():
+    matrix = sp.csr_array(np.eye(4))
+    parts = even_rows(4, 2)
+    with pytest.raises(InputError, match="not counted without its plan"):
+        counted_sends(matrix, parts, parts, "joint-hier")
+    with pytest.raises(PlanMismatchError, match="partitions cover 5 rows"):
+        counted_sends(matrix, even_rows(5, 2), parts, "column")
+    with pytest.raises(PlanMismatchError, match="one rank count"):
+        counted_sends(matrix, parts, even_rows(4, 3), "column")
