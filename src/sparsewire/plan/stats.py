@@ -77,7 +77,7 @@ class PlanStats:
         return int(self.message_bytes.sum())
 
     def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        keys = self.sources * self.n_ranks + self.destinations
+        keys = self.sources.astype(np.int64) * self.n_ranks + self.destinations  # 32-bit ranks (block_stats) overflow P^2
         unique, inverse = np.unique(keys, return_inverse=True)
         return unique, np.bincount(inverse, weights=self.message_bytes, minlength=unique.size).astype(np.int64)
 
@@ -301,22 +301,25 @@ def block_stats(col_partition: RowPartition, k: int, element_bytes: int, topolog
     """Not collective. Volumes of ``block`` (CoLa eq. 5) without building its plan: every rank q with m_q B rows
     sends ``s*k*m_q`` bytes to each of the other P - 1 ranks, ``s*k*m*(P-1)`` in all. Equal to
     ``plan_stats`` of the built plan, which holds m*(P-1) selection rows (too many to build just
-    for analysis at large P)."""
+    for analysis at large P). Its P (P - 1) messages are held in 32-bit ranks, with the one step and the
+    count of one per message as read-only broadcast views (at P = 16384, 4.3 GB instead of 13)."""
     n_ranks = col_partition.n_parts
-    senders = np.flatnonzero(col_partition.counts() > 0)
-    sources = np.repeat(senders, n_ranks - 1).astype(np.int64)
-    destinations = np.concatenate([np.delete(np.arange(n_ranks), q) for q in senders] or [np.zeros(0, np.int64)])
-    message_bytes = (col_partition.counts()[sources] * k * element_bytes).astype(np.int64)
+    index = np.int32 if n_ranks < 2**31 else np.int64
+    senders = np.flatnonzero(col_partition.counts() > 0).astype(index)
+    sources = np.repeat(senders, n_ranks - 1)
+    destinations = np.tile(np.arange(n_ranks - 1, dtype=index), senders.size)
+    destinations += destinations >= sources  # every rank but the sender
+    message_bytes = np.repeat(col_partition.counts()[senders].astype(np.int64) * k * element_bytes, n_ranks - 1)
     return PlanStats(
         Strategy.BLOCK,
         n_ranks,
         k,
         element_bytes,
         sources,
-        destinations.astype(np.int64),
-        np.zeros(sources.size, np.int64),
+        destinations,
+        np.broadcast_to(np.int64(0), sources.shape),
         message_bytes,
-        np.ones(sources.size, np.int64),
+        np.broadcast_to(np.int64(1), sources.shape),
         setup_bytes=0,
         topology=topology,
     )
