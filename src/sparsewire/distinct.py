@@ -2,13 +2,15 @@
 
 ``np.unique`` without ``return_*`` flags takes a hash-table path since NumPy 2.3 that is far slower
 than a sort on this project's int64 keys (NumPy 2.4.6, this machine: 10 million keys 14.5 s against
-0.13 s; 10,000 keys 7 ms against 0.1 ms), so every plain distinct-values call goes through here."""
+0.13 s; 10,000 keys 7 ms against 0.1 ms), so every plain distinct-values call goes through here.
+The default sort, not the stable one: equal keys are indistinguishable, and it is 3x faster
+(20 million int64 keys: 0.55 s against 1.8 s)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["distinct"]
+__all__ = ["distinct", "distinct_counts"]
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -20,3 +22,13 @@ def distinct(values: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     return ordered[keep]
+
+
+def distinct_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Not collective. The distinct values of ``values`` (flattened), ascending, and how often each occurs:
+    ``np.unique(values, return_counts=True)`` for integers."""
+    ordered = np.sort(np.ravel(values))
+    if ordered.size == 0:
+        return ordered, np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    return ordered[starts], np.diff(np.append(starts, ordered.size))

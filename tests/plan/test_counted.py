@@ -104,3 +104,14 @@ def test_counted_sends_refuses_what_it_cannot_count():
         counted_sends(matrix, even_rows(5, 2), parts, "column")
     with pytest.raises(PlanMismatchError, match="one rank count"):
         counted_sends(matrix, parts, even_rows(4, 3), "column")
+
+
+def test_distinct_values_and_counts_equal_numpys_unique(rng):
+    from sparsewire.distinct import distinct_counts
+
+    for size in (0, 1, 2, 17, 5000):
+        values = rng.integers(-50, 50, size) * int(rng.integers(1, 2**40))
+        expected, expected_counts = np.unique(values, return_counts=True)
+        assert np.array_equal(distinct(values), expected)
+        found, counts = distinct_counts(values.reshape(-1, 1))
+        assert np.array_equal(found, expected) and np.array_equal(counts, expected_counts)

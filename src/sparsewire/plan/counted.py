@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.distinct import distinct
+from sparsewire.distinct import distinct, distinct_counts
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.blocks import check_partitions
@@ -82,9 +82,7 @@ def counted_sends(
         ]
     )
     del b_rows, c_rows
-    pairs.sort()
-    starts = np.flatnonzero(np.concatenate([[True], pairs[1:] != pairs[:-1]])) if pairs.size else np.zeros(0, np.int64)
-    pair_keys, counts = pairs[starts], np.diff(np.append(starts, pairs.size))
+    pair_keys, counts = distinct_counts(pairs)
     return pair_keys // n_ranks, pair_keys % n_ranks, counts.astype(np.int64), setup_entries
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sparsewire.distinct import distinct_counts
 from sparsewire.errors import InputError
 from sparsewire.sim.flows import solve_max_min
 from sparsewire.sim.netsparse_workload import (
@@ -21,7 +22,6 @@ from sparsewire.sim.netsparse_workload import (
     CommunicationResult,
     Workload,
     requests_per_packet,
-    sorted_unique,
 )
 from sparsewire.sim.network import Network
 
@@ -110,11 +110,11 @@ def sa_opt(
     sizes = np.diff(workload.node_starts)[nodes_of]
     core = (position * cores) // np.maximum(sizes, 1) + nodes_of * cores
     remote = workload.remote
-    keys, _ = sorted_unique(core[remote] * workload.n_cols + matrix.indices[remote])
+    keys, _ = distinct_counts(core[remote] * workload.n_cols + matrix.indices[remote])
     core_of, col_of = keys // workload.n_cols, keys % workload.n_cols
     requests_per_core = np.bincount(core_of, minlength=n * cores)
     owners = workload.col_owner[col_of].astype(np.int64)
-    core_dest, counts = sorted_unique(core_of * n + owners)
+    core_dest, counts = distinct_counts(core_of * n + owners)
     read_cap = requests_per_packet(0, network.mtu)
     response_cap = requests_per_packet(payload, network.mtu)
     source_node = (core_dest // n) // cores

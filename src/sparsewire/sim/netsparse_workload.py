@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire.distinct import distinct_counts
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.sim import request_streams
@@ -24,7 +25,6 @@ __all__ = [
     "ELEMENT_BYTES",
     "header_share_percent",
     "requests_per_packet",
-    "sorted_unique",
     "Workload",
     "characterize",
     "Mechanisms",
@@ -44,17 +44,6 @@ ELEMENT_BYTES = 4  # single precision, as the paper
 TABLE3_K = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 Progress = Callable[[str], None] | None
-
-
-def sorted_unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Not collective. Distinct values of ``keys`` ascending and how often each occurs (sort-based: NumPy's
-    hash-based ``unique`` is several times slower on tens of millions of int64 keys)."""
-    keys = np.sort(keys, kind="stable") if keys.size else keys
-    if keys.size == 0:
-        return keys, np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    counts = np.diff(np.append(starts, keys.size))
-    return keys[starts], counts
 
 
 def header_share_percent(k: int, element_bytes: int = ELEMENT_BYTES) -> float:
@@ -119,7 +108,7 @@ class Workload:
         """Not collective. Distinct remote properties each node needs (its useful transfers)."""
         if self._useful is None:
             nodes = self.node_of_nonzeros()[self.remote].astype(np.int64)
-            keys, _ = sorted_unique(nodes * self.n_cols + self.matrix.indices[self.remote])
+            keys, _ = distinct_counts(nodes * self.n_cols + self.matrix.indices[self.remote])
             self._useful = np.bincount(keys // self.n_cols, minlength=self.nodes).astype(np.int64)
         return self._useful
 
@@ -149,9 +138,9 @@ def characterize(workload: Workload, group_size: int = 16, window: int = 64) -> 
     np.cumsum(np.bincount(remote_nodes, minlength=workload.nodes), out=starts[1:])
     owners = workload.col_owner[remote_cols].astype(np.int64)
     distinct, windows = request_streams.unique_destinations_per_window(starts, owners, window)
-    pairs, _ = sorted_unique(remote_nodes * workload.n_cols + remote_cols)
+    pairs, _ = distinct_counts(remote_nodes * workload.n_cols + remote_cols)
     groups = (pairs // workload.n_cols) // group_size
-    _, counts = sorted_unique(groups * workload.n_cols + pairs % workload.n_cols)
+    _, counts = distinct_counts(groups * workload.n_cols + pairs % workload.n_cols)
     shared = int(counts[counts >= 2].sum())
     ratio = (lambda transfers: (transfers - total_useful) / total_useful) if total_useful else (lambda transfers: 0.0)
     return {
