@@ -115,3 +115,24 @@ def test_distinct_values_and_counts_equal_numpys_unique(rng):
         assert np.array_equal(distinct(values), expected)
         found, counts = distinct_counts(values.reshape(-1, 1))
         assert np.array_equal(found, expected) and np.array_equal(counts, expected_counts)
+
+
+def test_block_closed_forms_equal_its_messages_and_its_plan(rng):
+    """BlockStats' totals and per-rank bytes (closed forms) against sums over the messages it makes, and all of
+    it against the built block plan, on partitions with empty ranks, with and without a topology."""
+    from sparsewire.plan import PlanStats, block_stats
+
+    for trial in range(6):
+        n = int(rng.integers(1, 30))
+        matrix = random_integer_matrix(rng, n, n, 0.2)
+        parts = random_partition(rng, n, int(rng.integers(1, 9)))
+        topology = Topology.nodes(2) if trial % 2 else None
+        closed = block_stats(parts, 5, 8, topology)
+        messages = PlanStats(closed.strategy, closed.n_ranks, 5, 8, *(np.array(getattr(closed, f)) for f in FIELDS), 0, topology)
+        assert (closed.messages, closed.total_bytes) == (messages.messages, messages.total_bytes)
+        assert np.array_equal(closed.send_bytes_per_rank, messages.send_bytes_per_rank)
+        assert np.array_equal(closed.recv_bytes_per_rank, messages.recv_bytes_per_rank)
+        assert closed.as_dict() == messages.as_dict()
+        planned = plan_stats(build_plan(matrix, parts, parts, "block", topology).ranks, 5, 8, topology=topology)
+        assert closed.as_dict() == planned.as_dict()
+        assert np.array_equal(closed.pair_bytes, planned.pair_bytes)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,6 +34,7 @@ from sparsewire.topology import Topology
 
 __all__ = [
     "PlanStats",
+    "BlockStats",
     "plan_stats",
     "rowwise_stats",
     "block_stats",
@@ -297,32 +299,61 @@ def rowwise_stats(
     )
 
 
-def block_stats(col_partition: RowPartition, k: int, element_bytes: int, topology: Topology | None = None) -> PlanStats:
-    """Not collective. Volumes of ``block`` (CoLa eq. 5) without building its plan: every rank q with m_q B rows
-    sends ``s*k*m_q`` bytes to each of the other P - 1 ranks, ``s*k*m*(P-1)`` in all. Equal to
-    ``plan_stats`` of the built plan, which holds m*(P-1) selection rows (too many to build just
-    for analysis at large P). Its P (P - 1) messages are held in 32-bit ranks, with the one step and the
-    count of one per message as read-only broadcast views (at P = 16384, 4.3 GB instead of 13)."""
-    n_ranks = col_partition.n_parts
-    index = np.int32 if n_ranks < 2**31 else np.int64
-    senders = np.flatnonzero(col_partition.counts() > 0).astype(index)
-    sources = np.repeat(senders, n_ranks - 1)
-    destinations = np.tile(np.arange(n_ranks - 1, dtype=index), senders.size)
-    destinations += destinations >= sources  # every rank but the sender
-    message_bytes = np.repeat(col_partition.counts()[senders].astype(np.int64) * k * element_bytes, n_ranks - 1)
-    return PlanStats(
-        Strategy.BLOCK,
-        n_ranks,
-        k,
-        element_bytes,
-        sources,
-        destinations,
-        np.broadcast_to(np.int64(0), sources.shape),
-        message_bytes,
-        np.broadcast_to(np.int64(1), sources.shape),
-        setup_bytes=0,
-        topology=topology,
-    )
+class BlockStats(PlanStats):
+    """``block``'s volumes (CoLa eq. 5) in closed form from the B rows m_q each rank holds: rank q sends
+    ``s*k*m_q`` bytes to each of the other P - 1 ranks, so q sends ``s*k*m_q*(P-1)``, p receives
+    ``s*k*(m - m_p)`` and ``s*k*m*(P-1)`` move in all, in (P - 1) messages per rank with B rows. Its
+    P (P - 1) messages (``sources``, ``destinations``, ...) are made on first use only: link classes,
+    pairs and predictions need them, the totals and per-rank figures do not (at P = 16384 they are 268M
+    messages, 4.3 GB)."""
+
+    def __init__(self, col_partition: RowPartition, k: int, element_bytes: int, topology: Topology | None = None) -> None:
+        fields = {"strategy": Strategy.BLOCK, "n_ranks": col_partition.n_parts, "k": k, "element_bytes": element_bytes}
+        fields.update(setup_bytes=0, topology=topology, rows_per_rank=col_partition.counts().astype(np.int64))
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)  # a frozen dataclass; the message fields are properties here
+
+    @cached_property
+    def _messages(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sources, destinations, bytes) of every message: 32-bit ranks, destinations by one tile."""
+        index = np.int32 if self.n_ranks < 2**31 else np.int64
+        senders = np.flatnonzero(self.rows_per_rank > 0).astype(index)
+        sources = np.repeat(senders, self.n_ranks - 1)
+        destinations = np.tile(np.arange(self.n_ranks - 1, dtype=index), senders.size)
+        destinations += destinations >= sources  # every rank but the sender
+        return sources, destinations, np.repeat(self.rows_per_rank[senders] * self.k * self.element_bytes, self.n_ranks - 1)
+
+    sources = property(lambda self: self._messages[0], doc="Source of each message.")
+    destinations = property(lambda self: self._messages[1], doc="Destination of each message.")
+    message_bytes = property(lambda self: self._messages[2], doc="Bytes of each message.")
+    steps = property(lambda self: np.broadcast_to(np.int64(0), self.sources.shape), doc="One step (read-only view).")
+    message_counts = property(lambda self: np.broadcast_to(np.int64(1), self.sources.shape), doc="One each (read-only view).")
+
+    @property
+    def messages(self) -> int:
+        """Messages per multiply: P - 1 from every rank holding B rows."""
+        return int(np.count_nonzero(self.rows_per_rank)) * (self.n_ranks - 1)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes per multiply: ``s*k*m*(P-1)``."""
+        return int(self.rows_per_rank.sum()) * (self.n_ranks - 1) * self.k * self.element_bytes
+
+    @property
+    def send_bytes_per_rank(self) -> np.ndarray:
+        """``s*k*m_q*(P-1)`` per rank q."""
+        return self.rows_per_rank * (self.n_ranks - 1) * self.k * self.element_bytes
+
+    @property
+    def recv_bytes_per_rank(self) -> np.ndarray:
+        """``s*k*(m - m_p)`` per rank p."""
+        return (self.rows_per_rank.sum() - self.rows_per_rank) * self.k * self.element_bytes
+
+
+def block_stats(col_partition: RowPartition, k: int, element_bytes: int, topology: Topology | None = None) -> BlockStats:
+    """Not collective. Volumes of ``block`` without building its plan (:class:`BlockStats`). Equal to ``plan_stats``
+    of the built plan, which holds m*(P-1) selection rows (too many to build just for analysis at large P)."""
+    return BlockStats(col_partition, k, element_bytes, topology)
 
 
 def strategy_stats(
