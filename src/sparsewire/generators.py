@@ -55,6 +55,17 @@ def _pattern(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int]) -> sp.c
     return sp.csr_array((np.ones(keys.size), (keys % n_cols).astype(index), indptr), shape=shape)
 
 
+#: R-MAT graphs with this many edges or more take the compiled step (below it, importing Numba, 0.4 s,
+#: costs more than the step saves).
+COMPILED_FROM_EDGES = 1 << 20
+
+
+def _add_quadrant_bits(draw, rows, cols, bit: int, a: float, ab: float, abc: float) -> None:
+    """:func:`sparsewire.rmat_bits.add_quadrant_bits` in NumPy (the same bits; for small graphs)."""
+    rows[draw >= ab] |= 1 << bit
+    cols[((draw >= a) & (draw < ab)) | (draw >= abc)] |= 1 << bit
+
+
 def rmat(scale: int, edge_factor: int, seed: int = 1, abc: tuple[float, float, float] = GRAPH500_ABC) -> sp.csr_array:
     """Not collective. R-MAT graph (Chakrabarti et al. 2004; Graph500 parameters by default).
 
@@ -66,10 +77,12 @@ def rmat(scale: int, edge_factor: int, seed: int = 1, abc: tuple[float, float, f
         raise InputError(f"rmat scale must be in 1..31 (got {scale})")
     if edge_factor < 1:
         raise InputError(f"rmat edge factor must be at least 1 (got {edge_factor})")
-    from sparsewire.rmat_bits import add_quadrant_bits  # Numba, loaded for this generator only
-
     a, b, c = abc
     n, n_edges = 1 << scale, edge_factor << scale
+    if n_edges >= COMPILED_FROM_EDGES:
+        from sparsewire.rmat_bits import add_quadrant_bits as step  # Numba, loaded for large graphs only
+    else:
+        step = _add_quadrant_bits
     rng = np.random.default_rng(seed)
     index = np.int32 if scale < 31 else np.int64
     rows = np.zeros(n_edges, dtype=index)
@@ -80,7 +93,7 @@ def rmat(scale: int, edge_factor: int, seed: int = 1, abc: tuple[float, float, f
         stop = min(start + chunk, n_edges)
         for bit in range(scale - 1, -1, -1):
             rng.random(out=draw[: stop - start])
-            add_quadrant_bits(draw[: stop - start], rows[start:stop], cols[start:stop], bit, a, a + b, a + b + c)
+            step(draw[: stop - start], rows[start:stop], cols[start:stop], bit, a, a + b, a + b + c)
     del draw
     permutation = rng.permutation(n).astype(index)
     rows, cols = permutation[rows], permutation[cols]  # (the unpermuted arrays freed here)

@@ -135,6 +135,30 @@ def test_rmat_shape_and_skew():
     assert degrees.max() > 10 * degrees.mean()  # heavy-tailed, as R-MAT with a = 0.57 is
 
 
+def test_rmat_compiled_and_numpy_steps_set_the_same_bits(rng):
+    """The compiled step (large graphs) and the NumPy one (small) pick the same quadrants, on draws that
+    include the thresholds themselves; and an R-MAT graph's pattern is canonical CSR with 32-bit ids."""
+    from sparsewire.generators import GRAPH500_ABC, _add_quadrant_bits
+    from sparsewire.rmat_bits import add_quadrant_bits
+
+    a, b, c = GRAPH500_ABC
+    draw = np.concatenate([rng.random(5000), [0.0, a, a + b, a + b + c, np.nextafter(a, 0), np.nextafter(1.0, 0)]])
+    found = []
+    for step in (add_quadrant_bits, _add_quadrant_bits):
+        rows, cols = np.zeros(draw.size, np.int32), np.zeros(draw.size, np.int32)
+        for bit in (4, 0):
+            step(draw, rows, cols, bit, a, a + b, a + b + c)
+        found.append((rows, cols))
+    assert np.array_equal(found[0][0], found[1][0]) and np.array_equal(found[0][1], found[1][1])
+    quadrant = (draw >= a).astype(int) + (draw >= a + b) + (draw >= a + b + c)  # 0 a, 1 b, 2 c, 3 d
+    assert np.array_equal(found[0][0], 17 * (quadrant >= 2)) and np.array_equal(found[0][1], 17 * (quadrant % 2))
+    matrix = from_spec("rmat:9:3:2")
+    assert matrix.has_canonical_format and matrix.indices.dtype == np.int32
+    canonical = sp.csr_array(matrix, copy=True)
+    canonical.sum_duplicates()
+    assert np.array_equal(canonical.indices, matrix.indices) and np.array_equal(canonical.indptr, matrix.indptr)
+
+
 def test_delaunay_is_a_planar_triangulation():
     matrix = from_spec("delaunay:2000:1")
     assert (matrix != matrix.T).nnz == 0 and matrix.diagonal().sum() == 0

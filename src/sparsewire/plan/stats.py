@@ -24,7 +24,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.distinct import distinct
+from sparsewire.distinct import distinct, distinct_counts
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.counted import COUNTED_STRATEGIES, counted_sends
@@ -283,7 +283,7 @@ def rowwise_stats(
     destinations = np.asarray(row_partition.owner(coo.row), np.int64)
     sources = np.asarray(col_partition.owner(coo.col), np.int64)
     off = destinations != sources
-    pair_keys, pair_counts = np.unique(sources[off] * n_ranks + destinations[off], return_counts=True)
+    pair_keys, pair_counts = distinct_counts(sources[off] * n_ranks + destinations[off])
     return PlanStats(
         Strategy.ROWWISE,
         n_ranks,
