@@ -142,10 +142,7 @@ class NetSparseSimulator:
         workload = self.workload
         matrix = workload.matrix
         n = workload.nodes
-        # Remote nonzeros per node, as differences of a running count (np.add.reduceat fails on
-        # nodes that own only empty rows at the end, and miscounts empty ones elsewhere).
-        running = np.concatenate([[0], np.cumsum(workload.remote, dtype=np.int64)])
-        remote_counts = running[workload.node_starts[1:]] - running[workload.node_starts[:-1]]
+        remote_counts = workload.remote_counts()
         total = int(remote_counts.sum())
         cols = np.empty(total, np.int32)
         destinations = np.empty(total, np.int32)
@@ -246,7 +243,7 @@ class NetSparseSimulator:
         finish = np.maximum(by_node + one_way, generation)
         seconds = float(finish.max(initial=0.0))
         tail, traffic, goodput, line_use = tail_node(self.network, self.workload, finish, received, seconds, payload)
-        remote_total = int(self.workload.remote.sum())
+        remote_total = int(self.workload.remote_counts().sum())
         dropped = issued.filtered + issued.coalesced
         return CommunicationResult(
             name,
@@ -351,8 +348,7 @@ class NetSparseSimulator:
             order = np.lexsort((t, self.switch[src]))
             switch_packets = request_streams.concatenate(self.switch[src][order], dst[order], t[order], switches, n, delay, cap)
             pair_requests = _pair_counts(src, dst, n).astype(np.float64)
-            switch_requests = np.zeros((switches, n), np.float64)
-            np.add.at(switch_requests, (self.switch[src], dst), 1)
+            switch_requests = np.bincount(self.switch[src] * n + dst, minlength=switches * n).reshape(switches, n).astype(float)
             share = pair_requests / np.maximum(switch_requests[self.switch[:n]], 1)
             trunk += share * switch_packets[self.switch[:n]] * PACKET_HEADER_BYTES + pair_requests * per_request
         inter_pairs = self.switch[:, None] != self.switch[None, :]
@@ -368,9 +364,7 @@ class NetSparseSimulator:
 
 def _pair_counts(sources: np.ndarray, destinations: np.ndarray, n: int) -> np.ndarray:
     """requests[s, d]: how many of the (source, destination) pairs are (s, d)."""
-    counts = np.zeros((n, n), np.int64)
-    np.add.at(counts, (sources, destinations), 1)
-    return counts
+    return np.bincount(sources * n + destinations, minlength=n * n).reshape(n, n).astype(np.int64)
 
 
 def simulate_netsparse(

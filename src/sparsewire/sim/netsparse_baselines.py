@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparsewire.distinct import distinct_counts
+from sparsewire.distinct import distinct, distinct_counts
 from sparsewire.errors import InputError
 from sparsewire.sim.flows import solve_max_min
 from sparsewire.sim.netsparse_workload import (
@@ -103,35 +103,33 @@ def sa_opt(
     overhead per PR, no latency."""
     check_network(workload, network)
     payload = ELEMENT_BYTES * k
-    n = workload.nodes
-    matrix = workload.matrix
-    nodes_of = workload.node_of_nonzeros().astype(np.int64)
-    position = np.arange(matrix.nnz, dtype=np.int64) - workload.node_starts[nodes_of]
-    sizes = np.diff(workload.node_starts)[nodes_of]
-    core = (position * cores) // np.maximum(sizes, 1) + nodes_of * cores
-    remote = workload.remote
-    keys, _ = distinct_counts(core[remote] * workload.n_cols + matrix.indices[remote])
-    core_of, col_of = keys // workload.n_cols, keys % workload.n_cols
-    requests_per_core = np.bincount(core_of, minlength=n * cores)
-    owners = workload.col_owner[col_of].astype(np.int64)
-    core_dest, counts = distinct_counts(core_of * n + owners)
+    n, n_cols = workload.nodes, workload.n_cols
     read_cap = requests_per_packet(0, network.mtu)
     response_cap = requests_per_packet(payload, network.mtu)
-    source_node = (core_dest // n) // cores
-    destination = core_dest % n
-    read_bytes = -(-counts // read_cap) * PACKET_HEADER_BYTES + counts * REQUEST_HEADER_BYTES
-    response_bytes = -(-counts // response_cap) * PACKET_HEADER_BYTES + counts * (REQUEST_HEADER_BYTES + payload)
+    requests_per_core = np.zeros((n, cores), np.int64)
     pair_bytes = np.zeros((n, n), np.float64)
-    np.add.at(pair_bytes, (source_node, destination), read_bytes)
-    np.add.at(pair_bytes, (destination, source_node), response_bytes)
+    packets = requests = 0
+    for node in range(n):  # node by node: a node's cores, requests and owners are its own
+        begin, end = workload.node_starts[node], workload.node_starts[node + 1]
+        remote = workload.remote[begin:end]
+        core = (np.flatnonzero(remote) * cores) // max(end - begin, 1)  # the core of each remote nonzero
+        keys = distinct(core * n_cols + workload.matrix.indices[begin:end][remote])  # each core dedups its own
+        core_of = keys // n_cols
+        requests_per_core[node] = np.bincount(core_of, minlength=cores)
+        core_owner, counts = distinct_counts(core_of * n + workload.col_owner[keys % n_cols])
+        destination = core_owner % n
+        read_bytes = -(-counts // read_cap) * PACKET_HEADER_BYTES + counts * REQUEST_HEADER_BYTES
+        response_bytes = -(-counts // response_cap) * PACKET_HEADER_BYTES + counts * (REQUEST_HEADER_BYTES + payload)
+        pair_bytes[node] += np.bincount(destination, weights=read_bytes, minlength=n)
+        pair_bytes[:, node] += np.bincount(destination, weights=response_bytes, minlength=n)
+        packets += int((-(-counts // read_cap)).sum() + (-(-counts // response_cap)).sum())
+        requests += int(2 * counts.sum())
     by_node, makespan, bound, flows, received = solve_pairs(network, n, pair_bytes, latency=False)
-    software = (requests_per_core.reshape(n, cores).max(axis=1) * overhead_seconds).astype(np.float64)
+    software = (requests_per_core.max(axis=1) * overhead_seconds).astype(np.float64)
     finish = np.maximum(by_node, software)
     seconds = float(finish.max(initial=0.0))
     tail, traffic, goodput, line = tail_node(network, workload, finish, received, seconds, payload)
-    packets = int((-(-counts // read_cap)).sum() + (-(-counts // response_cap)).sum())
-    requests = int(2 * counts.sum())
-    remote_total = int(remote.sum())
+    remote_total = int(workload.remote_counts().sum())
     return CommunicationResult(
         "SAOpt",
         seconds,
@@ -142,7 +140,7 @@ def sa_opt(
         line,
         requests=requests,
         packets=packets,
-        filter_coalesce_percent=100.0 * (remote_total - int(counts.sum())) / remote_total if remote_total else 0.0,
+        filter_coalesce_percent=100.0 * (remote_total - requests // 2) / remote_total if remote_total else 0.0,
         flows=flows,
         extra={
             "software_seconds": float(software.max(initial=0.0)),

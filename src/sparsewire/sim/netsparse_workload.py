@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.distinct import distinct_counts
+from sparsewire.distinct import distinct, distinct_counts
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.sim import request_streams
@@ -67,7 +67,7 @@ class Workload:
     col_owner: np.ndarray
     node_starts: np.ndarray
     remote: np.ndarray = field(repr=False)
-    _useful: np.ndarray | None = field(default=None, repr=False)
+    _remote_columns: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
     def from_matrix(cls, matrix: sp.sparray, nodes: int) -> Workload:
@@ -104,13 +104,27 @@ class Workload:
         """Not collective. Properties each node holds."""
         return np.bincount(self.col_owner, minlength=self.nodes).astype(np.int64)
 
+    def remote_counts(self) -> np.ndarray:
+        """Not collective. Remote nonzeros of each node, as differences of a running count (np.add.reduceat fails on
+        nodes that own only empty rows at the end, and miscounts empty ones elsewhere)."""
+        running = np.concatenate([[0], np.cumsum(self.remote, dtype=np.int64)])
+        return running[self.node_starts[1:]] - running[self.node_starts[:-1]]
+
+    def remote_columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """Not collective. ``(offsets, columns)``: node i needs the remote properties ``columns[offsets[i]:offsets[i + 1]]``
+        (distinct, ascending; 32-bit), found node by node so that no array spans all nonzeros."""
+        if self._remote_columns is None:
+            parts, offsets = [], np.zeros(self.nodes + 1, np.int64)
+            for node in range(self.nodes):
+                begin, end = self.node_starts[node], self.node_starts[node + 1]
+                parts.append(distinct(self.matrix.indices[begin:end][self.remote[begin:end]]).astype(np.int32))
+                offsets[node + 1] = offsets[node] + parts[-1].size
+            self._remote_columns = (offsets, np.concatenate(parts) if parts else np.zeros(0, np.int32))
+        return self._remote_columns
+
     def useful(self) -> np.ndarray:
         """Not collective. Distinct remote properties each node needs (its useful transfers)."""
-        if self._useful is None:
-            nodes = self.node_of_nonzeros()[self.remote].astype(np.int64)
-            keys, _ = distinct_counts(nodes * self.n_cols + self.matrix.indices[self.remote])
-            self._useful = np.bincount(keys // self.n_cols, minlength=self.nodes).astype(np.int64)
-        return self._useful
+        return np.diff(self.remote_columns()[0])
 
 
 def characterize(workload: Workload, group_size: int = 16, window: int = 64) -> dict:
@@ -126,22 +140,21 @@ def characterize(workload: Workload, group_size: int = 16, window: int = 64) -> 
     * ``group_shared_percent``: of the useful (node, property) transfers, the share whose property
       another node of the same group of ``group_size`` consecutive nodes also needs (sec. 3).
     """
-    matrix = workload.matrix
-    nodes_of = workload.node_of_nonzeros()
-    remote_nodes = nodes_of[workload.remote].astype(np.int64)
-    remote_cols = matrix.indices[workload.remote].astype(np.int64)
     useful = workload.useful()
     total_useful = int(useful.sum())
     su_transfers = int((workload.n_cols - workload.own_cols()).sum())
-    sa_transfers = int(remote_cols.size)
+    remote_counts = workload.remote_counts()
+    sa_transfers = int(remote_counts.sum())
     starts = np.zeros(workload.nodes + 1, np.int64)
-    np.cumsum(np.bincount(remote_nodes, minlength=workload.nodes), out=starts[1:])
-    owners = workload.col_owner[remote_cols].astype(np.int64)
-    distinct, windows = request_streams.unique_destinations_per_window(starts, owners, window)
-    pairs, _ = distinct_counts(remote_nodes * workload.n_cols + remote_cols)
-    groups = (pairs // workload.n_cols) // group_size
-    _, counts = distinct_counts(groups * workload.n_cols + pairs % workload.n_cols)
-    shared = int(counts[counts >= 2].sum())
+    np.cumsum(remote_counts, out=starts[1:])
+    owners = workload.col_owner[workload.matrix.indices[workload.remote]]  # 32-bit, in nonzero order
+    distinct_per_window, windows = request_streams.unique_destinations_per_window(starts, owners, window)
+    del owners
+    offsets, columns = workload.remote_columns()
+    shared = 0
+    for first in range(0, workload.nodes, group_size):  # a property two or more nodes of the group need
+        _, counts = distinct_counts(columns[offsets[first] : offsets[min(first + group_size, workload.nodes)]])
+        shared += int(counts[counts >= 2].sum())
     ratio = (lambda transfers: (transfers - total_useful) / total_useful) if total_useful else (lambda transfers: 0.0)
     return {
         "nodes": workload.nodes,
@@ -152,8 +165,8 @@ def characterize(workload: Workload, group_size: int = 16, window: int = 64) -> 
         "su_redundant_per_useful": ratio(su_transfers),
         "sa_redundant_per_useful": ratio(sa_transfers),
         "header_share_percent": {str(k): round(header_share_percent(k), 1) for k in TABLE3_K},
-        "unique_destinations_per_64": distinct / windows if windows else 0.0,
-        "group_shared_percent": 100.0 * shared / pairs.size if pairs.size else 0.0,
+        "unique_destinations_per_64": distinct_per_window / windows if windows else 0.0,
+        "group_shared_percent": 100.0 * shared / total_useful if total_useful else 0.0,
     }
 
 
