@@ -254,21 +254,31 @@ def progress_printer(args: argparse.Namespace):
 
 
 def stage_progress(label: str, every: float = 2.0):
-    """A ``progress(stage, done, total)`` for :func:`~sparsewire.plan.plan.build_plan` that prints a line to
-    stderr (``planning joint: records 40% (410/1024 ranks)``) when a stage has passed another tenth and
-    ``every`` seconds have gone by since the last line (or the start): silent on plans that take moments."""
+    """A ``progress(stage, done, total)`` for :func:`~sparsewire.plan.plan.build_plan` (and
+    :func:`~sparsewire.plan.counted.counted_sends`) that prints a line to stderr when a stage has passed
+    another tenth and ``every`` seconds have gone by since the last line (or the start): silent on plans
+    that take moments. Each line has a bar and the time the stage's rest will take at its rate so far
+    (``planning joint: records [####------] 40% (410/1024 ranks), about 12 s left``), or the stage's
+    time once it is done."""
     import time
 
-    last = [time.perf_counter()]
+    last_line = [time.perf_counter()]
+    last_event = [last_line[0]]
+    started: dict[str, float] = {}
     shown: dict[str, int] = {}
 
     def report(stage: str, done: int, total: int) -> None:
-        tenth = 10 * done // max(total, 1)
         now = time.perf_counter()
-        if tenth <= shown.get(stage, 0) or now - last[0] < every:
+        started.setdefault(stage, last_event[0])  # a stage starts when the one before it last reported
+        last_event[0] = now
+        tenth = 10 * done // max(total, 1)
+        if tenth <= shown.get(stage, 0) or now - last_line[0] < every:
             return
-        shown[stage], last[0] = tenth, now
-        print(f"{label}: {stage} {10 * tenth}% ({done}/{total} ranks)", file=sys.stderr, flush=True)
+        shown[stage], last_line[0] = tenth, now
+        elapsed = now - started[stage]
+        when = f"in {elapsed:.1f} s" if done >= total else f"about {elapsed / max(done, 1) * (total - done):.0f} s left"
+        bar = "#" * tenth + "-" * (10 - tenth)
+        print(f"{label}: {stage} [{bar}] {10 * tenth}% ({done}/{total} ranks), {when}", file=sys.stderr, flush=True)
 
     return report
 
