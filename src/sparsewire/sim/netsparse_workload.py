@@ -68,6 +68,7 @@ class Workload:
     node_starts: np.ndarray
     remote: np.ndarray = field(repr=False)
     _remote_columns: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    _remote_counts: np.ndarray | None = field(default=None, repr=False)
 
     @classmethod
     def from_matrix(cls, matrix: sp.sparray, nodes: int) -> Workload:
@@ -87,8 +88,10 @@ class Workload:
         rows = even_rows(n_rows, nodes)
         col_owner = np.asarray(even_rows(n_cols, nodes).owner(np.arange(n_cols)), np.int32)
         node_starts = matrix.indptr[rows.offsets].astype(np.int64)
-        row_node = np.repeat(np.arange(nodes, dtype=np.int32), np.diff(node_starts))
-        remote = col_owner[matrix.indices] != row_node
+        remote = np.empty(matrix.nnz, bool)
+        for node in range(nodes):  # node by node: no per-nonzero node array
+            begin, end = node_starts[node], node_starts[node + 1]
+            np.not_equal(col_owner[matrix.indices[begin:end]], node, out=remote[begin:end])
         return cls(matrix, nodes, rows, col_owner, node_starts, remote)
 
     @property
@@ -105,10 +108,12 @@ class Workload:
         return np.bincount(self.col_owner, minlength=self.nodes).astype(np.int64)
 
     def remote_counts(self) -> np.ndarray:
-        """Not collective. Remote nonzeros of each node, as differences of a running count (np.add.reduceat fails on
-        nodes that own only empty rows at the end, and miscounts empty ones elsewhere)."""
-        running = np.concatenate([[0], np.cumsum(self.remote, dtype=np.int64)])
-        return running[self.node_starts[1:]] - running[self.node_starts[:-1]]
+        """Not collective. Remote nonzeros of each node (counted once, node by node)."""
+        if self._remote_counts is None:
+            starts = self.node_starts
+            counts = [np.count_nonzero(self.remote[starts[node] : starts[node + 1]]) for node in range(self.nodes)]
+            self._remote_counts = np.asarray(counts, np.int64)
+        return self._remote_counts
 
     def remote_columns(self) -> tuple[np.ndarray, np.ndarray]:
         """Not collective. ``(offsets, columns)``: node i needs the remote properties ``columns[offsets[i]:offsets[i + 1]]``
