@@ -13,9 +13,14 @@ import numpy as np
 __all__ = ["distinct", "distinct_counts"]
 
 
-def distinct(values: np.ndarray) -> np.ndarray:
-    """Not collective. The distinct values of ``values`` (flattened), ascending: ``np.unique(values)`` for integers."""
-    ordered = np.sort(np.ravel(values))
+def distinct(values: np.ndarray, in_place: bool = False) -> np.ndarray:
+    """Not collective. The distinct values of ``values`` (flattened), ascending: ``np.unique(values)`` for integers.
+    ``in_place``: sort ``values`` (1-D) itself rather than a copy, for callers that hold the only large copy."""
+    if in_place and values.ndim == 1:
+        values.sort()
+        ordered = values
+    else:
+        ordered = np.sort(np.ravel(values))
     if ordered.size < 2:
         return ordered
     keep = np.empty(ordered.size, bool)

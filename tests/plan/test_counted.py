@@ -115,6 +115,8 @@ def test_distinct_values_and_counts_equal_numpys_unique(rng):
         assert np.array_equal(distinct(values), expected)
         found, counts = distinct_counts(values.reshape(-1, 1))
         assert np.array_equal(found, expected) and np.array_equal(counts, expected_counts)
+        own = values.copy()
+        assert np.array_equal(distinct(own, in_place=True), expected) and np.array_equal(own, np.sort(values))
 
 
 def test_block_closed_forms_equal_its_messages_and_its_plan(rng):

@@ -189,9 +189,10 @@ class NetSparseSimulator:
                     f"  requests: {node + 1}/{n} nodes, {written:,} issued of {total:,} remote nonzeros "
                     f"({time.perf_counter() - started:.1f} s)"
                 )
-        result = _Issued(
-            nodes[:written], cols[:written], destinations[:written], times[:written], filtered, coalesced, last_cycle
-        )
+        # Copies of the issued part: slices would keep the buffers sized for every remote nonzero alive.
+        trimmed = [array[:written].copy() for array in (nodes, cols, destinations, times)]
+        del nodes, cols, destinations, times
+        result = _Issued(*trimmed, filtered, coalesced, last_cycle)
         self._issued[key] = result
         return result
 
