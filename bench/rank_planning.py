@@ -5,8 +5,8 @@ rows; its only exchange for a flat strategy is one all-to-all of records. Here o
 function unchanged on its rows of the matrix, with a stand-in communicator whose ``alltoall`` returns
 what the other ranks would send p. Those boxes are made by the same function on each rank r that holds
 a nonzero in p's columns (only those send p anything), stopped at its own all-to-all (so r's choice,
-``joint``'s cover included, is the one r makes under MPI). The boxes are pickled and unpickled inside
-``alltoall``, as MPI's object all-to-all does, so receiving them counts; the network does not.
+``joint``'s cover included, is the one r makes under MPI). The packed boxes are copied into p's receive
+buffer inside ``Alltoallv``, as MPI writes them there, so receiving them counts; the network does not.
 
 Per P and strategy: p's planning seconds (median of ``--repeat`` runs, a timer around the call) and its
 peak of newly allocated memory (``tracemalloc``, which NumPy reports its buffers to; a separate run)
@@ -41,10 +41,13 @@ class _Stopped(Exception):
 
 
 class SliceComm:
-    """The parts of an mpi4py communicator that flat planning uses, for one rank of P."""
+    """The parts of an mpi4py communicator that flat planning uses, for one rank of P: ``incoming`` holds the
+    packed box each rank sends it (None where nothing); with ``target``, the rank is a source whose box for
+    ``target`` is taken at its all-to-all."""
 
     def __init__(self, rank: int, size: int, incoming: list | None = None, target: int | None = None):
         self.rank, self.size, self.incoming, self.target, self.taken = rank, size, incoming, target, None
+        self.send_counts = None
 
     def Get_rank(self) -> int:  # noqa: N802 (mpi4py's names)
         return self.rank
@@ -61,11 +64,20 @@ class SliceComm:
     def Free(self) -> None:  # noqa: N802
         pass
 
-    def alltoall(self, boxes: list) -> list:
+    def Alltoall(self, send_counts: np.ndarray, recv_counts: np.ndarray) -> None:  # noqa: N802
+        self.send_counts = send_counts.copy()
+        recv_counts[:] = [0 if box is None else box.size for box in (self.incoming or [None] * self.size)]
+
+    def Alltoallv(self, send: list, receive: list) -> None:  # noqa: N802
         if self.target is not None:  # a source rank: keep what it sends the measured rank
-            self.taken = boxes[self.target]
+            offsets = np.concatenate([[0], np.cumsum(self.send_counts)])
+            self.taken = (
+                send[0][offsets[self.target] : offsets[self.target + 1]].copy() if self.send_counts[self.target] else None
+            )
             raise _Stopped
-        return pickle.loads(pickle.dumps(self.incoming, protocol=pickle.HIGHEST_PROTOCOL))
+        parts = [box for box in self.incoming if box is not None]
+        if parts:
+            np.concatenate(parts, out=receive[0])  # what MPI writes into the receive buffer
 
 
 def incoming_boxes(csr: sp.csr_array, csc: sp.csc_array, parts, rank: int, strategy: str) -> list:

@@ -61,6 +61,7 @@ from sparsewire.plan.records import (
     Records,
     check_key_space,
     deliver_all,
+    exchange_boxes,
     outboxes,
     request_records,
     unique_records,
@@ -315,7 +316,7 @@ def build_rank_plan_collective(
         return {rank: group_comm.scatter(outputs, root=0)}
 
     def deliver(owned: dict) -> dict:
-        return {rank: [box for box in comm.alltoall(outboxes(owned[rank], rank, size)) if box is not None]}
+        return {rank: exchange_boxes(comm, outboxes(owned[rank], rank, size))}
 
     try:
         plans = _plan_ranks({rank: blocks}, strategy, row_partition, col_partition, groups, layout, proxy, group_call, deliver)
