@@ -142,7 +142,7 @@ def test_block_closed_forms_equal_its_messages_and_its_plan(rng):
 
 def test_packed_records_round_trip_exactly(rng):
     """The planner's all-to-all sends each box as one int64 buffer: every field back, values bit for bit."""
-    from sparsewire.plan.records import make_records, pack_records, unpack_records
+    from sparsewire.plan.records import Records, make_records, outboxes, pack_records, packed_outboxes, unpack_all, unpack_records
 
     for n, m in ((0, 0), (3, 0), (4, 7), (50, 20)):
         terms = (
@@ -157,3 +157,35 @@ def test_packed_records_round_trip_exactly(rng):
             assert a.dtype == b.dtype and np.array_equal(a, b), field
     with pytest.raises(PlanMismatchError, match="does not hold"):
         unpack_records(pack_records(records)[:-1])
+    # boxes end to end (as the all-to-all receives them) unpack at once into the concatenation of each
+    boxes = [
+        make_records(
+            rng.integers(0, 6, n),
+            rng.integers(0, 9, n),
+            1,
+            rng.integers(0, 99, n),
+            0,
+            (*(rng.integers(0, 9, m),) * 5, rng.random(m)),
+        )
+        for n, m in ((2, 0), (0, 0), (5, 3), (1, 4))
+    ]
+    packed = [pack_records(box) for box in boxes]
+    together = unpack_all(np.concatenate(packed), np.array([p.size for p in packed]))
+    for field, (a, b) in enumerate(zip(Records.concat(boxes), together)):
+        assert a.dtype == b.dtype and np.array_equal(a, b), field
+    # what a rank sends: packed_outboxes equals pack_records of every outboxes box, end to end in target order
+    n_ranks, owner = 7, 3
+    n, m = 60, 25
+    senders = rng.integers(0, n_ranks, n)
+    terms = (
+        rng.integers(0, 6, m),
+        rng.choice(senders, m),
+        rng.integers(0, n_ranks, m),
+        rng.integers(0, 99, m),
+        rng.integers(0, 99, m),
+        rng.random(m),
+    )
+    mine = make_records(rng.integers(0, 6, n), senders, rng.integers(0, n_ranks, n), rng.integers(0, 999, n), 0, terms)
+    buffer, sizes = packed_outboxes(mine, owner, n_ranks)
+    expected = [pack_records(box) if box is not None else np.zeros(0, np.int64) for box in outboxes(mine, owner, n_ranks)]
+    assert np.array_equal(sizes, [e.size for e in expected]) and np.array_equal(buffer, np.concatenate(expected))

@@ -62,7 +62,6 @@ from sparsewire.plan.records import (
     check_key_space,
     deliver_all,
     exchange_boxes,
-    outboxes,
     request_records,
     unique_records,
 )
@@ -316,7 +315,7 @@ def build_rank_plan_collective(
         return {rank: group_comm.scatter(outputs, root=0)}
 
     def deliver(owned: dict) -> dict:
-        return {rank: exchange_boxes(comm, outboxes(owned[rank], rank, size))}
+        return {rank: exchange_boxes(comm, owned[rank], rank)}
 
     try:
         plans = _plan_ranks({rank: blocks}, strategy, row_partition, col_partition, groups, layout, proxy, group_call, deliver)

@@ -9,7 +9,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sparsewire.distinct import distinct
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.blocks import LocalBlocks
@@ -30,6 +29,8 @@ __all__ = [
     "deliver_all",
     "pack_records",
     "unpack_records",
+    "unpack_all",
+    "packed_outboxes",
     "exchange_boxes",
 ]
 
@@ -227,18 +228,24 @@ def _destinations(records: Records, owner: int) -> tuple[np.ndarray, np.ndarray]
     return np.concatenate([records.sender, records.receiver[relayed]]), np.concatenate([np.arange(records.key.size), relayed])
 
 
-def outboxes(records: Records, owner: int, n_ranks: int) -> list[Records | None]:
-    """Not collective. Split rank ``owner``'s (unique) records by the ranks that need them: each record goes to its
-    sender, and to its receiver when that is a relay (not ``owner``); terms go to their sender. Each box keeps
-    the records' order."""
+def _by_target(records: Records, owner: int, n_ranks: int) -> tuple[Records, np.ndarray, np.ndarray]:
+    """Rank ``owner``'s records (and terms) ordered by the rank each copy goes to, each target's in the
+    records' order, with the bounds of every target's records and terms."""
     targets, indices = _destinations(records, owner)
     order = np.lexsort((indices, targets))  # by target, then position: each box in the records' order
     record_bounds = np.searchsorted(targets[order], np.arange(n_ranks + 1))
     term_order = np.argsort(records.term_sender, kind="stable")
     term_bounds = np.searchsorted(records.term_sender[term_order], np.arange(n_ranks + 1))
-    chosen = records.select(indices[order], term_order)  # one gather; the boxes are slices of it
+    return records.select(indices[order], term_order), record_bounds, term_bounds  # one gather
+
+
+def outboxes(records: Records, owner: int, n_ranks: int) -> list[Records | None]:
+    """Not collective. Split rank ``owner``'s (unique) records by the ranks that need them: each record goes to its
+    sender, and to its receiver when that is a relay (not ``owner``); terms go to their sender. Each box keeps
+    the records' order."""
+    chosen, record_bounds, term_bounds = _by_target(records, owner, n_ranks)
     boxes: list[Records | None] = [None] * n_ranks
-    for target in distinct(targets).tolist():
+    for target in np.flatnonzero(np.diff(record_bounds)).tolist():
         rows = slice(record_bounds[target], record_bounds[target + 1])
         boxes[target] = chosen.select(rows, slice(term_bounds[target], term_bounds[target + 1]))
     return boxes
@@ -307,18 +314,52 @@ def unpack_records(packed: np.ndarray) -> Records:
     return Records(*fields, *terms, packed[base + 5 * m :].view(np.float64))
 
 
-def exchange_boxes(comm, boxes: list[Records | None]) -> list[Records]:
-    """Collective. The all-to-all of the planner's boxes as buffers: counts by ``Alltoall``, the packed boxes by
-    one ``Alltoallv`` of int64; returns the non-empty boxes received, in source order. Per rank it holds
-    O(P) counts and its own boxes, with no Python object per empty box received."""
-    size = comm.Get_size()
-    packed = [pack_records(box) for box in boxes if box is not None]
-    send_counts = np.zeros(size, np.int64)
-    send_counts[[target for target, box in enumerate(boxes) if box is not None]] = [p.size for p in packed]
-    recv_counts = np.empty(size, np.int64)
+def _positions(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Positions ``first[b], first[b] + 1, ..., first[b] + lengths[b] - 1`` of every box b, in order."""
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.repeat(np.asarray(first, np.int64) - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+
+
+def packed_outboxes(records: Records, owner: int, n_ranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Not collective. The :func:`pack_records` of every :func:`outboxes` box laid end to end in target order, and each
+    target's number of words (0 where it gets no box): packed by index arithmetic, no Python object per box."""
+    chosen, record_bounds, term_bounds = _by_target(records, owner, n_ranks)
+    n, m = np.diff(record_bounds), np.diff(term_bounds)
+    if np.any(m[n == 0]):
+        raise PlanMismatchError("planner terms bound for a rank that gets no records (a planner bug: please report it)")
+    sizes = np.where(n > 0, 2 + 5 * n + 6 * m, 0).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    buffer = np.empty(int(sizes.sum()), np.int64)
+    present = n > 0
+    buffer[starts[present]], buffer[starts[present] + 1] = n[present], m[present]
+    for field in range(5):
+        buffer[_positions(starts + 2 + field * n, n)] = chosen[field]
+        buffer[_positions(starts + 2 + 5 * n + field * m, m)] = chosen[5 + field]
+    buffer[_positions(starts + 2 + 5 * n + 5 * m, m)] = np.ascontiguousarray(chosen.term_value, np.float64).view(np.int64)
+    return buffer, sizes
+
+
+def unpack_all(received: np.ndarray, sizes: np.ndarray) -> Records:
+    """Not collective. The packed boxes laid end to end in ``received`` (``sizes`` words each) as one Records, the
+    boxes' records in order: ``Records.concat`` of their :func:`unpack_records`, gathered field by field with
+    index arithmetic, so that no Python object is made per box (at P = 16384 a rank receives 16,000 boxes)."""
+    sizes = sizes[sizes > 0]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    n, m = received[starts], received[starts + 1]
+    if np.any(2 + 5 * n + 6 * m != sizes):
+        raise PlanMismatchError("received planner boxes whose sizes disagree with their headers (a planner bug)")
+    fields = [received[_positions(starts + 2 + field * n, n)] for field in range(5)]
+    terms = [received[_positions(starts + 2 + 5 * n + field * m, m)] for field in range(5)]
+    return Records(*fields, *terms, received[_positions(starts + 2 + 5 * n + 5 * m, m)].view(np.float64))
+
+
+def exchange_boxes(comm, records: Records, owner: int) -> list[Records]:
+    """Collective. The planner's all-to-all as buffers: rank ``owner``'s :func:`packed_outboxes`, their counts by
+    ``Alltoall`` and the words by one ``Alltoallv`` of int64; returns what the other ranks' boxes hold, as
+    one Records in source order (none when nothing arrives). Per rank: O(P) counts, no object per box."""
+    send, send_counts = packed_outboxes(records, owner, comm.Get_size())
+    recv_counts = np.empty(comm.Get_size(), np.int64)
     comm.Alltoall(send_counts, recv_counts)
-    send = np.concatenate(packed) if packed else np.zeros(0, np.int64)
     received = np.empty(int(recv_counts.sum()), np.int64)
     comm.Alltoallv([send, send_counts], [received, recv_counts])
-    bounds = np.concatenate([[0], np.cumsum(recv_counts)])
-    return [unpack_records(received[bounds[q] : bounds[q + 1]]) for q in np.flatnonzero(recv_counts).tolist()]
+    return [unpack_all(received, recv_counts)] if received.size else []
