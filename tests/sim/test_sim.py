@@ -456,7 +456,7 @@ def test_cli_bad_input(arguments, message):
 def test_order_by_group_then_time_is_lexsorts_order(rng):
     """The simulator's combined-key sort against np.lexsort: ties kept in order, negative times, and spans too
     wide for one 63-bit key (lexsort taken)."""
-    from sparsewire.sim.netsparse import _order_by
+    from sparsewire.sim.request_streams import order_by as _order_by
 
     for high in (5, 10**6, 2**61):
         groups = rng.integers(0, 9, 3000)

@@ -214,7 +214,7 @@ class NetSparseSimulator:
         requester, owner, times = issued.nodes.astype(np.int64), issued.destinations.astype(np.int64), issued.times
         inter = self.switch[requester] != self.switch[owner]
         # Reads at the requester's NIC.
-        order = _order_by(requester, times)
+        order = request_streams.order_by(requester, times)
         read_cap = requests_per_packet(0, mtu) if concatenate else 1
         read_packets = request_streams.concatenate(requester[order], owner[order], times[order], n, n, nic_delay, read_cap)
         read_requests = _pair_counts(requester, owner, n)
@@ -223,7 +223,7 @@ class NetSparseSimulator:
         served = ~hits
         s_req, s_own = requester[served], owner[served]
         arrival = times[served] + hardware.cycles(self.one_way[s_req, s_own])
-        order = _order_by(s_own, arrival)
+        order = request_streams.order_by(s_own, arrival)
         response_cap = requests_per_packet(payload, mtu) if concatenate else 1
         response_packets = request_streams.concatenate(s_own[order], s_req[order], arrival[order], n, n, nic_delay, response_cap)
         response_requests = _pair_counts(s_own, s_req, n)
@@ -292,7 +292,7 @@ class NetSparseSimulator:
             owner = issued.destinations.astype(np.int64)
             lookup_times = times[index] + hardware.cycles(self.network.latencies[self.network.host_uplinks()[requester[index]]])
             fill = hardware.cycles(2 * self.one_way[requester[index], owner[index]])
-            order = _order_by(self.switch[requester[index]], lookup_times)
+            order = request_streams.order_by(self.switch[requester[index]], lookup_times)
             hits[index[order]] = request_streams.property_cache(
                 self.switch[requester[index]][order],
                 issued.cols[index][order].astype(np.int64),
@@ -306,7 +306,7 @@ class NetSparseSimulator:
         hit_index = np.flatnonzero(hits)
         if not hit_index.size:
             return hits, 0, np.zeros(n, np.float64)
-        order = _order_by(self.switch[requester[hit_index]], times[hit_index])
+        order = request_streams.order_by(self.switch[requester[hit_index]], times[hit_index])
         switches = int(self.switch.max(initial=0)) + 1
         cap = requests_per_packet(payload, self.network.mtu) if mechanisms.switch_concatenation else 1
         packets = request_streams.concatenate(
@@ -346,7 +346,7 @@ class NetSparseSimulator:
         ):
             if src.size == 0:
                 continue
-            order = _order_by(self.switch[src], t)
+            order = request_streams.order_by(self.switch[src], t)
             switch_packets = request_streams.concatenate(self.switch[src][order], dst[order], t[order], switches, n, delay, cap)
             pair_requests = _pair_counts(src, dst, n).astype(np.float64)
             switch_requests = np.bincount(self.switch[src] * n + dst, minlength=switches * n).reshape(switches, n).astype(float)
@@ -361,21 +361,6 @@ class NetSparseSimulator:
         for s, d in zip(*np.nonzero(trunk)):
             extra_flows.append((self.network.route(int(s), int(d))[1:], float(trunk[s, d]), float(self.one_way[s, d]), (s, d)))
         return np.where(inter_pairs, 0.0, nic_bytes), extra_flows
-
-
-def _order_by(groups: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """``np.lexsort((times, groups))``: by group, then time, ties in their order. One stable argsort of the key
-    ``group (T + 1) + (time - t0)`` where it fits 63 bits (2.4x faster than lexsort on 35M requests, the same
-    order), lexsort where it does not."""
-    if times.size == 0:
-        return np.zeros(0, np.int64)
-    if not (np.issubdtype(times.dtype, np.integer) and np.issubdtype(groups.dtype, np.integer)):
-        return np.lexsort((times, groups))
-    low, high = int(times.min()), int(times.max())
-    span = high - low + 1
-    if int(groups.max()) * span + span >= 2**62 or int(groups.min()) < 0:
-        return np.lexsort((times, groups))
-    return np.argsort(groups.astype(np.int64) * span + (times - low), kind="stable")
 
 
 def _pair_counts(sources: np.ndarray, destinations: np.ndarray, n: int) -> np.ndarray:
