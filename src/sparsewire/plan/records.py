@@ -27,8 +27,6 @@ __all__ = [
     "unique_records",
     "outboxes",
     "deliver_all",
-    "pack_records",
-    "unpack_records",
     "unpack_all",
     "packed_outboxes",
     "exchange_boxes",
@@ -284,51 +282,26 @@ def deliver_all(owned: dict[int, Records], n_ranks: int) -> dict[int, list[Recor
 
 
 # ----------------------------------------------------------------------------------------------
-# Layout
-
-
-def pack_records(records: Records) -> np.ndarray:
-    """Not collective. ``records`` as one int64 array: ``[n, m]``, the five record fields (n each), the five integer
-    term fields and the term values' bits (m each). One buffer per box, so that an all-to-all moves P
-    buffers of counts, not 11 P pickled arrays (pickling was 90% of a rank's planning at P = 4096)."""
-    n, m = records.key.size, records.term_key.size
-    packed = np.empty(2 + 5 * n + 6 * m, np.int64)
-    packed[:2] = n, m
-    for field, values in enumerate(records[:5]):
-        packed[2 + field * n : 2 + (field + 1) * n] = values
-    base = 2 + 5 * n
-    for field, values in enumerate(records[5:10]):
-        packed[base + field * m : base + (field + 1) * m] = values
-    packed[base + 5 * m :] = np.ascontiguousarray(records.term_value, np.float64).view(np.int64)
-    return packed
-
-
-def unpack_records(packed: np.ndarray) -> Records:
-    """Not collective. :func:`pack_records` inverted (views of ``packed``; the values' bits as float64)."""
-    n, m = int(packed[0]), int(packed[1])
-    if packed.size != 2 + 5 * n + 6 * m or n < 0 or m < 0:
-        raise PlanMismatchError(f"a packed box of {packed.size} words does not hold {n} records and {m} terms (a planner bug)")
-    base = 2 + 5 * n
-    fields = [packed[2 + field * n : 2 + (field + 1) * n] for field in range(5)]
-    terms = [packed[base + field * m : base + (field + 1) * m] for field in range(5)]
-    return Records(*fields, *terms, packed[base + 5 * m :].view(np.float64))
+# The all-to-all as buffers. A box of n records and m terms is 2 + 5 n + 6 m int64 words:
+# [n, m], the five record fields (n each), the five integer term fields and the term values' bits (m each).
 
 
 def _positions(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Positions ``first[b], first[b] + 1, ..., first[b] + lengths[b] - 1`` of every box b, in order."""
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    offsets = (np.cumsum(lengths) - lengths).astype(np.int64)
     return np.repeat(np.asarray(first, np.int64) - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
 
 
 def packed_outboxes(records: Records, owner: int, n_ranks: int) -> tuple[np.ndarray, np.ndarray]:
-    """Not collective. The :func:`pack_records` of every :func:`outboxes` box laid end to end in target order, and each
-    target's number of words (0 where it gets no box): packed by index arithmetic, no Python object per box."""
+    """Not collective. Every :func:`outboxes` box packed (the format above) and laid end to end in target order, and
+    each target's number of words (0 where it gets no box): packed by index arithmetic, no Python object per
+    box (pickling 11 arrays per box was 90% of a rank's planning at P = 4096)."""
     chosen, record_bounds, term_bounds = _by_target(records, owner, n_ranks)
     n, m = np.diff(record_bounds), np.diff(term_bounds)
     if np.any(m[n == 0]):
         raise PlanMismatchError("planner terms bound for a rank that gets no records (a planner bug: please report it)")
     sizes = np.where(n > 0, 2 + 5 * n + 6 * m, 0).astype(np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    starts = (np.cumsum(sizes) - sizes).astype(np.int64)
     buffer = np.empty(int(sizes.sum()), np.int64)
     present = n > 0
     buffer[starts[present]], buffer[starts[present] + 1] = n[present], m[present]
@@ -340,11 +313,11 @@ def packed_outboxes(records: Records, owner: int, n_ranks: int) -> tuple[np.ndar
 
 
 def unpack_all(received: np.ndarray, sizes: np.ndarray) -> Records:
-    """Not collective. The packed boxes laid end to end in ``received`` (``sizes`` words each) as one Records, the
-    boxes' records in order: ``Records.concat`` of their :func:`unpack_records`, gathered field by field with
-    index arithmetic, so that no Python object is made per box (at P = 16384 a rank receives 16,000 boxes)."""
+    """Not collective. The packed boxes laid end to end in ``received`` (``sizes`` words each, zeros skipped) as one
+    Records, the boxes' records in order, gathered field by field with index arithmetic, so that no Python
+    object is made per box (at P = 16384 a rank receives 16,000 boxes). The values' bits come back as float64."""
     sizes = sizes[sizes > 0]
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    starts = (np.cumsum(sizes) - sizes).astype(np.int64)
     n, m = received[starts], received[starts + 1]
     if np.any(2 + 5 * n + 6 * m != sizes):
         raise PlanMismatchError("received planner boxes whose sizes disagree with their headers (a planner bug)")
