@@ -99,10 +99,6 @@ class Workload:
         """Columns of A = rows of the property array."""
         return int(self.matrix.shape[1])
 
-    def node_of_nonzeros(self) -> np.ndarray:
-        """Not collective. Node of every nonzero, in CSR order."""
-        return np.repeat(np.arange(self.nodes, dtype=np.int32), np.diff(self.node_starts))
-
     def own_cols(self) -> np.ndarray:
         """Not collective. Properties each node holds."""
         return np.bincount(self.col_owner, minlength=self.nodes).astype(np.int64)
