@@ -11,7 +11,7 @@ So the rows q sends p are ``|{j : (p, j) column-based}| + |{i : (i, q) row-based
 two sorts over all off-diagonal nonzeros (keys ``p n + j`` and ``i P + q``), where building the
 plans of P ranks costs P rounds of per-rank work and an all-to-all of their records (issue 44).
 ``joint`` takes the same per-rank minimum vertex cover as the plan
-(:func:`~sparsewire.plan.strategies.cover_row_based` on the same edges), so the counts equal
+(:func:`~sparsewire.plan.strategies.rank_cover_row_based` on the same edges), so the counts equal
 :func:`~sparsewire.plan.stats.plan_stats` of :func:`~sparsewire.plan.plan.build_plan` exactly
 (tests/plan/test_counted.py compares them on random and hand-made inputs)."""
 
@@ -24,7 +24,7 @@ from sparsewire.distinct import distinct, distinct_counts
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.blocks import check_partitions
-from sparsewire.plan.strategies import Strategy, cover_row_based
+from sparsewire.plan.strategies import Strategy, rank_cover_row_based
 
 __all__ = ["COUNTED_STRATEGIES", "counted_sends"]
 
@@ -87,8 +87,8 @@ def counted_sends(
 
 
 def _joint_row_based(rows, cols, receivers, senders, row_partition: RowPartition, progress) -> np.ndarray:
-    """The plan's ``joint`` choice: per receiving rank p, the minimum vertex cover of its off-diagonal
-    nonzeros with the keys :func:`~sparsewire.plan.strategies.choose_row_based` gives them (the same
+    """The plan's ``joint`` choice: per receiving rank p, :func:`~sparsewire.plan.strategies.rank_cover_row_based`
+    of its off-diagonal nonzeros, as :func:`~sparsewire.plan.strategies.choose_row_based` calls it (the same
     graph, so the same cover)."""
     n_ranks = row_partition.n_parts
     bounds = np.searchsorted(receivers, np.arange(n_ranks + 1))  # nonzeros are in row order, so grouped by p
@@ -97,7 +97,7 @@ def _joint_row_based(rows, cols, receivers, senders, row_partition: RowPartition
         start, stop = int(bounds[p]), int(bounds[p + 1])
         if stop > start:
             local_rows = rows[start:stop].astype(np.int64) - int(row_partition.offsets[p])
-            row_based[start:stop] = cover_row_based(local_rows * n_ranks + senders[start:stop], cols[start:stop].astype(np.int64))
+            row_based[start:stop] = rank_cover_row_based(local_rows, senders[start:stop], cols[start:stop], n_ranks)
         if progress:
             progress("cover", p + 1, n_ranks)
     return row_based

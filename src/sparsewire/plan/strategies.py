@@ -39,7 +39,7 @@ from sparsewire.errors import InputError
 from sparsewire.plan.blocks import LocalBlocks
 from sparsewire.plan.cover import minimum_vertex_cover
 
-__all__ = ["Strategy", "parse_strategies", "choose_row_based", "cover_row_based"]
+__all__ = ["Strategy", "parse_strategies", "choose_row_based", "rank_cover_row_based", "cover_row_based"]
 
 
 class Strategy(str, Enum):
@@ -121,7 +121,14 @@ def choose_row_based(strategy: Strategy, blocks: LocalBlocks, n_ranks: int) -> n
         return np.zeros(n_offdiag, bool)
     if strategy is Strategy.ROW:
         return np.ones(n_offdiag, bool)
-    return cover_row_based(blocks.rows * n_ranks + blocks.sources, blocks.cols)
+    return rank_cover_row_based(blocks.rows, blocks.sources, blocks.cols, n_ranks)
+
+
+def rank_cover_row_based(local_rows: np.ndarray, sources: np.ndarray, cols: np.ndarray, n_ranks: int) -> np.ndarray:
+    """Not collective. ``joint``'s choice for one rank's off-diagonal nonzeros (local row, source rank, global
+    column): the minimum vertex cover of :func:`cover_row_based` with (local row, source) row vertices and
+    global-column vertices. The one definition of that graph, for plans and for counted volumes alike."""
+    return cover_row_based(np.asarray(local_rows, np.int64) * n_ranks + sources, np.asarray(cols, np.int64))
 
 
 def cover_row_based(row_keys: np.ndarray, col_keys: np.ndarray) -> np.ndarray:
