@@ -21,19 +21,20 @@ def distinct(values: np.ndarray, in_place: bool = False) -> np.ndarray:
         ordered = values
     else:
         ordered = np.sort(np.ravel(values))
-    if ordered.size < 2:
-        return ordered
-    keep = np.empty(ordered.size, bool)
-    keep[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
+    return ordered[_first_of_each(ordered)]
 
 
 def distinct_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Not collective. The distinct values of ``values`` (flattened), ascending, and how often each occurs:
     ``np.unique(values, return_counts=True)`` for integers."""
     ordered = np.sort(np.ravel(values))
-    if ordered.size == 0:
-        return ordered, np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    starts = np.flatnonzero(_first_of_each(ordered))
     return ordered[starts], np.diff(np.append(starts, ordered.size))
+
+
+def _first_of_each(ordered: np.ndarray) -> np.ndarray:
+    """True at the first of every run of equal values in sorted ``ordered``."""
+    first = np.empty(ordered.size, bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return first
