@@ -125,7 +125,7 @@ def simulate_plan(
     steps = []
     for step in distinct(stats.steps):
         mask = stats.steps == step
-        sources, destinations = stats.sources[mask], stats.destinations[mask]
+        sources, destinations = stats.sources[mask].astype(np.int64), stats.destinations[mask]  # block's are 32-bit
         keys, inverse = np.unique(sources * n + destinations, return_inverse=True)
         pair_bytes = np.bincount(inverse, weights=stats.message_bytes[mask]).astype(np.int64)
         pair_messages = np.bincount(inverse, weights=stats.message_counts[mask]).astype(np.int64)
