@@ -49,13 +49,18 @@ def _pattern(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int]) -> sp.c
     return _pattern_of_keys(rows.astype(np.int64) * shape[1] + cols, shape)
 
 
+def _index_type(n_rows: int, n_cols: int, nnz: int):
+    """32-bit CSR indices where every row, column and nonzero count fits them."""
+    return np.int32 if max(n_rows, n_cols, nnz) < 2**31 else np.int64
+
+
 def _pattern_of_keys(keys: np.ndarray, shape: tuple[int, int]) -> sp.csr_array:
     """The canonical CSR pattern of the edges with keys ``i n + j`` (sorted in place): one sort, a third of
     the time of COO -> CSR and summing duplicates at 100M edges, and no per-edge temporaries beyond the
     keys, their distinct copy and the 32-bit column indices."""
     n_rows, n_cols = shape
     keys = distinct(keys, in_place=True)
-    index = np.int32 if max(n_rows, n_cols, keys.size) < 2**31 else np.int64
+    index = _index_type(n_rows, n_cols, keys.size)
     indptr = np.searchsorted(keys, np.arange(n_rows + 1, dtype=np.int64) * n_cols).astype(index)
     indices = np.empty(keys.size, index)
     np.remainder(keys, n_cols, out=indices, casting="unsafe")  # the cast is buffered: no int64 copy of every key
@@ -63,8 +68,12 @@ def _pattern_of_keys(keys: np.ndarray, shape: tuple[int, int]) -> sp.csr_array:
     return sp.csr_array((np.ones(indices.size), indices, indptr), shape=shape)
 
 
-#: R-MAT graphs with this many edges or more take the compiled step (below it, importing Numba, 0.4 s,
-#: costs more than the step saves).
+#: R-MAT edges drawn per chunk (all of a chunk's draws for one bit before the next bit's: this order fixes
+#: the matrix) and, in the compiled path, edges taken through all the bits at once.
+RMAT_CHUNK, RMAT_BLOCK = 1 << 22, 1 << 15
+
+#: R-MAT graphs with this many edges or more take the compiled steps (below it, importing Numba, 0.4 s,
+#: costs more than the steps save).
 COMPILED_FROM_EDGES = 1 << 20
 
 
@@ -87,28 +96,62 @@ def rmat(scale: int, edge_factor: int, seed: int = 1, abc: tuple[float, float, f
         raise InputError(f"rmat edge factor must be at least 1 (got {edge_factor})")
     a, b, c = abc
     n, n_edges = 1 << scale, edge_factor << scale
-    if n_edges >= COMPILED_FROM_EDGES:
-        from sparsewire.rmat_bits import add_quadrant_bits as step  # Numba, loaded for large graphs only
-    else:
-        step = _add_quadrant_bits
     rng = np.random.default_rng(seed)
     index = np.int32 if scale < 31 else np.int64
     rows = np.zeros(n_edges, dtype=index)
     cols = np.zeros(n_edges, dtype=index)
-    chunk = 1 << 22  # bounded temporary memory; the draws' order (chunk by chunk, bit by bit) fixes the matrix
-    draw = np.empty(min(chunk, n_edges))
+    if n_edges < COMPILED_FROM_EDGES:
+        chunk = RMAT_CHUNK
+        draw = np.empty(min(chunk, n_edges))
+        for start in range(0, n_edges, chunk):
+            stop = min(start + chunk, n_edges)
+            for bit in range(scale - 1, -1, -1):
+                rng.random(out=draw[: stop - start])
+                _add_quadrant_bits(draw[: stop - start], rows[start:stop], cols[start:stop], bit, a, a + b, a + b + c)
+        permutation = rng.permutation(n).astype(index)
+        keys = permutation[rows].astype(np.int64) * n
+        del rows
+        keys += permutation[cols]
+        del cols, permutation
+        return _pattern_of_keys(keys, (n, n))
+    from sparsewire import rmat_bits  # Numba, loaded for large graphs only
+
+    _compiled_quadrants(rng, rows, cols, scale, (a, a + b, a + b + c))
+    permutation = rng.permutation(n).astype(index)
+    keys = rmat_bits.permuted_keys(rows, cols, permutation, n)
+    del rows, cols, permutation
+    keys.sort()
+    indptr, indices = rmat_bits.pattern_of_sorted_keys(keys, n, n, lambda count: _index_type(n, n, count))
+    del keys
+    return sp.csr_array((np.ones(indices.size), indices, indptr), shape=(n, n))
+
+
+def _compiled_quadrants(rng: np.random.Generator, rows: np.ndarray, cols: np.ndarray, scale: int, thresholds) -> None:
+    """The quadrant bits of every edge from the same draws, in the same stream positions, as the NumPy path:
+    chunks of 2^22 edges, and within a chunk all of one bit's draws before the next bit's. Each bit of a
+    chunk gets its own copy of the generator advanced to that bit's first draw, so the edges can be
+    taken in blocks of 2^15 through all the bits while the block's draws and bits stay in the cache (a
+    bit's pass over a whole chunk moved 64 MB through memory each time). ``rng`` ends past every draw."""
+    from sparsewire.rmat_bits import add_quadrant_bits
+
+    n_edges = rows.size
+    chunk, block = RMAT_CHUNK, RMAT_BLOCK
+    draw = np.empty(min(block, n_edges))
     for start in range(0, n_edges, chunk):
         stop = min(start + chunk, n_edges)
-        for bit in range(scale - 1, -1, -1):
-            rng.random(out=draw[: stop - start])
-            step(draw[: stop - start], rows[start:stop], cols[start:stop], bit, a, a + b, a + b + c)
-    del draw
-    permutation = rng.permutation(n).astype(index)
-    keys = permutation[rows].astype(np.int64) * n
-    del rows
-    keys += permutation[cols]
-    del cols, permutation
-    return _pattern_of_keys(keys, (n, n))
+        size = stop - start
+        bit_streams = []
+        for position in range(scale):  # the bit drawn position-th, from the top bit down
+            stream = np.random.PCG64()
+            stream.state = rng.bit_generator.state
+            stream.advance(position * size)
+            bit_streams.append(np.random.Generator(stream))
+        for first in range(start, stop, block):
+            last = min(first + block, stop)
+            for position, stream in enumerate(bit_streams):
+                stream.random(out=draw[: last - first])
+                add_quadrant_bits(draw[: last - first], rows[first:last], cols[first:last], scale - 1 - position, *thresholds)
+        rng.bit_generator.advance(scale * size)
 
 
 def delaunay(n: int, seed: int = 1) -> sp.csr_array:

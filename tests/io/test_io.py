@@ -135,6 +135,26 @@ def test_rmat_shape_and_skew():
     assert degrees.max() > 10 * degrees.mean()  # heavy-tailed, as R-MAT with a = 0.57 is
 
 
+@pytest.mark.parametrize("seed", [1, 7])
+def test_rmat_compiled_path_makes_the_numpy_paths_matrix(monkeypatch, seed):
+    """The compiled path draws each bit's numbers from a generator copy advanced to that bit's place and takes
+    the edges in blocks through all the bits; with chunks and blocks shrunk so that there are several of
+    each (and a last, shorter one), it makes exactly the NumPy path's matrix, and leaves the generator where
+    the NumPy path does (the permutation that follows the draws agrees)."""
+    from sparsewire import generators
+
+    monkeypatch.setattr(generators, "RMAT_CHUNK", 1000)
+    monkeypatch.setattr(generators, "RMAT_BLOCK", 300)
+    monkeypatch.setattr(generators, "COMPILED_FROM_EDGES", 1 << 40)
+    numpy_path = generators.rmat(10, 5, seed)
+    monkeypatch.setattr(generators, "COMPILED_FROM_EDGES", 0)
+    compiled = generators.rmat(10, 5, seed)
+    assert numpy_path.nnz > 4000
+    for field in ("indptr", "indices", "data"):
+        mine, theirs = getattr(compiled, field), getattr(numpy_path, field)
+        assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs), field
+
+
 def test_rmat_compiled_and_numpy_steps_set_the_same_bits(rng):
     """The compiled step (large graphs) and the NumPy one (small) pick the same quadrants, on draws that
     include the thresholds themselves; and an R-MAT graph's pattern is canonical CSR with 32-bit ids."""

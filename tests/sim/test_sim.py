@@ -12,6 +12,7 @@ import scipy.sparse as sp
 
 from conftest import run_cli
 from sparsewire.errors import InputError
+from sparsewire.partition import even_rows
 from sparsewire.plan.stats import PlanStats
 from sparsewire.plan.strategies import Strategy
 from sparsewire.sim import netsparse as ns
@@ -239,13 +240,70 @@ def test_su_opt_is_the_busiest_receiver_at_line_rate(cluster):
     assert su.seconds == pytest.approx(6 * 64 / (400 * GIGABIT))
 
 
+def sa_reference(matrix, nodes, cores, read_cap, response_cap, payload):
+    """SAOpt's reads counted with Python sets: per node, per core (a contiguous share of the node's nonzeros),
+    the distinct remote columns; returns (requests, packets, largest reads of a core, bytes each node receives)."""
+    n = matrix.shape[0]
+    owner = np.asarray(even_rows(n, nodes).owner(np.arange(n)))  # of rows and of columns (square)
+    requests = packets = most = 0
+    received = np.zeros(nodes, np.int64)
+    for node in range(nodes):
+        rows = np.flatnonzero(owner == node)
+        cols = np.concatenate([matrix.indices[matrix.indptr[r] : matrix.indptr[r + 1]] for r in rows]) if rows.size else []
+        per_core = [set() for _ in range(cores)]
+        for e, col in enumerate(cols):
+            if owner[col] != node:
+                per_core[e * cores // len(cols)].add(int(col))
+        for columns in per_core:
+            most = max(most, len(columns))
+            for destination in range(nodes):
+                count = sum(1 for col in columns if owner[col] == destination)
+                if count:
+                    requests += 2 * count
+                    packets += -(-count // read_cap) + -(-count // response_cap)
+                    received[destination] += -(-count // read_cap) * ns.PACKET_HEADER_BYTES + count * ns.REQUEST_HEADER_BYTES
+                    received[node] += -(-count // response_cap) * ns.PACKET_HEADER_BYTES + count * (
+                        ns.REQUEST_HEADER_BYTES + payload
+                    )
+    return requests, packets, most, received
+
+
+def test_sa_opt_by_hand(cluster):
+    """hand_matrix: node 0's nonzeros are columns 2, 4, 0, 2, 6 in CSR order; with 2 cores the first three go to
+    core 0 (reads 2, 4) and the last two to core 1 (reads 2 and 6: a core dedups only its own); node 1 reads 0
+    and 1 on one core each, node 3 reads 2: 7 reads, each its own (core, owner) packet both ways."""
+    workload = ns.Workload.from_matrix(hand_matrix(), 4)
+    two = ns.sa_opt(workload, cluster, 16, cores=2, overhead_seconds=1e-6)
+    assert (two.requests, two.packets, two.extra["software_seconds"]) == (14, 14, pytest.approx(2e-6))
+    one = ns.sa_opt(workload, cluster, 16, cores=1, overhead_seconds=1e-6)
+    # one core per node: node 0 reads {2, 4, 6}; node 1 reads 0 and 1 from node 0 in one packet each way
+    assert (one.requests, one.packets, one.extra["software_seconds"]) == (12, 10, pytest.approx(3e-6))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sa_opt_counts_every_cores_reads(cluster, seed):
+    rng = np.random.default_rng(seed)
+    n, nodes, cores, k = 96, int(rng.integers(2, 9)), int(rng.integers(1, 6)), int(rng.choice([1, 16, 64]))
+    dense = rng.random((n, n)) < rng.uniform(0.02, 0.3)
+    dense[rng.integers(0, n, 10)] = False  # some empty rows
+    matrix = sp.csr_array(dense.astype(float))
+    workload = ns.Workload.from_matrix(matrix, nodes)
+    result = ns.sa_opt(workload, cluster, k, cores=cores, overhead_seconds=1e-6)
+    payload = ns.ELEMENT_BYTES * k
+    caps = ns.requests_per_packet(0, cluster.mtu), ns.requests_per_packet(payload, cluster.mtu)
+    requests, packets, most, received = sa_reference(matrix, nodes, cores, *caps, payload)
+    assert (result.requests, result.packets) == (requests, packets)
+    assert result.extra["software_seconds"] == pytest.approx(most * 1e-6)
+    assert result.tail_traffic_bytes == received[result.tail_node]
+
+
 # --- per-request pipeline ---------------------------------------------------------------------
 
 
 def issue(cols, owner, node=0, rtt=10, batch=100, units=1, pending=256, use_filter=True, use_coalesce=True, command=0):
     cols = np.asarray(cols, np.int32)
     n_cols = len(owner)
-    scratch = (np.zeros(n_cols, np.int64), np.zeros(n_cols, np.int64), np.zeros(n_cols, np.int64), np.full(n_cols, -1, np.int64))
+    scratch = (request_streams.new_column_state(n_cols),)
     out = (np.zeros(cols.size, np.int32), np.zeros(cols.size, np.int32), np.zeros(cols.size, np.int64))
     rtts = np.full(8, rtt, np.int64)
     counts = request_streams.issue_requests(
@@ -294,15 +352,21 @@ def test_concatenation_by_hand():
     assert request_streams.concatenate(points, destinations, times, 2, 3, 100, 1).tolist() == [[0, 4, 1], [2, 0, 0]]
 
 
-def test_property_cache_lru_by_hand():
+def test_property_cache_lru_by_hand(rng):
     # one set of two ways; fills arrive 1 cycle after each miss
     cols = np.array([5, 5, 7, 5, 9, 7, 5])
     times = np.array([0, 2, 3, 6, 8, 10, 12])
-    hits = request_streams.property_cache(np.zeros(7, np.int64), cols, times, np.ones(7, np.int64), 1, 2, False, 10)
+    switches, fills, in_order = np.zeros(7, np.int64), np.ones(7, np.int64), np.arange(7)
+    hits = request_streams.property_cache(in_order, switches, cols, times, fills, 1, 2, False, 10)
     # 5 miss, 5 hit, 7 miss, 5 hit (5 most recent), 9 miss evicts 7 (LRU), 7 miss, 5 miss (evicted by 7)
     assert hits.tolist() == [False, True, False, True, False, False, False]
-    unbounded = request_streams.property_cache(np.zeros(7, np.int64), cols, times, np.ones(7, np.int64), 1, 2, True, 10)
+    unbounded = request_streams.property_cache(in_order, switches, cols, times, fills, 1, 2, True, 10)
     assert unbounded.tolist() == [False, True, False, True, False, True, True]
+    # the same reads stored shuffled: taken in `order`, each answer lands at its read's own place
+    shuffle = rng.permutation(7)
+    order = np.argsort(shuffle)
+    shuffled = request_streams.property_cache(order, switches, cols[shuffle], times[shuffle], fills, 1, 2, False, 10)
+    assert shuffled.tolist() == hits[shuffle].tolist()
 
 
 def test_mechanisms_cut_requests_and_bytes_on_a_random_matrix():
@@ -454,11 +518,11 @@ def test_cli_bad_input(arguments, message):
 
 
 def test_order_by_group_then_time_is_lexsorts_order(rng):
-    """The simulator's combined-key sort against np.lexsort: ties kept in order, negative times, and spans too
-    wide for one 63-bit key (lexsort taken)."""
+    """The simulator's combined-key sort against np.lexsort: ties kept in order, negative times, spans whose
+    key leaves no room for the positions (stable argsort taken) and spans too wide for one 63-bit key (lexsort)."""
     from sparsewire.sim.request_streams import order_by as _order_by
 
-    for high in (5, 10**6, 2**61):
+    for high in (1, 5, 10**6, 2**50, 2**61):  # 2**50: the position bits do not fit, a stable argsort is taken
         groups = rng.integers(0, 9, 3000)
         times = rng.integers(-(high // 2), high, 3000)  # few distinct values at high = 5: many ties
         assert np.array_equal(_order_by(groups, times), np.lexsort((times, groups))), high

@@ -189,11 +189,11 @@ def _run_netsparse(args: argparse.Namespace) -> int:
             f"{matrix.shape[1]}"
         )
     workload = ns.Workload.from_matrix(matrix, args.nodes)
+    n_rows, nnz = int(matrix.shape[0]), int(matrix.nnz)
+    if not args.compare_plans:
+        del matrix  # the simulator needs only the pattern: the values (8 bytes a nonzero) are freed
     if progress:
-        progress(
-            f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz:,} nonzeros over {args.nodes} nodes; "
-            f"{network.describe()}"
-        )
+        progress(f"{args.matrix}: {n_rows} x {n_rows}, {nnz:,} nonzeros over {args.nodes} nodes; {network.describe()}")
     hardware = ns.Hardware(
         batch=args.batch,
         nic_delay_cycles=args.nic_delay,
@@ -209,7 +209,7 @@ def _run_netsparse(args: argparse.Namespace) -> int:
     simulator = ns.NetSparseSimulator(workload, network, args.k, progress)
     full = simulator.run(ns.Mechanisms(), hardware, "NetSparse")
     report = {
-        "matrix": {"path": args.matrix, "n_rows": int(matrix.shape[0]), "nnz": int(matrix.nnz)},
+        "matrix": {"path": args.matrix, "n_rows": n_rows, "nnz": nnz},
         "nodes": args.nodes,
         "rack": args.rack,
         "k": args.k,

@@ -116,6 +116,7 @@ class NetSparseSimulator:
         sources, destinations = np.meshgrid(hosts, hosts, indexing="ij")
         self.one_way = network.path_latency(sources.ravel(), destinations.ravel()).reshape(n, n)
         self.switch = network.first_switches()[:n]
+        self._inter_pairs = self.switch[:, None] != self.switch[None, :]  # (requester, owner) pairs on different switches
         self._issued: dict[tuple, _Issued] = {}
 
     def _say(self, text: str) -> None:
@@ -140,29 +141,23 @@ class NetSparseSimulator:
         if key in self._issued:
             return self._issued[key]
         workload = self.workload
-        matrix = workload.matrix
         n = workload.nodes
         remote_counts = workload.remote_counts()
         total = int(remote_counts.sum())
-        cols = np.empty(total, np.int32)
-        destinations = np.empty(total, np.int32)
-        times = np.empty(total, np.int64)
-        nodes = np.empty(total, np.int32)
-        scratch = (
-            np.zeros(workload.n_cols, np.int64),
-            np.zeros(workload.n_cols, np.int64),
-            np.zeros(workload.n_cols, np.int64),
-            np.full(workload.n_cols, -1, np.int64),
-        )
+        # One node's reads at a time in buffers sized for the busiest node, kept as exact copies: no buffer
+        # sized for every remote nonzero of the cluster.
+        largest = int(remote_counts.max(initial=0))
+        buffers = (np.empty(largest, np.int32), np.empty(largest, np.int32), np.empty(largest, np.int64))
+        parts: tuple[list, list, list] = ([], [], [])
+        column_state = request_streams.new_column_state(workload.n_cols)
         rtt = hardware.cycles(2 * self.one_way)
         filtered = coalesced = 0
         last_cycle = np.zeros(n, np.int64)
-        written = 0
+        per_node = np.zeros(n, np.int64)
         started = time.perf_counter()
-        indices = matrix.indices
+        indices = workload.indices
         for node in range(n):
             begin, end = workload.node_starts[node], workload.node_starts[node + 1]
-            count = int(remote_counts[node])
             issued, node_filtered, node_coalesced, node_last = request_streams.issue_requests(
                 indices[begin:end],
                 workload.col_owner,
@@ -174,24 +169,25 @@ class NetSparseSimulator:
                 mechanisms.filter,
                 mechanisms.coalesce,
                 int(hardware.cycles(hardware.command_seconds)),
-                *scratch,
-                cols[written : written + count],
-                destinations[written : written + count],
-                times[written : written + count],
+                column_state,
+                *buffers,
             )
-            nodes[written : written + issued] = node
-            written += issued
+            for part, buffer in zip(parts, buffers):
+                part.append(buffer[:issued].copy())
+            per_node[node] = issued
             filtered += node_filtered
             coalesced += node_coalesced
             last_cycle[node] = node_last
             if (node + 1) % 32 == 0 or node + 1 == n:
                 self._say(
-                    f"  requests: {node + 1}/{n} nodes, {written:,} issued of {total:,} remote nonzeros "
+                    f"  requests: {node + 1}/{n} nodes, {int(per_node.sum()):,} issued of {total:,} remote nonzeros "
                     f"({time.perf_counter() - started:.1f} s)"
                 )
-        # Copies of the issued part: slices would keep the buffers sized for every remote nonzero alive.
-        trimmed = [array[:written].copy() for array in (nodes, cols, destinations, times)]
-        del nodes, cols, destinations, times
+        del buffers, column_state
+        trimmed = [np.repeat(np.arange(n, dtype=np.int32), per_node)]
+        for part in parts:
+            trimmed.append(np.concatenate(part))  # n >= 1: never empty
+            part.clear()  # each node's copy freed as soon as the whole array is made
         result = _Issued(*trimmed, filtered, coalesced, last_cycle)
         self._issued[key] = result
         return result
@@ -201,7 +197,8 @@ class NetSparseSimulator:
         reads (:meth:`issue`), packed at the requesters' NICs; the top-of-rack cache's hits
         (:meth:`_cache_hits`); the responses of the owners' NICs; with switch concatenation or
         the cache, what the switches send on (:meth:`_switch_flows`); then the flows solved on
-        the network."""
+        the network. Whatever depends on a request's (requester, owner) pair only is looked up in a
+        table of the n^2 pairs rather than computed per request."""
         name = name or mechanisms.label()
         self._say(
             f"netsparse {name} (batch {self.batch(hardware)}, NIC delay {hardware.nic_delay_cycles}, cache "
@@ -211,22 +208,28 @@ class NetSparseSimulator:
         n, payload, mtu = self.workload.nodes, self.payload, self.network.mtu
         concatenate = mechanisms.nic_concatenation
         nic_delay = hardware.nic_delay_cycles if concatenate else 0
-        requester, owner, times = issued.nodes.astype(np.int64), issued.destinations.astype(np.int64), issued.times
-        inter = self.switch[requester] != self.switch[owner]
+        requester, owner, times = issued.nodes, issued.destinations, issued.times
+        pair = requester.astype(np.int64) * n
+        pair += owner
+        inter = self._inter_pairs.ravel()[pair]
+        leaving_reads = int(np.count_nonzero(inter))
         # Reads at the requester's NIC.
-        order = request_streams.order_by(requester, times)
         read_cap = requests_per_packet(0, mtu) if concatenate else 1
-        read_packets = request_streams.concatenate(requester[order], owner[order], times[order], n, n, nic_delay, read_cap)
-        read_requests = _pair_counts(requester, owner, n)
-        hits, hit_packets, hit_bytes_down = self._cache_hits(issued, inter, mechanisms, hardware)
+        read_packets = request_streams.concatenate(
+            *request_streams.ordered(requester, times, requester, owner, times), n, n, nic_delay, read_cap
+        )
+        read_requests = np.bincount(pair, minlength=n * n).reshape(n, n)
+        hits, hit_packets, hit_bytes_down = self._cache_hits(issued, pair, inter, mechanisms, hardware)
         # Responses at the owner's NIC, in the order the reads arrive.
         served = ~hits
-        s_req, s_own = requester[served], owner[served]
-        arrival = times[served] + hardware.cycles(self.one_way[s_req, s_own])
-        order = request_streams.order_by(s_own, arrival)
+        s_req, s_own, s_pair = requester[served], owner[served], pair[served]
+        arrival = times[served] + hardware.cycles(self.one_way).ravel()[s_pair]
         response_cap = requests_per_packet(payload, mtu) if concatenate else 1
-        response_packets = request_streams.concatenate(s_own[order], s_req[order], arrival[order], n, n, nic_delay, response_cap)
-        response_requests = _pair_counts(s_own, s_req, n)
+        response_packets = request_streams.concatenate(
+            *request_streams.ordered(s_own, arrival, s_own, s_req, arrival), n, n, nic_delay, response_cap
+        )
+        response_requests = np.bincount(s_pair, minlength=n * n).reshape(n, n).T
+        del s_pair
         nic_bytes = (
             (read_packets + response_packets) * PACKET_HEADER_BYTES
             + read_requests * REQUEST_HEADER_BYTES
@@ -234,12 +237,13 @@ class NetSparseSimulator:
         )
         if mechanisms.switch_concatenation or mechanisms.cache:
             pair_bytes, extra_flows = self._switch_flows(
-                issued, inter, served, arrival, nic_bytes, hit_bytes_down, mechanisms, hardware
+                (requester, owner, times, inter), (served, s_req, s_own, arrival), nic_bytes, hit_bytes_down, mechanisms, hardware
             )
         else:
             pair_bytes, extra_flows = nic_bytes.astype(np.float64), []
+        del pair, inter, served, s_req, s_own, arrival
         by_node, _, bound, flows, received = solve_pairs(self.network, n, pair_bytes, True, extra_flows)
-        one_way = float(self.one_way[requester, owner].max(initial=0.0))
+        one_way = float(self.one_way[read_requests > 0].max(initial=0.0))  # over the pairs that request anything
         generation = issued.last_cycle / hardware.clock_hz
         finish = np.maximum(by_node + one_way, generation)
         seconds = float(finish.max(initial=0.0))
@@ -257,7 +261,7 @@ class NetSparseSimulator:
             requests=int(read_requests.sum() + response_requests.sum() + hits.sum()),
             packets=int(read_packets.sum() + response_packets.sum()) + hit_packets,
             filter_coalesce_percent=100.0 * dropped / remote_total if remote_total else 0.0,
-            cache_hit_percent=100.0 * float(hits.sum()) / max(int(inter.sum()), 1),
+            cache_hit_percent=100.0 * float(hits.sum()) / max(leaving_reads, 1),
             flows=flows,
             extra={
                 "generation_seconds": float(generation.max(initial=0.0)),
@@ -275,12 +279,12 @@ class NetSparseSimulator:
         return int(np.ceil(hardware.switch_delay_cycles * hardware.clock_hz / hardware.switch_clock_hz))
 
     def _cache_hits(
-        self, issued: _Issued, inter: np.ndarray, mechanisms: Mechanisms, hardware: Hardware
+        self, issued: _Issued, pair: np.ndarray, inter: np.ndarray, mechanisms: Mechanisms, hardware: Hardware
     ) -> tuple[np.ndarray, int, np.ndarray]:
         """The top-of-rack cache for reads leaving the requester's switch: which reads hit, the
         packets the switches answer hits with, and the bytes they send down to each requester."""
         n, payload = self.workload.nodes, self.payload
-        requester, times = issued.nodes.astype(np.int64), issued.times
+        requester, times = issued.nodes, issued.times
         hits = np.zeros(requester.size, bool)
         if not (mechanisms.cache and inter.any()):
             return hits, 0, np.zeros(n, np.float64)
@@ -289,36 +293,43 @@ class NetSparseSimulator:
         sets = 1 if unbounded else max(0, (hardware.cache_bytes // line) // hardware.cache_ways)
         index = np.flatnonzero(inter)
         if unbounded or sets > 0:
-            owner = issued.destinations.astype(np.int64)
-            lookup_times = times[index] + hardware.cycles(self.network.latencies[self.network.host_uplinks()[requester[index]]])
-            fill = hardware.cycles(2 * self.one_way[requester[index], owner[index]])
-            order = request_streams.order_by(self.switch[requester[index]], lookup_times)
-            hits[index[order]] = request_streams.property_cache(
-                self.switch[requester[index]][order],
-                issued.cols[index][order].astype(np.int64),
-                lookup_times[order],
-                fill[order],
+            switch, lookup_times, fills = request_streams.cache_lookups(
+                index,
+                requester,
+                pair,
+                times,
+                self.switch,
+                hardware.cycles(self.network.latencies[self.network.host_uplinks()[:n]]),
+                hardware.cycles(2 * self.one_way).ravel(),
+            )
+            order = request_streams.order_by(switch, lookup_times)
+            hits[index] = request_streams.property_cache(
+                order,
+                switch,
+                issued.cols[index],
+                lookup_times,
+                fills,
                 max(sets, 1),
                 hardware.cache_ways,
                 unbounded,
                 self.workload.n_cols,
             )
+            del order, switch, lookup_times, fills
         hit_index = np.flatnonzero(hits)
         if not hit_index.size:
             return hits, 0, np.zeros(n, np.float64)
-        order = request_streams.order_by(self.switch[requester[hit_index]], times[hit_index])
+        hit_requester = requester[hit_index]
         switches = int(self.switch.max(initial=0)) + 1
         cap = requests_per_packet(payload, self.network.mtu) if mechanisms.switch_concatenation else 1
+        hit_switch = self.switch[hit_requester]
         packets = request_streams.concatenate(
-            self.switch[requester[hit_index]][order],
-            requester[hit_index][order],
-            times[hit_index][order],
+            *request_streams.ordered(hit_switch, times[hit_index], hit_switch, hit_requester, times[hit_index]),
             switches,
             n,
             self._switch_delay(mechanisms, hardware),
             cap,
         )
-        per_requester = np.bincount(requester[hit_index], minlength=n)
+        per_requester = np.bincount(hit_requester, minlength=n)
         return (
             hits,
             int(packets.sum()),
@@ -326,33 +337,38 @@ class NetSparseSimulator:
         )
 
     def _switch_flows(
-        self, issued: _Issued, inter, served, arrival, nic_bytes, hit_bytes_down, mechanisms: Mechanisms, hardware: Hardware
+        self, reads: tuple, responses: tuple, nic_bytes, hit_bytes_down, mechanisms: Mechanisms, hardware: Hardware
     ):
         """With switch concatenation or the cache: the bytes between hosts of one switch (as
         pairs), and as extra flows the NIC links' bytes and what the switches send on (missed
-        reads and responses leaving the source switch, packed per switch)."""
+        reads and responses leaving the source switch, packed per switch). ``reads``: every issued
+        read's requester, owner, time and whether it leaves its switch; ``responses``: which reads the
+        owners serve, with the served ones' requester, owner and arrival at the owner."""
+        requester, owner, times, inter = reads
+        served, s_req, s_own, arrival = responses
         n, payload, mtu = self.workload.nodes, self.payload, self.network.mtu
-        requester, owner, times = issued.nodes.astype(np.int64), issued.destinations.astype(np.int64), issued.times
-        s_req, s_own = requester[served], owner[served]
         switches = int(self.switch.max(initial=0)) + 1
         delay = self._switch_delay(mechanisms, hardware)
         read_cap = requests_per_packet(0, mtu) if mechanisms.switch_concatenation else 1
         response_cap = requests_per_packet(payload, mtu) if mechanisms.switch_concatenation else 1
         trunk = np.zeros((n, n), np.float64)
+        missed = served & inter
         leaving = inter[served]
         for src, dst, t, cap, per_request in (
-            (requester[served & inter], owner[served & inter], times[served & inter], read_cap, REQUEST_HEADER_BYTES),
+            (requester[missed], owner[missed], times[missed], read_cap, REQUEST_HEADER_BYTES),
             (s_own[leaving], s_req[leaving], arrival[leaving], response_cap, REQUEST_HEADER_BYTES + payload),
         ):
             if src.size == 0:
                 continue
-            order = request_streams.order_by(self.switch[src], t)
-            switch_packets = request_streams.concatenate(self.switch[src][order], dst[order], t[order], switches, n, delay, cap)
-            pair_requests = _pair_counts(src, dst, n).astype(np.float64)
-            switch_requests = np.bincount(self.switch[src] * n + dst, minlength=switches * n).reshape(switches, n).astype(float)
+            src_switch = self.switch[src]
+            switch_packets = request_streams.concatenate(
+                *request_streams.ordered(src_switch, t, src_switch, dst, t), switches, n, delay, cap
+            )
+            pair_requests = np.bincount(src.astype(np.int64) * n + dst, minlength=n * n).reshape(n, n).astype(np.float64)
+            switch_requests = np.bincount(src_switch * n + dst, minlength=switches * n).reshape(switches, n).astype(float)
             share = pair_requests / np.maximum(switch_requests[self.switch[:n]], 1)
             trunk += share * switch_packets[self.switch[:n]] * PACKET_HEADER_BYTES + pair_requests * per_request
-        inter_pairs = self.switch[:, None] != self.switch[None, :]
+        inter_pairs = self._inter_pairs
         uplinks, downlinks = self.network.host_uplinks(), self.network.host_downlinks()
         extra_flows = []
         for host in range(n):
@@ -361,11 +377,6 @@ class NetSparseSimulator:
         for s, d in zip(*np.nonzero(trunk)):
             extra_flows.append((self.network.route(int(s), int(d))[1:], float(trunk[s, d]), float(self.one_way[s, d]), (s, d)))
         return np.where(inter_pairs, 0.0, nic_bytes), extra_flows
-
-
-def _pair_counts(sources: np.ndarray, destinations: np.ndarray, n: int) -> np.ndarray:
-    """requests[s, d]: how many of the (source, destination) pairs are (s, d)."""
-    return np.bincount(sources * n + destinations, minlength=n * n).reshape(n, n).astype(np.int64)
 
 
 def simulate_netsparse(

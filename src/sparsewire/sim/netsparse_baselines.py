@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparsewire.distinct import distinct, distinct_counts
 from sparsewire.errors import InputError
+from sparsewire.sim import request_streams
 from sparsewire.sim.flows import solve_max_min
 from sparsewire.sim.netsparse_workload import (
     ELEMENT_BYTES,
@@ -109,21 +109,18 @@ def sa_opt(
     requests_per_core = np.zeros((n, cores), np.int64)
     pair_bytes = np.zeros((n, n), np.float64)
     packets = requests = 0
+    stamp = np.full(n_cols, -1, np.int64)
     for node in range(n):  # node by node: a node's cores, requests and owners are its own
         begin, end = workload.node_starts[node], workload.node_starts[node + 1]
-        remote = workload.remote[begin:end]
-        core = (np.flatnonzero(remote) * cores) // max(end - begin, 1)  # the core of each remote nonzero
-        keys = distinct(core * n_cols + workload.matrix.indices[begin:end][remote])  # each core dedups its own
-        core_of = keys // n_cols
-        requests_per_core[node] = np.bincount(core_of, minlength=cores)
-        core_owner, counts = distinct_counts(core_of * n + workload.col_owner[keys % n_cols])
-        destination = core_owner % n
-        read_bytes = -(-counts // read_cap) * PACKET_HEADER_BYTES + counts * REQUEST_HEADER_BYTES
-        response_bytes = -(-counts // response_cap) * PACKET_HEADER_BYTES + counts * (REQUEST_HEADER_BYTES + payload)
-        pair_bytes[node] += np.bincount(destination, weights=read_bytes, minlength=n)
-        pair_bytes[:, node] += np.bincount(destination, weights=response_bytes, minlength=n)
-        packets += int((-(-counts // read_cap)).sum() + (-(-counts // response_cap)).sum())
-        requests += int(2 * counts.sum())
+        reads = request_streams.core_requests(
+            workload.indices[begin:end], workload.remote[begin:end], workload.col_owner, cores, n, stamp, node * cores
+        )
+        requests_per_core[node] = reads.sum(axis=1)
+        read_packets, response_packets = -(-reads // read_cap), -(-reads // response_cap)
+        pair_bytes[node] += (read_packets * PACKET_HEADER_BYTES + reads * REQUEST_HEADER_BYTES).sum(axis=0)
+        pair_bytes[:, node] += (response_packets * PACKET_HEADER_BYTES + reads * (REQUEST_HEADER_BYTES + payload)).sum(axis=0)
+        packets += int(read_packets.sum() + response_packets.sum())
+        requests += int(2 * reads.sum())
     by_node, makespan, bound, flows, received = solve_pairs(network, n, pair_bytes, latency=False)
     software = (requests_per_core.max(axis=1) * overhead_seconds).astype(np.float64)
     finish = np.maximum(by_node, software)

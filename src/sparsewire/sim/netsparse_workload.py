@@ -59,9 +59,12 @@ def requests_per_packet(payload: int, mtu: int) -> int:
 
 @dataclass
 class Workload:
-    """A matrix spread over ``nodes`` nodes by even rows (module docstring)."""
+    """A matrix spread over ``nodes`` nodes by even rows (module docstring). Only its pattern matters:
+    ``indices`` is the column of every nonzero in CSR order (sorted within each row), the matrix's own array,
+    so that its values can be freed while the simulator runs."""
 
-    matrix: sp.csr_array
+    indices: np.ndarray
+    n_cols: int
     nodes: int
     rows: RowPartition
     col_owner: np.ndarray
@@ -88,16 +91,17 @@ class Workload:
         rows = even_rows(n_rows, nodes)
         col_owner = np.asarray(even_rows(n_cols, nodes).owner(np.arange(n_cols)), np.int32)
         node_starts = matrix.indptr[rows.offsets].astype(np.int64)
-        remote = np.empty(matrix.nnz, bool)
+        indices = matrix.indices
+        remote = np.empty(indices.size, bool)
         for node in range(nodes):  # node by node: no per-nonzero node array
             begin, end = node_starts[node], node_starts[node + 1]
-            np.not_equal(col_owner[matrix.indices[begin:end]], node, out=remote[begin:end])
-        return cls(matrix, nodes, rows, col_owner, node_starts, remote)
+            np.not_equal(col_owner[indices[begin:end]], node, out=remote[begin:end])
+        return cls(indices, int(n_cols), nodes, rows, col_owner, node_starts, remote)
 
     @property
-    def n_cols(self) -> int:
-        """Columns of A = rows of the property array."""
-        return int(self.matrix.shape[1])
+    def nnz(self) -> int:
+        """Nonzeros of the matrix."""
+        return int(self.indices.size)
 
     def own_cols(self) -> np.ndarray:
         """Not collective. Properties each node holds."""
@@ -118,7 +122,7 @@ class Workload:
             parts, offsets = [], np.zeros(self.nodes + 1, np.int64)
             for node in range(self.nodes):
                 begin, end = self.node_starts[node], self.node_starts[node + 1]
-                parts.append(distinct(self.matrix.indices[begin:end][self.remote[begin:end]]).astype(np.int32))
+                parts.append(distinct(self.indices[begin:end][self.remote[begin:end]]).astype(np.int32))
                 offsets[node + 1] = offsets[node] + parts[-1].size
             self._remote_columns = (offsets, np.concatenate(parts) if parts else np.zeros(0, np.int32))
         return self._remote_columns
@@ -148,7 +152,7 @@ def characterize(workload: Workload, group_size: int = 16, window: int = 64) -> 
     sa_transfers = int(remote_counts.sum())
     starts = np.zeros(workload.nodes + 1, np.int64)
     np.cumsum(remote_counts, out=starts[1:])
-    owners = workload.col_owner[workload.matrix.indices[workload.remote]]  # 32-bit, in nonzero order
+    owners = workload.col_owner[workload.indices[workload.remote]]  # 32-bit, in nonzero order
     distinct_per_window, windows = request_streams.unique_destinations_per_window(starts, owners, window)
     del owners
     offsets, columns = workload.remote_columns()
