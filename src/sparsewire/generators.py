@@ -21,6 +21,8 @@ with integer data are exact.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -128,30 +130,44 @@ def rmat(scale: int, edge_factor: int, seed: int = 1, abc: tuple[float, float, f
 
 def _compiled_quadrants(rng: np.random.Generator, rows: np.ndarray, cols: np.ndarray, scale: int, thresholds) -> None:
     """The quadrant bits of every edge from the same draws, in the same stream positions, as the NumPy path:
-    chunks of 2^22 edges, and within a chunk all of one bit's draws before the next bit's. Each bit of a
-    chunk gets its own copy of the generator advanced to that bit's first draw, so the edges can be
-    taken in blocks of 2^15 through all the bits while the block's draws and bits stay in the cache (a
-    bit's pass over a whole chunk moved 64 MB through memory each time). ``rng`` ends past every draw."""
+    chunks of :data:`RMAT_CHUNK` edges, and within a chunk all of one bit's draws before the next bit's.
+    Each bit of a chunk gets its own copy of the generator advanced to that bit's first draw, so the edges
+    are taken in blocks of :data:`RMAT_BLOCK` through all the bits while the block's draws and bits stay in
+    the cache (a bit's pass over a whole chunk moved 64 MB through memory each time), and the chunks, which
+    share nothing, go to this node's cores in threads (NumPy's draws and the compiled step release the
+    GIL). ``rng`` ends past every draw."""
+    from sparsewire.cores import node_cores
     from sparsewire.rmat_bits import add_quadrant_bits
 
     n_edges = rows.size
     chunk, block = RMAT_CHUNK, RMAT_BLOCK
-    draw = np.empty(min(block, n_edges))
-    for start in range(0, n_edges, chunk):
+    origin = rng.bit_generator.state
+
+    def chunk_bits(start: int) -> None:
         stop = min(start + chunk, n_edges)
         size = stop - start
         bit_streams = []
         for position in range(scale):  # the bit drawn position-th, from the top bit down
             stream = np.random.PCG64()
-            stream.state = rng.bit_generator.state
-            stream.advance(position * size)
+            stream.state = origin
+            stream.advance(start * scale + position * size)  # earlier chunks drew scale numbers an edge
             bit_streams.append(np.random.Generator(stream))
+        draw = np.empty(min(block, size))
         for first in range(start, stop, block):
             last = min(first + block, stop)
             for position, stream in enumerate(bit_streams):
                 stream.random(out=draw[: last - first])
                 add_quadrant_bits(draw[: last - first], rows[first:last], cols[first:last], scale - 1 - position, *thresholds)
-        rng.bit_generator.advance(scale * size)
+
+    starts = range(0, n_edges, chunk)
+    threads = min(node_cores(), len(starts))
+    if threads > 1:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(chunk_bits, starts))  # list(): a worker's exception is raised here
+    else:
+        for start in starts:
+            chunk_bits(start)
+    rng.bit_generator.advance(scale * n_edges)
 
 
 def delaunay(n: int, seed: int = 1) -> sp.csr_array:

@@ -341,15 +341,21 @@ def test_coalescing_needs_the_same_unit():
     assert counts[:3] == (1, 0, 1)
 
 
-def test_concatenation_by_hand():
+def test_concatenation_by_hand(rng):
     points = np.array([0, 0, 0, 0, 0, 1, 1])
     destinations = np.array([1, 1, 2, 1, 1, 0, 0])
     times = np.array([0, 3, 4, 9, 10, 0, 1])
-    packets = request_streams.concatenate(points, destinations, times, 2, 3, 5, 10)
+    in_order = np.arange(points.size)
+    packets = request_streams.concatenate(in_order, points, destinations, times, 2, 3, 5, 10)
     # node 0 -> 1: [0, 3] then 9 (opened 0, 9 - 0 > 5) with 10 -> 2 packets; 0 -> 2: 1; 1 -> 0: 1
     assert packets.tolist() == [[0, 2, 1], [1, 0, 0]]
-    assert request_streams.concatenate(points, destinations, times, 2, 3, 100, 2).tolist() == [[0, 2, 1], [1, 0, 0]]
-    assert request_streams.concatenate(points, destinations, times, 2, 3, 100, 1).tolist() == [[0, 4, 1], [2, 0, 0]]
+    assert request_streams.concatenate(in_order, points, destinations, times, 2, 3, 100, 2).tolist() == [[0, 2, 1], [1, 0, 0]]
+    assert request_streams.concatenate(in_order, points, destinations, times, 2, 3, 100, 1).tolist() == [[0, 4, 1], [2, 0, 0]]
+    # stored shuffled and taken in order_by's order: the same packets
+    shuffle = rng.permutation(points.size)
+    order = request_streams.order_by(points[shuffle], times[shuffle])
+    shuffled = request_streams.concatenate(order, points[shuffle], destinations[shuffle], times[shuffle], 2, 3, 5, 10)
+    assert shuffled.tolist() == packets.tolist()
 
 
 def test_property_cache_lru_by_hand(rng):
@@ -408,6 +414,24 @@ def test_nodes_that_own_only_empty_rows_are_simulated(rng):
     owner = np.arange(64) // 8
     rows_of, cols_of = matrix.nonzero()
     assert rows[0]["issued_requests"] == int(np.sum(owner[rows_of] != owner[cols_of]))  # counted independently
+
+
+def test_nodes_issued_in_threads_give_the_serial_reads(monkeypatch):
+    """The RIG stage runs nodes in threads, each with its own scratch; one thread and three give the same reads,
+    counts and last cycles, node by node."""
+    from sparsewire.sim import netsparse_issue
+
+    matrix = sp.random_array((3000, 3000), density=0.004, format="csr", rng=np.random.default_rng(11))
+    workload = ns.Workload.from_matrix(matrix, 12)
+    network = leaf_spine(12, rack_size=4, spines=2)
+    found = []
+    for cores in (1, 3):
+        monkeypatch.setattr(netsparse_issue, "node_cores", lambda cores=cores: cores)
+        found.append(ns.NetSparseSimulator(workload, network, 8).issue(ns.Hardware(batch=64), ns.Mechanisms()))
+    serial, threaded = found
+    assert serial.nodes.size > 1000 and (serial.filtered, serial.coalesced) == (threaded.filtered, threaded.coalesced)
+    for field in ("nodes", "cols", "destinations", "times", "last_cycle"):
+        assert np.array_equal(getattr(serial, field), getattr(threaded, field)), field
 
 
 def test_netsparse_refuses_ids_beyond_32_bits():

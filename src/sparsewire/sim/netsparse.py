@@ -29,14 +29,14 @@ The SUOpt / SAOpt baselines (sec. 8.1) are in :mod:`sparsewire.sim.netsparse_bas
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from sparsewire.errors import InputError
 from sparsewire.sim import request_streams
 from sparsewire.sim.netsparse_baselines import check_network, sa_opt, solve_pairs, su_opt, tail_node
+from sparsewire.sim.netsparse_issue import IssuedReads, issue_reads
 from sparsewire.sim.netsparse_workload import (
     ABLATION,
     CONCATENATION_HEADER_BYTES,
@@ -89,17 +89,6 @@ def default_batch(workload: Workload, units: int = 16) -> int:
     return int(min(32768, max(256, 1 << (target.bit_length() - 1))))
 
 
-@dataclass
-class _Issued:
-    nodes: np.ndarray
-    cols: np.ndarray
-    destinations: np.ndarray
-    times: np.ndarray
-    filtered: int
-    coalesced: int
-    last_cycle: np.ndarray
-
-
 class NetSparseSimulator:
     """Runs NetSparse configurations of one workload on one network for one K, reusing the issued
     request streams between configurations that share the RIG-stage settings."""
@@ -117,7 +106,7 @@ class NetSparseSimulator:
         self.one_way = network.path_latency(sources.ravel(), destinations.ravel()).reshape(n, n)
         self.switch = network.first_switches()[:n]
         self._inter_pairs = self.switch[:, None] != self.switch[None, :]  # (requester, owner) pairs on different switches
-        self._issued: dict[tuple, _Issued] = {}
+        self._issued: dict[tuple, IssuedReads] = {}
 
     def _say(self, text: str) -> None:
         if self.progress is not None:
@@ -127,8 +116,9 @@ class NetSparseSimulator:
         """The RIG batch size in use (the hardware's, or :func:`default_batch`)."""
         return hardware.batch if hardware.batch is not None else default_batch(self.workload, hardware.units)
 
-    def issue(self, hardware: Hardware, mechanisms: Mechanisms) -> _Issued:
-        """The read PRs every node issues (the RIG stage), cached per setting."""
+    def issue(self, hardware: Hardware, mechanisms: Mechanisms) -> IssuedReads:
+        """The read PRs every node issues (the RIG stage, :func:`~sparsewire.sim.netsparse_issue.issue_reads`),
+        cached per setting."""
         key = (
             self.batch(hardware),
             hardware.units,
@@ -138,59 +128,9 @@ class NetSparseSimulator:
             mechanisms.filter,
             mechanisms.coalesce,
         )
-        if key in self._issued:
-            return self._issued[key]
-        workload = self.workload
-        n = workload.nodes
-        remote_counts = workload.remote_counts()
-        total = int(remote_counts.sum())
-        # One node's reads at a time in buffers sized for the busiest node, kept as exact copies: no buffer
-        # sized for every remote nonzero of the cluster.
-        largest = int(remote_counts.max(initial=0))
-        buffers = (np.empty(largest, np.int32), np.empty(largest, np.int32), np.empty(largest, np.int64))
-        parts: tuple[list, list, list] = ([], [], [])
-        column_state = request_streams.new_column_state(workload.n_cols)
-        rtt = hardware.cycles(2 * self.one_way)
-        filtered = coalesced = 0
-        last_cycle = np.zeros(n, np.int64)
-        per_node = np.zeros(n, np.int64)
-        started = time.perf_counter()
-        indices = workload.indices
-        for node in range(n):
-            begin, end = workload.node_starts[node], workload.node_starts[node + 1]
-            issued, node_filtered, node_coalesced, node_last = request_streams.issue_requests(
-                indices[begin:end],
-                workload.col_owner,
-                node,
-                rtt[node],
-                self.batch(hardware),
-                hardware.units,
-                hardware.pending,
-                mechanisms.filter,
-                mechanisms.coalesce,
-                int(hardware.cycles(hardware.command_seconds)),
-                column_state,
-                *buffers,
-            )
-            for part, buffer in zip(parts, buffers):
-                part.append(buffer[:issued].copy())
-            per_node[node] = issued
-            filtered += node_filtered
-            coalesced += node_coalesced
-            last_cycle[node] = node_last
-            if (node + 1) % 32 == 0 or node + 1 == n:
-                self._say(
-                    f"  requests: {node + 1}/{n} nodes, {int(per_node.sum()):,} issued of {total:,} remote nonzeros "
-                    f"({time.perf_counter() - started:.1f} s)"
-                )
-        del buffers, column_state
-        trimmed = [np.repeat(np.arange(n, dtype=np.int32), per_node)]
-        for part in parts:
-            trimmed.append(np.concatenate(part))  # n >= 1: never empty
-            part.clear()  # each node's copy freed as soon as the whole array is made
-        result = _Issued(*trimmed, filtered, coalesced, last_cycle)
-        self._issued[key] = result
-        return result
+        if key not in self._issued:
+            self._issued[key] = issue_reads(self.workload, self.one_way, self.batch(hardware), hardware, mechanisms, self._say)
+        return self._issued[key]
 
     def run(self, mechanisms: Mechanisms, hardware: Hardware = Hardware(), name: str | None = None) -> CommunicationResult:
         """Communication time and statistics of one configuration (module docstring): the issued
@@ -216,7 +156,7 @@ class NetSparseSimulator:
         # Reads at the requester's NIC.
         read_cap = requests_per_packet(0, mtu) if concatenate else 1
         read_packets = request_streams.concatenate(
-            *request_streams.ordered(requester, times, requester, owner, times), n, n, nic_delay, read_cap
+            request_streams.order_by(requester, times), requester, owner, times, n, n, nic_delay, read_cap
         )
         read_requests = np.bincount(pair, minlength=n * n).reshape(n, n)
         hits, hit_packets, hit_bytes_down = self._cache_hits(issued, pair, inter, mechanisms, hardware)
@@ -226,7 +166,7 @@ class NetSparseSimulator:
         arrival = times[served] + hardware.cycles(self.one_way).ravel()[s_pair]
         response_cap = requests_per_packet(payload, mtu) if concatenate else 1
         response_packets = request_streams.concatenate(
-            *request_streams.ordered(s_own, arrival, s_own, s_req, arrival), n, n, nic_delay, response_cap
+            request_streams.order_by(s_own, arrival), s_own, s_req, arrival, n, n, nic_delay, response_cap
         )
         response_requests = np.bincount(s_pair, minlength=n * n).reshape(n, n).T
         del s_pair
@@ -279,7 +219,7 @@ class NetSparseSimulator:
         return int(np.ceil(hardware.switch_delay_cycles * hardware.clock_hz / hardware.switch_clock_hz))
 
     def _cache_hits(
-        self, issued: _Issued, pair: np.ndarray, inter: np.ndarray, mechanisms: Mechanisms, hardware: Hardware
+        self, issued: IssuedReads, pair: np.ndarray, inter: np.ndarray, mechanisms: Mechanisms, hardware: Hardware
     ) -> tuple[np.ndarray, int, np.ndarray]:
         """The top-of-rack cache for reads leaving the requester's switch: which reads hit, the
         packets the switches answer hits with, and the bytes they send down to each requester."""
@@ -321,9 +261,12 @@ class NetSparseSimulator:
         hit_requester = requester[hit_index]
         switches = int(self.switch.max(initial=0)) + 1
         cap = requests_per_packet(payload, self.network.mtu) if mechanisms.switch_concatenation else 1
-        hit_switch = self.switch[hit_requester]
+        hit_switch, hit_times = self.switch[hit_requester], times[hit_index]
         packets = request_streams.concatenate(
-            *request_streams.ordered(hit_switch, times[hit_index], hit_switch, hit_requester, times[hit_index]),
+            request_streams.order_by(hit_switch, hit_times),
+            hit_switch,
+            hit_requester,
+            hit_times,
             switches,
             n,
             self._switch_delay(mechanisms, hardware),
@@ -362,7 +305,7 @@ class NetSparseSimulator:
                 continue
             src_switch = self.switch[src]
             switch_packets = request_streams.concatenate(
-                *request_streams.ordered(src_switch, t, src_switch, dst, t), switches, n, delay, cap
+                request_streams.order_by(src_switch, t), src_switch, dst, t, switches, n, delay, cap
             )
             pair_requests = np.bincount(src.astype(np.int64) * n + dst, minlength=n * n).reshape(n, n).astype(np.float64)
             switch_requests = np.bincount(src_switch * n + dst, minlength=switches * n).reshape(switches, n).astype(float)

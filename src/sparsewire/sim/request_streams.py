@@ -44,7 +44,6 @@ __all__ = [
     "unique_destinations_per_window",
     "core_requests",
     "order_by",
-    "ordered",
     "UNBOUNDED",
 ]
 
@@ -58,7 +57,7 @@ def new_column_state(n_cols: int) -> np.ndarray:
     return state
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)  # nodes are issued in threads (NetSparseSimulator.issue)
 def issue_requests(
     cols,
     col_owner,
@@ -151,16 +150,18 @@ def issue_requests(
 
 
 @njit(cache=True)
-def concatenate(points, destinations, times, n_points, n_destinations, delay, capacity):
-    """Packets per (point, destination) from PRs sorted by (point, time) (module docstring)."""
+def concatenate(order, points, destinations, times, n_points, n_destinations, delay, capacity):
+    """Packets per (point, destination) from PRs taken in ``order`` (by point, then time: :func:`order_by`;
+    PR ``j`` is ``points[j]``, ``destinations[j]``, ``times[j]``) (module docstring)."""
     packets = np.zeros((n_points, n_destinations), np.int64)
     opened = np.zeros(n_destinations, np.int64)
     count = np.zeros(n_destinations, np.int64)
     owner = np.full(n_destinations, -1, np.int64)
-    for i in range(points.size):
-        point = points[i]
-        destination = destinations[i]
-        time = times[i]
+    for i in range(order.size):
+        j = order[i]
+        point = points[j]
+        destination = destinations[j]
+        time = times[j]
         if owner[destination] != point:
             owner[destination] = point
             count[destination] = 0
@@ -318,29 +319,22 @@ def order_by(groups: np.ndarray, times: np.ndarray) -> np.ndarray:
     largest = int(groups.max()) * span + span - 1  # the largest group-and-time key
     if largest >= 2**62 or int(groups.min()) < 0:
         return np.lexsort((times, groups))
-    key = groups.astype(np.int64) * span
-    key += times
-    key -= low
     position_bits = int(times.size - 1).bit_length()
     if largest.bit_length() + position_bits > 63:
+        key = groups.astype(np.int64) * span
+        key += times
+        key -= low
         return np.argsort(key, kind="stable")
-    key <<= position_bits
-    key |= np.arange(times.size, dtype=np.int64)
+    key = _positioned_keys(groups, times, span, low, position_bits)
     key.sort()
     key &= (1 << position_bits) - 1
     return key
 
 
-def ordered(groups: np.ndarray, times: np.ndarray, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Not collective. ``arrays`` each taken in :func:`order_by` ``(groups, times)``; the arrays themselves where
-    they already are in that order (a node's issued reads are: one pass checks it instead of a sort and a
-    copy of every array)."""
-    if times.size < 2:
-        return arrays
-    steps = np.diff(groups)
-    in_order = bool(np.all((steps > 0) | ((steps == 0) & (times[1:] >= times[:-1]))))
-    del steps
-    if in_order:
-        return arrays
-    order = order_by(groups, times)
-    return tuple(array[order] for array in arrays)
+@njit(cache=True)
+def _positioned_keys(groups, times, span, low, position_bits):
+    """``((group span + time - low) << position_bits) | position`` of every element, in one pass."""
+    key = np.empty(times.size, np.int64)
+    for i in range(times.size):
+        key[i] = ((np.int64(groups[i]) * span + times[i] - low) << position_bits) | i
+    return key
