@@ -24,6 +24,7 @@ from sparsewire.cli.common import (
     topology_from_args,
     write_output,
 )
+from sparsewire.cli.estimate import ESTIMATE_FROM_NONZEROS, estimate_seconds, format_seconds
 from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
@@ -105,18 +106,40 @@ def run_analyze(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix, symmetrize=args.symmetrize)
     partitioning = partition(matrix, args.ranks, args.partition, topology=topology, imbalance=args.imbalance)
     matrix, row_partition, col_partition = partitioning.permute(matrix), partitioning.rows, partitioning.cols
+
+    def stats_of(strategy, of_matrix, progress=None):
+        return strategy_stats(
+            of_matrix,
+            row_partition,
+            col_partition,
+            strategy,
+            args.k,
+            element_bytes,
+            topology,
+            proxy=args.proxy,
+            progress=progress,
+        )
+
+    estimate = None
+    if not args.json and matrix.nnz >= ESTIMATE_FROM_NONZEROS:
+        estimate = estimate_seconds(lambda sample: [stats_of(strategy, sample) for strategy in strategies], matrix)
+        print(estimate.describe(f"planning {len(strategies)} strategies"), file=sys.stderr, flush=True)
     entries = []
+    all_started = time.perf_counter()
     for strategy in strategies:
         if not args.json:
             print(f"planning {strategy.value} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
-        progress = None if args.json else stage_progress(f"planning {strategy.value}")
-        stats = strategy_stats(
-            matrix, row_partition, col_partition, strategy, args.k, element_bytes, topology, proxy=args.proxy, progress=progress
-        )
-        entry = stats.as_dict()
+        entry = stats_of(strategy, matrix, None if args.json else stage_progress(f"planning {strategy.value}")).as_dict()
         entry["plan_seconds"] = round(time.perf_counter() - started, 6)
         entries.append(entry)
+    if estimate is not None:
+        print(
+            f"planned {len(strategies)} strategies in {format_seconds(time.perf_counter() - all_started)} "
+            f"(estimated {format_seconds(estimate.seconds)})",
+            file=sys.stderr,
+            flush=True,
+        )
     report = {
         "matrix": {"path": args.matrix, "n_rows": int(matrix.shape[0]), "n_cols": int(matrix.shape[1]), "nnz": int(matrix.nnz)},
         "ranks": args.ranks,

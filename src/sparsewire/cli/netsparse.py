@@ -18,6 +18,7 @@ from sparsewire.cli.common import (
     progress_printer,
     write_output,
 )
+from sparsewire.cli.estimate import estimate_seconds, format_seconds
 from sparsewire.errors import InputError
 from sparsewire.report import format_bytes, format_table
 
@@ -60,6 +61,12 @@ def add_commands(commands) -> None:
     netsparse.add_argument("--sweep", default="", help="comma list of batch, delay, cache (Figs. 15, 17, 18)")
     netsparse.add_argument(
         "--topologies", action="store_true", help="Fig. 22: NetSparse vs SUOpt on leaf-spine, HyperX, dragonfly"
+    )
+    netsparse.add_argument(
+        "--estimate",
+        action="store_true",
+        help="first run the same simulation on 1/64 and 1/32 of the rows and print how long the whole will take (the "
+        "two samples cost about a third of a 100M-nonzero run at 128 nodes: each solves the same n^2 flows)",
     )
     netsparse.add_argument(
         "--compare-plans",
@@ -162,6 +169,39 @@ def _plot(rows: list[dict], path: str, title: str) -> None:
     plt.close(figure)
 
 
+def _simulate(workload, args: argparse.Namespace, network, hardware, sweeps: list[str], progress) -> tuple[dict, object]:
+    """The characterization, SUOpt, SAOpt and NetSparse runs (and the ablation, sweeps and topologies asked
+    for) of one workload: the report's parts from ``hardware`` on, and SUOpt's result."""
+    from sparsewire.sim import netsparse as ns
+
+    if progress:
+        progress("characterization ...")
+    characterization = ns.characterize(workload, group_size=args.rack)
+    su = ns.su_opt(workload, network, args.k)
+    if progress:
+        progress(f"SAOpt ({args.sa_cores} cores per node) ...")
+    sa = ns.sa_opt(workload, network, args.k, args.sa_cores, args.sa_overhead_ns * 1e-9)
+    simulator = ns.NetSparseSimulator(workload, network, args.k, progress)
+    full = simulator.run(ns.Mechanisms(), hardware, "NetSparse")
+    report = {
+        "hardware": {**{key: value for key, value in vars(hardware).items()}, "batch": simulator.batch(hardware)},
+        "characterization": characterization,
+        "results": [dict(su.row(su), kind="baseline"), dict(sa.row(su), kind="baseline"), dict(full.row(su), kind="hardware")],
+    }
+    if args.ablation:
+        report["ablation"] = ns.ablation(simulator, su, hardware)
+    if sweeps:
+        report["sweeps"] = [ns.sweep(simulator, name, hardware) for name in sweeps]
+    if args.topologies:
+        report["topologies"] = []
+        for name in ("leafspine", "netsparse-hyperx", "netsparse-dragonfly"):
+            other = _netsparse_network(args, name)
+            other_su = ns.su_opt(workload, other, args.k)
+            result = ns.NetSparseSimulator(workload, other, args.k, progress).run(ns.Mechanisms(), hardware, "NetSparse")
+            report["topologies"].append({"topology": other.name, **result.row(other_su)})
+    return report, su
+
+
 def _run_netsparse(args: argparse.Namespace) -> int:
 
     from sparsewire.io import load_matrix
@@ -188,47 +228,33 @@ def _run_netsparse(args: argparse.Namespace) -> int:
             f"NetSparse's workload needs a square matrix (rows and properties split alike); got {matrix.shape[0]} x "
             f"{matrix.shape[1]}"
         )
-    workload = ns.Workload.from_matrix(matrix, args.nodes)
     n_rows, nnz = int(matrix.shape[0]), int(matrix.nnz)
-    if not args.compare_plans:
-        del matrix  # the simulator needs only the pattern: the values (8 bytes a nonzero) are freed
-    if progress:
-        progress(f"{args.matrix}: {n_rows} x {n_rows}, {nnz:,} nonzeros over {args.nodes} nodes; {network.describe()}")
     hardware = ns.Hardware(
         batch=args.batch,
         nic_delay_cycles=args.nic_delay,
         cache_bytes=None if args.cache_mb == -1 else int(args.cache_mb * (1 << 20)),
     )
+    estimate = None
+    if progress and args.estimate:
+        estimate = estimate_seconds(
+            lambda sample: _simulate(ns.Workload.from_matrix(sample, args.nodes), args, network, hardware, sweeps, None), matrix
+        )
+        progress(estimate.describe("the simulation"))
+    workload = ns.Workload.from_matrix(matrix, args.nodes)
+    if not args.compare_plans:
+        del matrix  # the simulator needs only the pattern: the values (8 bytes a nonzero) are freed
     if progress:
-        progress("characterization ...")
-    characterization = ns.characterize(workload, group_size=args.rack)
-    su = ns.su_opt(workload, network, args.k)
-    if progress:
-        progress(f"SAOpt ({args.sa_cores} cores per node) ...")
-    sa = ns.sa_opt(workload, network, args.k, args.sa_cores, args.sa_overhead_ns * 1e-9)
-    simulator = ns.NetSparseSimulator(workload, network, args.k, progress)
-    full = simulator.run(ns.Mechanisms(), hardware, "NetSparse")
+        progress(f"{args.matrix}: {n_rows} x {n_rows}, {nnz:,} nonzeros over {args.nodes} nodes; {network.describe()}")
+    simulated = time.perf_counter()
+    results, su = _simulate(workload, args, network, hardware, sweeps, progress)
     report = {
         "matrix": {"path": args.matrix, "n_rows": n_rows, "nnz": nnz},
         "nodes": args.nodes,
         "rack": args.rack,
         "k": args.k,
         "network": network.describe(),
-        "hardware": {**{key: value for key, value in vars(hardware).items()}, "batch": simulator.batch(hardware)},
-        "characterization": characterization,
-        "results": [dict(su.row(su), kind="baseline"), dict(sa.row(su), kind="baseline"), dict(full.row(su), kind="hardware")],
+        **results,
     }
-    if args.ablation:
-        report["ablation"] = ns.ablation(simulator, su, hardware)
-    if sweeps:
-        report["sweeps"] = [ns.sweep(simulator, name, hardware) for name in sweeps]
-    if args.topologies:
-        report["topologies"] = []
-        for name in ("leafspine", "netsparse-hyperx", "netsparse-dragonfly"):
-            other = _netsparse_network(args, name)
-            other_su = ns.su_opt(workload, other, args.k)
-            result = ns.NetSparseSimulator(workload, other, args.k, progress).run(ns.Mechanisms(), hardware, "NetSparse")
-            report["topologies"].append({"topology": other.name, **result.row(other_su)})
     if args.compare_plans:
         comparison = report["results"] + _plans_rows(matrix, network, args.nodes, args.k, su, progress)
         report["comparison"] = comparison
@@ -240,6 +266,8 @@ def _run_netsparse(args: argparse.Namespace) -> int:
             ),
         )
         report["plot"] = args.plot
+    if estimate is not None:
+        progress(f"simulated in {format_seconds(time.perf_counter() - simulated)} (estimated {format_seconds(estimate.seconds)})")
     report["elapsed_seconds"] = round(time.perf_counter() - started, 2)
     if args.json:
         print(json_text(report))
