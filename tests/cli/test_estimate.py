@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import run_cli
-from sparsewire.cli.estimate import SAMPLE_STRIDES, every_nth_row, estimate_seconds, format_seconds
+from sparsewire.cli.estimate import SAMPLE_STRIDES, estimate_seconds, every_nth_row, format_seconds
 
 
 def test_every_nth_row_keeps_those_rows_and_empties_the_rest(rng):
@@ -82,6 +82,5 @@ def test_netsparse_estimates_only_when_asked():
     assert asked.returncode == 0, asked.stderr
     assert "estimate: the simulation will take about" in asked.stderr and "(estimated " in asked.stderr
     plain = run_cli(["netsparse", "rmat:12:8", "--nodes", "8", "--rack", "4"])
-    assert plain.returncode == 0 and "estimate" not in plain.stderr and plain.stdout == asked.stdout.replace(
-        asked.stdout.splitlines()[-1], plain.stdout.splitlines()[-1]
-    )
+    assert plain.returncode == 0 and "estimate" not in plain.stderr
+    assert plain.stdout.splitlines()[:-1] == asked.stdout.splitlines()[:-1]  # the same report but its elapsed time
