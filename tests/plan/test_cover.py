@@ -95,3 +95,32 @@ def test_bad_weights_are_rejected(weights):
     graph = sp.csr_array(np.ones((2, 2), dtype=np.int8))
     with pytest.raises(InputError, match="weights"):
         minimum_vertex_cover(graph, weights, np.ones(2, int))
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_alternating_reach_is_the_graph_searchs_set(rng, trial):
+    """The level-by-level reach of König's construction equals scipy's breadth-first search over the directed
+    alternating graph (the construction it replaced), and the cover of edges made in one step is the general
+    path's cover, mask for mask."""
+    from scipy.sparse.csgraph import breadth_first_order, maximum_bipartite_matching
+
+    from sparsewire.plan.cover import _alternating_reach, _pattern, unit_cover_of_edges
+
+    n_rows, n_cols = int(rng.integers(1, 60)), int(rng.integers(1, 60))
+    edges = int(rng.integers(1, 3 * (n_rows + n_cols)))
+    rows, cols = rng.integers(0, n_rows, edges), rng.integers(0, n_cols, edges)
+    graph = _pattern(sp.csr_array((np.ones(edges), (rows, cols)), shape=(n_rows, n_cols)))
+    match = maximum_bipartite_matching(graph, perm_type="column")
+    matched, unmatched = np.flatnonzero(match >= 0), np.flatnonzero(match < 0)
+    source = n_rows + n_cols
+    edge_rows, edge_cols = graph.nonzero()
+    tails = np.concatenate([edge_rows, n_rows + match[matched], np.full(unmatched.size, source)])
+    heads = np.concatenate([n_rows + edge_cols, matched, unmatched])
+    alternating = sp.csr_array((np.ones(tails.size, np.int8), (tails, heads)), shape=(source + 1, source + 1))
+    reached = np.zeros(source + 1, bool)
+    reached[breadth_first_order(alternating, source, directed=True, return_predecessors=False)] = True
+    reached_rows, reached_cols = _alternating_reach(graph, match)
+    assert np.array_equal(reached_rows, reached[:n_rows]) and np.array_equal(reached_cols, reached[n_rows:source])
+    one_step = unit_cover_of_edges(rows, cols, (n_rows, n_cols))
+    general = minimum_vertex_cover(sp.coo_array((np.ones(edges), (rows, cols)), shape=(n_rows, n_cols)))
+    assert np.array_equal(one_step[0], general[0]) and np.array_equal(one_step[1], general[1])

@@ -18,9 +18,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire.distinct import distinct
 from sparsewire.errors import InputError
 
-__all__ = ["minimum_vertex_cover", "maximum_matching_size"]
+__all__ = ["minimum_vertex_cover", "unit_cover_of_edges", "maximum_matching_size"]
 
 
 def minimum_vertex_cover(
@@ -56,6 +57,18 @@ def minimum_vertex_cover(
     return _min_cut_cover(graph, row_weights.astype(np.int64), col_weights.astype(np.int64))
 
 
+def unit_cover_of_edges(row_vertex: np.ndarray, col_vertex: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Not collective. :func:`minimum_vertex_cover` with unit weights of the graph whose edges are
+    ``(row_vertex[e], col_vertex[e])`` (repeats are one edge), its pattern made in one step (the same
+    canonical CSR the general path makes through COO and :func:`_pattern`, so the same matching)."""
+    n_rows, n_cols = shape
+    keys = distinct(np.asarray(row_vertex, np.int64) * n_cols + np.asarray(col_vertex, np.int64))
+    index = np.int32 if max(n_rows, n_cols, keys.size) < 2**31 else np.int64
+    indptr = np.searchsorted(keys, np.arange(n_rows + 1, dtype=np.int64) * n_cols).astype(index)
+    graph = sp.csr_array((np.ones(keys.size, np.int8), (keys % n_cols).astype(index), indptr), shape=shape)
+    return _konig_cover(graph)
+
+
 def maximum_matching_size(biadjacency: sp.sparray) -> int:
     """Not collective. Size of a maximum matching of the bipartite graph (Hopcroft-Karp)."""
     graph = _pattern(biadjacency)
@@ -77,21 +90,40 @@ def _konig_cover(graph: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
     n_rows, n_cols = graph.shape
     if graph.nnz == 0:
         return np.zeros(n_rows, bool), np.zeros(n_cols, bool)
-    from scipy.sparse.csgraph import breadth_first_order, maximum_bipartite_matching
+    from scipy.sparse.csgraph import maximum_bipartite_matching
 
-    match_of_row = maximum_bipartite_matching(graph, perm_type="column")
-    matched_rows = np.flatnonzero(match_of_row >= 0)
-    unmatched_rows = np.flatnonzero(match_of_row < 0)
-    # Directed alternating graph on rows [0, n_rows), columns [n_rows, n_rows + n_cols) and a
-    # super source: source -> unmatched row, row -> each neighbour column, column -> its matched row.
-    source = n_rows + n_cols
-    edge_rows, edge_cols = graph.nonzero()
-    tails = np.concatenate([edge_rows, n_rows + match_of_row[matched_rows], np.full(unmatched_rows.size, source)])
-    heads = np.concatenate([n_rows + edge_cols, matched_rows, unmatched_rows])
-    alternating = sp.csr_array((np.ones(tails.size, np.int8), (tails, heads)), shape=(source + 1, source + 1))
-    reached = np.zeros(source + 1, bool)
-    reached[breadth_first_order(alternating, source, directed=True, return_predecessors=False)] = True
-    return ~reached[:n_rows], reached[n_rows:source]
+    reached_rows, reached_cols = _alternating_reach(graph, maximum_bipartite_matching(graph, perm_type="column"))
+    return ~reached_rows, reached_cols
+
+
+def _alternating_reach(graph: sp.csr_array, match_of_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows and columns reachable from the unmatched rows by alternating paths (any edge row -> column,
+    the matched edge column -> row), level by level: a set, whatever order the levels are walked in. A
+    few array operations per level, where a graph search library call would first build the directed
+    alternating graph (two sparse constructions per call; joint plans one cover per rank)."""
+    n_rows, n_cols = graph.shape
+    matched = np.flatnonzero(match_of_row >= 0)
+    row_of_col = np.full(n_cols, -1, np.int64)
+    row_of_col[match_of_row[matched]] = matched
+    reached_rows = match_of_row < 0
+    reached_cols = np.zeros(n_cols, bool)
+    frontier = np.flatnonzero(reached_rows)
+    indptr, indices = graph.indptr, graph.indices
+    while frontier.size:
+        starts = indptr[frontier].astype(np.int64)
+        lengths = indptr[frontier + 1] - starts
+        total = int(lengths.sum())
+        if total == 0:
+            break
+        # every neighbour of the frontier: the concatenated ranges indices[starts[f]:starts[f] + lengths[f]]
+        positions = np.arange(total) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+        cols = indices[positions]
+        cols = np.unique(cols[~reached_cols[cols]])
+        reached_cols[cols] = True
+        rows = row_of_col[cols]
+        frontier = rows[rows >= 0]  # distinct (a matching), and not reached: a reached matched row's column was
+        reached_rows[frontier] = True
+    return reached_rows, reached_cols
 
 
 def _min_cut_cover(graph: sp.csr_array, row_weights: np.ndarray, col_weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -33,11 +33,10 @@ from __future__ import annotations
 from enum import Enum
 
 import numpy as np
-import scipy.sparse as sp
 
 from sparsewire.errors import InputError
 from sparsewire.plan.blocks import LocalBlocks
-from sparsewire.plan.cover import minimum_vertex_cover
+from sparsewire.plan.cover import unit_cover_of_edges
 
 __all__ = ["Strategy", "parse_strategies", "choose_row_based", "rank_cover_row_based", "cover_row_based"]
 
@@ -139,7 +138,6 @@ def cover_row_based(row_keys: np.ndarray, col_keys: np.ndarray) -> np.ndarray:
         return np.zeros(0, bool)
     row_ids, row_vertex = np.unique(row_keys, return_inverse=True)
     col_ids, col_vertex = np.unique(col_keys, return_inverse=True)
-    graph = sp.csr_array((np.ones(row_keys.size, np.int8), (row_vertex, col_vertex)), shape=(row_ids.size, col_ids.size))
-    _, col_in_cover = minimum_vertex_cover(graph)
+    _, col_in_cover = unit_cover_of_edges(row_vertex, col_vertex, (row_ids.size, col_ids.size))
     # A nonzero whose column is in the cover goes column-based (also when its row is in it too).
     return ~col_in_cover[col_vertex]
