@@ -20,7 +20,8 @@ import scipy.sparse as sp
 
 __all__ = ["ESTIMATE_FROM_NONZEROS", "Estimate", "every_nth_row", "estimate_seconds", "format_seconds"]
 
-#: Runs on matrices with at least this many nonzeros are estimated first (the two samples cost about 5%).
+#: Runs on matrices with at least this many nonzeros are estimated first. The samples cost 3/64 of the work that
+#: grows with the nonzeros and twice the part that does not: 9 s of 83 s at ``analyze rmat:22:16 --ranks 16384``.
 ESTIMATE_FROM_NONZEROS = 1_000_000
 
 #: Keep every 64th, then every 32nd row.

@@ -98,11 +98,6 @@ class Workload:
             np.not_equal(col_owner[indices[begin:end]], node, out=remote[begin:end])
         return cls(indices, int(n_cols), nodes, rows, col_owner, node_starts, remote)
 
-    @property
-    def nnz(self) -> int:
-        """Nonzeros of the matrix."""
-        return int(self.indices.size)
-
     def own_cols(self) -> np.ndarray:
         """Not collective. Properties each node holds."""
         return np.bincount(self.col_owner, minlength=self.nodes).astype(np.int64)

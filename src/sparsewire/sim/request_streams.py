@@ -57,7 +57,7 @@ def new_column_state(n_cols: int) -> np.ndarray:
     return state
 
 
-@njit(nogil=True, cache=True)  # nodes are issued in threads (NetSparseSimulator.issue)
+@njit(nogil=True, cache=True)  # nodes are issued in threads (sparsewire.sim.netsparse_issue)
 def issue_requests(
     cols,
     col_owner,
@@ -76,7 +76,7 @@ def issue_requests(
 ):
     """Issue one node's read PRs (module docstring). ``cols``: the node's nonzeros' columns in CSR
     order; ``rtt_cycles[d]``: round trip to node d. ``column_state`` (n_cols x 4, int64, shared
-    across nodes; make it with :func:`new_column_state`) holds per column the node that last set it
+    across the nodes one thread issues; make it with :func:`new_column_state`) holds per column the node that last set it
     (-1: none; another node's values count as unset), the first response's arrival, and the unit and
     cycle of the last read: one row per column, so a nonzero's lookups touch one cache line, not four.
     Writes the issued PRs to ``out_*`` and returns ``(issued, filtered, coalesced, last_cycle)``,
