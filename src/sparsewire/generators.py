@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.aligned import empty_aligned
-from sparsewire.distinct import distinct
+from sparsewire.distinct import pattern_of_keys
 from sparsewire.errors import InputError
 from sparsewire.sizes import check_fits
 
@@ -48,26 +48,7 @@ GRAPH500_ABC = (0.57, 0.19, 0.19)
 
 def _pattern(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int]) -> sp.csr_array:
     """The canonical CSR pattern (sorted columns, each (i, j) once, value 1) of the edges (rows[e], cols[e])."""
-    return _pattern_of_keys(rows.astype(np.int64) * shape[1] + cols, shape)
-
-
-def _index_type(n_rows: int, n_cols: int, nnz: int):
-    """32-bit CSR indices where every row, column and nonzero count fits them."""
-    return np.int32 if max(n_rows, n_cols, nnz) < 2**31 else np.int64
-
-
-def _pattern_of_keys(keys: np.ndarray, shape: tuple[int, int]) -> sp.csr_array:
-    """The canonical CSR pattern of the edges with keys ``i n + j`` (sorted in place): one sort, a third of
-    the time of COO -> CSR and summing duplicates at 100M edges, and no per-edge temporaries beyond the
-    keys, their distinct copy and the 32-bit column indices."""
-    n_rows, n_cols = shape
-    keys = distinct(keys, in_place=True)
-    index = _index_type(n_rows, n_cols, keys.size)
-    indptr = np.searchsorted(keys, np.arange(n_rows + 1, dtype=np.int64) * n_cols).astype(index)
-    indices = np.empty(keys.size, index)
-    np.remainder(keys, n_cols, out=indices, casting="unsafe")  # the cast is buffered: no int64 copy of every key
-    del keys
-    return sp.csr_array((np.ones(indices.size), indices, indptr), shape=shape)
+    return pattern_of_keys(rows.astype(np.int64) * shape[1] + cols, shape, in_place=True)
 
 
 #: R-MAT edges drawn per chunk (all of a chunk's draws for one bit before the next bit's: this order fixes
@@ -115,7 +96,7 @@ def rmat(scale: int, edge_factor: int, seed: int = 1, abc: tuple[float, float, f
         del rows
         keys += permutation[cols]
         del cols, permutation
-        return _pattern_of_keys(keys, (n, n))
+        return pattern_of_keys(keys, (n, n), in_place=True)
     from sparsewire import rmat_bits  # Numba, loaded for large graphs only
 
     _compiled_quadrants(rng, rows, cols, scale, (a, a + b, a + b + c))
@@ -123,7 +104,7 @@ def rmat(scale: int, edge_factor: int, seed: int = 1, abc: tuple[float, float, f
     keys = rmat_bits.permuted_keys(rows, cols, permutation, n)
     del rows, cols, permutation
     keys.sort()
-    indptr, indices = rmat_bits.pattern_of_sorted_keys(keys, n, n, lambda count: _index_type(n, n, count))
+    indptr, indices = rmat_bits.pattern_of_sorted_keys(keys, n, n)
     del keys
     return sp.csr_array((np.ones(indices.size), indices, indptr), shape=(n, n))
 

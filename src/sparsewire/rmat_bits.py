@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from sparsewire.distinct import csr_index_type
+
 __all__ = ["add_quadrant_bits", "permuted_keys", "pattern_of_sorted_keys"]
 
 
@@ -58,12 +60,12 @@ def _fill_pattern(keys: np.ndarray, n_cols: int, indptr: np.ndarray, indices: np
         indptr[row + 1] += indptr[row]
 
 
-def pattern_of_sorted_keys(keys: np.ndarray, n_rows: int, n_cols: int, index_type) -> tuple[np.ndarray, np.ndarray]:
-    """Not collective. ``(indptr, indices)`` of the distinct keys ``i n_cols + j`` of ascending ``keys``: two passes
-    (count, then fill), no temporary of the keys' size. ``index_type(count)`` gives the index dtype for that
-    many distinct keys."""
+def pattern_of_sorted_keys(keys: np.ndarray, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Not collective. ``(indptr, indices)`` of the distinct keys ``i n_cols + j`` of ascending ``keys``, as
+    :func:`sparsewire.distinct.pattern_of_keys` makes them: two passes (count, then fill), no temporary of
+    the keys' size."""
     count = _count_distinct(keys)
-    index = index_type(count)
+    index = csr_index_type(n_rows, n_cols, count)
     indptr = np.zeros(n_rows + 1, index)
     indices = np.empty(count, index)
     _fill_pattern(keys, n_cols, indptr, indices)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.distinct import distinct
+from sparsewire.distinct import concatenated_ranges, pattern_of_keys
 from sparsewire.errors import InputError
 
 __all__ = ["minimum_vertex_cover", "unit_cover_of_edges", "maximum_matching_size"]
@@ -61,12 +61,8 @@ def unit_cover_of_edges(row_vertex: np.ndarray, col_vertex: np.ndarray, shape: t
     """Not collective. :func:`minimum_vertex_cover` with unit weights of the graph whose edges are
     ``(row_vertex[e], col_vertex[e])`` (repeats are one edge), its pattern made in one step (the same
     canonical CSR the general path makes through COO and :func:`_pattern`, so the same matching)."""
-    n_rows, n_cols = shape
-    keys = distinct(np.asarray(row_vertex, np.int64) * n_cols + np.asarray(col_vertex, np.int64))
-    index = np.int32 if max(n_rows, n_cols, keys.size) < 2**31 else np.int64
-    indptr = np.searchsorted(keys, np.arange(n_rows + 1, dtype=np.int64) * n_cols).astype(index)
-    graph = sp.csr_array((np.ones(keys.size, np.int8), (keys % n_cols).astype(index), indptr), shape=shape)
-    return _konig_cover(graph)
+    keys = np.asarray(row_vertex, np.int64) * shape[1] + np.asarray(col_vertex, np.int64)
+    return _konig_cover(pattern_of_keys(keys, shape, in_place=True))
 
 
 def maximum_matching_size(biadjacency: sp.sparray) -> int:
@@ -111,13 +107,7 @@ def _alternating_reach(graph: sp.csr_array, match_of_row: np.ndarray) -> tuple[n
     indptr, indices = graph.indptr, graph.indices
     while frontier.size:
         starts = indptr[frontier].astype(np.int64)
-        lengths = indptr[frontier + 1] - starts
-        total = int(lengths.sum())
-        if total == 0:
-            break
-        # every neighbour of the frontier: the concatenated ranges indices[starts[f]:starts[f] + lengths[f]]
-        positions = np.arange(total) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-        cols = indices[positions]
+        cols = indices[concatenated_ranges(starts, indptr[frontier + 1] - starts)]  # every neighbour of the frontier
         cols = np.unique(cols[~reached_cols[cols]])
         reached_cols[cols] = True
         rows = row_of_col[cols]

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sparsewire.distinct import concatenated_ranges
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.blocks import LocalBlocks
@@ -286,12 +287,6 @@ def deliver_all(owned: dict[int, Records], n_ranks: int) -> dict[int, list[Recor
 # [n, m], the five record fields (n each), the five integer term fields and the term values' bits (m each).
 
 
-def _positions(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Positions ``first[b], first[b] + 1, ..., first[b] + lengths[b] - 1`` of every box b, in order."""
-    offsets = (np.cumsum(lengths) - lengths).astype(np.int64)
-    return np.repeat(np.asarray(first, np.int64) - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
-
-
 def packed_outboxes(records: Records, owner: int, n_ranks: int) -> tuple[np.ndarray, np.ndarray]:
     """Not collective. Every :func:`outboxes` box packed (the format above) and laid end to end in target order, and
     each target's number of words (0 where it gets no box): packed by index arithmetic, no Python object per
@@ -306,9 +301,11 @@ def packed_outboxes(records: Records, owner: int, n_ranks: int) -> tuple[np.ndar
     present = n > 0
     buffer[starts[present]], buffer[starts[present] + 1] = n[present], m[present]
     for field in range(5):
-        buffer[_positions(starts + 2 + field * n, n)] = chosen[field]
-        buffer[_positions(starts + 2 + 5 * n + field * m, m)] = chosen[5 + field]
-    buffer[_positions(starts + 2 + 5 * n + 5 * m, m)] = np.ascontiguousarray(chosen.term_value, np.float64).view(np.int64)
+        buffer[concatenated_ranges(starts + 2 + field * n, n)] = chosen[field]
+        buffer[concatenated_ranges(starts + 2 + 5 * n + field * m, m)] = chosen[5 + field]
+    buffer[concatenated_ranges(starts + 2 + 5 * n + 5 * m, m)] = np.ascontiguousarray(chosen.term_value, np.float64).view(
+        np.int64
+    )
     return buffer, sizes
 
 
@@ -321,9 +318,9 @@ def unpack_all(received: np.ndarray, sizes: np.ndarray) -> Records:
     n, m = received[starts], received[starts + 1]
     if np.any(2 + 5 * n + 6 * m != sizes):
         raise PlanMismatchError("received planner boxes whose sizes disagree with their headers (a planner bug)")
-    fields = [received[_positions(starts + 2 + field * n, n)] for field in range(5)]
-    terms = [received[_positions(starts + 2 + 5 * n + field * m, m)] for field in range(5)]
-    return Records(*fields, *terms, received[_positions(starts + 2 + 5 * n + 5 * m, m)].view(np.float64))
+    fields = [received[concatenated_ranges(starts + 2 + field * n, n)] for field in range(5)]
+    terms = [received[concatenated_ranges(starts + 2 + 5 * n + field * m, m)] for field in range(5)]
+    return Records(*fields, *terms, received[concatenated_ranges(starts + 2 + 5 * n + 5 * m, m)].view(np.float64))
 
 
 def exchange_boxes(comm, records: Records, owner: int) -> list[Records]:
