@@ -350,8 +350,8 @@ def _read_archive(path, matrix: DistributedMatrix, size: int, checksum: str) -> 
     except (InputError, PlanMismatchError):
         raise
     except (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile, zlib.error) as error:
-        # What a damaged archive raises: zipfile (BadZipFile; RuntimeError for encryption,
-        # NotImplementedError, a RuntimeError, for unknown methods), zlib, NumPy, json (ValueError).
+        # What a damaged archive raises: zipfile (BadZipFile; RuntimeError for encryption and, through
+        # a subclass of it, for unknown compression methods), zlib, NumPy, json (ValueError).
         raise InputError(
             f"cannot read a plan from {path}: {error or type(error).__name__}; give a file written by SpmmPlan.save"
         ) from None
