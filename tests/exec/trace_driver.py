@@ -6,7 +6,9 @@ transport (all but partitioned): four multiplies, window [1, 3); the trace must 
 rules (tests/exec/trace_rules.py), hold one flow arrow per message the plan sends in the window, and no
 receive may complete before its send was posted on the aligned clock. Each rank's clock is a
 stand-in running ``rank`` seconds ahead (plus the real one): the alignment must find that offset
-within 10 microseconds. A planted fault (one arrival record dropped) must break the rules.
+within 10 microseconds. A planted fault (one arrival record dropped) must break the rules. The same
+window summarised alone (the schedule's laps, no proxies) must count every phase and message as the
+trace did.
 Prints ``OK N`` on rank 0 (N traces checked) and each rank's residual."""
 
 from __future__ import annotations
@@ -21,6 +23,17 @@ from mpi4py import MPI
 
 import sparsewire
 from trace_rules import problems, receives_before_sends
+
+
+def same_as_the_trace(traced, alone, case) -> None:
+    """A summary alone (laps in the schedule, sparsewire.exec.laps) counts every phase and message as the trace's
+    proxies do; its phases, one after the other, fit inside the multiplies."""
+    counts = {name: count for name, (count, _) in traced.phases.items() if count}
+    assert {name: count for name, (count, _) in alone.phases.items() if count} == counts, (case, alone.phases, traced.phases)
+    assert {n: v for n, v in alone.sent.items() if v[0]} == {n: v for n, v in traced.sent.items() if v[0]}, case
+    assert all(ns >= 0 for _, ns in alone.phases.values()), (case, alone.phases)
+    inside = sum(ns for name, (_, ns) in alone.phases.items() if name != "multiply")
+    assert inside <= alone.phases["multiply"][1], (case, alone.phases)
 
 
 def main(seed: int, directory: str) -> str:
@@ -48,7 +61,11 @@ def main(seed: int, directory: str) -> str:
             with sparsewire.trace(plan, directory, window=(1, 3), clock=clock, name=name) as tracer:
                 for _ in range(4):
                     plan.multiply(b)
+            with sparsewire.trace(plan, window=(1, 3), clock=clock, summary=False) as alone:
+                for _ in range(4):
+                    plan.multiply(b)
             messages = plan.stats.messages
+        same_as_the_trace(tracer, alone, (strategy, mode, transport, rank))
         case = (strategy, mode, transport)
         if checked == 0:  # a second trace of one plan inside the first is refused, on every rank alike
             with matrix.spmm_plan(3, strategy=strategy, mode=mode, topology=chosen) as again:

@@ -99,6 +99,11 @@ class ExchangeBuffers:
     send_device: object = None
     recv_device: object = None
 
+    def payload_bytes(self, itemsize: int) -> np.ndarray:
+        """Not collective. Bytes of each sent message's payload: the plan's rows (the partitioned mode's padding
+        is not payload)."""
+        return self.exchange.send_counts.astype(np.int64) * (self.send_buffer.shape[1] * itemsize)
+
     @property
     def send_staged(self) -> tuple[int, ...]:
         """The sent messages staged through host memory."""

@@ -47,6 +47,7 @@ from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import BufferNeeds, build_buffers
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
 from sparsewire.exec.kernels import make_backend
+from sparsewire.exec.laps import FOLD_EVERY, MULTIPLY, START, Laps
 from sparsewire.exec.lifetime import admit, free_communicators, release_now, track
 from sparsewire.exec.modes import Mode
 from sparsewire.exec.schedules import SCHEDULES
@@ -167,7 +168,7 @@ class SpmmExecutor:
         self.ledger.on_arrival = self.watchdog.progress
         self.combine = (OrderedCombine if self.deterministic else StreamingCombine)(self.buffers)
         self.schedule = SCHEDULES[mode](self.buffers, self.transport, self.combine)
-        self.tracer = None
+        self.tracer = self._laps = None
         self._schedules = [self.schedule]  # with a traced one while tracing
         # Freed by close(), or after the executor is garbage-collected (exec.lifetime).
         self._finalizer = track(self, functools.partial(_release, self._schedules, self.transport, self.comm))
@@ -216,43 +217,63 @@ class SpmmExecutor:
             )
         try:
             self.ledger.reset()
-            tracer = self.tracer
+            tracer, laps, schedule = self.tracer, self._laps, self.schedule
             if tracer is not None:
                 tracer.begin_multiply()
-                started = tracer.clock()
+                if laps is None:
+                    started = tracer.clock()
+                elif tracer.recording:
+                    laps.push((START, tracer.clock()))
+                else:  # outside the window: untraced
+                    schedule = self._schedules[0]
             self.watchdog.arm()
             try:
-                self.schedule.run(b_local, out)
+                schedule.run(b_local, out)
             finally:
                 self.watchdog.disarm()
             if tracer is not None and tracer.recording:
-                tracer.span("multiply", started, tracer.clock())
+                if laps is None:
+                    tracer.span("multiply", started, tracer.clock())
+                else:
+                    laps.push((MULTIPLY, tracer.clock()))
+                    if len(laps.stamps) >= FOLD_EVERY:
+                        laps.fold()
         finally:
             self._running.release()
         return out
 
     def start_tracing(self, tracer) -> None:
-        """Not collective (every rank starts alike). Run the following multiplies through a schedule whose
-        packer, transport and combine record into ``tracer`` (:mod:`sparsewire.exec.traced_parts`)."""
+        """Not collective (every rank starts alike). Run the following multiplies through a schedule that
+        records into ``tracer``: for a trace (events kept) or the partitioned mode's threads, one whose
+        packer, transport and combine are proxies (:mod:`sparsewire.exec.traced_parts`); for a summary
+        alone, the schedule with laps (:mod:`sparsewire.exec.laps`: a clock read per phase, no proxies)."""
         from sparsewire.exec.pack import Packer
-        from sparsewire.exec.traced_parts import TracedCombine, TracedPacker, TracedTransport
 
         if self.tracer is not None:
             raise InputError("this plan is being traced already; end that trace block before starting another")
-        traced = SCHEDULES[self.mode](
-            self.buffers,
-            TracedTransport(self.transport, tracer),
-            TracedCombine(self.combine, tracer),
-            TracedPacker(Packer(self.buffers), tracer),
-        )
+        if tracer.keep_events or self.mode.partitions_per_thread:
+            from sparsewire.exec.traced_parts import TracedCombine, TracedPacker, TracedTransport
+
+            traced = SCHEDULES[self.mode](
+                self.buffers,
+                TracedTransport(self.transport, tracer),
+                TracedCombine(self.combine, tracer),
+                TracedPacker(Packer(self.buffers), tracer),
+            )
+        else:
+            self._laps = Laps(tracer, self.buffers, self.dtype.itemsize)
+            tracer.records_laps = True
+            traced = SCHEDULES[self.mode](self.buffers, self.transport, self.combine, Packer(self.buffers), self._laps)
         self._schedules.append(traced)
         self.schedule, self.tracer = traced, tracer
 
     def stop_tracing(self) -> None:
-        """Not collective. Multiplies run untraced again."""
+        """Not collective. Multiplies run untraced again (a summary's laps folded into its tracer first)."""
         if self.tracer is not None:
+            if self._laps is not None:
+                self._laps.fold()
             self._schedules.pop().close()
-            self.schedule, self.tracer = self._schedules[0], None
+            self.schedule, self.tracer, self._laps = self._schedules[0], None, None
 
     def link_of(self, peer: int) -> str:
         """Not collective. The link between this rank and ``peer``: whether MPI puts them on one node

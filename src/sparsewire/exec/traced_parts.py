@@ -12,8 +12,6 @@ kernel) is what the summary's cost is made of (docs/performance.md, "What the pr
 
 from __future__ import annotations
 
-import numpy as np
-
 from sparsewire.exec.tracing import Tracer
 
 __all__ = ["TracedPacker", "TracedCombine", "TracedTransport"]
@@ -176,8 +174,7 @@ class TracedTransport:
         """(destinations, bytes per send, bytes of all sends, sources, bytes per receive) of exchange ``ex``."""
         known = self._messages.get(ex.index)
         if known is None:
-            # The plan's rows (the partitioned mode pads its messages; the padding is not payload).
-            sizes = ex.exchange.send_counts.astype(np.int64) * (ex.send_buffer.shape[1] * self.itemsize)
+            sizes = ex.payload_bytes(self.itemsize)
             known = self._messages[ex.index] = (
                 [int(rank) for rank in ex.send_ranks],
                 [int(size) for size in sizes],

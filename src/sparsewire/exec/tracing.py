@@ -10,10 +10,11 @@ and both ranks, so the two ends match across processes. A message is stamped at 
 call that posts it and at the end of the wait that completes it (a wait for a whole exchange
 returns when its last message is in), so its arrow never points back in time.
 
-How: the executor's parts (the packer, the transport, the combine) are wrapped in proxies
+How: for a trace, the executor's parts (the packer, the transport, the combine) are wrapped in proxies
 (:mod:`sparsewire.exec.traced_parts`) that time each call (``time.perf_counter_ns``) into a
-:class:`Tracer` and delegate; tracing off leaves the parts unwrapped, so an untraced multiply runs
-exactly the code it ran before. Only multiplies in
+:class:`Tracer` and delegate; a summary alone (no events) is recorded by the schedule itself, one lap
+per phase (:mod:`sparsewire.exec.laps`), which costs a quarter of the proxies; tracing off leaves the
+parts unwrapped and the laps off (one test of a local per call). Only multiplies in
 the window ``[first, stop)`` are recorded, and recording stops at ``limit`` events (said in the
 trace's metadata, ``truncated``, and by the command line's warning).
 
@@ -107,13 +108,20 @@ def _region(tracer, name: str, args: dict):
 
 
 def measure_costs(tracer) -> tuple[float, float]:
-    """Not collective. Seconds of one clock read and of one recorded span, measured now on a scratch copy in this
-    thread's CPU time (wall time would count the moments an oversubscribed core ran another rank)."""
+    """Not collective. Seconds of one clock read and of one record (a span of the traced parts, or a summary's lap:
+    :mod:`~sparsewire.exec.laps`; its clock read not counted), measured now on a scratch copy in this thread's CPU
+    time (wall time would count the moments an oversubscribed core ran another rank)."""
     clock, reads = tracer.clock, 10_000
     started = time.thread_time()
     for _ in range(reads):
         clock()
     timer = (time.thread_time() - started) / reads
+    if tracer.records_laps:
+        push = [].append
+        started = time.thread_time()
+        for at in range(reads):
+            push((3, at))
+        return timer, (time.thread_time() - started) / reads
     scratch = Tracer(tracer.rank, tracer.link_of, clock=clock, keep_events=tracer.keep_events)
     scratch.begin_multiply()
     started = time.thread_time()
@@ -158,6 +166,7 @@ class Tracer:
         self.phases: dict[str, list[int]] = {}  # name -> [count, nanoseconds] over the window
         self.sent: dict[str, list[int]] = {}  # posting phase -> [messages, bytes]
         self.multiplies = self.epochs = 0  # recorded
+        self.records_laps = False  # set by an executor whose summary records laps (sparsewire.exec.laps), not spans
         self.lock = threading.Lock()  # the partitioned mode's threads add to shared totals
         self._tracks = {threading.get_ident(): 0}  # OS thread -> track (tid); the tracing thread is 0
 
@@ -166,9 +175,9 @@ class Tracer:
 
     def begin_multiply(self) -> None:
         """Not collective. A multiply starts (every rank counts them alike: the flow ids number them)."""
-        self.multiply += 1
-        if self.unit == "multiply":
-            self.recording = self._inside(self.multiply)
+        self.multiply = count = self.multiply + 1
+        if self.unit == "multiply":  # (_inside written out: this runs once per multiply)
+            self.recording = count >= self.first and (self.stop is None or count < self.stop) and not self.truncated
         self.multiplies += self.recording
 
     def begin_epoch(self) -> None:

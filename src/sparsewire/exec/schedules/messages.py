@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from sparsewire.exec.buffers import Buffers
+from sparsewire.exec.laps import COMBINE, EARLY, LOCAL, PACK, PHASES, POST_RECEIVES, POST_SENDS, UNPACK, WAIT, WAIT_SENDS, Laps
 from sparsewire.exec.pack import Packer
 from sparsewire.exec.transports.base import MessageTransport
 
@@ -29,11 +30,18 @@ __all__ = ["BulkSchedule", "OverlapSchedule", "EarlySchedule"]
 
 
 class _Schedule:
-    """``run(b, out)`` is Collective: every rank runs its schedule in the same multiply."""
+    """``run(b, out)`` is Collective: every rank runs its schedule in the same multiply.
 
-    def __init__(self, buffers: Buffers, transport: MessageTransport, combine, packer: Packer | None = None) -> None:
+    With ``laps`` (a summary recording, :mod:`~sparsewire.exec.laps`) each call is followed by its lap,
+    ``push((code, clock()))``; without, ``push`` is None and each lap is one test of it."""
+
+    def __init__(
+        self, buffers: Buffers, transport: MessageTransport, combine, packer: Packer | None = None, laps: Laps | None = None
+    ) -> None:
         self.buffers, self.transport, self.combine = buffers, transport, combine
         self.packer = packer or Packer(buffers)
+        self.laps = laps
+        self.push, self.clock = (laps.push, laps.clock) if laps is not None else (None, None)
 
     def close(self) -> None:
         """Release what the schedule holds (threads)."""
@@ -44,8 +52,10 @@ class _MessageRelays:
     sends one message at a time): which received messages are in, and how many inputs each
     relayed message still waits for; a relayed message is packed and sent once that count is 0."""
 
-    def __init__(self, buffers: Buffers, transport: MessageTransport, packer: Packer) -> None:
+    def __init__(self, buffers: Buffers, transport: MessageTransport, packer: Packer, laps: Laps | None) -> None:
         self.buffers, self.transport, self.packer = buffers, transport, packer
+        self.laps = laps
+        self.push, self.clock = (laps.push, laps.clock) if laps is not None else (None, None)
         self.arrived = [np.zeros(len(ex.recv_ranks), bool) for ex in buffers.exchanges]
         self._waiting = [np.zeros(len(ex.send_ranks), np.int64) for ex in buffers.exchanges]
 
@@ -60,8 +70,7 @@ class _MessageRelays:
         for message, needed in enumerate(ex.dependencies):
             waiting[message] = sum(1 for m in needed if not arrived[m])
             if waiting[message] == 0:
-                self.packer.message(ex, message, b)
-                self.transport.start_send(ex, message)
+                self._send(ex, message, b)
 
     def arrive(self, index: int, message: int, b: np.ndarray) -> None:
         """Message ``message`` of exchange ``index`` is in: send every relayed message it completes."""
@@ -71,8 +80,16 @@ class _MessageRelays:
             waiting = self._waiting[dependent_index]
             waiting[send_message] -= 1
             if waiting[send_message] == 0:
-                self.packer.message(exchanges[dependent_index], send_message, b)
-                self.transport.start_send(exchanges[dependent_index], send_message)
+                self._send(exchanges[dependent_index], send_message, b)
+
+    def _send(self, ex, message: int, b: np.ndarray) -> None:
+        push = self.push
+        self.packer.message(ex, message, b)
+        if push:
+            push((PACK, self.clock()))
+        self.transport.start_send(ex, message)
+        if push:
+            push((self.laps.send_code(ex, message), self.clock()))
 
 
 class BulkSchedule(_Schedule):
@@ -80,52 +97,79 @@ class BulkSchedule(_Schedule):
 
     def run(self, b: np.ndarray, out: np.ndarray) -> None:
         """Collective over the plan's peers."""
-        transport, combine = self.transport, self.combine
+        transport, combine, push, clock = self.transport, self.combine, self.push, self.clock
         combine.diagonal(b, out)
+        if push:
+            push((LOCAL, clock()))
         for ex in self.buffers.exchanges:
             transport.post_receives(ex)
+            if push:
+                push((POST_RECEIVES, clock()))
             self.packer.exchange(ex, b)
+            if push:
+                push((PACK, clock()))
             transport.start_sends(ex)
+            if push:
+                push((POST_SENDS + PHASES * ex.index, clock()))
             transport.wait_receives(ex)
+            if push:
+                push((WAIT, clock()))
             combine.exchange_arrived(ex, out)
+            if push:
+                push((UNPACK, clock()))
             transport.wait_sends(ex)
+            if push:
+                push((WAIT_SENDS, clock()))
         combine.finish(b, out)
+        if push:
+            push((COMBINE, clock()))
 
 
 class OverlapSchedule(_Schedule):
     """Steps in flight while the diagonal block and the previous step are computed (see the
     module docstring)."""
 
-    def __init__(self, buffers: Buffers, transport: MessageTransport, combine, packer: Packer | None = None) -> None:
-        super().__init__(buffers, transport, combine, packer)
+    def __init__(
+        self, buffers: Buffers, transport: MessageTransport, combine, packer: Packer | None = None, laps: Laps | None = None
+    ) -> None:
+        super().__init__(buffers, transport, combine, packer, laps)
         exchanges = buffers.exchanges
         self._finished = np.zeros(len(exchanges), bool)
         # Relays message by message: the buffers list each relayed message's inputs, and the
         # transport sends one message at a time and completes any one receive.
         self._per_message = transport.sends_message_by_message and any(any(ex.dependencies) for ex in exchanges)
-        self._relays = _MessageRelays(buffers, transport, self.packer)
+        self._relays = _MessageRelays(buffers, transport, self.packer, laps)
 
     def _finish(self, index: int, b: np.ndarray, out: np.ndarray) -> None:
         """Every message of exchange ``index`` in (one at a time where some of them feed relays), then its product."""
         if self._finished[index]:
             return
-        ex = self.buffers.exchanges[index]
+        ex, push = self.buffers.exchanges[index], self.push
         if self._per_message:  # any posted receive may complete first: every exchange's, one at a time
             self._arrivals_until(index, b)
         else:
             self.transport.wait_receives(ex)
+            if push:
+                push((WAIT, self.clock()))
         self.combine.exchange_arrived(ex, out)
+        if push:
+            push((UNPACK, self.clock()))
         self._finished[index] = True
 
     def _arrivals_until(self, index: int, b: np.ndarray) -> None:
         """Complete receives in arrival order until exchange ``index`` is in, sending each relayed
         message whose inputs are then all in."""
+        push = self.push
         while not self._relays.arrived[index].all():
-            self._relays.arrive(*self.transport.wait_any(), b)
+            arrival = self.transport.wait_any()
+            if push:
+                push((WAIT, self.clock()))
+            self._relays.arrive(*arrival, b)
 
     def run(self, b: np.ndarray, out: np.ndarray) -> None:
         """Collective over the plan's peers."""
         transport, steps, exchanges = self.transport, self.buffers.steps, self.buffers.exchanges
+        push, clock = self.push, self.clock
         self._finished[:] = False
         if self._per_message:
             self._relays.reset()
@@ -133,60 +177,93 @@ class OverlapSchedule(_Schedule):
             for index in step:
                 ex = exchanges[index]
                 transport.post_receives(ex)
+                if push:
+                    push((POST_RECEIVES, clock()))
                 if ex.input is not None and self._per_message:
                     self._relays.start(ex, b)
                     continue
                 if ex.input is not None:
                     self._finish(ex.input, b, out)
                 self.packer.exchange(ex, b)
+                if push:
+                    push((PACK, clock()))
                 transport.start_sends(ex)
+                if push:
+                    push((POST_SENDS + PHASES * ex.index, clock()))
             if position == 0:
                 self.combine.diagonal(b, out)  # while the first messages are in flight
+                if push:
+                    push((LOCAL, clock()))
             else:
                 for index in steps[position - 1]:
                     self._finish(index, b, out)
         for index in range(len(exchanges)):
             self._finish(index, b, out)
-        for ex in exchanges:
-            transport.wait_sends(ex)
+        _wait_sends(transport, exchanges, push, clock)
         self.combine.finish(b, out)
+        if push:
+            push((COMBINE, clock()))
 
 
 class EarlySchedule(_Schedule):
     """Each message combined as it arrives; relays sent message by message (see the module
     docstring)."""
 
-    def __init__(self, buffers: Buffers, transport: MessageTransport, combine, packer: Packer | None = None) -> None:
-        super().__init__(buffers, transport, combine, packer)
-        self._relays = _MessageRelays(buffers, transport, self.packer)
+    def __init__(
+        self, buffers: Buffers, transport: MessageTransport, combine, packer: Packer | None = None, laps: Laps | None = None
+    ) -> None:
+        super().__init__(buffers, transport, combine, packer, laps)
+        self._relays = _MessageRelays(buffers, transport, self.packer, laps)
 
     def run(self, b: np.ndarray, out: np.ndarray) -> None:
         """Collective over the plan's peers."""
         transport, steps, exchanges = self.transport, self.buffers.steps, self.buffers.exchanges
+        push, clock = self.push, self.clock
         self._relays.reset()
         for position, step in enumerate(steps):
             for index in step:
                 ex = exchanges[index]
                 transport.post_receives(ex)
+                if push:
+                    push((POST_RECEIVES, clock()))
                 if ex.input is None:
                     self.packer.exchange(ex, b)
+                    if push:
+                        push((PACK, clock()))
                     transport.start_sends(ex)
+                    if push:
+                        push((POST_SENDS + PHASES * ex.index, clock()))
                     continue
                 self._relays.start(ex, b)
             if position == 0:
                 self.combine.diagonal(b, out)  # while the first messages are in flight
+                if push:
+                    push((LOCAL, clock()))
             else:
                 self._arrivals_until(steps[position - 1], b, out)
         self._arrivals_until(range(len(exchanges)), b, out)
-        for ex in exchanges:
-            transport.wait_sends(ex)
+        _wait_sends(transport, exchanges, push, clock)
         self.combine.finish(b, out)
+        if push:
+            push((COMBINE, clock()))
 
     def _arrivals_until(self, indices, b: np.ndarray, out: np.ndarray) -> None:
         """Complete receives in arrival order until every message of the exchanges ``indices``
         has been combined."""
-        arrived = self._relays.arrived
+        arrived, push = self._relays.arrived, self.push
         while not all(arrived[i].all() for i in indices):
             index, message = self.transport.wait_any()
+            if push:
+                push((WAIT, self.clock()))
             self.combine.message_arrived(self.buffers.exchanges[index], message, out)
+            if push:
+                push((EARLY, self.clock()))
             self._relays.arrive(index, message, b)
+
+
+def _wait_sends(transport: MessageTransport, exchanges, push, clock) -> None:
+    """Every exchange's sends complete (the buffers may be written again), each a ``wait sends`` lap."""
+    for ex in exchanges:
+        transport.wait_sends(ex)
+        if push:
+            push((WAIT_SENDS, clock()))
