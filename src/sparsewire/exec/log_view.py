@@ -13,7 +13,8 @@ their average length and bytes (all ranks). The whole (POP metrics, Caliper's mi
 
 The communication time per multiply (the slowest rank's posts and waits) stands beside the plan's
 predicted communication time. The footer measures, in this run, what the numbers cost: one clock
-read and one recorded span (CPU time).
+read and one record (CPU time): a span of the traced parts, or a lap where a summary alone was
+recorded in the schedule (:mod:`~sparsewire.exec.laps`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def summarize(comm, tracer, costs: tuple[float, float], predicted_seconds: float
         "epochs": tracer.epochs,
         "timer_seconds": timer,
         "record_seconds": record,
+        "record": "lap" if tracer.records_laps else "span",
     }
     ranks = comm.gather(mine, root=0)
     if comm.Get_rank() != 0:
@@ -102,6 +104,7 @@ def summarize(comm, tracer, costs: tuple[float, float], predicted_seconds: float
         "per_rank": [{name: float(seconds[name][r]) for name in names} for r in range(len(ranks))],
         "timer_seconds": max(r["timer_seconds"] for r in ranks),
         "record_seconds": max(r["record_seconds"] for r in ranks),
+        "record": ranks[0]["record"],
     }
 
 
@@ -140,6 +143,6 @@ def format_log_view(summary: dict, title: str) -> str:
         f"communication per multiply {_number(summary['communication_seconds_per_multiply'], '.3e')} s measured (slowest "
         f"rank's posts and waits), {_number(predicted, '.3e')} s predicted",
         f"cost of the numbers: {summary['timer_seconds'] * 1e9:.0f} ns a clock read, {summary['record_seconds'] * 1e9:.0f} ns "
-        "a recorded span (CPU time, measured in this run)",
+        f"a recorded {summary['record']} (CPU time, measured in this run)",
     ]
     return "\n".join(lines)

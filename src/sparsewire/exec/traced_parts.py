@@ -1,13 +1,14 @@
 """The executor's parts traced (issue 41): proxies of the packer, the combine and the transport that
 time each call into a :class:`~sparsewire.exec.tracing.Tracer` and delegate.
 
-``SpmmExecutor.start_tracing`` builds a second schedule over these proxies; the untraced schedule
-is untouched. Each call is timed by two clock reads; while the tracer records, its time and count go
-into the phase's ``[count, nanoseconds]`` (kept by the proxy, so a summary adds two list updates per
-call) and, when the tracer keeps events, its span, the message spans and the flow arrows into the
+``SpmmExecutor.start_tracing`` builds a second schedule over these proxies for a trace (events kept) and
+for the partitioned mode's threads; a summary alone of the other modes records laps in the schedule
+instead (:mod:`sparsewire.exec.laps`: no proxy frame per call). Each call is timed by two clock reads;
+while the tracer records, its time and count go into the phase's ``[count, nanoseconds]`` (kept by the
+proxy) and, when the tracer keeps events, its span, the message spans and the flow arrows into the
 trace. Each method is written out rather than routed through one timing helper: a multiply calls
 them about ten times, and a Python frame per call (a few microseconds with the caches cold after a
-kernel) is what the summary's cost is made of (docs/performance.md, "What the profiling views cost").
+kernel) is what tracing costs (docs/performance.md, "What the profiling views cost").
 """
 
 from __future__ import annotations
