@@ -24,6 +24,7 @@ import numpy as np
 
 from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT, MIN_WAIT_TIMEOUT
 from sparsewire.errors import InputError
+from sparsewire.exec.codecs import CODECS
 from sparsewire.exec.kernels import backend_problem
 from sparsewire.exec.modes import MODES, Mode
 from sparsewire.exec.transports import transport_names, transport_problem
@@ -63,6 +64,9 @@ class ExecOptions:
             through host memory); None = the stored one of the device's type, if any.
         wait_timeout: seconds a multiply may go without any message arriving before it ends the
             job with a message naming what it waits for (:mod:`sparsewire.comm.watchdog`).
+        compress: the payload codec of every message (:data:`~sparsewire.exec.codecs.CODECS`): ``none``
+            (the default: rows sent as they are, bitwise) or ``bf16`` (each entry within
+            ``max(2^-8 |x|, 2^-134)``; the MPI transport's whole-message modes on the CPU).
     """
 
     strategy: str | Strategy = AUTO
@@ -76,6 +80,7 @@ class ExecOptions:
     device: str = "cpu"
     transfer_calibration: Path | str | os.PathLike | None = None
     wait_timeout: float = DEFAULT_WAIT_TIMEOUT
+    compress: str = "none"
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -153,7 +158,27 @@ class ExecOptions:
                 f"wait_timeout must be a number of seconds of at least {MIN_WAIT_TIMEOUT:g} (got {self.wait_timeout!r}): "
                 "below that a healthy multiply's first messages (connections being set up) can take longer"
             )
+        problems.extend(self._compress_problems(mode))
         return problems
+
+    def _compress_problems(self, mode) -> list[str]:
+        if self.compress not in CODECS:
+            return [f"unknown compress {self.compress!r}; choose {' or '.join(CODECS)}"]
+        if self.compress == "none":
+            return []
+        where = []
+        if self.transport != "mpi":
+            where.append(f"the {self.transport} transport")
+        if mode is not None and Mode(mode).partitions_per_thread:
+            where.append("the partitioned mode")
+        if self.backend != "numpy" or self.device_type != "cpu":
+            where.append(f"the {self.backend} backend on {self.device}")
+        if where:
+            return [
+                f"compress {self.compress!r} is built for the MPI transport's whole-message modes (bulk, overlap, pipelined, "
+                f"early) with the numpy backend on the CPU, not {' or '.join(where)}; use compress='none' there"
+            ]
+        return []
 
     @property
     def layout(self) -> str:
@@ -196,6 +221,7 @@ class ExecOptions:
             "device": self.device,
             "transfer_calibration": None if self.transfer_calibration is None else str(self.transfer_calibration),
             "wait_timeout": self.wait_timeout,
+            "compress": self.compress,
         }
 
     def saved(self) -> dict:

@@ -17,6 +17,7 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, collective_errors, ranks_on_node
 from sparsewire.errors import InputError, PlanMismatchError
+from sparsewire.exec import codecs
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.modes import Mode, choose_mode
 from sparsewire.exec.traffic import TrafficMap, measured_traffic, planned_traffic
@@ -276,6 +277,18 @@ class SpmmPlan:
         """Not collective. Bytes received from each rank in the last multiply, as :attr:`counted_by` says."""
         return self.executor.bytes_received_from
 
+    @property
+    def wire_bytes_received(self) -> int:
+        """Not collective. Bytes that crossed the wire to this rank in the last multiply (MPI's receive statuses); equal
+        to :attr:`bytes_received` unless a payload codec (``compress``) coded the messages."""
+        return int(self.executor.ledger.wire_bytes_from.sum())
+
+    @property
+    def codec_passes(self) -> int:
+        """Not collective. The most coded messages a term of C crosses (a B row, a partial sum, a relay each one):
+        the plan's exchanges, every message coded where ``compress`` is not ``none`` (0 where it is)."""
+        return 0 if self.options.compress == "none" else len(self.rank_plan.exchanges)
+
     def traffic(self) -> tuple[TrafficMap, TrafficMap]:
         """Collective. The rank x rank map of the last multiply as the transport counted it, and the plan's."""
         return measured_traffic(self.comm, self.executor.ledger), planned_traffic(self.stats)
@@ -320,7 +333,7 @@ class SpmmPlan:
         ranks when the plan was made). The strategy and why, the transport, backend and transfer
         paths (:func:`~sparsewire.exec.wire.describe_paths`), bytes and messages per link
         class, per-rank maxima with the max/mean ratio, and the predicted time."""
-        stats = self.stats
+        stats, executor, compress = self.stats, self.executor, self.options.compress
         size = self.comm.Get_size()
         lines = [
             f"{'A.T @ G' if self.transposed else 'A @ B'}: A {self.matrix.shape[0]} x {self.matrix.shape[1]}, "
@@ -329,7 +342,8 @@ class SpmmPlan:
             + (", deterministic" if self.deterministic else ""),
             f"transport {self.transport}: bytes counted from {self.counted_by}",
             f"backend {self.backend} on {self.device}: {self.executor.kernels.description}",
-            *describe_paths(self.executor.transfer_rule, self.executor.stages_messages, self.transport, self.transfer_summary),
+            *describe_paths(executor.transfer_rule, executor.stages_messages, self.transport, self.transfer_summary, compress),
+            codecs.describe(compress, self.codec_passes),
             self.choice.reason(),
         ]
         if self.choice.requested == "auto" and len(self.choice.candidates) > 1:
@@ -338,21 +352,7 @@ class SpmmPlan:
                 for name, (s, b) in sorted(self.choice.candidates.items(), key=lambda x: x[1])
             )
             lines.append(f"candidates (predicted time / bytes): {parts}")
-        lines.append(
-            f"per multiply: {format_bytes(stats.total_bytes)} in {stats.messages} messages; setup "
-            f"{format_bytes(int(stats.setup_bytes))}"
-        )
-        classes = stats.class_totals()
-        for name in ("intra_group", "inter_group"):
-            if classes[f"{name}_messages"]:
-                lines.append(
-                    f"  {name.replace('_', '-')}: {format_bytes(classes[f'{name}_bytes'])} in {classes[f'{name}_messages']} "
-                    "messages"
-                )
-        for label, per_rank in (("send", stats.send_bytes_per_rank), ("receive", stats.recv_bytes_per_rank)):
-            mean = float(per_rank.mean()) if per_rank.size else 0.0
-            ratio = f"{per_rank.max() / mean:.2f}" if mean > 0 else "-"
-            lines.append(f"busiest rank {label}s {format_bytes(int(per_rank.max(initial=0)))} (max/mean {ratio})")
+        lines += stats.describe_lines()
         lines.append(
             f"predicted communication time {self.predicted_seconds * 1e6:.2f} us per multiply under {stats.topology.name}"
         )

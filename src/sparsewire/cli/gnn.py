@@ -177,7 +177,8 @@ def run_gcn(args: argparse.Namespace) -> int:
     for plan in graph.operator.plans.values():
         for each in (plan, plan.transpose()):
             for path, messages in messages_per_path(each.transfer_summary).items():
-                paths[path] += messages
+                if path in paths:  # (training sends no coded payloads)
+                    paths[path] += messages
     graph.operator.close()
     if rank != 0:
         return 0

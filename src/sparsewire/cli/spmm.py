@@ -34,6 +34,7 @@ from sparsewire.cli.profiling import (
 )
 from sparsewire.cli.spmm_runs import bytes_match, eigs_session, spmm_session
 from sparsewire.errors import InputError
+from sparsewire.exec.codecs import CODECS
 from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
@@ -87,6 +88,14 @@ def add_commands(commands) -> None:
         action="store_true",
         help="fixed summation order: C bitwise identical across runs, modes and threads (and across P for block, "
         "column, column-hier); C is computed after all messages arrive",
+    )
+    spmm.add_argument(
+        "--compress",
+        choices=CODECS,
+        default="none",
+        help="payload codec of every message: none (rows as they are, bitwise) or bf16 (each entry within "
+        "max(2^-8 |x|, 2^-134), about a quarter of float64's bytes on the wire; --check allows the bound explain() "
+        "states). MPI transport, numpy backend, modes bulk, overlap, pipelined, early (default: none)",
     )
     spmm.add_argument("--repeat", type=positive_int, default=10, help="timed multiplies per run (default: 10)")
     add_partition_arguments(spmm)
@@ -234,6 +243,7 @@ def run_spmm(args: argparse.Namespace) -> int:
                 f"{r['plan_seconds']:.3f}",
             ]
             + ([format_bytes(r["inter_group_bytes"]), f"{r['predicted_seconds'] * 1e3:.4f}"] if topology is not None else [])
+            + ([format_bytes(r["wire_bytes"])] if args.compress != "none" else [])
             + ([f"{r['max_abs_error']:.2e}"] if args.check else [])
         )
     headers = [
@@ -248,6 +258,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         "plan s",
     ]
     headers += ["inter-group", "predicted ms"] if topology is not None else []
+    headers += [f"wire ({args.compress})"] if args.compress != "none" else []
     if topology is not None:
         print(f"topology {topology.describe()}; proxy {args.proxy}")
     print(format_table(headers + (["max abs error"] if args.check else []), rows))

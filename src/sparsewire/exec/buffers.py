@@ -47,12 +47,14 @@ class BufferNeeds:
         dependencies: list, per sent message of a relaying exchange, the input messages it reads.
         ordered: the receive buffers form one stack behind a copy of B_p, with the ``merged``
             operand over it.
+        codec: the payload codec of every message (:mod:`~sparsewire.exec.codecs`; ``none``: sent as they are).
     """
 
     partitions: int = 1
     unpack: str | None = "exchange"
     dependencies: bool = False
     ordered: bool = False
+    codec: str = "none"
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,6 +115,11 @@ class ExchangeBuffers:
     def recv_staged(self) -> tuple[int, ...]:
         """The received messages staged through host memory."""
         return tuple(m for m, path in enumerate(self.recv_paths) if path is WirePath.STAGED)
+
+    @property
+    def send_encoded(self) -> tuple[int, ...]:
+        """The sent messages that go through the payload codec."""
+        return tuple(m for m, path in enumerate(self.send_paths) if path is WirePath.ENCODED)
 
 
 @dataclass(frozen=True, eq=False)
@@ -246,6 +253,8 @@ def _exchange_buffers(
     send_elements, recv_elements = np.diff(send_offsets) * k, np.diff(recv_offsets) * k
     direct = TransferRule(0, "no staging")
     send_paths, recv_paths = ((rule or direct).paths(elements * dtype.itemsize) for elements in (send_elements, recv_elements))
+    if needs.codec != "none":  # every message coded (host memory: nothing is staged)
+        send_paths, recv_paths = ((WirePath.ENCODED,) * len(send_paths), (WirePath.ENCODED,) * len(recv_paths))
     return ExchangeBuffers(
         index=index,
         exchange=exchange,

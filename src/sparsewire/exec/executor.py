@@ -157,6 +157,7 @@ class SpmmExecutor:
             unpack=None if self.deterministic else ("message" if mode.per_message else "exchange"),
             dependencies=mode.relays_per_message,
             ordered=self.deterministic,
+            codec=options.compress,
         )
         self.buffers = build_buffers(
             plan, self.k, self.dtype, self.threads, needs, self.kernels, self.transfer_rule if self.stages_messages else None

@@ -1,10 +1,10 @@
 """Wire paths: how each message travels, chosen per message when the buffers are built.
 
 A message's :class:`WirePath` is ``direct`` (MPI moves it from the backend's buffer itself) or
-``staged`` (through a copy in host memory); a codec that changes the bytes on the wire will be a
-third kind of path, chosen the same way by link class and size. The ledger
-(:class:`~sparsewire.exec.transports.base.ByteLedger`) keeps the bytes on the wire and the payload
-bytes apart; they are equal on both of today's paths.
+``staged`` (through a copy in host memory) or ``encoded`` (through a payload codec,
+:mod:`~sparsewire.exec.codecs`: fewer bytes on the wire; chosen by the execution options' ``compress``,
+today for every message alike). The ledger (:class:`~sparsewire.exec.transports.base.ByteLedger`)
+keeps the bytes on the wire and the payload bytes apart; they differ on the encoded path only.
 
 The staging rule is the semiring SpGEMM paper's hybrid communication (McFarland et al., ICPE '25,
 sec. 4.2 and 5.2, Fig. 8): below some message size, copying a message out of device memory and
@@ -52,10 +52,11 @@ _DEVICE_TYPES = ("cpu", "cuda")
 
 
 class WirePath(enum.IntEnum):
-    """How one message travels (its bytes on the wire equal its payload on both)."""
+    """How one message travels (its bytes on the wire equal its payload on the first two)."""
 
     DIRECT = 0  # MPI reads and writes the backend's buffer
     STAGED = 1  # copied through host memory at each end
+    ENCODED = 2  # coded into a wire buffer (exec/codecs.py), decoded into the receive buffer
 
 
 def device_type(device: str) -> str:
@@ -111,25 +112,25 @@ def default_rule(device: str) -> TransferRule:
 
 
 _CLASSES = ("intra_group", "inter_group")
+_PATHS = tuple(path.name.lower() for path in WirePath)  # direct, staged, encoded
 
 
 def summarize_paths(comm, buffers, topology) -> dict:
     """Collective. Sent messages of every rank per link class (``intra_group``/``inter_group`` under
-    ``topology``, flat when None) and path, as ``buffers`` mark them (``send_staged``): ``{class:
-    {"staged"|"direct": [messages, bytes, smallest, largest]}}``."""
+    ``topology``, flat when None) and path, as ``buffers`` mark them (``send_paths``): ``{class:
+    {"direct"|"staged"|"encoded": [messages, payload bytes, smallest, largest]}}``."""
     from mpi4py import MPI
 
     from sparsewire.topology import Topology
 
     groups = (topology or Topology.flat()).groups(comm.Get_size())
     rank, itemsize = comm.Get_rank(), buffers.dtype.itemsize
-    counts = np.zeros((2, 2, 2), np.int64)  # class, path (0 direct, 1 staged), (messages, bytes)
-    smallest = np.full((2, 2), np.iinfo(np.int64).max, np.int64)
-    largest = np.zeros((2, 2), np.int64)
+    counts = np.zeros((2, len(_PATHS), 2), np.int64)  # class, path (WirePath), (messages, bytes)
+    smallest = np.full((2, len(_PATHS)), np.iinfo(np.int64).max, np.int64)
+    largest = np.zeros((2, len(_PATHS)), np.int64)
     for ex in buffers.exchanges:
-        staged = set(ex.send_staged)
         for message, (destination, elements) in enumerate(zip(ex.send_ranks, ex.send_elements)):
-            link, path, size = int(groups[destination] != groups[rank]), int(message in staged), elements * itemsize
+            link, path, size = int(groups[destination] != groups[rank]), int(ex.send_paths[message]), elements * itemsize
             counts[link, path] += (1, size)
             smallest[link, path] = min(smallest[link, path], size)
             largest[link, path] = max(largest[link, path], size)
@@ -138,7 +139,7 @@ def summarize_paths(comm, buffers, topology) -> dict:
     return {
         name: {
             path: [int(counts[c, p, 0]), int(counts[c, p, 1]), int(smallest[c, p]), int(largest[c, p])]
-            for p, path in enumerate(("direct", "staged"))
+            for p, path in enumerate(_PATHS)
             if counts[c, p, 0]
         }
         for c, name in enumerate(_CLASSES)
@@ -146,21 +147,23 @@ def summarize_paths(comm, buffers, topology) -> dict:
 
 
 def messages_per_path(summary: dict) -> dict[str, int]:
-    """Not collective. ``{"staged": n, "direct": m}``: the messages of a :func:`summarize_paths`
+    """Not collective. ``{"direct": n, "staged": m, "encoded": e}``: the messages of a :func:`summarize_paths`
     summary, all link classes together."""
-    totals = {"staged": 0, "direct": 0}
+    totals = dict.fromkeys(_PATHS, 0)
     for per_class in summary.values():
         for path, (messages, *_) in per_class.items():
             totals[path] += messages
     return totals
 
 
-def describe_paths(rule: TransferRule, staging: bool, transport: str, summary: dict) -> list[str]:
-    """Not collective. ``explain()``'s lines: the rule and why, then per link class how many
-    messages (and of which sizes) take each path."""
+def describe_paths(rule: TransferRule, staging: bool, transport: str, summary: dict, codec: str = "none") -> list[str]:
+    """Not collective. ``explain()``'s lines: the rule and why (or the payload codec every message goes through), then
+    per link class how many messages (and of which payload sizes) take each path."""
     from sparsewire.report import format_bytes
 
-    if staging:
+    if codec != "none":
+        lines = [f"transfers: every message through the {codec} payload codec (host memory: nothing staged)"]
+    elif staging:
         lines = [f"transfers: {rule.describe()}"]
     elif transport == "mpi":
         lines = [

@@ -138,6 +138,23 @@ class PlanStats:
             result[f"max_rank_recv_{name}_bytes"] = int(received.max(initial=0))
         return result
 
+    def describe_lines(self) -> list[str]:
+        """Not collective. ``explain()``'s lines of the bytes: per multiply and setup, per link class, the busiest ranks."""
+        from sparsewire.report import format_bytes
+
+        setup = format_bytes(int(self.setup_bytes))
+        lines = [f"per multiply: {format_bytes(self.total_bytes)} in {self.messages} messages; setup {setup}"]
+        classes = self.class_totals()
+        for name in ("intra_group", "inter_group"):
+            if classes[f"{name}_messages"]:
+                size, count = format_bytes(classes[f"{name}_bytes"]), classes[f"{name}_messages"]
+                lines.append(f"  {name.replace('_', '-')}: {size} in {count} messages")
+        for label, per_rank in (("send", self.send_bytes_per_rank), ("receive", self.recv_bytes_per_rank)):
+            mean = float(per_rank.mean()) if per_rank.size else 0.0
+            ratio = f"{per_rank.max() / mean:.2f}" if mean > 0 else "-"
+            lines.append(f"busiest rank {label}s {format_bytes(int(per_rank.max(initial=0)))} (max/mean {ratio})")
+        return lines
+
     def as_dict(self) -> dict:
         """Not collective. The JSON fields of ``sparsewire analyze`` (link classes and prediction with a topology)."""
         result = {

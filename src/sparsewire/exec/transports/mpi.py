@@ -16,9 +16,11 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import mpi_datatype
 from sparsewire.errors import FallbackWarning
+from sparsewire.exec import codecs
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.exec.modes import Mode
 from sparsewire.exec.transports.base import ByteLedger, MessageTransport, PartitionedTransport
+from sparsewire.exec.wire import WirePath
 
 __all__ = ["MpiTransport", "MpiPartitionedTransport", "MpiPartitionsOverPointToPoint", "partitioned_available", "select"]
 
@@ -41,6 +43,25 @@ def _wait_and_count(requests: list, statuses: list, ledger: ByteLedger, ex: Exch
             ledger.record(ex, message, status.Get_count(datatype))
 
 
+class _Coded:
+    """A message through the payload codec (:mod:`sparsewire.exec.codecs`): its rows in the buffers and its
+    wire buffer (bytes, large enough for every row at full width)."""
+
+    def __init__(self, flat: np.ndarray, start: int, count: int, k: int) -> None:
+        self.rows = flat[start : start + count].reshape(count // k, k)
+        self.wire = np.zeros(codecs.max_message_bytes(count // k, k, flat.itemsize), np.uint8)
+
+
+def _count(ledger: ByteLedger, ex: ExchangeBuffers, message: int, status, datatype, coded: _Coded | None) -> None:
+    """Count one received message from its status; a coded one decoded first (its payload from its header)."""
+    if coded is None:
+        ledger.record(ex, message, status.Get_count(datatype))
+        return
+    size = status.Get_count(MPI.BYTE)
+    rows, k = codecs.decode(coded.wire[:size], coded.rows)
+    ledger.record(ex, message, rows * k, wire_bytes=size)
+
+
 def _messages(offsets: np.ndarray, elements: tuple[int, ...], k: int):
     """(start element, element count) of every message."""
     return zip((offsets[:-1] * k).tolist(), elements)
@@ -57,8 +78,11 @@ def _bind(flat: np.ndarray, stage: np.ndarray | None, device, start: int, count:
 class MpiTransport(MessageTransport):
     """One persistent ``MPI_Send_init``/``MPI_Recv_init`` request per message; a staged message
     (:mod:`sparsewire.exec.wire`) is copied into host memory before its send starts and
-    out of it once its receive completes. Before MPI reads or writes any memory of an exchange the
-    backend is synchronised (queued device kernels and copies done; nothing on the CPU)."""
+    out of it once its receive completes; an encoded message is coded into its wire buffer and sent
+    by ``MPI_Isend`` (its size varies), received by a persistent request into a wire buffer of its
+    largest size and decoded into the receive buffer on completion. Before MPI reads or writes any
+    memory of an exchange the backend is synchronised (queued device kernels and copies done;
+    nothing on the CPU)."""
 
     name = "mpi"
     modes = frozenset({Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY})
@@ -74,6 +98,10 @@ class MpiTransport(MessageTransport):
         # Staged messages (WirePath.STAGED, exec/wire.py) are bound to host memory and copied around MPI.
         self._copy_out: list[list[tuple[object, np.ndarray] | None]] = []
         self._copy_in: list[list[tuple[np.ndarray, object] | None]] = []
+        # Encoded messages (WirePath.ENCODED): per exchange, per message its _Coded (None: not encoded).
+        self._encode: list[list[_Coded | None]] = []
+        self._decode: list[list[_Coded | None]] = []
+        self._comm, self._coded_sends = comm, [[] for _ in buffers.exchanges]  # this multiply's MPI_Isend requests
         for ex in buffers.exchanges:
             tag = _TAG + ex.index
             recv_messages = list(_messages(ex.recv_offsets, ex.recv_elements, k))
@@ -87,15 +115,28 @@ class MpiTransport(MessageTransport):
                 _bind(ex.send_flat, ex.send_stage, ex.send_device, start, count, m in send_staged)
                 for m, (start, count) in enumerate(send_messages)
             ]
+            coded_recv = [
+                _Coded(ex.recv_flat, start, count, k) if path is WirePath.ENCODED else None
+                for path, (start, count) in zip(ex.recv_paths, recv_messages)
+            ]
+            coded_send = [
+                _Coded(ex.send_flat, start, count, k) if path is WirePath.ENCODED else None
+                for path, (start, count) in zip(ex.send_paths, send_messages)
+            ]
             self._recv.append(
-                [comm.Recv_init([memory, self._type], source, tag) for source, (memory, _) in zip(ex.recv_ranks, recv_memory)]
+                [
+                    comm.Recv_init([memory, self._type] if coded is None else [coded.wire, MPI.BYTE], source, tag)
+                    for source, (memory, _), coded in zip(ex.recv_ranks, recv_memory, coded_recv)
+                ]
             )
             self._send.append(
                 [
-                    comm.Send_init([memory, self._type], destination, tag)
-                    for destination, (memory, _) in zip(ex.send_ranks, send_memory)
+                    comm.Send_init([memory, self._type], destination, tag) if coded is None else None
+                    for destination, (memory, _), coded in zip(ex.send_ranks, send_memory, coded_send)
                 ]
             )
+            self._encode.append(coded_send)
+            self._decode.append(coded_recv)
             self._copy_in.append([None if device is None else (memory, device) for memory, device in recv_memory])
             self._copy_out.append([None if device is None else (device, memory) for memory, device in send_memory])
         self._backend = buffers.kernels
@@ -115,17 +156,34 @@ class MpiTransport(MessageTransport):
             self._backend.copy_out(*self._copy_out[ex.index][message])
         if self._send[ex.index]:
             self._backend.synchronize()  # the packed rows (and their staged copies) are in memory
-            MPI.Prequest.Startall(self._send[ex.index])
+            persistent = [request for request in self._send[ex.index] if request is not None]
+            if persistent:
+                MPI.Prequest.Startall(persistent)
+        for message in ex.send_encoded:
+            self._send_encoded(ex, message)
+
+    def _send_encoded(self, ex: ExchangeBuffers, message: int) -> None:
+        coded = self._encode[ex.index][message]
+        size = codecs.encode(coded.rows, coded.wire)
+        request = self._comm.Isend([coded.wire[:size], MPI.BYTE], ex.send_ranks[message], _TAG + ex.index)
+        self._coded_sends[ex.index].append(request)
 
     def start_send(self, ex: ExchangeBuffers, message: int) -> None:
         staged = self._copy_out[ex.index][message]
         if staged is not None:
             self._backend.copy_out(*staged)
         self._backend.synchronize()
-        self._send[ex.index][message].Start()
+        if self._encode[ex.index][message] is not None:
+            self._send_encoded(ex, message)
+        else:
+            self._send[ex.index][message].Start()
 
     def wait_receives(self, ex: ExchangeBuffers) -> None:
-        _wait_and_count(self._recv[ex.index], self._statuses[ex.index], self.ledger, ex, self._type)
+        requests, statuses = self._recv[ex.index], self._statuses[ex.index]
+        if requests:
+            MPI.Request.Waitall(requests, statuses)
+            for message, (status, coded) in enumerate(zip(statuses, self._decode[ex.index])):
+                _count(self.ledger, ex, message, status, self._type, coded)
         for message in ex.recv_staged:
             self._backend.copy_in(*self._copy_in[ex.index][message])
 
@@ -134,14 +192,19 @@ class MpiTransport(MessageTransport):
         if position == MPI.UNDEFINED:
             raise RuntimeError("no receive is active but messages are missing; the executor's schedule is broken")
         index, message = self._owner[position]
-        self.ledger.record(self.buffers.exchanges[index], message, self._any_status.Get_count(self._type))
+        coded = self._decode[index][message]
+        _count(self.ledger, self.buffers.exchanges[index], message, self._any_status, self._type, coded)
         staged = self._copy_in[index][message]
         if staged is not None:
             self._backend.copy_in(*staged)
         return index, message
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
-        MPI.Request.Waitall(self._send[ex.index])
+        MPI.Request.Waitall([request for request in self._send[ex.index] if request is not None])
+        coded = self._coded_sends[ex.index]
+        if coded:
+            MPI.Request.Waitall(coded)
+            coded.clear()
 
     def incomplete_receives(self, ex: ExchangeBuffers) -> list[int] | None:
         # MPI_Request_get_status neither completes nor frees a request (MPI_THREAD_MULTIPLE here)
@@ -149,7 +212,7 @@ class MpiTransport(MessageTransport):
 
     def free(self) -> None:
         """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transports.base`."""
-        for request in self._all_recv + [r for requests in self._send for r in requests]:
+        for request in self._all_recv + [r for requests in self._send for r in requests if r is not None]:
             request.Free()
         self._recv, self._send, self._all_recv = [], [], []
 

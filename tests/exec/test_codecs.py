@@ -1,0 +1,132 @@
+"""Payload codecs (sparsewire.exec.codecs, issue 43): every entry within the stated bound on random and
+adversarial rows, NaN and Inf kept, overflowing rows sent whole, float32 rounded exactly as the bit formula
+of round-to-nearest-even; and SpMM with ``--compress bf16`` at P = 2..4: C within the bound the plan
+states, the payload as planned, the wire bytes about a quarter of float64's."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import SHARED_MATRICES, run_mpi
+from sparsewire.errors import InputError
+from sparsewire.exec import codecs
+from sparsewire.options import ExecOptions
+
+
+def _round_trip(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    message = np.zeros(codecs.max_message_bytes(*rows.shape, rows.itemsize), np.uint8)
+    size = codecs.encode(rows, message)
+    decoded = np.empty_like(rows)
+    assert codecs.decode(message[:size], decoded) == rows.shape
+    return decoded, message, size
+
+
+def _adversarial(dtype, rng) -> np.ndarray:
+    """Rows of zeros, a constant, denormals (float32's and bf16's), huge values, NaN and Inf, mixed signs."""
+    info = np.finfo(dtype)
+    k = 9
+    rows = [
+        np.zeros(k),
+        np.full(k, 3.0),
+        np.full(k, -(2.0**-130)),  # below bf16's smallest normal
+        np.array([info.smallest_subnormal, -info.smallest_subnormal, 2.0**-133, 2.0**-134, 3 * 2.0**-135, 0, 1, -1, 2]),
+        np.array([np.nan, np.inf, -np.inf, 1.5, -0.0, 0.0, 1e30, -1e-30, 7.0]),
+        np.full(k, float(info.max)),  # float64: past bf16's range, sent whole; float32: rounds within it or whole
+        np.array([1 + 2.0**-8, 1 + 3 * 2.0**-8, 1 + 2.0**-9, 1 - 2.0**-10, 255.5, 256.5, 257.0, -257.0, 1 + 2.0**-20]),
+        rng.standard_normal(k) * 10.0 ** rng.integers(-30, 30),
+    ]
+    return np.array(rows).astype(dtype)
+
+
+def _assert_within_bound(rows: np.ndarray, decoded: np.ndarray) -> None:
+    x, y = rows.astype(np.float64), decoded.astype(np.float64)
+    finite = np.isfinite(x)
+    assert np.array_equal(np.isnan(y), np.isnan(x))
+    assert np.array_equal(y[np.isinf(x)], x[np.isinf(x)])
+    error = np.abs(y[finite] - x[finite])
+    bound = codecs.error_bound(x)[finite]
+    assert (error <= bound).all(), (x[finite][error > bound], y[finite][error > bound])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_entry_is_within_the_stated_bound(dtype, rng):
+    random = (rng.standard_normal((300, 16)) * np.exp2(rng.integers(-140, 120, (300, 1)))).astype(dtype)
+    for rows in (random, _adversarial(dtype, rng)):
+        decoded, message, size = _round_trip(rows)
+        _assert_within_bound(rows, decoded)
+        n, k = rows.shape
+        whole = message[8 : 8 + n].astype(bool)
+        assert np.array_equal(decoded[whole], rows[whole])  # rows sent at full width come back bitwise
+        assert size == 8 + -(-n // 8) * 8 + -(-2 * n * k // 8) * 8 + int(whole.sum()) * k * rows.itemsize
+
+
+def test_float32_rounds_to_nearest_even_exactly(rng):
+    """Against the bit formula of round-to-nearest-even on float32 (add 0x7FFF plus the kept lowest bit, keep the
+    top 16 bits): a codec that truncates or rounds ties away from even fails here."""
+    rows = rng.standard_normal((200, 32)).astype(np.float32)
+    bits = rows.view(np.uint32)
+    rows[:50] = ((bits[:50] & 0xFFFF0000) | 0x8000).view(np.float32)  # exact ties
+    bits = rows.view(np.uint32).astype(np.uint64)
+    expected = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+    decoded, _, _ = _round_trip(rows)
+    assert np.array_equal(decoded, expected)
+
+
+def test_float64_is_rounded_once_not_through_float32():
+    """1 + 2^-8 + 2^-30 rounds up to 1 + 2^-7 in one step; through float32 first it would be a tie (1 + 2^-8) and
+    go down to 1."""
+    rows = np.array([[1 + 2.0**-8 + 2.0**-30, -(1 + 2.0**-8 + 2.0**-30)]])
+    decoded, _, _ = _round_trip(rows)
+    assert decoded.tolist() == [[1 + 2.0**-7, -(1 + 2.0**-7)]]
+
+
+def test_overflowing_rows_go_whole_and_the_others_shrink():
+    rows = np.array([[1.0, 2.0], [1e300, 1.0], [3.0, -4.0]])
+    decoded, message, size = _round_trip(rows)
+    assert message[8:11].tolist() == [0, 1, 0] and np.array_equal(decoded, rows)
+    assert size == 8 + 8 + 16 + 2 * 8
+
+
+def test_a_message_for_another_shape_is_refused():
+    message = np.zeros(codecs.max_message_bytes(4, 3, 8), np.uint8)
+    size = codecs.encode(np.ones((4, 3)), message)
+    with pytest.raises(InputError, match="4 x 3 entries but its receive buffer is 3 x 3"):
+        codecs.decode(message[:size], np.empty((3, 3)))
+
+
+def test_the_product_bound_grows_with_the_passes():
+    scale, operands, terms = np.array([1.0, 100.0]), np.array([1.0, 1.0]), np.array([1, 1])
+    assert codecs.product_error_bound("none", 2, scale, operands, terms).tolist() == [0.0, 0.0]
+    one = codecs.product_error_bound("bf16", 1, scale, operands, terms)
+    two = codecs.product_error_bound("bf16", 2, scale, operands, terms)
+    assert np.allclose(one, 2.0**-8 * scale) and (two > one).all()
+
+
+def test_options_refuse_compress_where_it_is_not_built():
+    with pytest.raises(InputError, match="unknown compress 'zstd'"):
+        ExecOptions(compress="zstd")
+    for where in ({"transport": "torch"}, {"mode": "partitioned"}, {"backend": "torch"}):
+        with pytest.raises(InputError, match="compress 'bf16' is built for the MPI transport"):
+            ExecOptions(compress="bf16", **where)
+    assert ExecOptions(compress="bf16").as_dict()["compress"] == "bf16"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_spmm_with_bf16_messages_is_within_the_plans_bound_on_a_quarter_of_the_bytes(ranks):
+    matrix = str(SHARED_MATRICES[ranks % len(SHARED_MATRICES)]) if SHARED_MATRICES else "delaunay:3000:4"
+    args = ["-m", "sparsewire", "spmm", matrix, "--compress", "bf16", "--check", "--json", "--repeat", "2"]
+    args += ["--strategy", "joint,column,joint-group", "-G", "2", "--mode", "bulk,overlap,early", "--k", "16"]
+    completed = run_mpi(ranks, args, timeout=300)
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
+    for run in json.loads(completed.stdout)["runs"]:
+        case = (matrix, ranks, run["strategy"], run["mode"])
+        assert run["check_passed"] and run["delivery_problems"] == 0, case
+        assert run["payload_bytes"] == run["planned_bytes"] and run["codec_passes"] >= 1, case
+        rows = run["payload_bytes"] // (16 * 8)
+        metadata = rows + 16 * run["messages"]  # a flag per row; a header and padding per message
+        assert run["wire_bytes"] <= run["payload_bytes"] / 4 + metadata, (case, run["wire_bytes"], run["payload_bytes"])
+        assert run["options"]["compress"] == "bf16"
