@@ -65,8 +65,9 @@ class ExecOptions:
         wait_timeout: seconds a multiply may go without any message arriving before it ends the
             job with a message naming what it waits for (:mod:`sparsewire.comm.watchdog`).
         compress: the payload codec of every message (:data:`~sparsewire.exec.codecs.CODECS`): ``none``
-            (the default: rows sent as they are, bitwise) or ``bf16`` (each entry within
-            ``max(2^-8 |x|, 2^-134)``; the MPI transport's whole-message modes on the CPU).
+            (the default: rows sent as they are, bitwise), ``bf16``, ``fp16`` (a power-of-two scale per
+            row) or ``int8`` (an affine map per row, stochastic rounding), each within the bound
+            :mod:`sparsewire.exec.codecs` states; the MPI transport's whole-message modes on the CPU.
     """
 
     strategy: str | Strategy = AUTO
@@ -171,12 +172,12 @@ class ExecOptions:
             where.append(f"the {self.transport} transport")
         if mode is not None and Mode(mode).partitions_per_thread:
             where.append("the partitioned mode")
-        if self.backend != "numpy" or self.device_type != "cpu":
-            where.append(f"the {self.backend} backend on {self.device}")
+        if self.device_type != "cpu":
+            where.append(f"device {self.device}")
         if where:
             return [
                 f"compress {self.compress!r} is built for the MPI transport's whole-message modes (bulk, overlap, pipelined, "
-                f"early) with the numpy backend on the CPU, not {' or '.join(where)}; use compress='none' there"
+                f"early) on the CPU, not {' or '.join(where)}; use compress='none' there"
             ]
         return []
 

@@ -1,7 +1,8 @@
-"""Payload codecs (sparsewire.exec.codecs, issue 43): every entry within the stated bound on random and
-adversarial rows, NaN and Inf kept, overflowing rows sent whole, float32 rounded exactly as the bit formula
-of round-to-nearest-even; and SpMM with ``--compress bf16`` at P = 2..4: C within the bound the plan
-states, the payload as planned, the wire bytes about a quarter of float64's."""
+"""Payload codecs (sparsewire.exec.codecs, issue 43): every entry of bf16, fp16 and int8 within the stated
+bound on random and adversarial rows, NaN and Inf kept (bf16) or their rows sent whole, overflowing rows sent
+whole, bf16 on float32 rounded exactly as the bit formula of round-to-nearest-even, int8's rounding unbiased;
+and SpMM with ``--compress`` at P = 2..4: C within the bound the plan states, the payload as planned, the
+wire bytes a quarter (bf16, fp16) or an eighth plus row metadata (int8) of float64's."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from sparsewire.errors import InputError
 from sparsewire.exec import codecs
 from sparsewire.options import ExecOptions
 
+CODED = ("bf16", "fp16", "int8")
 
-def _round_trip(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    message = np.zeros(codecs.max_message_bytes(*rows.shape, rows.itemsize), np.uint8)
-    size = codecs.encode(rows, message)
+
+def _round_trip(rows: np.ndarray, name: str = "bf16", rng=None) -> tuple[np.ndarray, np.ndarray, int]:
+    message = np.zeros(codecs.max_message_bytes(name, *rows.shape, rows.itemsize), np.uint8)
+    size = codecs.encode(name, rows, message, rng)
     decoded = np.empty_like(rows)
-    assert codecs.decode(message[:size], decoded) == rows.shape
+    assert codecs.decode(name, message[:size], decoded) == rows.shape
     return decoded, message, size
 
 
@@ -41,26 +44,36 @@ def _adversarial(dtype, rng) -> np.ndarray:
     return np.array(rows).astype(dtype)
 
 
-def _assert_within_bound(rows: np.ndarray, decoded: np.ndarray) -> None:
+def _assert_within_bound(rows: np.ndarray, decoded: np.ndarray, name: str) -> None:
     x, y = rows.astype(np.float64), decoded.astype(np.float64)
     finite = np.isfinite(x)
     assert np.array_equal(np.isnan(y), np.isnan(x))
     assert np.array_equal(y[np.isinf(x)], x[np.isinf(x)])
     error = np.abs(y[finite] - x[finite])
-    bound = codecs.error_bound(x)[finite]
-    assert (error <= bound).all(), (x[finite][error > bound], y[finite][error > bound])
+    bound = codecs.error_bound(name, rows)[finite]
+    assert (error <= bound).all(), (name, x[finite][error > bound], y[finite][error > bound], bound[error > bound])
 
 
+def _pad8(size: int) -> int:
+    return -(-size // 8) * 8
+
+
+@pytest.mark.parametrize("name", CODED)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_every_entry_is_within_the_stated_bound(dtype, rng):
+def test_every_entry_is_within_the_stated_bound(name, dtype, rng):
     random = (rng.standard_normal((300, 16)) * np.exp2(rng.integers(-140, 120, (300, 1)))).astype(dtype)
-    for rows in (random, _adversarial(dtype, rng)):
-        decoded, message, size = _round_trip(rows)
-        _assert_within_bound(rows, decoded)
+    shifted = (rng.standard_normal((300, 16)) + rng.standard_normal((300, 1)) * 1e3).astype(dtype)  # far from 0
+    for rows in (random, shifted, _adversarial(dtype, rng)):
+        decoded, message, size = _round_trip(rows, name, rng)
+        _assert_within_bound(rows, decoded, name)
         n, k = rows.shape
         whole = message[8 : 8 + n].astype(bool)
-        assert np.array_equal(decoded[whole], rows[whole])  # rows sent at full width come back bitwise
-        assert size == 8 + -(-n // 8) * 8 + -(-2 * n * k // 8) * 8 + int(whole.sum()) * k * rows.itemsize
+        assert np.array_equal(decoded[whole], rows[whole], equal_nan=True)  # rows sent whole come back bitwise
+        if name != "bf16":  # their NaN and Inf rows go whole
+            assert whole[~np.isfinite(rows).all(axis=1)].all()
+        width, meta = {"bf16": (2, 0), "fp16": (2, 4), "int8": (1, 16)}[name]
+        coded = 8 + _pad8(n) + _pad8(meta * n) + _pad8(width * n * k)
+        assert size == coded + int(whole.sum()) * k * rows.itemsize
 
 
 def test_float32_rounds_to_nearest_even_exactly(rng):
@@ -71,62 +84,87 @@ def test_float32_rounds_to_nearest_even_exactly(rng):
     rows[:50] = ((bits[:50] & 0xFFFF0000) | 0x8000).view(np.float32)  # exact ties
     bits = rows.view(np.uint32).astype(np.uint64)
     expected = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
-    decoded, _, _ = _round_trip(rows)
+    decoded, _, _ = _round_trip(rows, "bf16")
     assert np.array_equal(decoded, expected)
+
+
+def test_int8_rounding_is_unbiased(rng):
+    """The mean of 4000 codings of one row is within 5 standard errors of the row (deterministic rounding to the
+    nearest level would be off by up to half a step on every entry), and each coding is one of the two levels."""
+    row = rng.uniform(-1, 1, (1, 64))
+    row[0, :2] = (-1.0, 1.0)  # the range, so the levels are -1 + j 2/255
+    step = 2 / 255
+    codings = np.array([_round_trip(row, "int8", rng)[0][0] for _ in range(4000)])
+    assert (np.abs(codings - row) <= step * (1 + 1e-9)).all()
+    spread = step / 2 / np.sqrt(len(codings))
+    assert (np.abs(codings.mean(axis=0) - row[0]) <= 5 * spread).all()
+
+
+def test_fp16_keeps_2_to_the_minus_11_relative_across_scales(rng):
+    for exponent in (-300, -20, 0, 40, 300):
+        rows = rng.uniform(0.5, 1.0, (50, 8)) * 2.0**exponent
+        decoded, _, _ = _round_trip(rows, "fp16")
+        assert (np.abs(decoded - rows) <= 2.0**-11 * rows).all(), exponent
 
 
 def test_float64_is_rounded_once_not_through_float32():
     """1 + 2^-8 + 2^-30 rounds up to 1 + 2^-7 in one step; through float32 first it would be a tie (1 + 2^-8) and
     go down to 1."""
     rows = np.array([[1 + 2.0**-8 + 2.0**-30, -(1 + 2.0**-8 + 2.0**-30)]])
-    decoded, _, _ = _round_trip(rows)
+    decoded, _, _ = _round_trip(rows, "bf16")
     assert decoded.tolist() == [[1 + 2.0**-7, -(1 + 2.0**-7)]]
 
 
 def test_overflowing_rows_go_whole_and_the_others_shrink():
     rows = np.array([[1.0, 2.0], [1e300, 1.0], [3.0, -4.0]])
-    decoded, message, size = _round_trip(rows)
+    decoded, message, size = _round_trip(rows, "bf16")
     assert message[8:11].tolist() == [0, 1, 0] and np.array_equal(decoded, rows)
     assert size == 8 + 8 + 16 + 2 * 8
+    wide = np.array([[-1e308, 1e308], [1.0, 2.0]])  # int8: the range overflows
+    decoded, message, _ = _round_trip(wide, "int8")
+    assert message[8:10].tolist() == [1, 0] and np.array_equal(decoded[0], wide[0])
 
 
-def test_a_message_for_another_shape_is_refused():
-    message = np.zeros(codecs.max_message_bytes(4, 3, 8), np.uint8)
-    size = codecs.encode(np.ones((4, 3)), message)
+@pytest.mark.parametrize("name", CODED)
+def test_a_message_for_another_shape_is_refused(name):
+    message = np.zeros(codecs.max_message_bytes(name, 4, 3, 8), np.uint8)
+    size = codecs.encode(name, np.ones((4, 3)), message)
     with pytest.raises(InputError, match="4 x 3 entries but its receive buffer is 3 x 3"):
-        codecs.decode(message[:size], np.empty((3, 3)))
+        codecs.decode(name, message[:size], np.empty((3, 3)))
 
 
 def test_the_product_bound_grows_with_the_passes():
-    scale, operands, terms = np.array([1.0, 100.0]), np.array([1.0, 1.0]), np.array([1, 1])
-    assert codecs.product_error_bound("none", 2, scale, operands, terms).tolist() == [0.0, 0.0]
-    one = codecs.product_error_bound("bf16", 1, scale, operands, terms)
-    two = codecs.product_error_bound("bf16", 2, scale, operands, terms)
+    scale, row_scale, operands, terms = np.array([1.0, 100.0]), np.array([2.0, 200.0]), np.array([1.0, 1.0]), np.array([1, 1])
+    assert codecs.product_error_bound("none", 2, scale, row_scale, operands, terms).tolist() == [0.0, 0.0]
+    one = codecs.product_error_bound("bf16", 1, scale, row_scale, operands, terms)
+    two = codecs.product_error_bound("bf16", 2, scale, row_scale, operands, terms)
     assert np.allclose(one, 2.0**-8 * scale) and (two > one).all()
+    assert np.allclose(codecs.product_error_bound("int8", 1, scale, row_scale, operands, terms), 2 / 255 * row_scale)
 
 
 def test_options_refuse_compress_where_it_is_not_built():
     with pytest.raises(InputError, match="unknown compress 'zstd'"):
         ExecOptions(compress="zstd")
-    for where in ({"transport": "torch"}, {"mode": "partitioned"}, {"backend": "torch"}):
-        with pytest.raises(InputError, match="compress 'bf16' is built for the MPI transport"):
-            ExecOptions(compress="bf16", **where)
-    assert ExecOptions(compress="bf16").as_dict()["compress"] == "bf16"
+    for where in ({"transport": "torch"}, {"mode": "partitioned"}, {"device": "cuda"}):
+        with pytest.raises(InputError, match="compress 'int8' is built for the MPI transport"):
+            ExecOptions(compress="int8", **where)
+    assert ExecOptions(compress="fp16").as_dict()["compress"] == "fp16"
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [2, 3, 4])
-def test_spmm_with_bf16_messages_is_within_the_plans_bound_on_a_quarter_of_the_bytes(ranks):
+@pytest.mark.parametrize(("ranks", "name"), [(2, "bf16"), (3, "bf16"), (4, "bf16"), (3, "fp16"), (3, "int8"), (2, "int8")])
+def test_spmm_with_coded_messages_is_within_the_plans_bound_on_fewer_bytes(ranks, name):
     matrix = str(SHARED_MATRICES[ranks % len(SHARED_MATRICES)]) if SHARED_MATRICES else "delaunay:3000:4"
-    args = ["-m", "sparsewire", "spmm", matrix, "--compress", "bf16", "--check", "--json", "--repeat", "2"]
+    args = ["-m", "sparsewire", "spmm", matrix, "--compress", name, "--check", "--json", "--repeat", "2"]
     args += ["--strategy", "joint,column,joint-group", "-G", "2", "--mode", "bulk,overlap,early", "--k", "16"]
     completed = run_mpi(ranks, args, timeout=300)
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
+    width, meta = {"bf16": (2, 0), "fp16": (2, 4), "int8": (1, 16)}[name]
     for run in json.loads(completed.stdout)["runs"]:
-        case = (matrix, ranks, run["strategy"], run["mode"])
+        case = (matrix, ranks, name, run["strategy"], run["mode"])
         assert run["check_passed"] and run["delivery_problems"] == 0, case
         assert run["payload_bytes"] == run["planned_bytes"] and run["codec_passes"] >= 1, case
         rows = run["payload_bytes"] // (16 * 8)
-        metadata = rows + 16 * run["messages"]  # a flag per row; a header and padding per message
-        assert run["wire_bytes"] <= run["payload_bytes"] / 4 + metadata, (case, run["wire_bytes"], run["payload_bytes"])
-        assert run["options"]["compress"] == "bf16"
+        metadata = rows * (1 + meta) + 24 * run["messages"]  # a flag and metadata per row; a header and padding
+        assert run["wire_bytes"] <= run["payload_bytes"] * width / 8 + metadata, (case, run["wire_bytes"])
+        assert run["options"]["compress"] == name

@@ -316,6 +316,22 @@ def add_transport_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_compress_argument(parser: argparse.ArgumentParser) -> None:
+    """``--compress``: the payload codec of every message (:mod:`sparsewire.exec.codecs`)."""
+    from sparsewire.exec.codecs import CODECS
+
+    parser.add_argument(
+        "--compress",
+        choices=CODECS,
+        default="none",
+        help="payload codec of every message: none (rows as they are, bitwise), bf16 (each entry within "
+        "max(2^-8 |x|, 2^-134)), fp16 (a power-of-two scale per row, 2^-11 relative) or int8 (an affine map per row, "
+        "stochastic rounding, within (max - min) / 255 of the row): about a quarter (bf16, fp16) or an eighth (int8) of "
+        "float64's bytes on the wire; explain() states the bound on the product. MPI transport on the CPU, modes bulk, "
+        "overlap, pipelined, early (default: none)",
+    )
+
+
 def options_from_args(args: argparse.Namespace, topology=None, *, strategy: str = "auto", mode: str | None = None):
     """Not collective. The :class:`~sparsewire.options.ExecOptions` of the command's arguments
     (``--transport``, ``--backend``, ``--device``, ``--threads``, ``--deterministic``, ``--proxy``,

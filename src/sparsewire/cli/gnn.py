@@ -10,6 +10,7 @@ import sys
 from sparsewire.cli.common import (
     MATRIX_HELP,
     add_backend_arguments,
+    add_compress_argument,
     add_partition_arguments,
     add_topology_arguments,
     add_transport_argument,
@@ -73,6 +74,7 @@ def add_commands(commands) -> None:
         help="features, weights and propagations (default: float32, as PyTorch trains)",
     )
     add_transport_argument(gcn)
+    add_compress_argument(gcn)
     add_backend_arguments(gcn, default="torch")
     gcn.add_argument(
         "--transfer-calibration",
@@ -198,6 +200,7 @@ def run_gcn(args: argparse.Namespace) -> int:
         "strategy_requested": args.strategy,
         "strategies": strategies,
         "transport": args.transport,
+        "compress": args.compress,
         "backend": args.backend,
         "device": args.device,
         "bytes_counted_by": counted_by,
@@ -207,6 +210,7 @@ def run_gcn(args: argparse.Namespace) -> int:
         "test_accuracy": result.test_accuracy,
         "seconds_per_epoch": result.seconds_per_epoch,
         "bytes_per_epoch": result.bytes_per_epoch,
+        "wire_bytes_per_epoch": result.wire_bytes_per_epoch,
     }
     if trace is not None:
         report.update(trace_fields(tracer))
@@ -218,7 +222,7 @@ def run_gcn(args: argparse.Namespace) -> int:
             f"test accuracy {result.test_accuracy:.4f} after {args.epochs} epochs ({args.model}, strategy "
             f"{', '.join(strategies)}); "
             f"{result.seconds_per_epoch * 1e3:.1f} ms and {result.bytes_per_epoch} bytes per epoch (forward + backward, all "
-            "ranks)"
+            "ranks)" + (f", {result.wire_bytes_per_epoch} on the wire ({args.compress})" if args.compress != "none" else "")
         )
         print_profiling(report, f"{args.model} training")
     sys.stdout.flush()

@@ -11,6 +11,7 @@ from sparsewire.cli.common import (
     DTYPES,
     MATRIX_HELP,
     add_backend_arguments,
+    add_compress_argument,
     add_partition_arguments,
     add_topology_arguments,
     add_transport_argument,
@@ -34,7 +35,6 @@ from sparsewire.cli.profiling import (
 )
 from sparsewire.cli.spmm_runs import bytes_match, eigs_session, spmm_session
 from sparsewire.errors import InputError
-from sparsewire.exec.codecs import CODECS
 from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
@@ -89,14 +89,7 @@ def add_commands(commands) -> None:
         help="fixed summation order: C bitwise identical across runs, modes and threads (and across P for block, "
         "column, column-hier); C is computed after all messages arrive",
     )
-    spmm.add_argument(
-        "--compress",
-        choices=CODECS,
-        default="none",
-        help="payload codec of every message: none (rows as they are, bitwise) or bf16 (each entry within "
-        "max(2^-8 |x|, 2^-134), about a quarter of float64's bytes on the wire; --check allows the bound explain() "
-        "states). MPI transport, numpy backend, modes bulk, overlap, pipelined, early (default: none)",
-    )
+    add_compress_argument(spmm)
     spmm.add_argument("--repeat", type=positive_int, default=10, help="timed multiplies per run (default: 10)")
     add_partition_arguments(spmm)
     spmm.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
@@ -127,6 +120,7 @@ def add_commands(commands) -> None:
     eigs.add_argument("--strategy", default="auto", help="auto, block, column, row or joint (default: auto)")
     eigs.add_argument("--mode", default=DEFAULT_MODE, help=f"executor mode or auto, as for spmm (default: {DEFAULT_MODE})")
     add_transport_argument(eigs)
+    add_compress_argument(eigs)
     eigs.add_argument("--threads", "-T", type=positive_int, help="threads per rank (default: cores / ranks on the node)")
     add_partition_arguments(eigs)
     eigs.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")

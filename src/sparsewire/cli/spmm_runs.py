@@ -94,6 +94,7 @@ def spmm_session(
         magnitude, pattern = abs(whole), whole.astype(bool).astype(np.float64)
         operands = magnitude.sum(axis=1)[:, None] + pattern @ np.abs(b_reference)  # sum |a_ik| + sum |b_kj|
         scale, terms = magnitude @ np.abs(b_reference), np.diff(whole.indptr)[:, None]
+        row_scale = magnitude @ np.abs(b_reference).max(axis=1)[:, None]  # sum_k |a_ik| max_j |b_kj|
         allowed = allowed_error(scale, terms, dtype, operands)
     groups = topology.groups(comm.Get_size()) if topology is not None else None
     results = []
@@ -201,7 +202,9 @@ def spmm_session(
             if check:
                 full = gathered.astype(np.float64)
                 row["max_abs_error"] = float(np.abs(full - reference).max(initial=0.0))
-                coded = codecs.product_error_bound(used.compress, passes, scale, magnitude.sum(axis=1)[:, None], terms)
+                coded = codecs.product_error_bound(
+                    used.compress, passes, scale, row_scale, magnitude.sum(axis=1)[:, None], terms, dtype
+                )
                 row["check_passed"] = bool(within(full, reference, allowed + coded).all())
             results.append(row)
     return results if rank == 0 else None

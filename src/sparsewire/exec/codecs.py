@@ -1,19 +1,28 @@
 """Payload codecs of the wire path (issue 43): a message's rows sent in fewer bytes, each entry within a
 stated error bound, decoded into the receive buffer before anything reads it.
 
-``bf16`` (bfloat16: float32's 8-bit exponent, 8 significant bits): each finite entry is rounded to the
-nearest bf16 value, ties to even, directly from the data's own precision (float64 data is not rounded
-to float32 first, which would round twice). Per entry ``|decoded - x| <= max(2^-8 |x|, 2^-134)``:
-half a unit in the last place of 8 significant bits where ``|x| >= 2^-126`` (bf16's smallest normal),
-half the subnormal spacing 2^-133 below it. NaN stays NaN and +-Inf stays +-Inf. A row holding a
-finite entry that would round past bf16's largest value (float64 data beyond about 3.39e38) is sent
-at full width instead, so nothing overflows. ``none`` sends the rows as they are (bitwise).
+* ``bf16`` (bfloat16: float32's 8-bit exponent, 8 significant bits): each finite entry rounded to the
+  nearest bf16 value, ties to even, directly from the data's own precision (float64 data is not rounded
+  to float32 first, which would round twice). Per entry ``|decoded - x| <= max(2^-8 |x|, 2^-134)``: half
+  a unit in the last place of 8 significant bits where ``|x| >= 2^-126`` (bf16's smallest normal), half
+  the subnormal spacing 2^-133 below it. NaN stays NaN and +-Inf stays +-Inf; a row holding a finite
+  entry that would round past bf16's largest value (float64 data beyond about 3.39e38) goes whole.
+* ``fp16`` with a power-of-two scale per row: the row is multiplied by ``2^-s`` (exact) so that its
+  largest magnitude lies in ``[2^14, 2^15)``, then rounded to float16 (nearest, ties to even); per entry
+  ``|decoded - x| <= 2^-11 |x| + 2^(s-25)`` (the second term where the scaled entry falls below float16's
+  normal range, at most ``2^-39`` of the row's largest magnitude). Rows with NaN or Inf go whole.
+* ``int8`` with an affine map per row and stochastic rounding (AdaQP's): ``q = floor((x - lo) / step + u)``
+  with ``lo`` the row's minimum, ``step = (max - min) / 255`` and ``u`` uniform in [0, 1), so the decoded
+  ``lo + q step`` is unbiased (E = x) and ``|decoded - x| <= step`` (plus, for float32 data, the rounding of
+  the decoded value to float32: ``2^-24 (|x| + step)``). Rows with NaN or Inf, or whose range overflows,
+  go whole.
 
-A message on the wire, in bytes: ``rows`` and ``k`` (two int32, the sender's: the receiver counts the
-payload from them, not from its own plan), one flag byte per row (1: sent at full width), padded to
-8, the coded rows (``rows * k`` uint16, padded to 8), then the full-width rows in order, in the
-data's dtype. So a message of float64 rows takes ``8 + pad8(rows) + pad8(2 rows k)`` bytes, about
-a quarter of its payload, and at most :func:`max_message_bytes`.
+``none`` sends the rows as they are (bitwise). A message on the wire, in bytes: ``rows`` and ``k`` (two
+int32, the sender's: the receiver counts the payload from them, not from its own plan), one flag byte per
+row (1: sent whole, in the data's dtype), the per-row metadata (fp16: an int32 exponent; int8: ``lo`` and
+``step`` as float64), the coded entries (2, 2 or 1 byte each), then the whole rows in order; each part
+padded to 8 bytes. So a message of float64 rows takes about a quarter (bf16, fp16) or an eighth plus 16
+bytes a row (int8) of its payload, and at most :func:`max_message_bytes`.
 """
 
 from __future__ import annotations
@@ -28,43 +37,52 @@ from sparsewire.errors import InputError
 __all__ = ["CODECS", "max_message_bytes", "encode", "decode", "error_bound", "product_error_bound", "describe"]
 
 #: The payload codecs, by name (``none``: the rows as they are).
-CODECS = ("none", "bf16")
+CODECS = ("none", "bf16", "fp16", "int8")
 _HEADER = 8
 _BF16_MAX = (2.0 - 2.0**-7) * 2.0**127
 _SUBNORMAL_STEP = 2.0**-133
+_WIDTH = {"bf16": 2, "fp16": 2, "int8": 1}  # bytes per coded entry
+_META = {"bf16": 0, "fp16": 4, "int8": 16}  # bytes of metadata per row
+#: How much one pass may change a term, relative to the magnitudes the bound scales: bf16 and fp16 per entry
+#: (|A| |B|), int8 per row (|A| max_j |B|) since its step is a row's range over 255.
+_RELATIVE = {"bf16": 2.0**-8, "fp16": 2.0**-11, "int8": 2.0 / 255}
 
 
 def describe(name: str, passes: int) -> str:
     """Not collective. The codec's error bound in words (``explain()``), and C's for a plan whose terms cross at most
     ``passes`` coded messages (:func:`product_error_bound`)."""
-    if name == "bf16":
-        return (
-            "payloads bf16: each entry within max(2^-8 |x|, 2^-134) of its value (round to nearest, ties to even), NaN "
-            f"and Inf kept, rows that would overflow sent at full width; so C_ij within ((1 + 2^-8)^{passes} - 1) "
-            f"(|A| |B|)_ij + {passes} 2^-134 (sum_k |a_ik| + m_ij) of the uncompressed product"
-        )
-    return "payloads at full width (bitwise)"
-
-
-def product_error_bound(name: str, passes: int, scale, operands, terms) -> np.ndarray:
-    """Not collective. How far each entry of C may move when its terms cross at most ``passes`` coded messages (a B
-    row, a partial sum, a relay each one; the plan's exchanges bound it): ``((1 + 2^-8)^passes - 1) scale +
-    passes 2^-134 (operands + terms)``, with ``scale = (|A| |B|)_ij``, ``operands = sum_k |a_ik|`` (what multiplies
-    a coded B entry's absolute error) and ``terms`` its nonzeros (a coded partial sum's). 0 for ``none``."""
+    entry = {
+        "bf16": "each entry within max(2^-8 |x|, 2^-134) of its value (nearest, ties to even), NaN and Inf kept, rows "
+        "that would overflow sent whole",
+        "fp16": "a power-of-two scale per row, each entry within 2^-11 |x| + 2^-39 max|row| (nearest, ties to even); rows "
+        "with NaN or Inf sent whole",
+        "int8": "an affine map per row, stochastic rounding (unbiased), each entry within (max - min) / 255 of its row; "
+        "rows with NaN or Inf sent whole",
+    }
     if name == "none":
-        return np.zeros(np.broadcast(scale, operands, terms).shape)
-    relative = (1.0 + 2.0**-8) ** passes - 1.0
-    return relative * np.asarray(scale, np.float64) + passes * 2.0**-134 * (np.asarray(operands) + np.asarray(terms))
+        return "payloads at full width (bitwise)"
+    scale = "(|A| |B|)_ij" if name != "int8" else "sum_k |a_ik| max_j |b_kj|"
+    return (
+        f"payloads {name}: {entry[name]}; so C_ij within about ((1 + {_RELATIVE[name]:.3g})^{passes} - 1) {scale} of the "
+        "uncompressed product (sparsewire.exec.codecs.product_error_bound)"
+    )
 
 
 def _pad8(size: int) -> int:
     return (size + 7) // 8 * 8
 
 
-def max_message_bytes(rows: int, k: int, itemsize: int) -> int:
-    """Not collective. The most bytes a bf16 message of ``rows`` x ``k`` entries of ``itemsize`` bytes can take
-    (every row at full width)."""
-    return _HEADER + _pad8(rows) + _pad8(2 * rows * k) + rows * k * itemsize
+def _layout(name: str, n: int, k: int) -> tuple[int, int, int]:
+    """Offsets of the metadata, the coded entries and the whole rows of a message of ``n`` x ``k``."""
+    meta = _HEADER + _pad8(n)
+    coded = meta + _pad8(_META[name] * n)
+    return meta, coded, coded + _pad8(_WIDTH[name] * n * k)
+
+
+def max_message_bytes(name: str, rows: int, k: int, itemsize: int) -> int:
+    """Not collective. The most bytes a message of codec ``name`` with ``rows`` x ``k`` entries of ``itemsize``
+    bytes can take (every row whole)."""
+    return _layout(name, rows, k)[2] + rows * k * itemsize
 
 
 @functools.cache
@@ -97,18 +115,45 @@ def _round_to_bf16(block, rounded, full):
         full[i] = overflow
 
 
-def encode(rows: np.ndarray, out: np.ndarray) -> int:
-    """Not collective. Write the bf16 message of ``rows`` (C-contiguous, (n, k), float32 or float64) into ``out``
-    (uint8, at least :func:`max_message_bytes`); returns its bytes."""
+def _fp16_exponents(rows: np.ndarray) -> np.ndarray:
+    """Per row the ``s`` of the scale ``2^-s`` that puts its largest magnitude in [2^14, 2^15)."""
+    largest = np.abs(rows).max(axis=1, initial=0.0).astype(np.float64)
+    return np.where(largest > 0, np.frexp(largest)[1] - 15, 0).astype(np.int32)
+
+
+def encode(name: str, rows: np.ndarray, out: np.ndarray, rng: np.random.Generator | None = None) -> int:
+    """Not collective. Write the message of ``rows`` (C-contiguous, (n, k), float32 or float64) coded by ``name``
+    into ``out`` (uint8, at least :func:`max_message_bytes`); ``rng`` draws int8's rounding noise. Returns its bytes."""
     n, k = rows.shape
     out[:_HEADER].view(np.int32)[:] = (n, k)
     flags = out[_HEADER : _HEADER + n]
-    rounded = np.empty((n, k), np.float32)
-    _compiled()(rows, rounded, flags)
-    start = _HEADER + _pad8(n)
-    coded = out[start : start + 2 * n * k].view(np.uint16).reshape(n, k)
-    np.right_shift(rounded.view(np.uint32), 16, out=coded, casting="unsafe")
-    end = start + _pad8(2 * n * k)
+    meta, start, end = _layout(name, n, k)
+    coded = out[start : start + _WIDTH[name] * n * k]
+    finite = np.isfinite(rows).all(axis=1)
+    if name == "bf16":
+        rounded = np.empty((n, k), np.float32)
+        _compiled()(rows, rounded, flags)
+        np.right_shift(rounded.view(np.uint32), 16, out=coded.view(np.uint16).reshape(n, k), casting="unsafe")
+    elif name == "fp16":
+        exponents = out[meta : meta + 4 * n].view(np.int32)
+        exponents[:] = np.where(finite, _fp16_exponents(rows), 0)
+        halves = coded.view(np.float16).reshape(n, k)
+        with np.errstate(invalid="ignore", over="ignore"):
+            halves[:] = np.ldexp(rows, -exponents[:, None]).astype(np.float16)
+            decoded_max = np.ldexp(np.abs(halves).max(axis=1, initial=0).astype(np.float64), exponents)
+        flags[:] = ~finite | (decoded_max > np.finfo(rows.dtype).max)
+    else:  # int8
+        lo_step = out[meta : meta + 16 * n].view(np.float64).reshape(n, 2)
+        with np.errstate(invalid="ignore", over="ignore"):
+            lo = rows.min(axis=1, initial=np.inf).astype(np.float64)
+            step = (rows.max(axis=1, initial=-np.inf).astype(np.float64) - lo) / 255
+            whole = ~finite | ~np.isfinite(step)
+            lo[whole], step[whole] = 0.0, 0.0
+            scaled = np.divide(rows - lo[:, None], step[:, None], out=np.zeros((n, k)), where=step[:, None] > 0)
+            noise = (rng or np.random.default_rng()).random((n, k))
+            coded.reshape(n, k)[:] = np.clip(np.floor(scaled + noise), 0, 255)
+        lo_step[:, 0], lo_step[:, 1] = lo, step
+        flags[:] = whole
     wide = np.flatnonzero(flags)
     if len(wide):
         size = len(wide) * k * rows.itemsize
@@ -117,26 +162,65 @@ def encode(rows: np.ndarray, out: np.ndarray) -> int:
     return end
 
 
-def decode(message: np.ndarray, out: np.ndarray) -> tuple[int, int]:
-    """Not collective. The rows of a bf16 ``message`` (uint8) written into ``out`` ((n, k), the data's dtype);
+def decode(name: str, message: np.ndarray, out: np.ndarray) -> tuple[int, int]:
+    """Not collective. The rows of a ``name`` ``message`` (uint8) written into ``out`` ((n, k), the data's dtype);
     returns the (rows, k) its sender wrote, checked against ``out``'s shape (InputError if they differ)."""
     n, k = (int(v) for v in message[:_HEADER].view(np.int32))
     if (n, k) != out.shape:
-        raise InputError(f"a bf16 message holds {n} x {k} entries but its receive buffer is {out.shape[0]} x {out.shape[1]}")
+        raise InputError(f"a {name} message holds {n} x {k} entries but its receive buffer is {out.shape[0]} x {out.shape[1]}")
     flags = message[_HEADER : _HEADER + n].view(bool)
-    start = _HEADER + _pad8(n)
-    coded = message[start : start + 2 * n * k].view(np.uint16).reshape(n, k)
-    out[:] = (coded.astype(np.uint32) << 16).view(np.float32)
+    meta, start, end = _layout(name, n, k)
+    coded = message[start : start + _WIDTH[name] * n * k]
+    if name == "bf16":
+        out[:] = (coded.view(np.uint16).reshape(n, k).astype(np.uint32) << 16).view(np.float32)
+    else:
+        with np.errstate(invalid="ignore", over="ignore"):  # (rows sent whole hold no numbers here; overwritten below)
+            if name == "fp16":
+                exponents = message[meta : meta + 4 * n].view(np.int32)
+                out[:] = np.ldexp(coded.view(np.float16).reshape(n, k).astype(np.float64), exponents[:, None])
+            else:
+                lo_step = message[meta : meta + 16 * n].view(np.float64).reshape(n, 2)
+                out[:] = lo_step[:, :1] + coded.reshape(n, k) * lo_step[:, 1:]
     wide = np.flatnonzero(flags)
     if len(wide):
-        begin = start + _pad8(2 * n * k)
-        out[wide] = message[begin : begin + len(wide) * k * out.itemsize].view(out.dtype).reshape(len(wide), k)
+        out[wide] = message[end : end + len(wide) * k * out.itemsize].view(out.dtype).reshape(len(wide), k)
     return n, k
 
 
-def error_bound(values: np.ndarray) -> np.ndarray:
-    """Not collective. bf16's bound on ``|decoded - x|`` for each entry: ``max(2^-8 |x|, 2^-134)``, 0 for NaN and Inf
-    (rows sent at full width have none; this bound covers them)."""
-    magnitude = np.abs(np.asarray(values, np.float64))
-    bound = np.maximum(magnitude * 2.0**-8, 2.0**-134)
-    return np.where(np.isfinite(magnitude), bound, 0.0)
+def error_bound(name: str, rows: np.ndarray) -> np.ndarray:
+    """Not collective. The stated bound on ``|decoded - x|`` for each entry of ``rows`` (module docstring); 0 for NaN
+    and Inf, and for the rows whose bound is not a number (a NaN, Inf or overflowing range: sent whole, bitwise)."""
+    x = np.abs(np.asarray(rows, np.float64))
+    with np.errstate(invalid="ignore", over="ignore"):
+        if name == "bf16":
+            bound = np.maximum(x * 2.0**-8, 2.0**-134)
+        elif name == "fp16":
+            bound = x * 2.0**-11 + np.ldexp(1.0, _fp16_exponents(np.asarray(rows)) - 25)[:, None]
+        else:
+            step = (np.asarray(rows).max(axis=1).astype(np.float64) - np.asarray(rows).min(axis=1)) / 255
+            rounding = 2.0**-24 if np.asarray(rows).dtype == np.float32 else 2.0**-40  # decoded value's, and (x - lo) / step's
+            bound = step[:, None] + rounding * (x + step[:, None])
+    return np.where(np.isfinite(x) & np.isfinite(bound), bound, 0.0)
+
+
+def product_error_bound(name: str, passes: int, scale, row_scale, operands, terms, dtype=np.float64) -> np.ndarray:
+    """Not collective. How far each entry of C may move when its terms cross at most ``passes`` coded messages (a B
+    row, a partial sum, a relay each one; the plan's exchanges bound it). With ``r`` the codec's relative change
+    per pass (2^-8 bf16, 2^-11 fp16, 2/255 int8 of a row's largest magnitude): ``((1 + r)^passes - 1) S`` with
+    ``S = scale = (|A| |B|)_ij`` for bf16 and fp16 and ``S = row_scale = sum_k |a_ik| max_j |b_kj|`` for int8; plus
+    the absolute terms: bf16 ``passes 2^-134 (operands + terms)`` (``operands = sum_k |a_ik|``, ``terms`` the
+    entry's nonzeros), fp16 ``passes 2^-38 row_scale``, and for float32 data the rounding of each decoded value,
+    ``passes 2^-23 row_scale``. 0 for ``none``."""
+    shape = np.broadcast(scale, row_scale, operands, terms).shape
+    if name == "none":
+        return np.zeros(shape)
+    grown = (1.0 + _RELATIVE[name]) ** passes - 1.0
+    row_scale = np.asarray(row_scale, np.float64)
+    bound = grown * (row_scale if name == "int8" else np.asarray(scale, np.float64))
+    if name == "bf16":
+        bound = bound + passes * 2.0**-134 * (np.asarray(operands) + np.asarray(terms))
+    elif name == "fp16":
+        bound = bound + passes * 2.0**-38 * row_scale
+    if np.dtype(dtype) == np.float32:
+        bound = bound + passes * 2.0**-23 * row_scale
+    return np.broadcast_to(bound, shape)

@@ -41,7 +41,8 @@ class GraphOperator:
 
     Attributes:
         bytes_forward, bytes_backward: bytes MPI delivered to this rank by the propagations so far
-            (receive statuses), forward and backward (reset them to measure an epoch).
+            (receive statuses), forward and backward (reset them to measure an epoch); ``wire_bytes``: the
+            bytes on the wire for both (fewer where ``compress`` codes the payloads).
         tracer: the :class:`~sparsewire.exec.tracing.Tracer` while :func:`sparsewire.trace` records the
             training (its window counts epochs), else None.
     """
@@ -57,8 +58,7 @@ class GraphOperator:
             self.options.backend, self.options.device
         )  # also for the first layer's sparse input (gnn/sparse_input.py)
         self.plans: dict[tuple[int, str], SpmmPlan] = {}
-        self.bytes_forward = 0
-        self.bytes_backward = 0
+        self.bytes_forward = self.bytes_backward = self.wire_bytes = 0
         self._all_node_ids = None
         self.tracer = None
         self._traced: list[SpmmPlan] = []  # plans whose executors record into the tracer
@@ -133,6 +133,7 @@ class GraphOperator:
             self.bytes_backward += plan.bytes_received
         else:
             self.bytes_forward += plan.bytes_received
+        self.wire_bytes += plan.wire_bytes_received
         return out
 
     def close(self) -> None:

@@ -55,6 +55,7 @@ class TrainResult:
     test_accuracy: float = 0.0
     seconds_per_epoch: float = 0.0
     bytes_per_epoch: int = 0
+    wire_bytes_per_epoch: int = 0
     model: GNN | None = None
 
 
@@ -293,7 +294,7 @@ def train(
     finish = (lambda: torch.cuda.synchronize(features.device)) if features.device.type == "cuda" else None
     for epoch in range(1, epochs + 1):
         network.train()
-        operator.bytes_forward = operator.bytes_backward = 0
+        operator.bytes_forward = operator.bytes_backward = operator.wire_bytes = 0
         tracer = operator.tracer  # sparsewire.trace(operator): its window counts these epochs
         if tracer is not None:
             tracer.begin_epoch()
@@ -302,6 +303,7 @@ def train(
                 timing = timed_run(comm, step, 1, warmup=0, finish=finish)  # one training step, the slowest rank's time
             seconds, loss = timing.seconds[0], timing.result
             moved = comm.allreduce(operator.bytes_forward + operator.bytes_backward, op=MPI.SUM)
+            wire = comm.allreduce(operator.wire_bytes, op=MPI.SUM)
             total_loss = comm.allreduce(float(loss.detach()), op=MPI.SUM)
             with region(tracer, "evaluate"):
                 accuracy = evaluate(comm, network, graph)
@@ -312,6 +314,7 @@ def train(
             "val_accuracy": accuracy["val"],
             "seconds": seconds,
             "bytes": int(moved),
+            "wire_bytes": int(wire),
         }
         result.history.append(entry)
         if progress and rank == 0 and (epoch % progress_every == 0 or epoch == 1 or epoch == epochs):
@@ -325,6 +328,7 @@ def train(
     if result.history:
         result.seconds_per_epoch = float(np.mean([h["seconds"] for h in result.history]))
         result.bytes_per_epoch = int(np.mean([h["bytes"] for h in result.history]))
+        result.wire_bytes_per_epoch = int(np.mean([h["wire_bytes"] for h in result.history]))
     return result
 
 

@@ -47,9 +47,9 @@ class _Coded:
     """A message through the payload codec (:mod:`sparsewire.exec.codecs`): its rows in the buffers and its
     wire buffer (bytes, large enough for every row at full width)."""
 
-    def __init__(self, flat: np.ndarray, start: int, count: int, k: int) -> None:
-        self.rows = flat[start : start + count].reshape(count // k, k)
-        self.wire = np.zeros(codecs.max_message_bytes(count // k, k, flat.itemsize), np.uint8)
+    def __init__(self, codec: str, flat: np.ndarray, start: int, count: int, k: int) -> None:
+        self.codec, self.rows = codec, flat[start : start + count].reshape(count // k, k)
+        self.wire = np.zeros(codecs.max_message_bytes(codec, count // k, k, flat.itemsize), np.uint8)
 
 
 def _count(ledger: ByteLedger, ex: ExchangeBuffers, message: int, status, datatype, coded: _Coded | None) -> None:
@@ -58,7 +58,7 @@ def _count(ledger: ByteLedger, ex: ExchangeBuffers, message: int, status, dataty
         ledger.record(ex, message, status.Get_count(datatype))
         return
     size = status.Get_count(MPI.BYTE)
-    rows, k = codecs.decode(coded.wire[:size], coded.rows)
+    rows, k = codecs.decode(coded.codec, coded.wire[:size], coded.rows)
     ledger.record(ex, message, rows * k, wire_bytes=size)
 
 
@@ -102,6 +102,8 @@ class MpiTransport(MessageTransport):
         self._encode: list[list[_Coded | None]] = []
         self._decode: list[list[_Coded | None]] = []
         self._comm, self._coded_sends = comm, [[] for _ in buffers.exchanges]  # this multiply's MPI_Isend requests
+        codec = buffers.needs.codec
+        self._noise = np.random.default_rng([comm.Get_rank(), 43])  # int8's stochastic rounding
         for ex in buffers.exchanges:
             tag = _TAG + ex.index
             recv_messages = list(_messages(ex.recv_offsets, ex.recv_elements, k))
@@ -116,11 +118,11 @@ class MpiTransport(MessageTransport):
                 for m, (start, count) in enumerate(send_messages)
             ]
             coded_recv = [
-                _Coded(ex.recv_flat, start, count, k) if path is WirePath.ENCODED else None
+                _Coded(codec, ex.recv_flat, start, count, k) if path is WirePath.ENCODED else None
                 for path, (start, count) in zip(ex.recv_paths, recv_messages)
             ]
             coded_send = [
-                _Coded(ex.send_flat, start, count, k) if path is WirePath.ENCODED else None
+                _Coded(codec, ex.send_flat, start, count, k) if path is WirePath.ENCODED else None
                 for path, (start, count) in zip(ex.send_paths, send_messages)
             ]
             self._recv.append(
@@ -164,7 +166,7 @@ class MpiTransport(MessageTransport):
 
     def _send_encoded(self, ex: ExchangeBuffers, message: int) -> None:
         coded = self._encode[ex.index][message]
-        size = codecs.encode(coded.rows, coded.wire)
+        size = codecs.encode(coded.codec, coded.rows, coded.wire, self._noise)
         request = self._comm.Isend([coded.wire[:size], MPI.BYTE], ex.send_ranks[message], _TAG + ex.index)
         self._coded_sends[ex.index].append(request)
 
