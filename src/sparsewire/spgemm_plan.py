@@ -95,6 +95,12 @@ class SpgemmPlan:
         return self._engine.bytes_received
 
     @property
+    def payload_bytes_received(self) -> int:
+        """Not collective. The same messages' bytes uncoded (equal to :attr:`bytes_received` unless ``code_indices``):
+        what :attr:`predicted_bytes` counts."""
+        return self._engine.payload_bytes_received
+
+    @property
     def peak_held_entries(self) -> int:
         """Not collective. The most stored entries this rank held at once inside a multiply."""
         return self._engine.peak_held_entries
@@ -174,6 +180,7 @@ def plan_spgemm(
     phases: int = 1,
     overlap: bool = False,
     stages_per_product: int = 2,
+    code_indices: bool = False,
 ) -> SpgemmPlan:
     """Collective. Plan ``C = A (+.x) B`` over a semiring (Azad et al. sec. 3 and 4) and keep the
     candidate that moves the fewest bytes for this B.
@@ -194,6 +201,9 @@ def plan_spgemm(
         phases: multiply B's columns in this many pieces (peak memory ~1/phases).
         overlap: 1D only: multiply the diagonal block while B's rows travel, merge after.
         stages_per_product: SUMMA only: stages multiplied as one product over their joined blocks.
+        code_indices: every message's integers travel coded, delta plus bit-packing
+            (:mod:`~sparsewire.spgemm.index_coding`): C bit-identical, fewer bytes on the wire
+            (:attr:`SpgemmPlan.bytes_received`; :attr:`SpgemmPlan.payload_bytes_received` uncoded).
 
     Returns:
         :class:`SpgemmPlan`; call ``free()`` when done (it holds communicators).
@@ -204,6 +214,8 @@ def plan_spgemm(
     """
     comm = a.comm
     problem, chosen_grid = _check(a, b, algorithm, strategy, grid, phases, overlap, stages_per_product)
+    if problem is None and not isinstance(code_indices, bool):
+        problem = f"code_indices must be True or False (got {code_indices!r})"
     if problem is None:
         try:
             semiring = semiring if isinstance(semiring, Semiring) else get_semiring(semiring)
@@ -226,6 +238,7 @@ def plan_spgemm(
                     a_shape=a.shape,
                     grid=chosen_grid,
                     stages_per_product=stages_per_product,
+                    code_indices=code_indices,
                 )
                 return engine, to_graphblas(rows_to_blocks(comm, b.local_rows, b.row_offset, engine.b_block), semiring.dtype)
             engine = DistributedSpgemm(
@@ -239,6 +252,7 @@ def plan_spgemm(
                 a_shape=a.shape,
                 partitions=(a.row_partition, a.col_partition),
                 overlap=overlap,
+                code_indices=code_indices,
             )
             return engine, to_graphblas(b.local_rows, semiring.dtype)
 

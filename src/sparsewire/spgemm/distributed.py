@@ -80,6 +80,7 @@ class DistributedSpgemm:
         partitions: tuple[RowPartition, RowPartition] | None = None,
         overlap: bool = False,
         stages_per_product: int = 2,
+        code_indices: bool = False,
     ) -> None:
         """Rank 0 passes the global A (others None), or every rank passes its own block
         ``a_local`` of the A layout (:meth:`a_block`) and ``a_shape``: a C computed earlier is
@@ -88,7 +89,8 @@ class DistributedSpgemm:
         ``overlap``: 1D only, multiply the diagonal block while the rows travel and merge after
         (:class:`~sparsewire.spgemm.onedim.OneDimMultiplier`; off by default, measured slower).
         ``stages_per_product``: SUMMA only, stages multiplied together
-        (:class:`~sparsewire.spgemm.summa.SummaMultiplier`)."""
+        (:class:`~sparsewire.spgemm.summa.SummaMultiplier`). ``code_indices``: the messages' integers
+        travel coded (:mod:`~sparsewire.spgemm.index_coding`, lossless)."""
         self.comm, self.semiring, self.algorithm = comm, semiring, algorithm
         limit_threads_per_rank(comm)  # GraphBLAS would otherwise run (cores) threads in every rank
         size = comm.Get_size()
@@ -112,11 +114,16 @@ class DistributedSpgemm:
             a_local = self._scatter(a_global, self.a_block)
         if algorithm == "summa":
             self.multiplier = SummaMultiplier(
-                comm, self.layout, to_graphblas(a_local, semiring.dtype), semiring, stages_per_product=stages_per_product
+                comm,
+                self.layout,
+                to_graphblas(a_local, semiring.dtype),
+                semiring,
+                stages_per_product=stages_per_product,
+                code_indices=code_indices,
             )
         else:
             plan = build_rank_plan_collective(comm, a_local, self.row_partition, self.col_partition, strategy)
-            self.multiplier = OneDimMultiplier(comm, plan, semiring, overlap=overlap)
+            self.multiplier = OneDimMultiplier(comm, plan, semiring, overlap=overlap, code_indices=code_indices)
 
     def a_block(self, rank: int) -> tuple[slice, slice]:
         """Not collective. Global (rows, columns) of A held by ``rank``."""
@@ -226,6 +233,12 @@ class DistributedSpgemm:
         """Bytes MPI delivered to this rank so far (its receive statuses); summed over the ranks,
         the bytes moved."""
         return self.multiplier.bytes_received
+
+    @property
+    def payload_bytes_received(self) -> int:
+        """The same messages' bytes uncoded (equal to :attr:`bytes_received` without ``code_indices``): what the
+        predictions count."""
+        return self.multiplier.payload_bytes_received
 
     @property
     def peak_held_entries(self) -> int:

@@ -67,8 +67,11 @@ class OneDimMultiplier:
     entries it held at once.
     """
 
-    def __init__(self, comm: MPI.Comm, plan: RankPlan, semiring: Semiring, *, overlap: bool = False) -> None:
-        """``overlap``: multiply the diagonal block while the rows travel and merge the received
+    def __init__(
+        self, comm: MPI.Comm, plan: RankPlan, semiring: Semiring, *, overlap: bool = False, code_indices: bool = False
+    ) -> None:
+        """``code_indices``: the messages' integers travel coded (:mod:`~sparsewire.spgemm.index_coding`).
+        ``overlap``: multiply the diagonal block while the rows travel and merge the received
         rows' product into it afterwards; otherwise (the default, measured faster: the merge is a
         pass over C, see docs/spgemm.md) one product ``[A(p, p) | A_received] (+.x) [B_p; R]``
         once the rows are in."""
@@ -116,7 +119,8 @@ class OneDimMultiplier:
         agree_on_error(comm, admit())  # what dropped plans held is freed; too many open is refused
         self.comm = comm.Dup()  # its own tag space
         self._finalizer = track(self, lambda held=self.comm: free_communicators(held))  # freed on collection too
-        self.bytes_received = 0
+        self.code_indices = code_indices
+        self.bytes_received = self.payload_bytes_received = 0
         self.peak_held_entries = 0
         self.tracer = None  # a Tracer while traced (sparsewire.trace)
 
@@ -182,7 +186,7 @@ class OneDimMultiplier:
         semiring = self.semiring
         dtype = np.dtype(semiring.dtype)
         itype = index_dtype(self.row_bound, b_local.ncols)
-        transfer, tracer = SparseTransfer(itype, dtype), self.tracer
+        transfer, tracer = SparseTransfer(itype, dtype, self.code_indices), self.tracer
         if tracer is not None:
             transfer = TracedTransfer(transfer, tracer, self.comm)
         incoming = [transfer.post_header(self.comm, int(source), 0) for source in self.recv_ranks]
@@ -206,6 +210,7 @@ class OneDimMultiplier:
             received = import_messages(pieces, self.recv_offsets[:-1], self.n_received, b_local.ncols, dtype, values=values)
         transfer.finish_sends()
         self.bytes_received += transfer.bytes_received
+        self.payload_bytes_received += transfer.payload_bytes_received
         held = b_local.nvals + sent_entries + received.nvals + held_elsewhere
         with region(tracer, "local product"):
             if not self.overlap:

@@ -143,9 +143,17 @@ class SummaMultiplier:
     """
 
     def __init__(
-        self, comm: MPI.Comm, layout: BlockLayout, a_block: gb.Matrix, semiring: Semiring, *, stages_per_product: int = 2
+        self,
+        comm: MPI.Comm,
+        layout: BlockLayout,
+        a_block: gb.Matrix,
+        semiring: Semiring,
+        *,
+        stages_per_product: int = 2,
+        code_indices: bool = False,
     ) -> None:
-        """``stages_per_product``: stages multiplied together, as one product over their blocks
+        """``code_indices``: the blocks' integers travel coded (:mod:`~sparsewire.spgemm.index_coding`).
+        ``stages_per_product``: stages multiplied together, as one product over their blocks
         joined side by side (A) and stacked (B); each product after the first is merged into C, a
         pass over C, so fewer products are faster (measured at P = 4, 2 x 2 grid: rmat:15:8 0.96 s
         with 1, 0.46 s with 2) and hold more received blocks at once."""
@@ -182,7 +190,8 @@ class SummaMultiplier:
             }
         )
         self.a_sizes = {s: (int((row_counts(p) > 0).sum()), int(p.nvals)) for s, p in self.a_pieces.items()}
-        self.bytes_received = 0
+        self.code_indices = code_indices
+        self.bytes_received = self.payload_bytes_received = 0
         self.peak_held_entries = 0
         self.tracer = None  # a Tracer while traced (sparsewire.trace)
 
@@ -219,7 +228,7 @@ class SummaMultiplier:
         layout, semiring, grid = self.layout, self.semiring, self.layout.grid
         n_rows = int(layout.a_rows.counts()[self.row])
         n_cols = b_block.ncols
-        transfer, tracer = SparseTransfer(self.itype, semiring.dtype), self.tracer
+        transfer, tracer = SparseTransfer(self.itype, semiring.dtype, self.code_indices), self.tracer
         if tracer is not None:
             transfer = TracedTransfer(transfer, tracer, self.comm)
         # Start every send at once: A blocks along the grid row, B blocks along the grid column.
@@ -292,6 +301,7 @@ class SummaMultiplier:
             self.peak_held_entries = max(self.peak_held_entries, held)
         transfer.finish_sends()
         self.bytes_received += transfer.bytes_received
+        self.payload_bytes_received += transfer.payload_bytes_received
         return empty(n_rows, n_cols, semiring.dtype) if result is None else result
 
 

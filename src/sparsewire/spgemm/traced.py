@@ -34,6 +34,11 @@ class TracedTransfer:
         """Bytes MPI delivered to this rank through the transfer (its receive statuses)."""
         return self.inner.bytes_received
 
+    @property
+    def payload_bytes_received(self) -> int:
+        """The same messages' bytes uncoded (:attr:`SparseTransfer.payload_bytes_received`)."""
+        return self.inner.payload_bytes_received
+
     def _rank(self, comm: MPI.Comm, peer: int) -> int:
         """``peer`` of ``comm`` as a rank of the plan's communicator."""
         if comm is self.comm:
@@ -83,11 +88,11 @@ class TracedTransfer:
 
     def wait(self, incoming: Incoming):
         """Not collective. :meth:`SparseTransfer.wait` as a ``wait`` span; the message's end and its arrow's."""
-        before = self.inner.bytes_received
+        before = self.inner.payload_bytes_received
         result, _, end = self._timed("wait", self.inner.wait, incoming, tag=incoming.tag)
         if self.tracer.recording:
             source = self._rank(incoming.comm, incoming.source)
-            size = 16 + self.inner.bytes_received - before  # the header (16 bytes) and the payload MPI delivered
+            size = 16 + self.inner.payload_bytes_received - before  # the header (16 bytes) and the payload MPI delivered
             self.tracer.flow("f", incoming.tag, source, self.tracer.rank, end)
             self.tracer.message_event("e", "receive", incoming.tag, source, size, end)
         return result

@@ -7,6 +7,12 @@ arrived it knows the sizes and posts the two payload receives with exactly that 
 that sent more would make MPI report a truncation error, not a silent overrun). Every completed
 receive adds its status's byte count (``MPI_Get_count`` in bytes) to :attr:`bytes_received`, so
 the figure comes from MPI, independent of the predictions the algorithms make from counts.
+
+With ``code_indices`` the integer array travels coded (:mod:`~sparsewire.spgemm.index_coding`: delta plus
+bit-packing, lossless): the header carries its coded bytes as a third int64, and the receiver decodes it
+bit for bit. :attr:`bytes_received` stays what MPI counted on the wire; :attr:`payload_bytes_received`
+is what the same messages take uncoded (a 16-byte header, the decoded integers, the values), the
+figure the predictions are made in.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
+
+from sparsewire.spgemm.index_coding import decode_indices, encode_indices
 
 __all__ = ["SparseTransfer", "Incoming"]
 
@@ -36,6 +44,7 @@ class Incoming:
     requests: list = field(default_factory=list)
     ints: np.ndarray | None = None
     values: np.ndarray | None = None
+    coded: np.ndarray | None = None  # the coded integers (code_indices)
 
     @property
     def listed(self) -> int:
@@ -46,21 +55,26 @@ class SparseTransfer:
     """Not collective by itself: the sends and receives of one multiply, matched by the callers.
 
     ``itype`` and ``dtype``: the integer and value types of the messages (both sides agree, as
-    they follow from the shapes and the semiring)."""
+    they follow from the shapes and the semiring); ``code_indices``: the integers travel coded (every
+    rank alike)."""
 
-    def __init__(self, itype: np.dtype, dtype: np.dtype) -> None:
-        self.itype, self.dtype = np.dtype(itype), np.dtype(dtype)
+    def __init__(self, itype: np.dtype, dtype: np.dtype, code_indices: bool = False) -> None:
+        self.itype, self.dtype, self.code_indices = np.dtype(itype), np.dtype(dtype), bool(code_indices)
         self.send_requests: list[MPI.Request] = []
         self._keep_alive: list = []
-        self.bytes_received = 0
+        self.bytes_received = self.payload_bytes_received = 0
 
     def send(self, comm: MPI.Comm, destination: int, tag: int, message: tuple[np.ndarray, np.ndarray, int]) -> None:
         """Not collective (point to point with the peers). Start sending one message (header, integers,
         values); the buffers must stay unchanged
         until :meth:`finish_sends`."""
         ints, values, listed = message
-        header = np.array([listed, values.size], np.int64)
-        self._keep_alive.append((header, message))  # the buffers must outlive the requests
+        if self.code_indices:
+            ints = encode_indices(ints, listed)
+            header = np.array([listed, values.size, ints.size], np.int64)
+        else:
+            header = np.array([listed, values.size], np.int64)
+        self._keep_alive.append((header, ints, message))  # the buffers must outlive the requests
         base = 3 * tag
         self.send_requests += [
             comm.Isend([header, MPI.BYTE], destination, base + _HEADER),
@@ -70,7 +84,7 @@ class SparseTransfer:
 
     def post_header(self, comm: MPI.Comm, source: int, tag: int) -> Incoming:
         """Not collective (point to point with the peers). Start receiving the header of one message."""
-        incoming = Incoming(comm, source, tag)
+        incoming = Incoming(comm, source, tag, header=np.zeros(3 if self.code_indices else 2, np.int64))
         incoming.header_request = comm.Irecv([incoming.header, MPI.BYTE], source, 3 * tag + _HEADER)
         return incoming
 
@@ -81,6 +95,7 @@ class SparseTransfer:
             incoming.header_request.Wait(status)
             incoming.header_request = None
             self.bytes_received += status.Get_count(MPI.BYTE)
+            self.payload_bytes_received += 16  # (the uncoded header: listed rows, entries)
         return int(incoming.header[0]), int(incoming.header[1])
 
     def post_payload(self, incoming: Incoming, values: np.ndarray | None = None) -> None:
@@ -88,11 +103,16 @@ class SparseTransfer:
         receives with exactly the announced room;
         ``values``: where the values go (default: a new array)."""
         listed, entries = self.wait_header(incoming)
-        incoming.ints = np.empty(2 * listed + entries, self.itype)
+        if self.code_indices:
+            incoming.coded = np.empty(int(incoming.header[2]), np.uint8)
+            integers = incoming.coded
+        else:
+            incoming.ints = np.empty(2 * listed + entries, self.itype)
+            integers = incoming.ints.view(np.uint8)
         incoming.values = np.empty(entries, self.dtype) if values is None else values
         base = 3 * incoming.tag
         incoming.requests = [
-            incoming.comm.Irecv([incoming.ints.view(np.uint8), MPI.BYTE], incoming.source, base + _INTS),
+            incoming.comm.Irecv([integers, MPI.BYTE], incoming.source, base + _INTS),
             incoming.comm.Irecv([incoming.values.view(np.uint8), MPI.BYTE], incoming.source, base + _VALUES),
         ]
 
@@ -102,6 +122,11 @@ class SparseTransfer:
         statuses = [MPI.Status(), MPI.Status()]
         MPI.Request.Waitall(incoming.requests, statuses)
         self.bytes_received += sum(status.Get_count(MPI.BYTE) for status in statuses)
+        if self.code_indices:
+            incoming.ints, incoming.coded = decode_indices(incoming.coded, incoming.listed, self.itype), None
+            self.payload_bytes_received += incoming.ints.nbytes + statuses[1].Get_count(MPI.BYTE)
+        else:
+            self.payload_bytes_received += sum(status.Get_count(MPI.BYTE) for status in statuses)
         return incoming.ints, incoming.values, incoming.listed
 
     def finish_sends(self) -> None:
