@@ -169,6 +169,7 @@ class DistributedMatrix:
         grid=None,
         overlap: bool = False,
         stages_per_product: int = 2,
+        code_indices: bool = False,
     ) -> DistributedMatrix:
         """Collective. ``C = A (+.x) other`` over a semiring, C distributed like A's rows (and
         ordered like A's rows and B's columns): :func:`sparsewire.spgemm_plan.plan_spgemm` with
@@ -177,7 +178,7 @@ class DistributedMatrix:
         Args:
             other: B, distributed with ``partition=self.right_operand_partitioning()`` (or A
                 itself when square).
-            semiring, algorithm, phases, strategy, grid, overlap, stages_per_product: as for
+            semiring, algorithm, phases, strategy, grid, overlap, stages_per_product, code_indices: as for
                 :func:`~sparsewire.spgemm_plan.plan_spgemm`.
         """
         from sparsewire.spgemm_plan import plan_spgemm
@@ -192,6 +193,7 @@ class DistributedMatrix:
             phases=phases,
             overlap=overlap,
             stages_per_product=stages_per_product,
+            code_indices=code_indices,
         )
         try:
             return plan.to_distributed(plan.multiply())
