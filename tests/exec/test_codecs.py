@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import SHARED_MATRICES, run_mpi
+from conftest import SHARED_DATA, SHARED_MATRICES, run_mpi
 from sparsewire.errors import InputError
 from sparsewire.exec import codecs
 from sparsewire.options import ExecOptions
@@ -71,7 +71,7 @@ def test_every_entry_is_within_the_stated_bound(name, dtype, rng):
         assert np.array_equal(decoded[whole], rows[whole], equal_nan=True)  # rows sent whole come back bitwise
         if name != "bf16":  # their NaN and Inf rows go whole
             assert whole[~np.isfinite(rows).all(axis=1)].all()
-        width, meta = {"bf16": (2, 0), "fp16": (2, 4), "int8": (1, 16)}[name]
+        width, meta = {"bf16": (2, 0), "fp16": (2, 4), "int8": (1, 2 * rows.itemsize)}[name]
         coded = 8 + _pad8(n) + _pad8(meta * n) + _pad8(width * n * k)
         assert size == coded + int(whole.sum()) * k * rows.itemsize
 
@@ -168,3 +168,24 @@ def test_spmm_with_coded_messages_is_within_the_plans_bound_on_fewer_bytes(ranks
         metadata = rows * (1 + meta) + 24 * run["messages"]  # a flag and metadata per row; a header and padding
         assert run["wire_bytes"] <= run["payload_bytes"] * width / 8 + metadata, (case, run["wire_bytes"])
         assert run["options"]["compress"] == name
+
+
+@pytest.mark.mpi
+def test_eigs_with_coded_messages_converges_within_the_codecs_reach():
+    args = ["-m", "sparsewire", "eigs", "delaunay:3000:1", "--compress", "fp16", "--tol", "1e-3", "--check", "--json"]
+    completed = run_mpi(2, args, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout)
+    assert report["converged"] and report["check_passed"] and report["options"]["compress"] == "fp16"
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(not (SHARED_DATA / "gnn" / "cora.npz").exists(), reason="needs ../shared/data/gnn/cora.npz")
+def test_gcn_trains_on_int8_messages_with_fewer_wire_bytes():
+    args = ["-m", "sparsewire", "gcn", str(SHARED_DATA / "gnn" / "cora.npz"), "--compress", "int8", "--epochs", "30"]
+    completed = run_mpi(3, [*args, "--json"], timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout)
+    assert report["compress"] == "int8" and report["test_accuracy"] > 0.5
+    # float32 rows of 16 and 7 entries: 1 byte an entry plus 8 bytes of range and a flag per row, against 4 an entry
+    assert report["wire_bytes_per_epoch"] < 0.6 * report["bytes_per_epoch"], report

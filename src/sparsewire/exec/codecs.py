@@ -12,17 +12,17 @@ stated error bound, decoded into the receive buffer before anything reads it.
   ``|decoded - x| <= 2^-11 |x| + 2^(s-25)`` (the second term where the scaled entry falls below float16's
   normal range, at most ``2^-39`` of the row's largest magnitude). Rows with NaN or Inf go whole.
 * ``int8`` with an affine map per row and stochastic rounding (AdaQP's): ``q = floor((x - lo) / step + u)``
-  with ``lo`` the row's minimum, ``step = (max - min) / 255`` and ``u`` uniform in [0, 1), so the decoded
-  ``lo + q step`` is unbiased (E = x) and ``|decoded - x| <= step`` (plus, for float32 data, the rounding of
-  the decoded value to float32: ``2^-24 (|x| + step)``). Rows with NaN or Inf, or whose range overflows,
-  go whole.
+  with ``lo`` the row's minimum, ``step = (max - min) / 255`` (rounded up to the data's dtype, in which
+  both travel) and ``u`` uniform in [0, 1), so the decoded ``lo + q step`` is unbiased (E = x) and
+  ``|decoded - x| <= step`` (plus, for float32 data, the step's rounding up and the decoded value's rounding
+  to float32: ``2^-22 (|x| + step)``). Rows with NaN or Inf, or whose range overflows, go whole.
 
 ``none`` sends the rows as they are (bitwise). A message on the wire, in bytes: ``rows`` and ``k`` (two
 int32, the sender's: the receiver counts the payload from them, not from its own plan), one flag byte per
 row (1: sent whole, in the data's dtype), the per-row metadata (fp16: an int32 exponent; int8: ``lo`` and
-``step`` as float64), the coded entries (2, 2 or 1 byte each), then the whole rows in order; each part
-padded to 8 bytes. So a message of float64 rows takes about a quarter (bf16, fp16) or an eighth plus 16
-bytes a row (int8) of its payload, and at most :func:`max_message_bytes`.
+``step`` in the data's dtype), the coded entries (2, 2 or 1 byte each), then the whole rows in order; each
+part padded to 8 bytes. So a message of float64 rows takes about a quarter (bf16, fp16) or an eighth plus
+16 bytes a row (int8; float32: a quarter plus 8) of its payload, and at most :func:`max_message_bytes`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,16 @@ import numpy as np
 
 from sparsewire.errors import InputError
 
-__all__ = ["CODECS", "max_message_bytes", "encode", "decode", "error_bound", "product_error_bound", "describe"]
+__all__ = [
+    "CODECS",
+    "max_message_bytes",
+    "encode",
+    "decode",
+    "error_bound",
+    "product_error_bound",
+    "operator_change",
+    "describe",
+]
 
 #: The payload codecs, by name (``none``: the rows as they are).
 CODECS = ("none", "bf16", "fp16", "int8")
@@ -42,7 +51,7 @@ _HEADER = 8
 _BF16_MAX = (2.0 - 2.0**-7) * 2.0**127
 _SUBNORMAL_STEP = 2.0**-133
 _WIDTH = {"bf16": 2, "fp16": 2, "int8": 1}  # bytes per coded entry
-_META = {"bf16": 0, "fp16": 4, "int8": 16}  # bytes of metadata per row
+_META = {"bf16": 0, "fp16": 4, "int8": 2}  # metadata per row: bytes (bf16, fp16), values of the data's dtype (int8)
 #: How much one pass may change a term, relative to the magnitudes the bound scales: bf16 and fp16 per entry
 #: (|A| |B|), int8 per row (|A| max_j |B|) since its step is a row's range over 255.
 _RELATIVE = {"bf16": 2.0**-8, "fp16": 2.0**-11, "int8": 2.0 / 255}
@@ -72,17 +81,18 @@ def _pad8(size: int) -> int:
     return (size + 7) // 8 * 8
 
 
-def _layout(name: str, n: int, k: int) -> tuple[int, int, int]:
-    """Offsets of the metadata, the coded entries and the whole rows of a message of ``n`` x ``k``."""
+def _layout(name: str, n: int, k: int, itemsize: int) -> tuple[int, int, int]:
+    """Offsets of the metadata, the coded entries and the whole rows of a message of ``n`` x ``k`` entries of
+    ``itemsize`` bytes."""
     meta = _HEADER + _pad8(n)
-    coded = meta + _pad8(_META[name] * n)
+    coded = meta + _pad8(_META[name] * n * (itemsize if name == "int8" else 1))
     return meta, coded, coded + _pad8(_WIDTH[name] * n * k)
 
 
 def max_message_bytes(name: str, rows: int, k: int, itemsize: int) -> int:
     """Not collective. The most bytes a message of codec ``name`` with ``rows`` x ``k`` entries of ``itemsize``
     bytes can take (every row whole)."""
-    return _layout(name, rows, k)[2] + rows * k * itemsize
+    return _layout(name, rows, k, itemsize)[2] + rows * k * itemsize
 
 
 @functools.cache
@@ -127,7 +137,7 @@ def encode(name: str, rows: np.ndarray, out: np.ndarray, rng: np.random.Generato
     n, k = rows.shape
     out[:_HEADER].view(np.int32)[:] = (n, k)
     flags = out[_HEADER : _HEADER + n]
-    meta, start, end = _layout(name, n, k)
+    meta, start, end = _layout(name, n, k, rows.itemsize)
     coded = out[start : start + _WIDTH[name] * n * k]
     finite = np.isfinite(rows).all(axis=1)
     if name == "bf16":
@@ -143,10 +153,12 @@ def encode(name: str, rows: np.ndarray, out: np.ndarray, rng: np.random.Generato
             decoded_max = np.ldexp(np.abs(halves).max(axis=1, initial=0).astype(np.float64), exponents)
         flags[:] = ~finite | (decoded_max > np.finfo(rows.dtype).max)
     else:  # int8
-        lo_step = out[meta : meta + 16 * n].view(np.float64).reshape(n, 2)
+        lo_step = out[meta : meta + 2 * n * rows.itemsize].view(rows.dtype).reshape(n, 2)
         with np.errstate(invalid="ignore", over="ignore"):
             lo = rows.min(axis=1, initial=np.inf).astype(np.float64)
-            step = (rows.max(axis=1, initial=-np.inf).astype(np.float64) - lo) / 255
+            exact = (rows.max(axis=1, initial=-np.inf).astype(np.float64) - lo) / 255
+            step = exact.astype(rows.dtype)  # as sent: rounded up, so 255 steps still span the row
+            step = np.where(step < exact, np.nextafter(step, step.dtype.type(np.inf)), step).astype(np.float64)
             whole = ~finite | ~np.isfinite(step)
             lo[whole], step[whole] = 0.0, 0.0
             scaled = np.divide(rows - lo[:, None], step[:, None], out=np.zeros((n, k)), where=step[:, None] > 0)
@@ -169,7 +181,7 @@ def decode(name: str, message: np.ndarray, out: np.ndarray) -> tuple[int, int]:
     if (n, k) != out.shape:
         raise InputError(f"a {name} message holds {n} x {k} entries but its receive buffer is {out.shape[0]} x {out.shape[1]}")
     flags = message[_HEADER : _HEADER + n].view(bool)
-    meta, start, end = _layout(name, n, k)
+    meta, start, end = _layout(name, n, k, out.itemsize)
     coded = message[start : start + _WIDTH[name] * n * k]
     if name == "bf16":
         out[:] = (coded.view(np.uint16).reshape(n, k).astype(np.uint32) << 16).view(np.float32)
@@ -179,7 +191,7 @@ def decode(name: str, message: np.ndarray, out: np.ndarray) -> tuple[int, int]:
                 exponents = message[meta : meta + 4 * n].view(np.int32)
                 out[:] = np.ldexp(coded.view(np.float16).reshape(n, k).astype(np.float64), exponents[:, None])
             else:
-                lo_step = message[meta : meta + 16 * n].view(np.float64).reshape(n, 2)
+                lo_step = message[meta : meta + 2 * n * out.itemsize].view(out.dtype).reshape(n, 2).astype(np.float64)
                 out[:] = lo_step[:, :1] + coded.reshape(n, k) * lo_step[:, 1:]
     wide = np.flatnonzero(flags)
     if len(wide):
@@ -198,9 +210,21 @@ def error_bound(name: str, rows: np.ndarray) -> np.ndarray:
             bound = x * 2.0**-11 + np.ldexp(1.0, _fp16_exponents(np.asarray(rows)) - 25)[:, None]
         else:
             step = (np.asarray(rows).max(axis=1).astype(np.float64) - np.asarray(rows).min(axis=1)) / 255
-            rounding = 2.0**-24 if np.asarray(rows).dtype == np.float32 else 2.0**-40  # decoded value's, and (x - lo) / step's
+            # the decoded value's rounding to the dtype, the step's rounding up to it, (x - lo) / step's
+            rounding = 2.0**-22 if np.asarray(rows).dtype == np.float32 else 2.0**-40
             bound = step[:, None] + rounding * (x + step[:, None])
     return np.where(np.isfinite(x) & np.isfinite(bound), bound, 0.0)
+
+
+def operator_change(name: str, passes: int, width: int) -> float:
+    """Not collective. A bound on ``||dA X||_2 / || |A| ||_2`` when ``A X`` (X of ``width`` orthonormal columns) is
+    computed through ``passes`` coded messages: ``(1 + r)^passes - 1`` for bf16 and fp16 (each entry of the
+    product within that of ``(|A| |X|)``), times ``sqrt(width)`` for int8 (its error scales with a row's largest
+    magnitude, at most that row's 2-norm). 0 for ``none``."""
+    if name == "none":
+        return 0.0
+    grown = (1.0 + _RELATIVE[name]) ** passes - 1.0 + passes * 2.0**-38
+    return grown * (math.sqrt(width) if name == "int8" else 1.0)
 
 
 def product_error_bound(name: str, passes: int, scale, row_scale, operands, terms, dtype=np.float64) -> np.ndarray:
