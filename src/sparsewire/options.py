@@ -24,7 +24,7 @@ import numpy as np
 
 from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT, MIN_WAIT_TIMEOUT
 from sparsewire.errors import InputError
-from sparsewire.exec.codecs import CODECS
+from sparsewire.exec.codecs import parse_compress
 from sparsewire.exec.kernels import backend_problem
 from sparsewire.exec.modes import MODES, Mode
 from sparsewire.exec.transports import transport_names, transport_problem
@@ -67,7 +67,9 @@ class ExecOptions:
         compress: the payload codec of every message (:data:`~sparsewire.exec.codecs.CODECS`): ``none``
             (the default: rows sent as they are, bitwise), ``bf16``, ``fp16`` (a power-of-two scale per
             row) or ``int8`` (an affine map per row, stochastic rounding), each within the bound
-            :mod:`sparsewire.exec.codecs` states; the MPI transport's whole-message modes on the CPU.
+            :mod:`sparsewire.exec.codecs` states; ``inter:CODEC`` codes only the messages between groups
+            (the topology's, else MPI's shared-memory nodes). The MPI transport's whole-message modes on
+            the CPU.
     """
 
     strategy: str | Strategy = AUTO
@@ -163,9 +165,10 @@ class ExecOptions:
         return problems
 
     def _compress_problems(self, mode) -> list[str]:
-        if self.compress not in CODECS:
-            return [f"unknown compress {self.compress!r}; choose {' or '.join(CODECS)}"]
-        if self.compress == "none":
+        parsed = parse_compress(self.compress)
+        if isinstance(parsed, str):
+            return [parsed]
+        if parsed[0] == "none":
             return []
         where = []
         if self.transport != "mpi":
@@ -180,6 +183,11 @@ class ExecOptions:
                 f"early) on the CPU, not {' or '.join(where)}; use compress='none' there"
             ]
         return []
+
+    @property
+    def codec(self) -> str:
+        """The payload codec of :attr:`compress` (``none``, ``bf16``, ``fp16``, ``int8``), whatever its scope."""
+        return parse_compress(self.compress)[0]
 
     @property
     def layout(self) -> str:

@@ -287,7 +287,7 @@ class SpmmPlan:
     def codec_passes(self) -> int:
         """Not collective. The most coded messages a term of C crosses (a B row, a partial sum, a relay each one):
         the plan's exchanges, every message coded where ``compress`` is not ``none`` (0 where it is)."""
-        return 0 if self.options.compress == "none" else len(self.rank_plan.exchanges)
+        return 0 if self.options.codec == "none" else len(self.rank_plan.exchanges)
 
     def traffic(self) -> tuple[TrafficMap, TrafficMap]:
         """Collective. The rank x rank map of the last multiply as the transport counted it, and the plan's."""
@@ -343,7 +343,7 @@ class SpmmPlan:
             f"transport {self.transport}: bytes counted from {self.counted_by}",
             f"backend {self.backend} on {self.device}: {self.executor.kernels.description}",
             *describe_paths(executor.transfer_rule, executor.stages_messages, self.transport, self.transfer_summary, compress),
-            codecs.describe(compress, self.codec_passes),
+            codecs.describe(self.options.codec, self.codec_passes),
             self.choice.reason(),
         ]
         if self.choice.requested == "auto" and len(self.choice.candidates) > 1:

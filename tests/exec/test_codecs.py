@@ -189,3 +189,26 @@ def test_gcn_trains_on_int8_messages_with_fewer_wire_bytes():
     assert report["compress"] == "int8" and report["test_accuracy"] > 0.5
     # float32 rows of 16 and 7 entries: 1 byte an entry plus 8 bytes of range and a flag per row, against 4 an entry
     assert report["wire_bytes_per_epoch"] < 0.6 * report["bytes_per_epoch"], report
+
+
+def test_compress_names_a_codec_and_optionally_the_links_between_groups():
+    assert codecs.parse_compress("bf16") == ("bf16", "all")
+    assert codecs.parse_compress("inter:int8") == ("int8", "inter")
+    for wrong in ("zstd", "inter:none", "intra:bf16", "inter:", ":bf16"):
+        assert "unknown compress" in codecs.parse_compress(wrong), wrong
+    assert ExecOptions(compress="inter:fp16").codec == "fp16"
+
+
+@pytest.mark.mpi
+def test_only_the_messages_between_groups_are_coded_with_inter():
+    """P = 4 in two groups of 2: inter:bf16 codes the messages between the groups only, so the wire carries the
+    intra-group payload whole and the rest at about a quarter."""
+    args = ["-m", "sparsewire", "spmm", "delaunay:4000:2", "-G", "2", "--strategy", "joint", "--mode", "overlap,early"]
+    completed = run_mpi(4, [*args, "--compress", "inter:bf16", "--check", "--json", "--repeat", "2"], timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    for run in json.loads(completed.stdout)["runs"]:
+        intra, inter = run["measured_intra_group_bytes"], run["measured_inter_group_bytes"]
+        assert run["check_passed"] and intra > 0 and inter > 0, run
+        assert intra + inter / 4 < run["wire_bytes"] < intra + inter / 3, (intra, inter, run["wire_bytes"])
+        assert run["transfer_paths"]["intra_group"].keys() == {"direct"}
+        assert run["transfer_paths"]["inter_group"].keys() == {"encoded"}

@@ -322,9 +322,10 @@ def add_compress_argument(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--compress",
-        choices=CODECS,
         default="none",
-        help="payload codec of every message: none (rows as they are, bitwise), bf16 (each entry within "
+        metavar="[inter:]CODEC",
+        help=f"payload codec ({', '.join(CODECS)}) of every message, or with inter: only of the messages between groups "
+        "(the topology's, else MPI's shared-memory nodes): none (rows as they are, bitwise), bf16 (each entry within "
         "max(2^-8 |x|, 2^-134)), fp16 (a power-of-two scale per row, 2^-11 relative) or int8 (an affine map per row, "
         "stochastic rounding, within (max - min) / 255 of the row): about a quarter (bf16, fp16) or an eighth (int8) of "
         "float64's bytes on the wire; explain() states the bound on the product. MPI transport on the CPU, modes bulk, "

@@ -203,7 +203,7 @@ def spmm_session(
                 full = gathered.astype(np.float64)
                 row["max_abs_error"] = float(np.abs(full - reference).max(initial=0.0))
                 coded = codecs.product_error_bound(
-                    used.compress, passes, scale, row_scale, magnitude.sum(axis=1)[:, None], terms, dtype
+                    used.codec, passes, scale, row_scale, magnitude.sum(axis=1)[:, None], terms, dtype
                 )
                 row["check_passed"] = bool(within(full, reference, allowed + coded).all())
             results.append(row)
@@ -325,6 +325,6 @@ def eigs_session(
             from sparsewire.exec.codecs import operator_change
 
             norm = float(abs(operator).sum(axis=1).max(initial=0.0))  # || |A| ||_inf = || |A| ||_2 bound (symmetric)
-            allowed = allowed + tol * np.abs(reference) + operator_change(options.compress, passes, block) * norm
+            allowed = allowed + tol * np.abs(reference) + operator_change(options.codec, passes, block) * norm
         report["check_passed"] = bool(within(result.eigenvalues, reference, allowed).all())
     return report

@@ -47,7 +47,8 @@ class BufferNeeds:
         dependencies: list, per sent message of a relaying exchange, the input messages it reads.
         ordered: the receive buffers form one stack behind a copy of B_p, with the ``merged``
             operand over it.
-        codec: the payload codec of every message (:mod:`~sparsewire.exec.codecs`; ``none``: sent as they are).
+        codec: the payload codec (:mod:`~sparsewire.exec.codecs`; ``none``: every message sent as it is).
+        codec_peers: the ranks whose messages (both ways) go through it; None: every rank.
     """
 
     partitions: int = 1
@@ -55,6 +56,7 @@ class BufferNeeds:
     dependencies: bool = False
     ordered: bool = False
     codec: str = "none"
+    codec_peers: frozenset[int] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,11 +117,6 @@ class ExchangeBuffers:
     def recv_staged(self) -> tuple[int, ...]:
         """The received messages staged through host memory."""
         return tuple(m for m, path in enumerate(self.recv_paths) if path is WirePath.STAGED)
-
-    @property
-    def send_encoded(self) -> tuple[int, ...]:
-        """The sent messages that go through the payload codec."""
-        return tuple(m for m, path in enumerate(self.send_paths) if path is WirePath.ENCODED)
 
 
 @dataclass(frozen=True, eq=False)
@@ -253,8 +250,13 @@ def _exchange_buffers(
     send_elements, recv_elements = np.diff(send_offsets) * k, np.diff(recv_offsets) * k
     direct = TransferRule(0, "no staging")
     send_paths, recv_paths = ((rule or direct).paths(elements * dtype.itemsize) for elements in (send_elements, recv_elements))
-    if needs.codec != "none":  # every message coded (host memory: nothing is staged)
-        send_paths, recv_paths = ((WirePath.ENCODED,) * len(send_paths), (WirePath.ENCODED,) * len(recv_paths))
+    if needs.codec != "none":  # the messages to and from the codec's peers coded (host memory: nothing is staged)
+        peers = needs.codec_peers
+
+        def coded(ranks, paths):
+            return tuple(WirePath.ENCODED if peers is None or rank in peers else path for rank, path in zip(ranks, paths))
+
+        send_paths, recv_paths = coded(exchange.send_ranks.tolist(), send_paths), coded(exchange.recv_ranks.tolist(), recv_paths)
     return ExchangeBuffers(
         index=index,
         exchange=exchange,

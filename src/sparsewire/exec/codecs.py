@@ -36,6 +36,7 @@ from sparsewire.errors import InputError
 
 __all__ = [
     "CODECS",
+    "parse_compress",
     "max_message_bytes",
     "encode",
     "decode",
@@ -55,6 +56,16 @@ _META = {"bf16": 0, "fp16": 4, "int8": 2}  # metadata per row: bytes (bf16, fp16
 #: How much one pass may change a term, relative to the magnitudes the bound scales: bf16 and fp16 per entry
 #: (|A| |B|), int8 per row (|A| max_j |B|) since its step is a row's range over 255.
 _RELATIVE = {"bf16": 2.0**-8, "fp16": 2.0**-11, "int8": 2.0 / 255}
+
+
+def parse_compress(text: str) -> tuple[str, str] | str:
+    """Not collective. ``(codec, scope)`` of an execution option ``compress``: ``CODEC`` codes every message
+    (scope ``all``), ``inter:CODEC`` only the messages between groups (the topology's, or MPI's shared-memory
+    nodes); or the text of what is wrong with it."""
+    scope, colon, codec = str(text).rpartition(":")
+    if codec not in CODECS or scope != ("inter" if colon else "") or (scope and codec == "none"):
+        return f"unknown compress {text!r}; choose {', '.join(CODECS)}, or inter:CODEC (only between groups)"
+    return codec, scope or "all"
 
 
 def describe(name: str, passes: int) -> str:

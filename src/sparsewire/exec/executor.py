@@ -45,6 +45,7 @@ from sparsewire.comm.runtime import agree_on_error, node_ids
 from sparsewire.comm.watchdog import Watchdog
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import BufferNeeds, build_buffers
+from sparsewire.exec.codecs import parse_compress
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
 from sparsewire.exec.kernels import make_backend
 from sparsewire.exec.laps import FOLD_EVERY, MULTIPLY, START, Laps
@@ -157,7 +158,8 @@ class SpmmExecutor:
             unpack=None if self.deterministic else ("message" if mode.per_message else "exchange"),
             dependencies=mode.relays_per_message,
             ordered=self.deterministic,
-            codec=options.compress,
+            codec=options.codec,
+            codec_peers=self._codec_peers(options, comm),
         )
         self.buffers = build_buffers(
             plan, self.k, self.dtype, self.threads, needs, self.kernels, self.transfer_rule if self.stages_messages else None
@@ -173,6 +175,15 @@ class SpmmExecutor:
         self._schedules = [self.schedule]  # with a traced one while tracing
         # Freed by close(), or after the executor is garbage-collected (exec.lifetime).
         self._finalizer = track(self, functools.partial(_release, self._schedules, self.transport, self.comm))
+
+    def _codec_peers(self, options: ExecOptions, comm) -> frozenset[int] | None:
+        """The ranks whose messages go through the codec: all (None) or, for ``inter:CODEC``, those in another
+        group (the topology's groups where it has them, else MPI's shared-memory nodes)."""
+        if parse_compress(options.compress)[1] == "all":
+            return None
+        topology = options.topology
+        groups = topology.groups(comm.Get_size()) if topology is not None and len(topology.levels) > 1 else self._nodes
+        return frozenset(np.flatnonzero(groups != groups[comm.Get_rank()]).tolist())
 
     @property
     def bytes_received_from(self) -> np.ndarray:

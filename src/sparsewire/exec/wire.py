@@ -162,7 +162,9 @@ def describe_paths(rule: TransferRule, staging: bool, transport: str, summary: d
     from sparsewire.report import format_bytes
 
     if codec != "none":
-        lines = [f"transfers: every message through the {codec} payload codec (host memory: nothing staged)"]
+        scope, _, name = codec.rpartition(":")
+        which = "messages between groups" if scope else "every message"
+        lines = [f"transfers: {which} through the {name} payload codec (host memory: nothing staged)"]
     elif staging:
         lines = [f"transfers: {rule.describe()}"]
     elif transport == "mpi":

@@ -141,6 +141,8 @@ class MpiTransport(MessageTransport):
             self._decode.append(coded_recv)
             self._copy_in.append([None if device is None else (memory, device) for memory, device in recv_memory])
             self._copy_out.append([None if device is None else (device, memory) for memory, device in send_memory])
+        self._persistent_send = [[request for request in requests if request is not None] for requests in self._send]
+        self._encoded_sends = [[m for m, coded in enumerate(messages) if coded is not None] for messages in self._encode]
         self._backend = buffers.kernels
         self._statuses = [[MPI.Status() for _ in requests] for requests in self._recv]
         # Every receive in one list for MPI_Waitany, with its (exchange, message).
@@ -158,10 +160,9 @@ class MpiTransport(MessageTransport):
             self._backend.copy_out(*self._copy_out[ex.index][message])
         if self._send[ex.index]:
             self._backend.synchronize()  # the packed rows (and their staged copies) are in memory
-            persistent = [request for request in self._send[ex.index] if request is not None]
-            if persistent:
-                MPI.Prequest.Startall(persistent)
-        for message in ex.send_encoded:
+            if self._persistent_send[ex.index]:
+                MPI.Prequest.Startall(self._persistent_send[ex.index])
+        for message in self._encoded_sends[ex.index]:
             self._send_encoded(ex, message)
 
     def _send_encoded(self, ex: ExchangeBuffers, message: int) -> None:
@@ -202,7 +203,7 @@ class MpiTransport(MessageTransport):
         return index, message
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
-        MPI.Request.Waitall([request for request in self._send[ex.index] if request is not None])
+        MPI.Request.Waitall(self._persistent_send[ex.index])
         coded = self._coded_sends[ex.index]
         if coded:
             MPI.Request.Waitall(coded)
@@ -214,9 +215,9 @@ class MpiTransport(MessageTransport):
 
     def free(self) -> None:
         """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transports.base`."""
-        for request in self._all_recv + [r for requests in self._send for r in requests if r is not None]:
+        for request in self._all_recv + [r for requests in self._persistent_send for r in requests]:
             request.Free()
-        self._recv, self._send, self._all_recv = [], [], []
+        self._recv, self._send, self._all_recv, self._persistent_send = [], [], [], []
 
 
 class _Partitioned(PartitionedTransport):
