@@ -67,7 +67,7 @@ def test_real_matrix_messages_shrink(rng):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize(("ranks", "algorithm"), [(2, "1d"), (3, "1d"), (4, "summa"), (4, "1d")])
+@pytest.mark.parametrize(("ranks", "algorithm"), [(2, "1d"), (3, "1d"), (4, "summa")])
 def test_spgemm_with_coded_indices_is_bit_identical(ranks, algorithm):
     matrix = str(SHARED_MATRICES[1]) if len(SHARED_MATRICES) > 1 else "rmat:12:8:1"
     reports = {}
