@@ -175,12 +175,11 @@ def run_gcn(args: argparse.Namespace) -> int:
     counted_by = next((plan.counted_by for plan in graph.operator.plans.values()), None)
     # Messages per path over every propagation plan, forward and transposed (the backward passes
     # made the transposes; transpose() returns them, the same on every rank).
-    paths = {"staged": 0, "direct": 0}
+    paths = {}
     for plan in graph.operator.plans.values():
         for each in (plan, plan.transpose()):
             for path, messages in messages_per_path(each.transfer_summary).items():
-                if path in paths:  # (training sends no coded payloads)
-                    paths[path] += messages
+                paths[path] = paths.get(path, 0) + messages
     graph.operator.close()
     if rank != 0:
         return 0

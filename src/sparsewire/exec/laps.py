@@ -3,8 +3,8 @@ folded into the :class:`~sparsewire.exec.tracing.Tracer`'s per-phase totals late
 
 Why not the traced parts' proxies (:mod:`sparsewire.exec.traced_parts`, which the full trace uses): a
 proxy is one more Python frame around each of the ten or so calls of a multiply, and with the caches
-cold after a kernel those frames are what a summary costs (about 15 us a multiply at P = 2, 3% of a
-0.5 ms multiply). A lap is one append of (code, clock read) to a list, inline in the schedule after
+cold after a kernel those frames are what a summary costs (3-5% of bcsstk25's 0.5 ms multiplies at P = 2
+in ``bench/trace_overhead.py``). A lap is one append of (code, clock read) to a list, inline in the schedule after
 the call it closes; the schedule tests one local for None when the summary is off.
 
 Each lap closes a phase that began at the previous lap of the multiply (boundary stamps: one clock
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Laps", "PHASE_NAMES", "FOLD_EVERY", "START", "MULTIPLY"]
+__all__ = ["Laps", "PHASE_NAMES", "FOLD_EVERY", "START", "PACK", "MULTIPLY"]
 
 #: Phase names, by code (as the traced parts name their spans); ``START`` opens a multiply.
 PHASE_NAMES = (

@@ -13,8 +13,8 @@ returns when its last message is in), so its arrow never points back in time.
 How: for a trace, the executor's parts (the packer, the transport, the combine) are wrapped in proxies
 (:mod:`sparsewire.exec.traced_parts`) that time each call (``time.perf_counter_ns``) into a
 :class:`Tracer` and delegate; a summary alone (no events) is recorded by the schedule itself, one lap
-per phase (:mod:`sparsewire.exec.laps`), which costs a quarter of the proxies; tracing off leaves the
-parts unwrapped and the laps off (one test of a local per call). Only multiplies in
+per phase (:mod:`sparsewire.exec.laps`: no proxy frame per call); tracing off leaves the parts
+unwrapped and the laps off (one test of a local per call). Only multiplies in
 the window ``[first, stop)`` are recorded, and recording stops at ``limit`` events (said in the
 trace's metadata, ``truncated``, and by the command line's warning).
 
@@ -117,10 +117,12 @@ def measure_costs(tracer) -> tuple[float, float]:
         clock()
     timer = (time.thread_time() - started) / reads
     if tracer.records_laps:
+        from sparsewire.exec.laps import PACK
+
         push = [].append
         started = time.thread_time()
         for at in range(reads):
-            push((3, at))
+            push((PACK, at))
         return timer, (time.thread_time() - started) / reads
     scratch = Tracer(tracer.rank, tracer.link_of, clock=clock, keep_events=tracer.keep_events)
     scratch.begin_multiply()
@@ -175,9 +177,9 @@ class Tracer:
 
     def begin_multiply(self) -> None:
         """Not collective. A multiply starts (every rank counts them alike: the flow ids number them)."""
-        self.multiply = count = self.multiply + 1
-        if self.unit == "multiply":  # (_inside written out: this runs once per multiply)
-            self.recording = count >= self.first and (self.stop is None or count < self.stop) and not self.truncated
+        self.multiply += 1
+        if self.unit == "multiply":
+            self.recording = self._inside(self.multiply)
         self.multiplies += self.recording
 
     def begin_epoch(self) -> None:

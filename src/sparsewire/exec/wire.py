@@ -2,8 +2,8 @@
 
 A message's :class:`WirePath` is ``direct`` (MPI moves it from the backend's buffer itself) or
 ``staged`` (through a copy in host memory) or ``encoded`` (through a payload codec,
-:mod:`~sparsewire.exec.codecs`: fewer bytes on the wire; chosen by the execution options' ``compress``,
-today for every message alike). The ledger (:class:`~sparsewire.exec.transports.base.ByteLedger`)
+:mod:`~sparsewire.exec.codecs`: fewer bytes on the wire; chosen by the execution options' ``compress``:
+every message, or with ``inter:`` those between groups). The ledger (:class:`~sparsewire.exec.transports.base.ByteLedger`)
 keeps the bytes on the wire and the payload bytes apart; they differ on the encoded path only.
 
 The staging rule is the semiring SpGEMM paper's hybrid communication (McFarland et al., ICPE '25,
@@ -31,6 +31,7 @@ import numpy as np
 
 from sparsewire.comm.mpi_library import cuda_aware_mpi
 from sparsewire.errors import InputError
+from sparsewire.exec.codecs import parse_compress
 
 __all__ = [
     "WirePath",
@@ -156,14 +157,14 @@ def messages_per_path(summary: dict) -> dict[str, int]:
     return totals
 
 
-def describe_paths(rule: TransferRule, staging: bool, transport: str, summary: dict, codec: str = "none") -> list[str]:
+def describe_paths(rule: TransferRule, staging: bool, transport: str, summary: dict, compress: str = "none") -> list[str]:
     """Not collective. ``explain()``'s lines: the rule and why (or the payload codec every message goes through), then
     per link class how many messages (and of which payload sizes) take each path."""
     from sparsewire.report import format_bytes
 
-    if codec != "none":
-        scope, _, name = codec.rpartition(":")
-        which = "messages between groups" if scope else "every message"
+    name, scope = parse_compress(compress)
+    if name != "none":
+        which = "messages between groups" if scope == "inter" else "every message"
         lines = [f"transfers: {which} through the {name} payload codec (host memory: nothing staged)"]
     elif staging:
         lines = [f"transfers: {rule.describe()}"]

@@ -18,6 +18,8 @@ import functools
 
 import numpy as np
 
+from sparsewire.errors import PlanMismatchError
+
 __all__ = ["BLOCK", "encode_indices", "decode_indices"]
 
 #: Values per bit width.
@@ -135,15 +137,20 @@ def encode_indices(ints: np.ndarray, listed: int) -> np.ndarray:
     return message
 
 
-def decode_indices(message: np.ndarray, listed: int, itype) -> np.ndarray:
-    """Not collective. The integer array (``itype``) of a coded ``message`` with ``listed`` rows, bit for bit."""
+def decode_indices(message: np.ndarray, listed: int, itype, entries: int) -> np.ndarray:
+    """Not collective. The integer array (``itype``) of a coded ``message`` with ``listed`` rows and ``entries``
+    columns (the message header's), bit for bit; PlanMismatchError where the coded sizes disagree with them."""
     count = int(message[:8].view(np.int64)[0])
+    if count != 2 * listed + entries:
+        raise PlanMismatchError(f"a coded index array holds {count} integers, its header says {2 * listed + entries}")
     blocks = -(-count // BLOCK)
     widths = np.ascontiguousarray(message[8 : 8 + blocks])
     head = 8 + _pad8(blocks)
     deltas = np.empty(count, np.uint64)
     *_, unpack, undo = _kernels()
     unpack(message[head:].view(np.uint64), widths, deltas)
+    if int(deltas[listed : 2 * listed].sum()) != entries:  # the row lengths place the columns: checked before writing
+        raise PlanMismatchError(f"a coded index array's row lengths add up to other than its {entries} entries")
     out = np.empty(count, itype)
     undo(deltas.view(np.int64), listed, out)
     return out

@@ -123,7 +123,8 @@ class SparseTransfer:
         MPI.Request.Waitall(incoming.requests, statuses)
         self.bytes_received += sum(status.Get_count(MPI.BYTE) for status in statuses)
         if self.code_indices:
-            incoming.ints, incoming.coded = decode_indices(incoming.coded, incoming.listed, self.itype), None
+            listed, entries = incoming.listed, int(incoming.header[1])
+            incoming.ints, incoming.coded = decode_indices(incoming.coded, listed, self.itype, entries), None
             self.payload_bytes_received += incoming.ints.nbytes + statuses[1].Get_count(MPI.BYTE)
         else:
             self.payload_bytes_received += sum(status.Get_count(MPI.BYTE) for status in statuses)

@@ -40,7 +40,6 @@ class _Schedule:
     ) -> None:
         self.buffers, self.transport, self.combine = buffers, transport, combine
         self.packer = packer or Packer(buffers)
-        self.laps = laps
         self.push, self.clock = (laps.push, laps.clock) if laps is not None else (None, None)
 
     def close(self) -> None:
