@@ -11,10 +11,11 @@ damaged one, or none. Sizes stay small and the flags that multiply the work (epo
 iterations, nodes) stay below 8, so every vector runs in bounded time. The pass rule is the
 readers' fuzzer's: ``sparsewire.cli.main(argv)`` (in this process, at P = 1) returns 0 (and with
 ``--json`` prints one JSON object), or returns 2 with exactly one ``sparsewire: error:`` line and
-no traceback. Any other exit status, an exception escaping ``main``, a vector running past
-``--example-seconds`` (a hang) or the process dying (a crash, running out of memory) fails the
-run with the falsifying vector. Prints ``fuzzed N argument vectors (seed S)`` and the count per
-command and outcome.
+no traceback; ``eigs`` may also return 1 when its report says it did not converge (a fuzzed
+``--max-iterations`` or ``--tol`` stops it early; its documented status). Any other exit status,
+an exception escaping ``main``, a vector running past ``--example-seconds`` (a hang) or the
+process dying (a crash, running out of memory) fails the run with the falsifying vector. Prints
+``fuzzed N argument vectors (seed S)`` and the count per command and outcome.
 """
 
 from __future__ import annotations
@@ -210,6 +211,14 @@ def _alarm(signum, frame):
     raise Hang("an argument vector took longer than the time limit: a hang")
 
 
+def not_converged(printed: str, as_json: bool) -> bool:
+    """Whether eigs' report says it did not converge (with --json: and that its bytes equal the plan's)."""
+    if not as_json:
+        return "NOT converged" in printed
+    report = json.loads(printed.strip())
+    return report["converged"] is False and not report["traffic_differences"]
+
+
 def run_vector(argv: list[str]) -> None:
     """``main(argv)`` in this process; fails (an AssertionError or the escaping exception) unless the pass rule holds."""
     from sparsewire.cli import main
@@ -242,6 +251,9 @@ def run_vector(argv: list[str]) -> None:
         if "--json" in argv:
             text = printed.strip()
             assert text.count("\n") == 0 and isinstance(json.loads(text), dict), f"{shown}: --json printed {text[:500]!r}"
+        return
+    if status == 1 and argv[0] == "eigs" and not_converged(printed, "--json" in argv):
+        OUTCOMES["not converged"] += 1  # eigs' documented exit 1: a fuzzed --max-iterations or --tol may stop it early
         return
     lines = [line for line in errors.splitlines() if line.startswith("sparsewire: error:")]
     assert status == 2 and len(lines) == 1, f"{shown}: exit status {status}, stderr:\n{errors[-3000:]}"
@@ -296,7 +308,8 @@ def main() -> int:
     print(
         f"fuzzed {total} argument vectors (seed {run_seed}): "
         + ", ".join(f"{name} {count}" for name, count in sorted(COMMANDS.items()))
-        + f"; {OUTCOMES['ran']} ran, {OUTCOMES['refused']} refused with one error line",
+        + f"; {OUTCOMES['ran']} ran, {OUTCOMES['refused']} refused with one error line, "
+        + f"{OUTCOMES['not converged']} eigs runs stopped before converging (exit 1)",
         flush=True,
     )
     return 0
