@@ -12,7 +12,7 @@ three variants in a rotating order, each as the median of ``--repeat`` multiplie
 the ratios summary / untraced and trace / untraced, and their geometric means, over all entries and
 over those whose untraced multiply takes 10 ms or more; writes bench/results/trace_overhead.json.
 Whether tracing *off* costs anything is the comparison with the executor before tracing existed:
-``bench/async_modes.py --baseline cb4a606 --transports mpi`` (same run, alternating).
+``bench/tracing_off.py`` (both trees in one process, taking turns).
 """
 
 from __future__ import annotations

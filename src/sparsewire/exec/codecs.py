@@ -27,12 +27,12 @@ part padded to 8 bytes. So a message of float64 rows takes about a quarter (bf16
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
 from sparsewire.errors import InputError
+from sparsewire.exec.codec_kernels import compiled
 
 __all__ = [
     "CODECS",
@@ -49,8 +49,6 @@ __all__ = [
 #: The payload codecs, by name (``none``: the rows as they are).
 CODECS = ("none", "bf16", "fp16", "int8")
 _HEADER = 8
-_BF16_MAX = (2.0 - 2.0**-7) * 2.0**127
-_SUBNORMAL_STEP = 2.0**-133
 _WIDTH = {"bf16": 2, "fp16": 2, "int8": 1}  # bytes per coded entry
 _META = {"bf16": 0, "fp16": 4, "int8": 2}  # metadata per row: bytes (bf16, fp16), values of the data's dtype (int8)
 #: How much one pass may change a term, relative to the magnitudes the bound scales: bf16 and fp16 per entry
@@ -106,36 +104,6 @@ def max_message_bytes(name: str, rows: int, k: int, itemsize: int) -> int:
     return _layout(name, rows, k, itemsize)[2] + rows * k * itemsize
 
 
-@functools.cache
-def _compiled():
-    """The rounding kernel, compiled at the first message (the options import this module without Numba)."""
-    from numba import njit
-
-    return njit(nogil=True, cache=True)(_round_to_bf16)
-
-
-def _round_to_bf16(block, rounded, full):
-    """Each entry of ``block`` rounded to the nearest bf16 value (ties to even) into ``rounded`` (float32,
-    exact there); ``full[i]`` = 1 where row i holds an entry that would overflow."""
-    rows, k = block.shape
-    for i in range(rows):
-        overflow = 0
-        for j in range(k):
-            x = np.float64(block[i, j])
-            if x != x or x == 0.0 or math.isinf(x):
-                rounded[i, j] = x
-                continue
-            mantissa, exponent = math.frexp(x)  # x = mantissa 2^exponent, 0.5 <= |mantissa| < 1
-            if exponent < -125:  # below bf16's smallest normal 2^-126: a multiple of the subnormal step
-                y = np.rint(x / _SUBNORMAL_STEP) * _SUBNORMAL_STEP
-            else:
-                y = math.ldexp(np.rint(mantissa * 256.0), exponent - 8)
-            if abs(y) > _BF16_MAX:
-                overflow = 1
-            rounded[i, j] = y
-        full[i] = overflow
-
-
 def _fp16_exponents(rows: np.ndarray) -> np.ndarray:
     """Per row the ``s`` of the scale ``2^-s`` that puts its largest magnitude in [2^14, 2^15)."""
     largest = np.abs(rows).max(axis=1, initial=0.0).astype(np.float64)
@@ -150,33 +118,18 @@ def encode(name: str, rows: np.ndarray, out: np.ndarray, rng: np.random.Generato
     flags = out[_HEADER : _HEADER + n]
     meta, start, end = _layout(name, n, k, rows.itemsize)
     coded = out[start : start + _WIDTH[name] * n * k]
-    finite = np.isfinite(rows).all(axis=1)
+    kernels = compiled()
     if name == "bf16":
         rounded = np.empty((n, k), np.float32)
-        _compiled()(rows, rounded, flags)
+        kernels.round_to_bf16(rows, rounded, flags)
         np.right_shift(rounded.view(np.uint32), 16, out=coded.view(np.uint16).reshape(n, k), casting="unsafe")
     elif name == "fp16":
         exponents = out[meta : meta + 4 * n].view(np.int32)
-        exponents[:] = np.where(finite, _fp16_exponents(rows), 0)
-        halves = coded.view(np.float16).reshape(n, k)
-        with np.errstate(invalid="ignore", over="ignore"):
-            halves[:] = np.ldexp(rows, -exponents[:, None]).astype(np.float16)
-            decoded_max = np.ldexp(np.abs(halves).max(axis=1, initial=0).astype(np.float64), exponents)
-        flags[:] = ~finite | (decoded_max > np.finfo(rows.dtype).max)
+        kernels.fp16_encode(rows, coded.view(np.uint16).reshape(n, k), exponents, flags, float(np.finfo(rows.dtype).max))
     else:  # int8
         lo_step = out[meta : meta + 2 * n * rows.itemsize].view(rows.dtype).reshape(n, 2)
-        with np.errstate(invalid="ignore", over="ignore"):
-            lo = rows.min(axis=1, initial=np.inf).astype(np.float64)
-            exact = (rows.max(axis=1, initial=-np.inf).astype(np.float64) - lo) / 255
-            step = exact.astype(rows.dtype)  # as sent: rounded up, so 255 steps still span the row
-            step = np.where(step < exact, np.nextafter(step, step.dtype.type(np.inf)), step).astype(np.float64)
-            whole = ~finite | ~np.isfinite(step)
-            lo[whole], step[whole] = 0.0, 0.0
-            scaled = np.divide(rows - lo[:, None], step[:, None], out=np.zeros((n, k)), where=step[:, None] > 0)
-            noise = (rng or np.random.default_rng()).random((n, k))
-            coded.reshape(n, k)[:] = np.clip(np.floor(scaled + noise), 0, 255)
-        lo_step[:, 0], lo_step[:, 1] = lo, step
-        flags[:] = whole
+        seed = int((rng or np.random.default_rng()).integers(0, 2**63))
+        kernels.int8_encode(rows, coded.reshape(n, k), lo_step, flags, rows.dtype == np.float32, seed)
     wide = np.flatnonzero(flags)
     if len(wide):
         size = len(wide) * k * rows.itemsize
@@ -196,14 +149,11 @@ def decode(name: str, message: np.ndarray, out: np.ndarray) -> tuple[int, int]:
     coded = message[start : start + _WIDTH[name] * n * k]
     if name == "bf16":
         out[:] = (coded.view(np.uint16).reshape(n, k).astype(np.uint32) << 16).view(np.float32)
+    elif name == "fp16":  # (rows sent whole hold zeros here; overwritten below)
+        compiled().fp16_decode(coded.view(np.uint16).reshape(n, k), message[meta : meta + 4 * n].view(np.int32), out)
     else:
-        with np.errstate(invalid="ignore", over="ignore"):  # (rows sent whole hold no numbers here; overwritten below)
-            if name == "fp16":
-                exponents = message[meta : meta + 4 * n].view(np.int32)
-                out[:] = np.ldexp(coded.view(np.float16).reshape(n, k).astype(np.float64), exponents[:, None])
-            else:
-                lo_step = message[meta : meta + 2 * n * out.itemsize].view(out.dtype).reshape(n, 2).astype(np.float64)
-                out[:] = lo_step[:, :1] + coded.reshape(n, k) * lo_step[:, 1:]
+        lo_step = message[meta : meta + 2 * n * out.itemsize].view(out.dtype).reshape(n, 2)
+        compiled().int8_decode(coded.reshape(n, k), lo_step, out)
     wide = np.flatnonzero(flags)
     if len(wide):
         out[wide] = message[end : end + len(wide) * k * out.itemsize].view(out.dtype).reshape(len(wide), k)

@@ -1,0 +1,172 @@
+"""The payload codecs' loops (:mod:`sparsewire.exec.codecs`), compiled by Numba at the first coded message:
+one pass over a message's entries each way, no temporary arrays (the NumPy expressions they replace took
+eight passes and four temporaries for int8). Each function is plain Python on NumPy arrays and scalars,
+so it also runs uncompiled (the tests compare both)."""
+
+from __future__ import annotations
+
+import functools
+import math
+from types import SimpleNamespace
+
+import numpy as np
+
+__all__ = ["compiled"]
+
+_BF16_MAX = (2.0 - 2.0**-7) * 2.0**127
+_BF16_SUBNORMAL_STEP = 2.0**-133
+_FP16_SUBNORMAL_STEP = 2.0**-24
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+
+
+def round_to_bf16(block, rounded, full):
+    """Each entry of ``block`` rounded to the nearest bf16 value (ties to even) into ``rounded`` (float32,
+    exact there); ``full[i]`` = 1 where row i holds an entry that would overflow."""
+    rows, k = block.shape
+    for i in range(rows):
+        overflow = 0
+        for j in range(k):
+            x = np.float64(block[i, j])
+            if x != x or x == 0.0 or math.isinf(x):
+                rounded[i, j] = x
+                continue
+            mantissa, exponent = math.frexp(x)  # x = mantissa 2^exponent, 0.5 <= |mantissa| < 1
+            if exponent < -125:  # below bf16's smallest normal 2^-126: a multiple of the subnormal step
+                y = np.rint(x / _BF16_SUBNORMAL_STEP) * _BF16_SUBNORMAL_STEP
+            else:
+                y = math.ldexp(np.rint(mantissa * 256.0), exponent - 8)
+            if abs(y) > _BF16_MAX:
+                overflow = 1
+            rounded[i, j] = y
+        full[i] = overflow
+
+
+def fp16_encode(block, halves, exponents, full, largest_allowed):
+    """Per row i: ``exponents[i] = s`` putting the row's largest magnitude in [2^14, 2^15), each entry times
+    ``2^-s`` (exact) rounded to float16 (nearest, ties to even) as its bits in ``halves`` (uint16);
+    ``full[i]`` = 1 where the row holds NaN or Inf or a decoded entry would exceed ``largest_allowed``."""
+    rows, k = block.shape
+    for i in range(rows):
+        largest, finite = 0.0, True
+        for j in range(k):
+            x = np.float64(block[i, j])
+            if x != x or math.isinf(x):
+                finite = False
+            elif abs(x) > largest:
+                largest = abs(x)
+        if not finite:
+            exponents[i], full[i] = 0, 1
+            for j in range(k):
+                halves[i, j] = 0
+            continue
+        s = math.frexp(largest)[1] - 15 if largest > 0 else 0
+        exponents[i] = s
+        decoded_max = 0.0
+        for j in range(k):
+            y = math.ldexp(np.float64(block[i, j]), -s)
+            a = abs(y)
+            if a == 0.0:
+                bits = 0
+            else:
+                mantissa, exponent = math.frexp(a)
+                if exponent < -13:  # below float16's smallest normal 2^-14: a multiple of 2^-24
+                    a = np.rint(a / _FP16_SUBNORMAL_STEP) * _FP16_SUBNORMAL_STEP
+                else:
+                    a = math.ldexp(np.rint(mantissa * 2048.0), exponent - 11)
+                if a == 0.0:
+                    bits = 0
+                else:
+                    mantissa, exponent = math.frexp(a)  # again: rounding may have reached the next power of two
+                    if exponent < -13:
+                        bits = int(a / _FP16_SUBNORMAL_STEP)
+                    else:
+                        bits = ((exponent + 14) << 10) | int((mantissa * 2.0 - 1.0) * 1024.0)
+                decoded_max = max(decoded_max, math.ldexp(a, s))
+            if y < 0.0 or (y == 0.0 and math.copysign(1.0, y) < 0.0):
+                bits |= 0x8000
+            halves[i, j] = bits
+        full[i] = 1 if decoded_max > largest_allowed else 0
+
+
+def fp16_decode(halves, exponents, out):
+    """``out[i, j] = half(halves[i, j]) 2^exponents[i]`` (float16 bits, finite: NaN and Inf rows go whole)."""
+    rows, k = halves.shape
+    for i in range(rows):
+        s = exponents[i]
+        for j in range(k):
+            bits = np.int64(halves[i, j])
+            field = (bits >> 10) & 0x1F
+            if field == 0:
+                value = math.ldexp(np.float64(bits & 0x3FF), s - 24)
+            else:
+                value = math.ldexp(np.float64((bits & 0x3FF) | 0x400), field + s - 25)
+            out[i, j] = -value if bits & 0x8000 else value
+
+
+def _splitmix64(state):
+    """The next state and a uniform number in [0, 1) (splitmix64, 53 bits)."""
+    state = (state + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(_MASK64)
+    z = state
+    z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & np.uint64(_MASK64)
+    z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & np.uint64(_MASK64)
+    z = z ^ (z >> np.uint64(31))
+    return state, np.float64(z >> np.uint64(11)) * 2.0**-53
+
+
+def int8_encode(block, codes, lo_step, full, single, seed):
+    """Per row i: ``lo`` its minimum, ``step = (max - min) / 255`` rounded up to the data's dtype (``single``:
+    float32), and each entry ``q = floor((x - lo) / step + u)`` clipped to [0, 255], ``u`` uniform in [0, 1)
+    from splitmix64 seeded by ``seed``; ``lo`` and ``step`` into ``lo_step[i]``. ``full[i]`` = 1 (and lo =
+    step = 0) where the row holds NaN or Inf or its range overflows."""
+    rows, k = block.shape
+    state = np.uint64(seed)
+    for i in range(rows):
+        lo, hi, finite = math.inf, -math.inf, True
+        for j in range(k):
+            x = np.float64(block[i, j])
+            if x != x or math.isinf(x):
+                finite = False
+            else:
+                lo, hi = min(lo, x), max(hi, x)
+        if k == 0:
+            lo = hi = 0.0
+        exact = (hi - lo) / 255.0
+        step = exact
+        if single and finite:
+            step = np.float64(np.float32(exact))
+            if step < exact:  # up to the next float32: 255 steps still span the row
+                step += math.ldexp(1.0, max(math.frexp(step)[1] - 24, -149))
+            if step > 3.4028234663852886e38:
+                finite = False
+        if not finite or math.isinf(step):
+            lo_step[i, 0], lo_step[i, 1], full[i] = 0.0, 0.0, 1
+            for j in range(k):
+                codes[i, j] = 0
+            continue
+        lo_step[i, 0], lo_step[i, 1], full[i] = lo, step, 0
+        for j in range(k):
+            if step > 0.0:
+                state, u = _splitmix64(state)
+                q = math.floor((np.float64(block[i, j]) - lo) / step + u)
+                codes[i, j] = min(max(q, 0.0), 255.0)
+            else:
+                codes[i, j] = 0
+
+
+def int8_decode(codes, lo_step, out):
+    """``out[i, j] = lo_i + codes[i, j] step_i``, in float64, stored in ``out``'s dtype."""
+    rows, k = codes.shape
+    for i in range(rows):
+        lo, step = np.float64(lo_step[i, 0]), np.float64(lo_step[i, 1])
+        for j in range(k):
+            out[i, j] = lo + np.float64(codes[i, j]) * step
+
+
+@functools.cache
+def compiled() -> SimpleNamespace:
+    """The kernels compiled (Numba, ``nogil``, cached on disk); the options import the codecs without Numba."""
+    from numba import njit
+
+    jit = njit(nogil=True, cache=True)
+    kernels = (round_to_bf16, fp16_encode, fp16_decode, int8_encode, int8_decode)
+    return SimpleNamespace(**{function.__name__: jit(function) for function in kernels})
