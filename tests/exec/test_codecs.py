@@ -125,6 +125,60 @@ def test_overflowing_rows_go_whole_and_the_others_shrink():
     assert message[8:10].tolist() == [1, 0] and np.array_equal(decoded[0], wide[0])
 
 
+def test_fp16_bits_equal_numpys_correctly_rounded_float16(rng):
+    """The compiled fp16 rounding against NumPy's float64 -> float16 conversion (correctly rounded, ties to even) of
+    the same scaled row: a kernel that truncates, rounds ties away from even or mis-packs a subnormal fails."""
+    rows = rng.standard_normal((400, 16)) * np.exp2(rng.integers(-60, 60, (400, 1)))
+    rows[:100] *= np.exp2(rng.integers(-40, 0, (100, 16)))  # entries far below the row's largest: float16 subnormals
+    odd = rng.integers(1024, 2048, (50, 16)) * 2 + 1  # 12 significant bits, the last one set: ties for 11 bits
+    rows[100:150] = odd * np.exp2(rng.integers(-8, 8, (50, 16))) * np.exp2(rng.integers(-30, 30, (50, 1)))
+    rows[170:180] = (rng.integers(0, 1024, (10, 16)) * 2 + 1) * 2.0**-25  # ties between float16 subnormals ...
+    rows[170:180, 0] = 2.0**14  # ... when the row's largest is 2^14 (scale 1)
+    rows[150:160, 3] = 0.0
+    rows[160:170, 5] = -0.0
+    _, message, _ = _round_trip(rows, "fp16")
+    n, k = rows.shape
+    meta = 8 + _pad8(n)
+    exponents = message[meta : meta + 4 * n].view(np.int32)
+    start = meta + _pad8(4 * n)
+    bits = message[start : start + 2 * n * k].view(np.uint16).reshape(n, k)
+    expected = np.ldexp(rows, -exponents[:, None]).astype(np.float16).view(np.uint16)
+    assert np.array_equal(bits, expected)
+
+
+@pytest.mark.parametrize("kernel", ["round_to_bf16", "fp16_encode", "int8_encode", "fp16_decode", "int8_decode"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_compiled_kernels_equal_their_python(kernel, dtype, rng):
+    """Each kernel of exec/codec_kernels.py compiled by Numba writes what its plain Python writes, bit for bit."""
+    from sparsewire.exec import codec_kernels
+
+    block = np.concatenate([_adversarial(dtype, rng), (rng.standard_normal((6, 9)) * 1e3).astype(dtype)])
+    block = block[~(np.abs(block.astype(np.float64)) > 1e300).any(axis=1)]  # plain math.ldexp raises past float64's range
+    n, k = block.shape
+    halves, exponents = rng.integers(0, 0x7C00, (n, k)).astype(np.uint16), rng.integers(-30, 30, n).astype(np.int32)
+    codes, lo_step = rng.integers(0, 256, (n, k)).astype(np.uint8), rng.standard_normal((n, 2)).astype(dtype)
+
+    def arguments() -> tuple:  # fresh outputs (and fp16_encode's scratch row with its bits view) per call
+        scaled = np.zeros(k)
+        return {
+            "round_to_bf16": (block, np.zeros((n, k), np.float32), np.zeros(n, np.uint8)),
+            "fp16_encode": (block, np.zeros((n, k), np.uint16), np.zeros(n, np.int32), np.zeros(n, np.uint8), 1e300)
+            + (scaled, scaled.view(np.uint64)),
+            "int8_encode": (block, np.zeros((n, k), np.uint8), np.zeros((n, 2), dtype), np.zeros(n, np.uint8))
+            + (dtype == np.float32, 12345),
+            "fp16_decode": (halves, exponents, np.zeros((n, k), dtype), codecs._float16_values()),
+            "int8_decode": (codes, lo_step, np.zeros((n, k), dtype)),
+        }[kernel]
+
+    plain, fast = arguments(), arguments()
+    with np.errstate(all="ignore"):
+        getattr(codec_kernels, kernel)(*plain)
+    getattr(codec_kernels.compiled(), kernel)(*fast)
+    for mine, theirs in zip(plain, fast):
+        if isinstance(mine, np.ndarray):
+            assert np.array_equal(mine.view(np.uint8), theirs.view(np.uint8)), kernel
+
+
 @pytest.mark.parametrize("name", CODED)
 def test_a_message_for_another_shape_is_refused(name):
     message = np.zeros(codecs.max_message_bytes(name, 4, 3, 8), np.uint8)

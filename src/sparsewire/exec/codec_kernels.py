@@ -1,7 +1,9 @@
 """The payload codecs' loops (:mod:`sparsewire.exec.codecs`), compiled by Numba at the first coded message:
-one pass over a message's entries each way, no temporary arrays (the NumPy expressions they replace took
-eight passes and four temporaries for int8). Each function is plain Python on NumPy arrays and scalars,
-so it also runs uncompiled (the tests compare both)."""
+one pass over a message's entries each way, no temporary arrays, no library call per entry for fp16
+(float16 rounding from the float64 bits, decoding by a table of the 65536 bit patterns) and int8 (its
+rounding noise from splitmix64 in the loop). Each function is plain Python on NumPy arrays and scalars,
+so it also runs uncompiled (the tests compare both; uncompiled, ``math.ldexp`` raises where a value would
+pass float64's range, and the compiled kernels give the infinity the callers test for)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ __all__ = ["compiled"]
 _BF16_MAX = (2.0 - 2.0**-7) * 2.0**127
 _BF16_SUBNORMAL_STEP = 2.0**-133
 _FP16_SUBNORMAL_STEP = 2.0**-24
-_MASK64 = 0xFFFFFFFFFFFFFFFF
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 def round_to_bf16(block, rounded, full):
@@ -41,10 +43,12 @@ def round_to_bf16(block, rounded, full):
         full[i] = overflow
 
 
-def fp16_encode(block, halves, exponents, full, largest_allowed):
+def fp16_encode(block, halves, exponents, full, largest_allowed, scaled, scaled_bits):
     """Per row i: ``exponents[i] = s`` putting the row's largest magnitude in [2^14, 2^15), each entry times
-    ``2^-s`` (exact) rounded to float16 (nearest, ties to even) as its bits in ``halves`` (uint16);
-    ``full[i]`` = 1 where the row holds NaN or Inf or a decoded entry would exceed ``largest_allowed``."""
+    ``2^-s`` (exact) rounded to float16 (nearest, ties to even, from the float64 bits: no library call per
+    entry) as its bits in ``halves`` (uint16); ``full[i]`` = 1 where the row holds NaN or Inf or a decoded
+    entry would exceed ``largest_allowed``. ``scaled`` is a float64 row of k entries, ``scaled_bits`` its
+    uint64 view."""
     rows, k = block.shape
     for i in range(rows):
         largest, finite = 0.0, True
@@ -61,56 +65,48 @@ def fp16_encode(block, halves, exponents, full, largest_allowed):
             continue
         s = math.frexp(largest)[1] - 15 if largest > 0 else 0
         exponents[i] = s
-        decoded_max = 0.0
+        scale = math.ldexp(1.0, -s) if -1022 <= -s <= 1023 else 0.0  # 0: scaled entry by entry
         for j in range(k):
-            y = math.ldexp(np.float64(block[i, j]), -s)
-            a = abs(y)
-            if a == 0.0:
-                bits = 0
+            scaled[j] = np.float64(block[i, j]) * scale if scale != 0.0 else math.ldexp(np.float64(block[i, j]), -s)
+        top = 0
+        for j in range(k):
+            d = scaled_bits[j]
+            sign = np.int64((d >> np.uint64(48)) & np.uint64(0x8000))
+            biased = np.int64((d >> np.uint64(52)) & np.uint64(0x7FF))
+            mantissa = np.int64(d & np.uint64(0xFFFFFFFFFFFFF))
+            if biased < 1009:  # below float16's normal range (2^-14): a multiple of 2^-24
+                shift = 1051 - biased  # 53-bit significand to units of 2^-24
+                if biased == 0 or shift > 62:
+                    q = 0  # under half of 2^-24 (float64 subnormals and zeros included)
+                else:
+                    significand = mantissa | (np.int64(1) << 52)
+                    q = significand >> shift
+                    rest, halfway = significand & ((np.int64(1) << shift) - 1), np.int64(1) << (shift - 1)
+                    if rest > halfway or (rest == halfway and q & 1):
+                        q += 1
             else:
-                mantissa, exponent = math.frexp(a)
-                if exponent < -13:  # below float16's smallest normal 2^-14: a multiple of 2^-24
-                    a = np.rint(a / _FP16_SUBNORMAL_STEP) * _FP16_SUBNORMAL_STEP
-                else:
-                    a = math.ldexp(np.rint(mantissa * 2048.0), exponent - 11)
-                if a == 0.0:
-                    bits = 0
-                else:
-                    mantissa, exponent = math.frexp(a)  # again: rounding may have reached the next power of two
-                    if exponent < -13:
-                        bits = int(a / _FP16_SUBNORMAL_STEP)
-                    else:
-                        bits = ((exponent + 14) << 10) | int((mantissa * 2.0 - 1.0) * 1024.0)
-                decoded_max = max(decoded_max, math.ldexp(a, s))
-            if y < 0.0 or (y == 0.0 and math.copysign(1.0, y) < 0.0):
-                bits |= 0x8000
-            halves[i, j] = bits
-        full[i] = 1 if decoded_max > largest_allowed else 0
+                q = ((biased - 1008) << 10) | (mantissa >> 42)  # exponent field and 10 mantissa bits
+                rest, halfway = mantissa & ((np.int64(1) << 42) - 1), np.int64(1) << 41
+                if rest > halfway or (rest == halfway and q & 1):
+                    q += 1  # a carry out of the mantissa steps the exponent: still the right bits
+            top = max(top, q)
+            halves[i, j] = sign | q
+        # positive float16 bits order as their values: the largest decoded entry from the largest bits
+        field = int(top >> 10)
+        value = (top & 0x3FF) * 2.0**-24 if field == 0 else ((top & 0x3FF) | 0x400) * math.ldexp(1.0, field - 25)
+        full[i] = 1 if math.ldexp(value, s) > largest_allowed else 0
 
 
-def fp16_decode(halves, exponents, out):
-    """``out[i, j] = half(halves[i, j]) 2^exponents[i]`` (float16 bits, finite: NaN and Inf rows go whole)."""
+def fp16_decode(halves, exponents, out, values):
+    """``out[i, j] = half(halves[i, j]) 2^exponents[i]``, ``values`` the float64 value of every float16 bit
+    pattern (a table of 65536; finite here: NaN and Inf rows go whole)."""
     rows, k = halves.shape
     for i in range(rows):
-        s = exponents[i]
+        s = int(exponents[i])
+        scale = math.ldexp(1.0, s) if -1022 <= s <= 1023 else 0.0
         for j in range(k):
-            bits = np.int64(halves[i, j])
-            field = (bits >> 10) & 0x1F
-            if field == 0:
-                value = math.ldexp(np.float64(bits & 0x3FF), s - 24)
-            else:
-                value = math.ldexp(np.float64((bits & 0x3FF) | 0x400), field + s - 25)
-            out[i, j] = -value if bits & 0x8000 else value
-
-
-def _splitmix64(state):
-    """The next state and a uniform number in [0, 1) (splitmix64, 53 bits)."""
-    state = (state + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(_MASK64)
-    z = state
-    z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & np.uint64(_MASK64)
-    z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & np.uint64(_MASK64)
-    z = z ^ (z >> np.uint64(31))
-    return state, np.float64(z >> np.uint64(11)) * 2.0**-53
+            value = values[halves[i, j]]
+            out[i, j] = value * scale if scale != 0.0 else math.ldexp(value, s)
 
 
 def int8_encode(block, codes, lo_step, full, single, seed):
@@ -145,8 +141,11 @@ def int8_encode(block, codes, lo_step, full, single, seed):
             continue
         lo_step[i, 0], lo_step[i, 1], full[i] = lo, step, 0
         for j in range(k):
-            if step > 0.0:
-                state, u = _splitmix64(state)
+            if step > 0.0:  # u from splitmix64 (53 bits)
+                state = (state + np.uint64(0x9E3779B97F4A7C15)) & _MASK64
+                z = ((state ^ (state >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK64
+                z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK64
+                u = np.float64((z ^ (z >> np.uint64(31))) >> np.uint64(11)) * 2.0**-53
                 q = math.floor((np.float64(block[i, j]) - lo) / step + u)
                 codes[i, j] = min(max(q, 0.0), 255.0)
             else:

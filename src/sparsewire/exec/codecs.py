@@ -27,6 +27,7 @@ part padded to 8 bytes. So a message of float64 rows takes about a quarter (bf16
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -104,6 +105,12 @@ def max_message_bytes(name: str, rows: int, k: int, itemsize: int) -> int:
     return _layout(name, rows, k, itemsize)[2] + rows * k * itemsize
 
 
+@functools.cache
+def _float16_values() -> np.ndarray:
+    """The float64 value of every float16 bit pattern (fp16's decoding table, 512 KiB)."""
+    return np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float64)
+
+
 def _fp16_exponents(rows: np.ndarray) -> np.ndarray:
     """Per row the ``s`` of the scale ``2^-s`` that puts its largest magnitude in [2^14, 2^15)."""
     largest = np.abs(rows).max(axis=1, initial=0.0).astype(np.float64)
@@ -125,7 +132,9 @@ def encode(name: str, rows: np.ndarray, out: np.ndarray, rng: np.random.Generato
         np.right_shift(rounded.view(np.uint32), 16, out=coded.view(np.uint16).reshape(n, k), casting="unsafe")
     elif name == "fp16":
         exponents = out[meta : meta + 4 * n].view(np.int32)
-        kernels.fp16_encode(rows, coded.view(np.uint16).reshape(n, k), exponents, flags, float(np.finfo(rows.dtype).max))
+        scaled = np.empty(k)
+        halves = coded.view(np.uint16).reshape(n, k)
+        kernels.fp16_encode(rows, halves, exponents, flags, float(np.finfo(rows.dtype).max), scaled, scaled.view(np.uint64))
     else:  # int8
         lo_step = out[meta : meta + 2 * n * rows.itemsize].view(rows.dtype).reshape(n, 2)
         seed = int((rng or np.random.default_rng()).integers(0, 2**63))
@@ -150,7 +159,8 @@ def decode(name: str, message: np.ndarray, out: np.ndarray) -> tuple[int, int]:
     if name == "bf16":
         out[:] = (coded.view(np.uint16).reshape(n, k).astype(np.uint32) << 16).view(np.float32)
     elif name == "fp16":  # (rows sent whole hold zeros here; overwritten below)
-        compiled().fp16_decode(coded.view(np.uint16).reshape(n, k), message[meta : meta + 4 * n].view(np.int32), out)
+        exponents = message[meta : meta + 4 * n].view(np.int32)
+        compiled().fp16_decode(coded.view(np.uint16).reshape(n, k), exponents, out, _float16_values())
     else:
         lo_step = message[meta : meta + 2 * n * out.itemsize].view(out.dtype).reshape(n, 2)
         compiled().int8_decode(coded.reshape(n, k), lo_step, out)
