@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, collective_errors, ranks_on_node
 from sparsewire.errors import InputError, PlanMismatchError
-from sparsewire.exec import codecs
+from sparsewire.exec import codec_choice, codecs
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.modes import Mode, choose_mode
 from sparsewire.exec.traffic import TrafficMap, measured_traffic, planned_traffic
@@ -285,9 +285,8 @@ class SpmmPlan:
 
     @property
     def codec_passes(self) -> int:
-        """Not collective. The most coded messages a term of C crosses (a B row, a partial sum, a relay each one):
-        the plan's exchanges, every message coded where ``compress`` is not ``none`` (0 where it is)."""
-        return 0 if self.options.codec == "none" else len(self.rank_plan.exchanges)
+        """Not collective. Most coded messages a term of C crosses: the exchanges if ``compress`` codes any, else 0."""
+        return len(self.rank_plan.exchanges) if self.executor.codes_messages else 0
 
     def traffic(self) -> tuple[TrafficMap, TrafficMap]:
         """Collective. The rank x rank map of the last multiply as the transport counted it, and the plan's."""
@@ -344,6 +343,7 @@ class SpmmPlan:
             f"backend {self.backend} on {self.device}: {self.executor.kernels.description}",
             *describe_paths(executor.transfer_rule, executor.stages_messages, self.transport, self.transfer_summary, compress),
             codecs.describe(self.options.codec, self.codec_passes),
+            *codec_choice.describe_choice(executor.codec_choice),
             self.choice.reason(),
         ]
         if self.choice.requested == "auto" and len(self.choice.candidates) > 1:

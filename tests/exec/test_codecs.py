@@ -251,7 +251,9 @@ def test_gcn_trains_on_int8_messages_with_fewer_wire_bytes():
 def test_compress_names_a_codec_and_optionally_the_links_between_groups():
     assert codecs.parse_compress("bf16") == ("bf16", "all")
     assert codecs.parse_compress("inter:int8") == ("int8", "inter")
-    for wrong in ("zstd", "inter:none", "intra:bf16", "inter:", ":bf16"):
+    assert codecs.parse_compress("auto") == ("bf16", "auto")
+    assert codecs.parse_compress("auto:int8") == ("int8", "auto")
+    for wrong in ("zstd", "inter:none", "intra:bf16", "inter:", ":bf16", "auto:none", "auto:", "auto:auto", "inter:auto"):
         assert "unknown compress" in codecs.parse_compress(wrong), wrong
     assert ExecOptions(compress="inter:fp16").codec == "fp16"
 
@@ -269,3 +271,42 @@ def test_only_the_messages_between_groups_are_coded_with_inter():
         assert intra + inter / 4 < run["wire_bytes"] < intra + inter / 3, (intra, inter, run["wire_bytes"])
         assert run["transfer_paths"]["intra_group"].keys() == {"direct"}
         assert run["transfer_paths"]["inter_group"].keys() == {"encoded"}
+
+
+@pytest.mark.mpi
+def test_auto_codes_only_the_links_where_the_wire_time_saved_exceeds_the_codec_time(tmp_path):
+    """P = 3, ranks 0 and 1 on one node: under a measured topology whose link between nodes runs at 1 Gbit/s, auto
+    codes the messages between the nodes (bf16's saving there, 6 ns a byte, is above any codec's measured cost)
+    and not those inside a node (50 GB/s: 0.015 ns a byte saved); with the assumed 12.5 GB/s network of -G 2 it
+    codes nothing, bitwise as none."""
+    topology = tmp_path / "slow.json"
+    link = {"latency_seconds": 2e-5}
+    record = {
+        "kind": "network",
+        "schema": 2,
+        "written": "2026-11-26T00:00:00+00:00",
+        "host": "test",
+        "group_size": 2,
+        "rank_groups": [0, 0, 1],
+        "links": {
+            "intra_node": {**link, "bandwidth_bytes_per_second": 50e9, "single_pair_bandwidth": 50e9},
+            "inter_node": {**link, "bandwidth_bytes_per_second": 125e6, "single_pair_bandwidth": 125e6},
+        },
+    }
+    topology.write_text(json.dumps(record))
+    args = ["-m", "sparsewire", "spmm", "delaunay:3000:2", "--strategy", "joint", "--check", "--json", "--repeat", "2"]
+    slow = run_mpi(3, [*args, "--topology", str(topology), "--compress", "auto"], timeout=300)
+    fast = run_mpi(3, [*args, "-G", "2", "--compress", "auto"], timeout=300)
+    for completed in (slow, fast):
+        assert completed.returncode == 0, completed.stderr[-3000:]
+    run = json.loads(slow.stdout)
+    choice = run["compress_auto"]["links"]
+    assert choice["measured inter-node"]["coded"] and not choice["measured intra-node"]["coded"], choice
+    assert run["transfer_paths"]["intra_group"].keys() == {"direct"}
+    assert run["transfer_paths"]["inter_group"].keys() == {"encoded"}
+    intra, inter = run["measured_intra_group_bytes"], run["measured_inter_group_bytes"]
+    assert run["check_passed"] and intra > 0 and inter > 0 and run["codec_passes"] > 0, run
+    assert intra + inter / 4 < run["wire_bytes"] < intra + inter / 3, (intra, inter, run["wire_bytes"])
+    run = json.loads(fast.stdout)
+    assert not any(entry["coded"] for entry in run["compress_auto"]["links"].values()), run["compress_auto"]
+    assert run["wire_bytes"] == run["payload_bytes"] and run["codec_passes"] == 0 and run["check_passed"]

@@ -323,9 +323,11 @@ def add_compress_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compress",
         default="none",
-        metavar="[inter:]CODEC",
-        help=f"payload codec ({', '.join(CODECS)}) of every message, or with inter: only of the messages between groups "
-        "(the topology's, else MPI's shared-memory nodes): none (rows as they are, bitwise), bf16 (each entry within "
+        metavar="[inter:|auto:]CODEC",
+        help=f"payload codec ({', '.join(CODECS)}) of every message; with inter: only of the messages between groups "
+        "(the topology's, else MPI's shared-memory nodes); with auto: (auto alone: auto:bf16) only of the links where "
+        "the wire time saved exceeds the codec's time, measured at the start, against the --topology's bandwidths "
+        "(sparsewire calibrate --network writes them; without, MPI's nodes and assumed constants): none (rows as they are, bitwise), bf16 (each entry within "
         "max(2^-8 |x|, 2^-134)), fp16 (a power-of-two scale per row, 2^-11 relative) or int8 (an affine map per row, "
         "stochastic rounding, within (max - min) / 255 of the row): about a quarter (bf16, fp16) or an eighth (int8) of "
         "float64's bytes on the wire; explain() states the bound on the product. MPI transport on the CPU, modes bulk, "

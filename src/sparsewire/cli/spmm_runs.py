@@ -173,6 +173,7 @@ def spmm_session(
                 "payload_bytes": int(measured),
                 "wire_bytes": int(wire),
                 "codec_passes": passes,
+                "compress_auto": plan.executor.codec_choice,
                 "delivery_problems": len(problems),
                 "messages": stats.messages,
                 "setup_bytes": int(stats.setup_bytes),

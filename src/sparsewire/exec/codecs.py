@@ -38,6 +38,7 @@ from sparsewire.exec.codec_kernels import compiled
 __all__ = [
     "CODECS",
     "parse_compress",
+    "coded_message_bytes",
     "max_message_bytes",
     "encode",
     "decode",
@@ -60,10 +61,15 @@ _RELATIVE = {"bf16": 2.0**-8, "fp16": 2.0**-11, "int8": 2.0 / 255}
 def parse_compress(text: str) -> tuple[str, str] | str:
     """Not collective. ``(codec, scope)`` of an execution option ``compress``: ``CODEC`` codes every message
     (scope ``all``), ``inter:CODEC`` only the messages between groups (the topology's, or MPI's shared-memory
-    nodes); or the text of what is wrong with it."""
-    scope, colon, codec = str(text).rpartition(":")
-    if codec not in CODECS or scope != ("inter" if colon else "") or (scope and codec == "none"):
-        return f"unknown compress {text!r}; choose {', '.join(CODECS)}, or inter:CODEC (only between groups)"
+    nodes), ``auto:CODEC`` only those of the links where it pays (:mod:`~sparsewire.exec.codec_choice`), ``auto``
+    is ``auto:bf16``; or the text of what is wrong with it."""
+    text = str(text)
+    scope, colon, codec = ("auto", ":", "bf16") if text == "auto" else text.rpartition(":")
+    if codec not in CODECS or scope not in (("inter", "auto") if colon else ("",)) or (scope and codec == "none"):
+        return (
+            f"unknown compress {text!r}; choose {', '.join(CODECS)}, inter:CODEC (only between groups), or auto / "
+            "auto:CODEC (only on the links where it pays)"
+        )
     return codec, scope or "all"
 
 
@@ -97,6 +103,12 @@ def _layout(name: str, n: int, k: int, itemsize: int) -> tuple[int, int, int]:
     meta = _HEADER + _pad8(n)
     coded = meta + _pad8(_META[name] * n * (itemsize if name == "int8" else 1))
     return meta, coded, coded + _pad8(_WIDTH[name] * n * k)
+
+
+def coded_message_bytes(name: str, rows: int, k: int, itemsize: int) -> int:
+    """Not collective. The bytes of a message of codec ``name`` with ``rows`` x ``k`` entries of ``itemsize`` bytes
+    when every row is coded (none sent whole): header, flags, metadata and coded entries."""
+    return _layout(name, rows, k, itemsize)[2]
 
 
 def max_message_bytes(name: str, rows: int, k: int, itemsize: int) -> int:

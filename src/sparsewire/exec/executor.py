@@ -177,10 +177,20 @@ class SpmmExecutor:
         self._finalizer = track(self, functools.partial(_release, self._schedules, self.transport, self.comm))
 
     def _codec_peers(self, options: ExecOptions, comm) -> frozenset[int] | None:
-        """The ranks whose messages go through the codec: all (None) or, for ``inter:CODEC``, those in another
-        group (the topology's groups where it has them, else MPI's shared-memory nodes)."""
-        if parse_compress(options.compress)[1] == "all":
+        """The ranks whose messages go through the codec: all (None); for ``inter:CODEC`` those in another group
+        (the topology's groups where it has them, else MPI's shared-memory nodes); for ``auto`` those whose link
+        is slow enough that coding pays (collective: :func:`~sparsewire.exec.codec_choice.choose_coded_peers`)."""
+        self.codec_choice = None
+        codec, scope = parse_compress(options.compress)
+        self.codes_messages = codec != "none"  # (on some rank: the error bound's passes count where it is)
+        if scope == "all":
             return None
+        if scope == "auto":
+            from sparsewire.exec.codec_choice import choose_coded_peers
+
+            peers, self.codec_choice = choose_coded_peers(comm, codec, self.k, self.dtype, options.topology)
+            self.codes_messages = bool(comm.allreduce(len(peers), op=MPI.MAX))
+            return peers
         topology = options.topology
         groups = topology.groups(comm.Get_size()) if topology is not None and len(topology.levels) > 1 else self._nodes
         return frozenset(np.flatnonzero(groups != groups[comm.Get_rank()]).tolist())
