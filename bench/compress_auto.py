@@ -9,9 +9,9 @@ times per variant (``none`` and ``auto:CODEC``, fresh plans in alternating order
 biases it by a percent or two) and lets the two take turns in ``--blocks`` blocks of ``--repeat`` multiplies
 between barriers (the slowest rank's time); the entry's ratio auto / none is the median of the ratios within a
 block, so the machine's drift hits both alike. The time of building an auto plan (the whole plan, its codec
-measurement included) is reported apart. Also checks that auto coded nothing here (wire bytes = payload, from MPI's receive statuses)
-and that C is bitwise the same. Prints per matrix the medians and the ratio, then the geometric mean and the
-largest; writes bench/results/compress_auto.json.
+measurement included) is reported apart. Also checks that auto coded nothing here (wire bytes = payload, from
+MPI's receive statuses) and that C is bitwise the same. Prints per matrix the medians and the ratio, then the
+geometric mean and the largest; writes bench/results/compress_auto.json.
 """
 
 from __future__ import annotations
