@@ -1,6 +1,7 @@
-"""Whether tracing *off* costs anything (issue 41): the multiply of the current code, untraced, against
-the executor of a git commit from before tracing existed, over bench/async_modes.py's matrices (every
-../shared/data/*.mtx.gz), at P = 2, in one run, with a noise floor low enough to see 0.5%.
+"""What tracing costs, off and on (issue 41), in one run: the multiply of the current code untraced against
+the executor of a git commit from before tracing existed (tracing off), and against the same code with the
+summary alone and with the full trace, over bench/async_modes.py's matrices (every
+../shared/data/*.mtx.gz), at P = 2, with a noise floor low enough to see 0.5%.
 
     .venv/bin/python bench/tracing_off.py [--baseline cb4a606] [--processes 4] [--modes overlap]
         [--k 32] [--repeat 20] [--blocks 30] [--plant-percent 0] [--matrices M ...]
@@ -10,16 +11,19 @@ to second, and one job against another differs by 3-5% (bench/async_modes.py --b
 alternates whole jobs, gave 0.990 and 1.019 for the same two trees an hour apart). So both trees are
 loaded into the same process: the baseline's ``src/sparsewire`` (git archive of ``--baseline``) is
 imported as ``sparsewire_baseline`` (every word ``sparsewire`` in its sources renamed), and each
-``mpiexec -n 2`` job plans every matrix three times: ``current`` (this tree, untraced),
-``baseline`` and ``control`` (this tree again, a second plan with its own arrays: control / current
-is the method's own floor, what "no difference" measures as). The three multiply the same B and
-then take turns in ``--blocks`` blocks (the order rotates), each block the median of ``--repeat``
-multiplies between barriers (the slowest rank's time, after warm-ups), so drift hits all three
-alike; a job's ratio for an entry is the median over blocks of the ratio within a block. The
-entry's ratio is the median over ``--processes`` jobs (each job's memory layout differs), and the
-summary the geometric mean over entries with a 95% interval by bootstrap over jobs (2000
-resamples). ``--plant-percent X`` makes ``current`` busy-wait X% of its warm-up median after
-every multiply, a planted cost the bench must show. Writes bench/results/tracing_off.json.
+``mpiexec -n 2`` job plans every matrix five times: ``current`` (this tree, untraced),
+``baseline``, ``control`` (this tree again, a second plan with its own arrays: control / current
+is the method's own floor, what "no difference" measures as), ``summary`` (this tree inside
+``sparsewire.trace(plan)``: the summary alone) and ``trace`` (inside ``sparsewire.trace(plan, DIR)``:
+every event, written at the end of each block). The five multiply the same B and then take turns
+in ``--blocks`` blocks (the order rotates), each block the median of ``--repeat`` multiplies
+between barriers (the slowest rank's time, after warm-ups), so drift hits all five alike; a job's
+ratio for an entry is the median over blocks of the ratio within a block. The entry's ratio is the
+median over ``--processes`` jobs (each job's memory layout differs), and the summary the geometric
+mean over entries with a 95% interval by bootstrap over jobs (2000 resamples); the full trace's
+also over the entries whose multiply takes 10 ms or more, with the largest of them.
+``--plant-percent X`` makes ``current`` busy-wait X% of its warm-up median after every multiply, a
+planted cost the bench must show. Writes bench/results/tracing_off.json.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +45,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, default_matrices, extract_baseline, geometric_mean, short_name  # noqa: E402
 
-VARIANTS = ("current", "baseline", "control")
+VARIANTS = ("current", "baseline", "control", "summary", "trace")
+RATIOS = {  # name: (numerator, denominator)
+    "current_over_baseline": ("current", "baseline"),
+    "control_over_current": ("control", "current"),
+    "summary_over_current": ("summary", "current"),
+    "trace_over_current": ("trace", "current"),
+}
 
 
 def renamed_baseline(ref: str) -> str:
@@ -65,24 +76,26 @@ def worker(
 
     import sparsewire
 
-    packages = {"current": sparsewire, "baseline": sparsewire_baseline, "control": sparsewire}
+    packages = {v: sparsewire_baseline if v == "baseline" else sparsewire for v in VARIANTS}
     comm = MPI.COMM_WORLD
+    folder = comm.bcast(tempfile.mkdtemp(prefix="sparsewire-tracing-off-") if comm.Get_rank() == 0 else None)
     entries = []
     for matrix in matrices:
         matrices_of = {"current": sparsewire.distribute(comm, matrix), "baseline": sparsewire_baseline.distribute(comm, matrix)}
-        matrices_of["control"] = matrices_of["current"]
+        for variant in ("control", "summary", "trace"):
+            matrices_of[variant] = matrices_of["current"]
         start, stop = matrices_of["current"].col_partition.range(comm.Get_rank())
         b = np.ones((stop - start, k))
         for mode in modes:
             seconds = {v: [] for v in VARIANTS}
             for instance in range(instances):
                 # fresh plans each time, made in a rotating order: where a plan's arrays land biases it by a percent or two
-                order = VARIANTS[instance % 3 :] + VARIANTS[: instance % 3]
+                order = VARIANTS[instance % len(VARIANTS) :] + VARIANTS[: instance % len(VARIANTS)]
                 plans = {v: matrices_of[v].spmm_plan(k, strategy="joint", mode=mode) for v in order}
                 outs = {v: packages[v].empty_aligned((plans[v].output_rows, k), np.float64) for v in order}
                 spin = dict.fromkeys(VARIANTS, 0.0)
 
-                def block(variant: str) -> float:
+                def timed(variant: str) -> float:
                     plan, out, wait = plans[variant], outs[variant], spin[variant]
                     times = []
                     for _ in range(repeat):
@@ -96,12 +109,20 @@ def worker(
                         times.append(comm.allreduce(time.perf_counter() - started, op=MPI.MAX))
                     return statistics.median(times)
 
+                def block(variant: str) -> float:
+                    if variant not in ("summary", "trace"):
+                        return timed(variant)
+                    # the profiling views of the current tree: a summary alone (laps), or every event to a file
+                    directory = folder if variant == "trace" else None
+                    with sparsewire.trace(plans[variant], directory, name=f"{mode}.json", summary=False):
+                        return timed(variant)
+
                 for variant in order:
                     block(variant)  # compiles, connects, warms
                 if plant:
                     spin["current"] = comm.bcast(block("current") * plant / 100)  # the same planted cost on both ranks
                 for index in range(blocks):
-                    for variant in order[index % 3 :] + order[: index % 3]:
+                    for variant in order[index % len(order) :] + order[: index % len(order)]:
                         seconds[variant].append(block(variant))
                 assert np.array_equal(outs["current"], outs["baseline"]), f"{matrix}: the two trees' products differ"
                 for plan in plans.values():
@@ -112,8 +133,7 @@ def worker(
                     "matrix": short_name(matrix),
                     "mode": mode,
                     **{v: float(np.median(times[v])) for v in VARIANTS},
-                    "current_over_baseline": float(np.median(times["current"] / times["baseline"])),
-                    "control_over_current": float(np.median(times["control"] / times["current"])),
+                    **{name: float(np.median(times[top] / times[bottom])) for name, (top, bottom) in RATIOS.items()},
                 }
             )
     if comm.Get_rank() == 0:
@@ -186,8 +206,11 @@ def main() -> None:
             raise SystemExit(f"the current tree was imported from {result['packages']['current']}, not {ROOT / 'src'}")
         jobs.append(result["entries"])
         print(f"job {index + 1}/{args.processes} done, {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
-    ratios = {key: np.array([[e[key] for e in job] for job in jobs]) for key in ("current_over_baseline", "control_over_current")}
-    print(f"{'matrix':<22} {'mode':<8} {'current ms':>11} {'baseline ms':>12} {'control ms':>11} {'cur/base':>9} {'ctl/cur':>8}")
+    ratios = {key: np.array([[e[key] for e in job] for job in jobs]) for key in RATIOS}
+    print(
+        f"{'matrix':<22} {'mode':<8} {'current ms':>11} {'baseline ms':>12} {'control ms':>11} {'cur/base':>9} {'ctl/cur':>8} "
+        f"{'summary/cur':>12} {'trace/cur':>10}"
+    )
     entries = []
     for index, first in enumerate(jobs[0]):
         entry = {"matrix": first["matrix"], "mode": first["mode"]}
@@ -196,19 +219,39 @@ def main() -> None:
         entries.append(entry)
         print(
             f"{entry['matrix']:<22} {entry['mode']:<8} {entry['current'] * 1e3:>11.3f} {entry['baseline'] * 1e3:>12.3f} "
-            f"{entry['control'] * 1e3:>11.3f} {entry['current_over_baseline']:>9.4f} {entry['control_over_current']:>8.4f}"
+            f"{entry['control'] * 1e3:>11.3f} {entry['current_over_baseline']:>9.4f} {entry['control_over_current']:>8.4f} "
+            f"{entry['summary_over_current']:>12.4f} {entry['trace_over_current']:>10.4f}"
         )
     generator = np.random.default_rng(20261126)
     summary = {}
     for key, values in ratios.items():
         summary[key] = geometric_mean(e[key] for e in entries)
         summary[key + "_interval"] = bootstrap_interval(values, generator)
+    long = [i for i, e in enumerate(entries) if e["current"] >= 0.010]
+    summary["entries_of_10ms_or_more"] = len(long)
+    if long:
+        summary["trace_over_current_10ms_or_more"] = geometric_mean(entries[i]["trace_over_current"] for i in long)
+        summary["trace_over_current_10ms_or_more_interval"] = bootstrap_interval(ratios["trace_over_current"][:, long], generator)
+        summary["trace_over_current_10ms_or_more_largest"] = max(entries[i]["trace_over_current"] for i in long)
     print(
         f"geometric means over {len(entries)} entries, {args.processes} jobs: current / baseline "
         f"{summary['current_over_baseline']:.4f} (95% {summary['current_over_baseline_interval'][0]:.4f}-"
         f"{summary['current_over_baseline_interval'][1]:.4f}); control / current {summary['control_over_current']:.4f} "
         f"(95% {summary['control_over_current_interval'][0]:.4f}-{summary['control_over_current_interval'][1]:.4f})"
         + (f"; planted cost {args.plant_percent}% on current" if args.plant_percent else "")
+    )
+    interval = summary["summary_over_current_interval"]
+    print(
+        f"summary only / untraced {summary['summary_over_current']:.4f} (95% {interval[0]:.4f}-{interval[1]:.4f}); "
+        f"full trace / untraced {summary['trace_over_current']:.4f}"
+        + (
+            f", where a multiply takes 10 ms or more ({len(long)} entries) {summary['trace_over_current_10ms_or_more']:.4f} "
+            f"(95% {summary['trace_over_current_10ms_or_more_interval'][0]:.4f}-"
+            f"{summary['trace_over_current_10ms_or_more_interval'][1]:.4f}; largest entry "
+            f"{summary['trace_over_current_10ms_or_more_largest']:.4f})"
+            if long
+            else ""
+        )
     )
     results = ROOT / "bench" / "results"
     results.mkdir(exist_ok=True)

@@ -101,6 +101,12 @@ class SpgemmPlan:
         return self._engine.payload_bytes_received
 
     @property
+    def index_bytes_received(self) -> tuple[int, int]:
+        """Not collective. The messages' integer arrays alone, so far: (bytes MPI counted on the wire, bytes
+        decoded); equal unless ``code_indices``."""
+        return self._engine.index_bytes_received
+
+    @property
     def peak_held_entries(self) -> int:
         """Not collective. The most stored entries this rank held at once inside a multiply."""
         return self._engine.peak_held_entries

@@ -146,7 +146,7 @@ def test_fp16_bits_equal_numpys_correctly_rounded_float16(rng):
     assert np.array_equal(bits, expected)
 
 
-@pytest.mark.parametrize("kernel", ["round_to_bf16", "fp16_encode", "int8_encode", "fp16_decode", "int8_decode"])
+@pytest.mark.parametrize("kernel", ["bf16_encode", "fp16_encode", "int8_encode", "fp16_decode", "int8_decode"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_compiled_kernels_equal_their_python(kernel, dtype, rng):
     """Each kernel of exec/codec_kernels.py compiled by Numba writes what its plain Python writes, bit for bit."""
@@ -161,7 +161,7 @@ def test_compiled_kernels_equal_their_python(kernel, dtype, rng):
     def arguments() -> tuple:  # fresh outputs (and fp16_encode's scratch row with its bits view) per call
         scaled = np.zeros(k)
         return {
-            "round_to_bf16": (block, np.zeros((n, k), np.float32), np.zeros(n, np.uint8)),
+            "bf16_encode": (block, np.zeros((n, k), np.uint16), np.zeros(n, np.uint8), scaled, scaled.view(np.uint64)),
             "fp16_encode": (block, np.zeros((n, k), np.uint16), np.zeros(n, np.int32), np.zeros(n, np.uint8), 1e300)
             + (scaled, scaled.view(np.uint64)),
             "int8_encode": (block, np.zeros((n, k), np.uint8), np.zeros((n, 2), dtype), np.zeros(n, np.uint8))
@@ -310,3 +310,32 @@ def test_auto_codes_only_the_links_where_the_wire_time_saved_exceeds_the_codec_t
     run = json.loads(fast.stdout)
     assert not any(entry["coded"] for entry in run["compress_auto"]["links"].values()), run["compress_auto"]
     assert run["wire_bytes"] == run["payload_bytes"] and run["codec_passes"] == 0 and run["check_passed"]
+
+
+@pytest.mark.mpi
+def test_coding_and_decoding_are_spans_of_their_own_in_the_trace_and_the_summary(tmp_path):
+    """P = 2, bf16 on every message: in the trace one ``encode`` span per message sent (inside the span that posts
+    it) and one ``decode`` per message received (inside a wait), the format's rules hold; the summary lists both."""
+    from trace_rules import problems
+
+    args = ["-m", "sparsewire", "spmm", "delaunay:1500:2", "--mode", "overlap,early", "--compress", "bf16", "--json"]
+    args += ["--repeat", "3", "--trace", str(tmp_path), "--trace-window", "1:3", "--log-view"]
+    completed = run_mpi(2, args, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    for run in json.loads(completed.stdout)["runs"]:
+        events = json.load(open(run["trace"]["path"]))["traceEvents"]
+        assert problems(events) == [], run["mode"]
+        spans = [e for e in events if e["ph"] == "X"]
+        for name, around in (("encode", ("post sends", "post send")), ("decode", ("wait",))):
+            inner = [e for e in spans if e["name"] == name]
+            assert len(inner) == sum(e["ph"] == ("s" if name == "encode" else "f") for e in events) > 0, (run["mode"], name)
+            for e in inner:
+                assert any(
+                    o["name"] in around
+                    and (o["pid"], o["tid"]) == (e["pid"], e["tid"])
+                    and o["ts"] <= e["ts"]
+                    and e["ts"] + e["dur"] <= o["ts"] + o["dur"] + 1e-3
+                    for o in spans
+                ), (run["mode"], e)
+        rows = {row["phase"]: row for row in run["log_view"]["phases"]}
+        assert rows["encode"]["count"] > 0 and rows["decode"]["count"] > 0 and rows["encode"]["time_max"] > 0

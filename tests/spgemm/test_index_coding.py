@@ -81,3 +81,6 @@ def test_spgemm_with_coded_indices_is_bit_identical(ranks, algorithm):
     assert (coded["nnz_out"], coded["checksum_sum"]) == (plain["nnz_out"], plain["checksum_sum"])
     assert coded["bytes_moved"] == coded["predicted_bytes"] == plain["bytes_moved"] == plain["wire_bytes"]
     assert coded["wire_bytes"] < 0.9 * coded["bytes_moved"], (coded["wire_bytes"], coded["bytes_moved"])
+    # the integer arrays alone, from their own receive statuses: the same decoded, fewer on the wire
+    assert plain["index_wire_bytes"] == plain["index_bytes"] == coded["index_bytes"] > 0
+    assert coded["index_wire_bytes"] < 0.7 * coded["index_bytes"], (coded["index_wire_bytes"], coded["index_bytes"])

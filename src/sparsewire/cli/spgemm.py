@@ -289,11 +289,15 @@ def _spgemm_session(
     with traced as tracer:
         result = plan.multiply()  # warm-up
         received_before, payload_before = plan.bytes_received, plan.payload_bytes_received
+        index_before = plan.index_bytes_received
         timing = timed_run(comm, plan.multiply, repeat, warmup=0)
     result = timing.result if repeat else result
     times = timing.seconds
     wire = comm.allreduce(plan.bytes_received - received_before, op=MPI.SUM) // max(repeat, 1)
     moved = comm.allreduce(plan.payload_bytes_received - payload_before, op=MPI.SUM) // max(repeat, 1)
+    index_wire, index_payload = (
+        comm.allreduce(now - then, op=MPI.SUM) // max(repeat, 1) for now, then in zip(plan.index_bytes_received, index_before)
+    )
     nnz_out = comm.allreduce(int(result.nvals), op=MPI.SUM)
     # float64 sum of the stored values; a boolean True counts 1
     checksum = comm.allreduce(float(to_scipy(result).data.sum(dtype=np.float64)), op=MPI.SUM)
@@ -330,6 +334,8 @@ def _spgemm_session(
         "checksum_sum": float(checksum),
         "bytes_moved": int(moved),
         "wire_bytes": int(wire),
+        "index_bytes": int(index_payload),
+        "index_wire_bytes": int(index_wire),
         "code_indices": code_indices,
         "predicted_bytes": plan.predicted_bytes,
         "predicted_bytes_by_algorithm": plan.predicted_bytes_by_algorithm,

@@ -140,8 +140,9 @@ def abort_job(comm: MPI.Comm, message: str, status: int = 1) -> None:
     text = message if message.startswith(prefix) else prefix + message  # errors that name their rank already
     print(f"sparsewire: error: {text}; aborting the job", file=sys.stderr, flush=True)
     # MPI_Abort makes the launcher kill every process, and Hydra may do so before it has read this
-    # rank's last lines from their pipe (seen once in CI: the message lost); give it a moment.
-    time.sleep(0.25)
+    # rank's last lines from their pipe (seen in CI: the message lost, twice with 0.25 s on a loaded
+    # machine); give it a moment.
+    time.sleep(1.0)
     comm.Abort(status)
 
 

@@ -1,7 +1,8 @@
 """The payload codecs' loops (:mod:`sparsewire.exec.codecs`), compiled by Numba at the first coded message:
-one pass over a message's entries each way, no temporary arrays, no library call per entry for fp16
-(float16 rounding from the float64 bits, decoding by a table of the 65536 bit patterns) and int8 (its
-rounding noise from splitmix64 in the loop). Each function is plain Python on NumPy arrays and scalars,
+one pass over a message's entries each way, no temporary arrays, no library call per entry: bf16 and
+fp16 round from the float64 bits in integer arithmetic (fp16 decodes by a table of the 65536 bit
+patterns; bf16 decodes as the top half of float32, in NumPy), int8 draws its rounding noise from
+splitmix64 in the loop. Each function is plain Python on NumPy arrays and scalars,
 so it also runs uncompiled (the tests compare both; uncompiled, ``math.ldexp`` raises where a value would
 pass float64's range, and the compiled kernels give the infinity the callers test for)."""
 
@@ -15,31 +16,44 @@ import numpy as np
 
 __all__ = ["compiled"]
 
-_BF16_MAX = (2.0 - 2.0**-7) * 2.0**127
-_BF16_SUBNORMAL_STEP = 2.0**-133
-_FP16_SUBNORMAL_STEP = 2.0**-24
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-def round_to_bf16(block, rounded, full):
-    """Each entry of ``block`` rounded to the nearest bf16 value (ties to even) into ``rounded`` (float32,
-    exact there); ``full[i]`` = 1 where row i holds an entry that would overflow."""
+def bf16_encode(block, halves, full, wide, wide_bits):
+    """Each entry of ``block`` rounded to the nearest bf16 value (ties to even) from its float64 bits, as bf16's
+    bits (the top half of float32's) in ``halves`` (uint16); NaN and +-Inf kept, ``full[i]`` = 1 where row i holds
+    an entry that would round past bf16's largest value. ``wide`` is a float64 row of k entries, ``wide_bits``
+    its uint64 view."""
     rows, k = block.shape
     for i in range(rows):
+        for j in range(k):
+            wide[j] = np.float64(block[i, j])
         overflow = 0
         for j in range(k):
-            x = np.float64(block[i, j])
-            if x != x or x == 0.0 or math.isinf(x):
-                rounded[i, j] = x
-                continue
-            mantissa, exponent = math.frexp(x)  # x = mantissa 2^exponent, 0.5 <= |mantissa| < 1
-            if exponent < -125:  # below bf16's smallest normal 2^-126: a multiple of the subnormal step
-                y = np.rint(x / _BF16_SUBNORMAL_STEP) * _BF16_SUBNORMAL_STEP
+            d = wide_bits[j]
+            sign = np.int64((d >> np.uint64(48)) & np.uint64(0x8000))
+            biased = np.int64((d >> np.uint64(52)) & np.uint64(0x7FF))
+            mantissa = np.int64(d & np.uint64(0xFFFFFFFFFFFFF))
+            if biased == 0x7FF:
+                q = 0x7FC0 if mantissa else 0x7F80  # NaN (quiet), +-Inf
+            elif biased < 897:  # below bf16's smallest normal 2^-126: a multiple of 2^-133
+                shift = 942 - biased  # 53-bit significand to units of 2^-133
+                if biased == 0 or shift > 62:
+                    q = 0  # under half of 2^-133 (float64 subnormals and zeros included)
+                else:
+                    significand = mantissa | (np.int64(1) << 52)
+                    q = significand >> shift
+                    rest, halfway = significand & ((np.int64(1) << shift) - 1), np.int64(1) << (shift - 1)
+                    if rest > halfway or (rest == halfway and q & 1):
+                        q += 1
             else:
-                y = math.ldexp(np.rint(mantissa * 256.0), exponent - 8)
-            if abs(y) > _BF16_MAX:
-                overflow = 1
-            rounded[i, j] = y
+                q = ((biased - 896) << 7) | (mantissa >> 45)  # exponent field and 7 mantissa bits
+                rest, halfway = mantissa & ((np.int64(1) << 45) - 1), np.int64(1) << 44
+                if rest > halfway or (rest == halfway and q & 1):
+                    q += 1  # a carry out of the mantissa steps the exponent: still the right bits
+                if q >= 0x7F80:  # past bf16's largest finite value (or its exponent's range)
+                    overflow, q = 1, 0x7F80
+            halves[i, j] = sign | q
         full[i] = overflow
 
 
@@ -167,5 +181,5 @@ def compiled() -> SimpleNamespace:
     from numba import njit
 
     jit = njit(nogil=True, cache=True)
-    kernels = (round_to_bf16, fp16_encode, fp16_decode, int8_encode, int8_decode)
+    kernels = (bf16_encode, fp16_encode, fp16_decode, int8_encode, int8_decode)
     return SimpleNamespace(**{function.__name__: jit(function) for function in kernels})

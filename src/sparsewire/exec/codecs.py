@@ -138,15 +138,13 @@ def encode(name: str, rows: np.ndarray, out: np.ndarray, rng: np.random.Generato
     meta, start, end = _layout(name, n, k, rows.itemsize)
     coded = out[start : start + _WIDTH[name] * n * k]
     kernels = compiled()
+    scratch = np.empty(k)  # one row in float64, read as its bits
     if name == "bf16":
-        rounded = np.empty((n, k), np.float32)
-        kernels.round_to_bf16(rows, rounded, flags)
-        np.right_shift(rounded.view(np.uint32), 16, out=coded.view(np.uint16).reshape(n, k), casting="unsafe")
+        kernels.bf16_encode(rows, coded.view(np.uint16).reshape(n, k), flags, scratch, scratch.view(np.uint64))
     elif name == "fp16":
         exponents = out[meta : meta + 4 * n].view(np.int32)
-        scaled = np.empty(k)
         halves = coded.view(np.uint16).reshape(n, k)
-        kernels.fp16_encode(rows, halves, exponents, flags, float(np.finfo(rows.dtype).max), scaled, scaled.view(np.uint64))
+        kernels.fp16_encode(rows, halves, exponents, flags, float(np.finfo(rows.dtype).max), scratch, scratch.view(np.uint64))
     else:  # int8
         lo_step = out[meta : meta + 2 * n * rows.itemsize].view(rows.dtype).reshape(n, 2)
         seed = int((rng or np.random.default_rng()).integers(0, 2**63))

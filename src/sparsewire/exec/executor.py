@@ -288,6 +288,8 @@ class SpmmExecutor:
             traced = SCHEDULES[self.mode](self.buffers, self.transport, self.combine, Packer(self.buffers), self._laps)
         self._schedules.append(traced)
         self.schedule, self.tracer = traced, tracer
+        if self.codes_messages:  # (the MPI transport: the only one with a codec) coding and decoding as spans
+            self.transport.codec_tracer = tracer
 
     def stop_tracing(self) -> None:
         """Not collective. Multiplies run untraced again (a summary's laps folded into its tracer first)."""
@@ -296,6 +298,8 @@ class SpmmExecutor:
                 self._laps.fold()
             self._schedules.pop().close()
             self.schedule, self.tracer, self._laps = self._schedules[0], None, None
+            if self.codes_messages:
+                self.transport.codec_tracer = None
 
     def link_of(self, peer: int) -> str:
         """Not collective. The link between this rank and ``peer``: whether MPI puts them on one node

@@ -35,7 +35,9 @@ _ORDER = (
     "post receives",
     "post sends",
     "post send",
+    "encode",  # (inside post sends / post send: a payload codec's coding)
     "wait",
+    "decode",  # (inside wait)
     "unpack",
 )
 _ORDER += ("early multiply", "wait sends", "combine")

@@ -241,6 +241,12 @@ class DistributedSpgemm:
         return self.multiplier.payload_bytes_received
 
     @property
+    def index_bytes_received(self) -> tuple[int, int]:
+        """The messages' integer arrays alone, so far: (bytes MPI counted on the wire, bytes decoded); equal without
+        ``code_indices``."""
+        return self.multiplier.index_bytes_received, self.multiplier.index_payload_bytes_received
+
+    @property
     def peak_held_entries(self) -> int:
         """The most stored entries this rank held at once (inputs, received blocks, products, C)."""
         return self.multiplier.peak_held_entries

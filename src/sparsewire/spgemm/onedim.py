@@ -121,6 +121,7 @@ class OneDimMultiplier:
         self._finalizer = track(self, lambda held=self.comm: free_communicators(held))  # freed on collection too
         self.code_indices = code_indices
         self.bytes_received = self.payload_bytes_received = 0
+        self.index_bytes_received = self.index_payload_bytes_received = 0
         self.peak_held_entries = 0
         self.tracer = None  # a Tracer while traced (sparsewire.trace)
 
@@ -211,6 +212,8 @@ class OneDimMultiplier:
         transfer.finish_sends()
         self.bytes_received += transfer.bytes_received
         self.payload_bytes_received += transfer.payload_bytes_received
+        self.index_bytes_received += transfer.index_bytes_received
+        self.index_payload_bytes_received += transfer.index_payload_bytes_received
         held = b_local.nvals + sent_entries + received.nvals + held_elsewhere
         with region(tracer, "local product"):
             if not self.overlap:

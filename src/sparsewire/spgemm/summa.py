@@ -192,6 +192,7 @@ class SummaMultiplier:
         self.a_sizes = {s: (int((row_counts(p) > 0).sum()), int(p.nvals)) for s, p in self.a_pieces.items()}
         self.code_indices = code_indices
         self.bytes_received = self.payload_bytes_received = 0
+        self.index_bytes_received = self.index_payload_bytes_received = 0
         self.peak_held_entries = 0
         self.tracer = None  # a Tracer while traced (sparsewire.trace)
 
@@ -302,6 +303,8 @@ class SummaMultiplier:
         transfer.finish_sends()
         self.bytes_received += transfer.bytes_received
         self.payload_bytes_received += transfer.payload_bytes_received
+        self.index_bytes_received += transfer.index_bytes_received
+        self.index_payload_bytes_received += transfer.index_payload_bytes_received
         return empty(n_rows, n_cols, semiring.dtype) if result is None else result
 
 

@@ -39,6 +39,16 @@ class TracedTransfer:
         """The same messages' bytes uncoded (:attr:`SparseTransfer.payload_bytes_received`)."""
         return self.inner.payload_bytes_received
 
+    @property
+    def index_bytes_received(self) -> int:
+        """The integer arrays' bytes on the wire (:attr:`SparseTransfer.index_bytes_received`)."""
+        return self.inner.index_bytes_received
+
+    @property
+    def index_payload_bytes_received(self) -> int:
+        """The integer arrays' bytes decoded (:attr:`SparseTransfer.index_payload_bytes_received`)."""
+        return self.inner.index_payload_bytes_received
+
     def _rank(self, comm: MPI.Comm, peer: int) -> int:
         """``peer`` of ``comm`` as a rank of the plan's communicator."""
         if comm is self.comm:

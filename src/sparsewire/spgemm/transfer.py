@@ -63,6 +63,8 @@ class SparseTransfer:
         self.send_requests: list[MPI.Request] = []
         self._keep_alive: list = []
         self.bytes_received = self.payload_bytes_received = 0
+        # The integer arrays alone: as MPI counted them on the wire, and decoded (equal without code_indices).
+        self.index_bytes_received = self.index_payload_bytes_received = 0
 
     def send(self, comm: MPI.Comm, destination: int, tag: int, message: tuple[np.ndarray, np.ndarray, int]) -> None:
         """Not collective (point to point with the peers). Start sending one message (header, integers,
@@ -122,12 +124,14 @@ class SparseTransfer:
         statuses = [MPI.Status(), MPI.Status()]
         MPI.Request.Waitall(incoming.requests, statuses)
         self.bytes_received += sum(status.Get_count(MPI.BYTE) for status in statuses)
+        self.index_bytes_received += statuses[0].Get_count(MPI.BYTE)
         if self.code_indices:
             listed, entries = incoming.listed, int(incoming.header[1])
             incoming.ints, incoming.coded = decode_indices(incoming.coded, listed, self.itype, entries), None
             self.payload_bytes_received += incoming.ints.nbytes + statuses[1].Get_count(MPI.BYTE)
         else:
             self.payload_bytes_received += sum(status.Get_count(MPI.BYTE) for status in statuses)
+        self.index_payload_bytes_received += incoming.ints.nbytes
         return incoming.ints, incoming.values, incoming.listed
 
     def finish_sends(self) -> None:

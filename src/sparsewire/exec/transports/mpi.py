@@ -52,13 +52,17 @@ class _Coded:
         self.wire = np.zeros(codecs.max_message_bytes(codec, count // k, k, flat.itemsize), np.uint8)
 
 
-def _count(ledger: ByteLedger, ex: ExchangeBuffers, message: int, status, datatype, coded: _Coded | None) -> None:
-    """Count one received message from its status; a coded one decoded first (its payload from its header)."""
+def _count(ledger: ByteLedger, ex: ExchangeBuffers, message: int, status, datatype, coded: _Coded | None, tracer) -> None:
+    """Count one received message from its status; a coded one decoded first (its payload from its header; its
+    decoding a ``decode`` span of ``tracer`` while one records)."""
     if coded is None:
         ledger.record(ex, message, status.Get_count(datatype))
         return
     size = status.Get_count(MPI.BYTE)
+    started = tracer.clock() if tracer is not None and tracer.recording else None
     rows, k = codecs.decode(coded.codec, coded.wire[:size], coded.rows)
+    if started is not None:
+        tracer.span("decode", started, tracer.clock(), bytes=size)
     ledger.record(ex, message, rows * k, wire_bytes=size)
 
 
@@ -104,6 +108,7 @@ class MpiTransport(MessageTransport):
         self._comm, self._coded_sends = comm, [[] for _ in buffers.exchanges]  # this multiply's MPI_Isend requests
         codec = buffers.needs.codec
         self._noise = np.random.default_rng([comm.Get_rank(), 43])  # int8's stochastic rounding
+        self.codec_tracer = None  # while tracing: coding and decoding are spans of their own (encode, decode)
         for ex in buffers.exchanges:
             tag = _TAG + ex.index
             recv_messages = list(_messages(ex.recv_offsets, ex.recv_elements, k))
@@ -166,8 +171,11 @@ class MpiTransport(MessageTransport):
             self._send_encoded(ex, message)
 
     def _send_encoded(self, ex: ExchangeBuffers, message: int) -> None:
-        coded = self._encode[ex.index][message]
+        coded, tracer = self._encode[ex.index][message], self.codec_tracer
+        started = tracer.clock() if tracer is not None and tracer.recording else None
         size = codecs.encode(coded.codec, coded.rows, coded.wire, self._noise)
+        if started is not None:
+            tracer.span("encode", started, tracer.clock(), bytes=int(size))
         request = self._comm.Isend([coded.wire[:size], MPI.BYTE], ex.send_ranks[message], _TAG + ex.index)
         self._coded_sends[ex.index].append(request)
 
@@ -186,7 +194,7 @@ class MpiTransport(MessageTransport):
         if requests:
             MPI.Request.Waitall(requests, statuses)
             for message, (status, coded) in enumerate(zip(statuses, self._decode[ex.index])):
-                _count(self.ledger, ex, message, status, self._type, coded)
+                _count(self.ledger, ex, message, status, self._type, coded, self.codec_tracer)
         for message in ex.recv_staged:
             self._backend.copy_in(*self._copy_in[ex.index][message])
 
@@ -196,7 +204,7 @@ class MpiTransport(MessageTransport):
             raise RuntimeError("no receive is active but messages are missing; the executor's schedule is broken")
         index, message = self._owner[position]
         coded = self._decode[index][message]
-        _count(self.ledger, self.buffers.exchanges[index], message, self._any_status, self._type, coded)
+        _count(self.ledger, self.buffers.exchanges[index], message, self._any_status, self._type, coded, self.codec_tracer)
         staged = self._copy_in[index][message]
         if staged is not None:
             self._backend.copy_in(*staged)

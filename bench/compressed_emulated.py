@@ -1,0 +1,105 @@
+"""Compressed messages over a real slow link (issue 43): the exchange time of ``--compress`` bf16, int8 and auto
+beside none on the emulated cluster (``sparsewire emulate``'s harness: network namespaces, veth links
+rate-limited by tbf, MPICH over TCP between the nodes).
+
+    sudo .venv/bin/python bench/compressed_emulated.py [--matrices M,...] [--layouts 2x1,2x2] [--rate 1gbit]
+        [--codecs none,bf16,int8,auto] [--mode bulk] [--strategy joint] [--k 32] [--repeat 20]
+
+Per layout (``NxR``: N nodes of R ranks) the cluster is brought up once and measured (``sparsewire calibrate
+--network``, whose topology file ``auto`` reads); then per matrix one ``sparsewire spmm M --compress C --check
+--json --log-view`` per codec, in an order that alternates per matrix. The exchange time is the summary's
+``communication_seconds_per_multiply`` (the post and wait phases of the slowest rank, coding and decoding
+inside them: the MPI transport codes a message when it posts it and decodes it as its receive completes);
+also the median multiply, payload and wire bytes (MPI's receive statuses) and whether ``--check`` passed.
+Prints per row the ratio to none's exchange time, then per codec the geometric mean and the largest ratio over
+the matrices and layouts. Needs root. Writes bench/results/compressed_emulated.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, geometric_mean, short_name  # noqa: E402
+
+from sparsewire.emulation.cluster import EmulatedCluster, unavailable_reason  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "data"
+DEFAULT_MATRICES = [str(SHARED / f"{name}.mtx.gz") for name in ("delaunay_n16", "mdual", "cit-HepTh", "dblp-2010")]
+
+
+def run_json(cluster: EmulatedCluster, per_node: int, arguments: list[str], timeout: float) -> dict:
+    result = cluster.run(per_node, [sys.executable, "-m", "sparsewire", *arguments], timeout=timeout)
+    if result.returncode != 0:
+        raise SystemExit(f"failed ({result.returncode}): {' '.join(arguments)}\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--matrices", default=",".join(m for m in DEFAULT_MATRICES if Path(m).exists()) or "rmat:16:8:1")
+    parser.add_argument("--layouts", default="2x1,2x2", help="NODESxRANKS, comma-separated (default: 2x1,2x2)")
+    parser.add_argument("--rate", default="1gbit", help="every link's rate (default: 1gbit)")
+    parser.add_argument("--codecs", default="none,bf16,int8,auto", help="--compress values; none first is the baseline")
+    parser.add_argument("--mode", default="bulk", help="executor mode (default: bulk)")
+    parser.add_argument("--strategy", default="joint", help="strategy (default: joint)")
+    parser.add_argument("--k", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args()
+    problem = unavailable_reason()
+    if problem:
+        raise SystemExit(f"bench/compressed_emulated.py needs an emulated cluster: {problem}")
+    codecs = args.codecs.split(",")
+    if "none" not in codecs:
+        parser.error("--codecs must include none (the baseline of every ratio)")
+    rows = []
+    for layout in args.layouts.split(","):
+        nodes, per_node = (int(x) for x in layout.split("x"))
+        with EmulatedCluster(nodes, args.rate) as cluster, tempfile.TemporaryDirectory() as folder:
+            network = str(Path(folder) / "network.json")
+            run_json(cluster, per_node, ["calibrate", "--network", "--output", network, "--json"], 300)
+            inter = json.loads(Path(network).read_text())["links"]["inter_node"]
+            print(f"== {layout} at {args.rate}: inter-node {inter['single_pair_bandwidth'] / 1e6:.1f} MB/s measured", flush=True)
+            for index, matrix in enumerate(args.matrices.split(",")):
+                common = ["spmm", matrix, "--topology", network, "--strategy", args.strategy, "--mode", args.mode]
+                common += ["--k", str(args.k), "--repeat", str(args.repeat), "--check", "--json", "--log-view"]
+                here = {}
+                for codec in codecs if index % 2 == 0 else codecs[::-1]:
+                    report = run_json(cluster, per_node, [*common, "--compress", codec], 1800)
+                    here[codec] = {
+                        "layout": layout,
+                        "matrix": short_name(matrix),
+                        "compress": codec,
+                        "exchange_seconds": report["log_view"]["communication_seconds_per_multiply"],
+                        "median_seconds": report["median_seconds"],
+                        "payload_bytes": report["payload_bytes"],
+                        "wire_bytes": report["wire_bytes"],
+                        "check_passed": report["check_passed"],
+                    }
+                for codec in codecs:
+                    row = here[codec]
+                    row["exchange_over_none"] = row["exchange_seconds"] / here["none"]["exchange_seconds"]
+                    rows.append(row)
+                    print(
+                        f"{row['matrix']:<16} {codec:<5} exchange {row['exchange_seconds'] * 1e3:8.2f} ms "
+                        f"({row['exchange_over_none']:.3f}x none)  multiply {row['median_seconds'] * 1e3:8.2f} ms  "
+                        f"wire {row['wire_bytes']:>10} of {row['payload_bytes']:>10}  check {row['check_passed']}",
+                        flush=True,
+                    )
+    summary = {}
+    for codec in codecs:
+        ratios = [r["exchange_over_none"] for r in rows if r["compress"] == codec]
+        summary[codec] = {"geometric_mean": geometric_mean(ratios), "largest": max(ratios)}
+        print(f"{codec}: exchange / none geometric mean {summary[codec]['geometric_mean']:.3f}, largest {max(ratios):.3f}")
+    print(f"every check passed: {all(r['check_passed'] for r in rows)}")
+    out = ROOT / "bench" / "results"
+    out.mkdir(exist_ok=True)
+    (out / "compressed_emulated.json").write_text(json.dumps({"rate": args.rate, "rows": rows, "summary": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
