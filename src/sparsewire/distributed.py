@@ -169,7 +169,8 @@ class DistributedMatrix:
         grid=None,
         overlap: bool = False,
         stages_per_product: int = 2,
-        code_indices: bool = False,
+        compress: str = "none",
+        topology=None,
     ) -> DistributedMatrix:
         """Collective. ``C = A (+.x) other`` over a semiring, C distributed like A's rows (and
         ordered like A's rows and B's columns): :func:`sparsewire.spgemm_plan.plan_spgemm` with
@@ -178,7 +179,7 @@ class DistributedMatrix:
         Args:
             other: B, distributed with ``partition=self.right_operand_partitioning()`` (or A
                 itself when square).
-            semiring, algorithm, phases, strategy, grid, overlap, stages_per_product, code_indices: as for
+            semiring, algorithm, phases, strategy, grid, overlap, stages_per_product, compress, topology: as for
                 :func:`~sparsewire.spgemm_plan.plan_spgemm`.
         """
         from sparsewire.spgemm_plan import plan_spgemm
@@ -193,7 +194,8 @@ class DistributedMatrix:
             phases=phases,
             overlap=overlap,
             stages_per_product=stages_per_product,
-            code_indices=code_indices,
+            compress=compress,
+            topology=topology,
         )
         try:
             return plan.to_distributed(plan.multiply())

@@ -37,7 +37,10 @@ from sparsewire.spgemm.summa import BlockLayout, ProcessGrid, parse_grid
 if TYPE_CHECKING:
     from sparsewire.distributed import DistributedMatrix
 
-__all__ = ["SpgemmPlan", "plan_spgemm"]
+__all__ = ["SpgemmPlan", "plan_spgemm", "COMPRESS"]
+
+#: SpGEMM's ``compress`` choices (:func:`plan_spgemm`).
+COMPRESS = ("none", "index", "auto")
 
 
 class SpgemmPlan:
@@ -52,6 +55,10 @@ class SpgemmPlan:
         predicted_bytes: bytes one :meth:`multiply` puts on the wire, summed over ranks, from counts.
         predicted_bytes_by_algorithm: every candidate's predicted bytes.
         lower_bounds_only: the candidates whose figure is only a lower bound (they had already lost).
+        compress: ``none``, ``index`` or ``auto`` (:func:`plan_spgemm`).
+        compress_choice: with ``auto``, what decided which links code their integers (the measured cost, the
+            wire ratio and each link class's verdict, as :func:`~sparsewire.exec.codec_choice.peers_where_coding_pays`
+            reports it); None otherwise.
     """
 
     def __init__(
@@ -63,8 +70,11 @@ class SpgemmPlan:
         phases: int,
         predictions: dict[str, int],
         lower_bounds_only: list[str],
+        compress: str = "none",
+        compress_choice: dict | None = None,
     ) -> None:
         """Not collective. Use :func:`plan_spgemm`."""
+        self.compress, self.compress_choice = compress, compress_choice
         self._a, self._b, self._engine, self._b_block = a, b, engine, b_block
         self.algorithm, self.grid, self.semiring, self.phases = engine.name, engine.grid, engine.semiring, phases
         self.predicted_bytes = int(predictions[engine.name])
@@ -96,14 +106,14 @@ class SpgemmPlan:
 
     @property
     def payload_bytes_received(self) -> int:
-        """Not collective. The same messages' bytes uncoded (equal to :attr:`bytes_received` unless ``code_indices``):
+        """Not collective. The same messages' bytes uncoded (equal to :attr:`bytes_received` without ``compress``):
         what :attr:`predicted_bytes` counts."""
         return self._engine.payload_bytes_received
 
     @property
     def index_bytes_received(self) -> tuple[int, int]:
         """Not collective. The messages' integer arrays alone, so far: (bytes MPI counted on the wire, bytes
-        decoded); equal unless ``code_indices``."""
+        decoded); equal without ``compress``."""
         return self._engine.index_bytes_received
 
     @property
@@ -186,7 +196,8 @@ def plan_spgemm(
     phases: int = 1,
     overlap: bool = False,
     stages_per_product: int = 2,
-    code_indices: bool = False,
+    compress: str = "none",
+    topology=None,
 ) -> SpgemmPlan:
     """Collective. Plan ``C = A (+.x) B`` over a semiring (Azad et al. sec. 3 and 4) and keep the
     candidate that moves the fewest bytes for this B.
@@ -207,9 +218,15 @@ def plan_spgemm(
         phases: multiply B's columns in this many pieces (peak memory ~1/phases).
         overlap: 1D only: multiply the diagonal block while B's rows travel, merge after.
         stages_per_product: SUMMA only: stages multiplied as one product over their joined blocks.
-        code_indices: every message's integers travel coded, delta plus bit-packing
-            (:mod:`~sparsewire.spgemm.index_coding`): C bit-identical, fewer bytes on the wire
-            (:attr:`SpgemmPlan.bytes_received`; :attr:`SpgemmPlan.payload_bytes_received` uncoded).
+        compress: ``none`` (every message as it is), ``index`` (every message's integers travel coded,
+            delta plus bit-packing, :mod:`~sparsewire.spgemm.index_coding`: C bit-identical, fewer bytes on
+            the wire, :attr:`SpgemmPlan.bytes_received`; :attr:`SpgemmPlan.payload_bytes_received` uncoded)
+            or ``auto`` (coded only on the links where the wire time saved exceeds the coding time: the
+            cost measured on this rank's block of A, the largest over the ranks, against each link's
+            bandwidth, :func:`~sparsewire.exec.codec_choice.peers_where_coding_pays`). The values travel
+            at full width: a semiring's values are often exact (paths, counts, booleans).
+        topology: the links ``auto`` weighs (a :class:`~sparsewire.topology.Topology`; default: MPI's
+            shared-memory nodes with the assumed link constants).
 
     Returns:
         :class:`SpgemmPlan`; call ``free()`` when done (it holds communicators).
@@ -220,14 +237,18 @@ def plan_spgemm(
     """
     comm = a.comm
     problem, chosen_grid = _check(a, b, algorithm, strategy, grid, phases, overlap, stages_per_product)
-    if problem is None and not isinstance(code_indices, bool):
-        problem = f"code_indices must be True or False (got {code_indices!r})"
+    if problem is None and compress not in COMPRESS:
+        problem = (
+            f"unknown compress {compress!r} for spgemm; choose none, index (integers coded, lossless) or auto (coded "
+            "where it pays)"
+        )
     if problem is None:
         try:
             semiring = semiring if isinstance(semiring, Semiring) else get_semiring(semiring)
         except InputError as error:
             problem = str(error)
     agree_on_error(comm, problem)
+    code_indices, choice = _coded_links(comm, a, semiring, compress, topology)
 
     def build(name, one_dim_strategy):
         def built():
@@ -266,4 +287,18 @@ def plan_spgemm(
 
     builders = [build(name, one_dim_strategy) for name, one_dim_strategy in candidate_names(algorithm, strategy)]
     engine, b_block, predictions, bounded = keep_fewest_bytes(builders, int(phases))
-    return SpgemmPlan(a, b, engine, b_block, int(phases), predictions, bounded)
+    return SpgemmPlan(a, b, engine, b_block, int(phases), predictions, bounded, compress, choice)
+
+
+def _coded_links(comm, a, semiring: Semiring, compress: str, topology) -> tuple[bool | frozenset[int], dict | None]:
+    """Collective. Which messages carry coded integers: all (``index``), none, or (``auto``) those of the links
+    where coding pays, by the cost measured on each rank's block of A (the largest over the ranks)."""
+    if compress != "auto":
+        return compress == "index", None
+    from sparsewire.exec.codec_choice import peers_where_coding_pays
+    from sparsewire.spgemm.index_coding import coding_cost
+    from sparsewire.spgemm.local import index_dtype
+
+    seconds, ratio = coding_cost(a.local_rows, index_dtype(*a.shape), np.dtype(semiring.dtype).itemsize)
+    seconds, ratio = comm.allreduce(seconds, op=MPI.MAX), comm.allreduce(ratio, op=MPI.MAX)
+    return peers_where_coding_pays(comm, "index", seconds, ratio, topology)

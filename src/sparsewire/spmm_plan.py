@@ -151,7 +151,7 @@ def plan_spmm(
     strategy = options.strategy if options.strategy == "auto" else options.strategy.value
     per_message = Mode(options.mode).relays_per_message
     plan, stats, choice = choose_strategy(
-        matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, per_message
+        matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, per_message, options.compress != "none"
     )
     return SpmmPlan(matrix, plan, stats, k, dtype, options, choice)
 

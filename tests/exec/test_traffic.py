@@ -56,4 +56,6 @@ def test_spmm_reports_every_runs_map_and_draws_the_first(tmp_path):
         assert run["traffic_differences"] == [] and sum(map(sum, traffic["bytes"])) == run["planned_bytes"], run["strategy"]
         assert sum(c["bytes"] for c in traffic["per_link_class"].values()) == run["planned_bytes"]
         assert len(traffic["bytes"]) == 3 and all(row[i] == 0 for i, row in enumerate(traffic["bytes"]))
+        # the planner's all-to-all, uncoded without --compress: as many bytes as its int64 words
+        assert run["setup_exchange_wire_bytes"] == run["setup_exchange_bytes"] > 0, run["strategy"]
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 10_000

@@ -1,7 +1,7 @@
 """Lossless index coding of SpGEMM's messages (sparsewire.spgemm.index_coding, issue 43): bit-exact round trips
 on hand-made and random messages (every integer type, widths up to 64 bits, empty messages), sizes as the
-layout says; and spgemm with ``--code-indices`` at P = 2..4: C bit-identical to the uncoded run, the
-uncoded bytes equal to the prediction, fewer bytes on the wire."""
+layout says; and spgemm with ``--compress index`` and ``auto`` at P = 2..4: C bit-identical to the uncoded run,
+the uncoded bytes equal to the prediction, fewer bytes on the wire, and with ``auto`` only on the slow links."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import SHARED_MATRICES, run_mpi
+from conftest import SHARED_MATRICES, run_mpi, slow_link_topology
 from sparsewire.spgemm.index_coding import BLOCK, decode_indices, encode_indices
 from sparsewire.spgemm.local import pack_row_ranges, to_graphblas
 
@@ -66,21 +66,49 @@ def test_real_matrix_messages_shrink(rng):
         assert message.nbytes < 0.7 * ints.nbytes  # columns of 2000 need 11 bits, not 32
 
 
-@pytest.mark.mpi
-@pytest.mark.parametrize(("ranks", "algorithm"), [(2, "1d"), (3, "1d"), (4, "summa")])
-def test_spgemm_with_coded_indices_is_bit_identical(ranks, algorithm):
+def _spgemm(ranks: int, algorithm: str, *extra: str) -> dict:
     matrix = str(SHARED_MATRICES[1]) if len(SHARED_MATRICES) > 1 else "rmat:12:8:1"
-    reports = {}
-    for coded in (False, True):
-        args = ["-m", "sparsewire", "spgemm", matrix, "--algorithm", algorithm, "--check", "--json", "--repeat", "1"]
-        completed = run_mpi(ranks, args + (["--code-indices"] if coded else []), timeout=300)
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        reports[coded] = json.loads(completed.stdout)
-    plain, coded = reports[False], reports[True]
-    assert coded["check_passed"] and coded["exact"] and coded["code_indices"]
+    args = ["-m", "sparsewire", "spgemm", matrix, "--algorithm", algorithm, "--check", "--json", "--repeat", "1", *extra]
+    completed = run_mpi(ranks, args, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout)
+    assert report["check_passed"] and report["exact"], report
+    assert report["bytes_moved"] == report["predicted_bytes"], report
+    return report
+
+
+@pytest.mark.mpi
+def test_spgemm_with_coded_indices_is_bit_identical():
+    plain, coded = _spgemm(2, "1d"), _spgemm(2, "1d", "--compress", "index")
+    assert coded["compress"] == "index" and coded["compress_auto"] is None
     assert (coded["nnz_out"], coded["checksum_sum"]) == (plain["nnz_out"], plain["checksum_sum"])
-    assert coded["bytes_moved"] == coded["predicted_bytes"] == plain["bytes_moved"] == plain["wire_bytes"]
+    assert coded["bytes_moved"] == plain["bytes_moved"] == plain["wire_bytes"]
     assert coded["wire_bytes"] < 0.9 * coded["bytes_moved"], (coded["wire_bytes"], coded["bytes_moved"])
     # the integer arrays alone, from their own receive statuses: the same decoded, fewer on the wire
     assert plain["index_wire_bytes"] == plain["index_bytes"] == coded["index_bytes"] > 0
     assert coded["index_wire_bytes"] < 0.7 * coded["index_bytes"], (coded["index_wire_bytes"], coded["index_bytes"])
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("ranks", "algorithm", "groups"), [(3, "1d", [0, 0, 1]), (4, "summa", [0, 0, 1, 1])])
+def test_auto_codes_the_indices_of_the_slow_links_only(tmp_path, ranks, algorithm, groups):
+    """Under a measured topology of two nodes joined at 1 Gbit/s, ``--compress auto`` codes the messages between the
+    nodes (a coded integer saves nanoseconds there, more than coding costs) and not those inside a node (50 GB/s);
+    so the integers' wire bytes lie strictly between every link coded and none (SUMMA's 2 x 2 grid: a grid row
+    inside a node, a grid column across, whose sub-communicators' ranks the decision must translate). With every
+    rank in one node nothing is coded, bitwise as none."""
+    topology = slow_link_topology(tmp_path / "slow.json", groups)
+    plain, coded = _spgemm(ranks, algorithm), _spgemm(ranks, algorithm, "--compress", "index")
+    slow = _spgemm(ranks, algorithm, "--compress", "auto", "--topology", str(topology))
+    fast = _spgemm(ranks, algorithm, "--compress", "auto", "--topology", f"nodes:{ranks}")
+    for run in (coded, slow, fast):
+        assert (run["nnz_out"], run["checksum_sum"], run["bytes_moved"]) == (
+            plain["nnz_out"],
+            plain["checksum_sum"],
+            plain["bytes_moved"],
+        )
+    links = slow["compress_auto"]["links"]
+    assert links["measured inter-node"]["coded"] and not links["measured intra-node"]["coded"], links
+    assert coded["index_wire_bytes"] < slow["index_wire_bytes"] < plain["index_bytes"], (coded, slow, plain)
+    assert not any(entry["coded"] for entry in fast["compress_auto"]["links"].values()), fast["compress_auto"]
+    assert fast["wire_bytes"] == fast["bytes_moved"] and fast["index_wire_bytes"] == fast["index_bytes"]

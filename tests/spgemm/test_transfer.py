@@ -54,3 +54,28 @@ def test_a_sender_that_sends_more_than_its_header_announces_is_an_mpi_error_not_
         transfer.wait(arriving)
     assert raised.value.Get_error_class() in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS)
     MPI.Request.Waitall(requests)
+
+
+@pytest.mark.parametrize("coded", [frozenset({0}), frozenset()])
+def test_a_set_of_coded_peers_codes_exactly_their_messages(comm, rng, coded):
+    """``code_indices`` as a set of ranks: the messages to and from those ranks carry coded integers (fewer bytes on
+    the wire, a third header word), the others go as they are; both arrive bit for bit."""
+    transfer = SparseTransfer(np.int64, np.float64, coded, comm)
+    ints = np.concatenate([[0, 1, 2], [40, 0, 3], np.arange(40), [1, 5, 9]]).astype(np.int64)
+    message = (ints, rng.integers(-9, 10, 43).astype(np.float64), 3)
+    arriving = transfer.post_header(comm, 0, 0)
+    transfer.send(comm, 0, 0, message)
+    transfer.post_payload(arriving)
+    back, values, listed = transfer.wait(arriving)
+    transfer.finish_sends()
+    assert listed == 3 and np.array_equal(back, ints) and np.array_equal(values, message[1])
+    assert transfer.payload_bytes_received == 16 + ints.nbytes + values.nbytes
+    if coded:
+        assert transfer.index_bytes_received < ints.nbytes / 4 and transfer.bytes_received < transfer.payload_bytes_received
+    else:
+        assert transfer.bytes_received == transfer.payload_bytes_received
+
+
+def test_a_set_of_coded_peers_needs_the_plans_communicator():
+    with pytest.raises(ValueError, match="communicator"):
+        SparseTransfer(np.int64, np.float64, frozenset({1}))

@@ -72,10 +72,19 @@ def add_commands(commands) -> None:
         "(default: one product once the rows are in, which skips that merge and measured faster)",
     )
     spgemm.add_argument(
-        "--code-indices",
-        action="store_true",
-        help="every message's integers (rows, lengths, columns) travel coded, delta plus bit-packing: lossless, C "
-        "bit-identical; bytes_moved stays the uncoded figure the predictions count, wire_bytes is what MPI counted",
+        "--compress",
+        choices=["none", "index", "auto"],
+        default="none",
+        help="index: every message's integers (rows, lengths, columns) travel coded, delta plus bit-packing: lossless, "
+        "C bit-identical; auto: coded only on the links where the wire time saved exceeds the coding time (measured "
+        "at the start on each rank's block of A, against the --topology's bandwidths; without, MPI's nodes and "
+        "assumed constants). The values travel at full width (a semiring's values are often exact). bytes_moved "
+        "stays the uncoded figure the predictions count, wire_bytes is what MPI counted (default: none)",
+    )
+    spgemm.add_argument(
+        "--topology",
+        help="--compress auto only: the links it weighs: a file from sparsewire calibrate --network, nodes:G, or a "
+        "preset (default: MPI's shared-memory nodes)",
     )
     spgemm.add_argument(
         "--stages-per-product",
@@ -137,14 +146,19 @@ def print_report(args, report: dict, lines: list[str]) -> int:
 
 
 def _run_spgemm(args: argparse.Namespace) -> int:
+    from sparsewire.exec.codec_choice import describe_choice
     from sparsewire.spgemm.semirings import get_semiring
     from sparsewire.spgemm.values import check_values_spec
+    from sparsewire.topology import parse_topology
 
     semiring = get_semiring(args.semiring)
     check_values_spec(args.values)
     if args.output:
         check_writable(args.output, "--output")
     check_profiling_arguments(args)
+    if args.topology is not None and args.compress != "auto":
+        raise InputError("--topology weighs the links for --compress auto; add --compress auto or drop --topology")
+    topology = None if args.topology is None else parse_topology(args.topology)
     comm = start_mpi(args)
     from sparsewire.spgemm.summa import parse_grid
 
@@ -168,7 +182,8 @@ def _run_spgemm(args: argparse.Namespace) -> int:
         imbalance=args.imbalance,
         overlap=args.overlap,
         stages_per_product=args.stages_per_product,
-        code_indices=args.code_indices,
+        compress=args.compress,
+        topology=topology,
         trace=profiling_request(args, comm),
     )
     if comm.Get_rank() != 0:
@@ -182,7 +197,11 @@ def _run_spgemm(args: argparse.Namespace) -> int:
         f"median_seconds {r['median_seconds']:.6f} over {r['repeat']}",
         f"nnz_out {r['nnz_out']}, checksum_sum {r['checksum_sum']:.17g}",
         f"bytes_moved {r['bytes_moved']} ({format_bytes(r['bytes_moved'])})"
-        + (f", on the wire {r['wire_bytes']} ({format_bytes(r['wire_bytes'])}, indices coded)" if r["code_indices"] else "")
+        + (
+            f", on the wire {r['wire_bytes']} ({format_bytes(r['wire_bytes'])}, compress {r['compress']})"
+            if r["compress"] != "none"
+            else ""
+        )
         + "; predicted by algorithm: "
         + ", ".join(
             f"{name} {'>= ' if name in r['lower_bounds_only'] else ''}{format_bytes(value)}"
@@ -190,6 +209,7 @@ def _run_spgemm(args: argparse.Namespace) -> int:
         ),
         f"peak_held_entries {r['peak_held_entries']}, peak_rss_bytes {r['peak_rss_bytes']} ({format_bytes(r['peak_rss_bytes'])})",
     ]
+    lines += describe_choice(r["compress_auto"])
     if args.check:
         lines.append(
             f"check: {'passed' if r['check_passed'] else 'FAILED'} (pattern equal: {r['pattern_equal']}, "
@@ -223,7 +243,8 @@ def _spgemm_session(
     imbalance: float = 0.03,
     overlap: bool = False,
     stages_per_product: int = 2,
-    code_indices: bool = False,
+    compress: str = "none",
+    topology=None,
     trace=None,
 ) -> dict | None:
     """Collective. ``C = A (+.x) B`` (B = A when ``second_spec`` is None) through the public path
@@ -232,7 +253,7 @@ def _spgemm_session(
     Timing: one untimed warm-up multiply, then ``repeat`` multiplies, each between barriers and
     timed as the slowest rank. ``bytes_moved`` is what MPI delivered to the ranks in one multiply
     (receive statuses; it should equal ``predicted_bytes``, predicted from counts before running);
-    with ``code_indices`` the same messages' bytes uncoded (their integers decoded), and ``wire_bytes``
+    with ``compress`` the same messages' bytes uncoded (their integers decoded), and ``wire_bytes``
     what the receive statuses counted.
     ``peak_held_entries`` is the most stored entries any rank held at once inside the multiply;
     ``peak_rss_bytes`` the largest peak
@@ -278,7 +299,8 @@ def _spgemm_session(
         phases=phases,
         overlap=overlap,
         stages_per_product=stages_per_product,
-        code_indices=code_indices,
+        compress=compress,
+        topology=topology,
     )
     if progress and rank == 0:
         progress(f"running {plan.algorithm} on a {plan.grid} grid")
@@ -336,7 +358,8 @@ def _spgemm_session(
         "wire_bytes": int(wire),
         "index_bytes": int(index_payload),
         "index_wire_bytes": int(index_wire),
-        "code_indices": code_indices,
+        "compress": compress,
+        "compress_auto": plan.compress_choice,
         "predicted_bytes": plan.predicted_bytes,
         "predicted_bytes_by_algorithm": plan.predicted_bytes_by_algorithm,
         "lower_bounds_only": plan.lower_bounds_only,

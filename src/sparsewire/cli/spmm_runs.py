@@ -126,6 +126,7 @@ def spmm_session(
                 measured = comm.allreduce(int(received.sum()), op=MPI.SUM)
                 wire = comm.allreduce(plan.wire_bytes_received, op=MPI.SUM)
                 passes = plan.codec_passes
+                setup_wire, setup_words = comm.allreduce(np.array(plan.rank_plan.setup_exchange_bytes, np.int64), op=MPI.SUM)
                 if groups is not None:
                     same = groups == groups[rank]
                     measured_intra = comm.allreduce(int(received[same].sum()), op=MPI.SUM)
@@ -177,6 +178,8 @@ def spmm_session(
                 "delivery_problems": len(problems),
                 "messages": stats.messages,
                 "setup_bytes": int(stats.setup_bytes),
+                "setup_exchange_bytes": int(setup_words),
+                "setup_exchange_wire_bytes": int(setup_wire),
                 "layout": layout,
                 "checksum_sum": checksum_sum,
                 "checksum_fro": float(np.sqrt(checksum_squares)),

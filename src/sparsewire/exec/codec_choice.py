@@ -23,7 +23,7 @@ import numpy as np
 
 from sparsewire.exec import codecs
 
-__all__ = ["codec_seconds_per_byte", "wire_ratio", "choose_coded_peers", "describe_choice"]
+__all__ = ["codec_seconds_per_byte", "wire_ratio", "choose_coded_peers", "peers_where_coding_pays", "describe_choice"]
 
 _ROWS = 512
 
@@ -52,16 +52,25 @@ def wire_ratio(name: str, k: int, itemsize: int) -> float:
 
 def choose_coded_peers(comm, name: str, k: int, dtype, topology) -> tuple[frozenset[int], dict]:
     """Collective. The ranks whose messages to and from this rank are coded by codec ``name`` (module
-    docstring), and what decided it: ``{"codec", "codec_seconds_per_byte", "wire_ratio", "links": {link name:
-    {"bandwidth", "coded", "peers"}}}`` (bandwidth in bytes per second as divided for a shared link)."""
+    docstring), and what decided it (:func:`peers_where_coding_pays`)."""
     from mpi4py import MPI
 
+    seconds = comm.allreduce(codec_seconds_per_byte(name, k, dtype), op=MPI.MAX)
+    return peers_where_coding_pays(comm, name, seconds, wire_ratio(name, k, np.dtype(dtype).itemsize), topology)
+
+
+def peers_where_coding_pays(comm, name: str, seconds: float, ratio: float, topology) -> tuple[frozenset[int], dict]:
+    """Collective where ``topology`` is None (MPI's nodes are found by a split), else not collective; every rank
+    must pass the same ``seconds`` and ``ratio`` (both ends of a link then decide alike). The ranks of ``comm``
+    whose links to this rank save more wire time than a coding of ``seconds`` per payload byte and ``wire /
+    payload`` of ``ratio`` costs: ``(1 - ratio) / bandwidth > seconds``, bandwidth the
+    link's in ``topology`` (None: :meth:`~sparsewire.topology.Topology.from_mpi`), divided by the larger group for
+    a shared link; and what decided it: ``{"codec", "codec_seconds_per_byte", "wire_ratio", "links": {link name:
+    {"bandwidth", "coded", "peers"}}}``."""
     from sparsewire.topology import Topology
 
     if topology is None:
         topology = Topology.from_mpi(comm)
-    seconds = comm.allreduce(codec_seconds_per_byte(name, k, dtype), op=MPI.MAX)
-    ratio = wire_ratio(name, k, np.dtype(dtype).itemsize)
     rank, size = comm.Get_rank(), comm.Get_size()
     groups = topology.groups(size)
     group_sizes = np.bincount(groups)

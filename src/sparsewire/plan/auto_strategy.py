@@ -71,13 +71,15 @@ def choose_strategy(
     layout: str,
     proxy: str,
     relays_per_message: bool = True,
+    code_setup: bool = False,
 ) -> tuple[RankPlan, PlanStats, StrategyChoice]:
     """Collective. This rank's plan of ``strategy`` (``auto``: of every
     :func:`candidate_strategies` entry, keeping the least predicted communication time
     ``T = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)`` under
     ``topology``, flat when None, with a shared link as :func:`~sparsewire.plan.stats.predicted_seconds`
     models it for a mode that does or does not relay per message; ties go to fewer bytes), its stats
-    and the choice's record."""
+    and the choice's record. ``code_setup``: the planner's all-to-all travels bit-packed
+    (:func:`~sparsewire.plan.plan.build_rank_plan_collective`)."""
     comm = matrix.comm
     model = topology or Topology.flat()
     names = candidate_strategies(topology) if strategy == "auto" else [Strategy(strategy)]
@@ -85,7 +87,15 @@ def choose_strategy(
     candidates = {}
     for candidate in names:
         plan = build_rank_plan_collective(
-            comm, matrix.local_rows, matrix.row_partition, matrix.col_partition, candidate, topology, layout=layout, proxy=proxy
+            comm,
+            matrix.local_rows,
+            matrix.row_partition,
+            matrix.col_partition,
+            candidate,
+            topology,
+            layout=layout,
+            proxy=proxy,
+            code_setup=code_setup,
         )
         stats = collective_stats(comm, plan, k, dtype.itemsize, model)
         seconds = predicted_seconds(stats, relays_per_message=relays_per_message)

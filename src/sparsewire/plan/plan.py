@@ -44,6 +44,7 @@ the same code (:func:`_plan_ranks`), so the plans are identical.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -281,10 +282,13 @@ def build_rank_plan_collective(
     *,
     layout: str = "merged",
     proxy: str = "local",
+    code_setup: bool = False,
 ) -> RankPlan:
     """Collective. Each rank plans from its own rows only: group leaders gather what a group-level
     decision needs (``joint-group``'s cover, ``balanced`` proxies) and one all-to-all delivers the
-    records to the ranks that send or relay them. Arguments as :func:`build_plan`.
+    records to the ranks that send or relay them. Arguments as :func:`build_plan`; ``code_setup``: that
+    all-to-all's boxes travel bit-packed (:func:`~sparsewire.plan.records.exchange_boxes`, lossless; the
+    plan's ``setup_exchange_bytes`` says what it took).
 
     Args:
         comm: an mpi4py communicator whose size equals the partitions' number of parts.
@@ -314,11 +318,15 @@ def build_rank_plan_collective(
         outputs = function(gathered) if group_comm.Get_rank() == 0 else None
         return {rank: group_comm.scatter(outputs, root=0)}
 
+    received = np.zeros(2, np.int64)
+
     def deliver(owned: dict) -> dict:
-        return {rank: exchange_boxes(comm, owned[rank], rank)}
+        boxes, sizes = exchange_boxes(comm, owned[rank], rank, code_setup)
+        received[:] += sizes
+        return {rank: boxes}
 
     try:
         plans = _plan_ranks({rank: blocks}, strategy, row_partition, col_partition, groups, layout, proxy, group_call, deliver)
     finally:
         group_comm.Free()
-    return plans[rank]
+    return dataclasses.replace(plans[rank], setup_exchange_bytes=(int(received[0]), int(received[1])))

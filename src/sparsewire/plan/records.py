@@ -323,13 +323,43 @@ def unpack_all(received: np.ndarray, sizes: np.ndarray) -> Records:
     return Records(*fields, *terms, received[concatenated_ranges(starts + 2 + 5 * n + 5 * m, m)].view(np.float64))
 
 
-def exchange_boxes(comm, records: Records, owner: int) -> list[Records]:
+def exchange_boxes(comm, records: Records, owner: int, coded: bool = False) -> tuple[list[Records], tuple[int, int]]:
     """Collective. The planner's all-to-all as buffers: rank ``owner``'s :func:`packed_outboxes`, their counts by
     ``Alltoall`` and the words by one ``Alltoallv`` of int64; returns what the other ranks' boxes hold, as
-    one Records in source order (none when nothing arrives). Per rank: O(P) counts, no object per box."""
+    one Records in source order (none when nothing arrives), and the bytes this rank received: (as sent, as
+    the int64 words). Per rank: O(P) counts, no object per box. ``coded``: each box travels as
+    :func:`~sparsewire.bitpacking.pack_words` codes it (the zigzag of each word's step from the previous,
+    bit-packed: the fields are sorted or repeat, so most steps are small), one Alltoallv of bytes; lossless."""
+    from mpi4py import MPI
+
     send, send_counts = packed_outboxes(records, owner, comm.Get_size())
+    if coded:
+        send, send_counts = _code_boxes(send, send_counts)
     recv_counts = np.empty(comm.Get_size(), np.int64)
     comm.Alltoall(send_counts, recv_counts)
-    received = np.empty(int(recv_counts.sum()), np.int64)
-    comm.Alltoallv([send, send_counts], [received, recv_counts])
-    return [unpack_all(received, recv_counts)] if received.size else []
+    received = np.empty(int(recv_counts.sum()), np.uint8 if coded else np.int64)
+    kind = MPI.BYTE if coded else MPI.INT64_T
+    comm.Alltoallv([send, send_counts, kind], [received, recv_counts, kind])
+    wire = received.nbytes
+    if coded:
+        received, recv_counts = _decode_boxes(received, recv_counts)
+    return ([unpack_all(received, recv_counts)] if received.size else []), (wire, received.nbytes)
+
+
+def _code_boxes(words: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each box of ``sizes`` words packed (:func:`~sparsewire.bitpacking.pack_words`), end to end, and their bytes."""
+    from sparsewire.bitpacking import pack_words
+
+    starts = np.cumsum(sizes) - sizes
+    boxes = [pack_words(words[start : start + size]) if size else np.zeros(0, np.uint8) for start, size in zip(starts, sizes)]
+    coded_sizes = np.array([box.size for box in boxes], np.int64)
+    return (np.concatenate(boxes) if boxes else np.zeros(0, np.uint8)), coded_sizes
+
+
+def _decode_boxes(data: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The words of each packed box of ``sizes`` bytes in ``data``, end to end, and their counts."""
+    from sparsewire.bitpacking import unpack_words
+
+    starts = np.cumsum(sizes) - sizes
+    boxes = [unpack_words(data[start : start + size]) if size else np.zeros(0, np.int64) for start, size in zip(starts, sizes)]
+    return (np.concatenate(boxes) if boxes else np.zeros(0, np.int64)), np.array([box.size for box in boxes], np.int64)

@@ -95,7 +95,9 @@ class RankPlan:
 
     Counts are in rows of width k; byte volumes follow as rows * k * element size.
     ``setup_entries``: A entries this rank holds to compute partial C rows for others (they were
-    sent to it once, at setup).
+    sent to it once, at setup). ``setup_exchange_bytes``: what the planner's all-to-all delivered to this
+    rank when it planned from its own rows (:func:`~sparsewire.plan.plan.build_rank_plan_collective`): (bytes
+    as sent, coded or not; the same as int64 words); (0, 0) for a plan built in one process.
     """
 
     rank: int
@@ -107,6 +109,7 @@ class RankPlan:
     diagonal: sp.csr_array
     exchanges: tuple[Exchange, ...]
     setup_entries: int
+    setup_exchange_bytes: tuple[int, int] = (0, 0)
 
     @property
     def n_ranks(self) -> int:

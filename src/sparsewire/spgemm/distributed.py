@@ -80,7 +80,7 @@ class DistributedSpgemm:
         partitions: tuple[RowPartition, RowPartition] | None = None,
         overlap: bool = False,
         stages_per_product: int = 2,
-        code_indices: bool = False,
+        code_indices: bool | frozenset[int] = False,
     ) -> None:
         """Rank 0 passes the global A (others None), or every rank passes its own block
         ``a_local`` of the A layout (:meth:`a_block`) and ``a_shape``: a C computed earlier is

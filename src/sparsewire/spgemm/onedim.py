@@ -68,7 +68,13 @@ class OneDimMultiplier:
     """
 
     def __init__(
-        self, comm: MPI.Comm, plan: RankPlan, semiring: Semiring, *, overlap: bool = False, code_indices: bool = False
+        self,
+        comm: MPI.Comm,
+        plan: RankPlan,
+        semiring: Semiring,
+        *,
+        overlap: bool = False,
+        code_indices: bool | frozenset[int] = False,
     ) -> None:
         """``code_indices``: the messages' integers travel coded (:mod:`~sparsewire.spgemm.index_coding`).
         ``overlap``: multiply the diagonal block while the rows travel and merge the received
@@ -187,9 +193,9 @@ class OneDimMultiplier:
         semiring = self.semiring
         dtype = np.dtype(semiring.dtype)
         itype = index_dtype(self.row_bound, b_local.ncols)
-        transfer, tracer = SparseTransfer(itype, dtype, self.code_indices), self.tracer
+        transfer, tracer = SparseTransfer(itype, dtype, self.code_indices, self.comm), self.tracer
         if tracer is not None:
-            transfer = TracedTransfer(transfer, tracer, self.comm)
+            transfer = TracedTransfer(transfer, tracer)
         incoming = [transfer.post_header(self.comm, int(source), 0) for source in self.recv_ranks]
         with region(tracer, "pack"):
             buffer = self.send_buffer(b_local)

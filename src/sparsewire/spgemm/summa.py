@@ -150,7 +150,7 @@ class SummaMultiplier:
         semiring: Semiring,
         *,
         stages_per_product: int = 2,
-        code_indices: bool = False,
+        code_indices: bool | frozenset[int] = False,
     ) -> None:
         """``code_indices``: the blocks' integers travel coded (:mod:`~sparsewire.spgemm.index_coding`).
         ``stages_per_product``: stages multiplied together, as one product over their blocks
@@ -229,9 +229,9 @@ class SummaMultiplier:
         layout, semiring, grid = self.layout, self.semiring, self.layout.grid
         n_rows = int(layout.a_rows.counts()[self.row])
         n_cols = b_block.ncols
-        transfer, tracer = SparseTransfer(self.itype, semiring.dtype, self.code_indices), self.tracer
+        transfer, tracer = SparseTransfer(self.itype, semiring.dtype, self.code_indices, self.comm), self.tracer
         if tracer is not None:
-            transfer = TracedTransfer(transfer, tracer, self.comm)
+            transfer = TracedTransfer(transfer, tracer)
         # Start every send at once: A blocks along the grid row, B blocks along the grid column.
         for s, message in self.a_messages.items():
             for peer in range(grid.cols):

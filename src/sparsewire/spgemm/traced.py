@@ -22,11 +22,10 @@ __all__ = ["TracedTransfer"]
 
 class TracedTransfer:
     """Not collective by itself. A :class:`~sparsewire.spgemm.transfer.SparseTransfer` whose calls record into
-    ``tracer``; ``comm``: the plan's communicator (the ranks the trace names)."""
+    ``tracer``; the trace names ranks of the plan's communicator (:meth:`SparseTransfer.plan_rank`)."""
 
-    def __init__(self, inner: SparseTransfer, tracer: Tracer, comm: MPI.Comm) -> None:
-        self.inner, self.tracer, self.comm = inner, tracer, comm
-        self._ranks: dict[int, list[int]] = {}
+    def __init__(self, inner: SparseTransfer, tracer: Tracer) -> None:
+        self.inner, self.tracer = inner, tracer
         self._sent: list[tuple[int, int]] = []  # (tag, destination) of the sends since the last finish_sends
 
     @property
@@ -51,13 +50,7 @@ class TracedTransfer:
 
     def _rank(self, comm: MPI.Comm, peer: int) -> int:
         """``peer`` of ``comm`` as a rank of the plan's communicator."""
-        if comm is self.comm:
-            return peer
-        ranks = self._ranks.get(id(comm))
-        if ranks is None:
-            ranks = MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.Get_size())), self.comm.Get_group())
-            self._ranks[id(comm)] = ranks
-        return ranks[peer]
+        return self.inner.plan_rank(comm, peer)
 
     def _timed(self, name: str, call, *args, tag: int):
         start = self.tracer.clock()
