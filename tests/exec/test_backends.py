@@ -86,9 +86,10 @@ def test_an_empty_operand_overwrites_with_zeros_and_adds_nothing(rng):
     assert torch.equal(out, before)
 
 
-@pytest.mark.parametrize(("ranks", "threads"), [(1, [1, 2]), (2, [1, 2]), (3, [1, 2]), (4, [1])])
+@pytest.mark.parametrize(("ranks", "threads"), [(1, [1, 2]), (2, [2]), (3, [1]), (4, [1])])
 def test_torch_backend_is_exact_for_every_strategy_and_mode(ranks, threads):
-    """Two threads per rank at P = 1..3; at P = 4 one (eight threads on this 2-core machine only cost time)."""
+    """One and two threads per rank at P = 1, two at P = 2, one at P = 3 and 4 (more threads than this 2-core
+    machine's cores only cost time)."""
     listed = ",".join(map(str, threads))
     completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), listed, "mpi", "torch"], timeout=500)
     assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]

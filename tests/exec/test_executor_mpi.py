@@ -158,8 +158,12 @@ def test_cli_spmm_single_run_fields():
     assert report["max_abs_error"] <= 1e-9
 
 
-@pytest.mark.skipif(not SHARED_MATRICES, reason="../shared/data is not present")
-@pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
+#: Every shared matrix runs through one of the two tests below (alternating by name), flat or two-level.
+FLAT_MATRICES, HIERARCHICAL_MATRICES = SHARED_MATRICES[0::2], SHARED_MATRICES[1::2]
+
+
+@pytest.mark.skipif(not FLAT_MATRICES, reason="../shared/data is not present")
+@pytest.mark.parametrize("path", FLAT_MATRICES, ids=lambda p: p.name)
 def test_cli_spmm_on_shared_matrices(path):
     # k = 8: exactness and bytes do not depend on k, the time does.
     report = spmm_json(4, str(path), "--strategy", "all", "--mode", "bulk,overlap", "--check", "--repeat", "1", "--k", "8")
@@ -167,8 +171,8 @@ def test_cli_spmm_on_shared_matrices(path):
         assert run["max_abs_error"] <= 1e-9 and run["measured_bytes"] == run["planned_bytes"]
 
 
-@pytest.mark.skipif(not SHARED_MATRICES, reason="../shared/data is not present")
-@pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
+@pytest.mark.skipif(not HIERARCHICAL_MATRICES, reason="../shared/data is not present")
+@pytest.mark.parametrize("path", HIERARCHICAL_MATRICES, ids=lambda p: p.name)
 def test_cli_spmm_hierarchical_on_shared_matrices(path):
     report = spmm_json(
         4, str(path), "--group-size", "2", "--strategy", HIERARCHICAL, "--mode", "all", "--check", "--repeat", "1", "--k", "8"

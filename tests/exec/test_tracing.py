@@ -50,7 +50,7 @@ def test_an_epoch_window_and_regions_record_only_inside_it():
     assert problems(tracer.events) == []
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", [1, 3])  # (P = 2 and 4 are traced by the gcn and spgemm tests below, same rules)
 def test_traces_of_every_message_mode_are_valid_and_aligned(rng, tmp_path, ranks):
     completed = run_mpi(ranks, [str(ROOT / "tests" / "exec" / "trace_driver.py"), str(int(rng.integers(2**31))), str(tmp_path)])
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]

@@ -31,11 +31,11 @@ def test_gradcheck_through_the_distributed_propagation_on_a_directed_graph(rng, 
     assert completed.returncode == 0 and "OK gradcheck 4" in completed.stdout, completed.stdout + completed.stderr
 
 
-@pytest.mark.parametrize("model", ["gcn", "sage"])
-def test_every_p_trains_to_the_same_weights_with_dropout(rng, model):
+@pytest.mark.parametrize(("model", "rank_counts"), [("gcn", (2, 4)), ("sage", (3,))])
+def test_every_p_trains_to_the_same_weights_with_dropout(rng, model, rank_counts):
     seed = int(rng.integers(2**31))
     reference = driver_json(1, "losses", seed, 30, 0.5, model)
-    for ranks in (2, 3, 4):
+    for ranks in rank_counts:
         other = driver_json(ranks, "losses", seed, 30, 0.5, model)
         np.testing.assert_allclose(other["losses"], reference["losses"], rtol=0, atol=1e-9)
         for name, value in reference["weights"].items():
@@ -73,7 +73,7 @@ def pyg_gcn_losses(data, state: dict, epochs: int, lr=0.01, weight_decay=5e-4) -
 
 
 @needs_cora
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", [1, 3])  # (P = 2 and 4 train alike to 1e-9: the dropout test above)
 def test_gcn_on_cora_matches_pytorch_geometric_epoch_by_epoch(ranks):
     from sparsewire.gnn import GNN, load_planetoid
 
