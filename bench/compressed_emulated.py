@@ -3,7 +3,11 @@ beside none on the emulated cluster (``sparsewire emulate``'s harness: network n
 rate-limited by tbf, MPICH over TCP between the nodes).
 
     sudo .venv/bin/python bench/compressed_emulated.py [--matrices M,...] [--layouts 2x1,2x2] [--rate 1gbit]
-        [--codecs none,bf16,int8,auto] [--mode bulk] [--strategy joint] [--k 32] [--repeat 20]
+        [--codecs none,bf16,int8,auto] [--mode bulk] [--strategy joint] [--k 32] [--repeat 20] [--command spmm]
+
+``--command spgemm`` runs ``sparsewire spgemm M --compress C`` instead (A x A, plus_times, the algorithm auto
+picks; codecs none,index,auto by default: the messages' integers coded everywhere or where it pays; the
+values as they are) with the same timing, bytes and check.
 
 Per layout (``NxR``: N nodes of R ranks) the cluster is brought up once and measured (``sparsewire calibrate
 --network``, whose topology file ``auto`` reads); then per matrix one ``sparsewire spmm M --compress C --check
@@ -12,7 +16,8 @@ Per layout (``NxR``: N nodes of R ranks) the cluster is brought up once and meas
 inside them: the MPI transport codes a message when it posts it and decodes it as its receive completes);
 also the median multiply, payload and wire bytes (MPI's receive statuses) and whether ``--check`` passed.
 Prints per row the ratio to none's exchange time, then per codec the geometric mean and the largest ratio over
-the matrices and layouts. Needs root. Writes bench/results/compressed_emulated.json.
+the matrices and layouts. Needs root. Writes bench/results/compressed_emulated.json (spgemm:
+compressed_emulated_spgemm.json).
 """
 
 from __future__ import annotations
@@ -44,7 +49,10 @@ def main() -> None:
     parser.add_argument("--matrices", default=",".join(m for m in DEFAULT_MATRICES if Path(m).exists()) or "rmat:16:8:1")
     parser.add_argument("--layouts", default="2x1,2x2", help="NODESxRANKS, comma-separated (default: 2x1,2x2)")
     parser.add_argument("--rate", default="1gbit", help="every link's rate (default: 1gbit)")
-    parser.add_argument("--codecs", default="none,bf16,int8,auto", help="--compress values; none first is the baseline")
+    parser.add_argument(
+        "--codecs", help="--compress values, none among them (default: none,bf16,int8,auto; spgemm: none,index,auto)"
+    )
+    parser.add_argument("--command", choices=["spmm", "spgemm"], default="spmm", help="what runs (default: spmm)")
     parser.add_argument("--mode", default="bulk", help="executor mode (default: bulk)")
     parser.add_argument("--strategy", default="joint", help="strategy (default: joint)")
     parser.add_argument("--k", type=int, default=32)
@@ -53,7 +61,7 @@ def main() -> None:
     problem = unavailable_reason()
     if problem:
         raise SystemExit(f"bench/compressed_emulated.py needs an emulated cluster: {problem}")
-    codecs = args.codecs.split(",")
+    codecs = (args.codecs or ("none,index,auto" if args.command == "spgemm" else "none,bf16,int8,auto")).split(",")
     if "none" not in codecs:
         parser.error("--codecs must include none (the baseline of every ratio)")
     rows = []
@@ -65,18 +73,24 @@ def main() -> None:
             inter = json.loads(Path(network).read_text())["links"]["inter_node"]
             print(f"== {layout} at {args.rate}: inter-node {inter['single_pair_bandwidth'] / 1e6:.1f} MB/s measured", flush=True)
             for index, matrix in enumerate(args.matrices.split(",")):
-                common = ["spmm", matrix, "--topology", network, "--strategy", args.strategy, "--mode", args.mode]
-                common += ["--k", str(args.k), "--repeat", str(args.repeat), "--check", "--json", "--log-view"]
+                if args.command == "spmm":
+                    common = ["spmm", matrix, "--topology", network, "--strategy", args.strategy, "--mode", args.mode]
+                    common += ["--k", str(args.k)]
+                else:
+                    common = ["spgemm", matrix]
+                common += ["--repeat", str(args.repeat), "--check", "--json", "--log-view"]
                 here = {}
                 for codec in codecs if index % 2 == 0 else codecs[::-1]:
-                    report = run_json(cluster, per_node, [*common, "--compress", codec], 1800)
+                    weighed = ["--topology", network] if args.command == "spgemm" and codec == "auto" else []
+                    report = run_json(cluster, per_node, [*common, *weighed, "--compress", codec], 1800)
                     here[codec] = {
                         "layout": layout,
                         "matrix": short_name(matrix),
                         "compress": codec,
+                        "algorithm": report.get("algorithm", args.strategy),
                         "exchange_seconds": report["log_view"]["communication_seconds_per_multiply"],
                         "median_seconds": report["median_seconds"],
-                        "payload_bytes": report["payload_bytes"],
+                        "payload_bytes": report["payload_bytes" if args.command == "spmm" else "bytes_moved"],
                         "wire_bytes": report["wire_bytes"],
                         "check_passed": report["check_passed"],
                     }
@@ -98,7 +112,8 @@ def main() -> None:
     print(f"every check passed: {all(r['check_passed'] for r in rows)}")
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
-    (out / "compressed_emulated.json").write_text(json.dumps({"rate": args.rate, "rows": rows, "summary": summary}, indent=1))
+    record = {"command": args.command, "rate": args.rate, "rows": rows, "summary": summary}
+    (out / f"compressed_emulated{'' if args.command == 'spmm' else '_spgemm'}.json").write_text(json.dumps(record, indent=1))
 
 
 if __name__ == "__main__":

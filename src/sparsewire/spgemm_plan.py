@@ -36,6 +36,7 @@ from sparsewire.spgemm.summa import BlockLayout, ProcessGrid, parse_grid
 
 if TYPE_CHECKING:
     from sparsewire.distributed import DistributedMatrix
+    from sparsewire.topology import Topology
 
 __all__ = ["SpgemmPlan", "plan_spgemm", "COMPRESS"]
 
@@ -197,7 +198,7 @@ def plan_spgemm(
     overlap: bool = False,
     stages_per_product: int = 2,
     compress: str = "none",
-    topology=None,
+    topology: Topology | None = None,
 ) -> SpgemmPlan:
     """Collective. Plan ``C = A (+.x) B`` over a semiring (Azad et al. sec. 3 and 4) and keep the
     candidate that moves the fewest bytes for this B.
@@ -290,7 +291,7 @@ def plan_spgemm(
     return SpgemmPlan(a, b, engine, b_block, int(phases), predictions, bounded, compress, choice)
 
 
-def _coded_links(comm, a, semiring: Semiring, compress: str, topology) -> tuple[bool | frozenset[int], dict | None]:
+def _coded_links(comm, a, semiring: Semiring, compress: str, topology: Topology | None) -> tuple[bool | frozenset[int], dict | None]:
     """Collective. Which messages carry coded integers: all (``index``), none, or (``auto``) those of the links
     where coding pays, by the cost measured on each rank's block of A (the largest over the ranks)."""
     if compress != "auto":
