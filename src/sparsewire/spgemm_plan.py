@@ -33,15 +33,16 @@ from sparsewire.spgemm.distributed import (
 from sparsewire.spgemm.local import to_graphblas, to_scipy
 from sparsewire.spgemm.semirings import Semiring, get_semiring
 from sparsewire.spgemm.summa import BlockLayout, ProcessGrid, parse_grid
+from sparsewire.spgemm.transfer import MessageCoding
 
 if TYPE_CHECKING:
     from sparsewire.distributed import DistributedMatrix
     from sparsewire.topology import Topology
 
-__all__ = ["SpgemmPlan", "plan_spgemm", "COMPRESS"]
+__all__ = ["SpgemmPlan", "plan_spgemm", "COMPRESS", "compress_problem"]
 
 #: SpGEMM's ``compress`` choices (:func:`plan_spgemm`).
-COMPRESS = ("none", "index", "auto")
+COMPRESS = ("none", "index", "bf16", "auto")
 
 
 class SpgemmPlan:
@@ -56,7 +57,9 @@ class SpgemmPlan:
         predicted_bytes: bytes one :meth:`multiply` puts on the wire, summed over ranks, from counts.
         predicted_bytes_by_algorithm: every candidate's predicted bytes.
         lower_bounds_only: the candidates whose figure is only a lower bound (they had already lost).
-        compress: ``none``, ``index`` or ``auto`` (:func:`plan_spgemm`).
+        compress: ``none``, ``index``, ``bf16`` or ``auto`` (:func:`plan_spgemm`).
+        codec_passes: the most bf16-coded messages a term of C crosses (SUMMA: A's and B's blocks, 2; 1D: a
+            B row or a partial C row, 1); 0 without ``bf16``.
         compress_choice: with ``auto``, what decided which links code their integers (the measured cost, the
             wire ratio and each link class's verdict, as :func:`~sparsewire.exec.codec_choice.peers_where_coding_pays`
             reports it); None otherwise.
@@ -81,6 +84,7 @@ class SpgemmPlan:
         self.predicted_bytes = int(predictions[engine.name])
         self.predicted_bytes_by_algorithm = dict(predictions)
         self.lower_bounds_only = list(lower_bounds_only)
+        self.codec_passes = 0 if compress != "bf16" else 2 if engine.algorithm == "summa" else 1
 
     def __repr__(self) -> str:
         return (
@@ -224,8 +228,11 @@ def plan_spgemm(
             the wire, :attr:`SpgemmPlan.bytes_received`; :attr:`SpgemmPlan.payload_bytes_received` uncoded)
             or ``auto`` (coded only on the links where the wire time saved exceeds the coding time: the
             cost measured on this rank's block of A, the largest over the ranks, against each link's
-            bandwidth, :func:`~sparsewire.exec.codec_choice.peers_where_coding_pays`). The values travel
-            at full width: a semiring's values are often exact (paths, counts, booleans).
+            bandwidth, :func:`~sparsewire.exec.codec_choice.peers_where_coding_pays`), the values at full
+            width (a semiring's values are often exact: paths, counts, booleans); or ``bf16`` (plus_times
+            only: the integers coded and every value rounded to bf16, within ``max(2^-8 |x|, 2^-134)``, so
+            C_ij within :func:`~sparsewire.exec.codecs.product_error_bound` of ``(|A| |B|)_ij`` over
+            :attr:`SpgemmPlan.codec_passes` passes).
         topology: the links ``auto`` weighs (a :class:`~sparsewire.topology.Topology`; default: MPI's
             shared-memory nodes with the assumed link constants).
 
@@ -240,16 +247,18 @@ def plan_spgemm(
     problem, chosen_grid = _check(a, b, algorithm, strategy, grid, phases, overlap, stages_per_product)
     if problem is None and compress not in COMPRESS:
         problem = (
-            f"unknown compress {compress!r} for spgemm; choose none, index (integers coded, lossless) or auto (coded "
-            "where it pays)"
+            f"unknown compress {compress!r} for spgemm; choose none, index (integers coded, lossless), bf16 (and the "
+            "values rounded to bf16; plus_times only) or auto (integers coded where it pays)"
         )
     if problem is None:
         try:
             semiring = semiring if isinstance(semiring, Semiring) else get_semiring(semiring)
         except InputError as error:
             problem = str(error)
+    if problem is None:
+        problem = compress_problem(compress, semiring)
     agree_on_error(comm, problem)
-    code_indices, choice = _coded_links(comm, a, semiring, compress, topology)
+    coding, choice = _coding(comm, a, semiring, compress, topology)
 
     def build(name, one_dim_strategy):
         def built():
@@ -266,7 +275,7 @@ def plan_spgemm(
                     a_shape=a.shape,
                     grid=chosen_grid,
                     stages_per_product=stages_per_product,
-                    code_indices=code_indices,
+                    coding=coding,
                 )
                 return engine, to_graphblas(rows_to_blocks(comm, b.local_rows, b.row_offset, engine.b_block), semiring.dtype)
             engine = DistributedSpgemm(
@@ -280,7 +289,7 @@ def plan_spgemm(
                 a_shape=a.shape,
                 partitions=(a.row_partition, a.col_partition),
                 overlap=overlap,
-                code_indices=code_indices,
+                coding=coding,
             )
             return engine, to_graphblas(b.local_rows, semiring.dtype)
 
@@ -291,15 +300,28 @@ def plan_spgemm(
     return SpgemmPlan(a, b, engine, b_block, int(phases), predictions, bounded, compress, choice)
 
 
-def _coded_links(comm, a, semiring: Semiring, compress: str, topology: Topology | None) -> tuple[bool | frozenset[int], dict | None]:
-    """Collective. Which messages carry coded integers: all (``index``), none, or (``auto``) those of the links
-    where coding pays, by the cost measured on each rank's block of A (the largest over the ranks)."""
+def compress_problem(compress: str, semiring: Semiring) -> str | None:
+    """Not collective. What is wrong with ``compress`` for ``semiring`` (None when nothing): ``bf16`` states its
+    bound for plus_times only."""
+    if compress == "bf16" and semiring.name != "plus_times":
+        return (
+            f"compress bf16 rounds values, which the bound it states covers for plus_times only (not {semiring.name}: "
+            "min, max and logical semirings select values exactly); use compress index, lossless for every semiring"
+        )
+    return None
+
+
+def _coding(comm, a, semiring: Semiring, compress: str, topology: Topology | None) -> tuple[MessageCoding, dict | None]:
+    """Collective. What the messages code: integers on every link (``index``; and values rounded to bf16: ``bf16``),
+    nothing, or (``auto``) integers on the links where coding pays, by the cost measured on each rank's block of
+    A (the largest over the ranks)."""
     if compress != "auto":
-        return compress == "index", None
+        return MessageCoding(links=compress in ("index", "bf16"), values="bf16" if compress == "bf16" else "none"), None
     from sparsewire.exec.codec_choice import peers_where_coding_pays
     from sparsewire.spgemm.index_coding import coding_cost
     from sparsewire.spgemm.local import index_dtype
 
     seconds, ratio = coding_cost(a.local_rows, index_dtype(*a.shape), np.dtype(semiring.dtype).itemsize)
     seconds, ratio = comm.allreduce(seconds, op=MPI.MAX), comm.allreduce(ratio, op=MPI.MAX)
-    return peers_where_coding_pays(comm, "index", seconds, ratio, topology)
+    links, choice = peers_where_coding_pays(comm, "index", seconds, ratio, topology)
+    return MessageCoding(links=links), choice

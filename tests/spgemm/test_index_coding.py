@@ -114,3 +114,27 @@ def test_auto_codes_the_indices_of_the_slow_links_only(tmp_path, ranks, algorith
     assert coded["index_wire_bytes"] < slow["index_wire_bytes"] < coded["index_bytes"], (coded, slow)
     assert not any(entry["coded"] for entry in fast["compress_auto"]["links"].values()), fast["compress_auto"]
     assert fast["wire_bytes"] == fast["bytes_moved"] and fast["index_wire_bytes"] == fast["index_bytes"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("ranks", "algorithm"), [(3, "1d"), (4, "summa")])
+def test_spgemm_with_bf16_values_is_within_its_bound_on_about_a_quarter_of_the_bytes(tmp_path, rng, ranks, algorithm):
+    """Real-valued A (magnitudes over 20 orders) times itself with ``--compress bf16``: ``--check`` passes under the
+    bound for the plan's passes (SUMMA 2, 1D 1), the uncoded bytes equal the prediction, and the wire carries
+    under 0.3x of them (float64 values to 2 bytes, integers bit-packed)."""
+    import scipy.io
+
+    matrix = sp.random_array((2000, 2000), density=0.003, rng=rng, format="coo")
+    matrix.data = rng.standard_normal(matrix.nnz) * np.exp(rng.uniform(-23, 23, matrix.nnz))
+    scipy.io.mmwrite(tmp_path / "a.mtx", matrix)
+    args = ["-m", "sparsewire", "spgemm", str(tmp_path / "a.mtx"), "--algorithm", algorithm, "--compress", "bf16"]
+    completed = run_mpi(ranks, [*args, "--check", "--json", "--repeat", "1"], timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout)
+    assert report["check_passed"] and not report["exact"] and report["codec_passes"] == (2 if algorithm == "summa" else 1)
+    assert report["bytes_moved"] == report["predicted_bytes"] > 0
+    assert report["wire_bytes"] < 0.3 * report["bytes_moved"], (report["wire_bytes"], report["bytes_moved"])
+    if ranks == 3:  # a lossy codec where values must be exact is refused, naming the lossless one
+        refused = run_mpi(2, [*args, "--semiring", "min_plus"], timeout=120)
+        assert refused.returncode == 2 and "compress index" in refused.stderr, refused.stderr[-2000:]
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr

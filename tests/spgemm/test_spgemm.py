@@ -194,3 +194,32 @@ def test_graph_references_on_hand_made_graphs():
     assert np.array_equal(graphs.reference_shortest_paths(path, 0), [0, 2, 5, 9])
     reach = graphs.reference_reachable_within(path, 2).toarray()
     assert reach[0].tolist() == [True, True, True, False] and reach[3].tolist() == [False, False, False, True]
+
+
+@pytest.mark.parametrize("passes", [1, 2])
+def test_the_bf16_check_accepts_a_bf16_product_and_only_with_its_bound(rng, passes):
+    """C from operands rounded to bf16 (B, and for two passes A too: what SUMMA's coded blocks do) is within the bound
+    ``compare_products`` allows with ``codec=("bf16", passes)``; the same comparison without the codec (a check
+    that forgot the codec) fails, and a C one bf16 step further off than the bound fails too."""
+    from sparsewire.spgemm.compare import compare_products
+
+    def bf16(matrix):
+        rounded = sp.csr_array(matrix, copy=True)
+        bits = rounded.data.astype(np.float32).view(np.uint32)
+        rounded.data = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).view(np.float32).astype(np.float64)
+        return rounded
+
+    a = sp.random_array((60, 50), density=0.2, rng=rng, format="csr")
+    b = sp.random_array((50, 40), density=0.2, rng=rng, format="csr")
+    a.data, b.data = rng.standard_normal(a.nnz), rng.standard_normal(b.nnz) * 1e3
+    semiring = get_semiring("plus_times")
+    reference = reference_product(a, b, semiring)
+    coded = sp.csr_array((bf16(a) if passes == 2 else a) @ bf16(b))
+    assert compare_products(coded, reference, a, b, semiring, ("bf16", passes))["check_passed"]
+    assert not compare_products(coded, reference, a, b, semiring)["check_passed"]
+    further = sp.csr_array(reference, copy=True)
+    scale = sp.csr_array(abs(a) @ abs(b))
+    scale.sort_indices()
+    further.sort_indices()
+    further.data = further.data + 1.01 * ((1 + 2.0**-8) ** passes - 1) * scale.data
+    assert not compare_products(further, reference, a, b, semiring, ("bf16", passes))["check_passed"]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from sparsewire.spgemm.transfer import SparseTransfer
+from sparsewire.spgemm.transfer import MessageCoding, SparseTransfer
 
 
 @pytest.fixture
@@ -58,9 +58,9 @@ def test_a_sender_that_sends_more_than_its_header_announces_is_an_mpi_error_not_
 
 @pytest.mark.parametrize("coded", [frozenset({0}), frozenset()])
 def test_a_set_of_coded_peers_codes_exactly_their_messages(comm, rng, coded):
-    """``code_indices`` as a set of ranks: the messages to and from those ranks carry coded integers (fewer bytes on
+    """``links`` as a set of ranks: the messages to and from those ranks carry coded integers (fewer bytes on
     the wire, a third header word), the others go as they are; both arrive bit for bit."""
-    transfer = SparseTransfer(np.int64, np.float64, coded, comm)
+    transfer = SparseTransfer(np.int64, np.float64, MessageCoding(links=coded), comm)
     ints = np.concatenate([[0, 1, 2], [40, 0, 3], np.arange(40), [1, 5, 9]]).astype(np.int64)
     message = (ints, rng.integers(-9, 10, 43).astype(np.float64), 3)
     arriving = transfer.post_header(comm, 0, 0)
@@ -78,4 +78,29 @@ def test_a_set_of_coded_peers_codes_exactly_their_messages(comm, rng, coded):
 
 def test_a_set_of_coded_peers_needs_the_plans_communicator():
     with pytest.raises(ValueError, match="communicator"):
-        SparseTransfer(np.int64, np.float64, frozenset({1}))
+        SparseTransfer(np.int64, np.float64, MessageCoding(links=frozenset({1})))
+
+
+@pytest.mark.parametrize("entries", [0, 1, 300])
+def test_bf16_values_arrive_within_their_bound_in_fewer_bytes(comm, rng, entries):
+    transfer = SparseTransfer(np.int64, np.float64, MessageCoding(links=True, values="bf16"), comm)
+    listed = 1 if entries else 0
+    ints = np.concatenate([[0] * listed, [entries] * listed, np.arange(entries)]).astype(np.int64)
+    values = rng.standard_normal(entries) * np.exp(rng.uniform(-30, 30, entries))
+    arriving = transfer.post_header(comm, 0, 0)
+    transfer.send(comm, 0, 0, (ints, values, listed))
+    transfer.post_payload(arriving)
+    back, decoded, _ = transfer.wait(arriving)
+    transfer.finish_sends()
+    assert np.array_equal(back, ints)
+    assert np.all(np.abs(decoded - values) <= np.maximum(2.0**-8 * np.abs(values), 2.0**-134))
+    assert transfer.payload_bytes_received == 16 + ints.nbytes + values.nbytes
+    if entries > 100:
+        assert transfer.bytes_received < 0.4 * transfer.payload_bytes_received
+
+
+def test_bf16_codes_only_float_values():
+    with pytest.raises(ValueError, match="float32 or float64"):
+        SparseTransfer(np.int64, np.int64, MessageCoding(links=True, values="bf16"))
+    with pytest.raises(ValueError, match="none or bf16"):
+        MessageCoding(values="int8")

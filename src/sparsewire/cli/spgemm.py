@@ -73,13 +73,15 @@ def add_commands(commands) -> None:
     )
     spgemm.add_argument(
         "--compress",
-        choices=["none", "index", "auto"],
+        choices=["none", "index", "bf16", "auto"],
         default="none",
         help="index: every message's integers (rows, lengths, columns) travel coded, delta plus bit-packing: lossless, "
-        "C bit-identical; auto: coded only on the links where the wire time saved exceeds the coding time (measured "
-        "at the start on each rank's block of A, against the --topology's bandwidths; without, MPI's nodes and "
-        "assumed constants). The values travel at full width (a semiring's values are often exact). bytes_moved "
-        "stays the uncoded figure the predictions count, wire_bytes is what MPI counted (default: none)",
+        "C bit-identical; bf16 (plus_times only): the integers coded and every value rounded to bf16 (within "
+        "max(2^-8 |x|, 2^-134)), --check allowing the bound that follows for C; auto: integers coded only on the links "
+        "where the wire time saved exceeds the coding time (measured at the start on each rank's block of A, against "
+        "the --topology's bandwidths; without, MPI's nodes and assumed constants), values at full width (a semiring's "
+        "values are often exact). bytes_moved stays the uncoded figure the predictions count, wire_bytes is what MPI "
+        "counted (default: none)",
     )
     spgemm.add_argument(
         "--topology",
@@ -156,6 +158,10 @@ def _run_spgemm(args: argparse.Namespace) -> int:
     if args.output:
         check_writable(args.output, "--output")
     check_profiling_arguments(args)
+    from sparsewire.spgemm_plan import compress_problem
+
+    if compress_problem(args.compress, semiring):
+        raise InputError(compress_problem(args.compress, semiring).replace("compress ", "--compress "))
     if args.topology is not None and args.compress != "auto":
         raise InputError("--topology weighs the links for --compress auto; add --compress auto or drop --topology")
     topology = None if args.topology is None else parse_topology(args.topology)
@@ -211,9 +217,10 @@ def _run_spgemm(args: argparse.Namespace) -> int:
     ]
     lines += describe_choice(r["compress_auto"])
     if args.check:
+        rule = "exact" if r.get("exact") else "within roundoff" + (" and the bf16 bound" if r["codec_passes"] else "")
         lines.append(
             f"check: {'passed' if r['check_passed'] else 'FAILED'} (pattern equal: {r['pattern_equal']}, "
-            f"mismatched values: {r['mismatched_values']}, {'exact' if r.get('exact') else 'to roundoff'})"
+            f"mismatched values: {r['mismatched_values']}, {rule})"
         )
     failed = print_report(args, report, lines)
     if not args.json:
@@ -324,6 +331,7 @@ def _spgemm_session(
     # float64 sum of the stored values; a boolean True counts 1
     checksum = comm.allreduce(float(to_scipy(result).data.sum(dtype=np.float64)), op=MPI.SUM)
     peak_held = comm.allreduce(plan.peak_held_entries, op=MPI.MAX)
+    codec_passes = plan.codec_passes
     gathered = plan.gather(result) if check or output else None
     rss = peak_rss_bytes(comm)
     plan.free()
@@ -360,6 +368,7 @@ def _spgemm_session(
         "index_wire_bytes": int(index_wire),
         "compress": compress,
         "compress_auto": plan.compress_choice,
+        "codec_passes": codec_passes,
         "predicted_bytes": plan.predicted_bytes,
         "predicted_bytes_by_algorithm": plan.predicted_bytes_by_algorithm,
         "lower_bounds_only": plan.lower_bounds_only,
@@ -372,5 +381,6 @@ def _spgemm_session(
         report.update(trace_fields(tracer))
     if check:
         reference = reference_product(a_global, b_global, semiring)
-        report.update(compare_products(gathered, reference, a_global, b_global, semiring))
+        codec = (compress, codec_passes) if codec_passes else None
+        report.update(compare_products(gathered, reference, a_global, b_global, semiring, codec))
     return report

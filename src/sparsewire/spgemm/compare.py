@@ -20,7 +20,14 @@ def compare_exactly(result: sp.csr_array, reference: sp.csr_array) -> dict:
     return _compare(result, reference, lambda ours, wanted: ours.data == wanted.data, exact=True)
 
 
-def compare_products(result: sp.csr_array, reference: sp.csr_array, a: sp.sparray, b: sp.sparray, semiring: Semiring) -> dict:
+def compare_products(
+    result: sp.csr_array,
+    reference: sp.csr_array,
+    a: sp.sparray,
+    b: sp.sparray,
+    semiring: Semiring,
+    codec: tuple[str, int] | None = None,
+) -> dict:
     """Not collective. Compare a distributed ``A (+.x) B`` with the single-process reference: the same stored
     pattern, and values under the one rule of :mod:`sparsewire.tolerance`:
 
@@ -31,12 +38,16 @@ def compare_products(result: sp.csr_array, reference: sp.csr_array, a: sp.sparra
     * ``times`` over non-integer floats: the same with ``|ref|`` as the scale (a product of m
       factors is exact to ``gamma_m`` relative);
     * otherwise (min, max, lor; integer values) exactly: those monoids only select or round nothing.
+
+    ``codec``: (``bf16``, passes) when the values crossed at most that many bf16-coded messages (plus_times):
+    the ``plus`` rule's bound plus :func:`~sparsewire.exec.codecs.product_error_bound`'s, for integer values too.
     """
     want = sp.csr_array(reference).data
     floats = want.dtype.kind == "f" and not np.all(~np.isfinite(want) | (want == np.round(want)))
     if semiring.add == "any":
         return _compare_membership(result, reference, a, b, semiring)
-    if semiring.add not in ("plus", "times") or not floats:
+    coded = codec is not None and codec[1] > 0
+    if semiring.add not in ("plus", "times") or not (floats or coded):
         return compare_exactly(result, reference)
     rows, cols, terms = product_terms(a, b, semiring)
     shape = (a.shape[0], b.shape[1])
@@ -47,11 +58,23 @@ def compare_products(result: sp.csr_array, reference: sp.csr_array, a: sp.sparra
         matrix.sort_indices()
     # count and magnitude have the reference's pattern (an entry exists iff it has a term).
 
+    extra = 0.0
+    if coded:  # the bf16 bound: (|A| |B|)_ij (the magnitude) and sum_k |a_ik| (operands) over the same terms
+        from sparsewire.exec.codecs import product_error_bound
+
+        left = np.abs(sp.csr_array(a).tocoo().data.astype(np.float64))
+        per_entry = np.diff(sp.csr_array(b).indptr)[sp.csr_array(a).tocoo().col]
+        operands = sp.csr_array((np.repeat(left, per_entry), (rows, cols)), shape=shape)  # (product_terms' order)
+        operands.sum_duplicates()
+        operands.sort_indices()
+        name, passes = codec
+        extra = product_error_bound(name, passes, magnitude.data, magnitude.data, operands.data, count.data)
+
     def close(ours, wanted):
         if count.nnz != wanted.nnz:
             return np.zeros(wanted.nnz, bool)
         scale = magnitude.data if semiring.add == "plus" else np.abs(wanted.data)
-        return within(ours.data, wanted.data, allowed_error(scale, count.data, np.float64))
+        return within(ours.data, wanted.data, allowed_error(scale, count.data, np.float64) + extra)
 
     return _compare(result, reference, close, exact=False)
 

@@ -32,6 +32,7 @@ from sparsewire.spgemm.local import to_graphblas, to_scipy
 from sparsewire.spgemm.onedim import OneDimMultiplier
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.summa import BlockLayout, ProcessGrid, SummaMultiplier, choose_grid
+from sparsewire.spgemm.transfer import UNCODED, MessageCoding
 
 __all__ = [
     "ALGORITHMS",
@@ -80,7 +81,7 @@ class DistributedSpgemm:
         partitions: tuple[RowPartition, RowPartition] | None = None,
         overlap: bool = False,
         stages_per_product: int = 2,
-        code_indices: bool | frozenset[int] = False,
+        coding: MessageCoding = UNCODED,
     ) -> None:
         """Rank 0 passes the global A (others None), or every rank passes its own block
         ``a_local`` of the A layout (:meth:`a_block`) and ``a_shape``: a C computed earlier is
@@ -89,8 +90,8 @@ class DistributedSpgemm:
         ``overlap``: 1D only, multiply the diagonal block while the rows travel and merge after
         (:class:`~sparsewire.spgemm.onedim.OneDimMultiplier`; off by default, measured slower).
         ``stages_per_product``: SUMMA only, stages multiplied together
-        (:class:`~sparsewire.spgemm.summa.SummaMultiplier`). ``code_indices``: the messages' integers
-        travel coded (:mod:`~sparsewire.spgemm.index_coding`, lossless)."""
+        (:class:`~sparsewire.spgemm.summa.SummaMultiplier`). ``coding``: what the messages code
+        (:class:`~sparsewire.spgemm.transfer.MessageCoding`: the integers, losslessly, and bf16 values)."""
         self.comm, self.semiring, self.algorithm = comm, semiring, algorithm
         limit_threads_per_rank(comm)  # GraphBLAS would otherwise run (cores) threads in every rank
         size = comm.Get_size()
@@ -119,11 +120,11 @@ class DistributedSpgemm:
                 to_graphblas(a_local, semiring.dtype),
                 semiring,
                 stages_per_product=stages_per_product,
-                code_indices=code_indices,
+                coding=coding,
             )
         else:
             plan = build_rank_plan_collective(comm, a_local, self.row_partition, self.col_partition, strategy)
-            self.multiplier = OneDimMultiplier(comm, plan, semiring, overlap=overlap, code_indices=code_indices)
+            self.multiplier = OneDimMultiplier(comm, plan, semiring, overlap=overlap, coding=coding)
 
     def a_block(self, rank: int) -> tuple[slice, slice]:
         """Not collective. Global (rows, columns) of A held by ``rank``."""
@@ -236,14 +237,14 @@ class DistributedSpgemm:
 
     @property
     def payload_bytes_received(self) -> int:
-        """The same messages' bytes uncoded (equal to :attr:`bytes_received` without ``code_indices``): what the
+        """The same messages' bytes uncoded (equal to :attr:`bytes_received` without coding): what the
         predictions count."""
         return self.multiplier.payload_bytes_received
 
     @property
     def index_bytes_received(self) -> tuple[int, int]:
         """The messages' integer arrays alone, so far: (bytes MPI counted on the wire, bytes decoded); equal without
-        ``code_indices``."""
+        coding."""
         return self.multiplier.index_bytes_received, self.multiplier.index_payload_bytes_received
 
     @property

@@ -39,7 +39,7 @@ from sparsewire.plan.plan import DIRECT_B, DIRECT_C, RankPlan
 from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.traced import TracedTransfer
-from sparsewire.spgemm.transfer import SparseTransfer
+from sparsewire.spgemm.transfer import UNCODED, MessageCoding, SparseTransfer
 
 __all__ = ["OneDimMultiplier"]
 
@@ -74,9 +74,10 @@ class OneDimMultiplier:
         semiring: Semiring,
         *,
         overlap: bool = False,
-        code_indices: bool | frozenset[int] = False,
+        coding: MessageCoding = UNCODED,
     ) -> None:
-        """``code_indices``: the messages' integers travel coded (:mod:`~sparsewire.spgemm.index_coding`).
+        """``coding``: what the messages code (:class:`~sparsewire.spgemm.transfer.MessageCoding`: the integers,
+        :mod:`~sparsewire.spgemm.index_coding`, and bf16 values).
         ``overlap``: multiply the diagonal block while the rows travel and merge the received
         rows' product into it afterwards; otherwise (the default, measured faster: the merge is a
         pass over C, see docs/spgemm.md) one product ``[A(p, p) | A_received] (+.x) [B_p; R]``
@@ -125,7 +126,7 @@ class OneDimMultiplier:
         agree_on_error(comm, admit())  # what dropped plans held is freed; too many open is refused
         self.comm = comm.Dup()  # its own tag space
         self._finalizer = track(self, lambda held=self.comm: free_communicators(held))  # freed on collection too
-        self.code_indices = code_indices
+        self.coding = coding
         self.bytes_received = self.payload_bytes_received = 0
         self.index_bytes_received = self.index_payload_bytes_received = 0
         self.peak_held_entries = 0
@@ -193,7 +194,7 @@ class OneDimMultiplier:
         semiring = self.semiring
         dtype = np.dtype(semiring.dtype)
         itype = index_dtype(self.row_bound, b_local.ncols)
-        transfer, tracer = SparseTransfer(itype, dtype, self.code_indices, self.comm), self.tracer
+        transfer, tracer = SparseTransfer(itype, dtype, self.coding, self.comm), self.tracer
         if tracer is not None:
             transfer = TracedTransfer(transfer, tracer)
         incoming = [transfer.post_header(self.comm, int(source), 0) for source in self.recv_ranks]

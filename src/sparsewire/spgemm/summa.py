@@ -34,7 +34,7 @@ from sparsewire.partition import RowPartition, even_rows
 from sparsewire.spgemm.local import empty, import_messages, index_dtype, pack_row_ranges, row_counts, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.traced import TracedTransfer
-from sparsewire.spgemm.transfer import SparseTransfer
+from sparsewire.spgemm.transfer import UNCODED, MessageCoding, SparseTransfer
 
 __all__ = ["ProcessGrid", "choose_grid", "parse_grid", "summa_stages", "SummaMultiplier", "BlockLayout"]
 
@@ -150,9 +150,9 @@ class SummaMultiplier:
         semiring: Semiring,
         *,
         stages_per_product: int = 2,
-        code_indices: bool | frozenset[int] = False,
+        coding: MessageCoding = UNCODED,
     ) -> None:
-        """``code_indices``: the blocks' integers travel coded (:mod:`~sparsewire.spgemm.index_coding`).
+        """``coding``: what the blocks' messages code (:class:`~sparsewire.spgemm.transfer.MessageCoding`).
         ``stages_per_product``: stages multiplied together, as one product over their blocks
         joined side by side (A) and stacked (B); each product after the first is merged into C, a
         pass over C, so fewer products are faster (measured at P = 4, 2 x 2 grid: rmat:15:8 0.96 s
@@ -190,7 +190,7 @@ class SummaMultiplier:
             }
         )
         self.a_sizes = {s: (int((row_counts(p) > 0).sum()), int(p.nvals)) for s, p in self.a_pieces.items()}
-        self.code_indices = code_indices
+        self.coding = coding
         self.bytes_received = self.payload_bytes_received = 0
         self.index_bytes_received = self.index_payload_bytes_received = 0
         self.peak_held_entries = 0
@@ -229,7 +229,7 @@ class SummaMultiplier:
         layout, semiring, grid = self.layout, self.semiring, self.layout.grid
         n_rows = int(layout.a_rows.counts()[self.row])
         n_cols = b_block.ncols
-        transfer, tracer = SparseTransfer(self.itype, semiring.dtype, self.code_indices, self.comm), self.tracer
+        transfer, tracer = SparseTransfer(self.itype, semiring.dtype, self.coding, self.comm), self.tracer
         if tracer is not None:
             transfer = TracedTransfer(transfer, tracer)
         # Start every send at once: A blocks along the grid row, B blocks along the grid column.

@@ -8,11 +8,15 @@ that sent more would make MPI report a truncation error, not a silent overrun). 
 receive adds its status's byte count (``MPI_Get_count`` in bytes) to :attr:`bytes_received`, so
 the figure comes from MPI, independent of the predictions the algorithms make from counts.
 
-With ``code_indices`` the integer array travels coded (:mod:`~sparsewire.spgemm.index_coding`: delta plus
-bit-packing, lossless): the header carries its coded bytes as a third int64, and the receiver decodes it
-bit for bit. ``code_indices`` is True (every message), False, or the ranks of the plan's communicator whose
-messages to and from this rank are coded (``compress="auto"``: the links where coding pays; both ends of a
-link hold the same decision, so a receiver knows from the source whether to expect a coded message).
+With a :class:`MessageCoding` whose ``links`` code a message's link, its integer array travels coded
+(:mod:`~sparsewire.spgemm.index_coding`: delta plus bit-packing, lossless): the header carries its coded
+bytes as a third int64, and the receiver decodes it bit for bit. ``links`` is True (every message), False,
+or the ranks of the plan's communicator whose messages to and from this rank are coded (``compress="auto"``:
+the links where coding pays; both ends of a link hold the same decision, so a receiver knows from the source
+whether to expect a coded message). With ``values="bf16"`` the values of those messages travel as
+:mod:`sparsewire.exec.codecs`' bf16 message of one row (each entry within ``max(2^-8 |x|, 2^-134)``, NaN and
+Inf kept; a message holding a value that would overflow bf16 goes whole); the receiver posts room for the
+largest such message and decodes into the values' place.
 :attr:`bytes_received` stays what MPI counted on the wire; :attr:`payload_bytes_received` is what the same
 messages take uncoded (a 16-byte header, the decoded integers, the values), the figure the predictions are
 made in.
@@ -27,11 +31,29 @@ from mpi4py import MPI
 
 from sparsewire.spgemm.index_coding import decode_indices, encode_indices
 
-__all__ = ["SparseTransfer", "Incoming"]
+__all__ = ["SparseTransfer", "Incoming", "MessageCoding", "UNCODED"]
 
 _HEADER = 0
 _INTS = 1
 _VALUES = 2
+
+
+@dataclass(frozen=True)
+class MessageCoding:
+    """What a plan's SpGEMM messages code. ``links``: the links whose messages carry coded integers (True: every
+    link; a frozenset: the ranks of the plan's communicator whose links to this rank do); ``values``: ``none``
+    or ``bf16``, the values of those same messages (float32 or float64 values only)."""
+
+    links: bool | frozenset[int] = False
+    values: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.values not in ("none", "bf16"):
+            raise ValueError(f"SpGEMM messages code their values as none or bf16 (got {self.values!r})")
+
+
+#: Nothing coded: every message as it is.
+UNCODED = MessageCoding()
 
 
 @dataclass
@@ -47,7 +69,8 @@ class Incoming:
     requests: list = field(default_factory=list)
     ints: np.ndarray | None = None
     values: np.ndarray | None = None
-    coded: np.ndarray | None = None  # the coded integers (code_indices)
+    coded: np.ndarray | None = None  # the coded integers
+    coded_values: np.ndarray | None = None  # the values' bf16 message
     is_coded: bool = False
 
     @property
@@ -59,16 +82,17 @@ class SparseTransfer:
     """Not collective by itself: the sends and receives of one multiply, matched by the callers.
 
     ``itype`` and ``dtype``: the integer and value types of the messages (both sides agree, as
-    they follow from the shapes and the semiring); ``code_indices``: the integers travel coded, on every
-    link (True) or on those to and from the ranks of ``comm`` (the plan's communicator) in the set."""
+    they follow from the shapes and the semiring); ``coding``: what the messages of which links code
+    (:class:`MessageCoding`); ``comm``: the plan's communicator, whose ranks a set of links names."""
 
-    def __init__(
-        self, itype: np.dtype, dtype: np.dtype, code_indices: bool | frozenset[int] = False, comm: MPI.Comm | None = None
-    ) -> None:
+    def __init__(self, itype: np.dtype, dtype: np.dtype, coding: MessageCoding = UNCODED, comm: MPI.Comm | None = None) -> None:
         self.itype, self.dtype, self.comm = np.dtype(itype), np.dtype(dtype), comm
-        self.code_indices = code_indices if isinstance(code_indices, frozenset) else bool(code_indices)
-        if isinstance(code_indices, frozenset) and comm is None:
+        self.code_indices = coding.links if isinstance(coding.links, frozenset) else bool(coding.links)
+        self.value_codec = coding.values
+        if isinstance(coding.links, frozenset) and comm is None:
             raise ValueError("coding some links needs the plan's communicator (comm), whose ranks the set names")
+        if self.value_codec != "none" and self.dtype not in (np.float32, np.float64):
+            raise ValueError(f"bf16 codes float32 or float64 values, not {self.dtype}")
         self._ranks: dict[int, list[int]] = {}
         self.send_requests: list[MPI.Request] = []
         self._keep_alive: list = []
@@ -98,18 +122,29 @@ class SparseTransfer:
         values); the buffers must stay unchanged
         until :meth:`finish_sends`."""
         ints, values, listed = message
+        value_bytes = np.ascontiguousarray(values).view(np.uint8)
         if self.coded_with(comm, destination):
             ints = encode_indices(ints, listed)
             header = np.array([listed, values.size, ints.size], np.int64)
+            if self.value_codec != "none":
+                value_bytes = self._encode_values(values)
         else:
             header = np.array([listed, values.size], np.int64)
-        self._keep_alive.append((header, ints, message))  # the buffers must outlive the requests
+        self._keep_alive.append((header, ints, value_bytes, message))  # the buffers must outlive the requests
         base = 3 * tag
         self.send_requests += [
             comm.Isend([header, MPI.BYTE], destination, base + _HEADER),
             comm.Isend([ints.view(np.uint8), MPI.BYTE], destination, base + _INTS),
-            comm.Isend([np.ascontiguousarray(values).view(np.uint8), MPI.BYTE], destination, base + _VALUES),
+            comm.Isend([value_bytes, MPI.BYTE], destination, base + _VALUES),
         ]
+
+    def _encode_values(self, values: np.ndarray) -> np.ndarray:
+        """The values as one row of a codec message (:func:`sparsewire.exec.codecs.encode`)."""
+        from sparsewire.exec import codecs
+
+        row = np.ascontiguousarray(values, self.dtype).reshape(1, -1)
+        wire = np.empty(codecs.max_message_bytes(self.value_codec, 1, row.shape[1], self.dtype.itemsize), np.uint8)
+        return wire[: codecs.encode(self.value_codec, row, wire)]
 
     def post_header(self, comm: MPI.Comm, source: int, tag: int) -> Incoming:
         """Not collective (point to point with the peers). Start receiving the header of one message."""
@@ -140,10 +175,16 @@ class SparseTransfer:
             incoming.ints = np.empty(2 * listed + entries, self.itype)
             integers = incoming.ints.view(np.uint8)
         incoming.values = np.empty(entries, self.dtype) if values is None else values
+        value_room = incoming.values.view(np.uint8)
+        if incoming.is_coded and self.value_codec != "none":
+            from sparsewire.exec import codecs
+
+            size = codecs.max_message_bytes(self.value_codec, 1, entries, self.dtype.itemsize)
+            incoming.coded_values = value_room = np.empty(size, np.uint8)
         base = 3 * incoming.tag
         incoming.requests = [
             incoming.comm.Irecv([integers, MPI.BYTE], incoming.source, base + _INTS),
-            incoming.comm.Irecv([incoming.values.view(np.uint8), MPI.BYTE], incoming.source, base + _VALUES),
+            incoming.comm.Irecv([value_room, MPI.BYTE], incoming.source, base + _VALUES),
         ]
 
     def wait(self, incoming: Incoming) -> tuple[np.ndarray, np.ndarray, int]:
@@ -156,7 +197,13 @@ class SparseTransfer:
         if incoming.is_coded:
             listed, entries = incoming.listed, int(incoming.header[1])
             incoming.ints, incoming.coded = decode_indices(incoming.coded, listed, self.itype, entries), None
-            self.payload_bytes_received += incoming.ints.nbytes + statuses[1].Get_count(MPI.BYTE)
+            if incoming.coded_values is not None:
+                from sparsewire.exec import codecs
+
+                message = incoming.coded_values[: statuses[1].Get_count(MPI.BYTE)]
+                codecs.decode(self.value_codec, message, incoming.values.reshape(1, entries))
+                incoming.coded_values = None
+            self.payload_bytes_received += incoming.ints.nbytes + incoming.values.nbytes
         else:
             self.payload_bytes_received += sum(status.Get_count(MPI.BYTE) for status in statuses)
         self.index_payload_bytes_received += incoming.ints.nbytes
