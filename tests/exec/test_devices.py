@@ -56,7 +56,7 @@ def test_the_grouped_transport_runs_whole_exchanges_only():
     assert "not early" in transport_problem("torch-grouped", "early", "cpu")  # NCCL's protocol on Gloo (the tests' transport)
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", [1, 3, 4])
 def test_grouped_exchanges_are_exact_for_every_strategy_and_mode_they_run(ranks):
     """NCCL's protocol (each exchange's receives held until its sends, all in one group) on Gloo:
     C exact and the bytes as planned, every strategy, bulk/overlap/pipelined, torch backend."""

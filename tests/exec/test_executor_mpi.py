@@ -20,11 +20,14 @@ pytestmark = pytest.mark.mpi  # every test here starts mpiexec
 @pytest.mark.parametrize("strategy", [s.value for s in EXECUTABLE_STRATEGIES])
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_executor_plans_results_and_bytes(ranks, strategy):
-    """One strategy per job (``-k "joint-hier and 3"`` runs one): every case, topology, mode and
-    1, 2, 3 threads; collective plan = global plan, C exact, bytes as planned."""
-    completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), "1,2,3", "mpi", "numpy", "cpu", strategy], timeout=400)
+    """One strategy per job (``-k "joint-hier and 3"`` runs one): every case, topology and mode, with 1, 2 and 3
+    threads per rank at P = 1 and 1 and 2 beyond (ranks x threads past this machine's 2 cores only cost time);
+    collective plan = global plan, C exact, bytes as planned."""
+    threads = [1, 2, 3] if ranks == 1 else [1, 2]
+    listed = ",".join(map(str, threads))
+    completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), listed, "mpi", "numpy", "cpu", strategy], timeout=400)
     assert completed.returncode == 0, completed.stdout + completed.stderr[-6000:]
-    assert completed.stdout.strip() == f"OK {planned_runs([1, 2, 3], 'mpi', strategies=strategy) * ranks}"
+    assert completed.stdout.strip() == f"OK {planned_runs(threads, 'mpi', strategies=strategy) * ranks}"
 
 
 def test_partitioned_fallback_to_point_to_point():
@@ -37,7 +40,7 @@ def test_partitioned_fallback_to_point_to_point():
     ]
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", [1, 3, 4])
 def test_deterministic_mode_is_bitwise_identical(ranks):
     completed = run_mpi(ranks, ["tests/exec/executor_driver.py", "deterministic", str(_seed())], timeout=300)
     assert completed.returncode == 0, completed.stdout + completed.stderr

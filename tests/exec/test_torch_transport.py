@@ -17,7 +17,7 @@ from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, run_mpi  # noq
 CORA = SHARED_DATA / "gnn" / "cora.npz"
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", [1, 3, 4])
 def test_torch_transport_is_exact_for_every_strategy_mode_and_thread_count(ranks):
     completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), "1,2", "torch"], timeout=400)
     assert completed.returncode == 0, completed.stdout + completed.stderr

@@ -80,7 +80,7 @@ def test_spmm_trace_writes_one_valid_trace_per_run(tmp_path):
         assert sent == 2 * run["messages"] and sum(row["bytes"] for row in summary["phases"]) == 2 * run["planned_bytes"]
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", [1, 3, 4])
 def test_a_planted_imbalance_shows_as_max_min_and_load_balance(ranks):
     import json
 

@@ -35,7 +35,7 @@ def test_a_hand_made_plan_gives_its_map_and_link_classes():
     assert planted.differences(traffic) == ["rank 2 -> rank 3: 33 bytes in 1 messages, planned 32 bytes in 1"]
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", [1, 3, 4])
 def test_the_measured_map_equals_the_plans_exactly(rng, ranks):
     completed = run_mpi(ranks, [str(ROOT / "tests" / "exec" / "traffic_driver.py"), str(int(rng.integers(2**31)))], timeout=300)
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]

@@ -25,7 +25,7 @@ def driver_json(ranks, *args, timeout=600):
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", [1, 3, 4])
 def test_gradcheck_through_the_distributed_propagation_on_a_directed_graph(rng, ranks):
     completed = run_mpi(ranks, [DRIVER, "gradcheck", str(int(rng.integers(2**31)))], timeout=300)
     assert completed.returncode == 0 and "OK gradcheck 4" in completed.stdout, completed.stdout + completed.stderr

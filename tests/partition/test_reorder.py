@@ -76,7 +76,7 @@ def test_unknown_partitioner_and_missing_topology_are_clear_errors(rng):
         partition(matrix, 2, "metis-hier")
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", [1, 3, 4])
 def test_every_partitioner_and_strategy_gives_c_in_the_original_order(tmp_path, rng, ranks):
     completed = run_mpi(ranks, [DRIVER, str(int(rng.integers(2**31))), str(tmp_path / "plan.npz")], timeout=600)
     assert completed.returncode == 0, completed.stdout + completed.stderr

@@ -18,7 +18,7 @@ NAMED = ["plus_times", "min_plus", "max_plus", "max_times", "min_times", "plus_m
 pytestmark = pytest.mark.mpi  # every test here starts mpiexec
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", [1, 3, 4])
 def test_every_semiring_algorithm_and_grid_is_exact(ranks):
     completed = run_mpi(ranks, ["tests/spgemm/spgemm_driver.py", str(_seed())], timeout=300)
     assert completed.returncode == 0, completed.stdout + completed.stderr
