@@ -264,7 +264,7 @@ def test_dropped_plans_are_freed_without_close(rng, ranks):
     assert growth < 50, completed.stdout
 
 
-@pytest.mark.parametrize("ranks", [1, 3])
+@pytest.mark.parametrize("ranks", [1, 2])
 def test_too_many_open_plans_is_one_clear_error_before_mpis_limit(ranks):
     completed = run_mpi(ranks, [DRIVER, "open_plans", "0"], timeout=300)
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]

@@ -83,7 +83,7 @@ def test_every_partitioner_and_strategy_gives_c_in_the_original_order(tmp_path, 
     assert f"OK partitions {2 * len(PARTITIONERS) * 7}" in completed.stdout, completed.stdout
 
 
-@pytest.mark.parametrize("ranks", [3, 4])  # (C in the original order at P = 1..4: the driver test above)
+@pytest.mark.parametrize("ranks", [3])  # (C in the original order at P = 1, 3 and 4: the driver test above)
 def test_spmm_check_for_every_partitioner_and_strategy(ranks):
     for method in PARTITIONERS:
         completed = run_mpi(
