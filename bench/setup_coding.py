@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, default_matrices, geometric_mean, short_name  # noqa: E402
+from common import ROOT, default_matrices, geometric_mean, run_json, short_name  # noqa: E402
 
 
 def worker(matrix: str, strategy: str, repeat: int) -> None:
@@ -79,10 +78,7 @@ def main() -> None:
     for matrix in args.matrices:
         command = [mpiexec, "-n", str(args.ranks), sys.executable, __file__, "--worker", matrix]
         command += ["--strategy", args.strategy, "--repeat", str(args.repeat)]
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=ROOT)
-        if completed.returncode != 0:
-            raise SystemExit(f"{short_name(matrix)} failed: {completed.stderr[-2000:]}")
-        e = json.loads(completed.stdout.strip().splitlines()[-1])
+        e = run_json(command, timeout=3600, cwd=ROOT)
         entries.append(e)
         print(
             f"{e['matrix']:<22} {e['words_bytes']:>12,} {e['coded_bytes']:>10,} {e['bytes_ratio']:>7.4f} "

@@ -62,9 +62,9 @@ def compare_products(
     if coded:  # the bf16 bound: (|A| |B|)_ij (the magnitude) and sum_k |a_ik| (operands) over the same terms
         from sparsewire.exec.codecs import product_error_bound
 
-        left = np.abs(sp.csr_array(a).tocoo().data.astype(np.float64))
-        per_entry = np.diff(sp.csr_array(b).indptr)[sp.csr_array(a).tocoo().col]
-        operands = sp.csr_array((np.repeat(left, per_entry), (rows, cols)), shape=shape)  # (product_terms' order)
+        a_coo = sp.csr_array(a).tocoo()  # (in product_terms' order: one term per (A entry, B row entry))
+        per_entry = np.diff(sp.csr_array(b).indptr)[a_coo.col]
+        operands = sp.csr_array((np.repeat(np.abs(a_coo.data.astype(np.float64)), per_entry), (rows, cols)), shape=shape)
         operands.sum_duplicates()
         operands.sort_indices()
         name, passes = codec
