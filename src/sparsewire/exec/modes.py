@@ -5,9 +5,10 @@ A mode names one schedule (:mod:`sparsewire.exec.schedules.messages`) and the pl
 ===============  ==========  ================  =================================================
 mode             layout      unpack            what it needs besides
 ===============  ==========  ================  =================================================
-``bulk``         merged      per exchange      nothing
+``bulk``         merged      per exchange      which input messages each relayed message needs
 ``overlap``      merged      per exchange      which input messages each relayed message needs
-``pipelined``    pipelined   per exchange      a plan of the pipelined layout (CoLa Alg. 3)
+``pipelined``    pipelined   per exchange      a plan of the pipelined layout (CoLa Alg. 3), and
+                                               which input messages each relayed message needs
 ``early``        merged      per message       which input messages each relayed message needs
 ``partitioned``  merged      per partition     T partitions per message (padded), thread-level MPI
 ===============  ==========  ================  =================================================
@@ -45,10 +46,11 @@ class Mode(enum.StrEnum):
     @property
     def relays_per_message(self) -> bool:
         """A relayed message is packed and sent as soon as the input messages it reads have
-        arrived, so the buffers list which input messages each relayed message needs (the overlap
-        mode does so where the transport sends message by message: a hierarchical plan's
-        aggregated C rows then leave while its B rows are still crossing the slow link)."""
-        return self in (Mode.EARLY, Mode.OVERLAP)
+        arrived, so the buffers list which input messages each relayed message needs (used where the
+        transport sends message by message: a hierarchical plan's aggregated C rows then leave while
+        its B rows are still crossing the slow link). Every mode but ``partitioned``, whose threads
+        pack and send whole exchanges."""
+        return self is not Mode.PARTITIONED
 
     @property
     def partitions_per_thread(self) -> bool:

@@ -185,12 +185,13 @@ def predicted_seconds(stats: PlanStats, topology: Topology | None = None, *, rel
     A ``shared`` link class is one full-duplex link per level-0 group g (a node's network card, as
     ``calibrate --network`` measures it): every rank of g sends and receives through it, so per
     direction ``t_c(S) = max_x sum_{s in S} m (latency_c + overhead_c) + max_g sum_{s in S} b_g / bandwidth_c``
-    over a set of steps S. With ``relays_per_message`` (the overlap and early modes: a relay leaves
-    as soon as its inputs arrive) the traffic of every step queues on it together:
+    over a set of steps S. With ``relays_per_message`` (every mode but ``partitioned``, on a transport that
+    sends message by message: a relay leaves as soon as its inputs arrive) the traffic of every step queues
+    on it together:
     ``T = max(sum_s ..., max_c t_c(all steps))``; measured on the emulated cluster
     (docs/performance.md) the sum over steps overpredicted the two-level strategies 1.5x there,
-    since their two steps cross the link in opposite directions. Without (bulk, pipelined and
-    partitioned: a relay waits for its whole step) each step also lasts at least its own
+    since their two steps cross the link in opposite directions. Without (a relay waits for its whole
+    step) each step also lasts at least its own
     ``t_c({s})``: ``T = sum_s max(max_{c, x} t(s, c, x), max_c t_c({s}))``.
     """
     topology = topology or stats.topology

@@ -3,14 +3,16 @@
 Each schedule is made once per executor from the buffers, a transport and a combine, and
 ``run(b, out)`` computes this rank's rows of C (every schedule ends with ``combine.finish``):
 
-* :class:`BulkSchedule`: exchange after exchange, all messages of one completed before its
-  product; the diagonal block first.
+* :class:`BulkSchedule`: the diagonal block first, then every message moved before any received
+  row is combined: exchange after exchange, or, where the buffers list each relayed message's inputs
+  and the transport sends message by message, every exchange at once with each relayed message
+  sent as soon as its own inputs have arrived.
 * :class:`OverlapSchedule` (``overlap``, and ``pipelined`` on a plan of the pipelined layout, CoLa
   Alg. 3): the exchanges of a step start together, the diagonal block is multiplied while the
   first step's messages are in flight (PETSc's MatMult ordering), a relay waits only for the
   exchange it forwards from (SHIRO Alg. 1); where the buffers list each relayed message's inputs
-  (the overlap mode) and the transport sends message by message, each relayed message leaves as
-  soon as its own inputs have arrived, and received exchanges are still combined whole.
+  and the transport sends message by message, each relayed message leaves as soon as its own
+  inputs have arrived, and received exchanges are still combined whole.
 * :class:`EarlySchedule` (Collom & Bienz sec. 3.2, Alg. 1): receives complete one at a time; each
   arriving message is combined at once, and a relayed message is packed and sent as soon as the
   input messages it reads have arrived.
@@ -92,14 +94,31 @@ class _MessageRelays:
 
 
 class BulkSchedule(_Schedule):
-    """Exchange after exchange (see the module docstring)."""
+    """Every message in before any received row is combined (see the module docstring)."""
+
+    def __init__(
+        self, buffers: Buffers, transport: MessageTransport, combine, packer: Packer | None = None, laps: Laps | None = None
+    ) -> None:
+        super().__init__(buffers, transport, combine, packer, laps)
+        self._per_message = _relays_message_by_message(buffers, transport)
+        self._relays = _MessageRelays(buffers, transport, self.packer, laps)
 
     def run(self, b: np.ndarray, out: np.ndarray) -> None:
         """Collective over the plan's peers."""
-        transport, combine, push, clock = self.transport, self.combine, self.push, self.clock
-        combine.diagonal(b, out)
+        push, clock = self.push, self.clock
+        self.combine.diagonal(b, out)
         if push:
             push((LOCAL, clock()))
+        if self._per_message:
+            self._relaying(b, out)
+        else:
+            self._exchange_after_exchange(b, out)
+        self.combine.finish(b, out)
+        if push:
+            push((COMBINE, clock()))
+
+    def _exchange_after_exchange(self, b: np.ndarray, out: np.ndarray) -> None:
+        transport, combine, push, clock = self.transport, self.combine, self.push, self.clock
         for ex in self.buffers.exchanges:
             transport.post_receives(ex)
             if push:
@@ -119,9 +138,37 @@ class BulkSchedule(_Schedule):
             transport.wait_sends(ex)
             if push:
                 push((WAIT_SENDS, clock()))
-        combine.finish(b, out)
-        if push:
-            push((COMBINE, clock()))
+
+    def _relaying(self, b: np.ndarray, out: np.ndarray) -> None:
+        """Every exchange's receives posted at once; a relayed message leaves as soon as the input messages it
+        reads are in, so a two-level plan's second hop does not wait for the whole first one (on a shared link its
+        aggregated C rows cross while its B rows still arrive); every exchange combined once all are in."""
+        transport, exchanges, relays, push, clock = self.transport, self.buffers.exchanges, self._relays, self.push, self.clock
+        relays.reset()
+        for ex in exchanges:
+            transport.post_receives(ex)
+            if push:
+                push((POST_RECEIVES, clock()))
+        for ex in exchanges:
+            if ex.input is not None:
+                relays.start(ex, b)
+                continue
+            self.packer.exchange(ex, b)
+            if push:
+                push((PACK, clock()))
+            transport.start_sends(ex)
+            if push:
+                push((POST_SENDS + PHASES * ex.index, clock()))
+        while not all(arrived.all() for arrived in relays.arrived):
+            arrival = transport.wait_any()
+            if push:
+                push((WAIT, clock()))
+            relays.arrive(*arrival, b)
+        for ex in exchanges:
+            self.combine.exchange_arrived(ex, out)
+            if push:
+                push((UNPACK, clock()))
+        _wait_sends(transport, exchanges, push, clock)
 
 
 class OverlapSchedule(_Schedule):
@@ -134,9 +181,7 @@ class OverlapSchedule(_Schedule):
         super().__init__(buffers, transport, combine, packer, laps)
         exchanges = buffers.exchanges
         self._finished = np.zeros(len(exchanges), bool)
-        # Relays message by message: the buffers list each relayed message's inputs, and the
-        # transport sends one message at a time and completes any one receive.
-        self._per_message = transport.sends_message_by_message and any(any(ex.dependencies) for ex in exchanges)
+        self._per_message = _relays_message_by_message(buffers, transport)
         self._relays = _MessageRelays(buffers, transport, self.packer, laps)
 
     def _finish(self, index: int, b: np.ndarray, out: np.ndarray) -> None:
@@ -258,6 +303,12 @@ class EarlySchedule(_Schedule):
             if push:
                 push((EARLY, self.clock()))
             self._relays.arrive(index, message, b)
+
+
+def _relays_message_by_message(buffers: Buffers, transport: MessageTransport) -> bool:
+    """Whether relays go message by message: the buffers list each relayed message's inputs, and the transport sends
+    one message at a time and completes any one receive."""
+    return transport.sends_message_by_message and any(any(ex.dependencies) for ex in buffers.exchanges)
 
 
 def _wait_sends(transport: MessageTransport, exchanges, push, clock) -> None:
