@@ -149,9 +149,9 @@ def plan_spmm(
     if options.topology is not None and options.topology.rank_groups is not None:
         options.topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
     strategy = options.strategy if options.strategy == "auto" else options.strategy.value
-    per_message = Mode(options.mode).relays_per_message
+    together = Mode(options.mode).steps_together
     plan, stats, choice = choose_strategy(
-        matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, per_message, options.compress != "none"
+        matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, together, options.compress != "none"
     )
     return SpmmPlan(matrix, plan, stats, k, dtype, options, choice)
 
@@ -256,9 +256,9 @@ class SpmmPlan:
     @property
     def predicted_seconds(self) -> float:
         """Not collective. Predicted communication time per multiply in the form of the plan's mode and
-        transport (relays per message or not; :func:`~sparsewire.plan.stats.predicted_seconds`)."""
-        per_message = self.options.mode.relays_per_message and self.executor.transport.sends_message_by_message
-        return predicted_seconds(self.stats, relays_per_message=per_message)
+        transport (its steps on the links together or one after the other; :func:`~sparsewire.plan.stats.predicted_seconds`)."""
+        together = self.options.mode.steps_together and self.executor.transport.sends_message_by_message
+        return predicted_seconds(self.stats, steps_together=together)
 
     @property
     def transfer_rule(self):

@@ -247,8 +247,8 @@ def test_predicted_seconds_by_hand():
     shared = Topology("test", (Level("node", 2, link_inside), Level("cluster", None, replace(link_between, shared=True))))
     shared_stats = strategy_stats(matrix, rows, cols, "column-hier", 1, 1, shared)
     assert predicted_seconds(shared_stats) == pytest.approx(2.3)
-    # A mode whose relays wait for their whole step (bulk): the steps add up, 2.3 + 1.01 s.
-    assert predicted_seconds(shared_stats, relays_per_message=False) == pytest.approx(3.31)
+    # A mode whose steps follow each other on the link (pipelined): the steps add up, 2.3 + 1.01 s.
+    assert predicted_seconds(shared_stats, steps_together=False) == pytest.approx(3.31)
 
 
 def test_hierarchical_strategies_need_a_topology():

@@ -53,6 +53,14 @@ class Mode(enum.StrEnum):
         return self is not Mode.PARTITIONED
 
     @property
+    def steps_together(self) -> bool:
+        """Every step of a plan may be on the links at once (the cost model's form,
+        :func:`~sparsewire.plan.stats.predicted_seconds`): the bulk, overlap and early modes post every step
+        before waiting for any and relay per message; the pipelined mode keeps at most two steps in flight
+        (CoLa Alg. 3), and the partitioned mode relays whole steps, so their steps follow each other."""
+        return self in (Mode.BULK, Mode.OVERLAP, Mode.EARLY)
+
+    @property
     def partitions_per_thread(self) -> bool:
         """Every message is cut into T partitions (one per thread, padded to whole rows with
         ``rows * k`` divisible by T) that the T threads pack, send and apply themselves, so every

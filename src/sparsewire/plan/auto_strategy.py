@@ -70,14 +70,14 @@ def choose_strategy(
     topology: Topology | None,
     layout: str,
     proxy: str,
-    relays_per_message: bool = True,
+    steps_together: bool = True,
     code_setup: bool = False,
 ) -> tuple[RankPlan, PlanStats, StrategyChoice]:
     """Collective. This rank's plan of ``strategy`` (``auto``: of every
     :func:`candidate_strategies` entry, keeping the least predicted communication time
     ``T = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)`` under
     ``topology``, flat when None, with a shared link as :func:`~sparsewire.plan.stats.predicted_seconds`
-    models it for a mode that does or does not relay per message; ties go to fewer bytes), its stats
+    models it for a mode whose steps are on the links together or one after the other; ties go to fewer bytes), its stats
     and the choice's record. ``code_setup``: the planner's all-to-all travels bit-packed
     (:func:`~sparsewire.plan.plan.build_rank_plan_collective`)."""
     comm = matrix.comm
@@ -98,7 +98,7 @@ def choose_strategy(
             code_setup=code_setup,
         )
         stats = collective_stats(comm, plan, k, dtype.itemsize, model)
-        seconds = predicted_seconds(stats, relays_per_message=relays_per_message)
+        seconds = predicted_seconds(stats, steps_together=steps_together)
         candidates[candidate.value] = (seconds, stats.total_bytes)
         if best is None or (seconds, stats.total_bytes) < (best[2], best[1].total_bytes):
             best = (plan, stats, seconds)

@@ -171,7 +171,7 @@ class PlanStats:
         return result
 
 
-def predicted_seconds(stats: PlanStats, topology: Topology | None = None, *, relays_per_message: bool = True) -> float:
+def predicted_seconds(stats: PlanStats, topology: Topology | None = None, *, steps_together: bool = True) -> float:
     """Not collective. Communication time per multiply under the topology's cost model.
 
     For every step s, link class c and rank x, with m messages and b bytes that x sends over class
@@ -185,14 +185,14 @@ def predicted_seconds(stats: PlanStats, topology: Topology | None = None, *, rel
     A ``shared`` link class is one full-duplex link per level-0 group g (a node's network card, as
     ``calibrate --network`` measures it): every rank of g sends and receives through it, so per
     direction ``t_c(S) = max_x sum_{s in S} m (latency_c + overhead_c) + max_g sum_{s in S} b_g / bandwidth_c``
-    over a set of steps S. With ``relays_per_message`` (every mode but ``partitioned``, on a transport that
-    sends message by message: a relay leaves as soon as its inputs arrive) the traffic of every step queues
-    on it together:
+    over a set of steps S. With ``steps_together`` (the bulk, overlap and early modes on a transport that sends
+    message by message: a relay leaves as soon as its inputs arrive, and every step is posted before any is
+    waited for) the traffic of every step queues on it together:
     ``T = max(sum_s ..., max_c t_c(all steps))``; measured on the emulated cluster
     (docs/performance.md) the sum over steps overpredicted the two-level strategies 1.5x there,
-    since their two steps cross the link in opposite directions. Without (a relay waits for its whole
-    step) each step also lasts at least its own
-    ``t_c({s})``: ``T = sum_s max(max_{c, x} t(s, c, x), max_c t_c({s}))``.
+    since their two steps cross the link in opposite directions. Without (the pipelined mode keeps at most
+    two steps in flight, each round's messages a permutation of the nodes; partitioned relays whole steps)
+    each step also lasts at least its own ``t_c({s})``: ``T = sum_s max(max_{c, x} t(s, c, x), max_c t_c({s}))``.
     """
     topology = topology or stats.topology
     if topology is None:
@@ -213,7 +213,7 @@ def predicted_seconds(stats: PlanStats, topology: Topology | None = None, *, rel
         slowest = 0.0
         for level_index, level in enumerate(topology.levels):
             mask = (stats.steps == step) & (levels == level_index)
-            if not mask.any() or (level.link.shared and relays_per_message):
+            if not mask.any() or (level.link.shared and steps_together):
                 continue
             if level.link.shared:
                 slowest = max(slowest, shared_seconds(level.link, mask))
@@ -223,7 +223,7 @@ def predicted_seconds(stats: PlanStats, topology: Topology | None = None, *, rel
                 nbytes = np.bincount(ranks, weights=stats.message_bytes[mask], minlength=stats.n_ranks)
                 slowest = max(slowest, float(level.link.seconds(counts, nbytes).max()))
         total += slowest
-    if relays_per_message:
+    if steps_together:
         for level_index, level in enumerate(topology.levels):
             mask = levels == level_index
             if level.link.shared and mask.any():
