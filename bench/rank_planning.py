@@ -10,7 +10,10 @@ buffer inside ``Alltoallv``, as MPI writes them there, so receiving them counts;
 
 Per P and strategy: p's planning seconds (median of ``--repeat`` runs, a timer around the call) and its
 peak of newly allocated memory (``tracemalloc``, which NumPy reports its buffers to; a separate run)
-against the bytes of p's rows (CSR data, indices, indptr). Writes ``bench/results/rank_planning.json``.
+against the bytes of p's rows (CSR data, indices, indptr), the bytes the finished plan holds and those the
+all-to-all delivers it; with
+``--stages`` also the peak inside each planning stage and what is held after it. Writes
+``bench/results/rank_planning.json``.
 
     .venv/bin/python bench/rank_planning.py --matrix rmat:22:16 --ranks 1024,4096,16384
 """
@@ -18,6 +21,7 @@ against the bytes of p's rows (CSR data, indices, indptr). Writes ``bench/result
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import pickle
@@ -121,6 +125,56 @@ def check_against_serial() -> None:
     print("stand-in checked: its plans equal serial planning's (rmat:11:8:2, P = 5 and 16, 3 ranks, 3 strategies)")
 
 
+STAGES = {
+    "split_local_rows": "split into diagonal block and off-diagonal nonzeros",
+    "request_records": "the rank's requests (with what it serves)",
+    "unique_records": "their distinct records",
+    "exchange_boxes": "the all-to-all (packed boxes, receive buffer, unpacked records)",
+    "assemble": "assembling the plan",
+}
+
+
+@contextlib.contextmanager
+def stage_memory(log: list):
+    """While inside, each stage of :mod:`sparsewire.plan.plan` (``STAGES``) appends (stage, peak, held): tracemalloc's
+    peak inside it and its current memory after it (tracemalloc must be tracing)."""
+    import sparsewire.plan.plan as planner
+
+    originals = {name: getattr(planner, name) for name in STAGES}
+
+    def watched(name, function):
+        def stage(*args, **kwargs):
+            tracemalloc.reset_peak()
+            result = function(*args, **kwargs)
+            held, peak = tracemalloc.get_traced_memory()
+            log.append((name, peak, held))
+            return result
+
+        return stage
+
+    for name, function in originals.items():
+        setattr(planner, name, watched(name, function))
+    try:
+        yield
+    finally:
+        for name, function in originals.items():
+            setattr(planner, name, function)
+
+
+def plan_bytes(value) -> int:
+    """Bytes of the arrays a plan holds (its matrices, index arrays and exchanges; not the shared partitions)."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, sp.sparray):
+        return value.data.nbytes + value.indices.nbytes + value.indptr.nbytes
+    if isinstance(value, tuple):
+        return sum(plan_bytes(v) for v in value)
+    if dataclasses.is_dataclass(value):
+        skipped = ("row_partition", "col_partition", "groups")
+        return sum(plan_bytes(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name not in skipped)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--matrix", default="rmat:22:16", help="matrix or generator spec (default: %(default)s)")
@@ -128,6 +182,7 @@ def main() -> int:
     parser.add_argument("--strategies", default="column,row,joint", help="flat strategies (default: %(default)s)")
     parser.add_argument("--rank", default="busiest", help="the measured rank: a number or 'busiest' (most nonzeros)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per point, median (default: %(default)s)")
+    parser.add_argument("--stages", action="store_true", help="also each planning stage's peak and held memory")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "rank_planning.json"))
     args = parser.parse_args()
 
@@ -155,8 +210,10 @@ def main() -> int:
             tracemalloc.start()
             before = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
-            plan = build_rank_plan_collective(SliceComm(rank, ranks, incoming), local, parts, parts, strategy)
-            peak = tracemalloc.get_traced_memory()[1] - before
+            stages: list = []
+            with stage_memory(stages) if args.stages else contextlib.nullcontext():
+                plan = build_rank_plan_collective(SliceComm(rank, ranks, incoming), local, parts, parts, strategy)
+            peak = max([tracemalloc.get_traced_memory()[1], *(stage_peak for _, stage_peak, _ in stages)]) - before
             tracemalloc.stop()
             sources = sum(box is not None for box in incoming)
             entry = {
@@ -168,6 +225,11 @@ def main() -> int:
                 "sources": sources,
                 "seconds": statistics.median(times),
                 "peak_bytes": int(peak),
+                "plan_bytes": plan_bytes(plan),
+                "received_bytes": int(sum(box.nbytes for box in incoming if box is not None)),
+                "stages": [
+                    {"stage": name, "peak_bytes": int(p - before), "held_bytes": int(h - before)} for name, p, h in stages
+                ],
                 "sent_rows": int(sum(e.send_counts.sum() for e in plan.exchanges)),
                 "received_rows": int(sum(e.recv_counts.sum() for e in plan.exchanges)),
             }
@@ -178,6 +240,15 @@ def main() -> int:
                 f"= {peak / rows_bytes:6.1f}x its rows  (boxes made in {made:.1f} s)",
                 flush=True,
             )
+            print(
+                f"    the finished plan holds {entry['plan_bytes'] / rows_bytes:.2f}x its rows; "
+                f"the all-to-all delivers it {entry['received_bytes'] / rows_bytes:.2f}x"
+            )
+            for stage in entry["stages"]:
+                print(
+                    f"    {STAGES[stage['stage']]:65s} peak {stage['peak_bytes'] / rows_bytes:5.1f}x, "
+                    f"held after {stage['held_bytes'] / rows_bytes:5.1f}x"
+                )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps({"arguments": vars(args), "points": results}, indent=1))
     return 0
