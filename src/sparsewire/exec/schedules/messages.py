@@ -47,6 +47,16 @@ class _Schedule:
     def close(self) -> None:
         """Release what the schedule holds (threads)."""
 
+    def _send_exchange(self, ex, b: np.ndarray) -> None:
+        """Pack every message of exchange ``ex`` and post its sends (a ``pack`` and a ``post sends`` lap)."""
+        push = self.push
+        self.packer.exchange(ex, b)
+        if push:
+            push((PACK, self.clock()))
+        self.transport.start_sends(ex)
+        if push:
+            push((POST_SENDS + PHASES * ex.index, self.clock()))
+
 
 class _MessageRelays:
     """Relays sent message by message (the early mode, and the overlap mode where the transport
@@ -123,12 +133,7 @@ class BulkSchedule(_Schedule):
             transport.post_receives(ex)
             if push:
                 push((POST_RECEIVES, clock()))
-            self.packer.exchange(ex, b)
-            if push:
-                push((PACK, clock()))
-            transport.start_sends(ex)
-            if push:
-                push((POST_SENDS + PHASES * ex.index, clock()))
+            self._send_exchange(ex, b)
             transport.wait_receives(ex)
             if push:
                 push((WAIT, clock()))
@@ -153,12 +158,7 @@ class BulkSchedule(_Schedule):
             if ex.input is not None:
                 relays.start(ex, b)
                 continue
-            self.packer.exchange(ex, b)
-            if push:
-                push((PACK, clock()))
-            transport.start_sends(ex)
-            if push:
-                push((POST_SENDS + PHASES * ex.index, clock()))
+            self._send_exchange(ex, b)
         while not all(arrived.all() for arrived in relays.arrived):
             arrival = transport.wait_any()
             if push:
@@ -228,12 +228,7 @@ class OverlapSchedule(_Schedule):
                     continue
                 if ex.input is not None:
                     self._finish(ex.input, b, out)
-                self.packer.exchange(ex, b)
-                if push:
-                    push((PACK, clock()))
-                transport.start_sends(ex)
-                if push:
-                    push((POST_SENDS + PHASES * ex.index, clock()))
+                self._send_exchange(ex, b)
             if position == 0:
                 self.combine.diagonal(b, out)  # while the first messages are in flight
                 if push:
@@ -271,12 +266,7 @@ class EarlySchedule(_Schedule):
                 if push:
                     push((POST_RECEIVES, clock()))
                 if ex.input is None:
-                    self.packer.exchange(ex, b)
-                    if push:
-                        push((PACK, clock()))
-                    transport.start_sends(ex)
-                    if push:
-                        push((POST_SENDS + PHASES * ex.index, clock()))
+                    self._send_exchange(ex, b)
                     continue
                 self._relays.start(ex, b)
             if position == 0:
