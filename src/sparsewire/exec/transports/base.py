@@ -144,8 +144,8 @@ class MessageTransport(Transport):
     @property
     def sends_message_by_message(self) -> bool:
         """Not collective. Whether :meth:`start_send` and :meth:`wait_any` may be used (one message at a time) rather
-        than only whole exchanges (NCCL's grouped protocol); the overlap schedule relays per message
-        where they may."""
+        than only whole exchanges (NCCL's grouped protocol); the bulk, overlap and pipelined schedules relay per
+        message where they may."""
         return True
 
     @abc.abstractmethod
