@@ -93,6 +93,16 @@ class _MessageRelays:
             if waiting[send_message] == 0:
                 self._send(exchanges[dependent_index], send_message, b)
 
+    def receive_until(self, indices, b: np.ndarray) -> None:
+        """Complete receives in arrival order until every message of the exchanges ``indices`` is in, sending each
+        relayed message whose inputs are then all in (a ``wait`` lap each)."""
+        push = self.push
+        while not all(self.arrived[index].all() for index in indices):
+            arrival = self.transport.wait_any()
+            if push:
+                push((WAIT, self.clock()))
+            self.arrive(*arrival, b)
+
     def _send(self, ex, message: int, b: np.ndarray) -> None:
         push = self.push
         self.packer.message(ex, message, b)
@@ -159,11 +169,7 @@ class BulkSchedule(_Schedule):
                 relays.start(ex, b)
                 continue
             self._send_exchange(ex, b)
-        while not all(arrived.all() for arrived in relays.arrived):
-            arrival = transport.wait_any()
-            if push:
-                push((WAIT, clock()))
-            relays.arrive(*arrival, b)
+        relays.receive_until(range(len(exchanges)), b)
         for ex in exchanges:
             self.combine.exchange_arrived(ex, out)
             if push:
@@ -190,7 +196,7 @@ class OverlapSchedule(_Schedule):
             return
         ex, push = self.buffers.exchanges[index], self.push
         if self._per_message:  # any posted receive may complete first: every exchange's, one at a time
-            self._arrivals_until(index, b)
+            self._relays.receive_until((index,), b)
         else:
             self.transport.wait_receives(ex)
             if push:
@@ -199,16 +205,6 @@ class OverlapSchedule(_Schedule):
         if push:
             push((UNPACK, self.clock()))
         self._finished[index] = True
-
-    def _arrivals_until(self, index: int, b: np.ndarray) -> None:
-        """Complete receives in arrival order until exchange ``index`` is in, sending each relayed
-        message whose inputs are then all in."""
-        push = self.push
-        while not self._relays.arrived[index].all():
-            arrival = self.transport.wait_any()
-            if push:
-                push((WAIT, self.clock()))
-            self._relays.arrive(*arrival, b)
 
     def run(self, b: np.ndarray, out: np.ndarray) -> None:
         """Collective over the plan's peers."""
