@@ -1,18 +1,20 @@
 """What one rank pays to build its own plan at large P (issue 44), without starting P processes.
 
 Under ``mpiexec`` every rank runs :func:`sparsewire.plan.plan.build_rank_plan_collective` on its own
-rows; its only exchange for a flat strategy is one all-to-all of records. Here one rank p runs that
-function unchanged on its rows of the matrix, with a stand-in communicator whose ``alltoall`` returns
-what the other ranks would send p. Those boxes are made by the same function on each rank r that holds
-a nonzero in p's columns (only those send p anything), stopped at its own all-to-all (so r's choice,
-``joint``'s cover included, is the one r makes under MPI). The packed boxes are copied into p's receive
-buffer inside ``Alltoallv``, as MPI writes them there, so receiving them counts; the network does not.
+rows; for a flat strategy that is :mod:`sparsewire.plan.flat`, whose only communication is one ``Alltoall``
+of counts and four ``Alltoallv``. Here one rank p runs that function unchanged on its rows of the matrix,
+with a stand-in communicator whose exchange delivers what the other ranks would send p. That is made by
+the same function on each rank r that holds a nonzero in p's columns (only those send p anything), run
+with a stand-in that keeps what r sends p (so r's choice, ``joint``'s cover included, is the one r makes
+under MPI). What arrives is copied into p's buffers inside ``Alltoallv``, as MPI writes it there, and
+each call allocates as much as the counts and displacements MPI's call takes (four C-int arrays of P, in
+case mpi4py converts them), so both count; the network does not.
 
 Per P and strategy: p's planning seconds (median of ``--repeat`` runs, a timer around the call) and its
 peak of newly allocated memory (``tracemalloc``, which NumPy reports its buffers to; a separate run)
 against the bytes of p's rows (CSR data, indices, indptr), the bytes the finished plan holds and those the
-all-to-all delivers it; with
-``--stages`` also the peak inside each planning stage and what is held after it. Writes
+exchange delivers it; with ``--stages`` also the peak inside each planning stage and what is held after
+it. First checks the stand-in's plans equal serial planning's (the records planner). Writes
 ``bench/results/rank_planning.json``.
 
     .venv/bin/python bench/rank_planning.py --matrix rmat:22:16 --ranks 1024,4096,16384
@@ -24,7 +26,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import pickle
 import statistics
 import sys
 import time
@@ -41,18 +42,17 @@ from sparsewire.partition import even_rows
 from sparsewire.plan.plan import build_rank_plan_collective
 
 
-class _Stopped(Exception):
-    """A source rank reached its all-to-all: its boxes are taken, the rest of its planning is not needed."""
-
-
 class SliceComm:
-    """The parts of an mpi4py communicator that flat planning uses, for one rank of P: ``incoming`` holds the
-    packed box each rank sends it (None where nothing); with ``target``, the rank is a source whose box for
-    ``target`` is taken at its all-to-all."""
+    """The parts of an mpi4py communicator that flat planning (:mod:`sparsewire.plan.flat`) uses, for one rank of P.
+    ``incoming`` holds, per rank, what it sends this one: its row of counts and its segment of every
+    ``Alltoallv`` in call order (None where nothing). With ``target``, the rank is a source: it receives
+    nothing, and what it sends ``target`` is kept in ``taken``. Each ``Alltoallv`` also allocates four C-int
+    arrays of P, what its counts and displacements take if mpi4py converts them, so that they count."""
 
     def __init__(self, rank: int, size: int, incoming: list | None = None, target: int | None = None):
-        self.rank, self.size, self.incoming, self.target, self.taken = rank, size, incoming, target, None
-        self.send_counts = None
+        self.rank, self.size, self.incoming, self.target = rank, size, incoming, target
+        self.taken: list = []
+        self.calls = 0
 
     def Get_rank(self) -> int:  # noqa: N802 (mpi4py's names)
         return self.rank
@@ -63,47 +63,49 @@ class SliceComm:
     def allgather(self, value):
         return [value] * self.size  # every rank agrees (the inputs are consistent by construction)
 
-    def Split(self, color: int, key: int):  # noqa: N802
-        return self  # flat strategies make no group call; Free is all the planner asks of it
-
-    def Free(self) -> None:  # noqa: N802
-        pass
-
-    def Alltoall(self, send_counts: np.ndarray, recv_counts: np.ndarray) -> None:  # noqa: N802
-        self.send_counts = send_counts.copy()
-        recv_counts[:] = [0 if box is None else box.size for box in (self.incoming or [None] * self.size)]
+    def Alltoall(self, send: np.ndarray, receive: np.ndarray) -> None:  # noqa: N802
+        receive[...] = 0
+        if self.target is not None:
+            self.taken.append(send[self.target].copy())
+            return
+        for source, parts in enumerate(self.incoming):
+            if parts is not None:
+                receive[source] = parts[0]
 
     def Alltoallv(self, send: list, receive: list) -> None:  # noqa: N802
+        c_ints = np.empty((4, self.size), np.intc)  # noqa: F841 (the counts and displacements as C ints)
         if self.target is not None:  # a source rank: keep what it sends the measured rank
-            offsets = np.concatenate([[0], np.cumsum(self.send_counts)])
-            self.taken = (
-                send[0][offsets[self.target] : offsets[self.target + 1]].copy() if self.send_counts[self.target] else None
-            )
-            raise _Stopped
-        parts = [box for box in self.incoming if box is not None]
-        if parts:
-            np.concatenate(parts, out=receive[0])  # what MPI writes into the receive buffer
+            buffer, (counts, displacements), _ = send
+            start = int(displacements[self.target])
+            self.taken.append(buffer[start : start + int(counts[self.target])].copy())
+            return
+        self.calls += 1
+        buffer, (counts, displacements), _ = receive
+        for source, parts in enumerate(self.incoming):
+            if parts is not None and parts[self.calls].size:
+                start = int(displacements[source])
+                buffer[start : start + parts[self.calls].size] = parts[self.calls]  # what MPI writes there
 
 
-def incoming_boxes(csr: sp.csr_array, csc: sp.csc_array, parts, rank: int, strategy: str) -> list:
-    """What every other rank sends ``rank`` in the planner's all-to-all (None where nothing)."""
-    start, stop = parts.range(rank)
+def incoming_parts(csr: sp.csr_array, csc: sp.csc_array, rows, cols, rank: int, strategy: str) -> list:
+    """What every other rank sends ``rank`` in the planner's exchange (None where nothing): its counts and its
+    segment of every ``Alltoallv``, from the same function run on that rank's rows (partitions ``rows`` of the
+    rows, ``cols`` of the columns)."""
+    start, stop = cols.range(rank)
     senders_rows = csc[:, start:stop].tocoo().row
-    sources = distinct(np.asarray(parts.owner(senders_rows)))
-    boxes = [None] * parts.n_parts
+    sources = distinct(np.asarray(rows.owner(senders_rows)))
+    incoming = [None] * rows.n_parts
     for source in sources.tolist():
         if source == rank:
             continue
-        comm = SliceComm(source, parts.n_parts, target=rank)
-        try:
-            build_rank_plan_collective(comm, csr[slice(*parts.range(source))], parts, parts, strategy)
-        except _Stopped:
-            boxes[source] = comm.taken
-    return boxes
+        comm = SliceComm(source, rows.n_parts, target=rank)
+        build_rank_plan_collective(comm, csr[slice(*rows.range(source))], rows, cols, strategy)
+        incoming[source] = comm.taken
+    return incoming
 
 
 def check_against_serial() -> None:
-    """The stand-in gives each rank the plan serial planning gives it (pickled bytes equal), on rmat:11:8:2 at
+    """The stand-in gives each rank the plan serial planning gives it (``RankPlan.equals``), on rmat:11:8:2 at
     P = 5 and 16, three ranks each, every flat strategy; exits otherwise."""
     from sparsewire.generators import from_spec
     from sparsewire.plan.plan import build_plan
@@ -115,30 +117,29 @@ def check_against_serial() -> None:
         for strategy in ("column", "row", "joint"):
             serial = build_plan(csr, parts, parts, strategy)
             for rank in (0, ranks // 2, ranks - 1):
-                incoming = incoming_boxes(csr, csc, parts, rank, strategy)
+                incoming = incoming_parts(csr, csc, parts, parts, rank, strategy)
                 plan = build_rank_plan_collective(
                     SliceComm(rank, ranks, incoming), csr[slice(*parts.range(rank))], parts, parts, strategy
                 )
-                built = dataclasses.replace(plan, setup_exchange_bytes=(0, 0))  # what the all-to-all measured
-                if pickle.dumps(built) != pickle.dumps(serial.ranks[rank]):
+                if not plan.equals(serial.ranks[rank]):
                     raise SystemExit(f"the stand-in's plan of rank {rank} at P = {ranks} ({strategy}) is not the serial one")
     print("stand-in checked: its plans equal serial planning's (rmat:11:8:2, P = 5 and 16, 3 ranks, 3 strategies)")
 
 
 STAGES = {
-    "split_local_rows": "split into diagonal block and off-diagonal nonzeros",
-    "request_records": "the rank's requests (with what it serves)",
-    "unique_records": "their distinct records",
-    "exchange_boxes": "the all-to-all (packed boxes, receive buffer, unpacked records)",
-    "assemble": "assembling the plan",
+    "_diagonal": "the diagonal block",
+    "_row_based": "the strategy's choice per nonzero (joint's cover)",
+    "_Requests": "the requests: B columns, partial rows, their terms' order",
+    "_send_side": "the exchange, into the send matrix",
+    "_receive_side": "the receive side",
 }
 
 
 @contextlib.contextmanager
 def stage_memory(log: list):
-    """While inside, each stage of :mod:`sparsewire.plan.plan` (``STAGES``) appends (stage, peak, held): tracemalloc's
+    """While inside, each stage of :mod:`sparsewire.plan.flat` (``STAGES``) appends (stage, peak, held): tracemalloc's
     peak inside it and its current memory after it (tracemalloc must be tracing)."""
-    import sparsewire.plan.plan as planner
+    import sparsewire.plan.flat as planner
 
     originals = {name: getattr(planner, name) for name in STAGES}
 
@@ -199,7 +200,7 @@ def main() -> int:
         rows_bytes = local.data.nbytes + local.indices.nbytes + local.indptr.nbytes
         for strategy in args.strategies.split(","):
             made = time.perf_counter()
-            incoming = incoming_boxes(csr, csc, parts, rank, strategy)
+            incoming = incoming_parts(csr, csc, parts, parts, rank, strategy)
             made = time.perf_counter() - made
             times = []
             for _ in range(args.repeat):
@@ -215,7 +216,7 @@ def main() -> int:
                 plan = build_rank_plan_collective(SliceComm(rank, ranks, incoming), local, parts, parts, strategy)
             peak = max([tracemalloc.get_traced_memory()[1], *(stage_peak for _, stage_peak, _ in stages)]) - before
             tracemalloc.stop()
-            sources = sum(box is not None for box in incoming)
+            sources = sum(parts is not None for parts in incoming)
             entry = {
                 "ranks": ranks,
                 "rank": rank,
@@ -226,7 +227,7 @@ def main() -> int:
                 "seconds": statistics.median(times),
                 "peak_bytes": int(peak),
                 "plan_bytes": plan_bytes(plan),
-                "received_bytes": int(sum(box.nbytes for box in incoming if box is not None)),
+                "received_bytes": int(sum(part.nbytes for parts in incoming if parts is not None for part in parts[1:])),
                 "stages": [
                     {"stage": name, "peak_bytes": int(p - before), "held_bytes": int(h - before)} for name, p, h in stages
                 ],
@@ -237,7 +238,7 @@ def main() -> int:
             print(
                 f"P={ranks:6d} rank {rank:5d} {strategy:6s} nnz {entry['local_nnz']:7,d} ({rows_bytes / 1024:7.1f} KiB), "
                 f"{sources:5d} senders: {entry['seconds'] * 1e3:8.1f} ms, peak {peak / 1024:9.1f} KiB "
-                f"= {peak / rows_bytes:6.1f}x its rows  (boxes made in {made:.1f} s)",
+                f"= {peak / rows_bytes:6.1f}x its rows  (incoming made in {made:.1f} s)",
                 flush=True,
             )
             print(

@@ -56,6 +56,7 @@ from sparsewire.partition import RowPartition
 from sparsewire.plan import hierarchy
 from sparsewire.plan.assemble import assemble
 from sparsewire.plan.blocks import LocalBlocks, check_partitions, split_local_rows
+from sparsewire.plan.flat import build_flat_rank_plan, plans_flat
 from sparsewire.plan.records import (
     BufferRows,
     RecordKeys,
@@ -284,11 +285,14 @@ def build_rank_plan_collective(
     proxy: str = "local",
     code_setup: bool = False,
 ) -> RankPlan:
-    """Collective. Each rank plans from its own rows only: group leaders gather what a group-level
-    decision needs (``joint-group``'s cover, ``balanced`` proxies) and one all-to-all delivers the
-    records to the ranks that send or relay them. Arguments as :func:`build_plan`; ``code_setup``: that
-    all-to-all's boxes travel bit-packed (:func:`~sparsewire.plan.records.exchange_boxes`, lossless; the
-    plan's ``setup_exchange_bytes`` says what it took).
+    """Collective. Each rank plans from its own rows only. ``column``, ``row`` and ``joint`` with one exchange
+    go to :func:`~sparsewire.plan.flat.build_flat_rank_plan` (no records: the exchange writes the send side
+    straight into the plan's arrays, memory linear in the rows); otherwise group leaders gather what a
+    group-level decision needs (``joint-group``'s cover, ``balanced`` proxies) and one all-to-all delivers
+    the records to the ranks that send or relay them. Both give the plan :func:`build_plan` gives. Arguments
+    as :func:`build_plan`; ``code_setup``: the records all-to-all's boxes travel bit-packed
+    (:func:`~sparsewire.plan.records.exchange_boxes`, lossless; flat strategies too then take the records
+    path). The plan's ``setup_exchange_bytes`` says what the exchange took.
 
     Args:
         comm: an mpi4py communicator whose size equals the partitions' number of parts.
@@ -310,6 +314,8 @@ def build_rank_plan_collective(
     if problems:
         raise PlanMismatchError(problems[0])
     strategy, groups = _check_inputs(strategy, layout, proxy, topology, size)
+    if plans_flat(strategy, layout, int(groups.max(initial=0)) + 1, code_setup):
+        return build_flat_rank_plan(comm, local_rows, row_partition, col_partition, strategy, groups, layout)
     blocks = split_local_rows(rank, local_rows, col_partition)
     group_comm = comm.Split(int(groups[rank]), rank)
 

@@ -95,9 +95,10 @@ class RankPlan:
 
     Counts are in rows of width k; byte volumes follow as rows * k * element size.
     ``setup_entries``: A entries this rank holds to compute partial C rows for others (they were
-    sent to it once, at setup). ``setup_exchange_bytes``: what the planner's all-to-all delivered to this
+    sent to it once, at setup). ``setup_exchange_bytes``: what the planner's exchange delivered to this
     rank when it planned from its own rows (:func:`~sparsewire.plan.plan.build_rank_plan_collective`): (bytes
-    as sent, coded or not; the same as int64 words); (0, 0) for a plan built in one process.
+    as sent, coded or not; the same as int64 words) for the records all-to-all, (bytes, bytes) of the flat
+    planner's arrays; (0, 0) for a plan built in one process.
     """
 
     rank: int
