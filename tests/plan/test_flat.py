@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 import sparsewire.plan.flat as flat
 from oracles import random_integer_matrix
+from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.plan.plan import build_plan, build_rank_plan_collective
 from sparsewire.plan.strategies import Strategy
@@ -117,3 +118,12 @@ def test_flat_planner_takes_only_what_it_builds():
     assert not flat.plans_flat(Strategy.BLOCK, "merged", 1, False)
     assert not flat.plans_flat(Strategy.JOINT_HIER, "merged", 2, False)
     assert not flat.plans_flat(Strategy.COLUMN, "merged", 1, True)  # the bit-packed setup exchange
+
+
+def test_exchange_beyond_mpi_counts_is_refused_by_every_rank(monkeypatch):
+    # MPI's counts are C ints: a share of 2^31 entries would wrap. Here the limit is cut to 3 entries: the
+    # hand-made matrix's ranks send and receive more, and each refuses before any Alltoallv.
+    monkeypatch.setattr(flat, "_MPI_COUNT_LIMIT", 3)
+    parts = even_rows(7, 3)
+    with pytest.raises(InputError, match="beyond MPI's int counts.*more ranks"):
+        rank_plans(hand_made(), parts, parts, "row")

@@ -30,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.distinct import concatenated_ranges, distinct
+from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.strategies import Strategy, rank_cover_row_based
 from sparsewire.plan.types import DIRECT_C, Exchange, RankPlan
@@ -39,6 +40,7 @@ __all__ = ["plans_flat", "build_flat_rank_plan"]
 # Passes over the nonzeros where one pass would make int64 temporaries of every nonzero: about a sixteenth of
 # them each (a few bytes per nonzero at any time), and never fewer than _MIN_CHUNK.
 _PASSES, _MIN_CHUNK = 16, 4096
+_MPI_COUNT_LIMIT = 2**31  # MPI's counts and displacements are C ints
 
 
 def _chunk(total: int) -> int:
@@ -174,6 +176,12 @@ def _exclusive(counts: np.ndarray, dtype=np.int64) -> np.ndarray:
     return (np.cumsum(counts, dtype=np.int64) - counts).astype(dtype)
 
 
+def _logical_or():
+    from mpi4py import MPI
+
+    return MPI.LOR
+
+
 def _alltoallv(comm, send: np.ndarray, send_counts: np.ndarray, receive: np.ndarray, recv_counts, recv_displs) -> None:
     """One ``Alltoallv`` of ``send`` (laid out by target, ``send_counts`` C ints) into ``receive`` at ``recv_displs``."""
     from mpi4py import MPI
@@ -196,6 +204,13 @@ def _send_side(comm, requests: _Requests, local: sp.csr_array, col_start: int, c
     n_rows = int(b_in.sum(dtype=np.int64) + c_in.sum(dtype=np.int64))
     n_terms = int(t_in.sum(dtype=np.int64))
     n_entries = int(b_in.sum(dtype=np.int64)) + n_terms
+    # Checked by every rank together, before any Alltoallv (one rank raising alone would leave the rest waiting).
+    sent = max(requests.b_cols.size + requests.term_positions.size, requests.pair_row.size)
+    if comm.allreduce(max(sent, n_entries, n_rows) >= _MPI_COUNT_LIMIT, op=_logical_or()):
+        raise InputError(
+            f"a rank's share of the planner's exchange reaches {_MPI_COUNT_LIMIT:,} entries, beyond MPI's int counts "
+            "and displacements; plan with more ranks"
+        )
     index = _index_dtype(max(n_entries, n_rows, n_b))
 
     # Each plan array made just before its stream arrives, the largest outgoing stream first, so that
