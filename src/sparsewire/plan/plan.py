@@ -39,7 +39,8 @@ Planning is receiver-driven: rank p decides how each of its off-diagonal nonzero
 writes the records that serve it; one all-to-all hands each record to its sender (and to a relaying
 receiver); every rank then assembles its matrices from the records it knows. :func:`build_plan` runs
 this for all ranks without MPI, :func:`build_rank_plan_collective` on each rank over MPI; both run
-the same code (:func:`_plan_ranks`), so the plans are identical.
+the same code (:func:`_plan_ranks`), so the plans are identical. Over MPI the flat strategies with one
+exchange take :mod:`sparsewire.plan.flat` instead (no records; the same plans, tested equal).
 """
 
 from __future__ import annotations
