@@ -184,9 +184,9 @@ def _logical_or():
 
 def _alltoallv(comm, send: np.ndarray, send_counts: np.ndarray, receive: np.ndarray, recv_counts, recv_displs) -> None:
     """One ``Alltoallv`` of ``send`` (laid out by target, ``send_counts`` C ints) into ``receive`` at ``recv_displs``."""
-    from mpi4py import MPI
+    from mpi4py.util.dtlib import from_numpy_dtype
 
-    kind = MPI._typedict[send.dtype.char]  # the MPI datatype of the arrays' element type
+    kind = from_numpy_dtype(send.dtype)  # the MPI datatype of the arrays' element type
     comm.Alltoallv([send, (send_counts, _exclusive(send_counts, np.intc)), kind], [receive, (recv_counts, recv_displs), kind])
 
 
