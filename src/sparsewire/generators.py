@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.aligned import empty_aligned
-from sparsewire.distinct import pattern_of_keys
+from sparsewire.distinct import pattern_of_keys, sort_in_place
 from sparsewire.errors import InputError
 from sparsewire.sizes import check_fits
 
@@ -103,7 +103,7 @@ def rmat(scale: int, edge_factor: int, seed: int = 1, abc: tuple[float, float, f
     permutation = rng.permutation(n).astype(index)
     keys = rmat_bits.permuted_keys(rows, cols, permutation, n)
     del rows, cols, permutation
-    keys.sort()
+    sort_in_place(keys)
     indptr, indices = rmat_bits.pattern_of_sorted_keys(keys, n, n)
     del keys
     return sp.csr_array((np.ones(indices.size), indices, indptr), shape=(n, n))

@@ -10,8 +10,11 @@ network latency: ``T = max(network time, max over cores of PRs * overhead)``.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
+from sparsewire.cores import node_cores
 from sparsewire.errors import InputError
 from sparsewire.sim import request_streams
 from sparsewire.sim.flows import solve_max_min
@@ -96,6 +99,26 @@ def solve_pairs(
     return by_node, float(finish.max(initial=0.0)), result.lower_bound, int(all_sizes.size), received
 
 
+def _core_reads(workload: Workload, cores: int) -> list[np.ndarray]:
+    """Every node's reads per (core, owner node) (:func:`~sparsewire.sim.request_streams.core_requests`). A node's reads
+    are its own, so the nodes go to this machine's cores in threads, each with its own column stamps."""
+    n = workload.nodes
+    reads: list = [None] * n
+    threads = max(1, min(node_cores(), n))
+
+    def worker(first: int) -> None:
+        stamp = np.full(workload.n_cols, -1, np.int64)
+        for node in range(first, n, threads):
+            begin, end = workload.node_starts[node], workload.node_starts[node + 1]
+            reads[node] = request_streams.core_requests(
+                workload.indices[begin:end], workload.remote[begin:end], workload.col_owner, cores, n, stamp, node * cores
+            )
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(worker, range(threads)))  # list(): a worker's exception is raised here
+    return reads
+
+
 def sa_opt(
     workload: Workload, network: Network, k: int, cores: int = 64, overhead_seconds: float = 800e-9
 ) -> CommunicationResult:
@@ -103,18 +126,13 @@ def sa_opt(
     overhead per PR, no latency."""
     check_network(workload, network)
     payload = ELEMENT_BYTES * k
-    n, n_cols = workload.nodes, workload.n_cols
+    n = workload.nodes
     read_cap = requests_per_packet(0, network.mtu)
     response_cap = requests_per_packet(payload, network.mtu)
     requests_per_core = np.zeros((n, cores), np.int64)
     pair_bytes = np.zeros((n, n), np.float64)
     packets = requests = 0
-    stamp = np.full(n_cols, -1, np.int64)
-    for node in range(n):  # node by node: a node's cores, requests and owners are its own
-        begin, end = workload.node_starts[node], workload.node_starts[node + 1]
-        reads = request_streams.core_requests(
-            workload.indices[begin:end], workload.remote[begin:end], workload.col_owner, cores, n, stamp, node * cores
-        )
+    for node, reads in enumerate(_core_reads(workload, cores)):
         requests_per_core[node] = reads.sum(axis=1)
         read_packets, response_packets = -(-reads // read_cap), -(-reads // response_cap)
         pair_bytes[node] += (read_packets * PACKET_HEADER_BYTES + reads * REQUEST_HEADER_BYTES).sum(axis=0)

@@ -6,11 +6,13 @@ every scheme reports. The schemes themselves are in :mod:`sparsewire.sim.netspar
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire.cores import node_cores
 from sparsewire.distinct import distinct, distinct_counts
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
@@ -112,13 +114,18 @@ class Workload:
 
     def remote_columns(self) -> tuple[np.ndarray, np.ndarray]:
         """Not collective. ``(offsets, columns)``: node i needs the remote properties ``columns[offsets[i]:offsets[i + 1]]``
-        (distinct, ascending; 32-bit), found node by node so that no array spans all nonzeros."""
+        (distinct, ascending; 32-bit), found node by node so that no array spans all nonzeros, the nodes in threads
+        on this machine's cores (NumPy's masks and sorts release the GIL)."""
         if self._remote_columns is None:
-            parts, offsets = [], np.zeros(self.nodes + 1, np.int64)
-            for node in range(self.nodes):
+
+            def columns_of(node: int) -> np.ndarray:
                 begin, end = self.node_starts[node], self.node_starts[node + 1]
-                parts.append(distinct(self.indices[begin:end][self.remote[begin:end]]).astype(np.int32))
-                offsets[node + 1] = offsets[node] + parts[-1].size
+                return distinct(self.indices[begin:end][self.remote[begin:end]]).astype(np.int32)
+
+            with ThreadPoolExecutor(max(1, min(node_cores(), self.nodes))) as pool:
+                parts = list(pool.map(columns_of, range(self.nodes)))
+            offsets = np.zeros(self.nodes + 1, np.int64)
+            np.cumsum([part.size for part in parts], out=offsets[1:])
             self._remote_columns = (offsets, np.concatenate(parts) if parts else np.zeros(0, np.int32))
         return self._remote_columns
 
@@ -145,11 +152,9 @@ def characterize(workload: Workload, group_size: int = 16, window: int = 64) -> 
     su_transfers = int((workload.n_cols - workload.own_cols()).sum())
     remote_counts = workload.remote_counts()
     sa_transfers = int(remote_counts.sum())
-    starts = np.zeros(workload.nodes + 1, np.int64)
-    np.cumsum(remote_counts, out=starts[1:])
-    owners = workload.col_owner[workload.indices[workload.remote]]  # 32-bit, in nonzero order
-    distinct_per_window, windows = request_streams.unique_destinations_per_window(starts, owners, window)
-    del owners
+    distinct_per_window, windows = request_streams.unique_destinations_per_window(
+        workload.node_starts, workload.indices, workload.remote, workload.col_owner, window
+    )
     offsets, columns = workload.remote_columns()
     shared = 0
     for first in range(0, workload.nodes, group_size):  # a property two or more nodes of the group need

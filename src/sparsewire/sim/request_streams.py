@@ -30,9 +30,14 @@ the responses of missed reads when they pass back (at lookup time + the pair's r
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from numba import njit
 
+from sparsewire.cores import node_cores
+from sparsewire.distinct import sort_in_place
 from sparsewire.sim.heap import heap_pop, heap_push
 
 __all__ = [
@@ -174,67 +179,93 @@ def concatenate(order, points, destinations, times, n_points, n_destinations, de
     return packets
 
 
-@njit(cache=True)
-def property_cache(order, switches, cols, times, fill_delays, n_sets, ways, unbounded, n_cols):
+def property_cache(order, switches, cols, times, fill_delays, n_sets, ways, unbounded, n_cols) -> np.ndarray:
     """Hit (True) or miss of every read at its switch's cache, the reads taken in ``order`` (by switch, then
     time: :func:`order_by`); read ``j`` is ``switches[j]``, ``cols[j]``, ... and its hit is ``hits[j]``.
 
     ``n_sets x ways`` lines per switch, LRU within a set, set = column mod ``n_sets``; with
-    ``unbounded`` every filled column stays. A miss fills its column at ``time + fill_delay``."""
-    n = cols.size
-    hits = np.zeros(n, np.bool_)
-    tags = np.full((max(n_sets, 1), ways), -1, np.int64)
-    used = np.zeros((max(n_sets, 1), ways), np.int64)
-    present = np.full(n_cols if unbounded else 1, -1, np.int64)
+    ``unbounded`` every filled column stays. A miss fills its column at ``time + fill_delay``. The switches'
+    caches share nothing, so runs of one switch's reads go to this node's cores in threads (the compiled
+    kernel releases the GIL), each thread with its own cache arrays: the same hits as one pass."""
+    hits = np.zeros(cols.size, np.bool_)
+    if order.size == 0:
+        return hits
+    ordered_switches = switches[order]
+    bounds = np.concatenate(([0], np.flatnonzero(ordered_switches[1:] != ordered_switches[:-1]) + 1, [order.size]))
+    del ordered_switches
+    runs = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+    runs.sort(key=lambda run: run[0] - run[1])  # the longest first, so that no thread is left with one at the end
+    queue, lock = iter(runs), threading.Lock()
+
+    def next_run():
+        with lock:
+            return next(queue, None)
+
+    def worker() -> None:
+        tags = np.empty((max(n_sets, 1), ways), np.int64)
+        used = np.empty((max(n_sets, 1), ways), np.int64)
+        present = np.full(n_cols if unbounded else 1, -1, np.int64)
+        for start, stop in iter(next_run, None):
+            _switch_cache(
+                order[start:stop], switches, cols, times, fill_delays, n_sets, ways, unbounded, tags, used, present, hits
+            )
+
+    threads = min(node_cores(), len(runs))
+    if threads == 1:
+        worker()
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            for running in [pool.submit(worker) for _ in range(threads)]:
+                running.result()  # a worker's exception is raised here
+    return hits
+
+
+@njit(nogil=True, cache=True)
+def _switch_cache(order, switches, cols, times, fill_delays, n_sets, ways, unbounded, tags, used, present, hits):
+    """:func:`property_cache` for the reads ``order`` of one switch, written to ``hits``; ``tags``, ``used`` and
+    ``present`` are the caller's scratch (reset here, except ``present``, marked by switch)."""
+    n = order.size
+    switch = switches[order[0]]
     keys = np.empty(n + 1, np.int64)
     values = np.empty(n + 1, np.int64)
+    tags[:, :] = -1
+    used[:, :] = 0
     size = 0
-    start = 0
-    while start < n:
-        switch = switches[order[start]]
-        stop = start
-        while stop < n and switches[order[stop]] == switch:
-            stop += 1
-        tags[:, :] = -1
-        used[:, :] = 0
-        size = 0
-        for i in range(start, stop):
-            j = order[i]
-            now = times[j]
-            while size > 0 and keys[0] <= now:
-                fill_time, col, size = heap_pop(keys, values, size)
-                if unbounded:
-                    present[col] = switch
-                    continue
-                row = col % n_sets
-                victim = 0
-                found = False
-                for way in range(ways):
-                    if tags[row, way] == col:
-                        victim = way
-                        found = True
-                        break
-                    if used[row, way] < used[row, victim]:
-                        victim = way
-                if not found:
-                    tags[row, victim] = col
-                used[row, victim] = fill_time + 1
-            col = cols[j]
+    for i in range(n):
+        j = order[i]
+        now = times[j]
+        while size > 0 and keys[0] <= now:
+            fill_time, col, size = heap_pop(keys, values, size)
             if unbounded:
-                hit = present[col] == switch
-            else:
-                row = col % n_sets
-                hit = False
-                for way in range(ways):
-                    if tags[row, way] == col:
-                        hit = True
-                        used[row, way] = now + 1
-                        break
-            hits[j] = hit
-            if not hit:
-                size = heap_push(keys, values, size, now + fill_delays[j], col)
-        start = stop
-    return hits
+                present[col] = switch
+                continue
+            row = col % n_sets
+            victim = 0
+            found = False
+            for way in range(ways):
+                if tags[row, way] == col:
+                    victim = way
+                    found = True
+                    break
+                if used[row, way] < used[row, victim]:
+                    victim = way
+            if not found:
+                tags[row, victim] = col
+            used[row, victim] = fill_time + 1
+        col = cols[j]
+        if unbounded:
+            hit = present[col] == switch
+        else:
+            row = col % n_sets
+            hit = False
+            for way in range(ways):
+                if tags[row, way] == col:
+                    hit = True
+                    used[row, way] = now + 1
+                    break
+        hits[j] = hit
+        if not hit:
+            size = heap_push(keys, values, size, now + fill_delays[j], col)
 
 
 @njit(cache=True)
@@ -256,36 +287,44 @@ def cache_lookups(index, requester, pair, times, node_switch, uplink_cycles, rou
 
 
 @njit(cache=True)
-def unique_destinations_per_window(node_starts, destinations, window):
-    """Average number of distinct destinations in consecutive, non-overlapping windows of
-    ``window`` PRs of each node's stream (a node's last, shorter window counts when it is its
-    only one). Returns (sum of distinct counts, number of windows)."""
+def unique_destinations_per_window(node_starts, cols, remote, col_owner, window):
+    """Average number of distinct destinations in consecutive, non-overlapping windows of ``window`` PRs
+    of each node's SA stream (a node's last, shorter window counts when it is its only one). The stream of
+    node i is the owner ``col_owner[cols[e]]`` of every remote nonzero e (``remote[e]``) in
+    ``node_starts[i]:node_starts[i + 1]``, in order; read in place, with no array of the PRs. Returns (sum of
+    distinct counts, number of windows)."""
     n_nodes = node_starts.size - 1
-    seen = np.full(destinations.max() + 1 if destinations.size else 1, -1, np.int64)
+    seen = np.full(col_owner.max() + 1 if col_owner.size else 1, -1, np.int64)
     total = 0
     windows = 0
     stamp = 0
     for node in range(n_nodes):
-        begin, end = node_starts[node], node_starts[node + 1]
-        length = end - begin
-        if length == 0:
-            continue
-        full = length // window
-        count = full if full > 0 else 1
-        for w in range(count):
-            stamp += 1
-            distinct = 0
-            for i in range(begin + w * window, min(begin + (w + 1) * window, end)):
-                d = destinations[i]
-                if seen[d] != stamp:
-                    seen[d] = stamp
-                    distinct += 1
+        stamp += 1
+        distinct = 0
+        in_window = 0
+        closed = 0
+        for e in range(node_starts[node], node_starts[node + 1]):
+            if not remote[e]:
+                continue
+            d = col_owner[cols[e]]
+            if seen[d] != stamp:
+                seen[d] = stamp
+                distinct += 1
+            in_window += 1
+            if in_window == window:
+                total += distinct
+                windows += 1
+                closed += 1
+                stamp += 1
+                distinct = 0
+                in_window = 0
+        if closed == 0 and in_window > 0:
             total += distinct
             windows += 1
     return total, windows
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)  # nodes go to threads (sparsewire.sim.netsparse_baselines)
 def core_requests(cols, remote, col_owner, cores, n_nodes, stamp, stamp_base):
     """SAOpt's reads of one node (:func:`sparsewire.sim.netsparse_baselines.sa_opt`): nonzero ``e`` of the
     node's ``n`` belongs to core ``e cores // n``; a core reads each remote column once. Returns the reads
@@ -326,7 +365,7 @@ def order_by(groups: np.ndarray, times: np.ndarray) -> np.ndarray:
         key -= low
         return np.argsort(key, kind="stable")
     key = _positioned_keys(groups, times, span, low, position_bits)
-    key.sort()
+    sort_in_place(key)
     key &= (1 << position_bits) - 1
     return key
 
