@@ -174,15 +174,8 @@ def _simulate(workload, args: argparse.Namespace, network, hardware, sweeps: lis
     for) of one workload: the report's parts from ``hardware`` on, and SUOpt's result."""
     from sparsewire.sim import netsparse as ns
 
-    if progress:
-        progress("characterization ...")
-    characterization = ns.characterize(workload, group_size=args.rack)
-    su = ns.su_opt(workload, network, args.k)
-    if progress:
-        progress(f"SAOpt ({args.sa_cores} cores per node) ...")
-    sa = ns.sa_opt(workload, network, args.k, args.sa_cores, args.sa_overhead_ns * 1e-9)
     simulator = ns.NetSparseSimulator(workload, network, args.k, progress)
-    full = simulator.run(ns.Mechanisms(), hardware, "NetSparse")
+    characterization, su, sa, full = ns.headline(simulator, hardware, args.rack, args.sa_cores, args.sa_overhead_ns * 1e-9)
     report = {
         "hardware": {**{key: value for key, value in vars(hardware).items()}, "batch": simulator.batch(hardware)},
         "characterization": characterization,

@@ -115,7 +115,7 @@ def _compact(active, ids, flow_offsets, flow_links, sizes, left):
     return ids[keep].copy(), offsets, links, sizes[keep].copy(), left[keep].copy()
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)  # SAOpt's flows are solved in a second thread (sparsewire.sim.netsparse.headline)
 def _solve(flow_offsets, flow_links, sizes, capacities, tolerance):
     n_total = sizes.size
     finish = np.zeros(n_total, np.float64)

@@ -29,6 +29,7 @@ The SUOpt / SAOpt baselines (sec. 8.1) are in :mod:`sparsewire.sim.netsparse_bas
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -70,6 +71,7 @@ __all__ = [
     "Hardware",
     "CommunicationResult",
     "simulate_netsparse",
+    "headline",
     "su_opt",
     "sa_opt",
     "ablation",
@@ -332,6 +334,29 @@ def simulate_netsparse(
 ) -> CommunicationResult:
     """Not collective. One NetSparse configuration (all mechanisms by default)."""
     return NetSparseSimulator(workload, network, k, progress).run(mechanisms, hardware)
+
+
+def headline(
+    simulator: NetSparseSimulator, hardware: Hardware, group_size: int, sa_cores: int, sa_overhead_seconds: float
+) -> tuple[dict, CommunicationResult, CommunicationResult, CommunicationResult]:
+    """Not collective. The report's head: the characterization (sec. 3, groups of ``group_size`` nodes), SUOpt,
+    SAOpt (sec. 8.1, ``sa_cores`` cores per node) and NetSparse with every mechanism, in that order.
+
+    The characterization and SAOpt read the workload only and share nothing with NetSparse's run, so they run in
+    a second thread while NetSparse runs (their compiled kernels and NumPy's sorts release the GIL): the same
+    results as one after the other. The workload's lazily made node columns are made first, not in both threads."""
+    workload, network, k = simulator.workload, simulator.network, simulator.k
+    workload.remote_columns()
+    workload.remote_counts()
+    su = su_opt(workload, network, k)
+    simulator._say(f"characterization and SAOpt ({sa_cores} cores per node) beside NetSparse ...")
+    with ThreadPoolExecutor(1) as pool:
+        baselines = pool.submit(
+            lambda: (characterize(workload, group_size=group_size), sa_opt(workload, network, k, sa_cores, sa_overhead_seconds))
+        )
+        full = simulator.run(Mechanisms(), hardware, "NetSparse")
+        characterization, sa = baselines.result()
+    return characterization, su, sa, full
 
 
 def ablation(simulator: NetSparseSimulator, su: CommunicationResult, hardware: Hardware = Hardware()) -> list[dict]:
