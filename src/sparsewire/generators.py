@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.aligned import empty_aligned
+from sparsewire.cores import node_cores
 from sparsewire.distinct import pattern_of_keys, sort_in_place
 from sparsewire.errors import InputError
 from sparsewire.sizes import check_fits
@@ -101,7 +102,7 @@ def rmat(scale: int, edge_factor: int, seed: int = 1, abc: tuple[float, float, f
 
     _compiled_quadrants(rng, rows, cols, scale, (a, a + b, a + b + c))
     permutation = rng.permutation(n).astype(index)
-    keys = rmat_bits.permuted_keys(rows, cols, permutation, n)
+    keys = rmat_bits.permuted_keys(rows, cols, permutation, n, node_cores())
     del rows, cols, permutation
     sort_in_place(keys)
     indptr, indices = rmat_bits.pattern_of_sorted_keys(keys, n, n)
@@ -117,7 +118,6 @@ def _compiled_quadrants(rng: np.random.Generator, rows: np.ndarray, cols: np.nda
     the cache (a bit's pass over a whole chunk moved 64 MB through memory each time), and the chunks, which
     share nothing, go to this node's cores in threads (NumPy's draws and the compiled step release the
     GIL). ``rng`` ends past every draw."""
-    from sparsewire.cores import node_cores
     from sparsewire.rmat_bits import add_quadrant_bits
 
     n_edges = rows.size
