@@ -148,6 +148,7 @@ def test_rmat_compiled_path_makes_the_numpy_paths_matrix(monkeypatch, seed):
     monkeypatch.setattr(generators, "COMPILED_FROM_EDGES", 1 << 40)
     numpy_path = generators.rmat(10, 5, seed)
     monkeypatch.setattr(generators, "COMPILED_FROM_EDGES", 0)
+    monkeypatch.setattr(generators, "node_cores", lambda: 3)  # chunks and permuted keys over three threads, unevenly
     compiled = generators.rmat(10, 5, seed)
     assert numpy_path.nnz > 4000
     for field in ("indptr", "indices", "data"):

@@ -551,3 +551,8 @@ def test_order_by_group_then_time_is_lexsorts_order(rng):
         times = rng.integers(-(high // 2), high, 3000)  # few distinct values at high = 5: many ties
         assert np.array_equal(_order_by(groups, times), np.lexsort((times, groups))), high
     assert _order_by(np.zeros(0, np.int64), np.zeros(0, np.int64)).size == 0
+    # keys mostly in order already (grouped, times rising with a few late ones and ties): the run-adaptive sort
+    for late in (0.0, 0.05, 0.3, 0.6):
+        groups = np.repeat(np.arange(6), rng.integers(0, 800, 6))
+        times = np.arange(groups.size) // 3 + rng.integers(0, 50, groups.size) * (rng.random(groups.size) < late)
+        assert np.array_equal(_order_by(groups, times), np.lexsort((times, groups))), late

@@ -180,7 +180,7 @@ def concatenate(order, points, destinations, times, n_points, n_destinations, de
 
 
 def property_cache(order, switches, cols, times, fill_delays, n_sets, ways, unbounded, n_cols) -> np.ndarray:
-    """Hit (True) or miss of every read at its switch's cache, the reads taken in ``order`` (by switch, then
+    """Not collective. Hit (True) or miss of every read at its switch's cache, the reads taken in ``order`` (by switch, then
     time: :func:`order_by`); read ``j`` is ``switches[j]``, ``cols[j]``, ... and its hit is ``hits[j]``.
 
     ``n_sets x ways`` lines per switch, LRU within a set, set = column mod ``n_sets``; with
