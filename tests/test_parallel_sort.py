@@ -78,3 +78,28 @@ def test_distinct_through_the_split_sort_equals_numpys_unique(monkeypatch, rng):
     assert np.array_equal(distinct_module.distinct(values), expected)
     found, found_counts = distinct_module.distinct_counts(values)
     assert np.array_equal(found, expected) and np.array_equal(found_counts, counts)
+
+
+def test_workers_take_every_item_once_and_a_workers_error_reaches_the_caller():
+    """cores.in_turn hands each item to exactly one of the threads that on_threads starts; an exception in a
+    worker is raised in the caller."""
+    import threading
+
+    from sparsewire.cores import in_turn, on_threads
+
+    for threads in (1, 3):
+        take, taken, lock = in_turn(range(500)), [], threading.Lock()
+
+        def worker(take=take, taken=taken, lock=lock):
+            for item in iter(take, None):
+                with lock:
+                    taken.append(item)
+
+        on_threads(worker, threads)
+        assert sorted(taken) == list(range(500)), threads
+
+    def failing():
+        raise ValueError("worker failed")
+
+    with pytest.raises(ValueError, match="worker failed"):
+        on_threads(failing, 2)

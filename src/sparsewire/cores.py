@@ -4,10 +4,13 @@ the mode choice ask it before any kernel is needed)."""
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from sparsewire.errors import InputError
 
-__all__ = ["NODE_CORES_VARIABLE", "node_cores", "default_threads"]
+__all__ = ["NODE_CORES_VARIABLE", "node_cores", "default_threads", "in_turn", "on_threads"]
 
 #: Environment variable that says how many cores a rank's node has, where fewer than the process
 #: may run on: the emulated cluster sets it, since its nodes share one machine's cores.
@@ -37,3 +40,26 @@ def node_cores() -> int:
 def default_threads(ranks_on_node: int) -> int:
     """Not collective. ``node cores / ranks on this node``, at least 1 (:func:`node_cores`)."""
     return max(1, node_cores() // max(1, ranks_on_node))
+
+
+def in_turn(items: Iterable) -> Callable[[], object]:
+    """Not collective. A function that hands ``items`` out one at a time to whichever thread calls it, then ``None``:
+    workers that take the next item when done balance uneven items by themselves."""
+    queue, lock = iter(items), threading.Lock()
+
+    def take():
+        with lock:
+            return next(queue, None)
+
+    return take
+
+
+def on_threads(worker: Callable[[], None], threads: int) -> None:
+    """Not collective. ``worker()`` on ``threads`` threads at once (on the caller's alone when ``threads`` is 1);
+    returns when all have, raising the first worker's exception here."""
+    if threads <= 1:
+        worker()
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        for running in [pool.submit(worker) for _ in range(threads)]:
+            running.result()

@@ -9,12 +9,11 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from sparsewire.cores import node_cores
+from sparsewire.cores import in_turn, node_cores, on_threads
 from sparsewire.sim import request_streams
 from sparsewire.sim.netsparse_workload import Hardware, Mechanisms, Workload
 
@@ -48,12 +47,8 @@ def issue_reads(
     per_node: list = [None] * n
     # A node's reads depend on its own nonzeros only (the scratch is marked per node), so the nodes go to
     # this machine's cores in threads (the compiled kernel releases the GIL) with the same result.
-    queue, done, lock = iter(range(n)), itertools.count(1), threading.Lock()
+    next_node, done, lock = in_turn(range(n)), itertools.count(1), threading.Lock()
     started = time.perf_counter()
-
-    def next_node() -> int | None:
-        with lock:
-            return next(queue, None)
 
     def issue_nodes() -> None:
         # A worker's own scratch: one row per column, and buffers for the busiest node's reads (kept as
@@ -82,13 +77,7 @@ def issue_reads(
             if finished % 32 == 0 or finished == n:
                 say(f"  requests: {finished}/{n} nodes of {total:,} remote nonzeros ({time.perf_counter() - started:.1f} s)")
 
-    threads = max(1, min(node_cores(), n))
-    if threads == 1:
-        issue_nodes()
-    else:
-        with ThreadPoolExecutor(threads) as pool:
-            for worker in [pool.submit(issue_nodes) for _ in range(threads)]:
-                worker.result()  # a worker's exception is raised here
+    on_threads(issue_nodes, min(node_cores(), n))
     counts = np.array([len(part[0]) for part in per_node], np.int64)
     filtered = int(sum(part[3] for part in per_node))
     coalesced = int(sum(part[4] for part in per_node))

@@ -30,13 +30,10 @@ the responses of missed reads when they pass back (at lookup time + the pair's r
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 from numba import njit
 
-from sparsewire.cores import node_cores
+from sparsewire.cores import in_turn, node_cores, on_threads
 from sparsewire.distinct import sort_in_place
 from sparsewire.sim.heap import heap_pop, heap_push
 
@@ -195,11 +192,7 @@ def property_cache(order, switches, cols, times, fill_delays, n_sets, ways, unbo
     del ordered_switches
     runs = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
     runs.sort(key=lambda run: run[0] - run[1])  # the longest first, so that no thread is left with one at the end
-    queue, lock = iter(runs), threading.Lock()
-
-    def next_run():
-        with lock:
-            return next(queue, None)
+    next_run = in_turn(runs)
 
     def worker() -> None:
         tags = np.empty((max(n_sets, 1), ways), np.int64)
@@ -210,13 +203,7 @@ def property_cache(order, switches, cols, times, fill_delays, n_sets, ways, unbo
                 order[start:stop], switches, cols, times, fill_delays, n_sets, ways, unbounded, tags, used, present, hits
             )
 
-    threads = min(node_cores(), len(runs))
-    if threads == 1:
-        worker()
-    else:
-        with ThreadPoolExecutor(threads) as pool:
-            for running in [pool.submit(worker) for _ in range(threads)]:
-                running.result()  # a worker's exception is raised here
+    on_threads(worker, min(node_cores(), len(runs)))
     return hits
 
 
