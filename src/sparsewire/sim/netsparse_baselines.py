@@ -10,11 +10,9 @@ network latency: ``T = max(network time, max over cores of PRs * overhead)``.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
-from sparsewire.cores import node_cores
+from sparsewire.cores import in_turn, node_cores, on_threads
 from sparsewire.errors import InputError
 from sparsewire.sim import request_streams
 from sparsewire.sim.flows import solve_max_min
@@ -104,18 +102,17 @@ def _core_reads(workload: Workload, cores: int) -> list[np.ndarray]:
     are its own, so the nodes go to this machine's cores in threads, each with its own column stamps."""
     n = workload.nodes
     reads: list = [None] * n
-    threads = max(1, min(node_cores(), n))
+    next_node = in_turn(range(n))
 
-    def worker(first: int) -> None:
+    def worker() -> None:
         stamp = np.full(workload.n_cols, -1, np.int64)
-        for node in range(first, n, threads):
+        for node in iter(next_node, None):
             begin, end = workload.node_starts[node], workload.node_starts[node + 1]
             reads[node] = request_streams.core_requests(
                 workload.indices[begin:end], workload.remote[begin:end], workload.col_owner, cores, n, stamp, node * cores
             )
 
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(worker, range(threads)))  # list(): a worker's exception is raised here
+    on_threads(worker, min(node_cores(), n))
     return reads
 
 
