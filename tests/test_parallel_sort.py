@@ -103,3 +103,13 @@ def test_workers_take_every_item_once_and_a_workers_error_reaches_the_caller():
 
     with pytest.raises(ValueError, match="worker failed"):
         on_threads(failing, 2)
+
+
+def test_map_on_threads_keeps_the_order_of_the_items_and_raises_a_workers_error():
+    from sparsewire.cores import map_on_threads
+
+    for threads in (1, 2, 5):
+        assert map_on_threads(lambda item: item * item, range(40), threads) == [item * item for item in range(40)]
+    assert map_on_threads(abs, [], 3) == []
+    with pytest.raises(ZeroDivisionError):
+        map_on_threads(lambda item: 1 // item, [3, 0, 2], 2)

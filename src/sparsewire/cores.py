@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from sparsewire.errors import InputError
 
-__all__ = ["NODE_CORES_VARIABLE", "node_cores", "default_threads", "in_turn", "on_threads"]
+__all__ = ["NODE_CORES_VARIABLE", "node_cores", "default_threads", "in_turn", "on_threads", "map_on_threads"]
 
 #: Environment variable that says how many cores a rank's node has, where fewer than the process
 #: may run on: the emulated cluster sets it, since its nodes share one machine's cores.
@@ -63,3 +63,12 @@ def on_threads(worker: Callable[[], None], threads: int) -> None:
     with ThreadPoolExecutor(threads) as pool:
         for running in [pool.submit(worker) for _ in range(threads)]:
             running.result()
+
+
+def map_on_threads(function: Callable, items: Sequence, threads: int) -> list:
+    """Not collective. ``[function(item) for item in items]`` with the items spread over ``threads`` threads (in the
+    caller's alone when ``threads`` is 1 or there is one item); raises the first exception here."""
+    if threads <= 1 or len(items) <= 1:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(min(threads, len(items))) as pool:
+        return list(pool.map(function, items))

@@ -21,8 +21,8 @@ PARALLEL_SORT_FROM = 1 << 22
 
 def sort_in_place(values: np.ndarray) -> None:
     """Not collective. ``values.sort()`` (1-D): on all of this node's cores (:func:`sparsewire.cores.node_cores`) from
-    :data:`PARALLEL_SORT_FROM` keys (:func:`sparsewire.parallel_sort.split_sort`; 1.7x faster on 2 cores at 100M
-    keys), else NumPy's sort on one."""
+    :data:`PARALLEL_SORT_FROM` keys (:func:`sparsewire.parallel_sort.split_sort`; 100M random int64 keys on 2 cores:
+    4.2 s against NumPy's 7.7 s, one script timing both), else NumPy's sort on one."""
     if values.size >= PARALLEL_SORT_FROM and np.issubdtype(values.dtype, np.integer):
         from sparsewire.cores import node_cores
 

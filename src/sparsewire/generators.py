@@ -21,13 +21,11 @@ with integer data are exact.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.aligned import empty_aligned
-from sparsewire.cores import node_cores
+from sparsewire.cores import map_on_threads, node_cores
 from sparsewire.distinct import pattern_of_keys, sort_in_place
 from sparsewire.errors import InputError
 from sparsewire.sizes import check_fits
@@ -140,14 +138,7 @@ def _compiled_quadrants(rng: np.random.Generator, rows: np.ndarray, cols: np.nda
                 stream.random(out=draw[: last - first])
                 add_quadrant_bits(draw[: last - first], rows[first:last], cols[first:last], scale - 1 - position, *thresholds)
 
-    starts = range(0, n_edges, chunk)
-    threads = min(node_cores(), len(starts))
-    if threads > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(chunk_bits, starts))  # list(): a worker's exception is raised here
-    else:
-        for start in starts:
-            chunk_bits(start)
+    map_on_threads(chunk_bits, range(0, n_edges, chunk), node_cores())
     rng.bit_generator.advance(scale * n_edges)
 
 

@@ -6,10 +6,10 @@ parts that follow need no merge. In a module of its own so that Numba is loaded 
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 from numba import njit
+
+from sparsewire.cores import map_on_threads
 
 __all__ = ["split_sort"]
 
@@ -58,11 +58,10 @@ def split_sort(keys: np.ndarray, threads: int) -> None:
         keys.sort()
         return
     parts = [keys]
-    with ThreadPoolExecutor(threads) as pool:
-        while len(parts) < threads:
-            splits = list(pool.map(lambda part: _halves(part) if part.size >= 2 * SAMPLE_PER_PART else [part], parts))
-            new_parts = [piece for pieces in splits for piece in pieces]
-            if len(new_parts) == len(parts):
-                break
-            parts = new_parts
-        list(pool.map(np.ndarray.sort, parts))  # list(): a worker's exception is raised here
+    while len(parts) < threads:
+        splits = map_on_threads(lambda part: _halves(part) if part.size >= 2 * SAMPLE_PER_PART else [part], parts, threads)
+        new_parts = [piece for pieces in splits for piece in pieces]
+        if len(new_parts) == len(parts):
+            break
+        parts = new_parts
+    map_on_threads(np.ndarray.sort, parts, threads)

@@ -4,11 +4,10 @@ the permuted edge keys, and the CSR pattern of the sorted keys."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 from numba import njit
 
+from sparsewire.cores import map_on_threads
 from sparsewire.distinct import csr_index_type
 
 __all__ = ["add_quadrant_bits", "permuted_keys", "pattern_of_sorted_keys"]
@@ -48,11 +47,7 @@ def permuted_keys(rows: np.ndarray, cols: np.ndarray, permutation: np.ndarray, n
         first, last = cuts[part], cuts[part + 1]
         _permuted_keys_into(rows[first:last], cols[first:last], permutation, n, keys[first:last])
 
-    if threads < 2:
-        fill(0)
-    else:
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(fill, range(threads)))  # list(): a worker's exception is raised here
+    map_on_threads(fill, range(max(1, threads)), threads)
     return keys
 
 

@@ -6,13 +6,12 @@ every scheme reports. The schemes themselves are in :mod:`sparsewire.sim.netspar
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.cores import node_cores
+from sparsewire.cores import map_on_threads, node_cores
 from sparsewire.distinct import distinct, distinct_counts
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
@@ -100,8 +99,7 @@ class Workload:
             begin, end = node_starts[node], node_starts[node + 1]
             np.not_equal(col_owner[indices[begin:end]], node, out=remote[begin:end])
 
-        with ThreadPoolExecutor(max(1, min(node_cores(), nodes))) as pool:
-            list(pool.map(mark, range(nodes)))
+        map_on_threads(mark, range(nodes), node_cores())
         return cls(indices, int(n_cols), nodes, rows, col_owner, node_starts, remote)
 
     def own_cols(self) -> np.ndarray:
@@ -126,8 +124,7 @@ class Workload:
                 begin, end = self.node_starts[node], self.node_starts[node + 1]
                 return distinct(self.indices[begin:end][self.remote[begin:end]]).astype(np.int32)
 
-            with ThreadPoolExecutor(max(1, min(node_cores(), self.nodes))) as pool:
-                parts = list(pool.map(columns_of, range(self.nodes)))
+            parts = map_on_threads(columns_of, range(self.nodes), node_cores())
             offsets = np.zeros(self.nodes + 1, np.int64)
             np.cumsum([part.size for part in parts], out=offsets[1:])
             self._remote_columns = (offsets, np.concatenate(parts) if parts else np.zeros(0, np.int32))
