@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sparsewire.errors import InputError
 
-__all__ = ["NODE_CORES_VARIABLE", "node_cores", "default_threads", "in_turn", "on_threads", "map_on_threads"]
+__all__ = ["NODE_CORES_VARIABLE", "node_cores", "default_threads", "oversubscribed", "in_turn", "on_threads", "map_on_threads"]
 
 #: Environment variable that says how many cores a rank's node has, where fewer than the process
 #: may run on: the emulated cluster sets it, since its nodes share one machine's cores.
@@ -40,6 +40,12 @@ def node_cores() -> int:
 def default_threads(ranks_on_node: int) -> int:
     """Not collective. ``node cores / ranks on this node``, at least 1 (:func:`node_cores`)."""
     return max(1, node_cores() // max(1, ranks_on_node))
+
+
+def oversubscribed(ranks_on_node: int, threads: int) -> bool:
+    """Not collective. Whether ``ranks_on_node`` ranks of ``threads`` threads each need more cores than the node has
+    (:func:`node_cores`): then what waits must not spin (idle OpenMP threads sleep, MPI waits yield the core)."""
+    return ranks_on_node * threads > node_cores()
 
 
 def in_turn(items: Iterable) -> Callable[[], object]:

@@ -43,6 +43,7 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, node_ids
 from sparsewire.comm.watchdog import Watchdog
+from sparsewire.cores import default_threads, oversubscribed
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import BufferNeeds, build_buffers
 from sparsewire.exec.codecs import parse_compress
@@ -124,8 +125,6 @@ class SpmmExecutor:
         sharing = int((self._nodes == self._nodes[comm.Get_rank()]).sum())
         threads = options.threads
         if threads is None:
-            from sparsewire.cores import default_threads
-
             threads = default_threads(sharing)
         if mode.partitions_per_thread:
             if threads > 1 and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
@@ -166,6 +165,7 @@ class SpmmExecutor:
         )
         self.ledger = ByteLedger(plan.rank, plan.n_ranks, self.dtype.itemsize)
         self.transport = transport_class(self.comm, self.buffers, self.ledger)
+        self.transport.yield_while_waiting = oversubscribed(sharing, self.threads)
         this = weakref.ref(self)  # the watchdog must not keep a dropped executor alive
         self.watchdog = Watchdog(self.options.wait_timeout, lambda: this().describe_wait() if this() else "(plan closed)")
         self.ledger.on_arrival = self.watchdog.progress

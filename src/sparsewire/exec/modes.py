@@ -85,7 +85,6 @@ def choose_mode(k: int, node_ranks: int, threads: int) -> str:
     above; oversubscribed (4 ranks on 2 cores), ``overlap`` 0.99 and ``early`` 1.77 (its
     ``MPI_Waitany`` polling takes the cores other ranks need). So ``early`` for k <= 16 when the
     cores suffice, else ``overlap``."""
-    from sparsewire.cores import default_threads
+    from sparsewire.cores import oversubscribed
 
-    within_cores = node_ranks * threads <= default_threads(1)
-    return Mode.EARLY.value if within_cores and k <= 16 else Mode.OVERLAP.value
+    return Mode.EARLY.value if not oversubscribed(node_ranks, threads) and k <= 16 else Mode.OVERLAP.value

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.cores import default_threads  # re-exported: the kernels size their pools by it
+from sparsewire.cores import default_threads, oversubscribed  # default_threads re-exported: the kernels size their pools by it
 from sparsewire.errors import InputError
 
 __all__ = [
@@ -59,7 +59,7 @@ def set_threads(threads: int, ranks_on_node: int = 1) -> None:
     """
     import numba
 
-    if threads * ranks_on_node > default_threads(1):
+    if oversubscribed(ranks_on_node, threads):
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if threads < 1:
         raise InputError(f"threads must be at least 1 (got {threads})")

@@ -107,6 +107,9 @@ class Transport(abc.ABC):
 
     def __init__(self, buffers: Buffers, ledger: ByteLedger) -> None:
         self.buffers, self.ledger = buffers, ledger
+        #: Set by the executor where its node is oversubscribed (:func:`sparsewire.cores.oversubscribed`): a
+        #: transport whose waits poll gives the core away between polls (``sched_yield``) instead of spinning.
+        self.yield_while_waiting = False
 
     @abc.abstractmethod
     def post_receives(self, ex: ExchangeBuffers) -> None:
