@@ -27,7 +27,7 @@ from sparsewire.options import ExecOptions, exec_options
 from sparsewire.plan.auto_strategy import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
 from sparsewire.plan.plan import RankPlan, check_key_space
 from sparsewire.plan.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
-from sparsewire.plan.stats import PlanStats, predicted_seconds
+from sparsewire.plan.stats import PlanStats, predicted_communication_seconds, predicted_local_seconds
 from sparsewire.plan.transpose import send_keys_collective, transpose_rank_plan
 from sparsewire.report import format_bytes
 from sparsewire.topology import Topology
@@ -89,10 +89,8 @@ def plan_spmm(
         dtype: numpy.float32 or numpy.float64.
         options: how the plan is made and run (:class:`~sparsewire.options.ExecOptions`).
         strategy: ``auto`` (default) or one of block, column, row, joint (and with a grouped topology
-            column-hier, joint-hier, joint-group). ``auto`` plans every candidate
-            (:func:`~sparsewire.plan.auto_strategy.candidate_strategies`) and keeps the least
-            predicted communication time ``T = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)``
-            under ``topology`` (flat, one link class, when None); ties go to fewer bytes.
+            column-hier, joint-hier, joint-group). ``auto`` plans every candidate and keeps the least predicted
+            time under ``topology`` (:func:`~sparsewire.plan.auto_strategy.choose_strategy`); ties go to fewer bytes.
         topology: the cluster model (:class:`~sparsewire.topology.Topology`); None = flat.
         mode: executor mode (bulk, overlap, pipelined, early, partitioned) or None/``auto``
             (:func:`~sparsewire.exec.modes.choose_mode`).
@@ -241,10 +239,9 @@ class SpmmPlan:
             ``C_p = sum_j A[rows_p, j] B[j, :]`` for this rank's rows p.
 
         Raises:
-            PlanMismatchError for a wrong shape or dtype (a complex B, values that are not
-            numbers) or a closed plan. On a job of several ranks
-            the other ranks may already wait for this rank's messages, so there the error
-            aborts the job with its message instead (it never hangs).
+            PlanMismatchError for a wrong shape or dtype (a complex B, values that are not numbers) or a
+            closed plan. On a job of several ranks the other ranks may already wait for this rank's
+            messages, so there the error aborts the job with its message instead (it never hangs).
         """
         try:
             return self.executor.multiply(b_local, out)
@@ -255,10 +252,15 @@ class SpmmPlan:
 
     @property
     def predicted_seconds(self) -> float:
-        """Not collective. Predicted communication time per multiply in the form of the plan's mode and
-        transport (its steps on the links together or one after the other; :func:`~sparsewire.plan.stats.predicted_seconds`)."""
+        """Not collective. Predicted time per multiply, communication in the form of the plan's mode and transport
+        (its steps on the links together or one after the other) plus local work (:mod:`sparsewire.plan.cost`)."""
+        return self.predicted_communication_seconds + predicted_local_seconds(self.stats)
+
+    @property
+    def predicted_communication_seconds(self) -> float:
+        """Not collective. The communication part of :attr:`predicted_seconds`."""
         together = self.options.mode.steps_together and self.executor.transport.sends_message_by_message
-        return predicted_seconds(self.stats, steps_together=together)
+        return predicted_communication_seconds(self.stats, steps_together=together)
 
     @property
     def transfer_rule(self):
@@ -347,15 +349,15 @@ class SpmmPlan:
             self.choice.reason(),
         ]
         if self.choice.requested == "auto" and len(self.choice.candidates) > 1:
-            parts = ", ".join(
-                f"{name} {s * 1e6:.2f} us / {format_bytes(b)}"
-                for name, (s, b) in sorted(self.choice.candidates.items(), key=lambda x: x[1])
-            )
+            ranked = sorted(self.choice.candidates.items(), key=lambda x: x[1])
+            parts = ", ".join(f"{name} {s * 1e6:.2f} us / {format_bytes(b)}" for name, (s, b) in ranked)
             lines.append(f"candidates (predicted time / bytes): {parts}")
-        lines += stats.describe_lines()
-        lines.append(
-            f"predicted communication time {self.predicted_seconds * 1e6:.2f} us per multiply under {stats.topology.name}"
-        )
+        local = predicted_local_seconds(stats)
+        lines += stats.describe_lines() + [
+            f"predicted time {self.predicted_seconds * 1e6:.2f} us per multiply under {stats.topology.name}: communication "
+            f"{self.predicted_communication_seconds * 1e6:.2f} us"
+            + (f", local work {local * 1e6:.2f} us" if local else " (local work unknown: no measured local rates)")
+        ]
         return "\n".join(lines)
 
     @collective_errors
@@ -431,19 +433,16 @@ def spmm(matrix: DistributedMatrix, b_local: np.ndarray, out: np.ndarray | None 
     b_local = np.asarray(b_local)
     dtype = b_local.dtype if b_local.dtype in (np.dtype(np.float32), np.dtype(np.float64)) else np.dtype(np.float64)
     key = (b_local.shape[1] if b_local.ndim == 2 else -1, dtype.name)
-    # One small allgather per call: a rank with another k or dtype would otherwise plan while the
-    # others multiply (a hang). Code that needs every microsecond keeps a plan from spmm_plan.
+    # One small allgather per call: a rank with another k or dtype would otherwise plan while the others
+    # multiply (a hang). Code that needs every microsecond keeps a plan from spmm_plan.
     keys = matrix.comm.allgather(key)
     problem = None
     if key[0] < 1:
         problem = f"rank {matrix.comm.Get_rank()}: b_local must be a 2-D array (rows, k); got shape {b_local.shape}"
     elif len(set(keys)) != 1:
-        problem = (
-            f"the ranks passed B blocks of different widths or types {sorted(set(keys))}; every rank passes the same k and dtype"
-        )
+        problem = f"the ranks passed B blocks of other widths or types {sorted(set(keys))}; pass the same k and dtype"
     agree_on_error(matrix.comm, problem)
-    # Kept on the matrix: matrix and plans are collected together (a weak-keyed cache whose plans
-    # point back at their matrix never let either go).
+    # Kept on the matrix: both are collected together (a weak-keyed cache's plans pointing back never let go).
     plans = matrix.__dict__.setdefault("_spmm_plans", {})
     if key not in plans:
         plans[key] = plan_spmm(matrix, key[0], dtype)

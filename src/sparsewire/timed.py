@@ -2,9 +2,9 @@
 time between a barrier and the slowest rank's finish.
 
 Every command and bench that reports a time measures it here, one way: ``warmup`` untimed steps
-(first touch of buffers, MPI connections), then per repetition ``Barrier``, ``Wtime``, the step,
+(first touch of buffers, MPI connections), then per repetition a barrier, ``Wtime``, the step,
 ``finish`` (what makes an asynchronous step done: ``torch.cuda.synchronize`` on a GPU), and the
-maximum over the ranks of the elapsed time (``MPI_Allreduce(MAX)``), as PETSc's ``-log_view``
+maximum over the ranks of the elapsed time (``MPI_Iallreduce(MAX)``), as PETSc's ``-log_view``
 reports an event's Max. The report keeps every repetition's time. The barrier and the maximum
 are bounded by a :class:`~sparsewire.comm.watchdog.Watchdog` (``wait_timeout``), as the
 executor's multiplies are: a peer cut off between two repetitions ends the job, not hangs it.
@@ -12,9 +12,12 @@ executor's multiplies are: a peer cut off between two repetitions ends the job, 
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT, Watchdog
 
@@ -58,12 +61,20 @@ def timed_run(
     finish: Callable[[], None] | None = None,
     before: Callable[[], None] | None = None,
     wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+    yielding: bool = False,
 ) -> TimedRun:
     """Collective (every rank of ``comm`` calls it with the same ``repeat`` and ``warmup``). Run
     ``step`` ``warmup`` times untimed, then ``repeat`` times timed as the module docstring says;
     ``before`` runs before each timed repetition's barrier (outside the timing); the barrier and
-    the maximum each end the job after ``wait_timeout`` seconds (module docstring)."""
+    the maximum each end the job after ``wait_timeout`` seconds (module docstring). ``yielding``
+    (where the node is oversubscribed): the barrier and the maximum give the core away between
+    polls, so a rank done early does not spin on the core a slower rank's step needs."""
     from mpi4py import MPI
+
+    def wait(request) -> None:
+        while yielding and not request.Test():
+            os.sched_yield()
+        request.Wait()
 
     run = TimedRun()
     where = ["before the first repetition"]
@@ -75,7 +86,7 @@ def timed_run(
             before()
         where[0] = f"barrier of repetition {repetition}"
         guard.arm()
-        comm.Barrier()
+        wait(comm.Ibarrier())
         guard.disarm()
         started = MPI.Wtime()
         run.result = step()
@@ -84,7 +95,9 @@ def timed_run(
         elapsed = MPI.Wtime() - started
         where[0] = f"maximum over the ranks of repetition {repetition}"
         guard.arm()
-        run.seconds.append(comm.allreduce(elapsed, op=MPI.MAX))
+        slowest = np.array(elapsed)
+        wait(comm.Iallreduce(MPI.IN_PLACE, slowest, op=MPI.MAX))
+        run.seconds.append(float(slowest))
         guard.disarm()
     return run
 
@@ -103,6 +116,7 @@ def time_plan(plan, b_local, out, repeat: int, *, warmup: int = 1) -> TimedRun:
 
     options = getattr(plan, "options", None)
     timeout = getattr(options, "wait_timeout", DEFAULT_WAIT_TIMEOUT)
-    return timed_run(
-        plan.comm, lambda: plan.multiply(b_local, out=out), repeat, warmup=warmup, finish=finish, wait_timeout=timeout
-    )
+    executor = getattr(plan, "executor", plan)
+    yielding = bool(getattr(getattr(executor, "transport", None), "yield_while_waiting", False))
+    multiply = lambda: plan.multiply(b_local, out=out)  # noqa: E731
+    return timed_run(plan.comm, multiply, repeat, warmup=warmup, finish=finish, wait_timeout=timeout, yielding=yielding)

@@ -85,12 +85,17 @@ class Topology:
     """Levels of groups, innermost first; the last level spans all ranks.
 
     ``rank_groups`` (from :meth:`from_mpi`) fixes the level-0 group of every rank explicitly
-    instead of consecutive blocks of ``levels[0].group_size``.
+    instead of consecutive blocks of ``levels[0].group_size``. ``local_rate``: nonzero-columns per second
+    of the executor's CSR kernel on each rank, and ``copy_rate``: bytes per second one rank copies, each
+    while every rank of the job does the same (measured by ``calibrate --network``; None: unknown, and
+    predictions count communication only, :func:`~sparsewire.plan.cost.predicted_seconds`).
     """
 
     name: str
     levels: tuple[Level, ...]
     rank_groups: tuple[int, ...] | None = None
+    local_rate: float | None = None
+    copy_rate: float | None = None
 
     def __post_init__(self) -> None:
         if not self.levels or self.levels[-1].group_size is not None:
@@ -131,7 +136,8 @@ class Topology:
         (:func:`sparsewire.calibration.network.measure_network`): its measured link classes (overhead
         0; the inter-node one ``shared`` by a node's ranks at the one-pair bandwidth, the node's link),
         groups of its ``group_size`` (or exactly its ``rank_groups`` when those are not
-        consecutive blocks, which then fixes the rank count).
+        consecutive blocks, which then fixes the rank count), and the local rates of its ``local`` entry
+        where it has one.
 
         Raises:
             InputError naming the field when the record lacks what a topology needs.
@@ -153,17 +159,22 @@ class Topology:
                 return LinkClass(label, float(bandwidth), float(latency), 0.0, shared=shared)
 
             intra = measured("intra_node", "measured intra-node", False) if "intra_node" in links_measured else _SHARED_MEMORY
+            rates = [record.get("local", {}).get(f) for f in ("nonzero_columns_per_second", "copy_bytes_per_second")]
+            for field, rate in zip(("nonzero_columns_per_second", "copy_bytes_per_second"), rates):  # absent in older records
+                number = isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate)
+                if rate is not None and not (number and rate > 0):
+                    raise ValueError(f"local.{field} = {rate!r}, not a finite number > 0")
             if "inter_node" not in links_measured:
-                return cls(name, (Level("machine", None, intra),))
+                return cls(name, (Level("machine", None, intra),), None, *rates)
             inter = measured("inter_node", "measured inter-node", True)
-        except (KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
             problem = f"has {error}" if isinstance(error, ValueError) else f"lacks {error}"
             raise InputError(
                 f"network calibration {name!r} {problem}; write it again with 'mpiexec -n P sparsewire calibrate --network'"
             ) from None
         blocks = groups == [rank // size for rank in range(len(groups))]
         levels = (Level("node", size, intra), Level("cluster", None, inter))
-        return cls(name, levels, None if blocks else tuple(groups))
+        return cls(name, levels, None if blocks else tuple(groups), *rates)
 
     def groups(self, n_ranks: int) -> np.ndarray:
         """Not collective. Level-0 group id of each of ``n_ranks`` ranks (ids 0, 1, ... in order of first rank)."""

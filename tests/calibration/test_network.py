@@ -16,7 +16,8 @@ from sparsewire.emulation.cluster import EmulatedCluster, unavailable_reason
 from sparsewire.errors import InputError
 from sparsewire.io import load_matrix
 from sparsewire.partition import partition
-from sparsewire.plan.stats import predicted_seconds, strategy_stats
+from sparsewire.plan import build_plan, plan_stats
+from sparsewire.plan.stats import predicted_communication_seconds, predicted_local_seconds, predicted_seconds, strategy_stats
 from sparsewire.topology import parse_topology
 
 TCP_PAYLOAD = 0.956  # the share of a link's bits that is TCP payload at MTU 1500 (shared/research/emulated-cluster)
@@ -66,6 +67,45 @@ def test_a_measured_record_reloads_as_the_topology_that_prices_the_plan(tmp_path
         parse_topology(str(path)).groups(8)
 
 
+def test_measured_local_rates_add_the_busiest_ranks_work_to_the_prediction(tmp_path, rng):
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(_record([0, 0, 1, 1])))
+    without = parse_topology(str(path))
+    record = _record([0, 0, 1, 1])
+    record["local"] = {"nonzero_columns_per_second": 2e9, "copy_bytes_per_second": 4e9}
+    path.write_text(json.dumps(record))
+    topology = parse_topology(str(path))
+    assert (topology.local_rate, topology.copy_rate, without.local_rate, without.copy_rate) == (2e9, 4e9, None, None)
+    # Hand-made: ranks own rows/columns 0-1 and 2-3 of a 4 x 4 with 5 nonzeros, nodes:1 grouping.
+    #   rank 0: rows (0, 0), (0, 2), (1, 3); rank 1: rows (2, 2), (3, 0). column: rank 0 needs B rows 2 and 3
+    #   (2 rows in), rank 1 needs row 0 (1 row in). Operator entries: rank 0 3 + 1 copied out = 4, rank 1 2 + 2 = 4.
+    import scipy.sparse as sp
+
+    from sparsewire.partition import even_rows
+
+    matrix = sp.csr_array(([1.0, 2.0, 3.0, 4.0, 5.0], ([0, 0, 1, 2, 3], [0, 2, 3, 2, 0])), shape=(4, 4))
+    parts = even_rows(4, 2)
+    stats = strategy_stats(matrix, parts, parts, "column", 8, 8, topology)
+    assert stats.rank_entries.tolist() == [4, 4]
+    # rank 0 sends 1 row and receives 2 (x 8 columns x 8 bytes): (1 + 2) * 64 bytes, copied twice each
+    expected = 4 * 8 / 2e9 + 2 * 3 * 64 / 4e9
+    assert predicted_local_seconds(stats) == pytest.approx(expected, rel=1e-12)
+    assert predicted_seconds(stats) == pytest.approx(predicted_communication_seconds(stats) + expected, rel=1e-12)
+    assert predicted_local_seconds(stats, without) == 0.0 and predicted_seconds(
+        stats, without
+    ) == predicted_communication_seconds(stats)
+    # On random inputs: the counted and the built plan's work agree, and the term grows with the busiest rank's work.
+    matrix = load_matrix(f"rmat:9:8:{int(rng.integers(1, 1000))}")
+    parts = partition(matrix, 4)
+    for strategy in ("column", "row", "joint"):
+        counted = strategy_stats(matrix, parts.rows, parts.cols, strategy, 16, 8, topology)
+        planned = plan_stats(build_plan(matrix, parts.rows, parts.cols, strategy, topology).ranks, 16, 8, topology=topology)
+        assert counted.rank_entries.tolist() == planned.rank_entries.tolist()
+        moved = counted.send_bytes_per_rank + counted.recv_bytes_per_rank
+        busiest = (counted.rank_entries * 16 / 2e9 + 2 * moved / 4e9).max()
+        assert busiest > 0 and predicted_local_seconds(counted) == pytest.approx(busiest, rel=1e-12)
+
+
 def test_a_damaged_or_foreign_record_is_refused_with_the_command_that_writes_one(tmp_path):
     path = tmp_path / "net.json"
     broken = _record([0, 0, 1, 1])
@@ -78,6 +118,12 @@ def test_a_damaged_or_foreign_record_is_refused_with_the_command_that_writes_one
         damaged["links"]["inter_node"][field] = bad
         path.write_text(json.dumps(damaged))  # NaN is written as the token NaN, as Python's json reads it
         with pytest.raises(InputError, match=f"has inter_node.{field} = {bad!r}, not a finite number"):
+            parse_topology(str(path))
+    for field, bad in (("nonzero_columns_per_second", 0), ("copy_bytes_per_second", "fast")):
+        damaged = _record([0, 0, 1, 1])
+        damaged["local"] = {"nonzero_columns_per_second": 1e9, "copy_bytes_per_second": 1e9, field: bad}
+        path.write_text(json.dumps(damaged))
+        with pytest.raises(InputError, match=f"has local.{field} = {bad!r}, not a finite number > 0.*calibrate --network"):
             parse_topology(str(path))
     path.write_text(json.dumps({**_record([0, 0]), "kind": "compute"}))
     with pytest.raises(InputError, match="not a network calibration.*calibrate --network"):
@@ -107,3 +153,8 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     topology = parse_topology(str(path))
     assert topology.groups(4).tolist() == [0, 0, 1, 1]
     assert topology.levels[1].link.bandwidth == inter["single_pair_bandwidth"] and topology.levels[1].link.shared
+    # the local rates, measured on all ranks at once: what a core does (a product of 1 to 100 ns per
+    # nonzero-column, a copy of 0.1 to 10 GB/s), read back into the topology
+    local = record["local"]
+    assert 1e7 <= local["nonzero_columns_per_second"] <= 1e11 and 1e8 <= local["copy_bytes_per_second"] <= 1e10, local
+    assert (topology.local_rate, topology.copy_rate) == (local["nonzero_columns_per_second"], local["copy_bytes_per_second"])

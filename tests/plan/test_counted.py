@@ -23,6 +23,7 @@ def assert_same_volumes(counted, planned) -> None:
     for field in FIELDS:
         assert np.array_equal(getattr(counted, field), getattr(planned, field)), field
     assert counted.setup_bytes == planned.setup_bytes
+    assert np.array_equal(counted.rank_entries, planned.rank_entries)
     assert counted.as_dict() == planned.as_dict()
 
 
@@ -42,6 +43,9 @@ def test_hand_made_counts_are_exact():
     assert [a.tolist() for a in column[:3]] == [[0, 1, 2], [2, 0, 0], [1, 2, 1]] and column[3] == 0
     row = counted_sends(matrix, parts, parts, "row")  # partial C rows (i, q): (0, 1), (1, 1), (1, 2); (4, 0), (5, 0)
     assert [a.tolist() for a in row[:3]] == [[0, 1, 2], [2, 0, 0], [2, 2, 1]] and row[3] == 6  # six off-diagonal entries
+    # Operator entries per rank. column: its rows' nonzeros (4, 1, 3) + the B rows it copies out (1, 2, 1).
+    # row: 0 - 4 + 2 (it computes (4, 0), (5, 0)) + 3 partial rows it adds; 1 + 3; 3 - 2 + 1 + 2.
+    assert column[4].tolist() == [5, 3, 4] and row[4].tolist() == [5, 4, 4]
     # joint: rank 0's graph has a matching of three, so a cover of three; rank 2's is column 0 (serves rows 4 and 5)
     joint = counted_sends(matrix, parts, parts, "joint")
     assert joint[2].sum() == 4 and [a.tolist() for a in joint[:2]] == [[0, 1, 2], [2, 0, 0]]
@@ -137,6 +141,7 @@ def test_block_closed_forms_equal_its_messages_and_its_plan(rng):
         assert closed.as_dict() == messages.as_dict()
         planned = plan_stats(build_plan(matrix, parts, parts, "block", topology).ranks, 5, 8, topology=topology)
         assert closed.as_dict() == planned.as_dict()
+        assert np.array_equal(strategy_stats(matrix, parts, parts, "block", 5, 8).rank_entries, planned.rank_entries)
         assert np.array_equal(closed.pair_bytes, planned.pair_bytes)
 
 

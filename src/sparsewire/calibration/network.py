@@ -20,6 +20,7 @@ the ping-pong's latency already holds the software's per-message time).
 
 from __future__ import annotations
 
+import os
 import statistics
 
 import numpy as np
@@ -78,6 +79,55 @@ def _stream(comm: MPI.Comm, pairs: list[tuple[int, int]], nbytes: int, repeat: i
     return max(rates)
 
 
+def _local_rates(comm: MPI.Comm, repeat: int, sharing: int, window: float = 0.25) -> dict:
+    """Every rank at once, as in a multiply: the executor's CSR kernel (R-MAT scale 16, edge factor 8, k = 32,
+    float64, the rank's default threads) and a 16 MiB copy, each repeated for ``window`` seconds (long against the
+    scheduler's time slices, so ranks that share a core share it in the figure); per rank the median rate over
+    ``repeat`` windows; the slowest rank's rates (it sets a multiply's time). The waits for the others yield
+    where the node is oversubscribed, as the executor's do."""
+    import time
+
+    from sparsewire.aligned import empty_aligned
+    from sparsewire.cores import default_threads, oversubscribed
+    from sparsewire.exec.kernels import compiled as kernels
+    from sparsewire.generators import deterministic_dense, rmat
+
+    threads = default_threads(sharing)
+    kernels.set_threads(threads, sharing)
+    matrix = rmat(16, 8, seed=1).astype(np.float64)
+    operand = kernels.CsrOperand.from_matrix(matrix, np.float64, threads)
+    dense, out = deterministic_dense(0, matrix.shape[1], 32), empty_aligned((matrix.shape[0], 32), np.float64)
+    source, target = np.ones(2 << 20), np.zeros(2 << 20)
+    kernels.multiply(operand, dense, out)  # compiled, pages touched
+    np.copyto(target, source)
+    yielding = oversubscribed(sharing, threads)
+    medians = []
+    for work, size in (
+        (lambda: kernels.multiply(operand, dense, out), matrix.nnz * 32),
+        (lambda: np.copyto(target, source), source.nbytes),
+    ):
+        rates = []
+        for _ in range(repeat):
+            request = comm.Ibarrier()
+            while not request.Test():
+                if yielding:
+                    os.sched_yield()
+            started, done = time.perf_counter(), 0
+            while time.perf_counter() - started < window:
+                work()
+                done += 1
+            rates.append(done * size / (time.perf_counter() - started))
+        medians.append(comm.allreduce(statistics.median(rates), op=MPI.MIN))
+    return {
+        "nonzero_columns_per_second": medians[0],
+        "copy_bytes_per_second": medians[1],
+        "threads": threads,
+        "matrix": "rmat:16:8:1",
+        "k": 32,
+        "window_seconds": window,
+    }
+
+
 def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 10, progress=None) -> dict:
     """Collective. The ``network`` record of this job's ranks (module docstring): the groups
     (``rank_groups``: each rank's node, numbered in rank order), and per link class present
@@ -116,6 +166,9 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
         classes[name] = entry
     if not classes:
         raise InputError("no link class to measure")
+    if progress:
+        progress("local rates: the CSR kernel and a copy on every rank at once")
+    local = _local_rates(comm, min(repeat, 5), int(np.count_nonzero(nodes == nodes[comm.Get_rank()])))
     record = stamp(NETWORK_KIND)
     record.update(
         {
@@ -125,6 +178,7 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
             "message_bytes": message_bytes,
             "repeat": repeat,
             "links": classes,
+            "local": local,
         }
     )
     return record

@@ -169,5 +169,10 @@ def _run_calibrate_network(args: argparse.Namespace) -> int:
         for name, entry in record["links"].items()
     ]
     print(format_table(["link", "ranks", "latency us", "one pair MiB/s", "per rank, all sending MiB/s"], rows))
+    local = record["local"]
+    print(
+        f"local work per rank, all ranks at once ({local['threads']} thread(s)): CSR product "
+        f"{local['nonzero_columns_per_second']:.3g} nonzero-columns/s, copy {local['copy_bytes_per_second'] / 2**20:.0f} MiB/s"
+    )
     print(f"groups {record['rank_groups']}; written to {path} (use it as --topology {path})")
     return 0

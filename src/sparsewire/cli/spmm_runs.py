@@ -53,7 +53,7 @@ def spmm_session(
     Each run: plan (timed, the slowest rank), one untimed warm-up multiply, then ``repeat`` timed
     multiplies, each between barriers and timed as the slowest rank's time. Measured bytes are
     what MPI delivered (receive statuses), summed over the ranks; with a topology, per link class
-    (each counted from the senders' groups) and the predicted communication time. On the torch
+    (each counted from the senders' groups) and the predicted time (with its communication part). On the torch
     transport, which has no receive status, ``measured_bytes`` is None and
     ``received_tensor_bytes`` sums the sizes of the tensors received into.
     ``delivery_problems`` counts messages whose size differed from the receiver's plan.
@@ -133,7 +133,7 @@ def spmm_session(
                     measured_inter = comm.allreduce(int(received[~same].sum()), op=MPI.SUM)
                 problems = [p for ps in comm.allgather(plan.delivery_problems) for p in ps]
                 stats, chosen, layout, used = plan.stats, plan.rank_plan.strategy.value, plan.rank_plan.layout, plan.options
-                predicted = plan.predicted_seconds if topology is not None else None
+                predicted = (plan.predicted_seconds, plan.predicted_communication_seconds) if topology is not None else None
                 counted_by, measured_independently = plan.counted_by, plan.bytes_measured
                 reason = plan.choice.reason()
                 staged_below = plan.transfer_rule.staged_below_bytes if plan.transfer_rule else None
@@ -199,7 +199,8 @@ def spmm_session(
                     inter_group_bytes=classes["inter_group_bytes"],
                     measured_intra_group_bytes=int(measured_intra) if measured_independently else None,
                     measured_inter_group_bytes=int(measured_inter) if measured_independently else None,
-                    predicted_seconds=predicted,
+                    predicted_seconds=predicted[0],
+                    predicted_communication_seconds=predicted[1],
                 )
             if problems:
                 row["first_delivery_problem"] = problems[0]

@@ -87,7 +87,7 @@ def trace(
         end = align_clocks(comm, clock)
         tracer.path, tracer.metadata = write_trace(comm, tracer, directory, start, end, start_at, clock(), name)
     if summary:
-        predicted = getattr(plan, "predicted_seconds", None) if hasattr(plan, "stats") else None
+        predicted = getattr(plan, "predicted_communication_seconds", None) if hasattr(plan, "stats") else None
         tracer.summary = summarize(comm, tracer, measure_costs(tracer), predicted)
 
 

@@ -1,5 +1,5 @@
 """The ``auto`` strategy: plan every candidate strategy and keep the least predicted
-communication time (:class:`StrategyChoice` records why)."""
+time (:class:`StrategyChoice` records why)."""
 
 from __future__ import annotations
 
@@ -74,10 +74,12 @@ def choose_strategy(
     code_setup: bool = False,
 ) -> tuple[RankPlan, PlanStats, StrategyChoice]:
     """Collective. This rank's plan of ``strategy`` (``auto``: of every
-    :func:`candidate_strategies` entry, keeping the least predicted communication time
-    ``T = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)`` under
-    ``topology``, flat when None, with a shared link as :func:`~sparsewire.plan.stats.predicted_seconds`
-    models it for a mode whose steps are on the links together or one after the other; ties go to fewer bytes), its stats
+    :func:`candidate_strategies` entry, keeping the least predicted time
+    ``T = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth) + T_local`` under
+    ``topology``, flat when None, with a shared link as :func:`~sparsewire.plan.cost.predicted_communication_seconds`
+    models it for a mode whose steps are on the links together or one after the other, and the busiest rank's local
+    work where the topology has measured local rates (:func:`~sparsewire.plan.cost.predicted_local_seconds`); ties go
+    to fewer bytes), its stats
     and the choice's record. ``code_setup``: the planner's all-to-all travels bit-packed
     (:func:`~sparsewire.plan.plan.build_rank_plan_collective`)."""
     comm = matrix.comm

@@ -38,9 +38,10 @@ def counted_sends(
     col_partition: RowPartition,
     strategy: Strategy | str,
     progress=None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Not collective. ``(sources, destinations, rows, setup_entries)`` of a flat strategy's messages, one per
-    communicating pair in (source, destination) order, without building plans (module docstring).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]:
+    """Not collective. ``(sources, destinations, rows, setup_entries, rank_entries)`` of a flat strategy's messages,
+    one per communicating pair in (source, destination) order, without building plans (module docstring); the
+    last is :attr:`~sparsewire.plan.stats.PlanStats.rank_entries`.
 
     ``progress(stage, done, total)``, if given, hears of each rank whose ``joint`` cover is solved (stage ``cover``).
     """
@@ -74,16 +75,20 @@ def counted_sends(
     b_rows = distinct(receivers[column_based].astype(np.int64) * n_cols + cols[column_based])  # one per (p, j)
     c_rows = distinct(rows[row_based].astype(np.int64) * n_ranks + senders[row_based])  # one per (i, q)
     setup_entries = int(np.count_nonzero(row_based))
+    # Each rank's operators (PlanStats.rank_entries): its rows' nonzeros, less those it hands to column owners and
+    # plus those it is handed (the partial C rows it computes), one entry per B row it copies into a send buffer
+    # and one per partial C row it adds from a receive buffer.
+    entries = np.diff(csr.indptr[row_partition.offsets]).astype(np.int64)
+    entries -= np.bincount(receivers[row_based], minlength=n_ranks)
+    entries += np.bincount(senders[row_based], minlength=n_ranks)
     del rows, cols, receivers, senders, row_based, column_based
-    pairs = np.concatenate(
-        [
-            np.asarray(col_partition.owner(b_rows % n_cols), np.int64) * n_ranks + b_rows // n_cols,
-            (c_rows % n_ranks) * n_ranks + np.asarray(row_partition.owner(c_rows // n_ranks), np.int64),
-        ]
-    )
-    del b_rows, c_rows
+    b_owners = np.asarray(col_partition.owner(b_rows % n_cols), np.int64)
+    c_owners = np.asarray(row_partition.owner(c_rows // n_ranks), np.int64)
+    entries += np.bincount(b_owners, minlength=n_ranks) + np.bincount(c_owners, minlength=n_ranks)
+    pairs = np.concatenate([b_owners * n_ranks + b_rows // n_cols, (c_rows % n_ranks) * n_ranks + c_owners])
+    del b_rows, c_rows, b_owners, c_owners
     pair_keys, counts = distinct_counts(pairs)
-    return pair_keys // n_ranks, pair_keys % n_ranks, counts.astype(np.int64), setup_entries
+    return pair_keys // n_ranks, pair_keys % n_ranks, counts.astype(np.int64), setup_entries, entries
 
 
 def _joint_row_based(rows, cols, receivers, senders, row_partition: RowPartition, progress) -> np.ndarray:

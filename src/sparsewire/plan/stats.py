@@ -24,9 +24,10 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.distinct import distinct, distinct_counts
+from sparsewire.distinct import distinct_counts
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
+from sparsewire.plan.cost import predicted_communication_seconds, predicted_local_seconds, predicted_seconds
 from sparsewire.plan.counted import COUNTED_STRATEGIES, counted_sends
 from sparsewire.plan.plan import RankPlan, build_plan
 from sparsewire.plan.strategies import Strategy
@@ -40,6 +41,8 @@ __all__ = [
     "block_stats",
     "strategy_stats",
     "predicted_seconds",
+    "predicted_communication_seconds",
+    "predicted_local_seconds",
     "SETUP_INDEX_BYTES",
     "rank_send_summary",
 ]
@@ -53,7 +56,10 @@ class PlanStats:
 
     One entry per message: ``sources``, ``destinations``, ``steps`` (the plan step it belongs to),
     ``message_bytes`` and ``message_counts`` (1, or the number of per-nonzero messages of
-    ``rowwise`` folded into one entry per rank pair).
+    ``rowwise`` folded into one entry per rank pair). ``rank_entries``: per rank, the nonzeros of the
+    sparse operators it applies per multiply (diagonal block, send and receive matrices; each a k-wide
+    multiply-add), the local work of :func:`~sparsewire.plan.cost.predicted_local_seconds`; None where
+    not known (``rowwise``).
     """
 
     strategy: Strategy
@@ -67,6 +73,7 @@ class PlanStats:
     message_counts: np.ndarray
     setup_bytes: int
     topology: Topology | None = None
+    rank_entries: np.ndarray | None = None
 
     @property
     def messages(self) -> int:
@@ -171,73 +178,21 @@ class PlanStats:
         return result
 
 
-def predicted_seconds(stats: PlanStats, topology: Topology | None = None, *, steps_together: bool = True) -> float:
-    """Not collective. Communication time per multiply under the topology's cost model.
-
-    For every step s, link class c and rank x, with m messages and b bytes that x sends over class
-    c in step s (and m', b' that it receives):
-    ``t(s, c, x) = max(m (latency_c + overhead_c) + b / bandwidth_c, m' (...) + b' / bandwidth_c)``.
-    A step lasts as long as its slowest (class, rank): its parts are in flight together (SHIRO
-    Alg. 1 overlaps the intra- and inter-group halves of each stage; CoLa Alg. 3 overlaps round
-    d+1's inter-group fetch with round d's distribution). Steps run one after the other:
-    ``T = sum_s max_{c, x} t(s, c, x)`` over the classes that are not ``shared``.
-
-    A ``shared`` link class is one full-duplex link per level-0 group g (a node's network card, as
-    ``calibrate --network`` measures it): every rank of g sends and receives through it, so per
-    direction ``t_c(S) = max_x sum_{s in S} m (latency_c + overhead_c) + max_g sum_{s in S} b_g / bandwidth_c``
-    over a set of steps S. With ``steps_together`` (the bulk, overlap and early modes on a transport that sends
-    message by message: a relay leaves as soon as its inputs arrive, and every step is posted before any is
-    waited for) the traffic of every step queues on it together:
-    ``T = max(sum_s ..., max_c t_c(all steps))``; measured on the emulated cluster
-    (docs/performance.md) the sum over steps overpredicted the two-level strategies 1.5x there,
-    since their two steps cross the link in opposite directions. Without (the pipelined mode keeps at most
-    two steps in flight, each round's messages a permutation of the nodes; partitioned relays whole steps)
-    each step also lasts at least its own ``t_c({s})``: ``T = sum_s max(max_{c, x} t(s, c, x), max_c t_c({s}))``.
-    """
-    topology = topology or stats.topology
-    if topology is None:
-        raise InputError("predicted_seconds needs a topology; pass topology= or compute the stats with one")
-    levels = topology.link_levels(stats.sources, stats.destinations, stats.n_ranks)
-    groups = topology.groups(stats.n_ranks)
-
-    def shared_seconds(link, mask: np.ndarray) -> float:
-        slowest = 0.0
-        for ranks in (stats.sources[mask], stats.destinations[mask]):
-            counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
-            per_group = np.bincount(groups[ranks], weights=stats.message_bytes[mask])
-            slowest = max(slowest, float(counts.max() * (link.latency + link.overhead) + per_group.max() / link.bandwidth))
-        return slowest
-
-    total = 0.0
-    for step in distinct(stats.steps):
-        slowest = 0.0
-        for level_index, level in enumerate(topology.levels):
-            mask = (stats.steps == step) & (levels == level_index)
-            if not mask.any() or (level.link.shared and steps_together):
-                continue
-            if level.link.shared:
-                slowest = max(slowest, shared_seconds(level.link, mask))
-                continue
-            for ranks in (stats.sources[mask], stats.destinations[mask]):
-                counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
-                nbytes = np.bincount(ranks, weights=stats.message_bytes[mask], minlength=stats.n_ranks)
-                slowest = max(slowest, float(level.link.seconds(counts, nbytes).max()))
-        total += slowest
-    if steps_together:
-        for level_index, level in enumerate(topology.levels):
-            mask = levels == level_index
-            if level.link.shared and mask.any():
-                total = max(total, shared_seconds(level.link, mask))
-    return total
+def rank_entries(plan: RankPlan) -> int:
+    """Not collective. Nonzeros of the sparse operators one rank applies per multiply: its diagonal block and every
+    exchange's send and receive matrix (:attr:`PlanStats.rank_entries`)."""
+    return int(plan.diagonal.nnz) + sum(int(e.send_matrix.nnz) + int(e.receive_matrix.nnz) for e in plan.exchanges)
 
 
-def rank_send_summary(plan: RankPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Not collective. (step, destination, rows) of every message one rank sends, and its row-based A entries."""
+def rank_send_summary(plan: RankPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """Not collective. (step, destination, rows) of every message one rank sends, its row-based A entries and its
+    :func:`rank_entries`."""
     steps = [np.full(e.send_ranks.size, e.step, np.int64) for e in plan.exchanges]
     destinations = [e.send_ranks for e in plan.exchanges]
     rows = [e.send_counts for e in plan.exchanges]
     empty = [np.zeros(0, np.int64)]
-    return np.concatenate(steps + empty), np.concatenate(destinations + empty), np.concatenate(rows + empty), plan.setup_entries
+    summary = np.concatenate(steps + empty), np.concatenate(destinations + empty), np.concatenate(rows + empty)
+    return *summary, plan.setup_entries, rank_entries(plan)
 
 
 def plan_stats(
@@ -271,6 +226,7 @@ def plan_stats(
     rows = np.concatenate([np.asarray(s[2], np.int64) for s in summaries] + empty)
     keep = rows > 0
     setup_entries = sum(int(s[3]) for s in summaries)
+    entries = np.asarray([s[4] for s in summaries], np.int64) if all(len(s) > 4 for s in summaries) else None
     return PlanStats(
         Strategy(strategy),
         int(n_ranks),
@@ -283,6 +239,7 @@ def plan_stats(
         np.ones(int(keep.sum()), np.int64),
         setup_bytes=setup_entries * (element_bytes + SETUP_INDEX_BYTES),
         topology=topology,
+        rank_entries=entries,
     )
 
 
@@ -323,11 +280,21 @@ class BlockStats(PlanStats):
     ``s*k*(m - m_p)`` and ``s*k*m*(P-1)`` move in all, in (P - 1) messages per rank with B rows. Its
     P (P - 1) messages (``sources``, ``destinations``, ...) are made on first use only: link classes,
     pairs and predictions need them, the totals and per-rank figures do not (at P = 16384 they are 268M
-    messages, 4.3 GB)."""
+    messages, 4.3 GB). ``rank_entries`` from the nonzeros of each rank's rows: those, plus the B rows it copies
+    into its P - 1 messages."""
 
-    def __init__(self, col_partition: RowPartition, k: int, element_bytes: int, topology: Topology | None = None) -> None:
+    def __init__(
+        self,
+        col_partition: RowPartition,
+        k: int,
+        element_bytes: int,
+        topology: Topology | None = None,
+        row_nonzeros: np.ndarray | None = None,
+    ) -> None:
         fields = {"strategy": Strategy.BLOCK, "n_ranks": col_partition.n_parts, "k": k, "element_bytes": element_bytes}
         fields.update(setup_bytes=0, topology=topology, rows_per_rank=col_partition.counts().astype(np.int64))
+        copies = fields["rows_per_rank"] * (col_partition.n_parts - 1)
+        fields["rank_entries"] = None if row_nonzeros is None else np.asarray(row_nonzeros, np.int64) + copies
         for name, value in fields.items():
             object.__setattr__(self, name, value)  # a frozen dataclass; the message fields are properties here
 
@@ -368,10 +335,17 @@ class BlockStats(PlanStats):
         return (self.rows_per_rank.sum() - self.rows_per_rank) * self.k * self.element_bytes
 
 
-def block_stats(col_partition: RowPartition, k: int, element_bytes: int, topology: Topology | None = None) -> BlockStats:
-    """Not collective. Volumes of ``block`` without building its plan (:class:`BlockStats`). Equal to ``plan_stats``
-    of the built plan, which holds m*(P-1) selection rows (too many to build just for analysis at large P)."""
-    return BlockStats(col_partition, k, element_bytes, topology)
+def block_stats(
+    col_partition: RowPartition,
+    k: int,
+    element_bytes: int,
+    topology: Topology | None = None,
+    row_nonzeros: np.ndarray | None = None,
+) -> BlockStats:
+    """Not collective. Volumes of ``block`` without building its plan (:class:`BlockStats`; ``row_nonzeros``: of
+    each rank's rows, for its ``rank_entries``). Equal to ``plan_stats`` of the built plan, which holds m*(P-1)
+    selection rows (too many to build just for analysis at large P)."""
+    return BlockStats(col_partition, k, element_bytes, topology, row_nonzeros)
 
 
 def strategy_stats(
@@ -396,9 +370,16 @@ def strategy_stats(
     if strategy is Strategy.ROWWISE:
         return rowwise_stats(matrix, row_partition, col_partition, k, element_bytes, topology)
     if strategy is Strategy.BLOCK:
-        return block_stats(col_partition, k, element_bytes, topology)
+        csr = sp.csr_array(matrix)
+        if not csr.has_canonical_format:  # duplicates count once, as in the plan
+            csr = csr.copy()
+            csr.sum_duplicates()
+        row_nonzeros = np.diff(csr.indptr[row_partition.offsets])
+        return block_stats(col_partition, k, element_bytes, topology, row_nonzeros)
     if strategy in COUNTED_STRATEGIES:
-        sources, destinations, rows, setup_entries = counted_sends(matrix, row_partition, col_partition, strategy, progress)
+        sources, destinations, rows, setup_entries, entries = counted_sends(
+            matrix, row_partition, col_partition, strategy, progress
+        )
         return PlanStats(
             strategy,
             row_partition.n_parts,
@@ -411,6 +392,7 @@ def strategy_stats(
             np.ones(sources.size, np.int64),
             setup_bytes=setup_entries * (element_bytes + SETUP_INDEX_BYTES),
             topology=topology,
+            rank_entries=entries,
         )
     plan = build_plan(matrix, row_partition, col_partition, strategy, topology, proxy=proxy, progress=progress)
     return plan_stats(plan.ranks, k, element_bytes, topology=topology)

@@ -1,0 +1,118 @@
+"""The cost model: predicted time per multiply of a plan's volumes (:class:`~sparsewire.plan.stats.PlanStats`)
+under a :class:`~sparsewire.topology.Topology`: its messages over the link classes
+(:func:`predicted_communication_seconds`) plus its ranks' local products (:func:`predicted_local_seconds`)
+where the topology carries a measured local rate (``calibrate --network``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sparsewire.distinct import distinct
+from sparsewire.errors import InputError
+from sparsewire.topology import Topology
+
+if TYPE_CHECKING:  # for annotations only: stats imports this module
+    from sparsewire.plan.stats import PlanStats
+
+__all__ = ["predicted_seconds", "predicted_communication_seconds", "predicted_local_seconds"]
+
+
+def _topology_of(stats: PlanStats, topology: Topology | None) -> Topology:
+    topology = topology or stats.topology
+    if topology is None:
+        raise InputError("a predicted time needs a topology; pass topology= or compute the stats with one")
+    return topology
+
+
+def predicted_seconds(stats: PlanStats, topology: Topology | None = None, *, steps_together: bool = True) -> float:
+    """Not collective. Time per multiply: ``T = T_comm + T_local``, :func:`predicted_communication_seconds` plus
+    :func:`predicted_local_seconds` (0 where the topology has no measured local rate or the stats no per-rank
+    work).
+
+    Why a sum and not ``max(T_comm, T_local)`` in the modes that overlap: on the emulated cluster (4 ranks on
+    2 cores, docs/performance.md "Over a real link") the same run's shared-memory time added to the link time
+    was within 25% of the measured time in 210 of 231 runs where the link was at least half of it; the products and the
+    TCP stack share the cores, so overlapping bought nothing measurable there."""
+    topology = _topology_of(stats, topology)
+    return predicted_communication_seconds(stats, topology, steps_together=steps_together) + predicted_local_seconds(
+        stats, topology
+    )
+
+
+def predicted_local_seconds(stats: PlanStats, topology: Topology | None = None) -> float:
+    """Not collective. The busiest rank's local work per multiply:
+    ``max_r (e_r * k / local_rate + 2 (sent_r + received_r) / copy_rate)``, where ``e_r`` is the nonzeros of every
+    sparse operator rank r applies (its diagonal block, its send matrices, which pack copied B rows, relayed rows
+    and computed partial C rows, and its receive matrices, which apply what arrives; each nonzero a k-wide
+    multiply-add, :attr:`~sparsewire.plan.stats.PlanStats.rank_entries`), ``sent_r + received_r`` its message
+    bytes (each copied twice at each end: packed and handed to the MPI library or the network stack, taken
+    from it and applied), and the two rates the topology's,
+    measured on every rank of the job at once (so cores shared by ranks, or by ranks and the network stack, are in
+    them; ``calibrate --network``). 0 where either rate or the per-rank work is unknown."""
+    topology = _topology_of(stats, topology)
+    if topology.local_rate is None or topology.copy_rate is None or stats.rank_entries is None or not stats.rank_entries.size:
+        return 0.0
+    moved = stats.send_bytes_per_rank + stats.recv_bytes_per_rank
+    per_rank = stats.rank_entries * stats.k / topology.local_rate + 2 * moved / topology.copy_rate
+    return float(per_rank.max())
+
+
+def predicted_communication_seconds(stats: PlanStats, topology: Topology | None = None, *, steps_together: bool = True) -> float:
+    """Not collective. Communication time per multiply under the topology's link classes.
+
+    For every step s, link class c and rank x, with m messages and b bytes that x sends over class
+    c in step s (and m', b' that it receives):
+    ``t(s, c, x) = max(m (latency_c + overhead_c) + b / bandwidth_c, m' (...) + b' / bandwidth_c)``.
+    A step lasts as long as its slowest (class, rank): its parts are in flight together (SHIRO
+    Alg. 1 overlaps the intra- and inter-group halves of each stage; CoLa Alg. 3 overlaps round
+    d+1's inter-group fetch with round d's distribution). Steps run one after the other:
+    ``T = sum_s max_{c, x} t(s, c, x)`` over the classes that are not ``shared``.
+
+    A ``shared`` link class is one full-duplex link per level-0 group g (a node's network card, as
+    ``calibrate --network`` measures it): every rank of g sends and receives through it, so per
+    direction ``t_c(S) = max_x sum_{s in S} m (latency_c + overhead_c) + max_g sum_{s in S} b_g / bandwidth_c``
+    over a set of steps S. With ``steps_together`` (the bulk, overlap and early modes on a transport that sends
+    message by message: a relay leaves as soon as its inputs arrive, and every step is posted before any is
+    waited for) the traffic of every step queues on it together:
+    ``T = max(sum_s ..., max_c t_c(all steps))``; measured on the emulated cluster
+    (docs/performance.md) the sum over steps overpredicted the two-level strategies 1.5x there,
+    since their two steps cross the link in opposite directions. Without (the pipelined mode keeps at most
+    two steps in flight, each round's messages a permutation of the nodes; partitioned relays whole steps)
+    each step also lasts at least its own ``t_c({s})``: ``T = sum_s max(max_{c, x} t(s, c, x), max_c t_c({s}))``.
+    """
+    topology = _topology_of(stats, topology)
+    levels = topology.link_levels(stats.sources, stats.destinations, stats.n_ranks)
+    groups = topology.groups(stats.n_ranks)
+
+    def shared_seconds(link, mask: np.ndarray) -> float:
+        slowest = 0.0
+        for ranks in (stats.sources[mask], stats.destinations[mask]):
+            counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
+            per_group = np.bincount(groups[ranks], weights=stats.message_bytes[mask])
+            slowest = max(slowest, float(counts.max() * (link.latency + link.overhead) + per_group.max() / link.bandwidth))
+        return slowest
+
+    total = 0.0
+    for step in distinct(stats.steps):
+        slowest = 0.0
+        for level_index, level in enumerate(topology.levels):
+            mask = (stats.steps == step) & (levels == level_index)
+            if not mask.any() or (level.link.shared and steps_together):
+                continue
+            if level.link.shared:
+                slowest = max(slowest, shared_seconds(level.link, mask))
+                continue
+            for ranks in (stats.sources[mask], stats.destinations[mask]):
+                counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
+                nbytes = np.bincount(ranks, weights=stats.message_bytes[mask], minlength=stats.n_ranks)
+                slowest = max(slowest, float(level.link.seconds(counts, nbytes).max()))
+        total += slowest
+    if steps_together:
+        for level_index, level in enumerate(topology.levels):
+            mask = levels == level_index
+            if level.link.shared and mask.any():
+                total = max(total, shared_seconds(level.link, mask))
+    return total
