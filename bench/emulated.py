@@ -8,7 +8,8 @@ and rate: bring the cluster up, measure it (``sparsewire calibrate --network``),
 ``sparsewire spmm MATRIX --topology measured.json --strategy S.. --mode M.. --check --json`` and
 ``--strategy auto``; and the same runs on this machine without the cluster (every rank in shared
 memory, the same groups), whose time is the compute and packing share: ``1 - local / measured`` is
-the share of the time the link costs, and the cost model (communication only) is judged where that
+the share of the time the link costs, and the cost model (communication plus local work under the
+calibration's measured local rates) is judged where that
 is at least a half. Needs root (``sparsewire emulate``'s harness). On the 2-core machine 4 ranks
 are oversubscribed (ranks x threads = 4 > 2 cores): compare strategies with each other, not with
 other benches.

@@ -3,8 +3,9 @@
 For the global matrix (no MPI), each partitioner of :mod:`sparsewire.partition` reorders and
 splits A for P ranks; each strategy is planned on the result (:func:`~sparsewire.plan.stats.strategy_stats`).
 A row reports total and inter-group bytes per multiply, messages, nonzeros and received bytes per
-rank as max/mean, the predicted communication time under the topology's cost model (flat without
-one), the setup seconds (partitioning + planning, timed here) and the break-even point:
+rank as max/mean, the predicted time under the topology's cost model (flat without one;
+communication, plus local work where the topology has measured local rates), the setup seconds
+(partitioning + planning, timed here) and the break-even point:
 
     break_even_multiplies = ceil((setup - setup_even) / (predicted_even - predicted))
 

@@ -58,9 +58,9 @@ def add_commands(commands) -> None:
     spmm.add_argument(
         "--strategy",
         default="auto",
-        help="auto (the least predicted communication time under the topology's cost model, flat without one; "
-        "ties go to fewer bytes), block, column, row, joint, with a topology also column-hier, joint-hier, "
-        "joint-group; a comma list, or all (default: auto)",
+        help="auto (the least predicted time under the topology's cost model: communication, plus local work "
+        "with a calibrate --network file; flat without one; ties go to fewer bytes), block, column, row, joint, "
+        "with a topology also column-hier, joint-hier, joint-group; a comma list, or all (default: auto)",
     )
     spmm.add_argument(
         "--mode",
