@@ -123,11 +123,28 @@ if comm.Get_rank() == 0:
 
 
 @pytest.mark.parametrize(
-    "ranks, matrix, topology", [(3, "rmat:9:6:2", "flat"), (4, "delaunay:600:1", "nodes:2"), (4, "stencil2d:24", "cola-a800")]
+    "ranks, matrix, topology",
+    [
+        (3, "rmat:9:6:2", "flat"),
+        (4, "delaunay:600:1", "nodes:2"),
+        (4, "stencil2d:24", "cola-a800"),
+        (4, "rmat:10:8:3", "measured"),
+    ],
 )
-def test_auto_picks_the_least_predicted_time_of_every_candidate(ranks, matrix, topology):
+def test_auto_picks_the_least_predicted_time_of_every_candidate(ranks, matrix, topology, tmp_path):
     import json
 
+    if topology == "measured":  # a calibration with local rates: the prediction adds the busiest rank's work
+        from sparsewire.calibration.store import stamp
+
+        record = stamp("network")
+        links = {"bandwidth_bytes_per_second": 6e7, "latency_seconds": 1e-5, "single_pair_bandwidth": 1.2e8}
+        intra = {"bandwidth_bytes_per_second": 4e9, "latency_seconds": 3e-6}
+        local = {"nonzero_columns_per_second": 1e7, "copy_bytes_per_second": 1e9}  # slow enough to change the choice
+        record.update(ranks=4, rank_groups=[0, 0, 1, 1], group_size=2, local=local)
+        record["links"] = {"intra_node": intra, "inter_node": links}
+        topology = str(tmp_path / "net.json")
+        (tmp_path / "net.json").write_text(json.dumps(record))
     completed = run_mpi(ranks, ["-c", AUTO_SCRIPT, matrix, topology], timeout=240)
     assert completed.returncode == 0, completed.stderr
     report = json.loads(completed.stdout.strip().splitlines()[-1])
@@ -136,6 +153,7 @@ def test_auto_picks_the_least_predicted_time_of_every_candidate(ranks, matrix, t
     best = min(predictions.values())
     assert tuple(predictions[report["chosen"]]) == tuple(best), predictions
     assert f"auto chose {report['chosen']}" in report["explain"]
+    assert ("local work unknown" in report["explain"]) == (not topology.endswith("net.json")), report["explain"]
 
 
 def test_importing_sparsewire_does_not_start_mpi():
