@@ -16,6 +16,10 @@ node), with every other rank waiting at a barrier:
 
 The planner's link class is then ``seconds = messages * latency + bytes / bandwidth`` (overhead 0:
 the ping-pong's latency already holds the software's per-message time).
+
+Then the ``local`` rates, on every rank at once (:func:`_local_rates`): the executor's CSR kernel in
+nonzero-columns per second and a copy in bytes per second, which the cost model's local-work term
+divides by (:func:`~sparsewire.plan.cost.predicted_local_seconds`).
 """
 
 from __future__ import annotations
