@@ -51,7 +51,9 @@ class LinkClass:
     where many small messages congest the proxy queue; their ``overhead`` is set higher.
     ``shared`` marks a bandwidth that belongs to a level-0 group (a node's one network card), not
     to each rank: the bytes of all the group's ranks queue on it
-    (:func:`~sparsewire.plan.stats.predicted_seconds`). Measured links are (``calibrate --network``).
+    (:func:`~sparsewire.plan.cost.predicted_communication_seconds`). Measured links are
+    (``calibrate --network``). ``burst``: bytes a shared link passes at once after it was idle (a rate
+    limiter's token bucket), measured by ``calibrate --network``; 0 where unknown.
     """
 
     name: str
@@ -60,6 +62,7 @@ class LinkClass:
     overhead: float
     proxy_based: bool = False
     shared: bool = False
+    burst: float = 0.0
 
     def seconds(self, messages, nbytes):
         """Not collective. Time for ``messages`` messages carrying ``nbytes`` bytes in all, one after the other."""
@@ -152,11 +155,13 @@ class Topology:
                 field = "single_pair_bandwidth" if shared else "bandwidth_bytes_per_second"
                 bandwidth, latency = entry[field], entry["latency_seconds"]
                 # what the command line refuses (NaN, infinity, true, a rate of 0) is refused here too
-                for what, value, positive in ((field, bandwidth, True), ("latency_seconds", latency, False)):
+                burst = entry.get("burst_bytes", 0.0) if shared else 0.0  # absent in records before it
+                checked = ((field, bandwidth, True), ("latency_seconds", latency, False), ("burst_bytes", burst, False))
+                for what, value, positive in checked:
                     number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
                     if not number or value < 0 or (positive and value == 0):
                         raise ValueError(f"{key}.{what} = {value!r}, not a finite number {'> 0' if positive else '>= 0'}")
-                return LinkClass(label, float(bandwidth), float(latency), 0.0, shared=shared)
+                return LinkClass(label, float(bandwidth), float(latency), 0.0, shared=shared, burst=float(burst))
 
             intra = measured("intra_node", "measured intra-node", False) if "intra_node" in links_measured else _SHARED_MEMORY
             rates = [record.get("local", {}).get(f) for f in ("nonzero_columns_per_second", "copy_bytes_per_second")]

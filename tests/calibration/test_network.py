@@ -60,6 +60,19 @@ def test_a_measured_record_reloads_as_the_topology_that_prices_the_plan(tmp_path
     inter = 2 * 9e-6 + 4 * 8192 / 1.2e8
     intra = 1 * 3e-6 + 8192 / 4e9
     assert predicted_seconds(stats) == pytest.approx(max(inter, intra), rel=1e-12)
+    # a measured burst comes off each node's bytes once: 10000 of its 4 x 8192 pass at once after idle
+    bursting = _record([0, 0, 1, 1])
+    bursting["links"]["inter_node"]["burst_bytes"] = 10000
+    path.write_text(json.dumps(bursting))
+    assert parse_topology(str(path)).levels[1].link.burst == 10000
+    stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
+    inter = 2 * 9e-6 + (4 * 8192 - 10000) / 1.2e8
+    assert predicted_seconds(stats) == pytest.approx(max(inter, intra), rel=1e-12)
+    bursting["links"]["inter_node"]["burst_bytes"] = 10**9  # larger than everything: latency and intra are left
+    path.write_text(json.dumps(bursting))
+    stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
+    assert predicted_seconds(stats) == pytest.approx(max(2 * 9e-6, intra), rel=1e-12)
+    path.write_text(json.dumps(_record([0, 0, 1, 1])))
     # groups that are not consecutive blocks are kept as they are (and fix the rank count)
     path.write_text(json.dumps(_record([0, 1, 0, 1])))
     assert parse_topology(str(path)).groups(4).tolist() == [0, 1, 0, 1]
@@ -113,7 +126,12 @@ def test_a_damaged_or_foreign_record_is_refused_with_the_command_that_writes_one
     path.write_text(json.dumps(broken))
     with pytest.raises(InputError, match="lacks 'latency_seconds'.*calibrate --network"):
         parse_topology(str(path))
-    for field, bad in (("single_pair_bandwidth", float("nan")), ("single_pair_bandwidth", True), ("latency_seconds", -1e-6)):
+    for field, bad in (
+        ("single_pair_bandwidth", float("nan")),
+        ("single_pair_bandwidth", True),
+        ("latency_seconds", -1e-6),
+        ("burst_bytes", -1.0),
+    ):
         damaged = _record([0, 0, 1, 1])
         damaged["links"]["inter_node"][field] = bad
         path.write_text(json.dumps(damaged))  # NaN is written as the token NaN, as Python's json reads it
@@ -155,6 +173,8 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     assert topology.levels[1].link.bandwidth == inter["single_pair_bandwidth"] and topology.levels[1].link.shared
     # the local rates, measured on all ranks at once: what a core does (a product of 1 to 100 ns per
     # nonzero-column, a copy of 0.1 to 10 GB/s), read back into the topology
+    # the burst the tbf bucket passes at once (256 KiB at 1 Gbit/s, 1 ms of the rate at 5): measured 0.2-0.6 MB
+    assert 0 <= inter["burst_bytes"] <= 2e6 and topology.levels[1].link.burst == inter["burst_bytes"], inter
     local = record["local"]
     assert 1e7 <= local["nonzero_columns_per_second"] <= 1e11 and 1e8 <= local["copy_bytes_per_second"] <= 1e10, local
     assert (topology.local_rate, topology.copy_rate) == (local["nonzero_columns_per_second"], local["copy_bytes_per_second"])

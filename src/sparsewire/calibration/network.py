@@ -12,7 +12,9 @@ node), with every other rank waiting at a barrier:
   work on the machine only ever slows a repetition; on the 2-core machine the median of 5 fell
   15-25% short of a 5 Gbit/s link while a test suite ran beside it); for ``inter_node`` also with *every* rank of the
   first node sending to its partner on the second node at once, which shares the node's link
-  (the figure the planner's per-rank ``LinkClass.bandwidth`` means), the slowest pair's rate.
+  (the figure the planner's per-rank ``LinkClass.bandwidth`` means), the slowest pair's rate;
+* for ``inter_node`` the burst: what one ``message_bytes`` message after 50 ms of idle gains on the
+  sustained rate, in bytes (a rate limiter's token bucket passes that much at once).
 
 The planner's link class is then ``seconds = messages * latency + bytes / bandwidth`` (overhead 0:
 the ping-pong's latency already holds the software's per-message time).
@@ -81,6 +83,30 @@ def _stream(comm: MPI.Comm, pairs: list[tuple[int, int]], nbytes: int, repeat: i
         if i >= 1:
             rates.append(window * nbytes / slowest)
     return max(rates)
+
+
+def _burst(comm: MPI.Comm, a: int, b: int, nbytes: int, bandwidth: float, latency: float, repeat: int) -> float:
+    """Bytes the link from a to b passes at once after idle (a rate limiter's token bucket): one ``nbytes`` message
+    after 50 ms of idle and a one-byte reply, median time t over ``repeat`` tries; ``nbytes - (t - 2 latency) *
+    bandwidth``, at least 0, on every rank."""
+    import time
+
+    rank = comm.Get_rank()
+    message, ack, times = np.ones(nbytes, np.uint8), np.zeros(1, np.uint8), []
+    for i in range(repeat + 1):
+        comm.Barrier()
+        time.sleep(0.05)
+        if rank == a:
+            started = MPI.Wtime()
+            comm.Send(message, b, _TAG + 3)
+            comm.Recv(ack, b, _TAG + 4)
+            if i:  # the first also makes the connection
+                times.append(MPI.Wtime() - started)
+        elif rank == b:
+            comm.Recv(message, a, _TAG + 3)
+            comm.Send(ack, a, _TAG + 4)
+    burst = max(0.0, nbytes - (statistics.median(times) - 2 * latency) * bandwidth) if rank == a else None
+    return comm.bcast(burst, root=a)
 
 
 def _local_rates(comm: MPI.Comm, repeat: int, sharing: int, window: float = 0.25) -> dict:
@@ -165,6 +191,7 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
             partners = list(zip(first, second))
             entry["concurrent_pairs"] = [list(p) for p in partners]
             entry["bandwidth_bytes_per_second"] = _stream(comm, partners, message_bytes, repeat)
+            entry["burst_bytes"] = _burst(comm, *pair, message_bytes, single, latency, min(repeat, 5))
         else:
             entry["bandwidth_bytes_per_second"] = single
         classes[name] = entry

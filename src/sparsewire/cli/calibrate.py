@@ -169,6 +169,8 @@ def _run_calibrate_network(args: argparse.Namespace) -> int:
         for name, entry in record["links"].items()
     ]
     print(format_table(["link", "ranks", "latency us", "one pair MiB/s", "per rank, all sending MiB/s"], rows))
+    if "inter_node" in record["links"]:
+        print(f"inter-node burst after idle: {record['links']['inter_node']['burst_bytes'] / 2**20:.2f} MiB")
     local = record["local"]
     print(
         f"local work per rank, all ranks at once ({local['threads']} thread(s)): CSR product "
