@@ -12,7 +12,6 @@ executor's multiplies are: a peer cut off between two repetitions ends the job, 
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,10 +70,7 @@ def timed_run(
     polls, so a rank done early does not spin on the core a slower rank's step needs."""
     from mpi4py import MPI
 
-    def wait(request) -> None:
-        while yielding and not request.Test():
-            os.sched_yield()
-        request.Wait()
+    from sparsewire.comm.runtime import wait_all
 
     run = TimedRun()
     where = ["before the first repetition"]
@@ -86,7 +82,7 @@ def timed_run(
             before()
         where[0] = f"barrier of repetition {repetition}"
         guard.arm()
-        wait(comm.Ibarrier())
+        wait_all([comm.Ibarrier()], yielding=yielding)
         guard.disarm()
         started = MPI.Wtime()
         run.result = step()
@@ -96,7 +92,7 @@ def timed_run(
         where[0] = f"maximum over the ranks of repetition {repetition}"
         guard.arm()
         slowest = np.array(elapsed)
-        wait(comm.Iallreduce(MPI.IN_PLACE, slowest, op=MPI.MAX))
+        wait_all([comm.Iallreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)], yielding=yielding)
         run.seconds.append(float(slowest))
         guard.disarm()
     return run

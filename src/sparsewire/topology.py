@@ -150,25 +150,30 @@ class Topology:
             groups = [int(g) for g in record["rank_groups"]]
             size = int(record["group_size"])
 
+            def check(where: str, value, positive: bool) -> None:
+                # what the command line refuses (NaN, infinity, true, a rate of 0) is refused here too
+                number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                if not number or value < 0 or (positive and value == 0):
+                    raise ValueError(f"{where} = {value!r}, not a finite number {'> 0' if positive else '>= 0'}")
+
             def measured(key: str, label: str, shared: bool) -> LinkClass:
                 entry = links_measured[key]
                 field = "single_pair_bandwidth" if shared else "bandwidth_bytes_per_second"
                 bandwidth, latency = entry[field], entry["latency_seconds"]
-                # what the command line refuses (NaN, infinity, true, a rate of 0) is refused here too
                 burst = entry.get("burst_bytes", 0.0) if shared else 0.0  # absent in records before it
-                checked = ((field, bandwidth, True), ("latency_seconds", latency, False), ("burst_bytes", burst, False))
-                for what, value, positive in checked:
-                    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                    if not number or value < 0 or (positive and value == 0):
-                        raise ValueError(f"{key}.{what} = {value!r}, not a finite number {'> 0' if positive else '>= 0'}")
+                for what, value, positive in (
+                    (field, bandwidth, True),
+                    ("latency_seconds", latency, False),
+                    ("burst_bytes", burst, False),
+                ):
+                    check(f"{key}.{what}", value, positive)
                 return LinkClass(label, float(bandwidth), float(latency), 0.0, shared=shared, burst=float(burst))
 
             intra = measured("intra_node", "measured intra-node", False) if "intra_node" in links_measured else _SHARED_MEMORY
             rates = [record.get("local", {}).get(f) for f in ("nonzero_columns_per_second", "copy_bytes_per_second")]
-            for field, rate in zip(("nonzero_columns_per_second", "copy_bytes_per_second"), rates):  # absent in older records
-                number = isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate)
-                if rate is not None and not (number and rate > 0):
-                    raise ValueError(f"local.{field} = {rate!r}, not a finite number > 0")
+            for field, rate in zip(("nonzero_columns_per_second", "copy_bytes_per_second"), rates):
+                if rate is not None:  # absent in records before it
+                    check(f"local.{field}", rate, True)
             if "inter_node" not in links_measured:
                 return cls(name, (Level("machine", None, intra),), None, *rates)
             inter = measured("inter_node", "measured inter-node", True)

@@ -1,5 +1,6 @@
-"""Waits that give the core away where the node is oversubscribed (``cores.oversubscribed``; the MPI
-transport's ``_wait_all`` / ``_wait_any``), in this process on ``MPI.COMM_SELF`` (no mpiexec)."""
+"""Waits that give the core away where the node is oversubscribed (``cores.oversubscribed``;
+``comm.runtime.wait_all`` / ``wait_any``, which the MPI transport and the timing call), in this process on
+``MPI.COMM_SELF`` (no mpiexec)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 from mpi4py import MPI
 
 import sparsewire
+from sparsewire.comm import runtime
 from sparsewire.cores import NODE_CORES_VARIABLE, oversubscribed
-from sparsewire.exec.transports import mpi as mpi_transport
 
 
 def test_oversubscribed_counts_ranks_times_threads_against_the_node_cores(monkeypatch):
@@ -42,14 +43,14 @@ def test_a_yielding_wait_all_polls_until_every_message_is_in(monkeypatch, rng, l
     inboxes = [np.zeros(int(n), np.int64) for n in sizes]
     receives = [comm.Irecv(inbox, 0, tag) for tag, inbox in enumerate(inboxes)]
     stand_in = _SendOnYield([lambda p=p, t=t: comm.Isend(p, 0, t) for t, p in enumerate(payloads)], late)
-    monkeypatch.setattr(mpi_transport.os, "sched_yield", stand_in)
+    monkeypatch.setattr(runtime.os, "sched_yield", stand_in)
     statuses = [MPI.Status() for _ in receives]
-    mpi_transport._wait_all(receives, statuses, yielding=True)
+    runtime.wait_all(receives, statuses, yielding=True)
     assert stand_in.calls == late  # no yield after the last message arrived, none fewer than it took
     assert [s.Get_count(MPI.INT64_T) for s in statuses] == [int(n) for n in sizes]
     for payload, inbox in zip(payloads, inboxes):
         np.testing.assert_array_equal(inbox, payload)
-    mpi_transport._wait_all(stand_in.started, None, yielding=True)
+    runtime.wait_all(stand_in.started, yielding=True)
 
 
 def test_a_yielding_wait_any_returns_the_message_that_arrived(monkeypatch):
@@ -58,16 +59,16 @@ def test_a_yielding_wait_any_returns_the_message_that_arrived(monkeypatch):
     receives = [comm.Irecv(inbox, 0, tag) for tag, inbox in enumerate(inboxes)]
     payload = np.array([7, -3, 11, 2**50], np.int64)
     stand_in = _SendOnYield([lambda: comm.Isend(payload, 0, 2)], 2)  # only the third receive's message
-    monkeypatch.setattr(mpi_transport.os, "sched_yield", stand_in)
+    monkeypatch.setattr(runtime.os, "sched_yield", stand_in)
     status = MPI.Status()
-    assert mpi_transport._wait_any(receives, status, yielding=True) == 2
+    assert runtime.wait_any(receives, status, yielding=True) == 2
     assert stand_in.calls == 2 and status.Get_source() == 0 and status.Get_count(MPI.INT64_T) == 4
     np.testing.assert_array_equal(inboxes[2], payload)
     for tag in (0, 1):
         comm.Send(np.full(4, tag, np.int64), 0, tag)
-    assert sorted(mpi_transport._wait_any(receives, status, yielding=True) for _ in range(2)) == [0, 1]
-    assert mpi_transport._wait_any(receives, status, yielding=True) == MPI.UNDEFINED  # none left active
-    mpi_transport._wait_all(stand_in.started)
+    assert sorted(runtime.wait_any(receives, status, yielding=True) for _ in range(2)) == [0, 1]
+    assert runtime.wait_any(receives, status, yielding=True) == MPI.UNDEFINED  # none left active
+    runtime.wait_all(stand_in.started)
 
 
 @pytest.mark.parametrize("node_cores, threads, yields", [("1", 1, False), ("1", 2, True), ("2", 2, False)])

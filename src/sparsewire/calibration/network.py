@@ -26,14 +26,14 @@ divides by (:func:`~sparsewire.plan.cost.predicted_local_seconds`).
 
 from __future__ import annotations
 
-import os
+import functools
 import statistics
 
 import numpy as np
 from mpi4py import MPI
 
 from sparsewire.calibration.store import stamp
-from sparsewire.comm.runtime import node_ids
+from sparsewire.comm.runtime import node_ids, wait_all
 from sparsewire.errors import InputError
 
 __all__ = ["NETWORK_KIND", "measure_network"]
@@ -117,31 +117,19 @@ def _local_rates(comm: MPI.Comm, repeat: int, sharing: int, window: float = 0.25
     where the node is oversubscribed, as the executor's do."""
     import time
 
-    from sparsewire.aligned import empty_aligned
+    from sparsewire.calibration.compute import BENCHMARK_MATRIX, benchmark_products
     from sparsewire.cores import default_threads, oversubscribed
-    from sparsewire.exec.kernels import compiled as kernels
-    from sparsewire.generators import deterministic_dense, rmat
 
     threads = default_threads(sharing)
-    kernels.set_threads(threads, sharing)
-    matrix = rmat(16, 8, seed=1).astype(np.float64)
-    operand = kernels.CsrOperand.from_matrix(matrix, np.float64, threads)
-    dense, out = deterministic_dense(0, matrix.shape[1], 32), empty_aligned((matrix.shape[0], 32), np.float64)
+    [(product, product_work)] = benchmark_products([32], threads, sharing)
     source, target = np.ones(2 << 20), np.zeros(2 << 20)
-    kernels.multiply(operand, dense, out)  # compiled, pages touched
-    np.copyto(target, source)
+    np.copyto(target, source)  # pages touched
     yielding = oversubscribed(sharing, threads)
     medians = []
-    for work, size in (
-        (lambda: kernels.multiply(operand, dense, out), matrix.nnz * 32),
-        (lambda: np.copyto(target, source), source.nbytes),
-    ):
+    for work, size in ((product, product_work), (functools.partial(np.copyto, target, source), source.nbytes)):
         rates = []
         for _ in range(repeat):
-            request = comm.Ibarrier()
-            while not request.Test():
-                if yielding:
-                    os.sched_yield()
+            wait_all([comm.Ibarrier()], yielding=yielding)
             started, done = time.perf_counter(), 0
             while time.perf_counter() - started < window:
                 work()
@@ -152,7 +140,7 @@ def _local_rates(comm: MPI.Comm, repeat: int, sharing: int, window: float = 0.25
         "nonzero_columns_per_second": medians[0],
         "copy_bytes_per_second": medians[1],
         "threads": threads,
-        "matrix": "rmat:16:8:1",
+        "matrix": BENCHMARK_MATRIX,
         "k": 32,
         "window_seconds": window,
     }

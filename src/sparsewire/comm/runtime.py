@@ -31,12 +31,42 @@ __all__ = [
     "collective_errors",
     "abort_job",
     "mpi_datatype",
+    "wait_all",
+    "wait_any",
     "THREADS_ENVIRONMENT_VARIABLE",
 ]
 
 THREADS_ENVIRONMENT_VARIABLE = "SPARSEWIRE_THREADS_PER_RANK"
 
 _MPI_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE}
+
+
+def wait_all(requests: list, statuses: list | None = None, *, yielding: bool = False) -> None:
+    """Not collective (completes this rank's requests). ``MPI_Waitall``; ``yielding``: ``MPI_Testall`` with the
+    core given away (``sched_yield``) between tries.
+
+    Why: MPICH's waits spin, and where a node runs more ranks (x threads) than it has cores
+    (:func:`sparsewire.cores.oversubscribed`), the spinning ranks take the core from the rank whose message or
+    relay they wait for; the scheduler lets it run a time slice later. Measured on the 2-core machine, 4 ranks in
+    shared memory (docs/performance.md, "Over a real link", "Waits that spin"): a two-level plan's multiply of
+    cit-HepTh 12.0 ms spinning, 4.9-6.3 ms yielding (MPICH's own MPIR_CVAR_POLLS_BEFORE_YIELD changed nothing)."""
+    if not yielding:
+        MPI.Request.Waitall(requests, statuses)
+        return
+    while not MPI.Request.Testall(requests, statuses):
+        os.sched_yield()
+
+
+def wait_any(requests: list, status: MPI.Status, *, yielding: bool = False) -> int:
+    """Not collective. ``MPI_Waitany`` (``MPI.UNDEFINED`` when no request is active); ``yielding`` as
+    :func:`wait_all`."""
+    if not yielding:
+        return MPI.Request.Waitany(requests, status)
+    while True:
+        index, done = MPI.Request.Testany(requests, status)
+        if done:
+            return index
+        os.sched_yield()
 
 
 def node_ids(comm: MPI.Comm) -> np.ndarray:

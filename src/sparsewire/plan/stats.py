@@ -226,7 +226,7 @@ def plan_stats(
     rows = np.concatenate([np.asarray(s[2], np.int64) for s in summaries] + empty)
     keep = rows > 0
     setup_entries = sum(int(s[3]) for s in summaries)
-    entries = np.asarray([s[4] for s in summaries], np.int64) if all(len(s) > 4 for s in summaries) else None
+    entries = np.asarray([s[4] for s in summaries], np.int64)
     return PlanStats(
         Strategy(strategy),
         int(n_ranks),

@@ -8,14 +8,13 @@ counted from the receive statuses (``MPI_Get_count``), minus partition padding.
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import mpi_datatype
+from sparsewire.comm.runtime import mpi_datatype, wait_all, wait_any
 from sparsewire.errors import FallbackWarning
 from sparsewire.exec import codecs
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
@@ -34,32 +33,6 @@ def partitioned_available(comm: MPI.Comm) -> bool:
     """Not collective. Whether the MPI library offers MPI-4 partitioned communication (``MPI_Psend_init``)."""
     # MPI-4 libraries have it (probing with MPI_PROC_NULL crashes MPICH 5.0, so ask the version).
     return hasattr(comm, "Psend_init") and MPI.Get_version() >= (4, 0)
-
-
-def _wait_all(requests: list, statuses: list | None = None, yielding: bool = False) -> None:
-    """``MPI_Waitall``; ``yielding``: ``MPI_Testall`` with the core given away (``sched_yield``) between tries.
-
-    Why: MPICH's waits spin, and where a node runs more ranks (x threads) than it has cores, the
-    spinning ranks take the core from the rank whose message or relay they wait for; the scheduler
-    then lets it run a time slice later. Measured on the 2-core machine, 4 ranks in shared memory
-    (docs/performance.md, "Over a real link", "Waits that spin"): a two-level plan's multiply of cit-HepTh
-    12.0 ms spinning, 4.9-6.3 ms yielding (MPICH's own MPIR_CVAR_POLLS_BEFORE_YIELD changed nothing)."""
-    if not yielding:
-        MPI.Request.Waitall(requests, statuses)
-        return
-    while not MPI.Request.Testall(requests, statuses):
-        os.sched_yield()
-
-
-def _wait_any(requests: list, status: MPI.Status, yielding: bool = False) -> int:
-    """``MPI_Waitany`` (``MPI.UNDEFINED`` when no request is active); ``yielding`` as :func:`_wait_all`."""
-    if not yielding:
-        return MPI.Request.Waitany(requests, status)
-    while True:
-        index, done = MPI.Request.Testany(requests, status)
-        if done:
-            return index
-        os.sched_yield()
 
 
 def _wait_and_count(requests: list, statuses: list, ledger: ByteLedger, ex: ExchangeBuffers, datatype: MPI.Datatype) -> None:
@@ -219,14 +192,14 @@ class MpiTransport(MessageTransport):
     def wait_receives(self, ex: ExchangeBuffers) -> None:
         requests, statuses = self._recv[ex.index], self._statuses[ex.index]
         if requests:
-            _wait_all(requests, statuses, self.yield_while_waiting)
+            wait_all(requests, statuses, yielding=self.yield_while_waiting)
             for message, (status, coded) in enumerate(zip(statuses, self._decode[ex.index])):
                 _count(self.ledger, ex, message, status, self._type, coded, self.codec_tracer)
         for message in ex.recv_staged:
             self._backend.copy_in(*self._copy_in[ex.index][message])
 
     def wait_any(self) -> tuple[int, int]:
-        position = _wait_any(self._all_recv, self._any_status, self.yield_while_waiting)
+        position = wait_any(self._all_recv, self._any_status, yielding=self.yield_while_waiting)
         if position == MPI.UNDEFINED:
             raise RuntimeError("no receive is active but messages are missing; the executor's schedule is broken")
         index, message = self._owner[position]
@@ -238,10 +211,10 @@ class MpiTransport(MessageTransport):
         return index, message
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
-        _wait_all(self._persistent_send[ex.index], None, self.yield_while_waiting)
+        wait_all(self._persistent_send[ex.index], yielding=self.yield_while_waiting)
         coded = self._coded_sends[ex.index]
         if coded:
-            _wait_all(coded, None, self.yield_while_waiting)
+            wait_all(coded, yielding=self.yield_while_waiting)
             coded.clear()
 
     def incomplete_receives(self, ex: ExchangeBuffers) -> list[int] | None:
@@ -412,7 +385,7 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
 
     def wait_sends(self, ex: ExchangeBuffers) -> None:
         for requests in self._send[ex.index]:
-            _wait_all(requests, None, self.yield_while_waiting)
+            wait_all(requests, yielding=self.yield_while_waiting)
 
     def free(self) -> None:
         """Not collective (frees this rank's requests); see :mod:`sparsewire.exec.transports.base`."""
