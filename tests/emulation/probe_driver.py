@@ -2,11 +2,13 @@
 sees it: shared-memory groups numbered in rank order), ``CROSSING`` (bytes this job sent
 between nodes in a ring of 4 MiB messages, checked on arrival) and ``ROUNDTRIP_US`` (the median
 round trip of an 8-byte ping-pong between rank 0 and the last rank, timed by ``MPI.Wtime``) and
-``THREADS`` (each rank's default thread count, as JSON)."""
+``THREADS`` (each rank's default thread count, as JSON) and ``RNDV`` (each rank's ``UCX_RNDV_SCHEME``, as
+JSON)."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 from mpi4py import MPI
@@ -40,11 +42,13 @@ def main() -> None:
             comm.Recv(token, 0, 8)
             comm.Send(token, 0, 8)
     threads = comm.gather(default_threads(ranks_on_node(comm)), root=0)
+    schemes = comm.gather(os.environ.get("UCX_RNDV_SCHEME"), root=0)
     crossing = sum(4 * message.nbytes for q in range(size) if nodes[q] != nodes[(q + 1) % size])
     if rank == 0:
         print("NODES " + " ".join(str(int(g)) for g in numbered), flush=True)
         print(f"CROSSING {crossing}", flush=True)
         print(f"THREADS {json.dumps(threads)}", flush=True)
+        print(f"RNDV {json.dumps(schemes)}", flush=True)
         if roundtrips:
             print(f"ROUNDTRIP_US {np.median(roundtrips) * 1e6:.1f}", flush=True)
 

@@ -48,6 +48,17 @@ def test_a_node_counts_the_cores_it_is_told_it_has(monkeypatch):
             node_cores()
 
 
+def test_large_messages_use_the_rendezvous_that_lets_both_directions_stream_unless_the_caller_says(monkeypatch):
+    """UCX's default rendezvous over TCP sends its ready-to-receive messages against the data, behind the other
+    direction's (bench/link_directions.py): the harness asks for ``get_zcopy``, and a caller's choice stands."""
+    monkeypatch.delenv("UCX_RNDV_SCHEME", raising=False)
+    cluster = EmulatedCluster(2, "1gbit")
+    assert cluster.mpi_environment()["UCX_RNDV_SCHEME"] == "get_zcopy"
+    assert cluster.mpi_environment()["UCX_TLS"] == "self,tcp"
+    monkeypatch.setenv("UCX_RNDV_SCHEME", "put_zcopy")
+    assert cluster.mpi_environment()["UCX_RNDV_SCHEME"] == "put_zcopy"
+
+
 def _namespaces() -> set[str]:
     return set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
 
@@ -73,6 +84,7 @@ def test_ranks_on_different_nodes_talk_over_the_link_and_nothing_is_left(nodes):
         # a rank's default threads count its node's share of the cores, not the whole machine's
         threads = max(1, max(1, node_cores() // nodes) // per_node)
         assert json.loads(lines["THREADS"]) == [threads] * (nodes * per_node), lines
+        assert json.loads(lines["RNDV"]) == ["get_zcopy"] * (nodes * per_node), lines  # both directions stream
         assert result.left_running == []
     assert _namespaces() == before
 

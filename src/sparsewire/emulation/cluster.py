@@ -12,6 +12,11 @@ MPI. ``mpiexec`` (Hydra) runs inside node 0's namespace with an "ssh" launcher t
 mapping each host address to ``ip netns exec`` of its namespace; Hydra's host list tells MPICH
 which ranks share a node (shared memory inside, TCP across). UCX must be told ``UCX_TLS=self,tcp``:
 otherwise it sees one host and moves "remote" messages through shared memory, bypassing the link.
+Large messages use UCX's ``get_zcopy`` rendezvous (``UCX_RNDV_SCHEME``, unless the caller's environment sets
+it): under its default over TCP each fragment waits for a ready-to-receive message that travels against the
+data and queues behind the other direction's data on the same link, so a node that sends while it receives
+took up to 1.3-1.6x the time of its busier direction alone; with ``get_zcopy`` 1.00-1.11x at 1 Gbit/s
+(``bench/link_directions.py``, docs/performance.md "Over a real link").
 
 Rate. ``tbf`` with a burst of at least 256 KiB or 1 ms of the rate (a smaller burst splits 64 KiB
 segments and loses 10-40% of the throughput). Measured on the 2-core machine
@@ -270,13 +275,14 @@ class EmulatedCluster:
 
     # -- use --------------------------------------------------------------------------------
     def mpi_environment(self) -> dict[str, str]:
-        """Not collective. The variables that make MPICH use TCP over the emulated links (module
-        docstring), torch.distributed's rendezvous at rank 0's node and its Gloo sockets on them,
-        and each node's share of the cores."""
+        """Not collective. The variables that make MPICH use TCP over the emulated links, with the rendezvous
+        that lets both directions of a link stream (module docstring), torch.distributed's rendezvous at rank 0's
+        node and its Gloo sockets on them, and each node's share of the cores."""
         return {
             "MPIR_CVAR_CH4_NETMOD": "ucx",
             "UCX_TLS": "self,tcp",
             "UCX_NET_DEVICES": INTERFACE,
+            "UCX_RNDV_SCHEME": os.environ.get("UCX_RNDV_SCHEME", "get_zcopy"),
             "MASTER_ADDR": self.addresses()[0],
             "GLOO_SOCKET_IFNAME": INTERFACE,
             NODE_CORES_VARIABLE: str(self.cores_per_node),
