@@ -1,5 +1,5 @@
 """Every strategy and mode over the emulated cluster (issue 40): measured time beside the planner's
-predicted communication time under the *measured* topology, bytes per link class (planned, what MPI
+predicted time (communication plus local work) under the *measured* topology, bytes per link class (planned, what MPI
 delivered, what the links' kernel counters saw), and what ``--strategy auto`` picks against the
 measured fastest.
 
@@ -12,7 +12,7 @@ the share of the time the link costs, and the cost model (communication plus loc
 calibration's measured local rates) is judged where that
 is at least a half. Needs root (``sparsewire emulate``'s harness). On the 2-core machine 4 ranks
 are oversubscribed (ranks x threads = 4 > 2 cores): compare strategies with each other, not with
-other benches.
+other benches. The JSON holds the runs, ``auto``'s picks and each cluster's calibration record.
 
     sudo .venv/bin/python bench/emulated.py --rates 1gbit,5gbit --layouts 2x2,4x1
 """
@@ -77,17 +77,21 @@ def main() -> None:
     problem = unavailable_reason()
     if problem:
         raise SystemExit(f"bench/emulated.py needs an emulated cluster: {problem}")
-    rows, picks = [], []
+    rows, picks, calibrations = [], [], []
     for layout in args.layouts.split(","):
         nodes, per_node = (int(x) for x in layout.split("x"))
         for rate in args.rates.split(","):
             with EmulatedCluster(nodes, rate) as cluster, tempfile.TemporaryDirectory() as folder:
                 network = str(Path(folder) / "network.json")
                 run_json(cluster, per_node, ["calibrate", "--network", "--output", network, "--json"], 300)
-                links = json.loads(Path(network).read_text())["links"]
+                record = json.loads(Path(network).read_text())
+                calibrations.append({"layout": layout, "rate": rate, "record": record})
+                links = record["links"]
                 print(
                     f"== {layout} at {rate}: inter-node {links['inter_node']['bandwidth_bytes_per_second'] / 2**20:.1f} MiB/s "
-                    f"per rank, {links['inter_node']['latency_seconds'] * 1e6:.1f} us",
+                    f"per rank, {links['inter_node']['latency_seconds'] * 1e6:.1f} us; local "
+                    f"{record['local']['nonzero_columns_per_second']:.3g} nonzero-columns/s, copy "
+                    f"{record['local']['copy_bytes_per_second']:.3g} B/s",
                     flush=True,
                 )
                 for matrix in args.matrices.split(","):
@@ -143,7 +147,7 @@ def main() -> None:
                             flush=True,
                         )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps({"runs": rows, "auto": picks}, indent=1))
+    Path(args.output).write_text(json.dumps({"runs": rows, "auto": picks, "calibrations": calibrations}, indent=1))
     print(f"written to {args.output}")
 
 
