@@ -27,7 +27,7 @@ from sparsewire.options import ExecOptions, exec_options
 from sparsewire.plan.auto_strategy import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
 from sparsewire.plan.plan import RankPlan, check_key_space
 from sparsewire.plan.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
-from sparsewire.plan.stats import PlanStats, predicted_communication_seconds, predicted_local_seconds
+from sparsewire.plan.stats import PlanStats, predicted_communication_seconds, predicted_local_seconds, predicted_seconds
 from sparsewire.plan.transpose import send_keys_collective, transpose_rank_plan
 from sparsewire.report import format_bytes
 from sparsewire.topology import Topology
@@ -147,10 +147,10 @@ def plan_spmm(
     if options.topology is not None and options.topology.rank_groups is not None:
         options.topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
     strategy = options.strategy if options.strategy == "auto" else options.strategy.value
-    together = Mode(options.mode).steps_together
     plan, stats, choice = choose_strategy(
-        matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, together, options.compress != "none"
-    )
+        matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, Mode(options.mode).steps_together,
+        options.compress != "none", Mode(options.mode).overlaps_diagonal,
+    )  # fmt: skip
     return SpmmPlan(matrix, plan, stats, k, dtype, options, choice)
 
 
@@ -190,6 +190,7 @@ class SpmmPlan:
         self.k, self.dtype, self.choice, self.transposed = int(k), np.dtype(dtype), choice, transposed
         self.executor = SpmmExecutor(rank_plan, self.comm, self.k, self.dtype, options)
         self.options = self.executor.options  # threads filled in
+        self._steps_together = self.options.mode.steps_together and self.executor.transport.sends_message_by_message
         self.transfer_summary = summarize_paths(self.comm, self.executor.buffers, options.topology)
         self._transpose: SpmmPlan | None = None
 
@@ -252,15 +253,15 @@ class SpmmPlan:
 
     @property
     def predicted_seconds(self) -> float:
-        """Not collective. Predicted time per multiply, communication in the form of the plan's mode and transport
-        (its steps on the links together or one after the other) plus local work (:mod:`sparsewire.plan.cost`)."""
-        return self.predicted_communication_seconds + predicted_local_seconds(self.stats)
+        """Not collective. Predicted time per multiply in the form of the plan's mode and transport (steps on the links
+        together or not, diagonal block overlapped or not: :func:`~sparsewire.plan.cost.predicted_seconds`)."""
+        mode = self.options.mode
+        return predicted_seconds(self.stats, steps_together=self._steps_together, overlaps_diagonal=mode.overlaps_diagonal)
 
     @property
     def predicted_communication_seconds(self) -> float:
         """Not collective. The communication part of :attr:`predicted_seconds`."""
-        together = self.options.mode.steps_together and self.executor.transport.sends_message_by_message
-        return predicted_communication_seconds(self.stats, steps_together=together)
+        return predicted_communication_seconds(self.stats, steps_together=self._steps_together)
 
     @property
     def transfer_rule(self):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import CHILD_ENV
@@ -107,6 +108,17 @@ def test_measured_local_rates_add_the_busiest_ranks_work_to_the_prediction(tmp_p
     assert predicted_local_seconds(stats, without) == 0.0 and predicted_seconds(
         stats, without
     ) == predicted_communication_seconds(stats)
+    # Where the mode multiplies the diagonal block while messages are in flight, that block (one nonzero per rank:
+    # (0, 0) and (2, 2)) hides behind the communication, the rest follows it; bulk adds everything.
+    assert stats.rank_diagonal_entries.tolist() == [1, 1]
+    communication, diagonal, rest = predicted_communication_seconds(stats), 1 * 8 / 2e9, 3 * 8 / 2e9 + 2 * 3 * 64 / 4e9
+    assert diagonal < communication
+    assert predicted_seconds(stats, overlaps_diagonal=True) == pytest.approx(communication + rest, rel=1e-12)
+    record["local"] = {"nonzero_columns_per_second": 1e3, "copy_bytes_per_second": 4e9}  # a diagonal slower than the link
+    path.write_text(json.dumps(record))
+    slow = parse_topology(str(path))
+    assert predicted_seconds(stats, slow, overlaps_diagonal=True) == pytest.approx(8 / 1e3 + 3 * 8 / 1e3 + 2 * 3 * 64 / 4e9)
+    assert predicted_seconds(stats, slow) == pytest.approx(communication + 4 * 8 / 1e3 + 2 * 3 * 64 / 4e9, rel=1e-12)
     # On random inputs: the counted and the built plan's work agree, and the term grows with the busiest rank's work.
     matrix = load_matrix(f"rmat:9:8:{int(rng.integers(1, 1000))}")
     parts = partition(matrix, 4)
@@ -114,9 +126,16 @@ def test_measured_local_rates_add_the_busiest_ranks_work_to_the_prediction(tmp_p
         counted = strategy_stats(matrix, parts.rows, parts.cols, strategy, 16, 8, topology)
         planned = plan_stats(build_plan(matrix, parts.rows, parts.cols, strategy, topology).ranks, 16, 8, topology=topology)
         assert counted.rank_entries.tolist() == planned.rank_entries.tolist()
+        assert counted.rank_diagonal_entries.tolist() == planned.rank_diagonal_entries.tolist()
+        assert ((0 < counted.rank_diagonal_entries) & (counted.rank_diagonal_entries <= counted.rank_entries)).all()
         moved = counted.send_bytes_per_rank + counted.recv_bytes_per_rank
         busiest = (counted.rank_entries * 16 / 2e9 + 2 * moved / 4e9).max()
         assert busiest > 0 and predicted_local_seconds(counted) == pytest.approx(busiest, rel=1e-12)
+        communication = predicted_communication_seconds(counted)
+        hidden = counted.rank_diagonal_entries * 16 / 2e9
+        overlapped = (np.maximum(communication, hidden) + counted.rank_entries * 16 / 2e9 - hidden + 2 * moved / 4e9).max()
+        assert predicted_seconds(counted, overlaps_diagonal=True) == pytest.approx(overlapped, rel=1e-12)
+        assert communication < overlapped < predicted_seconds(counted) == pytest.approx(communication + busiest, rel=1e-12)
 
 
 def test_a_damaged_or_foreign_record_is_refused_with_the_command_that_writes_one(tmp_path):

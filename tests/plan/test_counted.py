@@ -24,6 +24,7 @@ def assert_same_volumes(counted, planned) -> None:
         assert np.array_equal(getattr(counted, field), getattr(planned, field)), field
     assert counted.setup_bytes == planned.setup_bytes
     assert np.array_equal(counted.rank_entries, planned.rank_entries)
+    assert np.array_equal(counted.rank_diagonal_entries, planned.rank_diagonal_entries)
     assert counted.as_dict() == planned.as_dict()
 
 
@@ -46,9 +47,11 @@ def test_hand_made_counts_are_exact():
     # Operator entries per rank. column: its rows' nonzeros (4, 1, 3) + the B rows it copies out (1, 2, 1).
     # row: 0 - 4 + 2 (it computes (4, 0), (5, 0)) + 3 partial rows it adds; 1 + 3; 3 - 2 + 1 + 2.
     assert column[4].tolist() == [5, 3, 4] and row[4].tolist() == [5, 4, 4]
+    # Diagonal blocks: rank 0 owns none of its entries' columns, rank 1 has (2, 2), rank 2 has (5, 5); any strategy.
+    assert column[5].tolist() == row[5].tolist() == [0, 1, 1]
     # joint: rank 0's graph has a matching of three, so a cover of three; rank 2's is column 0 (serves rows 4 and 5)
     joint = counted_sends(matrix, parts, parts, "joint")
-    assert joint[2].sum() == 4 and [a.tolist() for a in joint[:2]] == [[0, 1, 2], [2, 0, 0]]
+    assert joint[2].sum() == 4 and [a.tolist() for a in joint[:2]] == [[0, 1, 2], [2, 0, 0]] and joint[5].tolist() == [0, 1, 1]
 
 
 @pytest.mark.parametrize("strategy", ["column", "row", "joint"])

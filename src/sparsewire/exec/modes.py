@@ -61,6 +61,13 @@ class Mode(enum.StrEnum):
         return self in (Mode.BULK, Mode.OVERLAP, Mode.EARLY)
 
     @property
+    def overlaps_diagonal(self) -> bool:
+        """The diagonal block is multiplied while the first messages are in flight (every mode but ``bulk``, which
+        multiplies it before it sends), so the cost model hides it behind the communication
+        (:func:`~sparsewire.plan.cost.predicted_seconds`)."""
+        return self is not Mode.BULK
+
+    @property
     def partitions_per_thread(self) -> bool:
         """Every message is cut into T partitions (one per thread, padded to whole rows with
         ``rows * k`` divisible by T) that the T threads pack, send and apply themselves, so every

@@ -72,14 +72,16 @@ def choose_strategy(
     proxy: str,
     steps_together: bool = True,
     code_setup: bool = False,
+    overlaps_diagonal: bool = False,
 ) -> tuple[RankPlan, PlanStats, StrategyChoice]:
     """Collective. This rank's plan of ``strategy`` (``auto``: of every
     :func:`candidate_strategies` entry, keeping the least predicted time
-    ``T = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth) + T_local`` under
+    ``T_comm = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)`` under
     ``topology``, flat when None, with a shared link as :func:`~sparsewire.plan.cost.predicted_communication_seconds`
-    models it for a mode whose steps are on the links together or one after the other, and the busiest rank's local
-    work where the topology has measured local rates (:func:`~sparsewire.plan.cost.predicted_local_seconds`); ties go
-    to fewer bytes), its stats
+    models it for a mode whose steps are on the links together or one after the other, with each rank's local
+    work added, or its diagonal block hidden behind ``T_comm`` where the mode ``overlaps_diagonal``, where the
+    topology has measured local rates (:func:`~sparsewire.plan.cost.predicted_seconds`); ties go to fewer bytes),
+    its stats
     and the choice's record. ``code_setup``: the planner's all-to-all travels bit-packed
     (:func:`~sparsewire.plan.plan.build_rank_plan_collective`)."""
     comm = matrix.comm
@@ -100,7 +102,7 @@ def choose_strategy(
             code_setup=code_setup,
         )
         stats = collective_stats(comm, plan, k, dtype.itemsize, model)
-        seconds = predicted_seconds(stats, steps_together=steps_together)
+        seconds = predicted_seconds(stats, steps_together=steps_together, overlaps_diagonal=overlaps_diagonal)
         candidates[candidate.value] = (seconds, stats.total_bytes)
         if best is None or (seconds, stats.total_bytes) < (best[2], best[1].total_bytes):
             best = (plan, stats, seconds)

@@ -1,7 +1,8 @@
 """The cost model: predicted time per multiply of a plan's volumes (:class:`~sparsewire.plan.stats.PlanStats`)
 under a :class:`~sparsewire.topology.Topology`: its messages over the link classes
-(:func:`predicted_communication_seconds`) plus its ranks' local products (:func:`predicted_local_seconds`)
-where the topology carries a measured local rate (``calibrate --network``).
+(:func:`predicted_communication_seconds`) and its ranks' local products (:func:`local_parts`), added or, where
+the mode multiplies the diagonal block while messages are in flight, partly hidden behind the messages
+(:func:`predicted_seconds`), where the topology carries a measured local rate (``calibrate --network``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from sparsewire.topology import Topology
 if TYPE_CHECKING:  # for annotations only: stats imports this module
     from sparsewire.plan.stats import PlanStats
 
-__all__ = ["predicted_seconds", "predicted_communication_seconds", "predicted_local_seconds"]
+__all__ = ["predicted_seconds", "predicted_communication_seconds", "predicted_local_seconds", "local_parts"]
 
 
 def _topology_of(stats: PlanStats, topology: Topology | None) -> Topology:
@@ -27,38 +28,62 @@ def _topology_of(stats: PlanStats, topology: Topology | None) -> Topology:
     return topology
 
 
-def predicted_seconds(stats: PlanStats, topology: Topology | None = None, *, steps_together: bool = True) -> float:
-    """Not collective. Time per multiply: ``T = T_comm + T_local``, :func:`predicted_communication_seconds` plus
-    :func:`predicted_local_seconds` (0 where the topology has no measured local rate or the stats no per-rank
-    work).
+def predicted_seconds(
+    stats: PlanStats, topology: Topology | None = None, *, steps_together: bool = True, overlaps_diagonal: bool = False
+) -> float:
+    """Not collective. Time per multiply from the communication time ``T_comm``
+    (:func:`predicted_communication_seconds`) and each rank's local work split as :func:`local_parts` does, into
+    the diagonal block ``d_r`` (the product that needs no message) and the rest ``w_r`` (packing, the received
+    rows' products, the copies):
 
-    Why a sum and not ``max(T_comm, T_local)`` in the modes that overlap: on the emulated cluster (4 ranks on
-    2 cores, docs/performance.md "Over a real link") the same run's shared-memory time added to the link time
-    was within 25% of the measured time in 210 of 231 runs where the link was at least half of it (the products and
-    the TCP stack share the cores, so overlapping bought nothing measurable there), and this prediction was in the
-    next run, 263 of 284."""
+    - ``overlaps_diagonal`` (every mode but ``bulk``, :attr:`~sparsewire.exec.modes.Mode.overlaps_diagonal`: the
+      diagonal block is multiplied while the first messages are in flight, PETSc's MatMult ordering):
+      ``T = max_r (max(T_comm, d_r) + w_r)``;
+    - otherwise (``bulk`` multiplies it before it sends): ``T = T_comm + max_r (d_r + w_r)``, i.e.
+      ``T_comm`` + :func:`predicted_local_seconds`.
+
+    ``T_comm`` alone where the topology has no measured local rate or the stats no per-rank work; without the
+    diagonal split (``block``) the sum. The sum alone had fitted the emulated cluster (4 ranks on 2 cores) with
+    UCX's default rendezvous over TCP, whose transfers wait for the receiver; with the ``get_zcopy`` rendezvous
+    the modes that overlap ran faster than the sum (docs/performance.md "Over a real link")."""
     topology = _topology_of(stats, topology)
-    return predicted_communication_seconds(stats, topology, steps_together=steps_together) + predicted_local_seconds(
-        stats, topology
-    )
+    communication = predicted_communication_seconds(stats, topology, steps_together=steps_together)
+    parts = local_parts(stats, topology)
+    if parts is None:
+        return communication
+    diagonal, rest = parts
+    if overlaps_diagonal and stats.rank_diagonal_entries is not None:
+        return float((np.maximum(communication, diagonal) + rest).max())
+    return communication + float((diagonal + rest).max())
+
+
+def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Not collective. Per rank r, seconds of local work per multiply in two parts: ``d_r = D_r * k / local_rate``
+    (its diagonal block's nonzeros :attr:`~sparsewire.plan.stats.PlanStats.rank_diagonal_entries`; 0 where not
+    known) and ``w_r = (e_r - D_r) * k / local_rate + 2 (sent_r + received_r) / copy_rate``, where ``e_r`` is the
+    nonzeros of every sparse operator rank r applies (its diagonal block, its send matrices, which pack copied B
+    rows, relayed rows and computed partial C rows, and its receive matrices, which apply what arrives; each
+    nonzero a k-wide multiply-add, :attr:`~sparsewire.plan.stats.PlanStats.rank_entries`), ``sent_r + received_r``
+    its message bytes (each copied twice at each end: packed and handed to the MPI library or the network stack,
+    taken from it and applied), and the two rates the topology's, measured on every rank of the job at once (so
+    cores shared by ranks, or by ranks and the network stack, are in them; ``calibrate --network``). None where
+    either rate or the per-rank work is unknown."""
+    topology = _topology_of(stats, topology)
+    if topology.local_rate is None or topology.copy_rate is None or stats.rank_entries is None or not stats.rank_entries.size:
+        return None
+    diagonal_entries = stats.rank_diagonal_entries if stats.rank_diagonal_entries is not None else 0
+    moved = stats.send_bytes_per_rank + stats.recv_bytes_per_rank
+    diagonal = np.zeros(stats.n_ranks) + diagonal_entries * stats.k / topology.local_rate
+    rest = (stats.rank_entries - diagonal_entries) * stats.k / topology.local_rate + 2 * moved / topology.copy_rate
+    return diagonal, rest
 
 
 def predicted_local_seconds(stats: PlanStats, topology: Topology | None = None) -> float:
-    """Not collective. The busiest rank's local work per multiply:
-    ``max_r (e_r * k / local_rate + 2 (sent_r + received_r) / copy_rate)``, where ``e_r`` is the nonzeros of every
-    sparse operator rank r applies (its diagonal block, its send matrices, which pack copied B rows, relayed rows
-    and computed partial C rows, and its receive matrices, which apply what arrives; each nonzero a k-wide
-    multiply-add, :attr:`~sparsewire.plan.stats.PlanStats.rank_entries`), ``sent_r + received_r`` its message
-    bytes (each copied twice at each end: packed and handed to the MPI library or the network stack, taken
-    from it and applied), and the two rates the topology's,
-    measured on every rank of the job at once (so cores shared by ranks, or by ranks and the network stack, are in
-    them; ``calibrate --network``). 0 where either rate or the per-rank work is unknown."""
-    topology = _topology_of(stats, topology)
-    if topology.local_rate is None or topology.copy_rate is None or stats.rank_entries is None or not stats.rank_entries.size:
-        return 0.0
-    moved = stats.send_bytes_per_rank + stats.recv_bytes_per_rank
-    per_rank = stats.rank_entries * stats.k / topology.local_rate + 2 * moved / topology.copy_rate
-    return float(per_rank.max())
+    """Not collective. The busiest rank's local work per multiply, ``max_r (d_r + w_r)`` of :func:`local_parts`:
+    ``max_r (e_r * k / local_rate + 2 (sent_r + received_r) / copy_rate)``. 0 where either rate or the per-rank
+    work is unknown."""
+    parts = local_parts(stats, topology)
+    return 0.0 if parts is None else float((parts[0] + parts[1]).max())
 
 
 def predicted_communication_seconds(stats: PlanStats, topology: Topology | None = None, *, steps_together: bool = True) -> float:

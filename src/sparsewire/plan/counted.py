@@ -38,10 +38,11 @@ def counted_sends(
     col_partition: RowPartition,
     strategy: Strategy | str,
     progress=None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]:
-    """Not collective. ``(sources, destinations, rows, setup_entries, rank_entries)`` of a flat strategy's messages,
-    one per communicating pair in (source, destination) order, without building plans (module docstring); the
-    last is :attr:`~sparsewire.plan.stats.PlanStats.rank_entries`.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]:
+    """Not collective. ``(sources, destinations, rows, setup_entries, rank_entries, rank_diagonal_entries)`` of a flat
+    strategy's messages, one per communicating pair in (source, destination) order, without building plans (module
+    docstring); the last two are :attr:`~sparsewire.plan.stats.PlanStats.rank_entries` and
+    :attr:`~sparsewire.plan.stats.PlanStats.rank_diagonal_entries`.
 
     ``progress(stage, done, total)``, if given, hears of each rank whose ``joint`` cover is solved (stage ``cover``).
     """
@@ -60,6 +61,7 @@ def counted_sends(
     cols = csr.indices.astype(index, copy=False)
     receivers = np.repeat(np.arange(n_ranks, dtype=index), np.diff(csr.indptr[row_partition.offsets]))
     senders = np.asarray(col_partition.owner(cols), index)
+    diagonal = np.bincount(receivers[senders == receivers], minlength=n_ranks).astype(np.int64)
     off = np.flatnonzero(senders != receivers)
     rows, cols, receivers, senders = rows[off], cols[off], receivers[off], senders[off]
     del off
@@ -88,7 +90,7 @@ def counted_sends(
     pairs = np.concatenate([b_owners * n_ranks + b_rows // n_cols, (c_rows % n_ranks) * n_ranks + c_owners])
     del b_rows, c_rows, b_owners, c_owners
     pair_keys, counts = distinct_counts(pairs)
-    return pair_keys // n_ranks, pair_keys % n_ranks, counts.astype(np.int64), setup_entries, entries
+    return pair_keys // n_ranks, pair_keys % n_ranks, counts.astype(np.int64), setup_entries, entries, diagonal
 
 
 def _joint_row_based(rows, cols, receivers, senders, row_partition: RowPartition, progress) -> np.ndarray:

@@ -59,7 +59,9 @@ class PlanStats:
     ``rowwise`` folded into one entry per rank pair). ``rank_entries``: per rank, the nonzeros of the
     sparse operators it applies per multiply (diagonal block, send and receive matrices; each a k-wide
     multiply-add), the local work of :func:`~sparsewire.plan.cost.predicted_local_seconds`; None where
-    not known (``rowwise``).
+    not known (``rowwise``). ``rank_diagonal_entries``: the part of it in the rank's diagonal block (A's entries
+    whose row and column the rank owns: the product that needs no message, which the modes that overlap multiply
+    while messages are in flight); None where not known (``rowwise``, ``block``).
     """
 
     strategy: Strategy
@@ -74,6 +76,7 @@ class PlanStats:
     setup_bytes: int
     topology: Topology | None = None
     rank_entries: np.ndarray | None = None
+    rank_diagonal_entries: np.ndarray | None = None
 
     @property
     def messages(self) -> int:
@@ -184,15 +187,15 @@ def rank_entries(plan: RankPlan) -> int:
     return int(plan.diagonal.nnz) + sum(int(e.send_matrix.nnz) + int(e.receive_matrix.nnz) for e in plan.exchanges)
 
 
-def rank_send_summary(plan: RankPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
-    """Not collective. (step, destination, rows) of every message one rank sends, its row-based A entries and its
-    :func:`rank_entries`."""
+def rank_send_summary(plan: RankPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]:
+    """Not collective. (step, destination, rows) of every message one rank sends, its row-based A entries, its
+    :func:`rank_entries` and its diagonal block's nonzeros."""
     steps = [np.full(e.send_ranks.size, e.step, np.int64) for e in plan.exchanges]
     destinations = [e.send_ranks for e in plan.exchanges]
     rows = [e.send_counts for e in plan.exchanges]
     empty = [np.zeros(0, np.int64)]
     summary = np.concatenate(steps + empty), np.concatenate(destinations + empty), np.concatenate(rows + empty)
-    return *summary, plan.setup_entries, rank_entries(plan)
+    return *summary, plan.setup_entries, rank_entries(plan), int(plan.diagonal.nnz)
 
 
 def plan_stats(
@@ -227,6 +230,7 @@ def plan_stats(
     keep = rows > 0
     setup_entries = sum(int(s[3]) for s in summaries)
     entries = np.asarray([s[4] for s in summaries], np.int64)
+    diagonal = np.asarray([s[5] for s in summaries], np.int64)
     return PlanStats(
         Strategy(strategy),
         int(n_ranks),
@@ -240,6 +244,7 @@ def plan_stats(
         setup_bytes=setup_entries * (element_bytes + SETUP_INDEX_BYTES),
         topology=topology,
         rank_entries=entries,
+        rank_diagonal_entries=diagonal,
     )
 
 
@@ -377,7 +382,7 @@ def strategy_stats(
         row_nonzeros = np.diff(csr.indptr[row_partition.offsets])
         return block_stats(col_partition, k, element_bytes, topology, row_nonzeros)
     if strategy in COUNTED_STRATEGIES:
-        sources, destinations, rows, setup_entries, entries = counted_sends(
+        sources, destinations, rows, setup_entries, entries, diagonal = counted_sends(
             matrix, row_partition, col_partition, strategy, progress
         )
         return PlanStats(
@@ -393,6 +398,7 @@ def strategy_stats(
             setup_bytes=setup_entries * (element_bytes + SETUP_INDEX_BYTES),
             topology=topology,
             rank_entries=entries,
+            rank_diagonal_entries=diagonal,
         )
     plan = build_plan(matrix, row_partition, col_partition, strategy, topology, proxy=proxy, progress=progress)
     return plan_stats(plan.ranks, k, element_bytes, topology=topology)
