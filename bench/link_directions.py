@@ -1,10 +1,9 @@
 """Whether a node's link is full duplex for MPI: rank 0 receives from every other rank while it sends to each,
 with the bytes each way varied, against the time the busier direction takes alone at the link's rate. The cost
 model (:func:`sparsewire.plan.cost.predicted_communication_seconds`) counts each direction of a node's link
-apart; over TCP, UCX's default rendezvous for large messages sends each fragment on a ready-to-receive message
-that travels against the data, so it queues behind the other direction's data on the same link, and a node
-that sends while it receives finishes later than either direction alone (measured: docs/performance.md
-"Over a real link"). ``UCX_RNDV_SCHEME=get_zcopy`` (the receiver reads the data; the emulated cluster's
+apart; over TCP under UCX's default rendezvous for large messages, a node that sends while it receives
+finished later than either direction alone, with no packet lost (measured: docs/performance.md "Over a real
+link"). ``UCX_RNDV_SCHEME=get_zcopy`` (the receiver reads the data; the emulated cluster's
 default, :meth:`sparsewire.emulation.cluster.EmulatedCluster.mpi_environment`) lets the data stream.
 
 Per case, 12 times: a barrier, then every message posted at once (``MPI_Isend``/``MPI_Irecv``) and waited for;

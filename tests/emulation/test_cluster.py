@@ -49,8 +49,8 @@ def test_a_node_counts_the_cores_it_is_told_it_has(monkeypatch):
 
 
 def test_large_messages_use_the_rendezvous_that_lets_both_directions_stream_unless_the_caller_says(monkeypatch):
-    """UCX's default rendezvous over TCP sends its ready-to-receive messages against the data, behind the other
-    direction's (bench/link_directions.py): the harness asks for ``get_zcopy``, and a caller's choice stands."""
+    """Under UCX's default rendezvous over TCP a node that sends while it receives is slower than either direction
+    alone (bench/link_directions.py): the harness asks for ``get_zcopy``, and a caller's choice stands."""
     monkeypatch.delenv("UCX_RNDV_SCHEME", raising=False)
     cluster = EmulatedCluster(2, "1gbit")
     assert cluster.mpi_environment()["UCX_RNDV_SCHEME"] == "get_zcopy"

@@ -13,10 +13,9 @@ mapping each host address to ``ip netns exec`` of its namespace; Hydra's host li
 which ranks share a node (shared memory inside, TCP across). UCX must be told ``UCX_TLS=self,tcp``:
 otherwise it sees one host and moves "remote" messages through shared memory, bypassing the link.
 Large messages use UCX's ``get_zcopy`` rendezvous (``UCX_RNDV_SCHEME``, unless the caller's environment sets
-it): under its default over TCP each fragment waits for a ready-to-receive message that travels against the
-data and queues behind the other direction's data on the same link, so a node that sends while it receives
-took up to 1.3-1.6x the time of its busier direction alone; with ``get_zcopy`` 1.00-1.11x at 1 Gbit/s
-(``bench/link_directions.py``, docs/performance.md "Over a real link").
+it): under UCX's default over TCP a node that sent while it received took up to 1.3-1.6x the time of its
+busier direction alone (no packet lost: the protocol, not the link), with ``get_zcopy`` (the receiver reads
+the data) 1.00-1.11x at 1 Gbit/s (``bench/link_directions.py``, docs/performance.md "Over a real link").
 
 Rate. ``tbf`` with a burst of at least 256 KiB or 1 ms of the rate (a smaller burst splits 64 KiB
 segments and loses 10-40% of the throughput). Measured on the 2-core machine
