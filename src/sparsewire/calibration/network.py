@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import statistics
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -89,8 +90,6 @@ def _burst(comm: MPI.Comm, a: int, b: int, nbytes: int, bandwidth: float, latenc
     """Bytes the link from a to b passes at once after idle (a rate limiter's token bucket): one ``nbytes`` message
     after 50 ms of idle and a one-byte reply, median time t over ``repeat`` tries; ``nbytes - (t - 2 latency) *
     bandwidth``, at least 0, on every rank."""
-    import time
-
     rank = comm.Get_rank()
     message, ack, times = np.ones(nbytes, np.uint8), np.zeros(1, np.uint8), []
     for i in range(repeat + 1):
@@ -115,8 +114,6 @@ def _local_rates(comm: MPI.Comm, repeat: int, sharing: int, window: float = 0.25
     scheduler's time slices, so ranks that share a core share it in the figure); per rank the median rate over
     ``repeat`` windows; the slowest rank's rates (it sets a multiply's time). The waits for the others yield
     where the node is oversubscribed, as the executor's do."""
-    import time
-
     from sparsewire.calibration.compute import BENCHMARK_MATRIX, benchmark_products
     from sparsewire.cores import default_threads, oversubscribed
 

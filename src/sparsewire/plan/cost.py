@@ -54,7 +54,7 @@ def predicted_seconds(
     if parts is None:
         return communication
     diagonal, rest = parts
-    if overlaps_diagonal and stats.rank_diagonal_entries is not None:
+    if overlaps_diagonal:  # an unknown diagonal block (0) hides nothing: the sum
         return float((np.maximum(communication, diagonal) + rest).max())
     return communication + float((diagonal + rest).max())
 
@@ -73,11 +73,12 @@ def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.
     topology = _topology_of(stats, topology)
     if topology.local_rate is None or topology.copy_rate is None or stats.rank_entries is None or not stats.rank_entries.size:
         return None
-    diagonal_entries = stats.rank_diagonal_entries if stats.rank_diagonal_entries is not None else 0
+    entries, diagonal_entries = stats.rank_entries, stats.rank_diagonal_entries
+    if diagonal_entries is None:
+        diagonal_entries = np.zeros_like(entries)
     moved = stats.send_bytes_per_rank + stats.recv_bytes_per_rank
-    diagonal = np.zeros(stats.n_ranks) + diagonal_entries * stats.k / topology.local_rate
-    rest = (stats.rank_entries - diagonal_entries) * stats.k / topology.local_rate + 2 * moved / topology.copy_rate
-    return diagonal, rest
+    rest = (entries - diagonal_entries) * stats.k / topology.local_rate + 2 * moved / topology.copy_rate
+    return diagonal_entries * stats.k / topology.local_rate, rest
 
 
 def predicted_local_seconds(stats: PlanStats, topology: Topology | None = None) -> float:
