@@ -148,7 +148,7 @@ def plan_spmm(
         options.topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
     strategy = options.strategy if options.strategy == "auto" else options.strategy.value
     plan, stats, choice = choose_strategy(
-        matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, Mode(options.mode).steps_together,
+        matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, Mode(options.mode).steps_in_flight,
         options.compress != "none", Mode(options.mode).overlaps_diagonal,
     )  # fmt: skip
     return SpmmPlan(matrix, plan, stats, k, dtype, options, choice)
@@ -190,7 +190,7 @@ class SpmmPlan:
         self.k, self.dtype, self.choice, self.transposed = int(k), np.dtype(dtype), choice, transposed
         self.executor = SpmmExecutor(rank_plan, self.comm, self.k, self.dtype, options)
         self.options = self.executor.options  # threads filled in
-        self._steps_together = self.options.mode.steps_together and self.executor.transport.sends_message_by_message
+        self._steps_in_flight = self.options.mode.steps_in_flight if self.executor.transport.sends_message_by_message else 1
         self.transfer_summary = summarize_paths(self.comm, self.executor.buffers, options.topology)
         self._transpose: SpmmPlan | None = None
 
@@ -256,12 +256,12 @@ class SpmmPlan:
         """Not collective. Predicted time per multiply in the form of the plan's mode and transport (steps on the links
         together or not, diagonal block overlapped or not: :func:`~sparsewire.plan.cost.predicted_seconds`)."""
         mode = self.options.mode
-        return predicted_seconds(self.stats, steps_together=self._steps_together, overlaps_diagonal=mode.overlaps_diagonal)
+        return predicted_seconds(self.stats, steps_in_flight=self._steps_in_flight, overlaps_diagonal=mode.overlaps_diagonal)
 
     @property
     def predicted_communication_seconds(self) -> float:
         """Not collective. The communication part of :attr:`predicted_seconds`."""
-        return predicted_communication_seconds(self.stats, steps_together=self._steps_together)
+        return predicted_communication_seconds(self.stats, steps_in_flight=self._steps_in_flight)
 
     @property
     def transfer_rule(self):

@@ -247,8 +247,27 @@ def test_predicted_seconds_by_hand():
     shared = Topology("test", (Level("node", 2, link_inside), Level("cluster", None, replace(link_between, shared=True))))
     shared_stats = strategy_stats(matrix, rows, cols, "column-hier", 1, 1, shared)
     assert predicted_seconds(shared_stats) == pytest.approx(2.3)
-    # A mode whose steps follow each other on the link (pipelined): the steps add up, 2.3 + 1.01 s.
-    assert predicted_seconds(shared_stats, steps_together=False) == pytest.approx(3.31)
+    # A mode whose steps follow each other on the link (partitioned): the steps add up, 2.3 + 1.01 s; a mode that
+    # keeps two in flight (overlap, pipelined, early) has both of this plan's steps on the link together.
+    assert predicted_seconds(shared_stats, steps_in_flight=1) == pytest.approx(3.31)
+    assert predicted_seconds(shared_stats, steps_in_flight=2) == pytest.approx(2.3)
+
+
+@pytest.mark.parametrize("strategy", ["column-hier", "joint-group"])
+def test_steps_in_flight_against_the_plans_steps(rng, strategy):
+    # Pipelined plans on 6 ranks: 2 groups of 3 -> 2 steps, 3 groups of 2 -> 3 steps. Two in flight price a
+    # two-step plan as every step together and a three-step plan step after step.
+    matrix = random_integer_matrix(rng, 90, 90, 0.15)
+    rows, cols = partition(matrix, 6).partitions
+    link = LinkClass("slow", 1e6, 1e-5, 1e-6, shared=True)
+    for size, n_steps in ((3, 2), (2, 3)):
+        topology = Topology("t", (Level("node", size, LinkClass("fast", 1e9, 1e-6, 1e-7)), Level("cluster", None, link)))
+        plan = build_plan(matrix, rows, cols, strategy, topology, layout="pipelined")
+        stats = plan_stats(plan.ranks, 4, 8, topology=topology)
+        assert len(np.unique(stats.steps)) == n_steps
+        together, apart = predicted_seconds(stats), predicted_seconds(stats, steps_in_flight=1)
+        assert together <= apart * (1 + 1e-12)  # steps together never take longer than one after the other
+        assert predicted_seconds(stats, steps_in_flight=2) == (together if n_steps == 2 else apart)
 
 
 def test_hierarchical_strategies_need_a_topology():

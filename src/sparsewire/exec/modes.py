@@ -53,12 +53,17 @@ class Mode(enum.StrEnum):
         return self is not Mode.PARTITIONED
 
     @property
-    def steps_together(self) -> bool:
-        """Every step of a plan may be on the links at once (the cost model's form,
-        :func:`~sparsewire.plan.stats.predicted_seconds`): the bulk, overlap and early modes post every step
-        before waiting for any and relay per message; the pipelined mode keeps at most two steps in flight
-        (CoLa Alg. 3), and the partitioned mode relays whole steps, so their steps follow each other."""
-        return self in (Mode.BULK, Mode.OVERLAP, Mode.EARLY)
+    def steps_in_flight(self) -> int | None:
+        """How many of a plan's steps may be on the links at once, on a transport that sends message by message
+        (the cost model's form, :func:`~sparsewire.plan.cost.predicted_communication_seconds`): None (every step)
+        for ``bulk``, which posts every step before it waits for any; 2 for ``overlap``, ``pipelined`` and
+        ``early``, which post step s before they wait for step s - 1, so a plan of at most two steps (a merged
+        plan, whose two-level strategies hop twice, or a pipelined plan on two nodes, CoLa Alg. 3) has all of them
+        in flight; 1 for ``partitioned``, whose threads relay whole steps. A relayed message leaves as soon as its
+        inputs arrive in every mode but ``partitioned``."""
+        if self is Mode.BULK:
+            return None
+        return 1 if self is Mode.PARTITIONED else 2
 
     @property
     def overlaps_diagonal(self) -> bool:

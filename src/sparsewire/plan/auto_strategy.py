@@ -70,7 +70,7 @@ def choose_strategy(
     topology: Topology | None,
     layout: str,
     proxy: str,
-    steps_together: bool = True,
+    steps_in_flight: int | None = None,
     code_setup: bool = False,
     overlaps_diagonal: bool = False,
 ) -> tuple[RankPlan, PlanStats, StrategyChoice]:
@@ -78,7 +78,7 @@ def choose_strategy(
     :func:`candidate_strategies` entry, keeping the least predicted time
     ``T_comm = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)`` under
     ``topology``, flat when None, with a shared link as :func:`~sparsewire.plan.cost.predicted_communication_seconds`
-    models it for a mode whose steps are on the links together or one after the other, with each rank's local
+    models it for a mode that keeps ``steps_in_flight`` steps on the links at once, with each rank's local
     work added, or its diagonal block hidden behind ``T_comm`` where the mode ``overlaps_diagonal``, where the
     topology has measured local rates (:func:`~sparsewire.plan.cost.predicted_seconds`); ties go to fewer bytes),
     its stats
@@ -102,7 +102,7 @@ def choose_strategy(
             code_setup=code_setup,
         )
         stats = collective_stats(comm, plan, k, dtype.itemsize, model)
-        seconds = predicted_seconds(stats, steps_together=steps_together, overlaps_diagonal=overlaps_diagonal)
+        seconds = predicted_seconds(stats, steps_in_flight=steps_in_flight, overlaps_diagonal=overlaps_diagonal)
         candidates[candidate.value] = (seconds, stats.total_bytes)
         if best is None or (seconds, stats.total_bytes) < (best[2], best[1].total_bytes):
             best = (plan, stats, seconds)

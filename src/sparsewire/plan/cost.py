@@ -29,7 +29,7 @@ def _topology_of(stats: PlanStats, topology: Topology | None) -> Topology:
 
 
 def predicted_seconds(
-    stats: PlanStats, topology: Topology | None = None, *, steps_together: bool = True, overlaps_diagonal: bool = False
+    stats: PlanStats, topology: Topology | None = None, *, steps_in_flight: int | None = None, overlaps_diagonal: bool = False
 ) -> float:
     """Not collective. Time per multiply from the communication time ``T_comm``
     (:func:`predicted_communication_seconds`) and each rank's local work split as :func:`local_parts` does, into
@@ -49,7 +49,7 @@ def predicted_seconds(
     ran faster than the sum (246 of 269 and 229 of 248 in two runs), and this form was within 25% in 245 of
     255."""
     topology = _topology_of(stats, topology)
-    communication = predicted_communication_seconds(stats, topology, steps_together=steps_together)
+    communication = predicted_communication_seconds(stats, topology, steps_in_flight=steps_in_flight)
     parts = local_parts(stats, topology)
     if parts is None:
         return communication
@@ -89,7 +89,9 @@ def predicted_local_seconds(stats: PlanStats, topology: Topology | None = None) 
     return 0.0 if parts is None else float((parts[0] + parts[1]).max())
 
 
-def predicted_communication_seconds(stats: PlanStats, topology: Topology | None = None, *, steps_together: bool = True) -> float:
+def predicted_communication_seconds(
+    stats: PlanStats, topology: Topology | None = None, *, steps_in_flight: int | None = None
+) -> float:
     """Not collective. Communication time per multiply under the topology's link classes.
 
     For every step s, link class c and rank x, with m messages and b bytes that x sends over class
@@ -103,14 +105,13 @@ def predicted_communication_seconds(stats: PlanStats, topology: Topology | None 
     A ``shared`` link class is one full-duplex link per level-0 group g (a node's network card, as
     ``calibrate --network`` measures it): every rank of g sends and receives through it, so per
     direction ``t_c(S) = max_x sum_{s in S} m (latency_c + overhead_c) + max_g sum_{s in S} b_g / bandwidth_c``
-    over a set of steps S. With ``steps_together`` (the bulk, overlap and early modes on a transport that sends
-    message by message: a relay leaves as soon as its inputs arrive, and every step is posted before any is
-    waited for) the traffic of every step queues on it together:
-    ``T = max(sum_s ..., max_c t_c(all steps))``; measured on the emulated cluster
+    over a set of steps S. Where the plan has no more steps than the mode keeps in flight (``steps_in_flight``,
+    :attr:`~sparsewire.exec.modes.Mode.steps_in_flight`; None: every step) the traffic of every step queues on it
+    together: ``T = max(sum_s ..., max_c t_c(all steps))``; measured on the emulated cluster
     (docs/performance.md) the sum over steps overpredicted the two-level strategies 1.5x there,
-    since their two steps cross the link in opposite directions. Without (the pipelined mode keeps at most
-    two steps in flight, each round's messages a permutation of the nodes; partitioned relays whole steps)
-    each step also lasts at least its own ``t_c({s})``: ``T = sum_s max(max_{c, x} t(s, c, x), max_c t_c({s}))``.
+    since their two steps cross the link in opposite directions. Otherwise (a pipelined plan of more rounds than
+    two, each round's messages a permutation of the nodes; the partitioned mode, which relays whole steps) each
+    step also lasts at least its own ``t_c({s})``: ``T = sum_s max(max_{c, x} t(s, c, x), max_c t_c({s}))``.
 
     A shared link's ``burst`` (bytes a rate limiter passes at once after idle, as a multiply between barriers
     finds it) comes off each group's bytes once per multiply: ``max(b_g - burst, 0)`` over all steps together,
@@ -120,6 +121,8 @@ def predicted_communication_seconds(stats: PlanStats, topology: Topology | None 
     topology = _topology_of(stats, topology)
     levels = topology.link_levels(stats.sources, stats.destinations, stats.n_ranks)
     groups = topology.groups(stats.n_ranks)
+    steps = distinct(stats.steps)
+    steps_together = steps_in_flight is None or len(steps) <= steps_in_flight
 
     def shared_seconds(link, mask: np.ndarray, burst: float) -> float:
         slowest = 0.0
@@ -130,7 +133,7 @@ def predicted_communication_seconds(stats: PlanStats, topology: Topology | None 
         return slowest
 
     total = 0.0
-    for position, step in enumerate(distinct(stats.steps)):
+    for position, step in enumerate(steps):
         slowest = 0.0
         for level_index, level in enumerate(topology.levels):
             mask = (stats.steps == step) & (levels == level_index)
