@@ -71,7 +71,13 @@ def main() -> None:
     parser.add_argument("--strategies", default="column,joint,column-hier,joint-hier,joint-group")
     parser.add_argument("--modes", default="bulk,overlap,pipelined,early")
     parser.add_argument("--k", type=int, default=32)
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=2, help="timed multiplies per run and turn (default: 2)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="turns of every run (spmm --rounds: a drifting machine slows each alike; default: 5)",
+    )
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "emulated.json"))
     args = parser.parse_args()
     problem = unavailable_reason()
@@ -96,6 +102,7 @@ def main() -> None:
                 )
                 for matrix in args.matrices.split(","):
                     common = ["spmm", matrix, "--topology", network, "--k", str(args.k), "--repeat", str(args.repeat), "--json"]
+                    common += ["--rounds", str(args.rounds)]
                     before = cluster.counters()
                     started = time.monotonic()
                     report = run_json(

@@ -59,8 +59,10 @@ def main() -> None:
     runs, picks = data["runs"], data["auto"]
     for layout, rate in sorted({(r["cluster"], r["rate"]) for r in runs}):
         here = [r for r in runs if (r["cluster"], r["rate"]) == (layout, rate)]
+        samples = here[0].get("timed_multiplies", 10)  # runs before spmm --rounds: 10 in one go
+        turns = f" in {here[0]['rounds']} turns" if here[0].get("rounds", 1) > 1 else ""
         for mode in args.modes.split(","):
-            print(f"\n{layout} at {rate}, {mode} mode (inter-node bytes: measured median of 10 / predicted ms):\n")
+            print(f"\n{layout} at {rate}, {mode} mode (inter-node bytes: measured median of {samples}{turns} / predicted ms):\n")
             print("| matrix | " + " | ".join(STRATEGIES) + " | auto picks |")
             print("|---|" + "---|" * (len(STRATEGIES) + 1))
             for matrix in dict.fromkeys(r["matrix"] for r in here):

@@ -195,5 +195,6 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     # the burst the tbf bucket passes at once (256 KiB at 1 Gbit/s, 1 ms of the rate at 5): measured 0.2-0.6 MB
     assert 0 <= inter["burst_bytes"] <= 2e6 and topology.levels[1].link.burst == inter["burst_bytes"], inter
     local = record["local"]
+    assert local["windows"] == 6  # three before the links, three after
     assert 1e7 <= local["nonzero_columns_per_second"] <= 1e11 and 1e8 <= local["copy_bytes_per_second"] <= 1e10, local
     assert (topology.local_rate, topology.copy_rate) == (local["nonzero_columns_per_second"], local["copy_bytes_per_second"])

@@ -50,6 +50,7 @@ SKIPPED = {"emulate"}  # makes network namespaces and runs a command in them: te
 #: epochs gets them; that is not a hang).
 WORK_FLAGS = {
     "--repeat": 4,
+    "--rounds": 4,
     "--epochs": 3,
     "--max-iterations": 8,
     "--steps": 6,

@@ -192,6 +192,14 @@ def test_spmm_runs_as_a_single_process():
     assert np.isfinite(report["checksum_fro"])
 
 
+def test_spmm_rounds_time_every_run_in_each_turn():
+    args = ["spmm", "rmat:7:4:1", "--strategy", "column,joint", "--mode", "bulk,early", "--k", "2", "--check", "--json"]
+    report = json.loads(run_cli([*args, "--repeat", "3", "--rounds", "2"]).stdout)
+    assert [(r["timed_multiplies"], r["rounds"], r["check_passed"]) for r in report["runs"]] == [(6, 2, True)] * 4
+    refused = run_cli(["spmm", "rmat:7:4:1", "--rounds", "2", "--log-view"])
+    assert refused.returncode == 2 and "trace with --rounds 1" in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_json_with_nan_results_is_strict_json_with_a_warning(tmp_path):
     """C holds NaN when A does: the report says null (Python's json would write bare NaN tokens,
     which JSON parsers reject) and a warning line says so."""

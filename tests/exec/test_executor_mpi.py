@@ -81,6 +81,28 @@ def test_cli_spmm_all_strategies_and_modes(ranks):
         assert run["measured_bytes"] == run["planned_bytes"]
 
 
+def test_cli_spmm_rounds_take_turns():
+    # Every plan made first, then the runs take turns: each run's median over rounds x repeat multiplies, C and
+    # bytes as in one round.
+    args = ["rmat:9:8:2", "--strategy", "joint,column-hier", "-G", "2", "--mode", "overlap,early", "--k", "4", "--check"]
+    once = spmm_json(3, *args, "--repeat", "2")
+    turns = spmm_json(3, *args, "--repeat", "2", "--rounds", "3")
+    assert [(r["strategy"], r["mode"]) for r in turns["runs"]] == [(r["strategy"], r["mode"]) for r in once["runs"]]
+    for first, run in zip(once["runs"], turns["runs"]):
+        assert (first["timed_multiplies"], first["rounds"], run["timed_multiplies"], run["rounds"]) == (2, 1, 6, 3)
+        assert run["check_passed"] and run["max_abs_error"] == first["max_abs_error"] == 0.0
+        assert run["measured_bytes"] == run["planned_bytes"] == first["planned_bytes"]
+        assert run["checksum_sum"] == first["checksum_sum"]
+    completed = run_mpi(3, ["-m", "sparsewire", "spmm", *args, "--repeat", "1", "--rounds", "2"], timeout=240)
+    assert completed.returncode == 0, completed.stderr
+    lines = [line for line in completed.stderr.splitlines() if "running" in line]
+    runs = ["joint/overlap", "joint/early", "column-hier/overlap", "column-hier/early"]
+    assert lines == [f"planning and running {run}" for run in runs] + [f"round 2 of 2: running {run}" for run in runs]
+    assert "2 timed multiplies in 2 rounds" in completed.stdout
+    traced = run_mpi(2, ["-m", "sparsewire", "spmm", "rmat:6:4:1", "--rounds", "2", "--log-view"], timeout=120)
+    assert traced.returncode != 0 and "trace with --rounds 1" in traced.stderr
+
+
 HIERARCHICAL = "column-hier,joint-hier,joint-group"
 
 

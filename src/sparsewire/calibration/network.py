@@ -19,9 +19,12 @@ node), with every other rank waiting at a barrier:
 The planner's link class is then ``seconds = messages * latency + bytes / bandwidth`` (overhead 0:
 the ping-pong's latency already holds the software's per-message time).
 
-Then the ``local`` rates, on every rank at once (:func:`_local_rates`): the executor's CSR kernel in
+And the ``local`` rates, on every rank at once (:func:`_local_rate_samples`): the executor's CSR kernel in
 nonzero-columns per second and a copy in bytes per second, which the cost model's local-work term
-divides by (:func:`~sparsewire.plan.cost.predicted_local_seconds`).
+divides by (:func:`~sparsewire.plan.cost.predicted_local_seconds`); three windows of each before the links are
+measured and three after, the median of the six (:func:`_local_rates`): on the emulated cluster the rates of
+calibrations a few minutes apart had differed by up to 1.6x with consecutive windows (0.91-1.43e9
+nonzero-columns per second), so the windows are spread over the calibration's 10-30 seconds.
 """
 
 from __future__ import annotations
@@ -108,13 +111,13 @@ def _burst(comm: MPI.Comm, a: int, b: int, nbytes: int, bandwidth: float, latenc
     return comm.bcast(burst, root=a)
 
 
-def _local_rates(comm: MPI.Comm, repeat: int, sharing: int, window: float = 0.25) -> dict:
-    """Every rank at once, as in a multiply: the executor's CSR kernel (R-MAT scale 16, edge factor 8, k = 32,
-    float64, the rank's default threads) and a 16 MiB copy, each repeated for ``window`` seconds (long against the
-    scheduler's time slices, so ranks that share a core share it in the figure); per rank the median rate over
-    ``repeat`` windows; the slowest rank's rates (it sets a multiply's time). The waits for the others yield
-    where the node is oversubscribed, as the executor's do."""
-    from sparsewire.calibration.compute import BENCHMARK_MATRIX, benchmark_products
+def _local_rate_samples(comm: MPI.Comm, repeat: int, sharing: int, window: float) -> tuple[list[float], list[float]]:
+    """This rank's rates of ``repeat`` windows each, every rank at once as in a multiply: the executor's CSR kernel
+    (R-MAT scale 16, edge factor 8, k = 32, float64, the rank's default threads) in nonzero-columns per second and a
+    16 MiB copy in bytes per second, each repeated for ``window`` seconds (long against the scheduler's time slices,
+    so ranks that share a core share it in the figure). The waits for the others yield where the node is
+    oversubscribed, as the executor's do."""
+    from sparsewire.calibration.compute import benchmark_products
     from sparsewire.cores import default_threads, oversubscribed
 
     threads = default_threads(sharing)
@@ -122,7 +125,7 @@ def _local_rates(comm: MPI.Comm, repeat: int, sharing: int, window: float = 0.25
     source, target = np.ones(2 << 20), np.zeros(2 << 20)
     np.copyto(target, source)  # pages touched
     yielding = oversubscribed(sharing, threads)
-    medians = []
+    samples = []
     for work, size in ((product, product_work), (functools.partial(np.copyto, target, source), source.nbytes)):
         rates = []
         for _ in range(repeat):
@@ -132,14 +135,26 @@ def _local_rates(comm: MPI.Comm, repeat: int, sharing: int, window: float = 0.25
                 work()
                 done += 1
             rates.append(done * size / (time.perf_counter() - started))
-        medians.append(comm.allreduce(statistics.median(rates), op=MPI.MIN))
+        samples.append(rates)
+    return samples[0], samples[1]
+
+
+def _local_rates(comm: MPI.Comm, parts: list[tuple[list[float], list[float]]], sharing: int, window: float) -> dict:
+    """The ``local`` entry from :func:`_local_rate_samples` taken at several times of the calibration: per rank the
+    median over all its windows, then the slowest rank's (it sets a multiply's time)."""
+    from sparsewire.calibration.compute import BENCHMARK_MATRIX
+    from sparsewire.cores import default_threads
+
+    product = statistics.median([rate for part in parts for rate in part[0]])
+    copy = statistics.median([rate for part in parts for rate in part[1]])
     return {
-        "nonzero_columns_per_second": medians[0],
-        "copy_bytes_per_second": medians[1],
-        "threads": threads,
+        "nonzero_columns_per_second": comm.allreduce(product, op=MPI.MIN),
+        "copy_bytes_per_second": comm.allreduce(copy, op=MPI.MIN),
+        "threads": default_threads(sharing),
         "matrix": BENCHMARK_MATRIX,
         "k": 32,
         "window_seconds": window,
+        "windows": sum(len(part[0]) for part in parts),
     }
 
 
@@ -162,6 +177,10 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
     same = [(a, b) for a in range(size) for b in range(a + 1, size) if nodes[a] == nodes[b]]
     other = [b for b in range(1, size) if nodes[b] != nodes[0]]
     measured = {"intra_node": same[0] if same else None, "inter_node": (0, other[0]) if other else None}
+    sharing, window = int(np.count_nonzero(nodes == nodes[comm.Get_rank()])), 0.25
+    if progress:
+        progress("local rates: the CSR kernel and a copy on every rank at once (half now, half after the links)")
+    local_parts = [_local_rate_samples(comm, 3, sharing, window)]
     for name, pair in measured.items():
         if pair is None:
             continue
@@ -183,8 +202,9 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
     if not classes:
         raise InputError("no link class to measure")
     if progress:
-        progress("local rates: the CSR kernel and a copy on every rank at once")
-    local = _local_rates(comm, min(repeat, 5), int(np.count_nonzero(nodes == nodes[comm.Get_rank()])))
+        progress("local rates: the other half")
+    local_parts.append(_local_rate_samples(comm, 3, sharing, window))
+    local = _local_rates(comm, local_parts, sharing, window)
     record = stamp(NETWORK_KIND)
     record.update(
         {

@@ -91,6 +91,14 @@ def add_commands(commands) -> None:
     )
     add_compress_argument(spmm)
     spmm.add_argument("--repeat", type=positive_int, default=10, help="timed multiplies per run (default: 10)")
+    spmm.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=1,
+        help="with several strategies or modes: make every plan first, then let the runs take turns ROUNDS times, "
+        "--repeat timed multiplies each turn, so a machine whose speed drifts slows every run alike (medians over "
+        "ROUNDS x REPEAT multiplies; every plan is held at once; default: 1, each run whole before the next)",
+    )
     add_partition_arguments(spmm)
     spmm.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
     add_topology_arguments(spmm, allow_mpi=True)
@@ -179,6 +187,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         k=args.k,
         dtype=DTYPES[args.dtype],
         repeat=args.repeat,
+        rounds=args.rounds,
         partition=args.partition,
         imbalance=args.imbalance,
         check=args.check,
@@ -217,7 +226,8 @@ def run_spmm(args: argparse.Namespace) -> int:
     first = results[0]
     print(
         f"{first['matrix']}: {first['n_rows']} x {first['n_cols']}, {first['nnz']} nonzeros; P = {first['ranks']}, "
-        f"k = {first['k']}, {first['dtype']}, {first['threads']} thread(s) per rank, {args.repeat} timed multiplies"
+        f"k = {first['k']}, {first['dtype']}, {first['threads']} thread(s) per rank, {first['timed_multiplies']} timed multiplies"
+        + (f" in {args.rounds} rounds" if args.rounds > 1 else "")
         + (", deterministic" if args.deterministic else "")
         + f"; {args.transport} transport, bytes counted from {first['bytes_counted_by']}; {args.backend} backend on {args.device}"
     )
