@@ -5,7 +5,8 @@ measured fastest.
 
 Per layout (``2x2``: 2 nodes x 2 ranks on a veth pair; ``4x1``: 4 nodes x 1 rank through a bridge)
 and rate: bring the cluster up, measure it (``sparsewire calibrate --network``), then per matrix run
-``sparsewire spmm MATRIX --topology measured.json --strategy S.. --mode M.. --check --json`` and
+``sparsewire spmm MATRIX --topology measured.json --strategy S.. --mode M.. --rounds 5 --repeat 2 --check --json``
+(every plan made first, the runs taking turns: a machine that drifts slows each alike) and
 ``--strategy auto``; and the same runs on this machine without the cluster (every rank in shared
 memory, the same groups), whose time is the compute and packing share: ``1 - local / measured`` is
 the share of the time the link costs, and the cost model (communication plus local work under the
