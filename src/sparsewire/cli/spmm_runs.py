@@ -119,135 +119,136 @@ def spmm_session(
     groups = topology.groups(comm.Get_size()) if topology is not None else None
     results, opened = [], {}
     runs = [(strategy, mode) for strategy in strategies for mode in modes]
-    for turn, index in ((turn, index) for turn in range(rounds) for index in range(len(runs))):
-        strategy, mode = runs[index]
-        if turn and progress and rank == 0:
-            progress(f"round {turn + 1} of {rounds}: running {strategy}/{mode}")
-        if turn == 0:
-            if progress and rank == 0:
-                progress(f"planning and running {strategy}/{mode}")
-            comm.Barrier()
-            started = MPI.Wtime()
-            plan = matrix.spmm_plan(k, dtype, options=options.replace(strategy=strategy, mode=None if mode == "auto" else mode))
-            plan_seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
-            result = np.empty((plan.output_rows, k), dtype)
-            out, b_in = result, b_local
-            if options.backend == "torch":
-                import torch
+    with contextlib.ExitStack() as unwind:  # a failed run closes the plans still held (--rounds)
+        unwind.callback(lambda: [entry[0].close() for entry in opened.values()])
+        for turn, index in ((turn, index) for turn in range(rounds) for index in range(len(runs))):
+            strategy, mode = runs[index]
+            if turn and progress and rank == 0:
+                progress(f"round {turn + 1} of {rounds}: running {strategy}/{mode}")
+            if turn == 0:
+                if progress and rank == 0:
+                    progress(f"planning and running {strategy}/{mode}")
+                comm.Barrier()
+                started = MPI.Wtime()
+                plan = matrix.spmm_plan(
+                    k, dtype, options=options.replace(strategy=strategy, mode=None if mode == "auto" else mode)
+                )
+                plan_seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
+                result = np.empty((plan.output_rows, k), dtype)
+                out, b_in = result, b_local
+                if options.backend == "torch":
+                    import torch
 
-                out = torch.from_numpy(result).to(device)  # on the CPU the same memory
-                b_in = torch.from_numpy(b_local).to(device)  # uploaded once, outside the timing
-            opened[index] = (plan, plan_seconds, result, out, b_in, [])
-        plan, plan_seconds, result, out, b_in, seconds = opened[index]
-        try:
+                    out = torch.from_numpy(result).to(device)  # on the CPU the same memory
+                    b_in = torch.from_numpy(b_local).to(device)  # uploaded once, outside the timing
+                opened[index] = (plan, plan_seconds, result, out, b_in, [])
+            plan, plan_seconds, result, out, b_in, seconds = opened[index]
             traced = contextlib.nullcontext()
             if trace is not None:  # (directory or None, window, summary): the warm-up is multiply 0
                 name = f"trace-{plan.rank_plan.strategy.value}-{plan.options.mode.value}.json"
                 traced = trace_plan(plan, trace[0], window=trace[1], name=name, summary=trace[2])
             with traced as tracer:
                 timing = time_plan(plan, b_in, out, repeat)  # one warm-up: first-touch of buffers, MPI connections
-        except BaseException:
-            for other in opened.values():
-                other[0].close()
-            raise
-        seconds.extend(timing.seconds)
-        if turn < rounds - 1:
-            continue
-        del opened[index]
-        timing = TimedRun(seconds, timing.result)
-        with plan:
-            if options.backend == "torch" and out.device.type != "cpu":
-                result = out.cpu().numpy()
-            received = plan.bytes_received_from
-            measured = comm.allreduce(int(received.sum()), op=MPI.SUM)
-            wire = comm.allreduce(plan.wire_bytes_received, op=MPI.SUM)
-            passes = plan.codec_passes
-            setup_wire, setup_words = comm.allreduce(np.array(plan.rank_plan.setup_exchange_bytes, np.int64), op=MPI.SUM)
-            if groups is not None:
-                same = groups == groups[rank]
-                measured_intra = comm.allreduce(int(received[same].sum()), op=MPI.SUM)
-                measured_inter = comm.allreduce(int(received[~same].sum()), op=MPI.SUM)
-            problems = [p for ps in comm.allgather(plan.delivery_problems) for p in ps]
-            stats, chosen, layout, used = plan.stats, plan.rank_plan.strategy.value, plan.rank_plan.layout, plan.options
-            predicted = (plan.predicted_seconds, plan.predicted_communication_seconds) if topology is not None else None
-            counted_by, measured_independently = plan.counted_by, plan.bytes_measured
-            reason = plan.choice.reason()
-            staged_below = plan.transfer_rule.staged_below_bytes if plan.transfer_rule else None
-            transfer_paths = plan.transfer_summary
-            traffic, planned_traffic = plan.traffic()  # collective: every rank's ledger
-        checksum_sum = comm.allreduce(float(result.sum(dtype=np.float64)), op=MPI.SUM)
-        checksum_squares = comm.allreduce(float(np.square(result, dtype=np.float64).sum()), op=MPI.SUM)
-        gathered = matrix.gather_dense(result) if check else None
-        if rank != 0:
-            continue
-        row = {
-            "matrix": spec,
-            "n_rows": matrix.shape[0],
-            "n_cols": matrix.shape[1],
-            "nnz": matrix.nnz,
-            "ranks": comm.Get_size(),
-            "strategy": chosen,
-            "strategy_requested": strategy,
-            "strategy_reason": reason,
-            "mode": used.mode.value,
-            "threads": used.threads,
-            "deterministic": used.deterministic,
-            "k": k,
-            "dtype": dtype.name,
-            "median_seconds": timing.median_seconds,
-            "min_seconds": timing.min_seconds,
-            "timed_multiplies": len(timing.seconds),
-            "rounds": rounds,
-            "plan_seconds": plan_seconds,
-            "planned_bytes": stats.total_bytes,
-            "transport": used.transport,
-            "backend": used.backend,
-            "device": used.device,
-            "options": used.as_dict(),
-            "staged_below_bytes": staged_below,
-            "transfer_paths": transfer_paths,
-            "bytes_counted_by": counted_by,
-            "bytes_measured": measured_independently,
-            "measured_bytes": int(measured) if measured_independently else None,
-            "payload_bytes": int(measured),
-            "wire_bytes": int(wire),
-            "codec_passes": passes,
-            "compress_auto": plan.executor.codec_choice,
-            "delivery_problems": len(problems),
-            "messages": stats.messages,
-            "setup_bytes": int(stats.setup_bytes),
-            "setup_exchange_bytes": int(setup_words),
-            "setup_exchange_wire_bytes": int(setup_wire),
-            "layout": layout,
-            "checksum_sum": checksum_sum,
-            "checksum_fro": float(np.sqrt(checksum_squares)),
-            # rank x rank (rows: sources) as the transport counted it; the matrices up to 64 ranks
-            "traffic": traffic.as_dict(topology, matrices=comm.Get_size() <= 64),
-            "traffic_differences": traffic.differences(planned_traffic),
-        }
-        row.update(trace_fields(tracer) if trace is not None else {})
-        if not measured_independently:
-            row["received_tensor_bytes"] = int(measured)
-        if topology is not None:
-            classes = stats.class_totals()
-            row.update(
-                topology=topology.name,
-                proxy=used.proxy.value,
-                intra_group_bytes=classes["intra_group_bytes"],
-                inter_group_bytes=classes["inter_group_bytes"],
-                measured_intra_group_bytes=int(measured_intra) if measured_independently else None,
-                measured_inter_group_bytes=int(measured_inter) if measured_independently else None,
-                predicted_seconds=predicted[0],
-                predicted_communication_seconds=predicted[1],
-            )
-        if problems:
-            row["first_delivery_problem"] = problems[0]
-        if check:
-            full = gathered.astype(np.float64)
-            row["max_abs_error"] = float(np.abs(full - reference).max(initial=0.0))
-            coded = codecs.product_error_bound(used.codec, passes, scale, row_scale, magnitude.sum(axis=1)[:, None], terms, dtype)
-            row["check_passed"] = bool(within(full, reference, allowed + coded).all())
-        results.append(row)
+            seconds.extend(timing.seconds)
+            if turn < rounds - 1:
+                continue
+            del opened[index]
+            timing = TimedRun(seconds, timing.result)
+            with plan:
+                if options.backend == "torch" and out.device.type != "cpu":
+                    result = out.cpu().numpy()
+                received = plan.bytes_received_from
+                measured = comm.allreduce(int(received.sum()), op=MPI.SUM)
+                wire = comm.allreduce(plan.wire_bytes_received, op=MPI.SUM)
+                passes = plan.codec_passes
+                setup_wire, setup_words = comm.allreduce(np.array(plan.rank_plan.setup_exchange_bytes, np.int64), op=MPI.SUM)
+                if groups is not None:
+                    same = groups == groups[rank]
+                    measured_intra = comm.allreduce(int(received[same].sum()), op=MPI.SUM)
+                    measured_inter = comm.allreduce(int(received[~same].sum()), op=MPI.SUM)
+                problems = [p for ps in comm.allgather(plan.delivery_problems) for p in ps]
+                stats, chosen, layout, used = plan.stats, plan.rank_plan.strategy.value, plan.rank_plan.layout, plan.options
+                predicted = (plan.predicted_seconds, plan.predicted_communication_seconds) if topology is not None else None
+                counted_by, measured_independently = plan.counted_by, plan.bytes_measured
+                reason = plan.choice.reason()
+                staged_below = plan.transfer_rule.staged_below_bytes if plan.transfer_rule else None
+                transfer_paths = plan.transfer_summary
+                traffic, planned_traffic = plan.traffic()  # collective: every rank's ledger
+            checksum_sum = comm.allreduce(float(result.sum(dtype=np.float64)), op=MPI.SUM)
+            checksum_squares = comm.allreduce(float(np.square(result, dtype=np.float64).sum()), op=MPI.SUM)
+            gathered = matrix.gather_dense(result) if check else None
+            if rank != 0:
+                continue
+            row = {
+                "matrix": spec,
+                "n_rows": matrix.shape[0],
+                "n_cols": matrix.shape[1],
+                "nnz": matrix.nnz,
+                "ranks": comm.Get_size(),
+                "strategy": chosen,
+                "strategy_requested": strategy,
+                "strategy_reason": reason,
+                "mode": used.mode.value,
+                "threads": used.threads,
+                "deterministic": used.deterministic,
+                "k": k,
+                "dtype": dtype.name,
+                "median_seconds": timing.median_seconds,
+                "min_seconds": timing.min_seconds,
+                "timed_multiplies": len(timing.seconds),
+                "rounds": rounds,
+                "plan_seconds": plan_seconds,
+                "planned_bytes": stats.total_bytes,
+                "transport": used.transport,
+                "backend": used.backend,
+                "device": used.device,
+                "options": used.as_dict(),
+                "staged_below_bytes": staged_below,
+                "transfer_paths": transfer_paths,
+                "bytes_counted_by": counted_by,
+                "bytes_measured": measured_independently,
+                "measured_bytes": int(measured) if measured_independently else None,
+                "payload_bytes": int(measured),
+                "wire_bytes": int(wire),
+                "codec_passes": passes,
+                "compress_auto": plan.executor.codec_choice,
+                "delivery_problems": len(problems),
+                "messages": stats.messages,
+                "setup_bytes": int(stats.setup_bytes),
+                "setup_exchange_bytes": int(setup_words),
+                "setup_exchange_wire_bytes": int(setup_wire),
+                "layout": layout,
+                "checksum_sum": checksum_sum,
+                "checksum_fro": float(np.sqrt(checksum_squares)),
+                # rank x rank (rows: sources) as the transport counted it; the matrices up to 64 ranks
+                "traffic": traffic.as_dict(topology, matrices=comm.Get_size() <= 64),
+                "traffic_differences": traffic.differences(planned_traffic),
+            }
+            row.update(trace_fields(tracer) if trace is not None else {})
+            if not measured_independently:
+                row["received_tensor_bytes"] = int(measured)
+            if topology is not None:
+                classes = stats.class_totals()
+                row.update(
+                    topology=topology.name,
+                    proxy=used.proxy.value,
+                    intra_group_bytes=classes["intra_group_bytes"],
+                    inter_group_bytes=classes["inter_group_bytes"],
+                    measured_intra_group_bytes=int(measured_intra) if measured_independently else None,
+                    measured_inter_group_bytes=int(measured_inter) if measured_independently else None,
+                    predicted_seconds=predicted[0],
+                    predicted_communication_seconds=predicted[1],
+                )
+            if problems:
+                row["first_delivery_problem"] = problems[0]
+            if check:
+                full = gathered.astype(np.float64)
+                row["max_abs_error"] = float(np.abs(full - reference).max(initial=0.0))
+                coded = codecs.product_error_bound(
+                    used.codec, passes, scale, row_scale, magnitude.sum(axis=1)[:, None], terms, dtype
+                )
+                row["check_passed"] = bool(within(full, reference, allowed + coded).all())
+            results.append(row)
     return results if rank == 0 else None
 
 
