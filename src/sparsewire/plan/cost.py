@@ -47,7 +47,7 @@ def predicted_seconds(
     real link") the sum in every mode had fitted under UCX's default rendezvous over TCP (265 of 285 runs within
     25% where the link was at least half the time); under the ``get_zcopy`` rendezvous the modes that overlap
     ran faster than the sum (246 of 269 and 229 of 248 in two runs), and this form was within 25% in 245 of
-    255."""
+    255 (269 of 280 with the steps each mode keeps in flight, ``steps_in_flight``)."""
     topology = _topology_of(stats, topology)
     communication = predicted_communication_seconds(stats, topology, steps_in_flight=steps_in_flight)
     parts = local_parts(stats, topology)
