@@ -165,6 +165,12 @@ class MessageTransport(Transport):
 class PartitionedTransport(Transport):
     """Messages in T partitions, each sent and received on its own: the partitioned schedule."""
 
+    @property
+    def sends_message_by_message(self) -> bool:
+        """Not collective. False: the partitioned schedule's threads send partitions of whole exchanges, so a relay
+        waits for its step (the cost model's steps follow each other, :attr:`~sparsewire.exec.modes.Mode.steps_in_flight`)."""
+        return False
+
     @abc.abstractmethod
     def mark_ready(self, ex: ExchangeBuffers, message: int, partition: int) -> None:
         """Not collective (point to point with the peers). Partition ``partition`` of sent ``message`` is packed: let it go."""
