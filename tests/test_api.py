@@ -291,3 +291,25 @@ def test_too_many_open_plans_is_one_clear_error_before_mpis_limit(ranks):
     for line in refusals:
         assert "refused after 1024: 1024 plans are open on this process" in line and "plan.close()" in line, line
     assert "OK open_plans 1024" in completed.stdout
+
+
+@pytest.mark.parametrize("mode", ["bulk", "overlap", "pipelined", "early", "partitioned"])
+def test_every_mode_plans_and_prices_its_steps_in_flight(rng, mode):
+    """One process (COMM_SELF): a plan in every mode is made and multiplies exactly, and its predicted time takes the
+    steps the mode keeps in flight on its transport (one for a transport that does not send message by message)."""
+    from mpi4py import MPI
+
+    from sparsewire.exec.modes import Mode
+    from sparsewire.plan.cost import predicted_communication_seconds
+
+    a = random_integer_matrix(rng, 300, 300, 0.02)
+    b = rng.integers(-3, 4, (300, 4)).astype(np.float64)
+    matrix = sparsewire.distribute(MPI.COMM_SELF, a)
+    with matrix.spmm_plan(4, mode=mode, threads=2, topology=sparsewire.parse_topology("nodes:1")) as plan:
+        assert np.array_equal(plan.multiply(b), a @ b)
+        message_by_message = plan.executor.transport.sends_message_by_message
+        assert message_by_message == (mode != "partitioned")
+        assert Mode(mode).steps_in_flight == {"bulk": None, "partitioned": 1}.get(mode, 2)
+        in_flight = Mode(mode).steps_in_flight if message_by_message else 1
+        expected = predicted_communication_seconds(plan.stats, steps_in_flight=in_flight)
+        assert plan.predicted_communication_seconds == expected
