@@ -123,11 +123,13 @@ def spmm_session(
         unwind.callback(lambda: [entry[0].close() for entry in opened.values()])
         for turn, index in ((turn, index) for turn in range(rounds) for index in range(len(runs))):
             strategy, mode = runs[index]
-            if turn and progress and rank == 0:
-                progress(f"round {turn + 1} of {rounds}: running {strategy}/{mode}")
+            if progress and rank == 0:
+                progress(
+                    f"round {turn + 1} of {rounds}: running {strategy}/{mode}"
+                    if turn
+                    else f"planning and running {strategy}/{mode}"
+                )
             if turn == 0:
-                if progress and rank == 0:
-                    progress(f"planning and running {strategy}/{mode}")
                 comm.Barrier()
                 started = MPI.Wtime()
                 plan = matrix.spmm_plan(
