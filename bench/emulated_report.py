@@ -17,6 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
 from common import ROOT
 
 STRATEGIES = ("column", "joint", "column-hier", "joint-hier", "joint-group")
@@ -50,12 +51,51 @@ def same_messages(a: dict, b: dict) -> bool:
     return a["traffic"] == b["traffic"] and a["transfer_paths"] == b["transfer_paths"]
 
 
+def paired_ratio(run: dict, base: dict, draws: int = 2000) -> tuple[float, float, float] | None:
+    """``run``'s time over ``base``'s, multiply by multiply: both ran in the same job taking turns (``spmm --rounds``),
+    so the i-th timed multiply of each fell in the same turn, seconds apart, and a drifting machine slows both. The
+    median of the ratios and a 95% interval (bootstrap over the pairs, fixed seed); "slower" means the interval lies
+    above 1. None for runs without ``multiply_seconds``, or with different numbers of them."""
+    a, b = run.get("multiply_seconds"), base.get("multiply_seconds")
+    if not a or not b or len(a) != len(b):
+        return None
+    ratios = np.asarray(a) / np.asarray(b)
+    resampled = np.random.default_rng(0).choice(ratios, (draws, ratios.size))
+    low, high = np.percentile(np.median(resampled, axis=1), [2.5, 97.5])
+    return float(np.median(ratios)), float(low), float(high)
+
+
+def paired_table(report: dict) -> None:
+    """Every run of one ``spmm --json`` report against ``joint`` in the same mode (:func:`paired_ratio`)."""
+    runs = report["runs"]
+    print(f"{report['matrix']}: time over joint's, multiply by multiply (median, 95% interval; {runs[0]['rounds']} turns)")
+    for run in runs:
+        flat = next((r for r in runs if (r["mode"], r["strategy"]) == (run["mode"], "joint")), None)
+        if flat is None or run is flat:
+            continue
+        ratio = paired_ratio(run, flat)
+        bytes_ratio = run["inter_group_bytes"] / flat["inter_group_bytes"] if run.get("inter_group_bytes") else float("nan")
+        verdict = "slower" if ratio[1] > 1 else "faster" if ratio[2] < 1 else "within the spread"
+        print(
+            f"  {run['strategy']:12s} {run['mode']:10s} inter-node bytes {bytes_ratio:.3f}x, time {ratio[0]:.3f}x "
+            f"[{ratio[1]:.3f}, {ratio[2]:.3f}]: {verdict}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="?", default=str(ROOT / "bench" / "results" / "emulated.json"))
     parser.add_argument("--modes", default="overlap,bulk")
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="RESULTS is one 'sparsewire spmm --json --rounds R' report: each run's time over joint's, multiply by multiply",
+    )
     args = parser.parse_args()
     data = json.loads(Path(args.results).read_text())
+    if args.paired:
+        paired_table(data)
+        return
     runs, picks = data["runs"], data["auto"]
     for layout, rate in sorted({(r["cluster"], r["rate"]) for r in runs}):
         here = [r for r in runs if (r["cluster"], r["rate"]) == (layout, rate)]
@@ -99,7 +139,7 @@ def main() -> None:
                 for r in outside
             )
         )
-        slower, busier, compared = [], [], 0
+        slower, spread, busier, compared = [], [], [], 0
         for run in here:
             if run["strategy"] not in TWO_LEVEL:
                 continue
@@ -111,13 +151,29 @@ def main() -> None:
                 busier.append(ratio)  # fewer bytes in all, but more through the busiest node's link
                 continue
             compared += 1
-            if run["median_seconds"] > flat["median_seconds"]:
-                slower.append(ratio)
+            paired = paired_ratio(run, flat)
+            if paired is not None and paired[1] <= 1:
+                if run["median_seconds"] > flat["median_seconds"]:
+                    spread.append(f"{ratio} [{paired[1]:.2f}, {paired[2]:.2f}]")
+            elif run["median_seconds"] > flat["median_seconds"]:
+                slower.append(ratio + (f" [{paired[1]:.2f}, {paired[2]:.2f}]" if paired else ""))
         print(
             f"two-level with fewer inter-node bytes than joint, in all and through the busiest node link: {compared} runs, "
             f"slower than joint in {len(slower)}: {'; '.join(slower) or '-'}"
+            + (
+                f"; slower by the medians but not multiply by multiply (95% interval reaches 1): {'; '.join(spread)}"
+                if spread
+                else ""
+            )
         )
         print(f"two-level with fewer inter-node bytes in all but more through the busiest node link: {'; '.join(busier) or '-'}")
+        twins = [(r, f) for r in here if r["strategy"] in TWO_LEVEL for f in [run_of(here, r, "joint")] if same_messages(r, f)]
+        intervals = [paired_ratio(r, f) for r, f in twins]
+        if twins and None not in intervals:  # the same plan under two names: its interval should reach 1
+            print(
+                f"the same plan under two names (two-level = joint's messages): {len(twins)} pairs, the 95% interval of "
+                f"the time ratio reaches 1 in {sum(low <= 1 <= high for _, low, high in intervals)}"
+            )
         ours = [p for p in picks if (p["layout"], p["rate"]) == (layout, rate)]
         over = [p for p in ours if p["auto_over_fastest"] > 1.10]
         same = [p for p in over if same_messages(*(run_of(here, p, p[role]) for role in ("auto", "fastest")))]

@@ -196,6 +196,10 @@ def test_spmm_rounds_time_every_run_in_each_turn():
     args = ["spmm", "rmat:7:4:1", "--strategy", "column,joint", "--mode", "bulk,early", "--k", "2", "--check", "--json"]
     report = json.loads(run_cli([*args, "--repeat", "3", "--rounds", "2"]).stdout)
     assert [(r["timed_multiplies"], r["rounds"], r["check_passed"]) for r in report["runs"]] == [(6, 2, True)] * 4
+    for run in report["runs"]:  # every timed multiply, in turn order: the medians and minima come from them
+        samples = run["multiply_seconds"]
+        assert len(samples) == 6 and min(samples) > 0
+        assert (np.median(samples), min(samples)) == (run["median_seconds"], run["min_seconds"])
     refused = run_cli(["spmm", "rmat:7:4:1", "--rounds", "2", "--log-view"])
     assert refused.returncode == 2 and "trace with --rounds 1" in refused.stderr and "Traceback" not in refused.stderr
 

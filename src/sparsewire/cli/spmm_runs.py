@@ -199,6 +199,8 @@ def spmm_session(
                 "min_seconds": timing.min_seconds,
                 "timed_multiplies": len(timing.seconds),
                 "rounds": rounds,
+                # the slowest rank's time of every timed multiply, turn after turn (rounds x repeat): paired comparisons
+                "multiply_seconds": [float(x) for x in timing.seconds],
                 "plan_seconds": plan_seconds,
                 "planned_bytes": stats.total_bytes,
                 "transport": used.transport,
