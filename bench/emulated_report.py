@@ -86,7 +86,8 @@ def paired_table(report: dict) -> None:
         if ratio is None:
             print(
                 f"  {run['strategy']:12s} {run['mode']:10s} inter-node bytes {bytes_ratio:.3f}x, time (medians) "
-                f"{run['median_seconds'] / flat['median_seconds']:.3f}x: no interval (under {PAIRED_TURNS} turns, or no multiply_seconds)"
+                f"{run['median_seconds'] / flat['median_seconds']:.3f}x: no interval "
+                f"(under {PAIRED_TURNS} turns, or no multiply_seconds)"
             )
             continue
         verdict = "slower" if ratio[1] > 1 else "faster" if ratio[2] < 1 else "within the spread"

@@ -91,7 +91,8 @@ class Topology:
     instead of consecutive blocks of ``levels[0].group_size``. ``local_rate``: nonzero-columns per second
     of the executor's CSR kernel on each rank, and ``copy_rate``: bytes per second one rank copies, each
     while every rank of the job does the same (measured by ``calibrate --network``; None: unknown, and
-    predictions count communication only, :func:`~sparsewire.plan.cost.predicted_seconds`).
+    predictions count communication only, :func:`~sparsewire.plan.cost.predicted_seconds`); ``local_rate_alone``:
+    the CSR kernel's rate on one rank while the others wait (None: unknown, taken as ``local_rate``).
     """
 
     name: str
@@ -99,6 +100,7 @@ class Topology:
     rank_groups: tuple[int, ...] | None = None
     local_rate: float | None = None
     copy_rate: float | None = None
+    local_rate_alone: float | None = None
 
     def __post_init__(self) -> None:
         if not self.levels or self.levels[-1].group_size is not None:
@@ -170,8 +172,9 @@ class Topology:
                 return LinkClass(label, float(bandwidth), float(latency), 0.0, shared=shared, burst=float(burst))
 
             intra = measured("intra_node", "measured intra-node", False) if "intra_node" in links_measured else _SHARED_MEMORY
-            rates = [record.get("local", {}).get(f) for f in ("nonzero_columns_per_second", "copy_bytes_per_second")]
-            for field, rate in zip(("nonzero_columns_per_second", "copy_bytes_per_second"), rates):
+            rate_fields = ("nonzero_columns_per_second", "copy_bytes_per_second", "alone_nonzero_columns_per_second")
+            rates = [record.get("local", {}).get(f) for f in rate_fields]
+            for field, rate in zip(rate_fields, rates):
                 if rate is not None:  # absent in records before it
                     check(f"local.{field}", rate, True)
             if "inter_node" not in links_measured:

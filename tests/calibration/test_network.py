@@ -19,7 +19,7 @@ from sparsewire.io import load_matrix
 from sparsewire.partition import partition
 from sparsewire.plan import build_plan, plan_stats
 from sparsewire.plan.stats import predicted_communication_seconds, predicted_local_seconds, predicted_seconds, strategy_stats
-from sparsewire.topology import parse_topology
+from sparsewire.topology import Topology, parse_topology
 
 TCP_PAYLOAD = 0.956  # the share of a link's bits that is TCP payload at MTU 1500 (shared/research/emulated-cluster)
 
@@ -79,6 +79,48 @@ def test_a_measured_record_reloads_as_the_topology_that_prices_the_plan(tmp_path
     assert parse_topology(str(path)).groups(4).tolist() == [0, 1, 0, 1]
     with pytest.raises(InputError, match="made for 4 ranks, not 8"):
         parse_topology(str(path)).groups(8)
+
+
+def test_contention_lets_the_busiest_rank_run_at_its_rate_alone(tmp_path, rng):
+    import scipy.sparse as sp
+
+    from sparsewire.partition import even_rows
+    from sparsewire.plan.cost import local_parts
+
+    record = _record([0, 0, 1, 1])
+    record["local"] = {"nonzero_columns_per_second": 2e9, "copy_bytes_per_second": 4e9}
+    shared = Topology.from_record(record)
+    record["local"]["alone_nonzero_columns_per_second"] = 4e9  # a = 2: two ranks per core
+    contended = Topology.from_record(record)
+    assert (shared.local_rate_alone, contended.local_rate_alone) == (None, 4e9)
+    # Hand-made, k = 8, column: rank 0 (rows 0-3) uses columns 4-7 of every row (16 entries, no diagonal block),
+    # rank 1 (rows 4-7) its diagonal (4). Rank 0 receives 4 B rows, rank 1 copies them out: 4 x 64 bytes each way.
+    # w_0 = 16 * 8 / 2e9 + 2 * 256 / 4e9 = 19.2e-8, w_1 = 4 * 8 / 2e9 + 2 * 256 / 4e9 = 14.4e-8, mean 16.8e-8;
+    # a = 2: w_0 -> max(9.6e-8, 16.8e-8), w_1 -> max(7.2e-8, 14.4e-8); d = (0, 1.6e-8).
+    entries = [(i, j) for i in range(4) for j in range(4, 8)] + [(i, i) for i in range(4, 8)]
+    matrix = sp.csr_array((np.ones(len(entries)), tuple(zip(*entries))), shape=(8, 8))
+    parts = even_rows(8, 2)
+    stats = strategy_stats(matrix, parts, parts, "column", 8, 8, shared)
+    diagonal, rest = local_parts(stats, shared)
+    np.testing.assert_allclose(diagonal, [0, 1.6e-8], rtol=1e-12)
+    np.testing.assert_allclose(rest, [19.2e-8, 14.4e-8], rtol=1e-12)
+    np.testing.assert_allclose(local_parts(stats, contended)[1], [16.8e-8, 14.4e-8], rtol=1e-12)
+    assert predicted_local_seconds(stats, shared) == pytest.approx(19.2e-8, rel=1e-12)
+    assert predicted_local_seconds(stats, contended) == pytest.approx(16.8e-8, rel=1e-12)
+    # On random inputs: a = 1 changes nothing; above, a rank's rest lies between its own at the rate alone and at the
+    # shared rate, and the busiest is never below the mean.
+    matrix = load_matrix(f"rmat:9:8:{int(rng.integers(1, 1000))}")
+    split = partition(matrix, 4)
+    for strategy in ("column", "row", "joint"):
+        counted = strategy_stats(matrix, split.rows, split.cols, strategy, 16, 8, shared)
+        _, plain = local_parts(counted, shared)
+        record["local"]["alone_nonzero_columns_per_second"] = 2e9
+        assert np.array_equal(local_parts(counted, Topology.from_record(record))[1], plain), strategy
+        for a in (1.5, 2.0, 4.0):
+            record["local"]["alone_nonzero_columns_per_second"] = 2e9 * a
+            _, spread = local_parts(counted, Topology.from_record(record))
+            assert (plain / a <= spread * (1 + 1e-12)).all() and (spread <= plain * (1 + 1e-12)).all(), strategy
+            assert spread.max() >= plain.mean() * (1 - 1e-12), strategy
 
 
 def test_measured_local_rates_add_the_busiest_ranks_work_to_the_prediction(tmp_path, rng):
@@ -198,3 +240,8 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     assert local["windows"] == 6  # three before the links, three after
     assert 1e7 <= local["nonzero_columns_per_second"] <= 1e11 and 1e8 <= local["copy_bytes_per_second"] <= 1e10, local
     assert (topology.local_rate, topology.copy_rate) == (local["nonzero_columns_per_second"], local["copy_bytes_per_second"])
+    # the kernel on rank 0 while the others wait, one window after each half
+    assert (
+        1e7 <= local["alone_nonzero_columns_per_second"] <= 1e11
+        and topology.local_rate_alone == local["alone_nonzero_columns_per_second"]
+    ), local

@@ -24,7 +24,9 @@ nonzero-columns per second and a copy in bytes per second, which the cost model'
 divides by (:func:`~sparsewire.plan.cost.predicted_local_seconds`); three windows of each before the links are
 measured and three after, the median of the six (:func:`_local_rates`): on the emulated cluster the rates of
 calibrations a few minutes apart had differed by up to 1.6x with consecutive windows (0.91-1.43e9
-nonzero-columns per second), and with the windows spread 1.35-1.38e9 on all four clusters of the next run.
+nonzero-columns per second), and with the windows spread 1.35-1.38e9 on all four clusters of the next run. After
+each half, one window of the kernel on rank 0 alone while the others wait: the cost model's contention term
+(:func:`~sparsewire.plan.cost.local_parts`).
 """
 
 from __future__ import annotations
@@ -111,12 +113,13 @@ def _burst(comm: MPI.Comm, a: int, b: int, nbytes: int, bandwidth: float, latenc
     return comm.bcast(burst, root=a)
 
 
-def _local_rate_samples(comm: MPI.Comm, repeat: int, sharing: int, window: float) -> tuple[list[float], list[float]]:
+def _local_rate_samples(comm: MPI.Comm, repeat: int, sharing: int, window: float) -> tuple[list[float], list[float], list[float]]:
     """This rank's rates of ``repeat`` windows each, every rank at once as in a multiply: the executor's CSR kernel
     (R-MAT scale 16, edge factor 8, k = 32, float64, the rank's default threads) in nonzero-columns per second and a
     16 MiB copy in bytes per second, each repeated for ``window`` seconds (long against the scheduler's time slices,
-    so ranks that share a core share it in the figure). The waits for the others yield where the node is
-    oversubscribed, as the executor's do."""
+    so ranks that share a core share it in the figure); then one window of the kernel on rank 0 alone while the
+    others wait (rank 0's list; empty elsewhere): the rate a rank gets while the ranks whose messages are in wait
+    for the rest. The waits for the others yield where the node is oversubscribed, as the executor's do."""
     from sparsewire.calibration.compute import benchmark_products
     from sparsewire.cores import default_threads, oversubscribed
 
@@ -136,20 +139,32 @@ def _local_rate_samples(comm: MPI.Comm, repeat: int, sharing: int, window: float
                 done += 1
             rates.append(done * size / (time.perf_counter() - started))
         samples.append(rates)
-    return samples[0], samples[1]
+    alone = []
+    wait_all([comm.Ibarrier()], yielding=yielding)
+    if comm.Get_rank() == 0:
+        started, done = time.perf_counter(), 0
+        while time.perf_counter() - started < window:
+            product()
+            done += 1
+        alone.append(done * product_work / (time.perf_counter() - started))
+    wait_all([comm.Ibarrier()], yielding=yielding)
+    return samples[0], samples[1], alone
 
 
-def _local_rates(comm: MPI.Comm, parts: list[tuple[list[float], list[float]]], sharing: int, window: float) -> dict:
+def _local_rates(comm: MPI.Comm, parts: list[tuple[list[float], list[float], list[float]]], sharing: int, window: float) -> dict:
     """The ``local`` entry from :func:`_local_rate_samples` taken at several times of the calibration: per rank the
-    median over all its windows, then the slowest rank's (it sets a multiply's time)."""
+    median over all its windows, then the slowest rank's (it sets a multiply's time); and the median of rank 0's
+    windows alone (``alone_nonzero_columns_per_second``)."""
     from sparsewire.calibration.compute import BENCHMARK_MATRIX
     from sparsewire.cores import default_threads
 
     product = statistics.median([rate for part in parts for rate in part[0]])
     copy = statistics.median([rate for part in parts for rate in part[1]])
+    alone = [rate for part in parts for rate in part[2]]
     return {
         "nonzero_columns_per_second": comm.allreduce(product, op=MPI.MIN),
         "copy_bytes_per_second": comm.allreduce(copy, op=MPI.MIN),
+        "alone_nonzero_columns_per_second": comm.bcast(statistics.median(alone) if alone else None, root=0),
         "threads": default_threads(sharing),
         "matrix": BENCHMARK_MATRIX,
         "k": 32,

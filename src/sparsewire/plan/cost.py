@@ -69,7 +69,16 @@ def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.
     its message bytes (each copied twice at each end: packed and handed to the MPI library or the network stack,
     taken from it and applied), and the two rates the topology's, measured on every rank of the job at once (so
     cores shared by ranks, or by ranks and the network stack, are in them; ``calibrate --network``). None where
-    either rate or the per-rank work is unknown."""
+    either rate or the per-rank work is unknown.
+
+    Contention: ``w_r`` runs while messages arrive, when the ranks whose messages are in wait (yielding their
+    cores where ranks share them), so a rank with more of it than the others runs up to the rate one rank gets
+    alone, ``a = local_rate_alone / local_rate`` (measured by ``calibrate --network``; 1 where unknown or below),
+    but the ranks with more than the mean cannot all be done before the cores have done the mean's work:
+    ``w_r <- max(w_r / a, min(w_r, mean_s w_s))`` (``w_r`` itself where ``a`` is 1). On
+    the emulated cluster (4 ranks on 2 cores, ``a`` about 2) ``column`` on delaunay_n16 on 4x1, where rank 0
+    receives 10.2 MB and the others a tenth of it, had been predicted 1.4x its measured time at 5 Gbit/s with
+    the whole ``w_r`` after the link (docs/performance.md, "Over a real link")."""
     topology = _topology_of(stats, topology)
     if topology.local_rate is None or topology.copy_rate is None or stats.rank_entries is None or not stats.rank_entries.size:
         return None
@@ -78,13 +87,14 @@ def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.
         diagonal_entries = np.zeros_like(entries)
     moved = stats.send_bytes_per_rank + stats.recv_bytes_per_rank
     rest = (entries - diagonal_entries) * stats.k / topology.local_rate + 2 * moved / topology.copy_rate
-    return diagonal_entries * stats.k / topology.local_rate, rest
+    alone = max(1.0, (topology.local_rate_alone or topology.local_rate) / topology.local_rate)
+    return diagonal_entries * stats.k / topology.local_rate, np.maximum(rest / alone, np.minimum(rest, rest.mean()))
 
 
 def predicted_local_seconds(stats: PlanStats, topology: Topology | None = None) -> float:
-    """Not collective. The busiest rank's local work per multiply, ``max_r (d_r + w_r)`` of :func:`local_parts`:
-    ``max_r (e_r * k / local_rate + 2 (sent_r + received_r) / copy_rate)``. 0 where either rate or the per-rank
-    work is unknown."""
+    """Not collective. The busiest rank's local work per multiply, ``max_r (d_r + w_r)`` of :func:`local_parts`
+    (without contention, ``a = 1``: ``max_r (e_r * k / local_rate + 2 (sent_r + received_r) / copy_rate)``). 0 where
+    either rate or the per-rank work is unknown."""
     parts = local_parts(stats, topology)
     return 0.0 if parts is None else float((parts[0] + parts[1]).max())
 
