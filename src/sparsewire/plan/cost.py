@@ -76,7 +76,7 @@ def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.
     alone, ``a = local_rate_alone / local_rate`` (measured by ``calibrate --network``; 1 where unknown or below),
     but the ranks with more than the mean cannot all be done before the cores have done the mean's work:
     ``w_r <- max(w_r / a, min(w_r, mean_s w_s))`` (``w_r`` itself where ``a`` is 1). On
-    the emulated cluster (4 ranks on 2 cores, ``a`` about 2) ``column`` on delaunay_n16 on 4x1, where rank 0
+    the emulated cluster (4 ranks on 2 cores, ``a`` 1.2-1.5 measured) ``column`` on delaunay_n16 on 4x1, where rank 0
     receives 10.2 MB and the others a tenth of it, had been predicted 1.4x its measured time at 5 Gbit/s with
     the whole ``w_r`` after the link (docs/performance.md, "Over a real link")."""
     topology = _topology_of(stats, topology)
