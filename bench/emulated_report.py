@@ -62,7 +62,7 @@ def paired_ratio(run: dict, base: dict, draws: int = 2000) -> tuple[float, float
     median of the ratios and a 95% interval: a bootstrap that draws whole turns (the multiplies of one turn ran back
     to back and are not independent of each other), fixed seed; "slower" means the interval lies above 1. None for
     runs without ``multiply_seconds``, with different numbers of them, or in fewer than :data:`PAIRED_TURNS` turns
-    (with the bench's 5 turns of 2 the interval of the same plan under two names missed 1 in 10-12 of 40)."""
+    (with the bench's 5 turns of 2, the intervals of the same plan under two names missed 1 in 10 and 12 of 40 pairs)."""
     a, b = run.get("multiply_seconds"), base.get("multiply_seconds")
     turns = int(run.get("rounds", 1))
     if not a or not b or len(a) != len(b) or turns < PAIRED_TURNS:
@@ -184,12 +184,12 @@ def main() -> None:
         print(f"two-level with fewer inter-node bytes in all but more through the busiest node link: {'; '.join(busier) or '-'}")
         twins = [(r, f) for r in here if r["strategy"] in TWO_LEVEL for f in [run_of(here, r, "joint")] if same_messages(r, f)]
         if twins:  # the same plan under two names: how far apart its two medians fall
-            spread = sorted(
+            apart = sorted(
                 max(r["median_seconds"], f["median_seconds"]) / min(r["median_seconds"], f["median_seconds"]) for r, f in twins
             )
             print(
                 f"the same plan under two names (two-level = joint's messages): {len(twins)} pairs, slower / faster median "
-                f"{np.median(spread):.3f}, at most {spread[-1]:.3f}"
+                f"{np.median(apart):.3f}, at most {apart[-1]:.3f}"
             )
         ours = [p for p in picks if (p["layout"], p["rate"]) == (layout, rate)]
         over = [p for p in ours if p["auto_over_fastest"] > 1.10]

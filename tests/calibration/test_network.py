@@ -81,7 +81,7 @@ def test_a_measured_record_reloads_as_the_topology_that_prices_the_plan(tmp_path
         parse_topology(str(path)).groups(8)
 
 
-def test_contention_lets_the_busiest_rank_run_at_its_rate_alone(tmp_path, rng):
+def test_contention_lets_the_busiest_rank_run_at_its_rate_alone(rng):
     import scipy.sparse as sp
 
     from sparsewire.partition import even_rows
