@@ -25,23 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, geometric_mean, short_name  # noqa: E402
+from emulated import DEFAULT_MATRICES, calibrated_cluster, run_json  # noqa: E402
 
-from sparsewire.emulation.cluster import EmulatedCluster, unavailable_reason  # noqa: E402
-
-SHARED = ROOT.parent / "shared" / "data"
-DEFAULT_MATRICES = [str(SHARED / f"{name}.mtx.gz") for name in ("delaunay_n16", "mdual", "cit-HepTh", "dblp-2010")]
-
-
-def run_json(cluster: EmulatedCluster, per_node: int, arguments: list[str], timeout: float) -> dict:
-    result = cluster.run(per_node, [sys.executable, "-m", "sparsewire", *arguments], timeout=timeout)
-    if result.returncode != 0:
-        raise SystemExit(f"failed ({result.returncode}): {' '.join(arguments)}\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout)
+from sparsewire.emulation.cluster import unavailable_reason  # noqa: E402
 
 
 def main() -> None:
@@ -66,11 +56,8 @@ def main() -> None:
         parser.error("--codecs must include none (the baseline of every ratio)")
     rows = []
     for layout in args.layouts.split(","):
-        nodes, per_node = (int(x) for x in layout.split("x"))
-        with EmulatedCluster(nodes, args.rate) as cluster, tempfile.TemporaryDirectory() as folder:
-            network = str(Path(folder) / "network.json")
-            run_json(cluster, per_node, ["calibrate", "--network", "--output", network, "--json"], 300)
-            inter = json.loads(Path(network).read_text())["links"]["inter_node"]
+        with calibrated_cluster(layout, args.rate) as (cluster, per_node, network, record):
+            inter = record["links"]["inter_node"]
             print(f"== {layout} at {args.rate}: inter-node {inter['single_pair_bandwidth'] / 1e6:.1f} MB/s measured", flush=True)
             for index, matrix in enumerate(args.matrices.split(",")):
                 if args.command == "spmm":

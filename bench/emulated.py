@@ -21,6 +21,7 @@ other benches. The JSON holds the runs, ``auto``'s picks and each cluster's cali
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -48,6 +49,17 @@ def run_json(cluster: EmulatedCluster, per_node: int, arguments: list[str], time
     if result.returncode != 0:
         raise SystemExit(f"failed ({result.returncode}): {' '.join(arguments)}\n{result.stderr[-3000:]}")
     return json.loads(result.stdout)
+
+
+@contextlib.contextmanager
+def calibrated_cluster(layout: str, rate: str):
+    """The emulated cluster of ``layout`` (``NxR``: N nodes of R ranks) at ``rate``, brought up and measured by
+    ``sparsewire calibrate --network``: yields (cluster, R, the topology file's path, its record); torn down after."""
+    nodes, per_node = (int(x) for x in layout.split("x"))
+    with EmulatedCluster(nodes, rate) as cluster, tempfile.TemporaryDirectory() as folder:
+        network = str(Path(folder) / "network.json")
+        run_json(cluster, per_node, ["calibrate", "--network", "--output", network, "--json"], 300)
+        yield cluster, per_node, network, json.loads(Path(network).read_text())
 
 
 def run_local(ranks: int, arguments: list[str], timeout: float) -> dict:
@@ -86,12 +98,8 @@ def main() -> None:
         raise SystemExit(f"bench/emulated.py needs an emulated cluster: {problem}")
     rows, picks, calibrations = [], [], []
     for layout in args.layouts.split(","):
-        nodes, per_node = (int(x) for x in layout.split("x"))
         for rate in args.rates.split(","):
-            with EmulatedCluster(nodes, rate) as cluster, tempfile.TemporaryDirectory() as folder:
-                network = str(Path(folder) / "network.json")
-                run_json(cluster, per_node, ["calibrate", "--network", "--output", network, "--json"], 300)
-                record = json.loads(Path(network).read_text())
+            with calibrated_cluster(layout, rate) as (cluster, per_node, network, record):
                 calibrations.append({"layout": layout, "rate": rate, "record": record})
                 links = record["links"]
                 print(
@@ -110,7 +118,7 @@ def main() -> None:
                         cluster, per_node, [*common, "--strategy", args.strategies, "--mode", args.modes, "--check"], 3600
                     )
                     link_bytes = sum(tx for tx, _ in cluster.counters()) - sum(tx for tx, _ in before)
-                    local = run_local(nodes * per_node, [*common, "--strategy", args.strategies, "--mode", args.modes], 3600)[
+                    local = run_local(record["ranks"], [*common, "--strategy", args.strategies, "--mode", args.modes], 3600)[
                         "runs"
                     ]
                     local_seconds = {(r["strategy"], r["mode"]): r["median_seconds"] for r in runs_of(local)}

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 
 from common import ROOT
-from emulated import SHARED, run_json
+from emulated import SHARED, calibrated_cluster, run_json
 from emulated_report import paired_table
 
-from sparsewire.emulation.cluster import EmulatedCluster, unavailable_reason
+from sparsewire.emulation.cluster import unavailable_reason
 
 
 def main() -> None:
@@ -38,10 +37,7 @@ def main() -> None:
         raise SystemExit(f"bench/emulated_paired.py needs an emulated cluster: {problem}")
     reports = []
     for layout in args.layouts.split(","):
-        nodes, per_node = (int(x) for x in layout.split("x"))
-        with EmulatedCluster(nodes, args.rate) as cluster, tempfile.TemporaryDirectory() as folder:
-            network = str(Path(folder) / "network.json")
-            run_json(cluster, per_node, ["calibrate", "--network", "--output", network, "--json"], 300)
+        with calibrated_cluster(layout, args.rate) as (cluster, per_node, network, _):
             for matrix in args.matrices.split(","):
                 command = ["spmm", matrix, "--topology", network, "--strategy", args.strategies, "--mode", args.modes]
                 command += ["--rounds", str(args.rounds), "--repeat", str(args.repeat), "--check", "--json"]
