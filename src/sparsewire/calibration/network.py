@@ -133,22 +133,21 @@ def _local_rate_samples(comm: MPI.Comm, repeat: int, sharing: int, window: float
         rates = []
         for _ in range(repeat):
             wait_all([comm.Ibarrier()], yielding=yielding)
-            started, done = time.perf_counter(), 0
-            while time.perf_counter() - started < window:
-                work()
-                done += 1
-            rates.append(done * size / (time.perf_counter() - started))
+            rates.append(_rate_over(work, size, window))
         samples.append(rates)
-    alone = []
     wait_all([comm.Ibarrier()], yielding=yielding)
-    if comm.Get_rank() == 0:
-        started, done = time.perf_counter(), 0
-        while time.perf_counter() - started < window:
-            product()
-            done += 1
-        alone.append(done * product_work / (time.perf_counter() - started))
+    alone = [_rate_over(product, product_work, window)] if comm.Get_rank() == 0 else []
     wait_all([comm.Ibarrier()], yielding=yielding)
     return samples[0], samples[1], alone
+
+
+def _rate_over(work, size: float, window: float) -> float:
+    """``work()`` repeated for ``window`` seconds: ``size`` units per call, over the time taken."""
+    started, done = time.perf_counter(), 0
+    while time.perf_counter() - started < window:
+        work()
+        done += 1
+    return done * size / (time.perf_counter() - started)
 
 
 def _local_rates(comm: MPI.Comm, parts: list[tuple[list[float], list[float], list[float]]], sharing: int, window: float) -> dict:
