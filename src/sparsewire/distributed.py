@@ -150,6 +150,20 @@ class DistributedMatrix:
             raise TypeError(f"spmm_plan takes at most {2 + len(names)} positional arguments after the matrix")
         return plan_spmm(self, k, dtype, options=options, **dict(zip(names, positional)), **keywords)
 
+    def local_rate(self, k: int, dtype=np.float64, threads: int | None = None) -> float | None:
+        """Collective. The executor's CSR kernel on this matrix's rows, every rank its own at once, with a
+        ``k``-column B of ``dtype`` and ``threads`` threads per rank (default: cores / ranks on the node), in
+        nonzero-columns per second, the slowest rank's (:func:`~sparsewire.calibration.compute.measure_rows_rate`;
+        three windows of 0.2 s): the rate at which :meth:`~sparsewire.topology.Topology.with_local_rate` prices
+        this matrix's local work. None where the matrix has no nonzeros."""
+        from sparsewire.calibration.compute import measure_rows_rate
+        from sparsewire.comm.runtime import ranks_on_node
+        from sparsewire.cores import default_threads
+
+        sharing = ranks_on_node(self.comm)
+        threads = threads or default_threads(sharing)
+        return measure_rows_rate(self.comm, self.local_rows, k, dtype, threads=threads, ranks_on_node=sharing)
+
     def right_operand_partitioning(self) -> Partitioning:
         """Not collective. How to distribute a B for ``C = A @ B`` (:meth:`spgemm`, or a sparse
         B in general): B's rows partitioned and ordered like A's columns. A square B also takes

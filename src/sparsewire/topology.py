@@ -32,6 +32,7 @@ with the ``nodes:G`` link classes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -92,7 +93,9 @@ class Topology:
     of the executor's CSR kernel on each rank, and ``copy_rate``: bytes per second one rank copies, each
     while every rank of the job does the same (measured by ``calibrate --network``; None: unknown, and
     predictions count communication only, :func:`~sparsewire.plan.cost.predicted_seconds`); ``local_rate_alone``:
-    the CSR kernel's rate on one rank while the others wait (None: unknown, taken as ``local_rate``).
+    the CSR kernel's rate on one rank while the others wait (None: unknown, taken as ``local_rate``);
+    ``local_rate_matrix``: the matrix ``local_rate`` was measured on (``calibrate --network``'s R-MAT, or the
+    matrix a job multiplies, :meth:`with_local_rate`).
     """
 
     name: str
@@ -101,6 +104,7 @@ class Topology:
     local_rate: float | None = None
     copy_rate: float | None = None
     local_rate_alone: float | None = None
+    local_rate_matrix: str | None = None
 
     def __post_init__(self) -> None:
         if not self.levels or self.levels[-1].group_size is not None:
@@ -177,8 +181,9 @@ class Topology:
             for field, rate in zip(rate_fields, rates):
                 if rate is not None:  # absent in records before it
                     check(f"local.{field}", rate, True)
+            rated_on = record.get("local", {}).get("matrix") if rates[0] is not None else None
             if "inter_node" not in links_measured:
-                return cls(name, (Level("machine", None, intra),), None, *rates)
+                return cls(name, (Level("machine", None, intra),), None, *rates, rated_on)
             inter = measured("inter_node", "measured inter-node", True)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             problem = f"has {error}" if isinstance(error, ValueError) else f"lacks {error}"
@@ -187,7 +192,24 @@ class Topology:
             ) from None
         blocks = groups == [rank // size for rank in range(len(groups))]
         levels = (Level("node", size, intra), Level("cluster", None, inter))
-        return cls(name, levels, None if blocks else tuple(groups), *rates)
+        return cls(name, levels, None if blocks else tuple(groups), *rates, rated_on)
+
+    def with_local_rate(self, rate: float, matrix: str) -> Topology:
+        """Not collective. This topology with the CSR kernel's rate ``rate`` measured on ``matrix`` (the rows a job
+        multiplies: :meth:`~sparsewire.distributed.DistributedMatrix.local_rate`) in place of the one it holds, and
+        the rate alone scaled by the same factor (how much faster one rank runs while the others wait is the
+        machine's, not the matrix's). The copy rate stays.
+
+        Raises:
+            InputError where the topology has no measured local rate to replace (write one with
+            ``calibrate --network``) or ``rate`` is not a positive number.
+        """
+        if self.local_rate is None:
+            raise InputError(f"topology {self.name!r} has no local rate; measure one with 'sparsewire calibrate --network'")
+        if isinstance(rate, bool) or not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+            raise InputError(f"a local rate must be a positive number of nonzero-columns per second (got {rate!r})")
+        alone = None if self.local_rate_alone is None else self.local_rate_alone * rate / self.local_rate
+        return dataclasses.replace(self, local_rate=float(rate), local_rate_alone=alone, local_rate_matrix=matrix)
 
     def groups(self, n_ranks: int) -> np.ndarray:
         """Not collective. Level-0 group id of each of ``n_ranks`` ranks (ids 0, 1, ... in order of first rank)."""

@@ -3,6 +3,8 @@
 :func:`measure_compute_rate` times the executor's CSR x dense kernel; ``sparsewire calibrate``
 stores the record (kind ``compute``) at :func:`default_calibration_path` in the calibration cache
 (:mod:`sparsewire.calibration.store`) and ``sparsewire simulate`` reads it (:func:`load_compute_rate`).
+:func:`measure_rows_rate` times the same kernel on the rows of the matrix a job multiplies, every rank at once
+(the planner's local rate for that matrix, :meth:`~sparsewire.topology.Topology.with_local_rate`).
 """
 
 from __future__ import annotations
@@ -14,11 +16,19 @@ import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from sparsewire.calibration.store import read_record, record_path, stamp
 from sparsewire.errors import InputError
 
-__all__ = ["COMPUTE_KIND", "measure_compute_rate", "default_calibration_path", "load_compute_rate"]
+__all__ = [
+    "COMPUTE_KIND",
+    "measure_compute_rate",
+    "measure_rows_rate",
+    "rate_over",
+    "default_calibration_path",
+    "load_compute_rate",
+]
 
 #: The ``kind`` of a compute calibration record.
 COMPUTE_KIND = "compute"
@@ -91,3 +101,63 @@ def measure_compute_rate(repeat: int = 5, progress=None) -> dict:
         "nnz": products[0][1] // ks[0],
         "processor": platform.processor() or platform.machine(),
     }
+
+
+def rate_over(work, size: float, window: float) -> float:
+    """Not collective. ``work()`` repeated for ``window`` seconds: ``size`` units per call, over the time taken."""
+    started, done = time.perf_counter(), 0
+    while time.perf_counter() - started < window:
+        work()
+        done += 1
+    return done * size / (time.perf_counter() - started)
+
+
+def measure_rows_rate(
+    comm,
+    rows: sp.csr_array,
+    k: int,
+    dtype=np.float64,
+    *,
+    threads: int,
+    ranks_on_node: int,
+    windows: int = 3,
+    window: float = 0.2,
+) -> float | None:
+    """Collective. The executor's CSR x dense kernel on this rank's ``rows`` of A (their columns renumbered to the
+    ones they hold, in order, so B is as compact as the executor's own and received rows are) times a k-column B
+    of ``dtype``, in nonzero-columns per second: ``windows`` windows of ``window`` seconds, every rank at once
+    between barriers (so ranks sharing cores share them in the figure, as in a multiply; the waits yield where the
+    node is oversubscribed, as the executor's do); per rank the median of its windows, and on every rank the
+    slowest rank's (it sets a multiply's time), as ``calibrate --network`` takes its R-MAT rate. None where no rank
+    holds a nonzero.
+
+    Why: the kernel's rate depends on the matrix (how many nonzeros a row has, how far apart its columns are):
+    on the emulated cluster (4 ranks, k = 32) the row blocks of cit-HepTh ran 1.7-2.4x the calibration's
+    R-MAT rate and mdual's 0.45x (docs/performance.md, "Over a real link")."""
+    from mpi4py import MPI
+
+    from sparsewire.aligned import empty_aligned
+    from sparsewire.comm.runtime import wait_all
+    from sparsewire.cores import oversubscribed
+    from sparsewire.exec.kernels import compiled as kernels
+    from sparsewire.generators import deterministic_dense
+
+    rows = sp.csr_array(rows)
+    product = None
+    if rows.nnz:
+        used, columns = np.unique(rows.indices, return_inverse=True)
+        compact = sp.csr_array((rows.data.astype(dtype), columns.reshape(-1), rows.indptr), shape=(rows.shape[0], len(used)))
+        kernels.set_threads(threads, ranks_on_node)
+        operand = kernels.CsrOperand.from_matrix(compact, dtype, threads)
+        dense = deterministic_dense(0, len(used), k, dtype)
+        out = empty_aligned((rows.shape[0], k), dtype)
+        product = functools.partial(kernels.multiply, operand, dense, out)
+        product()  # compiled, pages touched
+    yielding = oversubscribed(ranks_on_node, threads)
+    rates = []
+    for _ in range(windows):
+        wait_all([comm.Ibarrier()], yielding=yielding)
+        rates.append(rate_over(product, rows.nnz * k, window) if product else np.inf)
+    wait_all([comm.Ibarrier()], yielding=yielding)
+    slowest = comm.allreduce(float(np.median(rates)), op=MPI.MIN)
+    return None if np.isinf(slowest) else slowest

@@ -120,7 +120,7 @@ def _local_rate_samples(comm: MPI.Comm, repeat: int, sharing: int, window: float
     so ranks that share a core share it in the figure); then one window of the kernel on rank 0 alone while the
     others wait (rank 0's list; empty elsewhere): the rate a rank gets while the ranks whose messages are in wait
     for the rest. The waits for the others yield where the node is oversubscribed, as the executor's do."""
-    from sparsewire.calibration.compute import benchmark_products
+    from sparsewire.calibration.compute import benchmark_products, rate_over
     from sparsewire.cores import default_threads, oversubscribed
 
     threads = default_threads(sharing)
@@ -133,21 +133,12 @@ def _local_rate_samples(comm: MPI.Comm, repeat: int, sharing: int, window: float
         rates = []
         for _ in range(repeat):
             wait_all([comm.Ibarrier()], yielding=yielding)
-            rates.append(_rate_over(work, size, window))
+            rates.append(rate_over(work, size, window))
         samples.append(rates)
     wait_all([comm.Ibarrier()], yielding=yielding)
-    alone = [_rate_over(product, product_work, window)] if comm.Get_rank() == 0 else []
+    alone = [rate_over(product, product_work, window)] if comm.Get_rank() == 0 else []
     wait_all([comm.Ibarrier()], yielding=yielding)
     return samples[0], samples[1], alone
-
-
-def _rate_over(work, size: float, window: float) -> float:
-    """``work()`` repeated for ``window`` seconds: ``size`` units per call, over the time taken."""
-    started, done = time.perf_counter(), 0
-    while time.perf_counter() - started < window:
-        work()
-        done += 1
-    return done * size / (time.perf_counter() - started)
 
 
 def _local_rates(comm: MPI.Comm, parts: list[tuple[list[float], list[float], list[float]]], sharing: int, window: float) -> dict:

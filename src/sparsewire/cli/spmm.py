@@ -102,6 +102,14 @@ def add_commands(commands) -> None:
     add_partition_arguments(spmm)
     spmm.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
     add_topology_arguments(spmm, allow_mpi=True)
+    spmm.add_argument(
+        "--local-rate",
+        choices=("matrix", "topology"),
+        default="matrix",
+        help="with a --topology file of 'calibrate --network' (which holds the CSR kernel's rate on R-MAT): matrix "
+        "times the kernel on this matrix's own rows (every rank at once, 0.6 s) and prices local work at that rate "
+        "in predicted times and --strategy auto; topology keeps the file's rate (default: matrix)",
+    )
     spmm.add_argument("--check", action="store_true", help="gather C on rank 0 and compare with SciPy (max_abs_error)")
     spmm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     add_profiling_arguments(spmm, "run", "each run", "DIR/trace-STRATEGY-MODE.json")
@@ -188,6 +196,7 @@ def run_spmm(args: argparse.Namespace) -> int:
         dtype=DTYPES[args.dtype],
         repeat=args.repeat,
         rounds=args.rounds,
+        local_rate=args.local_rate,
         partition=args.partition,
         imbalance=args.imbalance,
         check=args.check,

@@ -60,6 +60,7 @@ def spmm_session(
     progress,
     trace=None,
     rounds=1,
+    local_rate="topology",
 ) -> list[dict] | None:
     """Collective. Every (strategy, mode) on the matrix ``spec`` with the other choices of
     ``options`` (:class:`~sparsewire.options.ExecOptions`): one result dict per run on rank 0 (None
@@ -74,7 +75,9 @@ def spmm_session(
     (each counted from the senders' groups) and the predicted time (with its communication part). On the torch
     transport, which has no receive status, ``measured_bytes`` is None and
     ``received_tensor_bytes`` sums the sizes of the tensors received into.
-    ``delivery_problems`` counts messages whose size differed from the receiver's plan.
+    ``delivery_problems`` counts messages whose size differed from the receiver's plan. ``local_rate`` ``matrix``:
+    where the topology holds a measured local rate (and the kernels run on the CPU), the one of this matrix's rows
+    (:meth:`~sparsewire.distributed.DistributedMatrix.local_rate`) takes its place for every plan.
     """
     import contextlib
 
@@ -94,6 +97,18 @@ def spmm_session(
     topology, device = options.topology, options.device
     dtype = np.dtype(dtype)
     matrix, bad = _load(comm, spec, partition, symmetrize, topology, imbalance)
+    if local_rate == "matrix" and topology is not None and topology.local_rate is not None and options.backend == "numpy":
+        if progress and rank == 0:
+            progress(
+                f"the CSR kernel's rate on this matrix's rows (the topology's: {topology.local_rate:.3g} nonzero-columns/s "
+                f"on {topology.local_rate_matrix})"
+            )
+        rate = matrix.local_rate(k, dtype, options.threads)
+        if rate is not None:
+            topology = topology.with_local_rate(rate, spec)
+            options = options.replace(topology=topology)
+            if progress and rank == 0:
+                progress(f"local work priced at {rate:.3g} nonzero-columns/s, measured on {spec}")
     # B and C (and B's hashes while generated); with --check, rank 0 also holds A @ B, |A| |B| and B whole.
     rows = matrix.local_rows.shape[0] + _input_rows(matrix) + (2 * matrix.shape[0] + matrix.shape[1]) * (check and rank == 0)
     what = f"--k {k}: B and C ({rows} rows x {k} columns)"
@@ -235,6 +250,8 @@ def spmm_session(
                 classes = stats.class_totals()
                 row.update(
                     topology=topology.name,
+                    local_rate=topology.local_rate,
+                    local_rate_matrix=topology.local_rate_matrix,
                     proxy=used.proxy.value,
                     intra_group_bytes=classes["intra_group_bytes"],
                     inter_group_bytes=classes["inter_group_bytes"],
