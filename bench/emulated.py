@@ -9,11 +9,11 @@ and rate: bring the cluster up, measure it (``sparsewire calibrate --network``),
 (every plan made first, the runs taking turns: a machine that drifts slows each alike) and
 ``--strategy auto``; and the same runs on this machine without the cluster (every rank in shared
 memory, the same groups), whose time is the compute and packing share: ``1 - local / measured`` is
-the share of the time the link costs, and the cost model (communication plus local work under the
-calibration's measured local rates) is judged where that
-is at least a half. Needs root (``sparsewire emulate``'s harness). On the 2-core machine 4 ranks
-are oversubscribed (ranks x threads = 4 > 2 cores): compare strategies with each other, not with
-other benches. The JSON holds the runs, ``auto``'s picks and each cluster's calibration record.
+the share of the time the link costs, and the cost model (communication over the calibration's link classes
+plus local work at the CSR kernel's rate on the matrix's own rows, ``spmm --local-rate matrix``, and the
+calibration's copy rate) is judged where that is at least a half. Needs root (``sparsewire emulate``'s
+harness). On the 2-core machine 4 ranks are oversubscribed (ranks x threads = 4 > 2 cores): compare strategies
+with each other, not with other benches. The JSON holds the runs, ``auto``'s picks and each cluster's calibration record.
 
     sudo .venv/bin/python bench/emulated.py --rates 1gbit,5gbit --layouts 2x2,4x1
 """
@@ -123,6 +123,9 @@ def main() -> None:
                     ]
                     local_seconds = {(r["strategy"], r["mode"]): r["median_seconds"] for r in runs_of(local)}
                     runs = runs_of(report)
+                    print(
+                        f"   local work priced at {runs[0]['local_rate']:.3g} nonzero-columns/s, measured on its rows", flush=True
+                    )
                     for run in runs:
                         link_share = 1.0 - local_seconds[(run["strategy"], run["mode"])] / run["median_seconds"]
                         rows.append(

@@ -93,9 +93,9 @@ class Topology:
     of the executor's CSR kernel on each rank, and ``copy_rate``: bytes per second one rank copies, each
     while every rank of the job does the same (measured by ``calibrate --network``; None: unknown, and
     predictions count communication only, :func:`~sparsewire.plan.cost.predicted_seconds`); ``local_rate_alone``:
-    the CSR kernel's rate on one rank while the others wait (None: unknown, taken as ``local_rate``);
-    ``local_rate_matrix``: the matrix ``local_rate`` was measured on (``calibrate --network``'s R-MAT, or the
-    matrix a job multiplies, :meth:`with_local_rate`).
+    the CSR kernel's rate on one rank while the others wait (None: unknown, taken as ``local_rate``), and
+    ``copy_rate_alone`` the copy's (None: taken as ``copy_rate``); ``local_rate_matrix``: the matrix ``local_rate``
+    was measured on (``calibrate --network``'s R-MAT, or the matrix a job multiplies, :meth:`with_local_rate`).
     """
 
     name: str
@@ -105,6 +105,7 @@ class Topology:
     copy_rate: float | None = None
     local_rate_alone: float | None = None
     local_rate_matrix: str | None = None
+    copy_rate_alone: float | None = None
 
     def __post_init__(self) -> None:
         if not self.levels or self.levels[-1].group_size is not None:
@@ -176,14 +177,22 @@ class Topology:
                 return LinkClass(label, float(bandwidth), float(latency), 0.0, shared=shared, burst=float(burst))
 
             intra = measured("intra_node", "measured intra-node", False) if "intra_node" in links_measured else _SHARED_MEMORY
-            rate_fields = ("nonzero_columns_per_second", "copy_bytes_per_second", "alone_nonzero_columns_per_second")
-            rates = [record.get("local", {}).get(f) for f in rate_fields]
-            for field, rate in zip(rate_fields, rates):
+            rate_fields = (
+                "nonzero_columns_per_second",
+                "copy_bytes_per_second",
+                "alone_nonzero_columns_per_second",
+                "alone_copy_bytes_per_second",
+            )
+            values = [record.get("local", {}).get(f) for f in rate_fields]
+            for field, rate in zip(rate_fields, values):
                 if rate is not None:  # absent in records before it
                     check(f"local.{field}", rate, True)
-            rated_on = record.get("local", {}).get("matrix") if rates[0] is not None else None
+            rated_on = record.get("local", {}).get("matrix") if values[0] is not None else None
+            rates = dict(
+                zip(("local_rate", "copy_rate", "local_rate_alone", "copy_rate_alone"), values), local_rate_matrix=rated_on
+            )
             if "inter_node" not in links_measured:
-                return cls(name, (Level("machine", None, intra),), None, *rates, rated_on)
+                return cls(name, (Level("machine", None, intra),), None, **rates)
             inter = measured("inter_node", "measured inter-node", True)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             problem = f"has {error}" if isinstance(error, ValueError) else f"lacks {error}"
@@ -192,13 +201,13 @@ class Topology:
             ) from None
         blocks = groups == [rank // size for rank in range(len(groups))]
         levels = (Level("node", size, intra), Level("cluster", None, inter))
-        return cls(name, levels, None if blocks else tuple(groups), *rates, rated_on)
+        return cls(name, levels, None if blocks else tuple(groups), **rates)
 
     def with_local_rate(self, rate: float, matrix: str) -> Topology:
         """Not collective. This topology with the CSR kernel's rate ``rate`` measured on ``matrix`` (the rows a job
         multiplies: :meth:`~sparsewire.distributed.DistributedMatrix.local_rate`) in place of the one it holds, and
         the rate alone scaled by the same factor (how much faster one rank runs while the others wait is the
-        machine's, not the matrix's). The copy rate stays.
+        machine's, not the matrix's). The copy rates stay.
 
         Raises:
             InputError where the topology has no measured local rate to replace (write one with

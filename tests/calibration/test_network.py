@@ -107,19 +107,28 @@ def test_contention_lets_the_busiest_rank_run_at_its_rate_alone(rng):
     np.testing.assert_allclose(local_parts(stats, contended)[1], [16.8e-8, 14.4e-8], rtol=1e-12)
     assert predicted_local_seconds(stats, shared) == pytest.approx(19.2e-8, rel=1e-12)
     assert predicted_local_seconds(stats, contended) == pytest.approx(16.8e-8, rel=1e-12)
-    # On random inputs: a = 1 changes nothing; above, a rank's rest lies between its own at the rate alone and at the
-    # shared rate, and the busiest is never below the mean.
+    # The copies' own rate alone: rank 0's products at the shared rate (6.4e-8) and its copies at 4.5e9 (512 / 4.5e9)
+    # come above the mean; the kernel's alone rate unknown.
+    del record["local"]["alone_nonzero_columns_per_second"]
+    record["local"]["alone_copy_bytes_per_second"] = 4.5e9
+    copying = Topology.from_record(record)
+    assert (copying.local_rate_alone, copying.copy_rate_alone) == (None, 4.5e9)
+    np.testing.assert_allclose(local_parts(stats, copying)[1], [6.4e-8 + 512 / 4.5e9, 14.4e-8], rtol=1e-12)
+    del record["local"]["alone_copy_bytes_per_second"]
+    # On random inputs: rates alone equal to the shared ones change nothing; above, a rank's rest lies between its own
+    # at the rates alone and at the shared rates, and the busiest is never below the mean.
     matrix = load_matrix(f"rmat:9:8:{int(rng.integers(1, 1000))}")
     split = partition(matrix, 4)
     for strategy in ("column", "row", "joint"):
         counted = strategy_stats(matrix, split.rows, split.cols, strategy, 16, 8, shared)
         _, plain = local_parts(counted, shared)
-        record["local"]["alone_nonzero_columns_per_second"] = 2e9
+        record["local"].update(alone_nonzero_columns_per_second=2e9, alone_copy_bytes_per_second=4e9)  # a = c = 1
         assert np.array_equal(local_parts(counted, Topology.from_record(record))[1], plain), strategy
-        for a in (1.5, 2.0, 4.0):
+        for a, c in ((1.5, 1.0), (2.0, 3.0), (4.0, 1.5), (1.0, 2.0)):
             record["local"]["alone_nonzero_columns_per_second"] = 2e9 * a
+            record["local"]["alone_copy_bytes_per_second"] = 4e9 * c
             _, spread = local_parts(counted, Topology.from_record(record))
-            assert (plain / a <= spread * (1 + 1e-12)).all() and (spread <= plain * (1 + 1e-12)).all(), strategy
+            assert (plain / max(a, c) <= spread * (1 + 1e-12)).all() and (spread <= plain * (1 + 1e-12)).all(), strategy
             assert spread.max() >= plain.mean() * (1 - 1e-12), strategy
 
 
@@ -178,6 +187,108 @@ def test_measured_local_rates_add_the_busiest_ranks_work_to_the_prediction(tmp_p
         overlapped = (np.maximum(communication, hidden) + counted.rank_entries * 16 / 2e9 - hidden + 2 * moved / 4e9).max()
         assert predicted_seconds(counted, overlaps_diagonal=True) == pytest.approx(overlapped, rel=1e-12)
         assert communication < overlapped < predicted_seconds(counted) == pytest.approx(communication + busiest, rel=1e-12)
+
+
+def test_the_matrix_own_rate_takes_the_calibrated_rates_place():
+    import scipy.sparse as sp
+
+    from sparsewire.partition import even_rows
+    from sparsewire.plan.cost import local_parts
+
+    record = _record([0, 0, 1, 1])
+    assert Topology.from_record(record).local_rate_matrix is None
+    with pytest.raises(InputError, match="no local rate; measure one with 'sparsewire calibrate --network'"):
+        Topology.from_record(record).with_local_rate(1e9, "a.mtx")
+    record["local"] = {
+        "nonzero_columns_per_second": 2e9,
+        "copy_bytes_per_second": 4e9,
+        "alone_nonzero_columns_per_second": 3e9,
+        "alone_copy_bytes_per_second": 6e9,
+        "matrix": "rmat:16:8:1",
+    }
+    calibrated = Topology.from_record(record)
+    assert calibrated.local_rate_matrix == "rmat:16:8:1"
+    own = calibrated.with_local_rate(5e9, "a.mtx")
+    # the matrix's rate in place of R-MAT's, the contention ratio a = 1.5 kept, the copy rate and links unchanged
+    assert (own.local_rate, own.local_rate_alone, own.local_rate_matrix) == (5e9, 7.5e9, "a.mtx")
+    assert (own.copy_rate, own.copy_rate_alone) == (4e9, 6e9)
+    assert own.levels == calibrated.levels and own.groups(4).tolist() == calibrated.groups(4).tolist()
+    for bad in (0.0, -1.0, float("nan"), float("inf"), True, "fast"):
+        with pytest.raises(InputError, match="a local rate must be a positive number"):
+            calibrated.with_local_rate(bad, "a.mtx")
+    # The hand-made column plan of the contention test: the diagonal block (rank 1's 4 entries x k = 8) at 5e9,
+    # the rest (entries at 5e9, copies at 4e9: 16 * 8 / 5e9 + 512 / 4e9 = 15.36e-8 and 4 * 8 / 5e9 + 512 / 4e9 =
+    # 13.44e-8, mean 14.4e-8; alone rank 0's 16 * 8 / 7.5e9 + 512 / 6e9 = 10.24e-8, so the mean).
+    entries = [(i, j) for i in range(4) for j in range(4, 8)] + [(i, i) for i in range(4, 8)]
+    matrix = sp.csr_array((np.ones(len(entries)), tuple(zip(*entries))), shape=(8, 8))
+    parts = even_rows(8, 2)
+    diagonal, rest = local_parts(strategy_stats(matrix, parts, parts, "column", 8, 8, own), own)
+    np.testing.assert_allclose(diagonal, [0, 0.64e-8], rtol=1e-12)
+    np.testing.assert_allclose(rest, [14.4e-8, 13.44e-8], rtol=1e-12)
+
+
+def test_the_rows_rate_is_the_kernels_own_timing(rng):
+    """measure_rows_rate against the same kernel timed here by a second clock (a factor of 3 apart at most on a
+    noisy machine; a rate that forgot k would be 8x off); the columns renumbered, so rows with column indices near
+    10^9 need no B of 10^9 rows; no nonzeros: None."""
+    import functools
+    import time
+
+    import scipy.sparse as sp
+    from mpi4py import MPI
+
+    from sparsewire.aligned import empty_aligned
+    from sparsewire.calibration.compute import measure_rows_rate
+    from sparsewire.exec.kernels import compiled as kernels
+    from sparsewire.generators import deterministic_dense
+
+    rows = load_matrix(f"rmat:12:8:{int(rng.integers(1, 1000))}").tocsr()[:2000]
+    measured = measure_rows_rate(MPI.COMM_SELF, rows, 8, threads=1, ranks_on_node=1, windows=3, window=0.1)
+    kernels.set_threads(1, 1)
+    operand = kernels.CsrOperand.from_matrix(sp.csr_array(rows), np.float64, 1)
+    out = empty_aligned((rows.shape[0], 8), np.float64)
+    product = functools.partial(kernels.multiply, operand, deterministic_dense(0, rows.shape[1], 8), out)
+    product()
+    calls, started = 0, time.perf_counter()
+    while time.perf_counter() - started < 0.3:
+        product()
+        calls += 1
+    timed = calls * rows.nnz * 8 / (time.perf_counter() - started)
+    assert 1 / 3 < measured / timed < 3, (measured, timed)
+    far = sp.csr_array((np.ones(3), ([0, 1, 1], [10**9 - 1, 5, 10**9 - 7])), shape=(2, 10**9))
+    assert measure_rows_rate(MPI.COMM_SELF, far, 4, threads=1, ranks_on_node=1, windows=1, window=0.02) > 0
+    empty = sp.csr_array((3, 10))
+    assert measure_rows_rate(MPI.COMM_SELF, empty, 4, threads=1, ranks_on_node=1, windows=1, window=0.02) is None
+
+
+def test_spmm_prices_local_work_at_the_matrix_own_rate(tmp_path):
+    """One rank, no messages: the predicted time is the local work e * k / rate, e the matrix's nonzeros, at the
+    rate measured on its rows by default and at the file's with --local-rate topology."""
+    record = stamp("network")
+    record.update(
+        {
+            "ranks": 1,
+            "rank_groups": [0],
+            "group_size": 1,
+            "links": {"intra_node": {"bandwidth_bytes_per_second": 4e9, "latency_seconds": 3e-6}},
+            "local": {"nonzero_columns_per_second": 1e3, "copy_bytes_per_second": 4e9, "matrix": "rmat:16:8:1"},
+        }
+    )
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(record))
+    from conftest import run_cli
+
+    args = ["spmm", "rmat:9:8:1", "--topology", str(path), "--strategy", "joint", "--k", "4", "--repeat", "1", "--json"]
+    nonzeros = load_matrix("rmat:9:8:1").nnz
+    reports = {}
+    for choice in ("matrix", "topology"):
+        completed = run_cli([*args, "--local-rate", choice])
+        assert completed.returncode == 0, completed.stderr
+        run = json.loads(completed.stdout)  # one run: the object itself
+        assert run["predicted_seconds"] == pytest.approx(nonzeros * 4 / run["local_rate"], rel=1e-9)
+        reports[choice] = run
+    assert (reports["topology"]["local_rate"], reports["topology"]["local_rate_matrix"]) == (1e3, "rmat:16:8:1")
+    assert reports["matrix"]["local_rate_matrix"] == "rmat:9:8:1" and reports["matrix"]["local_rate"] > 1e6
 
 
 def test_a_damaged_or_foreign_record_is_refused_with_the_command_that_writes_one(tmp_path):
@@ -240,8 +351,11 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     assert local["windows"] == 6  # three before the links, three after
     assert 1e7 <= local["nonzero_columns_per_second"] <= 1e11 and 1e8 <= local["copy_bytes_per_second"] <= 1e10, local
     assert (topology.local_rate, topology.copy_rate) == (local["nonzero_columns_per_second"], local["copy_bytes_per_second"])
-    # the kernel on rank 0 while the others wait, one window after each half
+    # the kernel and the copy on rank 0 while the others wait, one window each after each half
     assert (
         1e7 <= local["alone_nonzero_columns_per_second"] <= 1e11
         and topology.local_rate_alone == local["alone_nonzero_columns_per_second"]
     ), local
+    assert (
+        1e8 <= local["alone_copy_bytes_per_second"] <= 1e11 and topology.copy_rate_alone == local["alone_copy_bytes_per_second"]
+    )

@@ -25,8 +25,8 @@ divides by (:func:`~sparsewire.plan.cost.predicted_local_seconds`); three window
 measured and three after, the median of the six (:func:`_local_rates`): on the emulated cluster the rates of
 calibrations a few minutes apart had differed by up to 1.6x with consecutive windows (0.91-1.43e9
 nonzero-columns per second), and with the windows spread 1.35-1.38e9 on all four clusters of the next run. After
-each half, one window of the kernel on rank 0 alone while the others wait: the cost model's contention term
-(:func:`~sparsewire.plan.cost.local_parts`).
+each half, one window of the kernel and one of the copy on rank 0 alone while the others wait: the cost model's
+contention term (:func:`~sparsewire.plan.cost.local_parts`).
 """
 
 from __future__ import annotations
@@ -113,13 +113,15 @@ def _burst(comm: MPI.Comm, a: int, b: int, nbytes: int, bandwidth: float, latenc
     return comm.bcast(burst, root=a)
 
 
-def _local_rate_samples(comm: MPI.Comm, repeat: int, sharing: int, window: float) -> tuple[list[float], list[float], list[float]]:
+def _local_rate_samples(
+    comm: MPI.Comm, repeat: int, sharing: int, window: float
+) -> tuple[list[float], list[float], list[float], list[float]]:
     """This rank's rates of ``repeat`` windows each, every rank at once as in a multiply: the executor's CSR kernel
     (R-MAT scale 16, edge factor 8, k = 32, float64, the rank's default threads) in nonzero-columns per second and a
     16 MiB copy in bytes per second, each repeated for ``window`` seconds (long against the scheduler's time slices,
-    so ranks that share a core share it in the figure); then one window of the kernel on rank 0 alone while the
-    others wait (rank 0's list; empty elsewhere): the rate a rank gets while the ranks whose messages are in wait
-    for the rest. The waits for the others yield where the node is oversubscribed, as the executor's do."""
+    so ranks that share a core share it in the figure); then one window of each on rank 0 alone while the others
+    wait (rank 0's lists; empty elsewhere): the rates a rank gets while the ranks whose messages are in wait for the
+    rest. The waits for the others yield where the node is oversubscribed, as the executor's do."""
     from sparsewire.calibration.compute import benchmark_products, rate_over
     from sparsewire.cores import default_threads, oversubscribed
 
@@ -128,33 +130,36 @@ def _local_rate_samples(comm: MPI.Comm, repeat: int, sharing: int, window: float
     source, target = np.ones(2 << 20), np.zeros(2 << 20)
     np.copyto(target, source)  # pages touched
     yielding = oversubscribed(sharing, threads)
-    samples = []
-    for work, size in ((product, product_work), (functools.partial(np.copyto, target, source), source.nbytes)):
+    works = ((product, product_work), (functools.partial(np.copyto, target, source), source.nbytes))
+    together, alone = [], []
+    for work, size in works:
         rates = []
         for _ in range(repeat):
             wait_all([comm.Ibarrier()], yielding=yielding)
             rates.append(rate_over(work, size, window))
-        samples.append(rates)
+        together.append(rates)
+    for work, size in works:
+        wait_all([comm.Ibarrier()], yielding=yielding)
+        alone.append([rate_over(work, size, window)] if comm.Get_rank() == 0 else [])
     wait_all([comm.Ibarrier()], yielding=yielding)
-    alone = [rate_over(product, product_work, window)] if comm.Get_rank() == 0 else []
-    wait_all([comm.Ibarrier()], yielding=yielding)
-    return samples[0], samples[1], alone
+    return together[0], together[1], alone[0], alone[1]
 
 
-def _local_rates(comm: MPI.Comm, parts: list[tuple[list[float], list[float], list[float]]], sharing: int, window: float) -> dict:
+def _local_rates(comm: MPI.Comm, parts: list[tuple[list[float], ...]], sharing: int, window: float) -> dict:
     """The ``local`` entry from :func:`_local_rate_samples` taken at several times of the calibration: per rank the
-    median over all its windows, then the slowest rank's (it sets a multiply's time); and the median of rank 0's
-    windows alone (``alone_nonzero_columns_per_second``)."""
+    median over all its windows, then the slowest rank's (it sets a multiply's time); and the medians of rank 0's
+    windows alone (``alone_nonzero_columns_per_second``, ``alone_copy_bytes_per_second``)."""
     from sparsewire.calibration.compute import BENCHMARK_MATRIX
     from sparsewire.cores import default_threads
 
     product = statistics.median([rate for part in parts for rate in part[0]])
     copy = statistics.median([rate for part in parts for rate in part[1]])
-    alone = [rate for part in parts for rate in part[2]]
+    alone = [[rate for part in parts for rate in part[i]] for i in (2, 3)]
     return {
         "nonzero_columns_per_second": comm.allreduce(product, op=MPI.MIN),
         "copy_bytes_per_second": comm.allreduce(copy, op=MPI.MIN),
-        "alone_nonzero_columns_per_second": comm.bcast(statistics.median(alone) if alone else None, root=0),
+        "alone_nonzero_columns_per_second": comm.bcast(statistics.median(alone[0]) if alone[0] else None, root=0),
+        "alone_copy_bytes_per_second": comm.bcast(statistics.median(alone[1]) if alone[1] else None, root=0),
         "threads": default_threads(sharing),
         "matrix": BENCHMARK_MATRIX,
         "k": 32,

@@ -175,7 +175,8 @@ def _run_calibrate_network(args: argparse.Namespace) -> int:
     print(
         f"local work per rank, all ranks at once ({local['threads']} thread(s)): CSR product "
         f"{local['nonzero_columns_per_second']:.3g} nonzero-columns/s, copy {local['copy_bytes_per_second'] / 2**20:.0f} MiB/s; "
-        f"CSR product on one rank while the others wait {local['alone_nonzero_columns_per_second']:.3g} nonzero-columns/s"
+        f"on one rank while the others wait: CSR product {local['alone_nonzero_columns_per_second']:.3g} nonzero-columns/s, "
+        f"copy {local['alone_copy_bytes_per_second'] / 2**20:.0f} MiB/s"
     )
     print(f"groups {record['rank_groups']}; written to {path} (use it as --topology {path})")
     return 0

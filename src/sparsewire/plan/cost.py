@@ -72,23 +72,28 @@ def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.
     either rate or the per-rank work is unknown.
 
     Contention: ``w_r`` runs while messages arrive, when the ranks whose messages are in wait (yielding their
-    cores where ranks share them), so a rank with more of it than the others runs up to the rate one rank gets
-    alone, ``a = local_rate_alone / local_rate`` (measured by ``calibrate --network``; 1 where unknown or below),
-    but the ranks with more than the mean cannot all be done before the cores have done the mean's work:
-    ``w_r <- max(w_r / a, min(w_r, mean_s w_s))`` (``w_r`` itself where ``a`` is 1). On
-    the emulated cluster (4 ranks on 2 cores, ``a`` 1.2-1.5 measured) ``column`` on delaunay_n16 on 4x1, where rank 0
-    receives 10.2 MB and the others a tenth of it, had been predicted 1.4x its measured time at 5 Gbit/s with
-    the whole ``w_r`` after the link (docs/performance.md, "Over a real link")."""
+    cores where ranks share them), so a rank with more of it than the others runs up to the rates one rank gets
+    alone: its products ``(e_r - D_r) k`` at ``local_rate_alone`` and its copies at ``copy_rate_alone`` (measured by
+    ``calibrate --network``; each taken as the all-at-once rate where unknown or below it), ``v_r``; but the ranks
+    with more than the mean cannot all be done before the cores have done the mean's work:
+    ``w_r <- max(v_r, min(w_r, mean_s w_s))`` (``w_r`` itself where both rates alone are the shared ones). The
+    two ratios differ: the kernel shares cores, the copy the memory's bandwidth (on the emulated 4x1 cluster, 4
+    ranks on 2 cores: kernel 1.03-1.25x, copy 1.68x). On the emulated cluster ``column`` on delaunay_n16 on 4x1,
+    where rank 0 receives 10.2 MB and the others a tenth of it, had been predicted 1.4x its measured time at
+    5 Gbit/s with the whole ``w_r`` after the link (docs/performance.md, "Over a real link")."""
     topology = _topology_of(stats, topology)
     if topology.local_rate is None or topology.copy_rate is None or stats.rank_entries is None or not stats.rank_entries.size:
         return None
     entries, diagonal_entries = stats.rank_entries, stats.rank_diagonal_entries
     if diagonal_entries is None:
         diagonal_entries = np.zeros_like(entries)
-    moved = stats.send_bytes_per_rank + stats.recv_bytes_per_rank
-    rest = (entries - diagonal_entries) * stats.k / topology.local_rate + 2 * moved / topology.copy_rate
-    alone = max(1.0, (topology.local_rate_alone or topology.local_rate) / topology.local_rate)
-    return diagonal_entries * stats.k / topology.local_rate, np.maximum(rest / alone, np.minimum(rest, rest.mean()))
+    products = (entries - diagonal_entries) * stats.k
+    copies = 2 * (stats.send_bytes_per_rank + stats.recv_bytes_per_rank)
+    rest = products / topology.local_rate + copies / topology.copy_rate
+    alone = products / max(topology.local_rate_alone or 0.0, topology.local_rate) + copies / max(
+        topology.copy_rate_alone or 0.0, topology.copy_rate
+    )
+    return diagonal_entries * stats.k / topology.local_rate, np.maximum(alone, np.minimum(rest, rest.mean()))
 
 
 def predicted_local_seconds(stats: PlanStats, topology: Topology | None = None) -> float:
