@@ -132,8 +132,8 @@ def measure_rows_rate(
     holds a nonzero.
 
     Why: the kernel's rate depends on the matrix (how many nonzeros a row has, how far apart its columns are):
-    on the emulated cluster (4 ranks, k = 32) the row blocks of cit-HepTh ran 1.7-2.4x the calibration's
-    R-MAT rate and mdual's 0.45x (docs/performance.md, "Over a real link")."""
+    on the emulated cluster (4 ranks, k = 32) cit-HepTh's rows ran 1.22-2.59x the calibration's R-MAT rate and
+    mdual's 0.44-0.52x (docs/performance.md, "Over a real link")."""
     from mpi4py import MPI
 
     from sparsewire.aligned import empty_aligned
