@@ -26,6 +26,8 @@ __all__ = [
     "measure_compute_rate",
     "measure_rows_rate",
     "rate_over",
+    "rates_together",
+    "kernel_products",
     "default_calibration_path",
     "load_compute_rate",
 ]
@@ -57,25 +59,32 @@ def load_compute_rate(path: str | os.PathLike) -> float:
 BENCHMARK_MATRIX = "rmat:16:8:1"
 
 
-def benchmark_products(ks, threads: int = 1, ranks_on_node: int = 1):
+def kernel_products(matrix: sp.sparray, ks, dtype=np.float64, threads: int = 1, ranks_on_node: int = 1):
     """Not collective. For each k of ``ks``, ``(product, nonzero_columns)``: a call of the executor's CSR x dense
-    kernel on :data:`BENCHMARK_MATRIX` (float64, ``threads`` threads, B and C on cache lines as the executor
-    allocates them), run once already (compiled, pages touched), and the nonzero-columns each call does."""
+    kernel on ``matrix`` with a k-column B of ``dtype`` (``threads`` threads, B and C on cache lines as the
+    executor allocates them), run once already (compiled, pages touched), and the nonzero-columns each call does."""
     from sparsewire.aligned import empty_aligned
     from sparsewire.exec.kernels import compiled as kernels
-    from sparsewire.generators import deterministic_dense, rmat
+    from sparsewire.generators import deterministic_dense
 
-    matrix = rmat(16, 8, seed=1).astype(np.float64)  # BENCHMARK_MATRIX
+    matrix = sp.csr_array(matrix).astype(dtype)
     kernels.set_threads(threads, ranks_on_node)
-    operand = kernels.CsrOperand.from_matrix(matrix, np.float64, threads)
+    operand = kernels.CsrOperand.from_matrix(matrix, dtype, threads)
     products = []
     for k in ks:
-        dense = deterministic_dense(0, matrix.shape[1], k)
-        out = empty_aligned((matrix.shape[0], k), np.float64)
+        dense = deterministic_dense(0, matrix.shape[1], k, dtype)
+        out = empty_aligned((matrix.shape[0], k), dtype)
         product = functools.partial(kernels.multiply, operand, dense, out)
         product()
         products.append((product, matrix.nnz * k))
     return products
+
+
+def benchmark_products(ks, threads: int = 1, ranks_on_node: int = 1):
+    """Not collective. :func:`kernel_products` on :data:`BENCHMARK_MATRIX`, float64."""
+    from sparsewire.generators import rmat
+
+    return kernel_products(rmat(16, 8, seed=1), ks, np.float64, threads, ranks_on_node)  # BENCHMARK_MATRIX
 
 
 def measure_compute_rate(repeat: int = 5, progress=None) -> dict:
@@ -112,6 +121,18 @@ def rate_over(work, size: float, window: float) -> float:
     return done * size / (time.perf_counter() - started)
 
 
+def rates_together(comm, work, size: float, windows: int, window: float, yielding: bool) -> list[float]:
+    """Collective. :func:`rate_over` ``windows`` times, every rank at once (a barrier before each window; the waits
+    yield the core where ``yielding``, as the executor's do where the node is oversubscribed)."""
+    from sparsewire.comm.runtime import wait_all
+
+    rates = []
+    for _ in range(windows):
+        wait_all([comm.Ibarrier()], yielding=yielding)
+        rates.append(rate_over(work, size, window))
+    return rates
+
+
 def measure_rows_rate(
     comm,
     rows: sp.csr_array,
@@ -126,38 +147,27 @@ def measure_rows_rate(
     """Collective. The executor's CSR x dense kernel on this rank's ``rows`` of A (their columns renumbered to the
     ones they hold, in order, so B is as compact as the executor's own and received rows are) times a k-column B
     of ``dtype``, in nonzero-columns per second: ``windows`` windows of ``window`` seconds, every rank at once
-    between barriers (so ranks sharing cores share them in the figure, as in a multiply; the waits yield where the
-    node is oversubscribed, as the executor's do); per rank the median of its windows, and on every rank the
-    slowest rank's (it sets a multiply's time), as ``calibrate --network`` takes its R-MAT rate. None where no rank
-    holds a nonzero.
+    (:func:`rates_together`: ranks sharing cores share them in the figure, as in a multiply); per rank the median
+    of its windows, and on every rank the slowest rank's (it sets a multiply's time), as ``calibrate --network``
+    takes its R-MAT rate. None where no rank holds a nonzero.
 
     Why: the kernel's rate depends on the matrix (how many nonzeros a row has, how far apart its columns are):
     on the emulated cluster (4 ranks, k = 32) cit-HepTh's rows ran 1.22-2.59x the calibration's R-MAT rate and
     mdual's 0.44-0.52x (docs/performance.md, "Over a real link")."""
     from mpi4py import MPI
 
-    from sparsewire.aligned import empty_aligned
     from sparsewire.comm.runtime import wait_all
     from sparsewire.cores import oversubscribed
-    from sparsewire.exec.kernels import compiled as kernels
-    from sparsewire.generators import deterministic_dense
 
     rows = sp.csr_array(rows)
-    product = None
+    used, columns = np.unique(rows.indices, return_inverse=True)
+    compact = sp.csr_array((rows.data, columns.reshape(-1), rows.indptr), shape=(rows.shape[0], len(used)))
     if rows.nnz:
-        used, columns = np.unique(rows.indices, return_inverse=True)
-        compact = sp.csr_array((rows.data.astype(dtype), columns.reshape(-1), rows.indptr), shape=(rows.shape[0], len(used)))
-        kernels.set_threads(threads, ranks_on_node)
-        operand = kernels.CsrOperand.from_matrix(compact, dtype, threads)
-        dense = deterministic_dense(0, len(used), k, dtype)
-        out = empty_aligned((rows.shape[0], k), dtype)
-        product = functools.partial(kernels.multiply, operand, dense, out)
-        product()  # compiled, pages touched
+        [(product, work)] = kernel_products(compact, [k], dtype, threads, ranks_on_node)
+    else:  # no nonzeros: wait out the windows with the core given away
+        product, work = functools.partial(time.sleep, window), 0
     yielding = oversubscribed(ranks_on_node, threads)
-    rates = []
-    for _ in range(windows):
-        wait_all([comm.Ibarrier()], yielding=yielding)
-        rates.append(rate_over(product, rows.nnz * k, window) if product else np.inf)
+    rates = rates_together(comm, product, work, windows, window, yielding)
     wait_all([comm.Ibarrier()], yielding=yielding)
-    slowest = comm.allreduce(float(np.median(rates)), op=MPI.MIN)
+    slowest = comm.allreduce(float(np.median(rates)) if rows.nnz else np.inf, op=MPI.MIN)
     return None if np.isinf(slowest) else slowest

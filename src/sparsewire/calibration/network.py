@@ -122,7 +122,7 @@ def _local_rate_samples(
     so ranks that share a core share it in the figure); then one window of each on rank 0 alone while the others
     wait (rank 0's lists; empty elsewhere): the rates a rank gets while the ranks whose messages are in wait for the
     rest. The waits for the others yield where the node is oversubscribed, as the executor's do."""
-    from sparsewire.calibration.compute import benchmark_products, rate_over
+    from sparsewire.calibration.compute import benchmark_products, rate_over, rates_together
     from sparsewire.cores import default_threads, oversubscribed
 
     threads = default_threads(sharing)
@@ -131,13 +131,8 @@ def _local_rate_samples(
     np.copyto(target, source)  # pages touched
     yielding = oversubscribed(sharing, threads)
     works = ((product, product_work), (functools.partial(np.copyto, target, source), source.nbytes))
-    together, alone = [], []
-    for work, size in works:
-        rates = []
-        for _ in range(repeat):
-            wait_all([comm.Ibarrier()], yielding=yielding)
-            rates.append(rate_over(work, size, window))
-        together.append(rates)
+    together = [rates_together(comm, work, size, repeat, window, yielding) for work, size in works]
+    alone = []
     for work, size in works:
         wait_all([comm.Ibarrier()], yielding=yielding)
         alone.append([rate_over(work, size, window)] if comm.Get_rank() == 0 else [])
