@@ -54,7 +54,9 @@ class LinkClass:
     to each rank: the bytes of all the group's ranks queue on it
     (:func:`~sparsewire.plan.cost.predicted_communication_seconds`). Measured links are
     (``calibrate --network``). ``burst``: bytes a shared link passes at once after it was idle (a rate
-    limiter's token bucket), measured by ``calibrate --network``; 0 where unknown.
+    limiter's token bucket), measured by ``calibrate --network``; 0 where unknown. ``aggregate``: bytes per
+    second the shared links of all groups carry together, every group sending at once (``calibrate --network``);
+    None where unknown or unlimited.
     """
 
     name: str
@@ -64,6 +66,7 @@ class LinkClass:
     proxy_based: bool = False
     shared: bool = False
     burst: float = 0.0
+    aggregate: float | None = None
 
     def seconds(self, messages, nbytes):
         """Not collective. Time for ``messages`` messages carrying ``nbytes`` bytes in all, one after the other."""
@@ -144,7 +147,8 @@ class Topology:
     def from_record(cls, record: dict, name: str = "measured") -> Topology:
         """Not collective. The topology of a ``network`` calibration record
         (:func:`sparsewire.calibration.network.measure_network`): its measured link classes (overhead
-        0; the inter-node one ``shared`` by a node's ranks at the one-pair bandwidth, the node's link),
+        0; the inter-node one ``shared`` by a node's ranks at the one-pair bandwidth, the node's link, with its
+        burst and the aggregate of all nodes at once where measured),
         groups of its ``group_size`` (or exactly its ``rank_groups`` when those are not
         consecutive blocks, which then fixes the rank count), and the local rates of its ``local`` entry
         where it has one.
@@ -168,13 +172,23 @@ class Topology:
                 field = "single_pair_bandwidth" if shared else "bandwidth_bytes_per_second"
                 bandwidth, latency = entry[field], entry["latency_seconds"]
                 burst = entry.get("burst_bytes", 0.0) if shared else 0.0  # absent in records before it
+                aggregate = entry.get("aggregate_bandwidth_bytes_per_second") if shared else None  # likewise
                 for what, value, positive in (
                     (field, bandwidth, True),
                     ("latency_seconds", latency, False),
                     ("burst_bytes", burst, False),
+                    *([("aggregate_bandwidth_bytes_per_second", aggregate, True)] if aggregate is not None else []),
                 ):
                     check(f"{key}.{what}", value, positive)
-                return LinkClass(label, float(bandwidth), float(latency), 0.0, shared=shared, burst=float(burst))
+                return LinkClass(
+                    label,
+                    float(bandwidth),
+                    float(latency),
+                    0.0,
+                    shared=shared,
+                    burst=float(burst),
+                    aggregate=None if aggregate is None else float(aggregate),
+                )
 
             intra = measured("intra_node", "measured intra-node", False) if "intra_node" in links_measured else _SHARED_MEMORY
             rate_fields = (

@@ -73,12 +73,56 @@ def test_a_measured_record_reloads_as_the_topology_that_prices_the_plan(tmp_path
     path.write_text(json.dumps(bursting))
     stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
     assert predicted_seconds(stats) == pytest.approx(max(2 * 9e-6, intra), rel=1e-12)
+    # where all nodes' links together carry less than the sum of their rates, every node's bytes also queue on
+    # that: the two nodes' 4 x 8192 each at 1.2e8 together
+    capped = _record([0, 0, 1, 1])
+    capped["links"]["inter_node"]["aggregate_bandwidth_bytes_per_second"] = 1.2e8
+    path.write_text(json.dumps(capped))
+    assert parse_topology(str(path)).levels[1].link.aggregate == 1.2e8
+    stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
+    assert predicted_seconds(stats) == pytest.approx(2 * 9e-6 + 2 * 4 * 8192 / 1.2e8, rel=1e-12)
+    capped["links"]["inter_node"]["aggregate_bandwidth_bytes_per_second"] = 2.4e8  # the sum of the two: no cap
+    path.write_text(json.dumps(capped))
+    stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
+    assert predicted_seconds(stats) == pytest.approx(2 * 9e-6 + 4 * 8192 / 1.2e8, rel=1e-12)
     path.write_text(json.dumps(_record([0, 0, 1, 1])))
     # groups that are not consecutive blocks are kept as they are (and fix the rank count)
     path.write_text(json.dumps(_record([0, 1, 0, 1])))
     assert parse_topology(str(path)).groups(4).tolist() == [0, 1, 0, 1]
     with pytest.raises(InputError, match="made for 4 ranks, not 8"):
         parse_topology(str(path)).groups(8)
+
+
+def test_all_nodes_at_once_cap_the_shared_links_together(rng):
+    import dataclasses
+
+    from sparsewire.calibration.network import _ring_flows
+    from sparsewire.partition import even_rows
+
+    # every rank to its partner on the next node, the last node to the first; uneven nodes wrap their partners
+    assert _ring_flows(np.array([0, 0, 1, 1])) == [(0, 2), (1, 3), (2, 0), (3, 1)]
+    assert _ring_flows(np.array([0, 1, 2, 3])) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+    assert _ring_flows(np.array([5, 5, 5, 2])) == [(0, 3), (1, 3), (2, 3), (3, 0)]
+    # random inputs: an aggregate of every node's rate together changes nothing; one node's rate makes every
+    # node's bytes queue on it; below that the time only grows, never past the bytes at the aggregate's rate
+    nodes = int(rng.integers(2, 5))
+    ranks = nodes * int(rng.integers(1, 3))
+    record = _record([rank * nodes // ranks for rank in range(ranks)])
+    free = Topology.from_record(record)
+    matrix = load_matrix(f"rmat:9:8:{int(rng.integers(1, 1000))}")
+    parts = even_rows(matrix.shape[0], ranks)
+    strategy = str(rng.choice(["column", "joint", "joint-hier"]))
+    link = free.levels[1].link
+    times = []
+    for aggregate in (None, nodes * link.bandwidth, link.bandwidth, link.bandwidth / 2):
+        levels = (free.levels[0], dataclasses.replace(free.levels[1], link=dataclasses.replace(link, aggregate=aggregate)))
+        topology = dataclasses.replace(free, levels=levels)
+        stats = strategy_stats(matrix, parts, parts, strategy, 8, 8, topology)
+        times.append(predicted_communication_seconds(stats, topology))
+    assert times[1] == pytest.approx(times[0], rel=1e-12), times
+    assert times[0] <= times[2] <= times[3], times
+    crossing = int(stats.message_bytes[topology.link_levels(stats.sources, stats.destinations, ranks) == 1].sum())
+    assert times[3] >= crossing / (link.bandwidth / 2), (times, crossing)
 
 
 def test_contention_lets_the_busiest_rank_run_at_its_rate_alone(rng):
@@ -303,6 +347,8 @@ def test_a_damaged_or_foreign_record_is_refused_with_the_command_that_writes_one
         ("single_pair_bandwidth", True),
         ("latency_seconds", -1e-6),
         ("burst_bytes", -1.0),
+        ("aggregate_bandwidth_bytes_per_second", 0.0),
+        ("aggregate_bandwidth_bytes_per_second", float("inf")),
     ):
         damaged = _record([0, 0, 1, 1])
         damaged["links"]["inter_node"][field] = bad
@@ -347,6 +393,15 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     # nonzero-column, a copy of 0.1 to 10 GB/s), read back into the topology
     # the burst the tbf bucket passes at once (256 KiB at 1 Gbit/s, 1 ms of the rate at 5): measured 0.2-0.6 MB
     assert 0 <= inter["burst_bytes"] <= 2e6 and topology.levels[1].link.burst == inter["burst_bytes"], inter
+    # every rank to its partner on the other node at once, both ways: at 1 Gbit/s the link's rate each way (the
+    # cores keep up), at 5 Gbit/s no more than that (measured 0.87-0.99 GB/s of the 1.2 both ways on this 2-core VM)
+    assert inter["aggregate_flows"] == [[0, 2], [1, 3], [2, 0], [3, 1]]
+    together = inter["aggregate_bandwidth_bytes_per_second"]
+    assert topology.levels[1].link.aggregate == together
+    if bits == 1e9:
+        assert together == pytest.approx(2 * payload_rate, rel=0.10), inter
+    else:
+        assert 0.5 * payload_rate <= together <= 1.1 * 2 * payload_rate, inter
     local = record["local"]
     assert local["windows"] == 6  # three before the links, three after
     assert 1e7 <= local["nonzero_columns_per_second"] <= 1e11 and 1e8 <= local["copy_bytes_per_second"] <= 1e10, local

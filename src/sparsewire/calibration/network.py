@@ -13,6 +13,12 @@ node), with every other rank waiting at a barrier:
   15-25% short of a 5 Gbit/s link while a test suite ran beside it); for ``inter_node`` also with *every* rank of the
   first node sending to its partner on the second node at once, which shares the node's link
   (the figure the planner's per-rank ``LinkClass.bandwidth`` means), the slowest pair's rate;
+* for ``inter_node`` the aggregate: every rank of every node sending to its partner on the next node at once (the
+  nodes in a ring; with two nodes both ways), the bytes all flows carry together over the slowest rank's time, the
+  best of the repetitions: what the links of all nodes carry at once, less than the sum of their rates where
+  something they all cross caps it (a switch's backplane, a fabric's bisection; on the emulated cluster of
+  4 nodes x 1 rank at 5 Gbit/s, whose links the same two cores forward, 1.68-1.71 GB/s against 0.61 GB/s for
+  one link alone);
 * for ``inter_node`` the burst: what one ``message_bytes`` message after 50 ms of idle gains on the
   sustained rate, in bytes (a rate limiter's token bucket passes that much at once).
 
@@ -91,6 +97,40 @@ def _stream(comm: MPI.Comm, pairs: list[tuple[int, int]], nbytes: int, repeat: i
     return max(rates)
 
 
+def _aggregate(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, repeat: int, window: int = 8) -> float:
+    """Bytes per second all ``flows`` (sender, receiver; a rank may send in one and receive in another) carry
+    together, every flow at once: ``window`` messages of ``nbytes`` each, the total over the slowest rank's time from
+    a barrier until its last message is sent and received; the best over the repetitions, on every rank."""
+    rank = comm.Get_rank()
+    message = np.ones(nbytes, np.uint8)
+    receives = {sender: [np.empty(nbytes, np.uint8) for _ in range(window)] for sender, receiver in flows if receiver == rank}
+    rates = []
+    for i in range(repeat + 1):
+        comm.Barrier()
+        started = MPI.Wtime()
+        requests = [comm.Irecv(buffer, sender, _TAG + 5) for sender, buffers in receives.items() for buffer in buffers]
+        requests += [
+            comm.Isend(message, receiver, _TAG + 5) for sender, receiver in flows if sender == rank for _ in range(window)
+        ]
+        MPI.Request.Waitall(requests)
+        slowest = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
+        if i >= 1:  # the first makes the connections
+            rates.append(len(flows) * window * nbytes / slowest)
+    return max(rates)
+
+
+def _ring_flows(nodes: np.ndarray) -> list[tuple[int, int]]:
+    """Every rank's flow to its partner on the next node (node ids in order, the last to the first): the i-th rank of
+    a node to the (i mod R')-th of the next, R' that node's ranks."""
+    order = list(dict.fromkeys(int(n) for n in nodes))
+    members = {node: [r for r in range(len(nodes)) if nodes[r] == node] for node in order}
+    flows = []
+    for position, node in enumerate(order):
+        following = members[order[(position + 1) % len(order)]]
+        flows += [(rank, following[i % len(following)]) for i, rank in enumerate(members[node])]
+    return flows
+
+
 def _burst(comm: MPI.Comm, a: int, b: int, nbytes: int, bandwidth: float, latency: float, repeat: int) -> float:
     """Bytes the link from a to b passes at once after idle (a rate limiter's token bucket): one ``nbytes`` message
     after 50 ms of idle and a one-byte reply, median time t over ``repeat`` tries; ``nbytes - (t - 2 latency) *
@@ -167,7 +207,8 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
     """Collective. The ``network`` record of this job's ranks (module docstring): the groups
     (``rank_groups``: each rank's node, numbered in rank order), and per link class present
     ``latency_seconds``, ``bandwidth_bytes_per_second`` (per rank: for ``inter_node`` the rate when
-    every rank of a node sends out at once), ``single_pair_bandwidth`` and the pair measured.
+    every rank of a node sends out at once), ``single_pair_bandwidth`` and the pair measured; for ``inter_node``
+    also ``aggregate_bandwidth_bytes_per_second`` over ``aggregate_flows`` (every node's ranks at once).
 
     Raises:
         InputError on every rank with fewer than 2 ranks, or when no two ranks share a node and no
@@ -200,6 +241,9 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
             partners = list(zip(first, second))
             entry["concurrent_pairs"] = [list(p) for p in partners]
             entry["bandwidth_bytes_per_second"] = _stream(comm, partners, message_bytes, repeat)
+            ring = _ring_flows(nodes)
+            entry["aggregate_flows"] = [list(flow) for flow in ring]
+            entry["aggregate_bandwidth_bytes_per_second"] = _aggregate(comm, ring, message_bytes, repeat)
             entry["burst_bytes"] = _burst(comm, *pair, message_bytes, single, latency, min(repeat, 5))
         else:
             entry["bandwidth_bytes_per_second"] = single

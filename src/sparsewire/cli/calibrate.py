@@ -170,7 +170,11 @@ def _run_calibrate_network(args: argparse.Namespace) -> int:
     ]
     print(format_table(["link", "ranks", "latency us", "one pair MiB/s", "per rank, all sending MiB/s"], rows))
     if "inter_node" in record["links"]:
-        print(f"inter-node burst after idle: {record['links']['inter_node']['burst_bytes'] / 2**20:.2f} MiB")
+        inter = record["links"]["inter_node"]
+        print(
+            f"inter-node burst after idle: {inter['burst_bytes'] / 2**20:.2f} MiB; every node sending at once "
+            f"({len(inter['aggregate_flows'])} flows): {inter['aggregate_bandwidth_bytes_per_second'] / 2**20:.1f} MiB/s together"
+        )
     local = record["local"]
     print(
         f"local work per rank, all ranks at once ({local['threads']} thread(s)): CSR product "

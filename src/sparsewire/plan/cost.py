@@ -128,6 +128,13 @@ def predicted_communication_seconds(
     two, each round's messages a permutation of the nodes; the partitioned mode, which relays whole steps) each
     step also lasts at least its own ``t_c({s})``: ``T = sum_s max(max_{c, x} t(s, c, x), max_c t_c({s}))``.
 
+    Where the links of all groups together carry less than the sum of their rates (the shared class's
+    ``aggregate``, measured by ``calibrate --network`` with every node sending at once), the bytes of all groups
+    also queue on that: ``max_g b_g / bandwidth_c`` becomes ``max(max_g b_g / bandwidth_c, sum_g b_g / aggregate_c)``
+    (on the emulated cluster of 4 nodes x 1 rank at 5 Gbit/s the four links carried 1.7 GB/s together against
+    0.61 GB/s each alone, and without this term the runs there had measured 0.88-1.25x their predicted time by
+    the median of each bench run and mode; docs/performance.md, "Over a real link").
+
     A shared link's ``burst`` (bytes a rate limiter passes at once after idle, as a multiply between barriers
     finds it) comes off each group's bytes once per multiply: ``max(b_g - burst, 0)`` over all steps together,
     or in the first step where steps follow each other (bench/link_burst.py: 2.10 MB in 2.67 ms after idle on
@@ -144,7 +151,10 @@ def predicted_communication_seconds(
         for ranks in (stats.sources[mask], stats.destinations[mask]):
             counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
             per_group = np.maximum(np.bincount(groups[ranks], weights=stats.message_bytes[mask]) - burst, 0.0)
-            slowest = max(slowest, float(counts.max() * (link.latency + link.overhead) + per_group.max() / link.bandwidth))
+            carrying = per_group.max() / link.bandwidth
+            if link.aggregate is not None:
+                carrying = max(carrying, per_group.sum() / link.aggregate)
+            slowest = max(slowest, float(counts.max() * (link.latency + link.overhead) + carrying))
         return slowest
 
     total = 0.0
