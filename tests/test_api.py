@@ -274,7 +274,7 @@ def test_a_plan_multiplied_from_two_threads_at_once_refuses_the_second(rng):
 
 @pytest.mark.parametrize("ranks", [2])
 def test_dropped_plans_are_freed_without_close(rng, ranks):
-    """2,600 plans dropped without close() and 2,100 matrices through spmm(): MPICH has 2,048
+    """2,100 plans dropped without close() and 2,100 matrices through spmm(): MPICH has 2,048
     communicators, so any plan not freed on collection ends the job with "Too many communicators"."""
     completed = run_mpi(ranks, [DRIVER, "dropped_plans", str(int(rng.integers(2**31)))], timeout=400)
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]

@@ -1,5 +1,5 @@
 """Hypothesis fuzzing of every command's argument vector (tests/cli/fuzz_arguments.py), in a process of
-its own under a 4 GiB data limit, seeded from the session seed: 600 vectors, each run to a result
+its own under a 4 GiB data limit, seeded from the session seed: 400 vectors, each run to a result
 or refused with exactly one error line (exit status 2), none past its time limit. The count and the
 seed are printed at the end of the run; a longer run for people is documented in docs/api.md."""
 
@@ -11,7 +11,7 @@ import sys
 
 from conftest import CHILD_ENV, FUZZ_LINES, ROOT, _seed
 
-EXAMPLES = 600
+EXAMPLES = 400
 FUZZER = ROOT / "tests" / "cli" / "fuzz_arguments.py"
 
 
