@@ -164,18 +164,6 @@ class DistributedMatrix:
         threads = threads or default_threads(sharing)
         return measure_rows_rate(self.comm, self.local_rows, k, dtype, threads=threads, ranks_on_node=sharing)
 
-    def copy_rate(self, threads: int | None = None) -> float:
-        """Collective. A 16 MiB copy on every rank of this matrix's communicator at once, in bytes per second, the
-        slowest rank's (:func:`~sparsewire.calibration.compute.measure_copy_rate`; three windows of 0.2 s,
-        ``threads`` as :meth:`local_rate`'s): the rate at which :meth:`~sparsewire.topology.Topology.with_copy_rate`
-        prices the copies of this job's messages."""
-        from sparsewire.calibration.compute import measure_copy_rate
-        from sparsewire.comm.runtime import ranks_on_node
-        from sparsewire.cores import default_threads
-
-        sharing = ranks_on_node(self.comm)
-        return measure_copy_rate(self.comm, threads=threads or default_threads(sharing), ranks_on_node=sharing)
-
     def right_operand_partitioning(self) -> Partitioning:
         """Not collective. How to distribute a B for ``C = A @ B`` (:meth:`spgemm`, or a sparse
         B in general): B's rows partitioned and ordered like A's columns. A square B also takes

@@ -234,22 +234,6 @@ class Topology:
         alone = None if self.local_rate_alone is None else self.local_rate_alone * rate / self.local_rate
         return dataclasses.replace(self, local_rate=float(rate), local_rate_alone=alone, local_rate_matrix=matrix)
 
-    def with_copy_rate(self, rate: float) -> Topology:
-        """Not collective. This topology with the copy's rate ``rate`` (bytes per second, every rank at once, measured
-        in the job: :meth:`~sparsewire.distributed.DistributedMatrix.copy_rate`) in place of the one it holds, and
-        the copy's rate alone scaled by the same factor (as :meth:`with_local_rate` does the kernel's).
-
-        Raises:
-            InputError where the topology has no measured copy rate to replace (write one with
-            ``calibrate --network``) or ``rate`` is not a positive number.
-        """
-        if self.copy_rate is None:
-            raise InputError(f"topology {self.name!r} has no copy rate; measure one with 'sparsewire calibrate --network'")
-        if isinstance(rate, bool) or not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
-            raise InputError(f"a copy rate must be a positive number of bytes per second (got {rate!r})")
-        alone = None if self.copy_rate_alone is None else self.copy_rate_alone * rate / self.copy_rate
-        return dataclasses.replace(self, copy_rate=float(rate), copy_rate_alone=alone)
-
     def groups(self, n_ranks: int) -> np.ndarray:
         """Not collective. Level-0 group id of each of ``n_ranks`` ranks (ids 0, 1, ... in order of first rank)."""
         return self.level_groups(0, n_ranks)

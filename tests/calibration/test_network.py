@@ -260,14 +260,6 @@ def test_the_matrix_own_rate_takes_the_calibrated_rates_place():
     for bad in (0.0, -1.0, float("nan"), float("inf"), True, "fast"):
         with pytest.raises(InputError, match="a local rate must be a positive number"):
             calibrated.with_local_rate(bad, "a.mtx")
-        with pytest.raises(InputError, match="a copy rate must be a positive number"):
-            calibrated.with_copy_rate(bad)
-    # the copy's rate measured in the job in place of the calibration's, its ratio alone (1.5) kept, the kernel's kept
-    copying = own.with_copy_rate(8e9)
-    assert (copying.copy_rate, copying.copy_rate_alone) == (8e9, 12e9)
-    assert (copying.local_rate, copying.local_rate_alone, copying.local_rate_matrix) == (5e9, 7.5e9, "a.mtx")
-    with pytest.raises(InputError, match="no copy rate; measure one with 'sparsewire calibrate --network'"):
-        Topology.from_record(_record([0, 0, 1, 1])).with_copy_rate(8e9)
     # The hand-made column plan of the contention test: the diagonal block (rank 1's 4 entries x k = 8) at 5e9,
     # the rest (entries at 5e9, copies at 4e9: 16 * 8 / 5e9 + 512 / 4e9 = 15.36e-8 and 4 * 8 / 5e9 + 512 / 4e9 =
     # 13.44e-8, mean 14.4e-8; alone rank 0's 16 * 8 / 7.5e9 + 512 / 6e9 = 10.24e-8, so the mean).
@@ -313,30 +305,9 @@ def test_the_rows_rate_is_the_kernels_own_timing(rng):
     assert measure_rows_rate(MPI.COMM_SELF, empty, 4, threads=1, ranks_on_node=1, windows=1, window=0.02) is None
 
 
-def test_the_copy_rate_is_a_copys_own_timing():
-    """measure_copy_rate against 16 MiB copies timed here by a second clock (a factor of 3 apart at most on a noisy
-    machine; a rate in elements, not bytes, would be 8x off)."""
-    import time
-
-    from mpi4py import MPI
-
-    from sparsewire.calibration.compute import measure_copy_rate
-
-    measured = measure_copy_rate(MPI.COMM_SELF, threads=1, ranks_on_node=1, windows=3, window=0.1)
-    source, target = np.ones(2 << 20), np.zeros(2 << 20)
-    np.copyto(target, source)
-    calls, started = 0, time.perf_counter()
-    while time.perf_counter() - started < 0.3:
-        np.copyto(target, source)
-        calls += 1
-    timed = calls * 16 * 2**20 / (time.perf_counter() - started)
-    assert 1 / 3 < measured / timed < 3, (measured, timed)
-
-
 def test_spmm_prices_local_work_at_the_matrix_own_rate(tmp_path):
     """One rank, no messages: the predicted time is the local work e * k / rate, e the matrix's nonzeros, at the
-    rate measured on its rows by default and at the file's with --local-rate topology; the copy's rate likewise
-    measured in the job by default, the file's with --local-rate topology."""
+    rate measured on its rows by default and at the file's with --local-rate topology."""
     record = stamp("network")
     record.update(
         {
@@ -362,7 +333,6 @@ def test_spmm_prices_local_work_at_the_matrix_own_rate(tmp_path):
         reports[choice] = run
     assert (reports["topology"]["local_rate"], reports["topology"]["local_rate_matrix"]) == (1e3, "rmat:16:8:1")
     assert reports["matrix"]["local_rate_matrix"] == "rmat:9:8:1" and reports["matrix"]["local_rate"] > 1e6
-    assert reports["topology"]["copy_rate"] == 4e9 and 1e8 < reports["matrix"]["copy_rate"] != 4e9
 
 
 def test_a_damaged_or_foreign_record_is_refused_with_the_command_that_writes_one(tmp_path):

@@ -4,9 +4,7 @@
 stores the record (kind ``compute``) at :func:`default_calibration_path` in the calibration cache
 (:mod:`sparsewire.calibration.store`) and ``sparsewire simulate`` reads it (:func:`load_compute_rate`).
 :func:`measure_rows_rate` times the same kernel on the rows of the matrix a job multiplies, every rank at once
-(the planner's local rate for that matrix, :meth:`~sparsewire.topology.Topology.with_local_rate`), and
-:func:`measure_copy_rate` a copy, every rank at once (the planner's copy rate for that job,
-:meth:`~sparsewire.topology.Topology.with_copy_rate`).
+(the planner's local rate for that matrix, :meth:`~sparsewire.topology.Topology.with_local_rate`).
 """
 
 from __future__ import annotations
@@ -27,8 +25,6 @@ __all__ = [
     "COMPUTE_KIND",
     "measure_compute_rate",
     "measure_rows_rate",
-    "measure_copy_rate",
-    "copy_work",
     "rate_over",
     "rates_together",
     "kernel_products",
@@ -125,14 +121,6 @@ def rate_over(work, size: float, window: float) -> float:
     return done * size / (time.perf_counter() - started)
 
 
-def copy_work() -> tuple:
-    """Not collective. ``(copy, bytes)``: a call that copies 16 MiB of float64 from one buffer into another (pages
-    touched already), the copy every local-rate measurement times, and the bytes each call copies."""
-    source, target = np.ones(2 << 20), np.zeros(2 << 20)
-    np.copyto(target, source)  # pages touched
-    return functools.partial(np.copyto, target, source), source.nbytes
-
-
 def rates_together(comm, work, size: float, windows: int, window: float, yielding: bool) -> list[float]:
     """Collective. :func:`rate_over` ``windows`` times, every rank at once (a barrier before each window; the waits
     yield the core where ``yielding``, as the executor's do where the node is oversubscribed)."""
@@ -183,23 +171,3 @@ def measure_rows_rate(
     wait_all([comm.Ibarrier()], yielding=yielding)
     slowest = comm.allreduce(float(np.median(rates)) if rows.nnz else np.inf, op=MPI.MIN)
     return None if np.isinf(slowest) else slowest
-
-
-def measure_copy_rate(comm, *, threads: int, ranks_on_node: int, windows: int = 3, window: float = 0.2) -> float:
-    """Collective. The copy of :func:`copy_work` in bytes per second: ``windows`` windows of ``window`` seconds,
-    every rank at once (:func:`rates_together`), per rank the median of its windows, on every rank the slowest
-    rank's, as ``calibrate --network`` takes its copy rate.
-
-    Why now, in the job: the copy's rate moves with the machine's load more than the kernel's (on the emulated
-    cluster the calibrations of one evening measured 2.15-4.3e9 B/s on the same 4 ranks, docs/performance.md,
-    "Over a real link"), and a calibration is taken once, minutes or days before the job."""
-    from mpi4py import MPI
-
-    from sparsewire.comm.runtime import wait_all
-    from sparsewire.cores import oversubscribed
-
-    work, size = copy_work()
-    yielding = oversubscribed(ranks_on_node, threads)
-    rates = rates_together(comm, work, size, windows, window, yielding)
-    wait_all([comm.Ibarrier()], yielding=yielding)
-    return comm.allreduce(float(np.median(rates)), op=MPI.MIN)

@@ -37,6 +37,7 @@ contention term (:func:`~sparsewire.plan.cost.local_parts`).
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 
@@ -161,13 +162,15 @@ def _local_rate_samples(
     so ranks that share a core share it in the figure); then one window of each on rank 0 alone while the others
     wait (rank 0's lists; empty elsewhere): the rates a rank gets while the ranks whose messages are in wait for the
     rest. The waits for the others yield where the node is oversubscribed, as the executor's do."""
-    from sparsewire.calibration.compute import benchmark_products, copy_work, rate_over, rates_together
+    from sparsewire.calibration.compute import benchmark_products, rate_over, rates_together
     from sparsewire.cores import default_threads, oversubscribed
 
     threads = default_threads(sharing)
     [(product, product_work)] = benchmark_products([32], threads, sharing)
+    source, target = np.ones(2 << 20), np.zeros(2 << 20)
+    np.copyto(target, source)  # pages touched
     yielding = oversubscribed(sharing, threads)
-    works = ((product, product_work), copy_work())
+    works = ((product, product_work), (functools.partial(np.copyto, target, source), source.nbytes))
     together = [rates_together(comm, work, size, repeat, window, yielding) for work, size in works]
     alone = []
     for work, size in works:

@@ -106,10 +106,9 @@ def add_commands(commands) -> None:
         "--local-rate",
         choices=("matrix", "topology"),
         default="matrix",
-        help="with a --topology file of 'calibrate --network' (which holds the CSR kernel's rate on R-MAT and a "
-        "copy's rate): matrix times the kernel on this matrix's own rows and a copy, every rank at once (0.6 s each), "
-        "and prices local work at those rates in predicted times and --strategy auto; topology keeps the file's "
-        "rates (default: matrix)",
+        help="with a --topology file of 'calibrate --network' (which holds the CSR kernel's rate on R-MAT): matrix "
+        "times the kernel on this matrix's own rows (every rank at once, 0.6 s) and prices local work at that rate "
+        "in predicted times and --strategy auto; topology keeps the file's rate (default: matrix)",
     )
     spmm.add_argument("--check", action="store_true", help="gather C on rank 0 and compare with SciPy (max_abs_error)")
     spmm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")

@@ -77,8 +77,7 @@ def spmm_session(
     ``received_tensor_bytes`` sums the sizes of the tensors received into.
     ``delivery_problems`` counts messages whose size differed from the receiver's plan. ``local_rate`` ``matrix``:
     where the topology holds a measured local rate (and the kernels run on the CPU), the one of this matrix's rows
-    (:meth:`~sparsewire.distributed.DistributedMatrix.local_rate`) takes its place for every plan, and a copy's rate
-    measured now (:meth:`~sparsewire.distributed.DistributedMatrix.copy_rate`) the topology's copy rate.
+    (:meth:`~sparsewire.distributed.DistributedMatrix.local_rate`) takes its place for every plan.
     """
     import contextlib
 
@@ -107,14 +106,9 @@ def spmm_session(
         rate = matrix.local_rate(k, dtype, options.threads)
         if rate is not None:
             topology = topology.with_local_rate(rate, spec)
-        if topology.copy_rate is not None:
-            topology = topology.with_copy_rate(matrix.copy_rate(options.threads))
-        options = options.replace(topology=topology)
-        if progress and rank == 0:
-            progress(
-                f"local work priced at {topology.local_rate:.3g} nonzero-columns/s (on {topology.local_rate_matrix}), "
-                f"copies at {topology.copy_rate or 0:.3g} B/s, measured now"
-            )
+            options = options.replace(topology=topology)
+            if progress and rank == 0:
+                progress(f"local work priced at {rate:.3g} nonzero-columns/s, measured on {spec}")
     # B and C (and B's hashes while generated); with --check, rank 0 also holds A @ B, |A| |B| and B whole.
     rows = matrix.local_rows.shape[0] + _input_rows(matrix) + (2 * matrix.shape[0] + matrix.shape[1]) * (check and rank == 0)
     what = f"--k {k}: B and C ({rows} rows x {k} columns)"
@@ -258,7 +252,6 @@ def spmm_session(
                     topology=topology.name,
                     local_rate=topology.local_rate,
                     local_rate_matrix=topology.local_rate_matrix,
-                    copy_rate=topology.copy_rate,
                     proxy=used.proxy.value,
                     intra_group_bytes=classes["intra_group_bytes"],
                     inter_group_bytes=classes["inter_group_bytes"],
