@@ -17,8 +17,8 @@ node), with every other rank waiting at a barrier:
   nodes in a ring; with two nodes both ways), the bytes all flows carry together over the slowest rank's time, the
   best of the repetitions: what the links of all nodes carry at once, less than the sum of their rates where
   something they all cross caps it (a switch's backplane, a fabric's bisection; on the emulated cluster of
-  4 nodes x 1 rank at 5 Gbit/s, whose links the same two cores forward, 1.68-1.71 GB/s against 0.61 GB/s for
-  one link alone);
+  4 nodes x 1 rank at 5 Gbit/s, whose links the same two cores forward, 1.45-1.78 GB/s against 0.58-0.61 GB/s
+  for one link alone);
 * for ``inter_node`` the burst: what one ``message_bytes`` message after 50 ms of idle gains on the
   sustained rate, in bytes (a rate limiter's token bucket passes that much at once).
 

@@ -131,9 +131,9 @@ def predicted_communication_seconds(
     Where the links of all groups together carry less than the sum of their rates (the shared class's
     ``aggregate``, measured by ``calibrate --network`` with every node sending at once), the bytes of all groups
     also queue on that: ``max_g b_g / bandwidth_c`` becomes ``max(max_g b_g / bandwidth_c, sum_g b_g / aggregate_c)``
-    (on the emulated cluster of 4 nodes x 1 rank at 5 Gbit/s the four links carried 1.7 GB/s together against
-    0.61 GB/s each alone, and without this term the runs there had measured 0.88-1.25x their predicted time by
-    the median of each bench run and mode; docs/performance.md, "Over a real link").
+    (on the emulated cluster of 4 nodes x 1 rank at 5 Gbit/s the four links carried 1.45-1.78 GB/s together
+    against 0.58-0.61 GB/s each alone; on the bench's fit there the term came out even over five runs, within
+    what one run to the next moves; docs/performance.md, "Over a real link").
 
     A shared link's ``burst`` (bytes a rate limiter passes at once after idle, as a multiply between barriers
     finds it) comes off each group's bytes once per multiply: ``max(b_g - burst, 0)`` over all steps together,
