@@ -7,12 +7,12 @@ class (``intra_node``: two ranks of one node; ``inter_node``: rank 0 and the fir
 node), with every other rank waiting at a barrier:
 
 * latency: half the median round trip of an 8-byte ping-pong;
-* bandwidth per rank: a stream of ``message_bytes`` messages (8 in flight, then a one-byte
-  acknowledgement), bytes over the shortest of the repetitions' times (the link's capacity: other
+* bandwidth per rank: a stream of ``message_bytes`` messages (8 in flight, timed until the receiver has them,
+  :func:`_flows_rate`), bytes over the shortest of the repetitions' times (the link's capacity: other
   work on the machine only ever slows a repetition; on the 2-core machine the median of 5 fell
   15-25% short of a 5 Gbit/s link while a test suite ran beside it); for ``inter_node`` also with *every* rank of the
   first node sending to its partner on the second node at once, which shares the node's link
-  (the figure the planner's per-rank ``LinkClass.bandwidth`` means), the slowest pair's rate;
+  (the figure the planner's per-rank ``LinkClass.bandwidth`` means), per pair at the slowest rank's time;
 * for ``inter_node`` the aggregate: every rank of every node sending to its partner on the next node at once (the
   nodes in a ring; with two nodes both ways), the bytes all flows carry together over the slowest rank's time, the
   best of the repetitions: what the links of all nodes carry at once, less than the sum of their rates where
@@ -72,35 +72,12 @@ def _ping_pong(comm: MPI.Comm, a: int, b: int, nbytes: int, repeat: int) -> floa
     return statistics.median(times) if times else None
 
 
-def _stream(comm: MPI.Comm, pairs: list[tuple[int, int]], nbytes: int, repeat: int, window: int = 8) -> float:
-    """Bytes per second from each sender to its receiver, all pairs at once: the best over the
-    repetitions of the slowest pair's rate, on every rank."""
-    rank = comm.Get_rank()
-    message = np.ones(nbytes, np.uint8)
-    ack = np.zeros(1, np.uint8)
-    receives = [np.empty(nbytes, np.uint8) for _ in range(window)]
-    rates = []
-    for i in range(repeat + 1):
-        comm.Barrier()
-        started = MPI.Wtime()
-        for sender, receiver in pairs:
-            if rank == sender:
-                MPI.Request.Waitall([comm.Isend(message, receiver, _TAG + 1) for _ in range(window)])
-                comm.Recv(ack, receiver, _TAG + 2)
-            elif rank == receiver:
-                MPI.Request.Waitall([comm.Irecv(buffer, sender, _TAG + 1) for buffer in receives])
-                comm.Send(ack, sender, _TAG + 2)
-        elapsed = MPI.Wtime() - started
-        slowest = comm.allreduce(elapsed if any(rank == s for s, _ in pairs) else 0.0, op=MPI.MAX)
-        if i >= 1:
-            rates.append(window * nbytes / slowest)
-    return max(rates)
-
-
-def _aggregate(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, repeat: int, window: int = 8) -> float:
+def _flows_rate(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, repeat: int, window: int = 8) -> float:
     """Bytes per second all ``flows`` (sender, receiver; a rank may send in one and receive in another) carry
-    together, every flow at once: ``window`` messages of ``nbytes`` each, the total over the slowest rank's time from
-    a barrier until its last message is sent and received; the best over the repetitions, on every rank."""
+    together, every flow at once: ``window`` messages of ``nbytes`` each (all in flight), the total over the slowest
+    rank's time from a barrier until its last message is sent and received (a receiver's clock stops when the
+    bytes have arrived); the best over the repetitions, on every rank. One flow: the link's rate; several from
+    one node: the node's link shared."""
     rank = comm.Get_rank()
     message = np.ones(nbytes, np.uint8)
     receives = {sender: [np.empty(nbytes, np.uint8) for _ in range(window)] for sender, receiver in flows if receiver == rank}
@@ -233,17 +210,17 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
         if progress:
             progress(f"{name}: ranks {pair[0]} and {pair[1]}, ping-pong and a stream of {message_bytes} byte messages")
         latency = comm.bcast(_ping_pong(comm, *pair, 8, repeat * 20), root=pair[0])
-        single = _stream(comm, [pair], message_bytes, repeat)
+        single = _flows_rate(comm, [pair], message_bytes, repeat)
         entry = {"pair": list(pair), "latency_seconds": latency, "single_pair_bandwidth": single}
         if name == "inter_node":
             first = [r for r in range(size) if nodes[r] == nodes[0]]
             second = [r for r in range(size) if nodes[r] == nodes[pair[1]]]
             partners = list(zip(first, second))
             entry["concurrent_pairs"] = [list(p) for p in partners]
-            entry["bandwidth_bytes_per_second"] = _stream(comm, partners, message_bytes, repeat)
+            entry["bandwidth_bytes_per_second"] = _flows_rate(comm, partners, message_bytes, repeat) / len(partners)
             ring = _ring_flows(nodes)
             entry["aggregate_flows"] = [list(flow) for flow in ring]
-            entry["aggregate_bandwidth_bytes_per_second"] = _aggregate(comm, ring, message_bytes, repeat)
+            entry["aggregate_bandwidth_bytes_per_second"] = _flows_rate(comm, ring, message_bytes, repeat)
             entry["burst_bytes"] = _burst(comm, *pair, message_bytes, single, latency, min(repeat, 5))
         else:
             entry["bandwidth_bytes_per_second"] = single
