@@ -3,7 +3,7 @@ process of its own under a memory limit, and by people for longer runs:
 
     python tests/cli/fuzz_arguments.py --examples 20000 --seed 1234 --memory-mib 4096
 
-Every command but ``emulate`` (it builds network namespaces; tests/emulation covers it) gets argument
+Every command but ``emulate`` (it builds network namespaces; tests/emulation covers it) gets an equal share of the
 vectors made from its own parser: each flag present or not, its value valid, out of its domain, of the
 wrong type, extreme (0, -1, 2**31 - 1, 2**63, NaN, inf, text) or a path that is missing, a directory, a
 file of another kind or one with an odd extension; the matrix a small generator spec, a small file, a
@@ -181,10 +181,9 @@ def flag_values(action: argparse.Action, flag: str) -> st.SearchStrategy[str]:
 
 
 @st.composite
-def argument_vector(draw, parsers: dict[str, argparse.ArgumentParser]) -> list[str]:
-    name = draw(st.sampled_from(sorted(parsers)))
+def argument_vector(draw, name: str, parser: argparse.ArgumentParser) -> list[str]:
     argv = [name]
-    for action in parsers[name]._actions:
+    for action in parser._actions:
         if isinstance(action, argparse._HelpAction):
             continue
         if not action.option_strings:  # a positional
@@ -264,21 +263,25 @@ def run_vector(argv: list[str]) -> None:
 
 
 def run(examples: int, run_seed: int) -> None:
+    """Each command its share of the vectors, so every one is fuzzed in every run (drawing the command
+    with Hypothesis left one with none in 400: sssp under seed 2030564048)."""
     parsers = command_parsers()
+    share = -(-examples // len(parsers))
+    for name in sorted(parsers):
 
-    @seed(run_seed)
-    @settings(
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-        print_blob=True,
-    )
-    @given(argument_vector(parsers))
-    def fuzz(argv):
-        run_vector(argv)
+        @seed(run_seed)
+        @settings(
+            max_examples=share,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+            print_blob=True,
+        )
+        @given(argument_vector(name, parsers[name]))
+        def fuzz(argv):
+            run_vector(argv)
 
-    fuzz()
+        fuzz()
 
 
 def main() -> int:
