@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import CHILD_ENV, EXIT_TIMES, ROOT, _seed
-from sparsewire.cores import NODE_CORES_VARIABLE, default_threads, node_cores
+from sparsewire.cores import NODE_CORES_VARIABLE, default_threads, node_core_share, node_cores, oversubscribed
 from sparsewire.emulation.cluster import EmulatedCluster, parse_rate, unavailable_reason
 from sparsewire.errors import InputError
 
@@ -42,10 +42,23 @@ def test_a_node_counts_the_cores_it_is_told_it_has(monkeypatch):
     assert node_cores() == 2 and default_threads(2) == 1 and default_threads(4) == 1
     monkeypatch.setenv(NODE_CORES_VARIABLE, "64")  # never more than the process may run on
     assert node_cores() == 8
-    for bad in ("0", "-1", "abc", "1.5", ""):
+    # four emulated nodes on two cores: half a core each, one thread, and one rank already needs more than its share
+    monkeypatch.setenv(NODE_CORES_VARIABLE, "0.5")
+    assert node_core_share() == 0.5 and node_cores() == 1 and default_threads(1) == 1
+    assert oversubscribed(1, 1)
+    monkeypatch.setenv(NODE_CORES_VARIABLE, "1.5")
+    assert node_cores() == 1 and not oversubscribed(1, 1) and oversubscribed(2, 1)
+    for bad in ("0", "-1", "abc", "nan", "inf", ""):
         monkeypatch.setenv(NODE_CORES_VARIABLE, bad)
-        with pytest.raises(InputError, match="SPARSEWIRE_NODE_CORES.*positive whole number"):
+        with pytest.raises(InputError, match="SPARSEWIRE_NODE_CORES.*positive number"):
             node_cores()
+
+
+@pytest.mark.parametrize("nodes, share", [(2, "4"), (4, "2"), (3, "2.66667"), (16, "0.5")])
+def test_each_node_is_told_its_share_of_the_machines_cores_a_fraction_where_nodes_outnumber_them(monkeypatch, nodes, share):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))
+    monkeypatch.delenv(NODE_CORES_VARIABLE, raising=False)
+    assert EmulatedCluster(nodes, "1gbit").mpi_environment()[NODE_CORES_VARIABLE] == share
 
 
 def test_large_messages_use_the_rendezvous_that_lets_both_directions_stream_unless_the_caller_says(monkeypatch):

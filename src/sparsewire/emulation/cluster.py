@@ -23,8 +23,10 @@ segments and loses 10-40% of the throughput). Measured on the 2-core machine
 4.4%), 5 Gbit/s 565 MiB/s; 10 Gbit/s is the CPU's limit, not the link's.
 
 Cores. The nodes share this machine's cores; each is told its share (``SPARSEWIRE_NODE_CORES``,
-:func:`sparsewire.cores.node_cores`: the machine's cores / nodes, at least 1), so a rank's default
-thread count is that over the ranks on its node, as on a real node, and not the whole machine's.
+:func:`sparsewire.cores.node_core_share`: the machine's cores / nodes, a fraction where nodes outnumber
+cores), so a rank's default thread count is its whole cores over the ranks on its node, as on a real node,
+and not the whole machine's, and its waits yield the core where its node's ranks need more than the share
+(:func:`sparsewire.cores.oversubscribed`: four nodes of one rank on two cores do).
 
 Clean-up. :meth:`EmulatedCluster.down` (also on an exception or Ctrl-C inside ``with``) ends the
 processes still in the namespaces, by id (they can only be this cluster's), stops the relay and
@@ -48,7 +50,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sparsewire.cores import NODE_CORES_VARIABLE, node_cores
+from sparsewire.cores import NODE_CORES_VARIABLE, node_core_share
 from sparsewire.errors import InputError
 
 __all__ = ["EmulatedCluster", "parse_rate", "unavailable_reason", "INTERFACE"]
@@ -131,8 +133,9 @@ class EmulatedCluster:
         self.namespaces = [f"{self.prefix}-n{i}" for i in range(nodes)]
         self.switch = f"{self.prefix}-sw" if nodes > 2 or delay_us is not None else None
         # The nodes share this machine's cores: each counts its share, so a rank's default
-        # threads are node cores / ranks on the node, as on a real node.
-        self.cores_per_node = max(1, node_cores() // nodes)
+        # threads are node cores / ranks on the node, as on a real node, and its waits yield where the
+        # share is less than its ranks need (4 nodes on 2 cores: half a core each).
+        self.cores_per_node = node_core_share() / nodes
         self._folder: tempfile.TemporaryDirectory | None = None
         self._relay: subprocess.Popen | None = None
         self.is_up = False
@@ -284,7 +287,7 @@ class EmulatedCluster:
             "UCX_RNDV_SCHEME": os.environ.get("UCX_RNDV_SCHEME", "get_zcopy"),
             "MASTER_ADDR": self.addresses()[0],
             "GLOO_SOCKET_IFNAME": INTERFACE,
-            NODE_CORES_VARIABLE: str(self.cores_per_node),
+            NODE_CORES_VARIABLE: f"{self.cores_per_node:g}",
         }
 
     def mpiexec_command(self, ranks_per_node: int, command: Sequence[str], *, nodes: int | None = None) -> list[str]:
