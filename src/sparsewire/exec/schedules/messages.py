@@ -14,8 +14,8 @@ Each schedule is made once per executor from the buffers, a transport and a comb
   and the transport sends message by message, each relayed message leaves as soon as its own
   inputs have arrived, and received exchanges are still combined whole.
 * :class:`EarlySchedule` (Collom & Bienz sec. 3.2, Alg. 1): receives complete one at a time; each
-  arriving message is combined at once, and a relayed message is packed and sent as soon as the
-  input messages it reads have arrived.
+  arriving message is combined at once, after the relayed messages whose inputs it completes, which are
+  packed and sent as soon as the input messages they read have arrived.
 * :class:`~sparsewire.exec.schedules.partitioned.PartitionedSchedule` (sec. 3.3, Algs. 3-5): T threads.
 """
 
@@ -279,16 +279,17 @@ class EarlySchedule(_Schedule):
 
     def _arrivals_until(self, indices, b: np.ndarray, out: np.ndarray) -> None:
         """Complete receives in arrival order until every message of the exchanges ``indices``
-        has been combined."""
+        has been combined; the relayed messages an arrival completes leave before it is combined, so the
+        next hop does not wait for this rank's product (a relay reads the received rows and B, never C)."""
         arrived, push = self._relays.arrived, self.push
         while not all(arrived[i].all() for i in indices):
             index, message = self.transport.wait_any()
             if push:
                 push((WAIT, self.clock()))
+            self._relays.arrive(index, message, b)
             self.combine.message_arrived(self.buffers.exchanges[index], message, out)
             if push:
                 push((EARLY, self.clock()))
-            self._relays.arrive(index, message, b)
 
 
 def _relays_message_by_message(buffers: Buffers, transport: MessageTransport) -> bool:
