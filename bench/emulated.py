@@ -148,7 +148,10 @@ def main() -> None:
                         # only its pick is read: the picked strategy's time is the one measured above, in turns with the rest
                         auto = run_json(cluster, per_node, [*common, "--repeat", "1", "--strategy", "auto", "--mode", mode], 600)
                         fastest = min(in_mode, key=lambda r: r["median_seconds"])
-                        chosen = next(r for r in in_mode if r["strategy"] == auto["strategy"])
+                        chosen = next((r for r in in_mode if r["strategy"] == auto["strategy"]), None)
+                        if chosen is None:  # --strategies left out the one auto picked: nothing to judge it against
+                            print(f"   {mode}: auto picks {auto['strategy']}, not among --strategies: not judged", flush=True)
+                            continue
                         picks.append(
                             {
                                 "layout": layout,

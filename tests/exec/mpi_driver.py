@@ -16,6 +16,9 @@ so P = 3 and 4 have a group of one), mode and thread count, on every rank:
 * the bytes MPI delivered from each source (receive statuses) equal the plan's rows * k * element
   size, and no message had another size than its receiver's plan expects.
 
+The diagonal block goes in pieces of 64 multiply-adds (``combine.PROGRESS_EVERY``), so that the modes that
+multiply it while messages are in flight call the transport's ``progress`` between pieces here too.
+
 With ``SPARSEWIRE_REPORT_INTER_NODE=1`` rank 0 also prints ``INTER_NODE_BYTES <n>``: the bytes MPI
 delivered between ranks of different nodes (as MPI sees nodes), summed over every multiply, for
 a test to hold against the network's own counters (tests/emulation).
@@ -33,6 +36,7 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from sparsewire.comm.runtime import node_ids
+from sparsewire.exec import combine
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.kernels import backend_problem
 from sparsewire.exec.modes import MODES, layout_for_mode
@@ -175,6 +179,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    combine.PROGRESS_EVERY = 64  # the module docstring's pieces (not where a test imports this module)
     try:
         main()
     except BaseException:

@@ -5,6 +5,8 @@ combine), exact against SciPy on integer data."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -169,3 +171,43 @@ def test_hand_delivered_messages_give_the_exact_product_on_every_rank(cases, nee
         for _buffers, combine, block, out in zip(everyone, combines, blocks, outs):
             combine.finish(block, out)
         assert np.array_equal(np.vstack(outs), matrix @ b), label
+
+
+def _one_rank_buffers(matrix, k: int, threads: int = 1):
+    rows, cols = partition(matrix, 1, "even").partitions
+    plan = build_plan(matrix, rows, cols, EXECUTABLE_STRATEGIES[0], None)
+    return build_buffers(plan.ranks[0], k, np.float64, threads, BufferNeeds())
+
+
+def test_the_diagonal_in_pieces_lets_the_transport_progress_between_them(monkeypatch, rng):
+    from sparsewire.exec import combine as combine_module
+
+    # Hand-made: 10 rows of 4 nonzeros, k = 8: 32 multiply-adds a row; pieces of 64 are 2 rows each.
+    matrix = sp.csr_array((np.arange(1, 41, dtype=np.float64), np.tile(np.arange(4), 10), np.arange(0, 41, 4)), shape=(10, 10))
+    monkeypatch.setattr(combine_module, "PROGRESS_EVERY", 64)
+    buffers = _one_rank_buffers(matrix, 8)
+    calls = []
+    b = rng.integers(-4, 5, (10, 8)).astype(np.float64)
+    out = np.zeros((10, 8))
+    StreamingCombine(buffers).diagonal(b, out, lambda: calls.append(int(np.count_nonzero(out.any(axis=1)))))
+    assert calls == [2, 4, 6, 8, 10]  # a call after each piece, each once its rows are written
+    assert np.array_equal(out, matrix @ b)
+    # Fresh random inputs: the pieces' product is the whole product, with a call per piece.
+    for _ in range(5):
+        n = int(rng.integers(30, 300))
+        matrix = integer_matrix(rng, (n, n), float(rng.uniform(0.01, 0.2)))
+        k, every = int(rng.integers(1, 17)), int(rng.integers(8, 400))
+        monkeypatch.setattr(combine_module, "PROGRESS_EVERY", every)
+        b = rng.integers(-4, 5, (n, k)).astype(np.float64)
+        out, calls = np.zeros((n, k)), []
+        StreamingCombine(_one_rank_buffers(matrix, k)).diagonal(b, out, functools.partial(calls.append, 1))
+        assert np.array_equal(out, matrix @ b)
+        work = matrix.nnz * k
+        assert len(calls) == (
+            0 if work <= every else len({0, *np.searchsorted(matrix.indptr * k, np.arange(every, work, every)), n}) - 1
+        )
+    # Several threads share the product: one call of the kernel, no progress between.
+    monkeypatch.setattr(combine_module, "PROGRESS_EVERY", 8)
+    calls = []
+    StreamingCombine(_one_rank_buffers(matrix, k, threads=2)).diagonal(b, out, lambda: calls.append(1))
+    assert calls == [] and np.array_equal(out, matrix @ b)

@@ -73,11 +73,11 @@ class TracedCombine:
         self._local, self._unpack = tracer.totals("local product"), tracer.totals("unpack")
         self._early, self._combine = tracer.totals("early multiply"), tracer.totals("combine")
 
-    def diagonal(self, b, out) -> None:
+    def diagonal(self, b, out, progress=None) -> None:
         """Not collective. The diagonal product as a ``local product`` span."""
         tracer = self.tracer
         start = tracer.clock()
-        self.inner.diagonal(b, out)
+        self.inner.diagonal(b, out, progress)
         if tracer.recording:
             end = tracer.clock()
             totals = self._local

@@ -9,11 +9,14 @@ Each schedule is made once per executor from the buffers, a transport and a comb
   sent as soon as its own inputs have arrived.
 * :class:`OverlapSchedule` (``overlap``, and ``pipelined`` on a plan of the pipelined layout, CoLa
   Alg. 3): the exchanges of a step start together, the diagonal block is multiplied while the
-  first step's messages are in flight (PETSc's MatMult ordering), a relay waits only for the
+  first step's messages are in flight (PETSc's MatMult ordering), in pieces between which the
+  transport moves them (``Transport.progress``: MPICH moves a message past what TCP's sockets hold
+  only inside an MPI call), a relay waits only for the
   exchange it forwards from (SHIRO Alg. 1); where the buffers list each relayed message's inputs
   and the transport sends message by message, each relayed message leaves as soon as its own
   inputs have arrived, and received exchanges are still combined whole.
-* :class:`EarlySchedule` (Collom & Bienz sec. 3.2, Alg. 1): receives complete one at a time; each
+* :class:`EarlySchedule` (Collom & Bienz sec. 3.2, Alg. 1): the diagonal block as in the overlap mode;
+  receives complete one at a time; each
   arriving message is combined at once, after the relayed messages whose inputs it completes, which are
   packed and sent as soon as the input messages they read have arrived.
 * :class:`~sparsewire.exec.schedules.partitioned.PartitionedSchedule` (sec. 3.3, Algs. 3-5): T threads.
@@ -226,7 +229,7 @@ class OverlapSchedule(_Schedule):
                     self._finish(ex.input, b, out)
                 self._send_exchange(ex, b)
             if position == 0:
-                self.combine.diagonal(b, out)  # while the first messages are in flight
+                self.combine.diagonal(b, out, self.transport.progress)  # while the first messages are in flight
                 if push:
                     push((LOCAL, clock()))
             else:
@@ -266,7 +269,7 @@ class EarlySchedule(_Schedule):
                     continue
                 self._relays.start(ex, b)
             if position == 0:
-                self.combine.diagonal(b, out)  # while the first messages are in flight
+                self.combine.diagonal(b, out, self.transport.progress)  # while the first messages are in flight
                 if push:
                     push((LOCAL, clock()))
             else:

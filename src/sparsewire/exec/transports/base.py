@@ -129,6 +129,13 @@ class Transport(abc.ABC):
     def wait_sends(self, ex: ExchangeBuffers) -> None:
         """Not collective (point to point with the peers). Complete every send of ``ex``."""
 
+    def progress(self) -> None:
+        """Not collective. Let the library move the messages in flight without completing any, between pieces
+        of a long product (:meth:`~sparsewire.exec.combine.StreamingCombine.diagonal`): MPICH moves a message
+        over TCP past what the sockets hold only inside an MPI call. Nothing here: a transport that has no
+        such call to make."""
+        return None
+
     def incomplete_receives(self, ex: ExchangeBuffers) -> list[int] | None:
         """Not collective. The messages of ``ex`` whose receive has not completed, asked without
         completing anything (for the watchdog's message, from its own thread), or None where the
