@@ -50,13 +50,13 @@ class StreamingCombine:
     """Adds received rows to C as they complete (the buffers hold the unpack operands the
     schedule applies: CSR per exchange, or CSC per message and partition)."""
 
-    def __init__(self, buffers: Buffers) -> None:
+    def __init__(self, buffers: Buffers, in_pieces: bool = True) -> None:
         self.buffers, self.kernels = buffers, buffers.kernels
-        self._pieces = _progress_pieces(buffers)
+        self._pieces = _progress_pieces(buffers) if in_pieces else None
 
     def diagonal(self, b: np.ndarray, out: np.ndarray, progress=None) -> None:
-        """Not collective. With ``progress`` (messages in flight), one thread's product on the CPU is made in
-        pieces of about :data:`PROGRESS_EVERY` multiply-adds with a call to ``progress`` after each."""
+        """Not collective. With ``progress`` (messages in flight) and ``in_pieces``, one thread's product on the CPU
+        is made in pieces of about :data:`PROGRESS_EVERY` multiply-adds with a call to ``progress`` after each."""
         pieces = self._pieces
         if progress is None or pieces is None:
             self.kernels.multiply(self.buffers.diagonal, b, out)

@@ -165,11 +165,15 @@ class SpmmExecutor:
         )
         self.ledger = ByteLedger(plan.rank, plan.n_ranks, self.dtype.itemsize)
         self.transport = transport_class(self.comm, self.buffers, self.ledger)
-        self.transport.yield_while_waiting = oversubscribed(sharing, self.threads)
+        busy = oversubscribed(sharing, self.threads)
+        self.transport.yield_while_waiting = busy
         this = weakref.ref(self)  # the watchdog must not keep a dropped executor alive
         self.watchdog = Watchdog(self.options.wait_timeout, lambda: this().describe_wait() if this() else "(plan closed)")
         self.ledger.on_arrival = self.watchdog.progress
-        self.combine = (OrderedCombine if self.deterministic else StreamingCombine)(self.buffers)
+        # The diagonal block in pieces with MPI progress between them only where the cores are not all taken by ranks:
+        # on 2 nodes x 1 rank at 5 Gbit/s the overlap mode went 0.909 -> 0.862 of bulk's time; with 4 ranks on 2
+        # cores 3-5% slower against bulk (docs/performance.md, "Messages that moved only inside MPI calls").
+        self.combine = OrderedCombine(self.buffers) if self.deterministic else StreamingCombine(self.buffers, in_pieces=not busy)
         self.schedule = SCHEDULES[mode](self.buffers, self.transport, self.combine)
         self.tracer = self._laps = None
         self._schedules = [self.schedule]  # with a traced one while tracing
