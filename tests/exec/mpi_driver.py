@@ -17,7 +17,8 @@ so P = 3 and 4 have a group of one), mode and thread count, on every rank:
   size, and no message had another size than its receiver's plan expects.
 
 The diagonal block goes in pieces of 64 multiply-adds (``combine.PROGRESS_EVERY``), so that the modes that
-multiply it while messages are in flight call the transport's ``progress`` between pieces here too.
+multiply it while messages are in flight call the transport's ``progress`` between pieces here too (where ranks x
+threads fit the machine's cores: the executor multiplies it whole on oversubscribed ranks).
 
 With ``SPARSEWIRE_REPORT_INTER_NODE=1`` rank 0 also prints ``INTER_NODE_BYTES <n>``: the bytes MPI
 delivered between ranks of different nodes (as MPI sees nodes), summed over every multiply, for
