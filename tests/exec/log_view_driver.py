@@ -26,9 +26,9 @@ def main() -> None:
         if rank == size - 1:
             diagonal = plan.executor.combine.diagonal
 
-            def slow(b, out):
+            def slow(b, out, progress=None):
                 time.sleep(SLEEP)
-                diagonal(b, out)
+                diagonal(b, out, progress)
 
             plan.executor.combine.diagonal = slow
         with sparsewire.trace(plan) as tracer:
