@@ -7,7 +7,7 @@ Two ranks, one on each node, each sending one message to the other and computing
 matrix products, as many as take ``COMPUTE_MS`` alone, agreed by the slower rank). Four ways, taking turns 15
 times, the median of each (the slower rank's time from a barrier): the messages alone, the work alone, the work
 with the messages in flight and no MPI call until the wait, and the work in pieces of about ``PIECE_MS`` with
-``MPI_Iprobe`` after each. The baseline is the plain overlap: the last line prints it and the pieces against
+``MPI_Iprobe`` after each. The baseline is the plain overlap: each size's line prints it and the pieces against
 ``max(messages, work)``, which an overlap that hides the whole transfer reaches. Run under the emulated cluster
 (root):
 
@@ -16,7 +16,6 @@ with the messages in flight and no MPI call until the wait, and the work in piec
 
 from __future__ import annotations
 
-import sys
 import time
 
 import numpy as np
@@ -75,7 +74,6 @@ def main() -> None:
                 f"in pieces {median['pieces'] / best:.2f}",
                 flush=True,
             )
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":

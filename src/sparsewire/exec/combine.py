@@ -21,9 +21,12 @@ column-based strategies across P too (the serial CSR product in ascending column
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
+from sparsewire.exec.wire import device_type
 
 __all__ = ["StreamingCombine", "OrderedCombine"]
 
@@ -36,7 +39,7 @@ PROGRESS_EVERY = 1 << 20
 def _progress_pieces(buffers: Buffers) -> list[int] | None:
     """Row bounds of the diagonal block's pieces (:data:`PROGRESS_EVERY` multiply-adds each), or None where the
     product runs on several threads or off the CPU, or is one piece anyway."""
-    if len(buffers.row_bounds) != 2 or str(getattr(buffers.kernels, "device", "cpu")) != "cpu":
+    if len(buffers.row_bounds) != 2 or device_type(str(buffers.kernels.device)) != "cpu":
         return None
     indptr = np.asarray(buffers.plan.diagonal.indptr, np.int64) * buffers.k
     if indptr[-1] <= PROGRESS_EVERY:
@@ -54,7 +57,7 @@ class StreamingCombine:
         self.buffers, self.kernels = buffers, buffers.kernels
         self._pieces = _progress_pieces(buffers) if in_pieces else None
 
-    def diagonal(self, b: np.ndarray, out: np.ndarray, progress=None) -> None:
+    def diagonal(self, b: np.ndarray, out: np.ndarray, progress: Callable[[], None] | None = None) -> None:
         """Not collective. With ``progress`` (messages in flight) and ``in_pieces``, one thread's product on the CPU
         is made in pieces of about :data:`PROGRESS_EVERY` multiply-adds with a call to ``progress`` after each."""
         pieces = self._pieces
@@ -95,7 +98,7 @@ class OrderedCombine:
         self.buffers, self.kernels = buffers, buffers.kernels
         self._head = buffers.plan.local_shape[1]
 
-    def diagonal(self, b: np.ndarray, out: np.ndarray, progress=None) -> None:
+    def diagonal(self, b: np.ndarray, out: np.ndarray, progress: Callable[[], None] | None = None) -> None:
         """Not collective. Part of :meth:`finish`."""
 
     def diagonal_rows(self, b: np.ndarray, out: np.ndarray, thread: int) -> None:
