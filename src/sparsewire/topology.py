@@ -98,7 +98,10 @@ class Topology:
     predictions count communication only, :func:`~sparsewire.plan.cost.predicted_seconds`); ``local_rate_alone``:
     the CSR kernel's rate on one rank while the others wait (None: unknown, taken as ``local_rate``), and
     ``copy_rate_alone`` the copy's (None: taken as ``copy_rate``); ``local_rate_matrix``: the matrix ``local_rate``
-    was measured on (``calibrate --network``'s R-MAT, or the matrix a job multiplies, :meth:`with_local_rate`).
+    was measured on (``calibrate --network``'s R-MAT, or the matrix a job multiplies, :meth:`with_local_rate`);
+    ``overlap``: the fraction of a stream over the links that ranks computing at the same time hide, in [0, 1]
+    (measured by ``calibrate --network``; None: unknown, taken as 1, the stream hides whole behind the work,
+    :func:`~sparsewire.plan.cost.predicted_seconds`).
     """
 
     name: str
@@ -109,8 +112,11 @@ class Topology:
     local_rate_alone: float | None = None
     local_rate_matrix: str | None = None
     copy_rate_alone: float | None = None
+    overlap: float | None = None
 
     def __post_init__(self) -> None:
+        if self.overlap is not None and not (isinstance(self.overlap, (int, float)) and 0.0 <= self.overlap <= 1.0):
+            raise InputError(f"topology {self.name!r}: overlap must be a fraction within [0, 1] (got {self.overlap!r})")
         if not self.levels or self.levels[-1].group_size is not None:
             raise InputError(f"topology {self.name!r}: the last level must hold every rank (group_size None)")
         sizes = [level.group_size for level in self.levels[:-1]]
@@ -150,8 +156,8 @@ class Topology:
         0; the inter-node one ``shared`` by a node's ranks at the one-pair bandwidth, the node's link, with its
         burst and the aggregate of all nodes at once where measured),
         groups of its ``group_size`` (or exactly its ``rank_groups`` when those are not
-        consecutive blocks, which then fixes the rank count), and the local rates of its ``local`` entry
-        where it has one.
+        consecutive blocks, which then fixes the rank count), the local rates of its ``local`` entry
+        where it has one, and the inter-node link's measured ``overlap`` fraction where it has one.
 
         Raises:
             InputError naming the field when the record lacks what a topology needs.
@@ -208,6 +214,12 @@ class Topology:
             if "inter_node" not in links_measured:
                 return cls(name, (Level("machine", None, intra),), None, **rates)
             inter = measured("inter_node", "measured inter-node", True)
+            overlap = links_measured["inter_node"].get("overlap")  # absent in records before it
+            if overlap is not None:
+                check("inter_node.overlap.fraction", overlap["fraction"], False)
+                if overlap["fraction"] > 1:
+                    raise ValueError(f"inter_node.overlap.fraction = {overlap['fraction']!r}, not a fraction within [0, 1]")
+                rates["overlap"] = float(overlap["fraction"])
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             problem = f"has {error}" if isinstance(error, ValueError) else f"lacks {error}"
             raise InputError(

@@ -5,6 +5,7 @@ with the intra-node bandwidth at least 5x it at 1 Gbit/s."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import CHILD_ENV
+from sparsewire.calibration.network import hidden_fraction
 from sparsewire.calibration.store import stamp
 from sparsewire.emulation.cluster import EmulatedCluster, unavailable_reason
 from sparsewire.errors import InputError
@@ -233,6 +235,88 @@ def test_measured_local_rates_add_the_busiest_ranks_work_to_the_prediction(tmp_p
         assert communication < overlapped < predicted_seconds(counted) == pytest.approx(communication + busiest, rel=1e-12)
 
 
+def test_a_measured_overlap_hides_that_share_of_the_diagonal_block(tmp_path, rng):
+    """The overlapping modes' ``T = max_r (T_comm + d_r - h min(T_comm, d_r) + w_r)``: h = 1 (or none measured) the
+    diagonal block hides whole, h = 0 the bulk form's sum, between them that share of the shorter."""
+    import scipy.sparse as sp
+
+    from sparsewire.partition import even_rows
+
+    # the fraction from the three times: exact cases, clipped to [0, 1]
+    assert hidden_fraction(10.0, 4.0, 10.0) == 1.0 and hidden_fraction(4.0, 10.0, 14.0) == 0.0
+    assert hidden_fraction(10.0, 4.0, 12.0) == pytest.approx(0.5, rel=1e-12)
+    assert hidden_fraction(10.0, 4.0, 9.0) == 1.0 and hidden_fraction(10.0, 4.0, 20.0) == 0.0
+    with pytest.raises(InputError, match="positive length"):
+        hidden_fraction(0.0, 4.0, 4.0)
+    record = _record([0, 0, 1, 1])
+    record["local"] = {"nonzero_columns_per_second": 1e3, "copy_bytes_per_second": 4e9}  # a diagonal slower than the link
+    # the hand-made plan of the local-rates test: one diagonal nonzero per rank (d = 8 / 1e3), rest 3 * 8 / 1e3 + copies
+    matrix = sp.csr_array(([1.0, 2.0, 3.0, 4.0, 5.0], ([0, 0, 1, 2, 3], [0, 2, 3, 2, 0])), shape=(4, 4))
+    parts = even_rows(4, 2)
+    times = {}
+    for fraction in (None, 1.0, 0.5, 0.0):
+        if fraction is not None:
+            record["links"]["inter_node"]["overlap"] = {"fraction": fraction}
+        path = tmp_path / "net.json"
+        path.write_text(json.dumps(record))
+        topology = parse_topology(str(path))
+        assert topology.overlap == fraction
+        stats = strategy_stats(matrix, parts, parts, "column", 8, 8, topology)
+        times[fraction] = predicted_seconds(stats, topology, overlaps_diagonal=True)
+    communication, diagonal, rest = predicted_communication_seconds(stats), 8 / 1e3, 3 * 8 / 1e3 + 2 * 3 * 64 / 4e9
+    assert communication < diagonal
+    assert times[None] == times[1.0] == pytest.approx(diagonal + rest, rel=1e-12)
+    assert times[0.5] == pytest.approx(diagonal + rest + 0.5 * communication, rel=1e-12)
+    assert times[0.0] == pytest.approx(predicted_seconds(stats, topology), rel=1e-12)  # bulk's sum
+    # damaged fractions are refused with the command that writes a good one
+    for bad in (1.5, -0.1, float("nan"), "most"):
+        record["links"]["inter_node"]["overlap"] = {"fraction": bad}
+        path.write_text(json.dumps(record))
+        with pytest.raises(InputError, match="inter_node.overlap.fraction.*calibrate --network"):
+            parse_topology(str(path))
+    with pytest.raises(InputError, match="overlap must be a fraction within"):
+        dataclasses.replace(Topology.from_record(_record([0, 1])), overlap=2.0)
+    # random inputs: h = 0 is bulk's sum, h = 1 the whole block hidden, and the time falls as h grows
+    matrix = load_matrix(f"rmat:9:8:{int(rng.integers(1, 1000))}")
+    split = partition(matrix, 4)
+    record["local"] = {"nonzero_columns_per_second": float(rng.uniform(1e6, 1e9)), "copy_bytes_per_second": 4e9}
+    del record["links"]["inter_node"]["overlap"]
+    base = Topology.from_record(record)
+    for strategy in ("column", "joint", "joint-hier"):
+        stats = strategy_stats(matrix, split.rows, split.cols, strategy, 16, 8, base)
+        fractions = sorted(rng.uniform(0, 1, 3).tolist()) + [0.0, 1.0]
+        priced = {h: predicted_seconds(stats, dataclasses.replace(base, overlap=h), overlaps_diagonal=True) for h in fractions}
+        assert priced[0.0] == pytest.approx(predicted_seconds(stats, base), rel=1e-12), strategy
+        assert priced[1.0] == pytest.approx(predicted_seconds(stats, base, overlaps_diagonal=True), rel=1e-12), strategy
+        ordered = [priced[h] for h in sorted(fractions)]
+        assert all(a >= b * (1 - 1e-12) for a, b in zip(ordered, ordered[1:])), (strategy, priced)
+
+
+def test_the_overlap_is_timed_on_the_stream_and_the_kernel_it_names():
+    """``_overlap`` on one rank sending to itself: its record's work alone agrees with the same kernel timed here by
+    a second clock (a factor of 3 at most on a noisy machine), the message is sized to cross in about that time
+    at the rate given, and the fraction is the three medians' :func:`hidden_fraction`."""
+    import time
+
+    from mpi4py import MPI
+
+    from sparsewire.calibration.compute import benchmark_products
+    from sparsewire.calibration.network import _overlap
+
+    [(product, _)] = benchmark_products([32])
+    product()
+    started = time.perf_counter()
+    for _ in range(5):
+        product()
+    alone = (time.perf_counter() - started) / 5
+    measured = _overlap(MPI.COMM_SELF, [(0, 0)], 1e9, 1, 5)
+    assert 1 / 3 < measured["work_seconds"] / alone < 3, (measured, alone)
+    assert measured["message_bytes"] == pytest.approx(max(1 << 16, measured["work_seconds"] * 1e9), rel=0.5), measured
+    assert measured["stream_seconds"] > 0 and measured["together_seconds"] > 0 and measured["repeat"] == 5
+    expected = hidden_fraction(measured["stream_seconds"], measured["work_seconds"], measured["together_seconds"])
+    assert measured["fraction"] == expected and 0 <= expected <= 1
+
+
 def test_the_matrix_own_rate_takes_the_calibrated_rates_place():
     import scipy.sparse as sp
 
@@ -414,3 +498,9 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     assert (
         1e8 <= local["alone_copy_bytes_per_second"] <= 1e11 and topology.copy_rate_alone == local["alone_copy_bytes_per_second"]
     )
+    # how much of a stream every node sends at once hides behind the kernel: a fraction, from its three medians
+    overlap = inter["overlap"]
+    assert 0 <= overlap["fraction"] <= 1 and topology.overlap == overlap["fraction"], overlap
+    assert overlap["repeat"] == 20 and overlap["message_bytes"] >= 1 << 16, overlap
+    times = (overlap["stream_seconds"], overlap["work_seconds"], overlap["together_seconds"])
+    assert overlap["fraction"] == hidden_fraction(*times) and min(times) > 0, overlap

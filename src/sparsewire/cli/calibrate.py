@@ -175,6 +175,12 @@ def _run_calibrate_network(args: argparse.Namespace) -> int:
             f"inter-node burst after idle: {inter['burst_bytes'] / 2**20:.2f} MiB; every node sending at once "
             f"({len(inter['aggregate_flows'])} flows): {inter['aggregate_bandwidth_bytes_per_second'] / 2**20:.1f} MiB/s together"
         )
+        overlap = inter["overlap"]
+        print(
+            f"a stream of every node at once beside the CSR kernel on every rank: {overlap['stream_seconds'] * 1e3:.1f} ms and "
+            f"{overlap['work_seconds'] * 1e3:.1f} ms alone, {overlap['together_seconds'] * 1e3:.1f} ms together: "
+            f"{overlap['fraction']:.2f} of the shorter hidden"
+        )
     local = record["local"]
     print(
         f"local work per rank, all ranks at once ({local['threads']} thread(s)): CSR product "

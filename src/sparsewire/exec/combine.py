@@ -28,7 +28,7 @@ import numpy as np
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.exec.wire import device_type
 
-__all__ = ["StreamingCombine", "OrderedCombine"]
+__all__ = ["StreamingCombine", "OrderedCombine", "progress_piece_bounds", "PROGRESS_EVERY"]
 
 
 #: Multiply-adds (nonzeros x k) of the diagonal block between two calls that let the transport move the messages in
@@ -36,17 +36,23 @@ __all__ = ["StreamingCombine", "OrderedCombine"]
 PROGRESS_EVERY = 1 << 20
 
 
+def progress_piece_bounds(indptr: np.ndarray, k: int) -> list[int] | None:
+    """Not collective. Row bounds of pieces of about :data:`PROGRESS_EVERY` multiply-adds of a CSR product with
+    row pointers ``indptr`` and a k-column B (a piece ends at the first row whose end reaches the next multiple),
+    or None where the product is one piece anyway."""
+    work = np.asarray(indptr, np.int64) * k
+    if work[-1] <= PROGRESS_EVERY:
+        return None
+    rows = np.searchsorted(work, np.arange(PROGRESS_EVERY, work[-1], PROGRESS_EVERY))
+    return sorted({0, *rows.tolist(), len(work) - 1})
+
+
 def _progress_pieces(buffers: Buffers) -> list[int] | None:
-    """Row bounds of the diagonal block's pieces (:data:`PROGRESS_EVERY` multiply-adds each), or None where the
-    product runs on several threads or off the CPU, or is one piece anyway."""
+    """Row bounds of the diagonal block's pieces (:func:`progress_piece_bounds`), or None where the product runs on
+    several threads or off the CPU, or is one piece anyway."""
     if len(buffers.row_bounds) != 2 or device_type(str(buffers.kernels.device)) != "cpu":
         return None
-    indptr = np.asarray(buffers.plan.diagonal.indptr, np.int64) * buffers.k
-    if indptr[-1] <= PROGRESS_EVERY:
-        return None
-    marks = np.arange(PROGRESS_EVERY, indptr[-1], PROGRESS_EVERY)
-    rows = np.searchsorted(indptr, marks)
-    return sorted({0, *rows.tolist(), len(indptr) - 1})
+    return progress_piece_bounds(buffers.plan.diagonal.indptr, buffers.k)
 
 
 class StreamingCombine:

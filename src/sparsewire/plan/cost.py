@@ -38,7 +38,9 @@ def predicted_seconds(
 
     - ``overlaps_diagonal`` (every mode but ``bulk``, :attr:`~sparsewire.exec.modes.Mode.overlaps_diagonal`: the
       diagonal block is multiplied while the first messages are in flight, PETSc's MatMult ordering):
-      ``T = max_r (max(T_comm, d_r) + w_r)``;
+      ``T = max_r (T_comm + d_r - h min(T_comm, d_r) + w_r)``, h the topology's measured ``overlap`` (the fraction
+      of a stream that ranks computing at the same time hide, ``calibrate --network``; 1 where unknown, which is
+      ``max(T_comm, d_r) + w_r``);
     - otherwise (``bulk`` multiplies it before it sends): ``T = T_comm + max_r (d_r + w_r)``, i.e.
       ``T_comm`` + :func:`predicted_local_seconds`.
 
@@ -46,8 +48,11 @@ def predicted_seconds(
     diagonal split (``block``) the sum. On the emulated cluster (4 ranks on 2 cores, docs/performance.md "Over a
     real link") the sum in every mode had fitted under UCX's default rendezvous over TCP (265 of 285 runs within
     25% where the link was at least half the time); under the ``get_zcopy`` rendezvous the modes that overlap
-    ran faster than the sum (246 of 269 and 229 of 248 in two runs), and this form was within 25% in 245 of
-    255 (269 of 280 with the steps each mode keeps in flight, ``steps_in_flight``)."""
+    ran faster than the sum (246 of 269 and 229 of 248 in two runs), and the form with h = 1 was within 25% in
+    245 of 255 (269 of 280 with the steps each mode keeps in flight, ``steps_in_flight``). At 5 Gbit/s, where the
+    two cores that compute also move the bytes through the network stack, the overlapping modes measured
+    0.97-1.01x ``bulk`` with 4 ranks, and the measured h came out 0.0-0.3 (docs/performance.md, "Over a real
+    link")."""
     topology = _topology_of(stats, topology)
     communication = predicted_communication_seconds(stats, topology, steps_in_flight=steps_in_flight)
     parts = local_parts(stats, topology)
@@ -55,7 +60,8 @@ def predicted_seconds(
         return communication
     diagonal, rest = parts
     if overlaps_diagonal:  # an unknown diagonal block (0) hides nothing: the sum
-        return float((np.maximum(communication, diagonal) + rest).max())
+        hidden = 1.0 if topology.overlap is None else topology.overlap
+        return float((communication + diagonal - hidden * np.minimum(communication, diagonal) + rest).max())
     return communication + float((diagonal + rest).max())
 
 
