@@ -143,7 +143,7 @@ def hidden_fraction(stream: float, work: float, together: float) -> float:
 
 
 def _overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sharing: int, repeat: int) -> dict:
-    """How much of a stream over the links a computing rank hides, every rank at once, as the overlapping modes
+    """Collective. How much of a stream over the links a computing rank hides, every rank at once, as the overlapping modes
     run a multiply (:class:`~sparsewire.exec.schedules.messages.OverlapSchedule`): each rank posts its receive and
     its send of ``flows`` (one message each), then computes (the executor's CSR kernel on the R-MAT of the local
     rates, k = 32; in pieces with ``MPI_Iprobe`` between them where the executor makes them,

@@ -51,7 +51,7 @@ def predicted_seconds(
     ran faster than the sum (246 of 269 and 229 of 248 in two runs), and the form with h = 1 was within 25% in
     245 of 255 (269 of 280 with the steps each mode keeps in flight, ``steps_in_flight``). At 5 Gbit/s, where the
     two cores that compute also move the bytes through the network stack, the overlapping modes measured
-    0.97-1.01x ``bulk`` with 4 ranks, and the measured h came out 0.0-0.3 (docs/performance.md, "Over a real
+    0.97-1.01x ``bulk`` with 4 ranks, and the measured h came out 0.00-0.34 (docs/performance.md, "Over a real
     link")."""
     topology = _topology_of(stats, topology)
     communication = predicted_communication_seconds(stats, topology, steps_in_flight=steps_in_flight)
