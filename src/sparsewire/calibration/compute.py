@@ -28,6 +28,9 @@ __all__ = [
     "rate_over",
     "rates_together",
     "kernel_products",
+    "kernel_operand",
+    "kernel_block",
+    "benchmark_matrix",
     "default_calibration_path",
     "load_compute_rate",
 ]
@@ -59,21 +62,41 @@ def load_compute_rate(path: str | os.PathLike) -> float:
 BENCHMARK_MATRIX = "rmat:16:8:1"
 
 
-def kernel_products(matrix: sp.sparray, ks, dtype=np.float64, threads: int = 1, ranks_on_node: int = 1):
-    """Not collective. For each k of ``ks``, ``(product, nonzero_columns)``: a call of the executor's CSR x dense
-    kernel on ``matrix`` with a k-column B of ``dtype`` (``threads`` threads, B and C on cache lines as the
-    executor allocates them), run once already (compiled, pages touched), and the nonzero-columns each call does."""
-    from sparsewire.aligned import empty_aligned
+def kernel_operand(matrix: sp.sparray, dtype=np.float64, threads: int = 1, ranks_on_node: int = 1):
+    """Not collective. ``matrix`` as the executor's CSR kernel operand of ``dtype`` (``threads`` threads set for
+    ``ranks_on_node`` ranks), with :func:`kernel_block` its B and C."""
     from sparsewire.exec.kernels import compiled as kernels
+
+    kernels.set_threads(threads, ranks_on_node)
+    return kernels.CsrOperand.from_matrix(sp.csr_array(matrix).astype(dtype), dtype, threads)
+
+
+def kernel_block(shape: tuple[int, int], k: int, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """Not collective. A k-column B and C for a CSR product of ``shape``, on cache lines as the executor allocates
+    them."""
+    from sparsewire.aligned import empty_aligned
     from sparsewire.generators import deterministic_dense
 
-    matrix = sp.csr_array(matrix).astype(dtype)
-    kernels.set_threads(threads, ranks_on_node)
-    operand = kernels.CsrOperand.from_matrix(matrix, dtype, threads)
+    return deterministic_dense(0, shape[1], k, dtype), empty_aligned((shape[0], k), dtype)
+
+
+def benchmark_matrix() -> sp.csr_array:
+    """Not collective. :data:`BENCHMARK_MATRIX`: R-MAT scale 16, edge factor 8, seed 1."""
+    from sparsewire.generators import rmat
+
+    return sp.csr_array(rmat(16, 8, seed=1))
+
+
+def kernel_products(matrix: sp.sparray, ks, dtype=np.float64, threads: int = 1, ranks_on_node: int = 1):
+    """Not collective. For each k of ``ks``, ``(product, nonzero_columns)``: a call of the executor's CSR x dense
+    kernel on ``matrix`` with a k-column B of ``dtype`` (:func:`kernel_operand`, :func:`kernel_block`), run once
+    already (compiled, pages touched), and the nonzero-columns each call does."""
+    from sparsewire.exec.kernels import compiled as kernels
+
+    operand = kernel_operand(matrix, dtype, threads, ranks_on_node)
     products = []
     for k in ks:
-        dense = deterministic_dense(0, matrix.shape[1], k, dtype)
-        out = empty_aligned((matrix.shape[0], k), dtype)
+        dense, out = kernel_block(matrix.shape, k, dtype)
         product = functools.partial(kernels.multiply, operand, dense, out)
         product()
         products.append((product, matrix.nnz * k))
@@ -81,10 +104,8 @@ def kernel_products(matrix: sp.sparray, ks, dtype=np.float64, threads: int = 1, 
 
 
 def benchmark_products(ks, threads: int = 1, ranks_on_node: int = 1):
-    """Not collective. :func:`kernel_products` on :data:`BENCHMARK_MATRIX`, float64."""
-    from sparsewire.generators import rmat
-
-    return kernel_products(rmat(16, 8, seed=1), ks, np.float64, threads, ranks_on_node)  # BENCHMARK_MATRIX
+    """Not collective. :func:`kernel_products` on :func:`benchmark_matrix`, float64."""
+    return kernel_products(benchmark_matrix(), ks, np.float64, threads, ranks_on_node)
 
 
 def measure_compute_rate(repeat: int = 5, progress=None) -> dict:

@@ -156,29 +156,26 @@ def _overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sharing:
     Why: on the emulated cluster, where the two cores that compute also move the bytes through the network stack,
     the overlapping modes measured 0.97-1.01x ``bulk`` with 4 ranks at 5 Gbit/s (docs/performance.md, "Over a
     real link"), while the cost model had hidden the link whole behind the diagonal block."""
-    from sparsewire.aligned import empty_aligned
+    from sparsewire.calibration.compute import benchmark_matrix, kernel_block, kernel_operand
     from sparsewire.comm.runtime import wait_all
     from sparsewire.cores import default_threads, oversubscribed
-    from sparsewire.exec.combine import progress_piece_bounds
+    from sparsewire.exec.combine import multiply_in_pieces, progress_piece_bounds
     from sparsewire.exec.kernels import compiled as kernels
-    from sparsewire.generators import deterministic_dense, rmat
 
     rank, k = comm.Get_rank(), 32
     threads = default_threads(sharing)
     yielding = oversubscribed(sharing, threads)
-    matrix = rmat(16, 8, seed=1).astype(np.float64)  # BENCHMARK_MATRIX
-    kernels.set_threads(threads, sharing)
-    operand = kernels.CsrOperand.from_matrix(matrix, np.float64, threads)
-    dense, out = deterministic_dense(0, matrix.shape[1], k, np.float64), empty_aligned((matrix.shape[0], k), np.float64)
+    matrix = benchmark_matrix()
+    operand = kernel_operand(matrix, np.float64, threads, sharing)
+    dense, out = kernel_block(matrix.shape, k, np.float64)
+    # as the executor: pieces on one thread where the node's cores are not all taken by ranks
     bounds = None if yielding or threads > 1 else progress_piece_bounds(matrix.indptr, k)
 
     def work() -> None:
         if bounds is None:
             kernels.multiply(operand, dense, out)
-            return
-        for start, stop in zip(bounds[:-1], bounds[1:]):
-            kernels.multiply_rows(operand, dense, out, start, stop)
-            comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+        else:
+            multiply_in_pieces(kernels, operand, dense, out, bounds, lambda: comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG))
 
     def timed(stream: bool, compute: bool, outgoing: np.ndarray, incoming: np.ndarray) -> float:
         wait_all([comm.Ibarrier()], yielding=yielding)

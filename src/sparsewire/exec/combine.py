@@ -28,7 +28,7 @@ import numpy as np
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.exec.wire import device_type
 
-__all__ = ["StreamingCombine", "OrderedCombine", "progress_piece_bounds", "PROGRESS_EVERY"]
+__all__ = ["StreamingCombine", "OrderedCombine", "progress_piece_bounds", "multiply_in_pieces", "PROGRESS_EVERY"]
 
 
 #: Multiply-adds (nonzeros x k) of the diagonal block between two calls that let the transport move the messages in
@@ -45,6 +45,14 @@ def progress_piece_bounds(indptr: np.ndarray, k: int) -> list[int] | None:
         return None
     rows = np.searchsorted(work, np.arange(PROGRESS_EVERY, work[-1], PROGRESS_EVERY))
     return sorted({0, *rows.tolist(), len(work) - 1})
+
+
+def multiply_in_pieces(kernels, operand, b: np.ndarray, out: np.ndarray, bounds: list[int], progress: Callable[[], None]) -> None:
+    """Not collective. ``out = operand @ b`` row piece by row piece (``bounds``, :func:`progress_piece_bounds`) with
+    ``kernels.multiply_rows``, calling ``progress`` after each piece."""
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        kernels.multiply_rows(operand, b, out, start, stop)
+        progress()
 
 
 def _progress_pieces(buffers: Buffers) -> list[int] | None:
@@ -70,9 +78,7 @@ class StreamingCombine:
         if progress is None or pieces is None:
             self.kernels.multiply(self.buffers.diagonal, b, out)
             return
-        for start, stop in zip(pieces[:-1], pieces[1:]):
-            self.kernels.multiply_rows(self.buffers.diagonal, b, out, start, stop)
-            progress()
+        multiply_in_pieces(self.kernels, self.buffers.diagonal, b, out, pieces, progress)
 
     def diagonal_rows(self, b: np.ndarray, out: np.ndarray, thread: int) -> None:
         """Not collective."""
