@@ -43,7 +43,8 @@ def main() -> None:
     while comm.allreduce(frontier_rows.size, op=MPI.SUM):
         levels[frontier_rows] = level
         sizes.append(comm.allreduce(frontier_rows.size, op=MPI.SUM))
-        local = sp.csr_array((np.ones(frontier_rows.size), (frontier_rows, np.zeros(frontier_rows.size, int))), shape=(stop - start, 1))
+        columns = np.zeros(frontier_rows.size, int)
+        local = sp.csr_array((np.ones(frontier_rows.size), (frontier_rows, columns)), shape=(stop - start, 1))
         frontier = sparsewire.distribute(comm, local, row_offsets=a.row_partition.offsets)
         reached = a.spgemm(frontier, "lor_land").local_rows
         candidates = np.flatnonzero(np.diff(reached.indptr))

@@ -10,8 +10,9 @@ communication, plus local work where the topology has measured local rates), the
     break_even_multiplies = ceil((setup - setup_even) / (predicted_even - predicted))
 
 against the ``even`` partition with the same strategy (0 for ``even`` itself; None when the row is
-not faster per multiply, so it never pays off). The recommendation is the least predicted time,
-ties going to fewer bytes.
+not faster per multiply, so it never pays off). The recommendation is the one ``--strategy auto`` would take
+(:func:`~sparsewire.plan.cost.preferred`): the least predicted time, near ties (within 2%) going to
+fewer steps, then fewer bytes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import scipy.sparse as sp
 
 from sparsewire.errors import InputError
 from sparsewire.partition import PARTITIONERS, nnz_imbalance, partition
+from sparsewire.plan.cost import plan_steps, preferred
 from sparsewire.plan.stats import predicted_seconds, strategy_stats
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
 from sparsewire.topology import Topology
@@ -45,7 +47,7 @@ def advise(
 ) -> dict:
     """Not collective. The advisor's table (module docstring) as a dict: ``ranks, k, rows``
     (one dict per partitioner x strategy with ``partition, strategy, total_bytes,
-    inter_group_bytes, messages, nnz_imbalance, bytes_imbalance, predicted_seconds,
+    inter_group_bytes, messages, steps, nnz_imbalance, bytes_imbalance, predicted_seconds,
     setup_seconds, break_even_multiplies``) and ``recommendation`` (``partition, strategy``)."""
     grouped = topology is not None and len(topology.levels) > 1
     if topology is not None:
@@ -75,6 +77,7 @@ def advise(
                     "total_bytes": int(stats.total_bytes),
                     "inter_group_bytes": int(stats.class_totals()["inter_group_bytes"]),
                     "messages": int(stats.messages),
+                    "steps": plan_steps(stats),
                     "nnz_imbalance": balance,
                     "bytes_imbalance": float(received.max() / mean) if mean > 0 else 1.0,
                     "predicted_seconds": float(predicted_seconds(stats)),
@@ -90,7 +93,7 @@ def advise(
         gain = even["predicted_seconds"] - row["predicted_seconds"]
         extra = row["setup_seconds"] - even["setup_seconds"]
         row["break_even_multiplies"] = (0 if extra <= 0 else math.ceil(extra / gain)) if gain > 0 else None
-    best = min(rows, key=lambda r: (r["predicted_seconds"], r["total_bytes"]))
+    best = rows[preferred({i: (r["predicted_seconds"], r["total_bytes"], r["steps"]) for i, r in enumerate(rows)})]
     n_rows, n_cols = matrix.shape
     return {
         "matrix": {"n_rows": int(n_rows), "n_cols": int(n_cols), "nnz": int(sp.csr_array(matrix).nnz)},

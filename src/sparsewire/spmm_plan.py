@@ -90,7 +90,8 @@ def plan_spmm(
         options: how the plan is made and run (:class:`~sparsewire.options.ExecOptions`).
         strategy: ``auto`` (default) or one of block, column, row, joint (and with a grouped topology
             column-hier, joint-hier, joint-group). ``auto`` plans every candidate and keeps the least predicted
-            time under ``topology`` (:func:`~sparsewire.plan.auto_strategy.choose_strategy`); ties go to fewer bytes.
+            time under ``topology`` (:func:`~sparsewire.plan.auto_strategy.choose_strategy`); near ties (within 2%) go to
+            fewer steps, then fewer bytes.
         topology: the cluster model (:class:`~sparsewire.topology.Topology`); None = flat.
         mode: executor mode (bulk, overlap, pipelined, early, partitioned) or None/``auto``
             (:func:`~sparsewire.exec.modes.choose_mode`).
@@ -351,8 +352,12 @@ class SpmmPlan:
         ]
         if self.choice.requested == "auto" and len(self.choice.candidates) > 1:
             ranked = sorted(self.choice.candidates.items(), key=lambda x: x[1])
-            parts = ", ".join(f"{name} {s * 1e6:.2f} us / {format_bytes(b)}" for name, (s, b) in ranked)
-            lines.append(f"candidates (predicted time / bytes): {parts}")
+            steps = self.choice.steps
+            parts = ", ".join(
+                f"{name} {s * 1e6:.2f} us / {format_bytes(b)}" + (f" / {steps[name]}" if name in steps else "")
+                for name, (s, b) in ranked
+            )
+            lines.append(f"candidates (predicted time / bytes{' / steps' if steps else ''}): {parts}")
         local = predicted_local_seconds(stats)
         lines += stats.describe_lines() + [
             f"predicted time {self.predicted_seconds * 1e6:.2f} us per multiply under {stats.topology.name}: communication "
@@ -378,6 +383,7 @@ class SpmmPlan:
                 "requested": self.choice.requested,
                 "model": self.choice.model,
                 "candidates": self.choice.candidates,
+                "steps": self.choice.steps,
             },
         }
         write_plan_file(path, self.matrix, self.rank_plan, settings)

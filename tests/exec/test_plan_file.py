@@ -68,7 +68,25 @@ DAMAGE = {
     "dtype": (lambda arrays, meta: meta.update(dtype="complex128"), True, "damaged plan setting 'dtype'"),
     "choice": (lambda arrays, meta: meta.update(choice={"strategy": "joint"}), True, "damaged plan setting 'choice'"),
     "no checksum": (lambda arrays, meta: meta.pop("plan_checksum"), False, "damaged plan setting 'plan_checksum'"),
+    "negative steps": (lambda arrays, meta: meta["choice"]["steps"].update(joint=-1), True, "damaged plan setting 'choice'"),
+    "steps of no candidate": (
+        lambda arrays, meta: meta["choice"]["steps"].update(teleport=1),
+        True,
+        "damaged plan setting 'choice'",
+    ),
 }
+
+
+def test_a_saved_plan_keeps_why_auto_chose_it(tmp_path, rng):
+    matrix, path = _saved(tmp_path, rng)
+    with matrix.spmm_plan(3) as plan:
+        choice = plan.choice
+    with sparsewire.SpmmPlan.load(path, matrix) as loaded:
+        assert loaded.choice == choice and loaded.choice.steps == {"block": 0, "column": 0, "row": 0, "joint": 0}
+        assert "candidates (predicted time / bytes / steps): " in loaded.explain()
+    _rewrite(path, lambda arrays, meta: meta["choice"].pop("steps"))  # a file written before the steps were recorded
+    with sparsewire.SpmmPlan.load(path, matrix) as loaded:
+        assert loaded.choice.steps == {} and loaded.choice.candidates == choice.candidates
 
 
 @pytest.mark.parametrize("case", sorted(DAMAGE))

@@ -1,14 +1,15 @@
-"""The ``auto`` strategy: plan every candidate strategy and keep the least predicted
-time (:class:`StrategyChoice` records why)."""
+"""The ``auto`` strategy: plan every candidate strategy and keep the least predicted time, near ties going to
+the plan of fewer steps (:func:`~sparsewire.plan.cost.preferred`; :class:`StrategyChoice` records why)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 from mpi4py import MPI
 
+from sparsewire.plan.cost import NEAR_TIE, plan_steps, preferred
 from sparsewire.plan.plan import RankPlan, build_rank_plan_collective
 from sparsewire.plan.stats import PlanStats, plan_stats, predicted_seconds, rank_send_summary
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
@@ -24,28 +25,39 @@ __all__ = ["StrategyChoice", "candidate_strategies", "collective_stats", "choose
 @dataclass(frozen=True)
 class StrategyChoice:
     """Why a plan has its strategy: every candidate's predicted seconds and bytes per multiply
-    under ``model`` (the topology's cost model, :func:`~sparsewire.plan.stats.predicted_seconds`)."""
+    under ``model`` (the topology's cost model, :func:`~sparsewire.plan.stats.predicted_seconds`), and its steps
+    that carry a message (:func:`~sparsewire.plan.cost.plan_steps`; empty in a plan file written before they were recorded)."""
 
     strategy: Strategy
     requested: str
     model: str
     candidates: dict[str, tuple[float, int]]
+    steps: dict[str, int] = field(default_factory=dict)
 
     def reason(self) -> str:
         """Not collective. One sentence: the chosen strategy and why."""
         if self.requested != "auto":
             return f"strategy {self.strategy.value} was requested"
-        seconds, nbytes = self.candidates[self.strategy.value]
-        others = sorted((s, b, name) for name, (s, b) in self.candidates.items() if name != self.strategy.value)
-        text = (
-            f"auto chose {self.strategy.value}: least predicted time under {self.model} ({seconds * 1e6:.2f} us, "
-            f"{format_bytes(nbytes)})"
-        )
+        chosen = self.strategy.value
+        seconds, nbytes = self.candidates[chosen]
+        others = sorted((s, b, name) for name, (s, b) in self.candidates.items() if name != chosen)
+        if others and others[0][0] < seconds:  # a near tie that went to fewer steps (preferred)
+            s, b, name = others[0]
+            return (
+                f"auto chose {chosen}: predicted within {NEAR_TIE:.0%} of the least under {self.model} ({seconds * 1e6:.2f} us, "
+                f"{format_bytes(nbytes)}, {self._steps(chosen)}) against {name} ({s * 1e6:.2f} us, {format_bytes(b)}, "
+                f"{self._steps(name)}); near ties go to fewer steps"
+            )
+        text = f"auto chose {chosen}: least predicted time under {self.model} ({seconds * 1e6:.2f} us, {format_bytes(nbytes)})"
         if others:
             s, b, name = others[0]
             tie = " (a tie, broken by fewer bytes)" if s == seconds else ""
             text += f"; next {name} ({s * 1e6:.2f} us, {format_bytes(b)}){tie}"
         return text
+
+    def _steps(self, name: str) -> str:
+        count = self.steps.get(name)
+        return "steps not recorded" if count is None else f"{count} step{'s' if count != 1 else ''}"
 
 
 def candidate_strategies(topology: Topology | None) -> list[Strategy]:
@@ -80,15 +92,14 @@ def choose_strategy(
     ``topology``, flat when None, with a shared link as :func:`~sparsewire.plan.cost.predicted_communication_seconds`
     models it for a mode that keeps ``steps_in_flight`` steps on the links at once, with each rank's local
     work added, or its diagonal block hidden behind ``T_comm`` where the mode ``overlaps_diagonal``, where the
-    topology has measured local rates (:func:`~sparsewire.plan.cost.predicted_seconds`); ties go to fewer bytes),
-    its stats
-    and the choice's record. ``code_setup``: the planner's all-to-all travels bit-packed
-    (:func:`~sparsewire.plan.plan.build_rank_plan_collective`)."""
+    topology has measured local rates (:func:`~sparsewire.plan.cost.predicted_seconds`); near ties, within
+    :data:`~sparsewire.plan.cost.NEAR_TIE`, go to fewer steps, then fewer bytes:
+    :func:`~sparsewire.plan.cost.preferred`), its stats and the choice's record. ``code_setup``: the planner's
+    all-to-all travels bit-packed (:func:`~sparsewire.plan.plan.build_rank_plan_collective`)."""
     comm = matrix.comm
     model = topology or Topology.flat()
     names = candidate_strategies(topology) if strategy == "auto" else [Strategy(strategy)]
-    best = None
-    candidates = {}
+    planned, candidates, steps = {}, {}, {}
     for candidate in names:
         plan = build_rank_plan_collective(
             comm,
@@ -104,8 +115,11 @@ def choose_strategy(
         stats = collective_stats(comm, plan, k, dtype.itemsize, model)
         seconds = predicted_seconds(stats, steps_in_flight=steps_in_flight, overlaps_diagonal=overlaps_diagonal)
         candidates[candidate.value] = (seconds, stats.total_bytes)
-        if best is None or (seconds, stats.total_bytes) < (best[2], best[1].total_bytes):
-            best = (plan, stats, seconds)
-    plan, stats, _ = best
-    choice = StrategyChoice(plan.strategy, strategy if strategy == "auto" else Strategy(strategy).value, model.name, candidates)
-    return plan, stats, choice
+        steps[candidate.value] = plan_steps(stats)
+        planned[candidate.value] = (plan, stats)
+        least = min(s for s, _ in candidates.values())  # keep only the plans still near the least
+        planned = {name: kept for name, kept in planned.items() if candidates[name][0] <= least * (1 + NEAR_TIE)}
+    chosen = preferred({name: (*candidates[name], steps[name]) for name in candidates})
+    plan, stats = planned[chosen]
+    requested = strategy if strategy == "auto" else Strategy(strategy).value
+    return plan, stats, StrategyChoice(plan.strategy, requested, model.name, candidates, steps)

@@ -262,6 +262,7 @@ def _check_meta(meta, path) -> None:
                 isinstance(name, str) and float(seconds) >= 0 and int(volume) >= 0
                 for name, (seconds, volume) in choice["candidates"].items()
             )
+            and all(name in choice["candidates"] and int(count) >= 0 for name, count in choice.get("steps", {}).items())
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         checks["choice"] = False
@@ -400,6 +401,7 @@ def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, run: dict
         choice_meta["requested"],
         choice_meta["model"],
         {name: (float(s), int(b)) for name, (s, b) in choice_meta["candidates"].items()},
+        {name: int(count) for name, count in choice_meta.get("steps", {}).items()},
     )
     return cls(matrix, plan, stats, meta["k"], np.dtype(meta["dtype"]), options, choice, transposed=meta["transposed"])
 

@@ -1,0 +1,70 @@
+"""How ``auto`` ranks its candidates (sparsewire.plan.cost.preferred) and says why (StrategyChoice.reason)."""
+
+import numpy as np
+import pytest
+
+from sparsewire.generators import from_spec
+from sparsewire.partition import even_rows
+from sparsewire.plan.auto_strategy import StrategyChoice
+from sparsewire.plan.cost import NEAR_TIE, plan_steps, preferred
+from sparsewire.plan.stats import plan_stats, strategy_stats
+from sparsewire.plan.strategies import Strategy
+from sparsewire.topology import Topology
+
+
+@pytest.mark.parametrize(
+    "candidates, expected",
+    [
+        ({"joint": (100.0, 50, 1), "joint-group": (99.0, 40, 2)}, "joint"),  # 1% apart: the fewer steps
+        ({"joint": (100.0, 50, 1), "joint-group": (97.0, 40, 2)}, "joint-group"),  # 3% apart: the faster
+        ({"joint": (100.0, 50, 1), "column": (100.5, 40, 1)}, "joint"),  # same steps: the faster
+        ({"joint": (100.0, 50, 1), "column": (100.0, 40, 1)}, "column"),  # same time and steps: fewer bytes
+        ({"a": (0.0, 0, 0), "b": (0.0, 0, 1)}, "a"),  # one rank: nothing sent
+        ({"only": (5.0, 1, 3)}, "only"),
+    ],
+)
+def test_near_ties_go_to_fewer_steps_then_less_time_then_fewer_bytes(candidates, expected):
+    assert preferred(candidates) == expected
+
+
+def test_the_preferred_candidate_is_near_the_least_and_none_near_it_has_fewer_steps(rng):
+    for _ in range(200):
+        n = int(rng.integers(1, 8))
+        seconds = rng.uniform(1.0, 1.05, n) if rng.random() < 0.5 else rng.uniform(0.5, 2.0, n)
+        candidates = {f"s{i}": (float(seconds[i]), int(rng.integers(0, 4)), int(rng.integers(0, 3))) for i in range(n)}
+        pick = candidates[preferred(candidates)]
+        least = min(s for s, _, _ in candidates.values())
+        assert pick[0] <= least * (1 + NEAR_TIE)
+        near = [c for c in candidates.values() if c[0] <= least * (1 + NEAR_TIE)]
+        assert pick[2] == min(c[2] for c in near)
+        assert pick[0] == min(c[0] for c in near if c[2] == pick[2])
+
+
+def test_the_steps_counted_are_those_that_carry_a_message():
+    matrix = from_spec("delaunay:400:1")
+    rows = even_rows(matrix.shape[0], 4)
+    topology = Topology.nodes(2)
+    # joint sends in one step; joint-group relays through a proxy: a second step
+    assert plan_steps(strategy_stats(matrix, rows, rows, Strategy.JOINT, 4, 8, topology)) == 1
+    assert plan_steps(strategy_stats(matrix, rows, rows, Strategy.JOINT_GROUP, 4, 8, topology)) == 2
+    summaries = [
+        (np.array([0, 3]), np.array([1, 0]), np.array([2, 0]), 0, 0, 0),
+        (np.array([5]), np.array([0]), np.array([1]), 0, 0, 0),
+    ]
+    assert plan_steps(plan_stats(summaries, 4, 8, Strategy.JOINT, 2)) == 2  # step 3 sends no row: not counted
+
+
+def test_the_reason_names_the_near_tie_and_the_steps():
+    candidates = {"joint": (9.4e-3, 2_000_000, 1), "joint-group": (9.3e-3, 1_900_000, 2)}
+    choice = StrategyChoice(
+        Strategy.JOINT, "auto", "net.json", {n: c[:2] for n, c in candidates.items()}, {n: c[2] for n, c in candidates.items()}
+    )
+    assert preferred(candidates) == "joint"
+    reason = choice.reason()
+    assert reason.startswith("auto chose joint: predicted within 2% of the least"), reason
+    assert "1 step)" in reason and "joint-group (9300.00 us" in reason and "2 steps)" in reason, reason
+    assert "near ties go to fewer steps" in reason
+    least = StrategyChoice(Strategy.JOINT_GROUP, "auto", "net.json", choice.candidates, choice.steps)
+    assert least.reason().startswith("auto chose joint-group: least predicted time"), least.reason()
+    unrecorded = StrategyChoice(Strategy.JOINT, "auto", "net.json", choice.candidates)
+    assert "steps not recorded" in unrecorded.reason()
