@@ -98,13 +98,21 @@ def test_a_measured_record_reloads_as_the_topology_that_prices_the_plan(tmp_path
 def test_all_nodes_at_once_cap_the_shared_links_together(rng):
     import dataclasses
 
-    from sparsewire.calibration.network import _ring_flows
+    from sparsewire.calibration.network import _crossing_flows, _ring_flows
     from sparsewire.partition import even_rows
 
     # every rank to its partner on the next node, the last node to the first; uneven nodes wrap their partners
     assert _ring_flows(np.array([0, 0, 1, 1])) == [(0, 2), (1, 3), (2, 0), (3, 1)]
     assert _ring_flows(np.array([0, 1, 2, 3])) == [(0, 1), (1, 2), (2, 3), (3, 0)]
     assert _ring_flows(np.array([5, 5, 5, 2])) == [(0, 3), (1, 3), (2, 3), (3, 0)]
+    # the aggregate's flows: every rank to every rank of the other nodes
+    assert _crossing_flows(np.array([0, 0, 1, 1])) == [(0, 2), (0, 3), (1, 2), (1, 3), (2, 0), (2, 1), (3, 0), (3, 1)]
+    assert _crossing_flows(np.array([0, 1, 2])) == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+    assert _crossing_flows(np.array([7, 7])) == []
+    groups = rng.integers(0, 3, int(rng.integers(2, 9)))
+    crossing = _crossing_flows(groups)
+    assert len(crossing) == len(groups) ** 2 - int(np.sum(np.bincount(groups) ** 2))
+    assert all(groups[a] != groups[b] for a, b in crossing) and len(set(crossing)) == len(crossing)
     # random inputs: an aggregate of every node's rate together changes nothing; one node's rate makes every
     # node's bytes queue on it; below that the time only grows, never past the bytes at the aggregate's rate
     nodes = int(rng.integers(2, 5))
@@ -477,9 +485,9 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     # nonzero-column, a copy of 0.1 to 10 GB/s), read back into the topology
     # the burst the tbf bucket passes at once (256 KiB at 1 Gbit/s, 1 ms of the rate at 5): measured 0.2-0.6 MB
     assert 0 <= inter["burst_bytes"] <= 2e6 and topology.levels[1].link.burst == inter["burst_bytes"], inter
-    # every rank to its partner on the other node at once, both ways: at 1 Gbit/s the link's rate each way (the
+    # every rank to every rank of the other node at once, both ways: at 1 Gbit/s the link's rate each way (the
     # cores keep up), at 5 Gbit/s no more than that (measured 0.87-0.99 GB/s of the 1.2 both ways on this 2-core VM)
-    assert inter["aggregate_flows"] == [[0, 2], [1, 3], [2, 0], [3, 1]]
+    assert inter["aggregate_flows"] == [[0, 2], [0, 3], [1, 2], [1, 3], [2, 0], [2, 1], [3, 0], [3, 1]]
     together = inter["aggregate_bandwidth_bytes_per_second"]
     assert topology.levels[1].link.aggregate == together
     if bits == 1e9:

@@ -13,12 +13,14 @@ node), with every other rank waiting at a barrier:
   15-25% short of a 5 Gbit/s link while a test suite ran beside it); for ``inter_node`` also with *every* rank of the
   first node sending to its partner on the second node at once, which shares the node's link
   (the figure the planner's per-rank ``LinkClass.bandwidth`` means), per pair at the slowest rank's time;
-* for ``inter_node`` the aggregate: every rank of every node sending to its partner on the next node at once (the
-  nodes in a ring; with two nodes both ways), the bytes all flows carry together over the slowest rank's time, the
+* for ``inter_node`` the aggregate: every rank sending to every rank of the other nodes at once (as a flat plan's
+  messages cross; :func:`_crossing_flows`), the bytes all flows carry together over the slowest rank's time, the
   best of the repetitions: what the links of all nodes carry at once, less than the sum of their rates where
   something they all cross caps it (a switch's backplane, a fabric's bisection; on the emulated cluster of
-  4 nodes x 1 rank at 5 Gbit/s, whose links the same two cores forward, 1.45-1.78 GB/s against 0.58-0.61 GB/s
-  for one link alone);
+  4 nodes x 1 rank at 5 Gbit/s, whose links the same two cores forward, 1.65-1.96 GB/s against 0.58-0.61 GB/s
+  for one link alone; a ring of one flow per node, each rank to its partner on the next node, carried 1.25-1.65
+  GB/s in the same job and 1.18-1.97 GB/s over the bench's calibrations: one flow a link each way moved less, and less
+  steadily, than the three a flat plan's messages make there);
 * for ``inter_node`` the burst: what one ``message_bytes`` message after 50 ms of idle gains on the
   sustained rate, in bytes (a rate limiter's token bucket passes that much at once);
 * for ``inter_node`` the overlap (:func:`_overlap`): the fraction of a stream over the links (every node at once)
@@ -109,6 +111,12 @@ def _ring_flows(nodes: np.ndarray) -> list[tuple[int, int]]:
         following = members[order[(position + 1) % len(order)]]
         flows += [(rank, following[i % len(following)]) for i, rank in enumerate(members[node])]
     return flows
+
+
+def _crossing_flows(nodes: np.ndarray) -> list[tuple[int, int]]:
+    """Every rank's flow to every rank of another node, in rank order."""
+    size = len(nodes)
+    return [(a, b) for a in range(size) for b in range(size) if nodes[a] != nodes[b]]
 
 
 def _burst(comm: MPI.Comm, a: int, b: int, nbytes: int, bandwidth: float, latency: float, repeat: int) -> float:
@@ -267,7 +275,8 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
     (``rank_groups``: each rank's node, numbered in rank order), and per link class present
     ``latency_seconds``, ``bandwidth_bytes_per_second`` (per rank: for ``inter_node`` the rate when
     every rank of a node sends out at once), ``single_pair_bandwidth`` and the pair measured; for ``inter_node``
-    also ``aggregate_bandwidth_bytes_per_second`` over ``aggregate_flows`` (every node's ranks at once),
+    also ``aggregate_bandwidth_bytes_per_second`` over ``aggregate_flows`` (every rank to every rank of the other
+    nodes at once),
     ``burst_bytes`` and ``overlap`` (:func:`_overlap`).
 
     Raises:
@@ -301,9 +310,12 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
             partners = list(zip(first, second))
             entry["concurrent_pairs"] = [list(p) for p in partners]
             entry["bandwidth_bytes_per_second"] = _flows_rate(comm, partners, message_bytes, repeat) / len(partners)
+            crossing = _crossing_flows(nodes)
+            entry["aggregate_flows"] = [list(flow) for flow in crossing]
+            # about as many bytes as 8 messages per rank: the window the other streams keep in flight
+            window_each = max(1, round(8 * size / len(crossing)))
+            entry["aggregate_bandwidth_bytes_per_second"] = _flows_rate(comm, crossing, message_bytes, repeat, window_each)
             ring = _ring_flows(nodes)
-            entry["aggregate_flows"] = [list(flow) for flow in ring]
-            entry["aggregate_bandwidth_bytes_per_second"] = _flows_rate(comm, ring, message_bytes, repeat)
             entry["burst_bytes"] = _burst(comm, *pair, message_bytes, single, latency, min(repeat, 5))
             if progress:
                 progress("inter_node: how much of a stream every node sends at once hides behind the CSR kernel")

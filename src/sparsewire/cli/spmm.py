@@ -59,7 +59,8 @@ def add_commands(commands) -> None:
         "--strategy",
         default="auto",
         help="auto (the least predicted time under the topology's cost model: communication, plus local work "
-        "with a calibrate --network file; flat without one; ties go to fewer bytes), block, column, row, joint, "
+        "with a calibrate --network file; flat without one; predictions within 2%% of the least go to fewer steps, "
+        "then fewer bytes), block, column, row, joint, "
         "with a topology also column-hier, joint-hier, joint-group; a comma list, or all (default: auto)",
     )
     spmm.add_argument(
