@@ -29,7 +29,6 @@ from sparsewire.plan.plan import RankPlan, check_key_space
 from sparsewire.plan.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
 from sparsewire.plan.stats import PlanStats, predicted_communication_seconds, predicted_local_seconds, predicted_seconds
 from sparsewire.plan.transpose import send_keys_collective, transpose_rank_plan
-from sparsewire.report import format_bytes
 from sparsewire.topology import Topology
 
 if TYPE_CHECKING:  # for annotations only: the matrix's class imports this module's users
@@ -349,15 +348,8 @@ class SpmmPlan:
             codecs.describe(self.options.codec, self.codec_passes),
             *codec_choice.describe_choice(executor.codec_choice),
             self.choice.reason(),
+            *self.choice.candidate_lines(),
         ]
-        if self.choice.requested == "auto" and len(self.choice.candidates) > 1:
-            ranked = sorted(self.choice.candidates.items(), key=lambda x: x[1])
-            steps = self.choice.steps
-            parts = ", ".join(
-                f"{name} {s * 1e6:.2f} us / {format_bytes(b)}" + (f" / {steps[name]}" if name in steps else "")
-                for name, (s, b) in ranked
-            )
-            lines.append(f"candidates (predicted time / bytes{' / steps' if steps else ''}): {parts}")
         local = predicted_local_seconds(stats)
         lines += stats.describe_lines() + [
             f"predicted time {self.predicted_seconds * 1e6:.2f} us per multiply under {stats.topology.name}: communication "

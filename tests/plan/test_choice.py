@@ -68,3 +68,8 @@ def test_the_reason_names_the_near_tie_and_the_steps():
     assert least.reason().startswith("auto chose joint-group: least predicted time"), least.reason()
     unrecorded = StrategyChoice(Strategy.JOINT, "auto", "net.json", choice.candidates)
     assert "steps not recorded" in unrecorded.reason()
+    assert choice.candidate_lines() == [
+        "candidates (predicted time / bytes / steps): joint-group 9300.00 us / 1.90 MB / 2, joint 9400.00 us / 2.00 MB / 1"
+    ], choice.candidate_lines()
+    assert unrecorded.candidate_lines()[0].startswith("candidates (predicted time / bytes): joint-group 9300.00 us")
+    assert StrategyChoice(Strategy.JOINT, "joint", "net.json", choice.candidates).candidate_lines() == []

@@ -55,6 +55,18 @@ class StrategyChoice:
             text += f"; next {name} ({s * 1e6:.2f} us, {format_bytes(b)}){tie}"
         return text
 
+    def candidate_lines(self) -> list[str]:
+        """Not collective. Where ``auto`` compared several: one line of every candidate's predicted time, bytes and
+        steps (where recorded), least predicted first; else none."""
+        if self.requested != "auto" or len(self.candidates) < 2:
+            return []
+        ranked = sorted(self.candidates.items(), key=lambda x: x[1])
+        parts = ", ".join(
+            f"{name} {s * 1e6:.2f} us / {format_bytes(b)}" + (f" / {self.steps[name]}" if name in self.steps else "")
+            for name, (s, b) in ranked
+        )
+        return [f"candidates (predicted time / bytes{' / steps' if self.steps else ''}): {parts}"]
+
     def _steps(self, name: str) -> str:
         count = self.steps.get(name)
         return "steps not recorded" if count is None else f"{count} step{'s' if count != 1 else ''}"
