@@ -156,7 +156,9 @@ def _overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sharing:
     its send of ``flows`` (one message each), then computes (the executor's CSR kernel on the R-MAT of the local
     rates, k = 32; in pieces with ``MPI_Iprobe`` between them where the executor makes them,
     :func:`~sparsewire.exec.combine.progress_piece_bounds`, else whole) and waits. The message is sized to cross
-    in about the work's time at ``rate`` (bytes per second all flows carry together). Taking turns ``repeat``
+    in about the work's time at ``rate`` (bytes per second; :func:`measure_network` passes the aggregate of all
+    nodes' links, measured over :func:`_crossing_flows`, which on 4x1 at 5 Gbit/s carry more than the ring these
+    ``flows`` are, so there the stream outlasts the work). Taking turns ``repeat``
     times, the slowest rank's time from a barrier of the stream alone ``c``, the work alone ``w`` and both ``b``;
     from their medians the fraction ``(c + w - b) / min(c, w)``, within [0, 1] (1: the shorter hides whole
     behind the longer, ``b = max(c, w)``; 0: they add), on every rank.

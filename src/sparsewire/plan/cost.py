@@ -202,10 +202,10 @@ NEAR_TIE = 0.02
 (docs/performance.md, "Over a real link"): closer than that the model does not order plans that relay and plans
 that do not."""
 
-Key = TypeVar("Key", bound=Hashable)
+_Key = TypeVar("_Key", bound=Hashable)
 
 
-def preferred(candidates: Mapping[Key, tuple[float, int, int]]) -> Key:
+def preferred(candidates: Mapping[_Key, tuple[float, int, int]]) -> _Key:
     """Not collective. The key of the candidate ``(predicted seconds, bytes, steps)`` to run: among those predicted
     within :data:`NEAR_TIE` of the least, ``seconds <= (1 + NEAR_TIE) min seconds``, the one of fewest steps (a
     step waits on the one before it; on the emulated cluster the relaying plan's slowest rank waited 0.81 ms a
