@@ -15,7 +15,7 @@ import pytest
 
 from conftest import CHILD_ENV, EXIT_TIMES, ROOT, _seed
 from sparsewire.cores import NODE_CORES_VARIABLE, default_threads, node_core_share, node_cores, oversubscribed
-from sparsewire.emulation.cluster import EmulatedCluster, parse_rate, unavailable_reason
+from sparsewire.emulation.cluster import EmulatedCluster, bucket_bytes, parse_rate, unavailable_reason
 from sparsewire.errors import InputError
 
 DRIVER = str(ROOT / "tests" / "emulation" / "link_driver.py")
@@ -30,6 +30,11 @@ def test_rates_are_parsed_and_bad_ones_refused():
     for bad in ("1gb", "fast", "-1gbit", "0mbit", ""):
         with pytest.raises(InputError, match="gbit, mbit or kbit"):
             parse_rate(bad)
+    # the tbf bucket: 256 KiB, or 1 ms of the rate where that is more
+    assert bucket_bytes("1gbit") == 262144 and bucket_bytes("100mbit") == 262144
+    assert bucket_bytes("5gbit") == 625000 and bucket_bytes("2.5gbit") == 312500
+    with pytest.raises(InputError, match="gbit, mbit or kbit"):
+        bucket_bytes("fast")
     with pytest.raises(InputError, match="2 to 16 nodes"):
         EmulatedCluster(1)
 

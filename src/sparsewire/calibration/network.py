@@ -21,8 +21,9 @@ node), with every other rank waiting at a barrier:
   for one link alone; a ring of one flow per node, each rank to its partner on the next node, carried 1.25-1.65
   GB/s in the same job and 1.18-1.97 GB/s over the bench's calibrations: one flow a link each way moved less, and less
   steadily, than the three a flat plan's messages make there);
-* for ``inter_node`` the burst: what one ``message_bytes`` message after 50 ms of idle gains on the
-  sustained rate, in bytes (a rate limiter's token bucket passes that much at once);
+* for ``inter_node`` the burst (:func:`_burst`): what half a ``message_bytes`` message, sent after 50 ms of idle
+  over every flow from the first node to the others at once, gains on those flows' sustained rate, in bytes (a rate
+  limiter's token bucket passes that much at once);
 * for ``inter_node`` the overlap (:func:`_overlap`): the fraction of a stream over the links (every node at once)
   that ranks computing the CSR kernel at the same time hide, as the overlapping modes multiply the diagonal
   block while the messages cross (the cost model's ``h``, :func:`~sparsewire.plan.cost.predicted_seconds`).
@@ -119,26 +120,48 @@ def _crossing_flows(nodes: np.ndarray) -> list[tuple[int, int]]:
     return [(a, b) for a in range(size) for b in range(size) if nodes[a] != nodes[b]]
 
 
-def _burst(comm: MPI.Comm, a: int, b: int, nbytes: int, bandwidth: float, latency: float, repeat: int) -> float:
-    """Bytes the link from a to b passes at once after idle (a rate limiter's token bucket): one ``nbytes`` message
-    after 50 ms of idle and a one-byte reply, median time t over ``repeat`` tries; ``nbytes - (t - 2 latency) *
-    bandwidth``, at least 0, on every rank."""
+def _outgoing_flows(nodes: np.ndarray) -> list[tuple[int, int]]:
+    """The flows of :func:`_crossing_flows` that leave rank 0's node: through its link out, and no other node's."""
+    return [(a, b) for a, b in _crossing_flows(nodes) if nodes[a] == nodes[0]]
+
+
+def _burst(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, latency: float, repeat: int) -> dict:
+    """Bytes the links of ``flows`` pass at once after idle (a rate limiter's token bucket), on every rank: every
+    flow sends its share of ``nbytes`` at once after 50 ms of idle, and again right after (the bucket then empty);
+    each the slowest rank's time until its messages are sent and received, medians ``t_idle`` and ``t_busy`` over
+    ``repeat`` tries; the burst ``nbytes (t_busy - t_idle) / (t_busy - latency)``, at least 0: what the idle
+    transfer gained, at the rate the busy one had.
+
+    The flows are every rank of one node to every rank of the others (:func:`_outgoing_flows`), as a plan's
+    messages leave a node, and ``nbytes`` a few times a bucket. Why the two transfers: on the emulated cluster at
+    5 Gbit/s (a bucket of 625 KB) one flow's single 4 MiB message against the stream's rate had measured 0-446 KB
+    over twelve calibrations, and the node's flows against their stream's rate 347-816 KB, as that rate came out
+    603 or 633 MB/s from one measurement to the next."""
     rank = comm.Get_rank()
-    message, ack, times = np.ones(nbytes, np.uint8), np.zeros(1, np.uint8), []
+    share = max(1, nbytes // len(flows))
+    message = np.ones(share, np.uint8)
+    receives = [(sender, np.empty(share, np.uint8)) for sender, receiver in flows if receiver == rank]
+
+    def transfer() -> float:
+        comm.Barrier()
+        started = MPI.Wtime()
+        requests = [comm.Irecv(buffer, sender, _TAG + 3) for sender, buffer in receives]
+        requests += [comm.Isend(message, receiver, _TAG + 3) for sender, receiver in flows if sender == rank]
+        MPI.Request.Waitall(requests)
+        return comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
+
+    idle, busy = [], []
     for i in range(repeat + 1):
         comm.Barrier()
         time.sleep(0.05)
-        if rank == a:
-            started = MPI.Wtime()
-            comm.Send(message, b, _TAG + 3)
-            comm.Recv(ack, b, _TAG + 4)
-            if i:  # the first also makes the connection
-                times.append(MPI.Wtime() - started)
-        elif rank == b:
-            comm.Recv(message, a, _TAG + 3)
-            comm.Send(ack, a, _TAG + 4)
-    burst = max(0.0, nbytes - (statistics.median(times) - 2 * latency) * bandwidth) if rank == a else None
-    return comm.bcast(burst, root=a)
+        after_idle, right_after = transfer(), transfer()
+        if i:  # the first also makes the connections
+            idle.append(after_idle)
+            busy.append(right_after)
+    t_idle, t_busy = statistics.median(idle), statistics.median(busy)
+    total = share * len(flows)
+    burst = max(0.0, total * (t_busy - t_idle) / max(t_busy - latency, t_busy / 2))
+    return {"bytes": burst, "idle_seconds": t_idle, "busy_seconds": t_busy, "message_bytes": total, "repeat": repeat}
 
 
 def hidden_fraction(stream: float, work: float, together: float) -> float:
@@ -279,7 +302,7 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
     every rank of a node sends out at once), ``single_pair_bandwidth`` and the pair measured; for ``inter_node``
     also ``aggregate_bandwidth_bytes_per_second`` over ``aggregate_flows`` (every rank to every rank of the other
     nodes at once),
-    ``burst_bytes`` and ``overlap`` (:func:`_overlap`).
+    ``burst_bytes`` over ``burst_flows`` (:func:`_burst`) and ``overlap`` (:func:`_overlap`).
 
     Raises:
         InputError on every rank with fewer than 2 ranks, or when no two ranks share a node and no
@@ -318,7 +341,10 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
             window_each = max(1, round(8 * size / len(crossing)))
             entry["aggregate_bandwidth_bytes_per_second"] = _flows_rate(comm, crossing, message_bytes, repeat, window_each)
             ring = _ring_flows(nodes)
-            entry["burst_bytes"] = _burst(comm, *pair, message_bytes, single, latency, min(repeat, 5))
+            outgoing = _outgoing_flows(nodes)
+            burst = _burst(comm, outgoing, message_bytes // 2, latency, 4 * repeat)  # half a message: a few buckets
+            entry["burst_bytes"] = burst.pop("bytes")
+            entry["burst"] = {"flows": [list(flow) for flow in outgoing], **burst}
             if progress:
                 progress("inter_node: how much of a stream every node sends at once hides behind the CSR kernel")
             entry["overlap"] = _overlap(comm, ring, entry["aggregate_bandwidth_bytes_per_second"], sharing, 2 * repeat)

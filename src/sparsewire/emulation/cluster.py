@@ -53,7 +53,7 @@ from pathlib import Path
 from sparsewire.cores import NODE_CORES_VARIABLE, node_core_share
 from sparsewire.errors import InputError
 
-__all__ = ["EmulatedCluster", "parse_rate", "unavailable_reason", "INTERFACE"]
+__all__ = ["EmulatedCluster", "parse_rate", "bucket_bytes", "unavailable_reason", "INTERFACE"]
 
 INTERFACE = "swemu0"  # each node's link, inside its namespace
 _SUBNET = "10.200.0"
@@ -83,6 +83,13 @@ def parse_rate(rate: str) -> float:
     if not match or float(match.group(1)) <= 0:
         raise InputError(f"link rate {rate!r} is not a positive NUMBER followed by gbit, mbit or kbit (e.g. 1gbit, 500mbit)")
     return float(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def bucket_bytes(rate: str) -> int:
+    """Not collective. The ``tbf`` bucket of a link of ``rate``, in bytes: at least 256 KiB or 1 ms of the rate (a
+    smaller one splits 64 KiB segments and drops the throughput; module docstring). A link idle for long enough
+    passes this much at once, which ``calibrate --network`` measures as its burst."""
+    return max(256 * 1024, int(parse_rate(rate) / 8 / 1000))
 
 
 def unavailable_reason() -> str | None:
@@ -161,8 +168,7 @@ class EmulatedCluster:
         return [f"{_SUBNET}.{i + 1}" for i in range(self.nodes)]
 
     def _tbf(self, rate: str) -> list[str]:
-        burst = max(256 * 1024, int(parse_rate(rate) / 8 / 1000))  # bytes: at least 256 KiB or 1 ms of the rate
-        return ["tbf", "rate", rate, "burst", f"{burst}b", "latency", "50ms"]
+        return ["tbf", "rate", rate, "burst", f"{bucket_bytes(rate)}b", "latency", "50ms"]
 
     def _link_ends(self) -> list[tuple[str, str]]:
         """(namespace, device) of every rate-limited link end."""
