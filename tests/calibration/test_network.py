@@ -20,6 +20,7 @@ from sparsewire.errors import InputError
 from sparsewire.io import load_matrix
 from sparsewire.partition import partition
 from sparsewire.plan import build_plan, plan_stats
+from sparsewire.plan.cost import AGGREGATE_CAP
 from sparsewire.plan.stats import predicted_communication_seconds, predicted_local_seconds, predicted_seconds, strategy_stats
 from sparsewire.topology import Topology, parse_topology
 
@@ -87,6 +88,22 @@ def test_a_measured_record_reloads_as_the_topology_that_prices_the_plan(tmp_path
     path.write_text(json.dumps(capped))
     stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
     assert predicted_seconds(stats) == pytest.approx(2 * 9e-6 + 4 * 8192 / 1.2e8, rel=1e-12)
+    # a burst passes each node's link at once, and with an aggregate that is the links' own sum it comes off the
+    # aggregate's bytes too; a common path that carries less than the links (below AGGREGATE_CAP of their sum)
+    # takes every node's bytes whole, burst or not
+    capped["links"]["inter_node"]["burst_bytes"] = 10000
+    path.write_text(json.dumps(capped))
+    stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
+    assert predicted_seconds(stats) == pytest.approx(2 * 9e-6 + (4 * 8192 - 10000) / 1.2e8, rel=1e-12)
+    capped["links"]["inter_node"]["aggregate_bandwidth_bytes_per_second"] = 2.4e8 * AGGREGATE_CAP  # just at it
+    path.write_text(json.dumps(capped))
+    stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
+    at_cap = 2 * 9e-6 + max((4 * 8192 - 10000) / 1.2e8, 2 * (4 * 8192 - 10000) / (2.4e8 * AGGREGATE_CAP))
+    assert predicted_seconds(stats) == pytest.approx(at_cap, rel=1e-12)
+    capped["links"]["inter_node"]["aggregate_bandwidth_bytes_per_second"] = 1.6e8  # two thirds of the links' 2.4e8
+    path.write_text(json.dumps(capped))
+    stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
+    assert predicted_seconds(stats) == pytest.approx(2 * 9e-6 + 2 * 4 * 8192 / 1.6e8, rel=1e-12)
     path.write_text(json.dumps(_record([0, 0, 1, 1])))
     # groups that are not consecutive blocks are kept as they are (and fix the rank count)
     path.write_text(json.dumps(_record([0, 1, 0, 1])))
@@ -140,6 +157,19 @@ def test_all_nodes_at_once_cap_the_shared_links_together(rng):
     assert times[0] <= times[2] <= times[3], times
     crossing = int(stats.message_bytes[topology.link_levels(stats.sources, stats.destinations, ranks) == 1].sum())
     assert times[3] >= crossing / (link.bandwidth / 2), (times, crossing)
+    # a burst: under a common cap (half a link) every node's bytes still cross it whole, so the time is the one
+    # without a burst; where the aggregate is the links' own sum the burst shortens it
+    burst = float(rng.uniform(0.1, 0.9)) * crossing / nodes
+    bursting = []
+    for aggregate in (link.bandwidth / 2, nodes * link.bandwidth):
+        levels = (
+            free.levels[0],
+            dataclasses.replace(free.levels[1], link=dataclasses.replace(link, aggregate=aggregate, burst=burst)),
+        )
+        topology = dataclasses.replace(free, levels=levels)
+        bursting.append(predicted_communication_seconds(strategy_stats(matrix, parts, parts, strategy, 8, 8, topology), topology))
+    assert bursting[0] == pytest.approx(times[3], rel=1e-12), (bursting, times)
+    assert bursting[1] < times[1], (bursting, times)
 
 
 def test_contention_lets_the_busiest_rank_run_at_its_rate_alone(rng):

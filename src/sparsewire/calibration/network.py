@@ -22,7 +22,7 @@ node), with every other rank waiting at a barrier:
   GB/s in the same job and 1.18-1.97 GB/s over the bench's calibrations: one flow a link each way moved less, and less
   steadily, than the three a flat plan's messages make there);
 * for ``inter_node`` the burst (:func:`_burst`): what half a ``message_bytes`` message, sent after 50 ms of idle
-  over every flow from the first node to the others at once, gains on those flows' sustained rate, in bytes (a rate
+  over every flow from the first node to the others at once, gains on the same sent right after, in bytes (a rate
   limiter's token bucket passes that much at once);
 * for ``inter_node`` the overlap (:func:`_overlap`): the fraction of a stream over the links (every node at once)
   that ranks computing the CSR kernel at the same time hide, as the overlapping modes multiply the diagonal
@@ -302,7 +302,7 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
     every rank of a node sends out at once), ``single_pair_bandwidth`` and the pair measured; for ``inter_node``
     also ``aggregate_bandwidth_bytes_per_second`` over ``aggregate_flows`` (every rank to every rank of the other
     nodes at once),
-    ``burst_bytes`` over ``burst_flows`` (:func:`_burst`) and ``overlap`` (:func:`_overlap`).
+    ``burst_bytes`` with ``burst`` (its flows and times, :func:`_burst`) and ``overlap`` (:func:`_overlap`).
 
     Raises:
         InputError on every rank with fewer than 2 ranks, or when no two ranks share a node and no
