@@ -208,8 +208,8 @@ AGGREGATE_CAP = 0.93
 """A shared link class's ``aggregate`` below this fraction of its groups' links together (``groups x
 bandwidth``) is a common path that caps them (a switch's backplane, cores that forward for every node), which a
 link's burst does not get past; at or above it, the links themselves set the aggregate and each passes its burst.
-On the emulated cluster 27 calibrations (docs/performance.md, "Over a real link") measured 0.96-1.01 of the links
-together where nothing else caps them (2x2 at both rates, 4x1 at 1 Gbit/s) and 13 on 4x1 at 5 Gbit/s 0.49-0.89,
+On the emulated cluster 30 calibrations (docs/performance.md, "Over a real link") measured 0.96-1.01 of the links
+together where nothing else caps them (2x2 at both rates, 4x1 at 1 Gbit/s) and 14 on 4x1 at 5 Gbit/s 0.49-0.89,
 whose four links the machine's two cores forward."""
 
 NEAR_TIE = 0.02
