@@ -136,7 +136,7 @@ def _burst(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, latency: f
     messages leave a node, and ``nbytes`` a few times a bucket. Why the two transfers: on the emulated cluster at
     5 Gbit/s (a bucket of 625 KB) one flow's single 4 MiB message against the stream's rate had measured 0-446 KB
     over twelve calibrations, and the node's flows against their stream's rate 347-816 KB, as that rate came out
-    603 or 633 MB/s from one measurement to the next."""
+    602-638 MB/s from one measurement to the next."""
     rank = comm.Get_rank()
     share = max(1, nbytes // len(flows))
     message = np.ones(share, np.uint8)
