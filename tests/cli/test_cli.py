@@ -264,6 +264,7 @@ def test_graph_commands_on_an_empty_graph_say_so(tmp_path, command):
         (["spmm", "stencil2d:8", "--wait-timeout", "1e-6"], "argument --wait-timeout: must be at least 1 (got 1e-6)"),
         (["emulate", "--delay-us", "nan", "--", "true"], "argument --delay-us: must be a finite number (got 'nan')"),
         (["netsparse", "rmat:8:4:1", "--cache-mb=-2"], "argument --cache-mb: must be at least -1 (got -2)"),
+        (["netsparse", "rmat:8:4:1", "--cache-mb", "1e308"], "argument --cache-mb: must be less than 8.79609e+12 (got 1e308)"),
         (["gcn", "--seed=-1"], "argument --seed: must be from 0 to 2**63 - 1 (got -1)"),
         (["gcn", "--seed", str(2**64)], f"argument --seed: must be from 0 to 2**63 - 1 (got {2**64})"),
     ],

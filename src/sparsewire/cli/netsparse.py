@@ -78,7 +78,7 @@ def add_commands(commands) -> None:
     netsparse.add_argument("--nic-delay", type=int, default=500, help="NIC concatenation delay in cycles (default: 500)")
     netsparse.add_argument(
         "--cache-mb",
-        type=number(-1.0),
+        type=number(-1.0, below=float(2**43)),  # 2**43 MB: a byte count past 64 bits
         default=32.0,
         help="property cache per switch in MB; 0 = none, -1 = unbounded (default: 32)",
     )
