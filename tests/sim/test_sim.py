@@ -375,6 +375,28 @@ def test_property_cache_lru_by_hand(rng):
     assert shuffled.tolist() == hits[shuffle].tolist()
 
 
+def test_a_cache_of_a_set_per_column_holds_every_column(rng):
+    # set = column mod sets: with as many sets as columns nothing is ever evicted, as with an unbounded cache
+    n_cols, reads = 50, 400
+    cols = rng.integers(0, n_cols, reads)
+    times = np.sort(rng.integers(0, 1000, reads))
+    switches = rng.integers(0, 3, reads)
+    fills = rng.integers(0, 5, reads)
+    order = request_streams.order_by(switches, times)
+    unbounded = request_streams.property_cache(order, switches, cols, times, fills, 1, 2, True, n_cols)
+    for ways in (1, 4):
+        per_column = request_streams.property_cache(order, switches, cols, times, fills, n_cols, ways, False, n_cols)
+        assert per_column.tolist() == unbounded.tolist()
+    # so a switch cache of more bytes than its sets can use runs as the unbounded one (8e12 MB had tried to
+    # allocate 3.6 EiB of sets)
+    matrix = sp.random_array((512, 512), density=0.02, format="csr", rng=np.random.default_rng(int(rng.integers(1 << 30))))
+    workload = ns.Workload.from_matrix(matrix, 8)
+    simulator = ns.NetSparseSimulator(workload, leaf_spine(8, rack_size=4, spines=2), 8)
+    huge = simulator.run(ns.Mechanisms(), ns.Hardware(batch=256, cache_bytes=1 << 62))
+    unbounded = simulator.run(ns.Mechanisms(), ns.Hardware(batch=256, cache_bytes=None))
+    assert huge.seconds == unbounded.seconds and huge.tail_traffic_bytes == unbounded.tail_traffic_bytes
+
+
 def test_mechanisms_cut_requests_and_bytes_on_a_random_matrix():
     matrix = sp.random_array((2048, 2048), density=0.01, format="csr", rng=np.random.default_rng(5))
     workload = ns.Workload.from_matrix(matrix, 16)

@@ -233,6 +233,7 @@ class NetSparseSimulator:
         line = max(hardware.cache_line_min, payload)
         unbounded = hardware.cache_bytes is None
         sets = 1 if unbounded else max(0, (hardware.cache_bytes // line) // hardware.cache_ways)
+        sets = min(sets, self.workload.n_cols)  # set = column mod sets: past a set per column nothing more fits
         index = np.flatnonzero(inter)
         if unbounded or sets > 0:
             switch, lookup_times, fills = request_streams.cache_lookups(
