@@ -521,10 +521,11 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     # the local rates, measured on all ranks at once: what a core does (a product of 1 to 100 ns per
     # nonzero-column, a copy of 0.1 to 10 GB/s), read back into the topology
     # the burst the tbf bucket passes at once (256 KiB at 1 Gbit/s, 1 ms of the rate at 5), over the flows out of
-    # rank 0's node, after idle against right after: measured 0.62-0.95 of the bucket at 1 Gbit/s and 0.53-1.09 at 5
+    # rank 0's node, after idle against right after: measured 0.62-0.95 of the bucket at 1 Gbit/s and 0.18-1.09 at 5
+    # (the lower ones in this test's runs late on 2026-11-28); without the idle 0.04-0.07
     burst = inter["burst"]
     assert burst["flows"] == [[0, 2], [0, 3], [1, 2], [1, 3]] and burst["repeat"] == 40, burst
-    assert 0.4 * bucket_bytes(rate) <= inter["burst_bytes"] <= 1.4 * bucket_bytes(rate), inter
+    assert 0.1 * bucket_bytes(rate) <= inter["burst_bytes"] <= 1.4 * bucket_bytes(rate), inter
     assert burst["idle_seconds"] < burst["busy_seconds"], burst
     assert topology.levels[1].link.burst == inter["burst_bytes"]
     # every rank to every rank of the other node at once, both ways: at 1 Gbit/s the link's rate each way (the
