@@ -178,7 +178,7 @@ def test_contention_lets_the_busiest_rank_run_at_its_rate_alone(rng):
     from sparsewire.partition import even_rows
     from sparsewire.plan.cost import local_parts
 
-    record = _record([0, 0, 1, 1])
+    record = _record([0, 1])  # two nodes: the hand-made plan's messages cross, copied twice at each end
     record["local"] = {"nonzero_columns_per_second": 2e9, "copy_bytes_per_second": 4e9}
     shared = Topology.from_record(record)
     record["local"]["alone_nonzero_columns_per_second"] = 4e9  # a = 2: two ranks per core
@@ -225,14 +225,14 @@ def test_contention_lets_the_busiest_rank_run_at_its_rate_alone(rng):
 
 def test_measured_local_rates_add_the_busiest_ranks_work_to_the_prediction(tmp_path, rng):
     path = tmp_path / "net.json"
-    path.write_text(json.dumps(_record([0, 0, 1, 1])))
+    path.write_text(json.dumps(_record([0, 1])))
     without = parse_topology(str(path))
-    record = _record([0, 0, 1, 1])
+    record = _record([0, 1])  # two nodes: the hand-made plan's messages cross, copied twice at each end
     record["local"] = {"nonzero_columns_per_second": 2e9, "copy_bytes_per_second": 4e9}
     path.write_text(json.dumps(record))
     topology = parse_topology(str(path))
     assert (topology.local_rate, topology.copy_rate, without.local_rate, without.copy_rate) == (2e9, 4e9, None, None)
-    # Hand-made: ranks own rows/columns 0-1 and 2-3 of a 4 x 4 with 5 nonzeros, nodes:1 grouping.
+    # Hand-made: ranks own rows/columns 0-1 and 2-3 of a 4 x 4 with 5 nonzeros, a rank per node.
     #   rank 0: rows (0, 0), (0, 2), (1, 3); rank 1: rows (2, 2), (3, 0). column: rank 0 needs B rows 2 and 3
     #   (2 rows in), rank 1 needs row 0 (1 row in). Operator entries: rank 0 3 + 1 copied out = 4, rank 1 2 + 2 = 4.
     import scipy.sparse as sp
@@ -250,6 +250,10 @@ def test_measured_local_rates_add_the_busiest_ranks_work_to_the_prediction(tmp_p
     assert predicted_local_seconds(stats, without) == 0.0 and predicted_seconds(
         stats, without
     ) == predicted_communication_seconds(stats)
+    # Both ranks on one node: the same messages move through shared memory, copied once at each end.
+    one_node = Topology.from_record({**record, "ranks": 2, "rank_groups": [0, 0], "group_size": 2})
+    one_node_stats = strategy_stats(matrix, parts, parts, "column", 8, 8, one_node)
+    assert predicted_local_seconds(one_node_stats) == pytest.approx(4 * 8 / 2e9 + 3 * 64 / 4e9, rel=1e-12)
     # Where the mode multiplies the diagonal block while messages are in flight, that block (one nonzero per rank:
     # (0, 0) and (2, 2)) hides behind the communication, the rest follows it; bulk adds everything.
     assert stats.rank_diagonal_entries.tolist() == [1, 1]
@@ -261,7 +265,12 @@ def test_measured_local_rates_add_the_busiest_ranks_work_to_the_prediction(tmp_p
     slow = parse_topology(str(path))
     assert predicted_seconds(stats, slow, overlaps_diagonal=True) == pytest.approx(8 / 1e3 + 3 * 8 / 1e3 + 2 * 3 * 64 / 4e9)
     assert predicted_seconds(stats, slow) == pytest.approx(communication + 4 * 8 / 1e3 + 2 * 3 * 64 / 4e9, rel=1e-12)
-    # On random inputs: the counted and the built plan's work agree, and the term grows with the busiest rank's work.
+    # On random inputs, two nodes of two ranks: the counted and the built plan's work agree, and the term grows with
+    # the busiest rank's work; its copies from the plan's rank pairs (twice at each end between nodes, once inside).
+    record = _record([0, 0, 1, 1])
+    record["local"] = {"nonzero_columns_per_second": 2e9, "copy_bytes_per_second": 4e9}
+    topology = Topology.from_record(record)
+    nodes = np.array([0, 0, 1, 1])
     matrix = load_matrix(f"rmat:9:8:{int(rng.integers(1, 1000))}")
     parts = partition(matrix, 4)
     for strategy in ("column", "row", "joint"):
@@ -270,7 +279,12 @@ def test_measured_local_rates_add_the_busiest_ranks_work_to_the_prediction(tmp_p
         assert counted.rank_entries.tolist() == planned.rank_entries.tolist()
         assert counted.rank_diagonal_entries.tolist() == planned.rank_diagonal_entries.tolist()
         assert ((0 < counted.rank_diagonal_entries) & (counted.rank_diagonal_entries <= counted.rank_entries)).all()
-        moved = counted.send_bytes_per_rank + counted.recv_bytes_per_rank
+        moved = np.zeros(4)
+        for source, destination, nbytes in zip(planned.pair_sources, planned.pair_destinations, planned.pair_bytes):
+            ends = nbytes * (1.0 if nodes[source] != nodes[destination] else 0.5)  # 2 moved / 4e9 below: 2 or 1 copies
+            moved[source] += ends
+            moved[destination] += ends
+        assert 0 < moved.sum() < (counted.send_bytes_per_rank + counted.recv_bytes_per_rank).sum(), strategy
         busiest = (counted.rank_entries * 16 / 2e9 + 2 * moved / 4e9).max()
         assert busiest > 0 and predicted_local_seconds(counted) == pytest.approx(busiest, rel=1e-12)
         communication = predicted_communication_seconds(counted)
@@ -293,7 +307,7 @@ def test_a_measured_overlap_hides_that_share_of_the_diagonal_block(tmp_path, rng
     assert hidden_fraction(10.0, 4.0, 9.0) == 1.0 and hidden_fraction(10.0, 4.0, 20.0) == 0.0
     with pytest.raises(InputError, match="positive length"):
         hidden_fraction(0.0, 4.0, 4.0)
-    record = _record([0, 0, 1, 1])
+    record = _record([0, 1])  # two nodes: the hand-made plan's messages cross, copied twice at each end
     record["local"] = {"nonzero_columns_per_second": 1e3, "copy_bytes_per_second": 4e9}  # a diagonal slower than the link
     # the hand-made plan of the local-rates test: one diagonal nonzero per rank (d = 8 / 1e3), rest 3 * 8 / 1e3 + copies
     matrix = sp.csr_array(([1.0, 2.0, 3.0, 4.0, 5.0], ([0, 0, 1, 2, 3], [0, 2, 3, 2, 0])), shape=(4, 4))
@@ -368,7 +382,7 @@ def test_the_matrix_own_rate_takes_the_calibrated_rates_place():
     from sparsewire.partition import even_rows
     from sparsewire.plan.cost import local_parts
 
-    record = _record([0, 0, 1, 1])
+    record = _record([0, 1])  # two nodes: the hand-made plan's messages cross, copied twice at each end
     assert Topology.from_record(record).local_rate_matrix is None
     with pytest.raises(InputError, match="no local rate; measure one with 'sparsewire calibrate --network'"):
         Topology.from_record(record).with_local_rate(1e9, "a.mtx")

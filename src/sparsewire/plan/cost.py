@@ -24,6 +24,9 @@ __all__ = [
     "predicted_communication_seconds",
     "predicted_local_seconds",
     "local_parts",
+    "message_copies",
+    "INTER_GROUP_COPIES",
+    "INTRA_GROUP_COPIES",
     "AGGREGATE_CAP",
     "NEAR_TIE",
     "preferred",
@@ -78,12 +81,12 @@ def predicted_seconds(
 def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """Not collective. Per rank r, seconds of local work per multiply in two parts: ``d_r = D_r * k / local_rate``
     (its diagonal block's nonzeros :attr:`~sparsewire.plan.stats.PlanStats.rank_diagonal_entries`; 0 where not
-    known) and ``w_r = (e_r - D_r) * k / local_rate + 2 (sent_r + received_r) / copy_rate``, where ``e_r`` is the
+    known) and ``w_r = (e_r - D_r) * k / local_rate + c_r / copy_rate``, where ``e_r`` is the
     nonzeros of every sparse operator rank r applies (its diagonal block, its send matrices, which pack copied B
     rows, relayed rows and computed partial C rows, and its receive matrices, which apply what arrives; each
-    nonzero a k-wide multiply-add, :attr:`~sparsewire.plan.stats.PlanStats.rank_entries`), ``sent_r + received_r``
-    its message bytes (each copied twice at each end: packed and handed to the MPI library or the network stack,
-    taken from it and applied), and the two rates the topology's, measured on every rank of the job at once (so
+    nonzero a k-wide multiply-add, :attr:`~sparsewire.plan.stats.PlanStats.rank_entries`), ``c_r`` the bytes its
+    messages are copied (:func:`message_copies`: twice at each end of a message between groups, once inside one),
+    and the two rates the topology's, measured on every rank of the job at once (so
     cores shared by ranks, or by ranks and the network stack, are in them; ``calibrate --network``). None where
     either rate or the per-rank work is unknown.
 
@@ -104,7 +107,7 @@ def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.
     if diagonal_entries is None:
         diagonal_entries = np.zeros_like(entries)
     products = (entries - diagonal_entries) * stats.k
-    copies = 2 * (stats.send_bytes_per_rank + stats.recv_bytes_per_rank)
+    copies = message_copies(stats, topology)
     rest = products / topology.local_rate + copies / topology.copy_rate
     alone = products / max(topology.local_rate_alone or 0.0, topology.local_rate) + copies / max(
         topology.copy_rate_alone or 0.0, topology.copy_rate
@@ -112,9 +115,28 @@ def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.
     return diagonal_entries * stats.k / topology.local_rate, np.maximum(alone, np.minimum(rest, rest.mean()))
 
 
+INTER_GROUP_COPIES = 2  # per end of a message between groups (message_copies)
+INTRA_GROUP_COPIES = 1  # per end of a message inside a group
+
+
+def message_copies(stats: PlanStats, topology: Topology | None = None) -> np.ndarray:
+    """Not collective. Per rank, the bytes its messages are copied per multiply, ``c_r = sum over its messages
+    (sent and received) of copies x bytes``: :data:`INTER_GROUP_COPIES` at each end of a message between groups
+    (packed and handed to the network stack, taken from it and applied), :data:`INTRA_GROUP_COPIES` at each end of
+    one inside a group, which the MPI library moves through shared memory. Why not two everywhere: in the runs of
+    2026-11-28 on the emulated cluster (docs/performance.md, "Over a real link") the ranks' local work in shared
+    memory measured a median 0.82 of the prediction with two copies per end of every message and 1.00 with one."""
+    groups = _topology_of(stats, topology).groups(stats.n_ranks)
+    copies = np.where(groups[stats.sources] != groups[stats.destinations], INTER_GROUP_COPIES, INTRA_GROUP_COPIES)
+    weights = copies * stats.message_bytes
+    return np.bincount(stats.sources, weights=weights, minlength=stats.n_ranks) + np.bincount(
+        stats.destinations, weights=weights, minlength=stats.n_ranks
+    )
+
+
 def predicted_local_seconds(stats: PlanStats, topology: Topology | None = None) -> float:
     """Not collective. The busiest rank's local work per multiply, ``max_r (d_r + w_r)`` of :func:`local_parts`
-    (without contention, ``a = 1``: ``max_r (e_r * k / local_rate + 2 (sent_r + received_r) / copy_rate)``). 0 where
+    (without contention, ``a = 1``: ``max_r (e_r * k / local_rate + c_r / copy_rate)``). 0 where
     either rate or the per-rank work is unknown."""
     parts = local_parts(stats, topology)
     return 0.0 if parts is None else float((parts[0] + parts[1]).max())
