@@ -553,7 +553,8 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
         assert 0.5 * payload_rate <= together <= 1.1 * 2 * payload_rate, inter
     local = record["local"]
     assert local["windows"] == 6  # three before the links, three after
-    assert 1e7 <= local["nonzero_columns_per_second"] <= 1e11 and 1e8 <= local["copy_bytes_per_second"] <= 1e10, local
+    # plausible rates of one core (the copy every rank at once measured 6.3-11.8 GB/s on 2026-11-28)
+    assert 1e7 <= local["nonzero_columns_per_second"] <= 1e11 and 1e8 <= local["copy_bytes_per_second"] <= 1e11, local
     assert (topology.local_rate, topology.copy_rate) == (local["nonzero_columns_per_second"], local["copy_bytes_per_second"])
     # the kernel and the copy on rank 0 while the others wait, one window each after each half
     assert (

@@ -86,20 +86,25 @@ def _flows_rate(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, repea
     one node: the node's link shared."""
     rank = comm.Get_rank()
     message = np.ones(nbytes, np.uint8)
-    receives = {sender: [np.empty(nbytes, np.uint8) for _ in range(window)] for sender, receiver in flows if receiver == rank}
+    receives = [(sender, np.empty(nbytes, np.uint8)) for sender, receiver in flows if receiver == rank for _ in range(window)]
     rates = []
     for i in range(repeat + 1):
-        comm.Barrier()
-        started = MPI.Wtime()
-        requests = [comm.Irecv(buffer, sender, _TAG + 5) for sender, buffers in receives.items() for buffer in buffers]
-        requests += [
-            comm.Isend(message, receiver, _TAG + 5) for sender, receiver in flows if sender == rank for _ in range(window)
-        ]
-        MPI.Request.Waitall(requests)
-        slowest = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
+        slowest = _timed_flows(comm, flows, message, receives, window, _TAG + 5)
         if i >= 1:  # the first makes the connections
             rates.append(len(flows) * window * nbytes / slowest)
     return max(rates)
+
+
+def _timed_flows(comm: MPI.Comm, flows: list[tuple[int, int]], message: np.ndarray, receives, window: int, tag: int) -> float:
+    """Seconds from a barrier until the slowest rank has sent ``window`` copies of ``message`` along each of its
+    ``flows`` and received into each of its ``receives`` (sender, buffer), all in flight at once; on every rank."""
+    rank = comm.Get_rank()
+    comm.Barrier()
+    started = MPI.Wtime()
+    requests = [comm.Irecv(buffer, sender, tag) for sender, buffer in receives]
+    requests += [comm.Isend(message, receiver, tag) for sender, receiver in flows if sender == rank for _ in range(window)]
+    MPI.Request.Waitall(requests)
+    return comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
 
 
 def _ring_flows(nodes: np.ndarray) -> list[tuple[int, int]]:
@@ -141,20 +146,12 @@ def _burst(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, latency: f
     share = max(1, nbytes // len(flows))
     message = np.ones(share, np.uint8)
     receives = [(sender, np.empty(share, np.uint8)) for sender, receiver in flows if receiver == rank]
-
-    def transfer() -> float:
-        comm.Barrier()
-        started = MPI.Wtime()
-        requests = [comm.Irecv(buffer, sender, _TAG + 3) for sender, buffer in receives]
-        requests += [comm.Isend(message, receiver, _TAG + 3) for sender, receiver in flows if sender == rank]
-        MPI.Request.Waitall(requests)
-        return comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
-
     idle, busy = [], []
     for i in range(repeat + 1):
         comm.Barrier()
         time.sleep(0.05)
-        after_idle, right_after = transfer(), transfer()
+        after_idle = _timed_flows(comm, flows, message, receives, 1, _TAG + 3)
+        right_after = _timed_flows(comm, flows, message, receives, 1, _TAG + 3)
         if i:  # the first also makes the connections
             idle.append(after_idle)
             busy.append(right_after)
