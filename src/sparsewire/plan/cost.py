@@ -123,9 +123,10 @@ def message_copies(stats: PlanStats, topology: Topology | None = None) -> np.nda
     """Not collective. Per rank, the bytes its messages are copied per multiply, ``c_r = sum over its messages
     (sent and received) of copies x bytes``: :data:`INTER_GROUP_COPIES` at each end of a message between groups
     (packed and handed to the network stack, taken from it and applied), :data:`INTRA_GROUP_COPIES` at each end of
-    one inside a group, which the MPI library moves through shared memory. Why not two everywhere: in the runs of
-    2026-11-28 on the emulated cluster (docs/performance.md, "Over a real link") the ranks' local work in shared
-    memory measured a median 0.82 of the prediction with two copies per end of every message and 1.00 with one."""
+    one inside a group, which the MPI library moves through shared memory. Why not two everywhere: on the emulated
+    cluster (docs/performance.md, "Over a real link") mdual on 2 nodes x 2 ranks at 5 Gbit/s, whose plans move the
+    most bytes of the bench's matrices (31-51% of them inside a node), measured 0.71-0.75 of its prediction with
+    two (the run of 2026-11-28 15:42, eight of its runs outside 25%); with one, 0.85-0.94 (22:33), every run within."""
     groups = _topology_of(stats, topology).groups(stats.n_ranks)
     copies = np.where(groups[stats.sources] != groups[stats.destinations], INTER_GROUP_COPIES, INTRA_GROUP_COPIES)
     weights = copies * stats.message_bytes
