@@ -56,7 +56,8 @@ class LinkClass:
     (``calibrate --network``). ``burst``: bytes a shared link passes at once after it was idle (a rate
     limiter's token bucket), measured by ``calibrate --network``; 0 where unknown. ``aggregate``: bytes per
     second the shared links of all groups carry together, every group sending at once (``calibrate --network``);
-    None where unknown or unlimited.
+    None where unknown or unlimited. ``aggregate_burst``: bytes all groups' links pass at once after idle, every
+    group sending at once (``calibrate --network``; 0 where unknown: every byte crosses the aggregate at its rate).
     """
 
     name: str
@@ -67,6 +68,7 @@ class LinkClass:
     shared: bool = False
     burst: float = 0.0
     aggregate: float | None = None
+    aggregate_burst: float = 0.0
 
     def seconds(self, messages, nbytes):
         """Not collective. Time for ``messages`` messages carrying ``nbytes`` bytes in all, one after the other."""
@@ -179,10 +181,12 @@ class Topology:
                 bandwidth, latency = entry[field], entry["latency_seconds"]
                 burst = entry.get("burst_bytes", 0.0) if shared else 0.0  # absent in records before it
                 aggregate = entry.get("aggregate_bandwidth_bytes_per_second") if shared else None  # likewise
+                aggregate_burst = entry.get("aggregate_burst_bytes", 0.0) if shared else 0.0  # likewise
                 for what, value, positive in (
                     (field, bandwidth, True),
                     ("latency_seconds", latency, False),
                     ("burst_bytes", burst, False),
+                    ("aggregate_burst_bytes", aggregate_burst, False),
                     *([("aggregate_bandwidth_bytes_per_second", aggregate, True)] if aggregate is not None else []),
                 ):
                     check(f"{key}.{what}", value, positive)
@@ -194,6 +198,7 @@ class Topology:
                     shared=shared,
                     burst=float(burst),
                     aggregate=None if aggregate is None else float(aggregate),
+                    aggregate_burst=float(aggregate_burst),
                 )
 
             intra = measured("intra_node", "measured intra-node", False) if "intra_node" in links_measured else _SHARED_MEMORY

@@ -20,7 +20,6 @@ from sparsewire.errors import InputError
 from sparsewire.io import load_matrix
 from sparsewire.partition import partition
 from sparsewire.plan import build_plan, plan_stats
-from sparsewire.plan.cost import AGGREGATE_CAP
 from sparsewire.plan.stats import predicted_communication_seconds, predicted_local_seconds, predicted_seconds, strategy_stats
 from sparsewire.topology import Topology, parse_topology
 
@@ -88,22 +87,29 @@ def test_a_measured_record_reloads_as_the_topology_that_prices_the_plan(tmp_path
     path.write_text(json.dumps(capped))
     stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
     assert predicted_seconds(stats) == pytest.approx(2 * 9e-6 + 4 * 8192 / 1.2e8, rel=1e-12)
-    # a burst passes each node's link at once, and with an aggregate that is the links' own sum it comes off the
-    # aggregate's bytes too; a common path that carries less than the links (below AGGREGATE_CAP of their sum)
-    # takes every node's bytes whole, burst or not
+    # each link's burst comes off its node's bytes; the aggregate's own burst (every node at once) off the bytes
+    # on the aggregate: none measured, every node's bytes cross it whole
+    capped["links"]["inter_node"]["aggregate_bandwidth_bytes_per_second"] = 1.6e8  # two thirds of the links' 2.4e8
     capped["links"]["inter_node"]["burst_bytes"] = 10000
     path.write_text(json.dumps(capped))
     stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
-    assert predicted_seconds(stats) == pytest.approx(2 * 9e-6 + (4 * 8192 - 10000) / 1.2e8, rel=1e-12)
-    capped["links"]["inter_node"]["aggregate_bandwidth_bytes_per_second"] = 2.4e8 * AGGREGATE_CAP  # just at it
-    path.write_text(json.dumps(capped))
-    stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
-    at_cap = 2 * 9e-6 + max((4 * 8192 - 10000) / 1.2e8, 2 * (4 * 8192 - 10000) / (2.4e8 * AGGREGATE_CAP))
-    assert predicted_seconds(stats) == pytest.approx(at_cap, rel=1e-12)
-    capped["links"]["inter_node"]["aggregate_bandwidth_bytes_per_second"] = 1.6e8  # two thirds of the links' 2.4e8
-    path.write_text(json.dumps(capped))
-    stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
+    assert parse_topology(str(path)).levels[1].link.aggregate_burst == 0.0  # absent in records before it
     assert predicted_seconds(stats) == pytest.approx(2 * 9e-6 + 2 * 4 * 8192 / 1.6e8, rel=1e-12)
+    capped["links"]["inter_node"]["aggregate_burst_bytes"] = 20000  # both links' bursts: the links' time again
+    path.write_text(json.dumps(capped))
+    assert parse_topology(str(path)).levels[1].link.aggregate_burst == 20000
+    stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
+    both = 2 * 9e-6 + max((4 * 8192 - 10000) / 1.2e8, (2 * 4 * 8192 - 20000) / 1.6e8)
+    assert predicted_seconds(stats) == pytest.approx(both, rel=1e-12)
+    capped["links"]["inter_node"]["aggregate_burst_bytes"] = 4000  # a common path that passes less after idle
+    path.write_text(json.dumps(capped))
+    stats = strategy_stats(matrix, parts.rows, parts.cols, "block", 8, 4, parse_topology(str(path)))
+    assert predicted_seconds(stats) == pytest.approx(2 * 9e-6 + (2 * 4 * 8192 - 4000) / 1.6e8, rel=1e-12)
+    for bad in (-1, float("nan"), "much"):
+        capped["links"]["inter_node"]["aggregate_burst_bytes"] = bad
+        path.write_text(json.dumps(capped))
+        with pytest.raises(InputError, match="aggregate_burst_bytes"):
+            parse_topology(str(path))
     path.write_text(json.dumps(_record([0, 0, 1, 1])))
     # groups that are not consecutive blocks are kept as they are (and fix the rank count)
     path.write_text(json.dumps(_record([0, 1, 0, 1])))
@@ -157,19 +163,23 @@ def test_all_nodes_at_once_cap_the_shared_links_together(rng):
     assert times[0] <= times[2] <= times[3], times
     crossing = int(stats.message_bytes[topology.link_levels(stats.sources, stats.destinations, ranks) == 1].sum())
     assert times[3] >= crossing / (link.bandwidth / 2), (times, crossing)
-    # a burst: under a common cap (half a link) every node's bytes still cross it whole, so the time is the one
-    # without a burst; where the aggregate is the links' own sum the burst shortens it
+    # bursts: the links' own leave a common cap (half a link) whole, so the time is the one without; the aggregate's
+    # shortens it, never below its bytes less that burst at the aggregate's rate, and one of every byte leaves the
+    # links' time
     burst = float(rng.uniform(0.1, 0.9)) * crossing / nodes
+    aggregate_burst = float(rng.uniform(0.1, 0.9)) * crossing
     bursting = []
-    for aggregate in (link.bandwidth / 2, nodes * link.bandwidth):
-        levels = (
-            free.levels[0],
-            dataclasses.replace(free.levels[1], link=dataclasses.replace(link, aggregate=aggregate, burst=burst)),
-        )
-        topology = dataclasses.replace(free, levels=levels)
+    for aggregate, both in ((link.bandwidth / 2, 0.0), (link.bandwidth / 2, aggregate_burst), (link.bandwidth / 2, 2 * crossing)):
+        changed = dataclasses.replace(link, aggregate=aggregate, burst=burst, aggregate_burst=both)
+        topology = dataclasses.replace(free, levels=(free.levels[0], dataclasses.replace(free.levels[1], link=changed)))
         bursting.append(predicted_communication_seconds(strategy_stats(matrix, parts, parts, strategy, 8, 8, topology), topology))
     assert bursting[0] == pytest.approx(times[3], rel=1e-12), (bursting, times)
-    assert bursting[1] < times[1], (bursting, times)
+    assert (crossing - aggregate_burst) / (link.bandwidth / 2) <= bursting[1] < bursting[0], (bursting, crossing)
+    unlimited = dataclasses.replace(
+        free, levels=(free.levels[0], dataclasses.replace(free.levels[1], link=dataclasses.replace(link, burst=burst)))
+    )
+    alone = predicted_communication_seconds(strategy_stats(matrix, parts, parts, strategy, 8, 8, unlimited), unlimited)
+    assert bursting[2] == pytest.approx(alone, rel=1e-12), (bursting, alone)
 
 
 def test_contention_lets_the_busiest_rank_run_at_its_rate_alone(rng):
@@ -542,6 +552,9 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     assert 0.1 * bucket_bytes(rate) <= inter["burst_bytes"] <= 1.4 * bucket_bytes(rate), inter
     assert burst["idle_seconds"] < burst["busy_seconds"], burst
     assert topology.levels[1].link.burst == inter["burst_bytes"]
+    # every node at once after idle: at most both links' buckets (the links set the aggregate here)
+    assert 0 <= inter["aggregate_burst_bytes"] <= 1.4 * 2 * bucket_bytes(rate), inter
+    assert inter["aggregate_burst"]["repeat"] == 40 and topology.levels[1].link.aggregate_burst == inter["aggregate_burst_bytes"]
     # every rank to every rank of the other node at once, both ways: at 1 Gbit/s the link's rate each way (the
     # cores keep up), at 5 Gbit/s no more than that (measured 0.87-0.99 GB/s of the 1.2 both ways on this 2-core VM)
     assert inter["aggregate_flows"] == [[0, 2], [0, 3], [1, 2], [1, 3], [2, 0], [2, 1], [3, 0], [3, 1]]

@@ -299,7 +299,9 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
     every rank of a node sends out at once), ``single_pair_bandwidth`` and the pair measured; for ``inter_node``
     also ``aggregate_bandwidth_bytes_per_second`` over ``aggregate_flows`` (every rank to every rank of the other
     nodes at once),
-    ``burst_bytes`` with ``burst`` (its flows and times, :func:`_burst`) and ``overlap`` (:func:`_overlap`).
+    ``burst_bytes`` with ``burst`` (its flows and times, :func:`_burst`), ``aggregate_burst_bytes`` with
+    ``aggregate_burst`` (:func:`_burst` over ``aggregate_flows``, every node at once) and ``overlap``
+    (:func:`_overlap`).
 
     Raises:
         InputError on every rank with fewer than 2 ranks, or when no two ranks share a node and no
@@ -342,6 +344,11 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
             burst = _burst(comm, outgoing, message_bytes // 2, latency, 4 * repeat)  # half a message: a few buckets
             entry["burst_bytes"] = burst.pop("bytes")
             entry["burst"] = {"flows": [list(flow) for flow in outgoing], **burst}
+            # every node at once, half a message each: what a common path passes after idle, not each link alone
+            node_count = len(np.unique(nodes))
+            aggregate_burst = _burst(comm, crossing, node_count * (message_bytes // 2), latency, 4 * repeat)
+            entry["aggregate_burst_bytes"] = aggregate_burst.pop("bytes")
+            entry["aggregate_burst"] = aggregate_burst
             if progress:
                 progress("inter_node: how much of a stream every node sends at once hides behind the CSR kernel")
             entry["overlap"] = _overlap(comm, ring, entry["aggregate_bandwidth_bytes_per_second"], sharing, 2 * repeat)

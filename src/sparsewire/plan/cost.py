@@ -27,7 +27,6 @@ __all__ = [
     "message_copies",
     "INTER_GROUP_COPIES",
     "INTRA_GROUP_COPIES",
-    "AGGREGATE_CAP",
     "NEAR_TIE",
     "preferred",
     "plan_steps",
@@ -177,11 +176,13 @@ def predicted_communication_seconds(
     A shared link's ``burst`` (bytes a rate limiter passes at once after idle, as a multiply between barriers
     finds it) comes off each group's bytes once per multiply: ``max(b_g - burst, 0)`` over all steps together,
     or in the first step where steps follow each other (bench/link_burst.py: 2.10 MB in 2.67 ms after idle on
-    the emulated 5 Gbit/s link, against 3.49 ms at its sustained rate); off the bytes on the aggregate too,
-    ``sum_g max(b_g - burst, 0)``, unless the aggregate is a common path that caps the links
-    (:data:`AGGREGATE_CAP`), which the bytes of every node cross at its rate, burst or not. (On the emulated 4x1
-    cluster at 5 Gbit/s, with a burst measured near the bucket, the burst taken off the aggregate's bytes as well
-    had put 48 of 61 runs within 25%, R-MAT's measured up to 1.41x predicted; off the links' bytes alone 61 of 61.)
+    the emulated 5 Gbit/s link, against 3.49 ms at its sustained rate); the aggregate's own ``aggregate_burst``
+    (measured with every node sending at once) off the bytes on the aggregate, ``max(sum_g b_g -
+    aggregate_burst, 0)``: where the links set the aggregate it is about the links' bursts together, where a
+    common path caps them (cores that forward for every node) what that path passes after idle. (On the emulated
+    4x1 cluster at 5 Gbit/s, each link's burst taken off the aggregate's bytes had put 48 of 61 runs within 25%,
+    R-MAT's measured up to 1.41x predicted; a threshold on the aggregate's share of the links that kept it off
+    there, 58 of 80 in a run whose aggregate came out just above it; docs/performance.md.)
     """
     topology = _topology_of(stats, topology)
     levels = topology.link_levels(stats.sources, stats.destinations, stats.n_ranks)
@@ -190,17 +191,15 @@ def predicted_communication_seconds(
     steps = distinct(stats.steps)
     steps_together = steps_in_flight is None or len(steps) <= steps_in_flight
 
-    def shared_seconds(link, mask: np.ndarray, burst: float) -> float:
+    def shared_seconds(link, mask: np.ndarray, after_idle: bool) -> float:
+        burst, aggregate_burst = (link.burst, link.aggregate_burst) if after_idle else (0.0, 0.0)
         slowest = 0.0
         for ranks in (stats.sources[mask], stats.destinations[mask]):
             counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
             per_group = np.bincount(groups[ranks], weights=stats.message_bytes[mask], minlength=n_groups)
             carrying = max(per_group.max() - burst, 0.0) / link.bandwidth
             if link.aggregate is not None:
-                # a burst passes a node's link at once, but not a common path that carries less than the links
-                capped = link.aggregate < AGGREGATE_CAP * n_groups * link.bandwidth
-                crossing = per_group.sum() if capped else np.maximum(per_group - burst, 0.0).sum()
-                carrying = max(carrying, crossing / link.aggregate)
+                carrying = max(carrying, max(per_group.sum() - aggregate_burst, 0.0) / link.aggregate)
             slowest = max(slowest, float(counts.max() * (link.latency + link.overhead) + carrying))
         return slowest
 
@@ -212,7 +211,7 @@ def predicted_communication_seconds(
             if not mask.any() or (level.link.shared and steps_together):
                 continue
             if level.link.shared:
-                slowest = max(slowest, shared_seconds(level.link, mask, level.link.burst if position == 0 else 0.0))
+                slowest = max(slowest, shared_seconds(level.link, mask, position == 0))
                 continue
             for ranks in (stats.sources[mask], stats.destinations[mask]):
                 counts = np.bincount(ranks, weights=stats.message_counts[mask], minlength=stats.n_ranks)
@@ -223,17 +222,9 @@ def predicted_communication_seconds(
         for level_index, level in enumerate(topology.levels):
             mask = levels == level_index
             if level.link.shared and mask.any():
-                total = max(total, shared_seconds(level.link, mask, level.link.burst))
+                total = max(total, shared_seconds(level.link, mask, True))
     return total
 
-
-AGGREGATE_CAP = 0.93
-"""A shared link class's ``aggregate`` below this fraction of its groups' links together (``groups x
-bandwidth``) is a common path that caps them (a switch's backplane, cores that forward for every node), which a
-link's burst does not get past; at or above it, the links themselves set the aggregate and each passes its burst.
-On the emulated cluster 30 calibrations (docs/performance.md, "Over a real link") measured 0.96-1.01 of the links
-together where nothing else caps them (2x2 at both rates, 4x1 at 1 Gbit/s) and 14 on 4x1 at 5 Gbit/s 0.49-0.89,
-whose four links the machine's two cores forward."""
 
 NEAR_TIE = 0.02
 """Predicted times within this fraction of the least are one tie for :func:`preferred`. On the emulated cluster
