@@ -345,8 +345,7 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
             entry["burst_bytes"] = burst.pop("bytes")
             entry["burst"] = {"flows": [list(flow) for flow in outgoing], **burst}
             # every node at once, half a message each: what a common path passes after idle, not each link alone
-            node_count = len(np.unique(nodes))
-            aggregate_burst = _burst(comm, crossing, node_count * (message_bytes // 2), latency, 4 * repeat)
+            aggregate_burst = _burst(comm, crossing, (int(groups.max()) + 1) * (message_bytes // 2), latency, 4 * repeat)
             entry["aggregate_burst_bytes"] = aggregate_burst.pop("bytes")
             entry["aggregate_burst"] = aggregate_burst
             if progress:

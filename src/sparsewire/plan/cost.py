@@ -126,8 +126,7 @@ def message_copies(stats: PlanStats, topology: Topology | None = None) -> np.nda
     cluster (docs/performance.md, "Over a real link") mdual on 2 nodes x 2 ranks at 5 Gbit/s, whose plans move the
     most bytes of the bench's matrices (31-51% of them inside a node), measured 0.71-0.75 of its prediction with
     two (the run of 2026-11-28 15:42, eight of its runs outside 25%); with one, 0.85-0.94 (22:33), every run within."""
-    groups = _topology_of(stats, topology).groups(stats.n_ranks)
-    copies = np.where(groups[stats.sources] != groups[stats.destinations], INTER_GROUP_COPIES, INTRA_GROUP_COPIES)
+    copies = np.where(stats.inter_group(_topology_of(stats, topology)), INTER_GROUP_COPIES, INTRA_GROUP_COPIES)
     weights = copies * stats.message_bytes
     return np.bincount(stats.sources, weights=weights, minlength=stats.n_ranks) + np.bincount(
         stats.destinations, weights=weights, minlength=stats.n_ranks

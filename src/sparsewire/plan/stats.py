@@ -128,11 +128,13 @@ class PlanStats:
         """Largest bytes received by one rank per multiply."""
         return int(self.recv_bytes_per_rank.max(initial=0))
 
-    def inter_group(self) -> np.ndarray:
-        """Not collective. Per message: True if its ranks are in different level-0 groups of the topology."""
-        if self.topology is None:
+    def inter_group(self, topology: Topology | None = None) -> np.ndarray:
+        """Not collective. Per message: True if its ranks are in different level-0 groups of ``topology`` (the
+        stats' own where None)."""
+        topology = topology or self.topology
+        if topology is None:
             raise InputError("link classes need a topology; compute the stats with topology=...")
-        groups = self.topology.groups(self.n_ranks)
+        groups = topology.groups(self.n_ranks)
         return groups[self.sources] != groups[self.destinations]
 
     def class_totals(self) -> dict[str, int]:
