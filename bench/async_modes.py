@@ -42,15 +42,15 @@ def worker(
     from mpi4py import MPI
 
     import sparsewire
-    from sparsewire.generators import deterministic_dense
+    from sparsewire.io.generators import deterministic_dense
     from sparsewire.plan.plan import build_rank_plan_collective
-    from sparsewire.topology import Topology
+    from sparsewire.topology.model import Topology
 
     try:  # the executor of this tree: its options as one object
         from sparsewire.exec.executor import SpmmExecutor
-        from sparsewire.exec.modes import MODES, layout_for_mode
-        from sparsewire.options import ExecOptions
-        from sparsewire.timed import time_plan
+        from sparsewire.exec.options import ExecOptions
+        from sparsewire.plan.modes import MODES, layout_for_mode
+        from sparsewire.profile.timed import time_plan
 
         def executor_of(plan, k, mode, deterministic, transport):
             options = ExecOptions(mode=mode, threads=threads, deterministic=deterministic, transport=transport)
@@ -183,7 +183,7 @@ def main() -> None:
     if args.worker:
         worker(args.worker[0], ks, args.repeat, args.strategy, int(args.worker[1]), args.deterministic, transports)
         return
-    from sparsewire.report import format_table
+    from sparsewire._lib.text import format_table
 
     baseline_source = extract_baseline(args.baseline) if args.baseline else None
     cores = len(os.sched_getaffinity(0))

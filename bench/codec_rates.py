@@ -28,7 +28,7 @@ CODED = ("bf16", "fp16", "int8")
 
 
 def measure(rows_count: int, k: int, repeat: int) -> dict:
-    from sparsewire.exec import codecs
+    from sparsewire.wire import codecs
 
     rng = np.random.default_rng(1)
     rows = rng.standard_normal((rows_count, k))

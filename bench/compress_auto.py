@@ -34,7 +34,7 @@ def worker(matrix: str, codec: str, k: int, mode: str, instances: int, blocks: i
     from mpi4py import MPI
 
     import sparsewire
-    from sparsewire.options import ExecOptions
+    from sparsewire.exec.options import ExecOptions
 
     comm = MPI.COMM_WORLD
     distributed = sparsewire.distribute(comm, matrix)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, geometric_mean, short_name  # noqa: E402
 from emulated import DEFAULT_MATRICES, calibrated_cluster, run_json  # noqa: E402
 
-from sparsewire.emulation.cluster import unavailable_reason  # noqa: E402
+from sparsewire.testing.emulation.cluster import unavailable_reason  # noqa: E402
 
 
 def main() -> None:

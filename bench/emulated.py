@@ -31,7 +31,7 @@ from pathlib import Path
 
 from common import ROOT, short_name
 
-from sparsewire.emulation.cluster import EmulatedCluster, unavailable_reason
+from sparsewire.testing.emulation.cluster import EmulatedCluster, unavailable_reason
 
 SHARED = ROOT.parent / "shared" / "data"
 DEFAULT_MATRICES = [str(SHARED / f"{name}.mtx.gz") for name in ("delaunay_n16", "mdual", "cit-HepTh", "dblp-2010")]

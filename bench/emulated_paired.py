@@ -18,7 +18,7 @@ from common import ROOT
 from emulated import SHARED, calibrated_cluster, run_json
 from emulated_report import paired_table
 
-from sparsewire.emulation.cluster import unavailable_reason
+from sparsewire.testing.emulation.cluster import unavailable_reason
 
 
 def main() -> None:

@@ -4,13 +4,13 @@
 
 Copy bandwidth (bytes read + bytes written per second, a 256 MiB array, the same threads as the
 kernel), two ways: ``memcpy`` (NumPy's ``copyto``, glibc's memcpy, one slice per thread) and a
-threaded element loop (:func:`sparsewire.exec.kernels.compiled.copy`, like STREAM's Copy compiled without
+threaded element loop (:func:`sparsewire.kernels.compiled.copy`, like STREAM's Copy compiled without
 streaming stores: each target line is read into the cache before it is written, so it moves three
 bytes for every two it counts). The kernel is compared with the faster of the two ("of copy") and,
 for comparison with earlier runs, with the loop ("of loop"). Kernel: ``C = A @ B`` into a
 preallocated C, bytes = A once (values, column indices, row pointers, in the kernel's own types:
 4-byte column indices) + B once + C once, per second: the rate if every byte crossed the memory
-bus once. B and C start on cache lines, as the library allocates them (:mod:`sparsewire.aligned`).
+bus once. B and C start on cache lines, as the library allocates them (:mod:`sparsewire._lib.aligned`).
 The copies and the kernel run alternately, ``--repeat`` times each, and each configuration is
 compared with the copies timed beside it: on a shared virtual machine the memory bandwidth drifts
 (seen here: a 2-thread copy at 34 GB/s in one minute and 53 GB/s in the next). Matrices whose rows
@@ -19,10 +19,10 @@ reordering would give): ``--orders original,rcm`` also times the matrix in the o
 ``--partition rcm`` (:mod:`sparsewire.partition`, rows and columns permuted alike), which keeps
 the B rows a stretch of rows reads close together. SciPy's ``A @ B`` (allocating C) is timed beside
 it. The ``prefetch`` column says whether the kernel prefetched B rows
-(:data:`sparsewire.exec.kernels.compiled.PREFETCH_BELOW_ROW_NONZEROS`), ``streamed C`` whether it wrote C
-with non-temporal stores (:func:`sparsewire.exec.kernels.compiled.streams`; C is aligned as the executor
+(:data:`sparsewire.kernels.compiled.PREFETCH_BELOW_ROW_NONZEROS`), ``streamed C`` whether it wrote C
+with non-temporal stores (:func:`sparsewire.kernels.compiled.streams`; C is aligned as the executor
 allocates it). ``vs fixed halves``: the kernel's time over its time with each thread held to its
-own row range (:data:`sparsewire.exec.kernels.compiled.CHUNKS_PER_THREAD`: the threads steal row chunks
+own row range (:data:`sparsewire.kernels.compiled.CHUNKS_PER_THREAD`: the threads steal row chunks
 from each other; timed alternately with the rest).
 
 Two more times per configuration. ``B reads``: a loop that reads only the B rows the nonzeros name,
@@ -55,14 +55,14 @@ from common import ROOT, default_matrices, median_seconds, short_name  # noqa: E
 # After sparsewire, which sizes Numba's thread pool to the cores when it is imported first.
 from numba import njit, prange  # noqa: E402, I001
 
-from sparsewire.aligned import empty_aligned  # noqa: E402
-from sparsewire.exec.kernels import compiled as kernels  # noqa: E402
-from sparsewire.exec.kernels.numba_csr import PREFETCH_DISTANCE, PREFETCH_LINES, claim_chunk, reset_claims  # noqa: E402
-from sparsewire.exec.kernels.simd import LINE_BYTES, lanes_fma, lanes_in, lanes_load, lanes_store, lanes_zero, prefetch  # noqa: E402
-from sparsewire.generators import deterministic_dense  # noqa: E402
-from sparsewire.io import load_matrix  # noqa: E402
+from sparsewire._lib.aligned import empty_aligned  # noqa: E402
+from sparsewire._lib.text import format_table  # noqa: E402
+from sparsewire.io.generators import deterministic_dense  # noqa: E402
+from sparsewire.io.readers import load_matrix  # noqa: E402
+from sparsewire.kernels import compiled as kernels  # noqa: E402
+from sparsewire.kernels.numba_csr import PREFETCH_DISTANCE, PREFETCH_LINES, claim_chunk, reset_claims  # noqa: E402
+from sparsewire.kernels.simd import LINE_BYTES, lanes_fma, lanes_in, lanes_load, lanes_store, lanes_zero, prefetch  # noqa: E402
 from sparsewire.partition import partition  # noqa: E402
-from sparsewire.report import format_table  # noqa: E402
 
 
 def alternating_medians(functions, repeat: int) -> list[float]:
@@ -115,7 +115,7 @@ def read_b_rows_range(indptr, indices, x, sink, row_start, row_stop, use_prefetc
 @njit(nogil=True, parallel=True, cache=True)
 def read_b_rows_threads(indptr, indices, x, sink, chunks, claimed, use_prefetch):
     """:func:`read_b_rows_range` over the kernel's row chunks, handed out as
-    :func:`sparsewire.exec.kernels.numba_csr.csr_dense_threads` hands them out (its counters, its order
+    :func:`sparsewire.kernels.numba_csr.csr_dense_threads` hands them out (its counters, its order
     of shares), so the two differ only in what they do per nonzero. The loop is the kernel's, not
     shared with it: a Numba function passed as an argument is recompiled in every process."""
     threads, per_thread = reset_claims(claimed, chunks)

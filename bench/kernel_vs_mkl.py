@@ -6,7 +6,7 @@
 Per matrix of ../shared/data, k and dtype: ``C = A @ B`` with B random, on ``--threads`` threads
 for every side, warm (one product first, then the median of ``--repeat`` back to back):
 
-* ours: :func:`sparsewire.exec.kernels.compiled.multiply`, B and C on cache lines (as the library
+* ours: :func:`sparsewire.kernels.compiled.multiply`, B and C on cache lines (as the library
   allocates them);
 * MKL: ``sparse_dot_mkl.dot_product_mkl(A, B, out=C, out_scalar=0.0)`` (MKL's CSR x dense
   writing into a C allocated once, as ours does: its fastest call; ``out_scalar=0`` makes it
@@ -53,10 +53,10 @@ def main() -> None:
     import scipy.sparse as sp
     import torch
 
-    from sparsewire.aligned import empty_aligned
-    from sparsewire.exec.kernels import compiled as kernels
-    from sparsewire.io import load_matrix
-    from sparsewire.report import format_table
+    from sparsewire._lib.aligned import empty_aligned
+    from sparsewire._lib.text import format_table
+    from sparsewire.io.readers import load_matrix
+    from sparsewire.kernels import compiled as kernels
 
     torch.set_num_threads(args.threads)
     kernels.set_threads(args.threads)

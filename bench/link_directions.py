@@ -4,7 +4,7 @@ model (:func:`sparsewire.plan.cost.predicted_communication_seconds`) counts each
 apart; over TCP under UCX's default rendezvous for large messages, a node that sends while it receives
 finished later than either direction alone, with no packet lost (measured: docs/performance.md "Over a real
 link"). ``UCX_RNDV_SCHEME=get_zcopy`` (the receiver reads the data; the emulated cluster's
-default, :meth:`sparsewire.emulation.cluster.EmulatedCluster.mpi_environment`) lets the data stream.
+default, :meth:`sparsewire.testing.emulation.cluster.EmulatedCluster.mpi_environment`) lets the data stream.
 
 Per case, 12 times: a barrier, then every message posted at once (``MPI_Isend``/``MPI_Irecv``) and waited for;
 the median over ranks' maxima. The baseline is the same run's one-way case (rank 0 only receives): its rate

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/partition.py [--matrices M ...] [--ranks 8,32] [--k 32]
 
-For each matrix and P: every partitioner x strategy (:func:`sparsewire.advisor.advise`, float64,
+For each matrix and P: every partitioner x strategy (:func:`sparsewire.plan.advisor.advise`, float64,
 k = 32, topology ``nodes:G``), with the ratio of total bytes to even + column. Then, per P, the
 geometric mean over the matrices of the best row's ratio, and at the largest P the inter-group bytes
 of metis-hier against metis with the same hierarchical strategy (the one metis-hier does best
@@ -21,10 +21,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, default_matrices, short_name  # noqa: E402
 
-from sparsewire.advisor import advise  # noqa: E402
-from sparsewire.io import load_matrix  # noqa: E402
-from sparsewire.report import format_table  # noqa: E402
-from sparsewire.topology import Topology  # noqa: E402
+from sparsewire._lib.text import format_table  # noqa: E402
+from sparsewire.io.readers import load_matrix  # noqa: E402
+from sparsewire.plan.advisor import advise  # noqa: E402
+from sparsewire.topology.model import Topology  # noqa: E402
 
 GROUP_SIZE = {8: 4, 32: 8}
 

@@ -4,7 +4,7 @@ system ``mpirun``; needs only NumPy and petsc4py, never sparsewire.
     mpirun -n P python3 bench/petsc_worker.py DIR K1,K2,... REPEAT
 
 DIR holds ``indptr.npy``, ``indices.npy`` (the CSR pattern, values 1) and ``offsets.npy`` (the row
-partition, the same as sparsewire's). B is the same hash as ``sparsewire.generators.deterministic_dense``.
+partition, the same as sparsewire's). B is the same hash as ``sparsewire.io.generators.deterministic_dense``.
 Per k: ``C = A.matMult(B)`` once (symbolic + numeric), one untimed ``matMult(B, result=C)``, then
 REPEAT timed ``matMult(B, result=C)`` (numeric phase only, MAT_REUSE_MATRIX), each between two barriers
 (so rank 0's time is the slowest rank's; Debian's system Python has no mpi4py for a max-reduction).

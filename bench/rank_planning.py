@@ -37,8 +37,8 @@ import numpy as np
 import scipy.sparse as sp
 from common import ROOT
 
-from sparsewire.distinct import distinct
-from sparsewire.io import load_matrix
+from sparsewire._lib.distinct import distinct
+from sparsewire.io.readers import load_matrix
 from sparsewire.partition import even_rows
 from sparsewire.plan.plan import build_rank_plan_collective
 
@@ -122,7 +122,7 @@ def incoming_parts(csr: sp.csr_array, csc: sp.csc_array, rows, cols, rank: int, 
 def check_against_serial() -> None:
     """The stand-in gives each rank the plan serial planning gives it (``RankPlan.equals``), on rmat:11:8:2 at
     P = 5 and 16, three ranks each, every flat strategy; exits otherwise."""
-    from sparsewire.generators import from_spec
+    from sparsewire.io.generators import from_spec
     from sparsewire.plan.plan import build_plan
 
     csr = from_spec("rmat:11:8:2")

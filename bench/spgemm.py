@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from common import default_matrices, short_name  # noqa: E402
 
-from sparsewire.report import format_table  # noqa: E402
+from sparsewire._lib.text import format_table  # noqa: E402
 from sparsewire.spgemm.compare import reference_product  # noqa: E402
 from sparsewire.spgemm.semirings import get_semiring  # noqa: E402
 from sparsewire.spgemm.values import load_operand  # noqa: E402

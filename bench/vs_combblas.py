@@ -43,7 +43,7 @@ import scipy.io
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, extract_baseline, geometric_mean, short_name  # noqa: E402
 
-from sparsewire.report import format_table  # noqa: E402
+from sparsewire._lib.text import format_table  # noqa: E402
 from sparsewire.spgemm.values import load_operand  # noqa: E402
 
 SEMIRINGS = ["plus_times", "min_plus"]

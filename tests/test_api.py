@@ -108,7 +108,7 @@ AUTO_SCRIPT = """
 import json, sys
 from mpi4py import MPI
 import sparsewire
-from sparsewire.spmm_plan import candidate_strategies
+from sparsewire.distributed.spmm import candidate_strategies
 comm = MPI.COMM_WORLD
 matrix = sparsewire.distribute(comm, sys.argv[1])
 topology = None if sys.argv[2] == "flat" else sparsewire.parse_topology(sys.argv[2])
@@ -139,7 +139,7 @@ def test_auto_picks_the_least_predicted_time_near_ties_going_to_fewer_steps(rank
     import json
 
     if topology == "measured":  # a calibration with local rates: the prediction adds the busiest rank's work
-        from sparsewire.calibration.store import stamp
+        from sparsewire.topology.records import stamp
 
         record = stamp("network")
         links = {"bandwidth_bytes_per_second": 6e7, "latency_seconds": 1e-5, "single_pair_bandwidth": 1.2e8}
@@ -307,8 +307,8 @@ def test_every_mode_plans_and_prices_its_steps_in_flight(rng, mode):
     steps the mode keeps in flight on its transport (one for a transport that does not send message by message)."""
     from mpi4py import MPI
 
-    from sparsewire.exec.modes import Mode
     from sparsewire.plan.cost import predicted_communication_seconds
+    from sparsewire.plan.modes import Mode
 
     a = random_integer_matrix(rng, 300, 300, 0.02)
     b = rng.integers(-3, 4, (300, 4)).astype(np.float64)

@@ -1,10 +1,12 @@
-"""The shape of the package (issue 31): lint (ruff, configured in pyproject.toml), import cycles
-and what the command line imports (tools/check_architecture.py)."""
+"""The shape of the package: lint (ruff, configured in pyproject.toml), the layer table, import
+cycles and what the command line imports (tools/check_architecture.py)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT
 
@@ -34,25 +36,108 @@ def test_ruff_passes():
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
 
 
-def test_no_new_import_cycle_and_the_cli_imports_only_public_names():
-    cycles, private, modules, imports = check_architecture.analyse()
-    assert modules > 50 and imports > 200  # the checker sees the package
+def test_the_layers_hold_with_no_cycle_and_the_cli_imports_only_public_names():
+    cycles, layers, private, modules, imports = check_architecture.analyse()
+    assert modules > 100 and imports > 400  # the checker sees the package
     assert cycles == [], cycles
+    assert layers == [], layers
     assert private == [], private
+    assert len(check_architecture.EXCEPTIONS) <= 2
+
+
+def _plant(tmp_path, files: dict[str, str]):
+    """A package ``sparsewire`` under ``tmp_path/src`` with ``files`` (path -> source), every folder a package."""
+    package = tmp_path / "src" / "sparsewire"
+    for relative, source in {"__init__.py": "", **files}.items():
+        path = package / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for parent in path.relative_to(package).parents:
+            (package / parent / "__init__.py").touch()
+        path.write_text(source)
+    return check_architecture.analyse(tmp_path / "src")
 
 
 def test_the_checker_sees_a_planted_cycle(tmp_path):
     """A planted fault: two modules that import each other (one inside a function) are a cycle."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert check_architecture.cycles(graph) == [["a", "b", "c"]]
-    package = tmp_path / "src" / "sparsewire"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "one.py").write_text("def f():\n    from sparsewire.two import g\n")
-    (package / "two.py").write_text("from sparsewire import one\n")
-    known = {"sparsewire": package / "__init__.py", "sparsewire.one": package / "one.py", "sparsewire.two": package / "two.py"}
-    edges = {name: {target for target, _, _ in check_architecture.imports(name, path, known)} for name, path in known.items()}
-    assert "sparsewire.two" in edges["sparsewire.one"] and "sparsewire.one" in edges["sparsewire.two"]
+    cycles, *_ = _plant(
+        tmp_path,
+        {"plan/one.py": "def f():\n    from sparsewire.plan.two import g\n", "plan/two.py": "from sparsewire.plan import one\n"},
+    )
+    assert cycles == [["sparsewire.plan.one", "sparsewire.plan.two"]]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from sparsewire.exec.executor import SpmmExecutor\n",
+        "def f():\n    import sparsewire.exec.executor\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sparsewire.exec.executor import SpmmExecutor\n",
+        "from sparsewire.partition import rows\nfrom sparsewire.io import readers\nfrom sparsewire.sim import flows\n",
+    ],
+    ids=["module-level", "in-a-function", "type-checking", "partition-ok-sim-not"],
+)
+def test_the_checker_sees_a_planted_upward_import(tmp_path, source):
+    """Planted faults: ``plan/`` importing the executor (at module level, inside a function, under
+    ``TYPE_CHECKING``) or ``sim/`` (a higher layer) fails the layer rule; partition and io do not."""
+    _, layers, *_ = _plant(
+        tmp_path,
+        {"plan/cost.py": source, "exec/executor.py": "", "partition/rows.py": "", "io/readers.py": "", "sim/flows.py": ""},
+    )
+    assert len(layers) == 1 and "plan/ (layer 3) imports" in layers[0], layers
+    _, clean, *_ = _plant(tmp_path, {"plan/cost.py": "from sparsewire.partition import rows\n"})
+    assert clean == []
+
+
+def test_the_checker_sees_same_layer_folders_and_the_executor_entry(tmp_path):
+    """Planted faults: ``kernels/`` importing ``wire/`` (one layer, not allowed), ``gnn/`` importing an
+    executor module instead of ``sparsewire.exec``; ``wire/`` importing ``comm/`` is allowed."""
+    _, layers, *_ = _plant(
+        tmp_path,
+        {
+            "kernels/a.py": "from sparsewire.wire import codecs\n",
+            "wire/codecs.py": "from sparsewire.comm import runtime\n",
+            "comm/runtime.py": "",
+            "gnn/layers.py": "from sparsewire.exec.options import ExecOptions\n",
+            "exec/options.py": "",
+        },
+    )
+    assert len(layers) == 2, layers
+    assert "kernels/ (layer 4) imports sparsewire.wire" in layers[0] + layers[1]
+    assert "gnn/ imports sparsewire.exec.options" in layers[0] + layers[1]
+
+
+WITHOUT_MPI_IMPORT = (
+    "import sys; sys.modules['mpi4py'] = sys.modules['torch'] = sys.modules['graphblas'] = None; "
+    "import importlib, pkgutil; import sparsewire.{folder} as p; "
+    "[importlib.import_module(m.name) for m in pkgutil.walk_packages(p.__path__, p.__name__ + '.')]; "
+    "print(sorted(n for n, m in sys.modules.items() if m is not None and n.split('.')[0] in ('mpi4py', 'torch', 'graphblas')))"
+)
+
+
+@pytest.mark.parametrize("folder", check_architecture.WITHOUT_MPI)
+def test_the_lower_layers_import_without_mpi_torch_or_graphblas(folder):
+    """Every module of the folders below the communicator imports with mpi4py, torch and
+    python-graphblas blocked (a module that imports one at module level fails here)."""
+    completed = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MPI_IMPORT.format(folder=folder)], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.strip() == "[]"
+
+
+def test_a_planted_mpi_import_is_caught_by_the_blocked_import(tmp_path):
+    """A planted fault: a module that imports mpi4py at module level does not import with it blocked."""
+    (tmp_path / "leaky.py").write_text("from mpi4py import MPI\n")
+    completed = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['mpi4py'] = None; import leaky"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert completed.returncode != 0 and "mpi4py" in completed.stderr
 
 
 def _documented(cls, name: str) -> str:

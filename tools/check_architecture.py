@@ -1,8 +1,17 @@
-"""Architecture checks run by the tests (issue 31): no import cycle among the modules of
-``src/sparsewire`` counting imports inside functions (not those under ``if TYPE_CHECKING:``,
-which never run), and the command line imports only names in
-the ``__all__`` of the module it imports from. Usage: ``.venv/bin/python tools/check_architecture.py``;
-prints every cycle and every private import, exits 1 if there is any."""
+"""Architecture checks run by the tests: the layer table, import cycles, what the command line imports.
+
+Every module of ``src/sparsewire`` belongs to a folder (its first subpackage; a top-level module is
+its own), and every folder to a layer of :data:`LAYERS`. A module may import its own folder or a
+folder of a lower layer, never one of its own layer or above; imports inside functions and under
+``if TYPE_CHECKING:`` count too (a type-only import is still a design dependency). The few
+exceptions are listed, each with its reason, in :data:`EXCEPTIONS`. Beside that: no import cycle
+among modules at run time (imports inside functions count; those under ``TYPE_CHECKING``, which
+never run, do not: a folder's modules may name each other's types), the SpGEMM and GNN folders
+import the executor only through ``sparsewire.exec``'s ``__all__`` (:data:`EXECUTOR_ENTRY`), and
+the command line imports only names in the ``__all__`` of the module it imports from.
+
+Usage: ``.venv/bin/python tools/check_architecture.py``; prints every fault, exits 1 if there is any.
+"""
 
 from __future__ import annotations
 
@@ -14,30 +23,74 @@ from pathlib import Path
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "sparsewire"
 
+#: Layer of every folder, lowest first: the data flow load -> partition -> plan -> execute -> report,
+#: the shared services below the executor, the MPI API and the products above.
+LAYERS: dict[str, int] = {
+    "errors": 0,  # the exception types every layer raises
+    "_lib": 1,  # helpers with no domain knowledge (aligned arrays, cores, sorting, tables, tolerances)
+    "io": 2,  # load: readers, generators, the shipped matrices
+    "topology": 2,  # the machine as data, and the calibration records it reads
+    "partition": 2,  # partition: rows to ranks
+    "plan": 3,  # plan: the pure planner, cost model and advisor (no MPI)
+    "sim": 4,  # cluster-scale simulation of plans, and the NetSparse reproduction
+    "comm": 4,  # the owner of mpi4py: runtime, watchdog, communicator lifetime
+    "kernels": 4,  # local products on raw arrays
+    "wire": 4,  # what a message looks like on the wire: paths, codecs
+    "profile": 4,  # report: tracing, -log_view summary, timeline, traffic, timed runs
+    "exec": 5,  # execute: the SpMM executor and its options
+    "spgemm": 5,  # the SpGEMM algorithms (1D, SUMMA, semirings)
+    "calibration": 6,  # measuring the machine (runs kernels and the executor's combine step)
+    "distributed": 7,  # the MPI API: DistributedMatrix, SpmmPlan, SpgemmPlan, plan files
+    "gnn": 8,  # GNN layers and training on the distributed API
+    "apps": 8,  # eigensolver and graph algorithms on the distributed API
+    "testing": 9,  # helpers for tests and benches, the emulated cluster
+    "sparsewire": 10,  # the package's face: re-exports only
+    "cli": 11,  # the command line, a thin layer over the public API
+    "__main__": 12,
+}
 
-def modules() -> dict[str, Path]:
+#: Folders of one layer that may import each other's modules, as (importer, imported): the other
+#: services use the communicator layer (the timed run its watchdog, the wire paths ask whether MPI is
+#: CUDA-aware).
+SAME_LAYER = {("profile", "comm"), ("wire", "comm")}
+
+#: Named exceptions to the layer rule, (importing module, imported module): why.
+EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+#: Folders that may import the executor only as ``from sparsewire.exec import <name in its __all__>``.
+EXECUTOR_ENTRY = ("spgemm", "gnn")
+
+#: Folders that must import with mpi4py, torch and python-graphblas absent (tests/test_architecture.py).
+WITHOUT_MPI = ("_lib", "io", "topology", "partition", "plan", "sim")
+
+
+def modules(source: Path = SOURCE) -> dict[str, Path]:
+    """Every module of the package under ``source``, by dotted name."""
     found = {}
-    for path in sorted((SOURCE / PACKAGE).rglob("*.py")):
-        parts = list(path.relative_to(SOURCE).with_suffix("").parts)
+    for path in sorted((source / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(source).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         found[".".join(parts)] = path
     return found
 
 
+def type_only_lines(tree: ast.AST) -> set[int]:
+    """The lines of the imports under ``if TYPE_CHECKING:`` (they never run)."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            lines.update(inner.lineno for statement in node.body for inner in ast.walk(statement) if hasattr(inner, "lineno"))
+    return lines
+
+
 def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, list[str], int]]:
-    """(module imported, names taken from it, line) for every import of ``name``'s source,
-    inside functions too; relative imports resolved; only modules of the package."""
+    """(module imported, names taken from it, line) for every import of ``name``'s source, inside
+    functions and under ``TYPE_CHECKING`` too; relative imports resolved; only modules of the package."""
     tree = ast.parse(path.read_text(), str(path))
     is_package = path.name == "__init__.py"
     found = []
-    skipped = set()  # imports under `if TYPE_CHECKING:` never run
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped.update(id(inner) for statement in node.body for inner in ast.walk(statement))
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] == PACKAGE:
@@ -56,6 +109,12 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, li
             found.append((target, [n for n in names if f"{target}.{n}" not in known], node.lineno))
             found.extend((sub, [], node.lineno) for sub in submodules)
     return found
+
+
+def folder(module: str) -> str:
+    """The folder of a dotted module name: its first subpackage, or the package itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -91,34 +150,73 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return result
 
 
-def analyse() -> tuple[list[list[str]], list[str], int, int]:
-    """(import cycles, private names the CLI imports, modules, imports)."""
-    known = modules()
+def layer_faults(name: str, target: str, names: list[str], line: str) -> list[str]:
+    """What is wrong with module ``name`` importing ``target`` (the names ``names`` from it)."""
+    own, other = folder(name), folder(target)
+    if own not in LAYERS:
+        return [f"{line}: folder {own!r} has no layer in LAYERS"]
+    if other not in LAYERS:
+        return [f"{line}: imports {target}, whose folder {other!r} has no layer in LAYERS"]
+    if own == other or (name, target) in EXCEPTIONS:
+        return []
+    if own in EXECUTOR_ENTRY and other == "exec" and target != f"{PACKAGE}.exec":
+        return [f"{line}: {own}/ imports {target}; import the executor's public entry (from {PACKAGE}.exec import ...)"]
+    if LAYERS[other] > LAYERS[own] or (LAYERS[other] == LAYERS[own] and (own, other) not in SAME_LAYER):
+        return [f"{line}: {own}/ (layer {LAYERS[own]}) imports {target} ({other}/, layer {LAYERS[other]})"]
+    return []
+
+
+def analyse(source: Path = SOURCE) -> tuple[list[list[str]], list[str], list[str], int, int]:
+    """(import cycles, layer faults, private names the CLI imports, modules, imports)."""
+    known = modules(source)
     graph: dict[str, set[str]] = {name: set() for name in known}
     private: list[str] = []
+    layers: list[str] = []
     for name, path in known.items():
+        type_only = type_only_lines(ast.parse(path.read_text(), str(path)))
         for target, names, line in imports(name, path, known):
+            where = f"{path.relative_to(source)}:{line}"
             # A module's own packages are already being imported when it runs: not an edge.
-            if target in known and target != name and not name.startswith(f"{target}."):
+            if target == name or name.startswith(f"{target}."):
+                continue
+            if target in known and line not in type_only:
                 graph[name].add(target)
-            if name.startswith(f"{PACKAGE}.cli") and not target.startswith(f"{PACKAGE}.cli") and names:
+            layers += layer_faults(name, target, names, where)
+            if folder(name) in EXECUTOR_ENTRY and target == f"{PACKAGE}.exec" and source == SOURCE:
+                exported = set(getattr(importlib.import_module(target), "__all__", ()))
+                layers += [f"{where}: {target}.{n} is not in its __all__" for n in names if n not in exported]
+            if folder(name) == "cli" and folder(target) != "cli" and names and source == SOURCE:
                 exported = set(getattr(importlib.import_module(target), "__all__", ()))
                 private += [  # dunder names (__version__) are public by convention, never in __all__
-                    f"{path.relative_to(SOURCE)}:{line}: {target}.{n} is not in its __all__"
+                    f"{where}: {target}.{n} is not in its __all__"
                     for n in names
                     if n not in exported and not (n.startswith("__") and n.endswith("__"))
                 ]
-    return cycles(graph), private, len(known), sum(map(len, graph.values()))
+    layers = list(dict.fromkeys(_one_per_line(layers)))
+    return cycles(graph), layers, private, len(known), sum(map(len, graph.values()))
+
+
+def _one_per_line(faults: list[str]):
+    """The first fault of each import statement (``from p import a, b`` imports p, p.a and p.b)."""
+    seen = set()
+    for fault in faults:
+        where = fault.split(": ", 1)[0]
+        if where not in seen:
+            seen.add(where)
+            yield fault
 
 
 def main() -> int:
-    found, private, n_modules, n_imports = analyse()
+    found, layers, private, n_modules, n_imports = analyse()
     for component in found:
         print("import cycle: " + " <-> ".join(component))
-    for line in private:
+    for line in layers + private:
         print(line)
-    print(f"{n_modules} modules, {n_imports} imports: {len(found)} cycles, {len(private)} private names imported by the CLI")
-    return 1 if found or private else 0
+    print(
+        f"{n_modules} modules, {n_imports} imports: {len(found)} cycles, {len(layers)} layer faults, "
+        f"{len(private)} private names imported by the CLI"
+    )
+    return 1 if found or layers or private else 0
 
 
 if __name__ == "__main__":

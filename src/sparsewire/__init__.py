@@ -1,8 +1,8 @@
 """sparsewire: distributed sparse matrix multiplication that moves as few bytes as the sparsity allows.
 
-Pipeline: load (:mod:`sparsewire.io`, :mod:`sparsewire.generators`) -> partition
+Pipeline: load (:mod:`sparsewire.io.readers`, :mod:`sparsewire.io.generators`) -> partition
 (:mod:`sparsewire.partition`) -> plan (:mod:`sparsewire.plan`, over a
-:mod:`sparsewire.topology`) -> execute
+:mod:`sparsewire.topology.model`) -> execute
 (:mod:`sparsewire.exec.executor`, needs MPI) -> report (:mod:`sparsewire.plan.stats`).
 
 The distributed API (:func:`distribute`, :class:`DistributedMatrix`, :class:`SpmmPlan`,
@@ -19,11 +19,11 @@ import sys as _sys
 if "numba" not in _sys.modules:
     _os.environ.setdefault("NUMBA_NUM_THREADS", str(max(64, _os.cpu_count() or 1)))
 
-from sparsewire.aligned import empty_aligned, zeros_aligned  # noqa: E402
+from sparsewire._lib.aligned import empty_aligned, zeros_aligned  # noqa: E402
 from sparsewire.errors import FallbackWarning, InputError, PlanMismatchError, SparsewireError, SparsewireWarning  # noqa: E402
-from sparsewire.generators import deterministic_dense
-from sparsewire.io import load_matrix
-from sparsewire.options import ExecOptions
+from sparsewire.exec.options import ExecOptions
+from sparsewire.io.generators import deterministic_dense
+from sparsewire.io.readers import load_matrix
 from sparsewire.partition import Partitioning, RowPartition, balanced_nnz, even_rows
 from sparsewire.plan import (
     CommPlan,
@@ -36,20 +36,20 @@ from sparsewire.plan import (
     plan_stats,
     rowwise_stats,
 )
-from sparsewire.topology import Level, LinkClass, Topology, parse_topology
+from sparsewire.topology.model import Level, LinkClass, Topology, parse_topology
 
 __version__ = "0.1.0"
 
 # Names that need MPI, imported when first used (PEP 562), so `import sparsewire` stays MPI-free.
 _LAZY = {
-    "distribute": "sparsewire.distributed",
-    "DistributedMatrix": "sparsewire.distributed",
-    "SpmmPlan": "sparsewire.spmm_plan",
-    "StrategyChoice": "sparsewire.spmm_plan",
-    "spmm": "sparsewire.spmm_plan",
-    "SpgemmPlan": "sparsewire.spgemm_plan",
-    "plan_spgemm": "sparsewire.spgemm_plan",
-    "trace": "sparsewire.exec.tracing",
+    "distribute": "sparsewire.distributed.matrix",
+    "DistributedMatrix": "sparsewire.distributed.matrix",
+    "SpmmPlan": "sparsewire.distributed.spmm",
+    "StrategyChoice": "sparsewire.distributed.spmm",
+    "spmm": "sparsewire.distributed.spmm",
+    "SpgemmPlan": "sparsewire.distributed.spgemm",
+    "plan_spgemm": "sparsewire.distributed.spgemm",
+    "trace": "sparsewire.profile.tracing",
 }
 
 

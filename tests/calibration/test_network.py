@@ -14,14 +14,14 @@ import pytest
 
 from conftest import CHILD_ENV
 from sparsewire.calibration.network import hidden_fraction
-from sparsewire.calibration.store import stamp
-from sparsewire.emulation.cluster import EmulatedCluster, bucket_bytes, unavailable_reason
 from sparsewire.errors import InputError
-from sparsewire.io import load_matrix
+from sparsewire.io.readers import load_matrix
 from sparsewire.partition import partition
 from sparsewire.plan import build_plan, plan_stats
 from sparsewire.plan.stats import predicted_communication_seconds, predicted_local_seconds, predicted_seconds, strategy_stats
-from sparsewire.topology import Topology, parse_topology
+from sparsewire.testing.emulation.cluster import EmulatedCluster, bucket_bytes, unavailable_reason
+from sparsewire.topology.model import Topology, parse_topology
+from sparsewire.topology.records import stamp
 
 TCP_PAYLOAD = 0.956  # the share of a link's bits that is TCP payload at MTU 1500 (shared/research/emulated-cluster)
 
@@ -434,10 +434,10 @@ def test_the_rows_rate_is_the_kernels_own_timing(rng):
     import scipy.sparse as sp
     from mpi4py import MPI
 
-    from sparsewire.aligned import empty_aligned
+    from sparsewire._lib.aligned import empty_aligned
     from sparsewire.calibration.compute import measure_rows_rate
-    from sparsewire.exec.kernels import compiled as kernels
-    from sparsewire.generators import deterministic_dense
+    from sparsewire.io.generators import deterministic_dense
+    from sparsewire.kernels import compiled as kernels
 
     rows = load_matrix(f"rmat:12:8:{int(rng.integers(1, 1000))}").tocsr()[:2000]
     measured = measure_rows_rate(MPI.COMM_SELF, rows, 8, threads=1, ranks_on_node=1, windows=3, window=0.1)

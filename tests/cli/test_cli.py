@@ -12,7 +12,7 @@ import pytest
 
 from conftest import CHILD_ENV, ROOT, SHARED_MATRICES, run_cli
 from oracles import formula_volumes, inter_group_formulas
-from sparsewire.io import load_matrix as _load_matrix
+from sparsewire.io.readers import load_matrix as _load_matrix
 from sparsewire.partition import partition
 
 
@@ -373,7 +373,7 @@ def test_spgemm_output_is_written_to_exactly_the_path_given(tmp_path):
     """``--output c.txt`` wrote ``c.txt.npz`` without saying so."""
     import scipy.sparse as sp
 
-    from sparsewire.io import load_matrix
+    from sparsewire.io.readers import load_matrix
 
     target = tmp_path / "c.txt"
     completed = run_cli(["spgemm", "stencil2d:6", "--output", str(target)])

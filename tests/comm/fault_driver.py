@@ -19,7 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 import sparsewire
-from sparsewire.exec.kernels.numpy_backend import NumpyBackend
+from sparsewire.kernels.numpy_backend import NumpyBackend
 
 comm = MPI.COMM_WORLD
 failing = comm.Get_rank() == comm.Get_size() - 1

@@ -8,7 +8,7 @@ may run it. The compute stream runs everything at once (CPU kernels), as a GPU t
 So a missing ``synchronize`` before MPI reads staged memory, or a missing wait before a kernel
 reads what a copy writes, leaves stale data in C.
 
-:func:`install` makes :class:`~sparsewire.exec.kernels.torch_backend.TorchBackend` on ``cpu`` take its
+:func:`install` makes :class:`~sparsewire.kernels.torch_backend.TorchBackend` on ``cpu`` take its
 CUDA branches (``mpi_memory`` the tensor itself, copies on the copy stream, ``synchronize``); only
 ``stage_zeros`` keeps its CPU branch (pinned memory needs CUDA).
 """
@@ -19,8 +19,8 @@ import contextlib
 
 import torch
 
-from sparsewire.aligned import zeros_aligned
-from sparsewire.exec.kernels.torch_backend import TorchBackend
+from sparsewire._lib.aligned import zeros_aligned
+from sparsewire.kernels.torch_backend import TorchBackend
 
 __all__ = ["DeferredStream", "install"]
 

@@ -24,14 +24,14 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from sparsewire.exec.executor import SpmmExecutor
-from sparsewire.exec.kernels import compiled as kernels
-from sparsewire.exec.modes import MODES, layout_for_mode
-from sparsewire.generators import from_spec
-from sparsewire.options import ExecOptions
+from sparsewire.exec.options import ExecOptions
+from sparsewire.io.generators import from_spec
+from sparsewire.kernels import compiled as kernels
 from sparsewire.partition import partition
+from sparsewire.plan.modes import MODES, layout_for_mode
 from sparsewire.plan.plan import build_rank_plan_collective
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
-from sparsewire.topology import Topology
+from sparsewire.topology.model import Topology
 
 DETERMINISTIC = True  # the planted-fault run sets it False
 COLUMN_BASED = {Strategy.BLOCK, Strategy.COLUMN, Strategy.COLUMN_HIER}

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from sparsewire.exec.modes import Mode
 from sparsewire.exec.transports import mpi as mpi_transports
 from sparsewire.exec.transports import register_transport
+from sparsewire.plan.modes import Mode
 
 #: Calls of every RecordingTransport in this process, by method name.
 CALLS: Counter = Counter()

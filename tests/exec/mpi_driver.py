@@ -39,15 +39,15 @@ from mpi4py import MPI
 from sparsewire.comm.runtime import node_ids
 from sparsewire.exec import combine
 from sparsewire.exec.executor import SpmmExecutor
-from sparsewire.exec.kernels import backend_problem
-from sparsewire.exec.modes import MODES, layout_for_mode
+from sparsewire.exec.options import ExecOptions
 from sparsewire.exec.transports import transport_problem
-from sparsewire.generators import from_spec
-from sparsewire.options import ExecOptions
+from sparsewire.io.generators import from_spec
+from sparsewire.kernels import backend_problem
 from sparsewire.partition import partition
+from sparsewire.plan.modes import MODES, layout_for_mode
 from sparsewire.plan.plan import build_plan, build_rank_plan_collective
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
-from sparsewire.topology import Topology
+from sparsewire.topology.model import Topology
 
 MERGED_MODES = tuple(mode for mode in MODES if mode != "pipelined")
 # (strategy filter, topology, proxy policy, modes)
@@ -113,7 +113,7 @@ def main() -> None:
     device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
     strategies = chosen_strategies(sys.argv[6] if len(sys.argv) > 6 else "all")
     if device == "cuda":  # each rank the GPU of its rank on the node (NCCL needs one per rank)
-        from sparsewire.exec.kernels.torch_backend import node_device
+        from sparsewire.kernels.torch_backend import node_device
 
         device = node_device(comm)
     if backend == "torch":

@@ -17,8 +17,8 @@ from mpi_driver import planned_runs  # noqa: E402
 
 from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, run_mpi  # noqa: E402
 from sparsewire.errors import InputError  # noqa: E402
-from sparsewire.exec.kernels import backend_problem, make_backend  # noqa: E402
-from sparsewire.exec.kernels.numpy_backend import NumpyBackend  # noqa: E402
+from sparsewire.kernels import backend_problem, make_backend  # noqa: E402
+from sparsewire.kernels.numpy_backend import NumpyBackend  # noqa: E402
 
 CORA = SHARED_DATA / "gnn" / "cora.npz"
 

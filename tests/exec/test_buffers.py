@@ -14,12 +14,12 @@ import scipy.sparse as sp
 from conftest import _seed
 from sparsewire.exec.buffers import BufferNeeds, build_buffers, padded_rows
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
-from sparsewire.exec.kernels import compiled as kernels
 from sparsewire.exec.pack import Packer
+from sparsewire.kernels import compiled as kernels
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_plan
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
-from sparsewire.topology import Topology
+from sparsewire.topology.model import Topology
 
 NEEDS = [
     BufferNeeds(),

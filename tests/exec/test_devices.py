@@ -17,8 +17,8 @@ import extra_transports  # noqa: E402, F401 - registers torch-grouped
 from mpi_driver import planned_runs  # noqa: E402
 
 from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, cuda_devices, on_devices, run_mpi  # noqa: E402
-from sparsewire.exec.kernels.torch_backend import TorchBackend  # noqa: E402
 from sparsewire.exec.transports import transport_problem  # noqa: E402
+from sparsewire.kernels.torch_backend import TorchBackend  # noqa: E402
 
 CORA = SHARED_DATA / "gnn" / "cora.npz"
 
@@ -118,7 +118,7 @@ def test_cuda_messages_take_the_path_the_rule_gives(tmp_path, device):
     staged whatever the file says; C exact, bytes as planned, staged memory equal to the buffers."""
     completed = run_mpi(
         3,
-        ["tests/exec/transfer_driver.py", f"split:{tmp_path / 'cuda.json'}", "torch", str(_seed()), device],
+        ["tests/wire/transfer_driver.py", f"split:{tmp_path / 'cuda.json'}", "torch", str(_seed()), device],
         timeout=300,
         env={"XDG_CACHE_HOME": str(tmp_path / "cache")},
     )
@@ -157,7 +157,7 @@ def test_the_cuda_branches_give_the_same_c_when_copies_run_as_late_as_a_gpu_may_
     completed = run_mpi(
         ranks,
         [
-            "tests/exec/transfer_driver.py",
+            "tests/wire/transfer_driver.py",
             f"split:{tmp_path / 'planted.json'}",
             "torch",
             str(_seed() + ranks),

@@ -238,8 +238,8 @@ def test_cli_spmm_topology_from_mpi_groups_one_node():
 
 def test_default_mode_follows_the_benchmark_rule():
     # 2 ranks x 1 thread fit this test's cores only where there are 2 or more; the rule itself:
-    from sparsewire.exec.kernels.compiled import default_threads
-    from sparsewire.exec.modes import choose_mode
+    from sparsewire.kernels.compiled import default_threads
+    from sparsewire.plan.modes import choose_mode
 
     cores = default_threads(1)
     assert choose_mode(8, 1, 1) == "early" and choose_mode(16, 1, 1) == "early"

@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 
 import sparsewire
-from sparsewire.cores import NODE_CORES_VARIABLE
+from sparsewire._lib.cores import NODE_CORES_VARIABLE
 from sparsewire.exec import combine
 from sparsewire.exec.transports.mpi import MpiTransport
 

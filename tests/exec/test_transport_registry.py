@@ -11,9 +11,9 @@ import pytest
 
 from conftest import _seed, run_mpi
 from sparsewire.errors import InputError
-from sparsewire.exec.modes import Mode
+from sparsewire.exec.options import ExecOptions
 from sparsewire.exec.transports import register_transport, transport_entry, transport_help, transport_names, transport_problem
-from sparsewire.options import ExecOptions
+from sparsewire.plan.modes import Mode
 
 
 def test_the_registry_names_the_builtin_and_the_registered_transports():

@@ -9,8 +9,8 @@ import pytest
 from mpi4py import MPI
 
 import sparsewire
+from sparsewire._lib.cores import NODE_CORES_VARIABLE, oversubscribed
 from sparsewire.comm import runtime
-from sparsewire.cores import NODE_CORES_VARIABLE, oversubscribed
 
 
 def test_oversubscribed_counts_ranks_times_threads_against_the_node_cores(monkeypatch):

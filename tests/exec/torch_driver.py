@@ -31,8 +31,8 @@ from mpi4py import MPI
 
 import sparsewire
 from sparsewire.exec.executor import SpmmExecutor
-from sparsewire.generators import from_spec
-from sparsewire.options import ExecOptions
+from sparsewire.exec.options import ExecOptions
+from sparsewire.io.generators import from_spec
 from sparsewire.partition import partition
 from sparsewire.plan.plan import build_rank_plan_collective
 

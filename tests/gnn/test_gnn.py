@@ -314,7 +314,7 @@ def test_planetoid_files_are_validated_before_use(tmp_path):
 
 def test_an_edge_list_with_a_vertex_id_beyond_the_machine_is_refused(tmp_path):
     from sparsewire import InputError
-    from sparsewire.io import load_matrix
+    from sparsewire.io.readers import load_matrix
 
     (tmp_path / "far.txt").write_text("0 1\n1 4000000000000\n")  # 4e12 rows: beyond any machine
     with pytest.raises(InputError, match=r"largest vertex id \+ 1.*needs about"):

@@ -286,7 +286,7 @@ def plan_file(draw) -> tuple[bytes, bool]:
     """A damaged plan file, and whether its checksum was forged to match (then a value edited
     within range loads and multiplies to another product: only a checksum an attacker cannot
     recompute would stop it, so such a plan must merely load safely or be refused)."""
-    from sparsewire.plan.plan_file import arrays_checksum
+    from sparsewire.distributed.plan_file import arrays_checksum
 
     state = plan_fixture()
     how = draw(st.integers(0, 2))
@@ -340,7 +340,7 @@ def run(examples: int, run_seed: int) -> None:
 
     import sparsewire
     from sparsewire.gnn.data import load_planetoid
-    from sparsewire.io import load_matrix
+    from sparsewire.io.readers import load_matrix
 
     share = {
         "matrix_market": 0.2,

@@ -49,7 +49,7 @@ def test_the_fuzzer_catches_a_reader_that_raises_the_wrong_error(tmp_path):
     planted = tmp_path / "planted.py"
     planted.write_text(
         "import runpy, sys\n"
-        "import sparsewire.io as io\n"
+        "import sparsewire.io.readers as io\n"
         "original = io.read_matrix_market\n"
         "def broken(path):\n"
         "    data = open(path, 'rb').read()\n"

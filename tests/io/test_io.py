@@ -9,8 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 from sparsewire.errors import InputError
-from sparsewire.generators import deterministic_dense, from_spec
-from sparsewire.io import load_matrix, nonfinite_entries
+from sparsewire.io.generators import deterministic_dense, from_spec
+from sparsewire.io.readers import load_matrix, nonfinite_entries
 
 HEADER = "%%MatrixMarket matrix coordinate {field} {symmetry}\n"
 
@@ -141,7 +141,7 @@ def test_rmat_compiled_path_makes_the_numpy_paths_matrix(monkeypatch, seed):
     the edges in blocks through all the bits; with chunks and blocks shrunk so that there are several of
     each (and a last, shorter one), it makes exactly the NumPy path's matrix, and leaves the generator where
     the NumPy path does (the permutation that follows the draws agrees)."""
-    from sparsewire import generators
+    from sparsewire.io import generators
 
     monkeypatch.setattr(generators, "RMAT_CHUNK", 1000)
     monkeypatch.setattr(generators, "RMAT_BLOCK", 300)
@@ -159,8 +159,8 @@ def test_rmat_compiled_path_makes_the_numpy_paths_matrix(monkeypatch, seed):
 def test_rmat_compiled_and_numpy_steps_set_the_same_bits(rng):
     """The compiled step (large graphs) and the NumPy one (small) pick the same quadrants, on draws that
     include the thresholds themselves; and an R-MAT graph's pattern is canonical CSR with 32-bit ids."""
-    from sparsewire.generators import GRAPH500_ABC, _add_quadrant_bits
-    from sparsewire.rmat_bits import add_quadrant_bits
+    from sparsewire.io.generators import GRAPH500_ABC, _add_quadrant_bits
+    from sparsewire.io.rmat_bits import add_quadrant_bits
 
     a, b, c = GRAPH500_ABC
     draw = np.concatenate([rng.random(5000), [0.0, a, a + b, a + b + c, np.nextafter(a, 0), np.nextafter(1.0, 0)]])

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from sparsewire.generators import from_spec
+from sparsewire.distributed.auto import StrategyChoice
+from sparsewire.io.generators import from_spec
 from sparsewire.partition import even_rows
-from sparsewire.plan.auto_strategy import StrategyChoice
 from sparsewire.plan.cost import NEAR_TIE, plan_steps, preferred
 from sparsewire.plan.stats import plan_stats, strategy_stats
 from sparsewire.plan.strategies import Strategy
-from sparsewire.topology import Topology
+from sparsewire.topology.model import Topology
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,12 @@ import pytest
 import scipy.sparse as sp
 
 from oracles import random_integer_matrix
-from sparsewire.distinct import distinct
+from sparsewire._lib.distinct import distinct
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.plan import build_plan, plan_stats, strategy_stats
 from sparsewire.plan.counted import counted_sends
-from sparsewire.topology import Topology
+from sparsewire.topology.model import Topology
 
 FIELDS = ("sources", "destinations", "steps", "message_bytes", "message_counts")
 
@@ -114,7 +114,7 @@ def test_counted_sends_refuses_what_it_cannot_count():
 
 
 def test_distinct_values_and_counts_equal_numpys_unique(rng):
-    from sparsewire.distinct import distinct_counts
+    from sparsewire._lib.distinct import distinct_counts
 
     for size in (0, 1, 2, 17, 5000):
         values = rng.integers(-50, 50, size) * int(rng.integers(1, 2**40))

@@ -1,4 +1,4 @@
-"""Bit-packing (sparsewire.bitpacking) and the planner's coded all-to-all (plan.records.exchange_boxes with
+"""Bit-packing (sparsewire._lib.bitpacking) and the planner's coded all-to-all (plan.records.exchange_boxes with
 ``coded``, issue 43): lossless on random, extreme and real planner boxes; a message cut short is refused."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sparsewire.bitpacking import BLOCK, pack, pack_words, unpack, unpack_words
+from sparsewire._lib.bitpacking import BLOCK, pack, pack_words, unpack, unpack_words
 from sparsewire.errors import PlanMismatchError
 from sparsewire.partition import even_rows
 from sparsewire.plan import build_plan

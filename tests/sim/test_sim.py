@@ -15,13 +15,13 @@ from sparsewire.errors import InputError
 from sparsewire.partition import even_rows
 from sparsewire.plan.stats import PlanStats
 from sparsewire.plan.strategies import Strategy
-from sparsewire.sim import netsparse as ns
-from sparsewire.sim import request_streams
 from sparsewire.sim.flows import solve_max_min
+from sparsewire.sim.netsparse import request_streams
+from sparsewire.sim.netsparse import simulator as ns
 from sparsewire.sim.network import GIGABIT
 from sparsewire.sim.network_builders import build_network, dragonfly, hyperx, leaf_spine, network_presets
 from sparsewire.sim.plan_timing import simulate_plan, wire_bytes
-from sparsewire.topology import PRESETS, parse_topology
+from sparsewire.topology.model import PRESETS, parse_topology
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 MB50 = 50e6
@@ -441,7 +441,7 @@ def test_nodes_that_own_only_empty_rows_are_simulated(rng):
 def test_nodes_issued_in_threads_give_the_serial_reads(monkeypatch):
     """The RIG stage runs nodes in threads, each with its own scratch; one thread and three give the same reads,
     counts and last cycles, node by node."""
-    from sparsewire.sim import netsparse_issue
+    from sparsewire.sim.netsparse import rig as netsparse_issue
 
     matrix = sp.random_array((3000, 3000), density=0.004, format="csr", rng=np.random.default_rng(11))
     workload = ns.Workload.from_matrix(matrix, 12)
@@ -566,7 +566,7 @@ def test_cli_bad_input(arguments, message):
 def test_order_by_group_then_time_is_lexsorts_order(rng):
     """The simulator's combined-key sort against np.lexsort: ties kept in order, negative times, spans whose
     key leaves no room for the positions (stable argsort taken) and spans too wide for one 63-bit key (lexsort)."""
-    from sparsewire.sim.request_streams import order_by as _order_by
+    from sparsewire.sim.netsparse.request_streams import order_by as _order_by
 
     for high in (1, 5, 10**6, 2**50, 2**61):  # 2**50: the position bits do not fit, a stable argsort is taken
         groups = rng.integers(0, 9, 3000)

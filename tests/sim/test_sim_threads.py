@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sparsewire.sim import netsparse as ns
-from sparsewire.sim import netsparse_baselines, request_streams
+from sparsewire.sim.netsparse import baselines as netsparse_baselines
+from sparsewire.sim.netsparse import request_streams
+from sparsewire.sim.netsparse import simulator as ns
 from sparsewire.sim.network_builders import leaf_spine
 
 

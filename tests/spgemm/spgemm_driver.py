@@ -22,8 +22,8 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from sparsewire.apps import graphs
 from sparsewire.plan.strategies import Strategy
-from sparsewire.spgemm import graphs
 from sparsewire.spgemm.compare import compare_exactly, reference_product
 from sparsewire.spgemm.distributed import DistributedSpgemm
 from sparsewire.spgemm.local import row_counts

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from sparsewire.apps import graphs
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
-from sparsewire.spgemm import graphs
 from sparsewire.spgemm.compare import compare_exactly, reference_product
 from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, to_scipy, wire_bytes
 from sparsewire.spgemm.semirings import SEMIRINGS, get_semiring, user_semiring

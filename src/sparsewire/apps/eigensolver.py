@@ -19,7 +19,7 @@ Cycle, from an orthonormal block X (n x b) and W = A X:
    the next ``X = Q U`` and ``A X = (A Q) U`` (no multiply needed for the first block);
 3. converged when ``||A x_i - theta_i x_i|| <= max(tol |theta_i|, n u |theta_1|)`` for the wanted
    ``nev`` pairs (u the unit roundoff: a zero eigenvalue's residual cannot go below the roundoff
-   of one multiply, see :mod:`sparsewire.tolerance`).
+   of one multiply, see :mod:`sparsewire._lib.tolerance`).
 
 A matrix of order ``n <= steps * b`` has no room for a Krylov basis of ``steps`` blocks; it is
 small, so it is solved directly: its columns are ``A I`` (``ceil(n / b)`` multiplies), every rank
@@ -37,11 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire.aligned import empty_aligned
+from sparsewire._lib.aligned import empty_aligned
+from sparsewire._lib.tolerance import unit_roundoff
 from sparsewire.errors import InputError
 from sparsewire.exec.executor import SpmmExecutor
-from sparsewire.generators import deterministic_dense
-from sparsewire.tolerance import unit_roundoff
+from sparsewire.io.generators import deterministic_dense
 
 __all__ = ["EigenResult", "block_krylov_eigs"]
 

@@ -2,9 +2,9 @@
 
 :func:`measure_compute_rate` times the executor's CSR x dense kernel; ``sparsewire calibrate``
 stores the record (kind ``compute``) at :func:`default_calibration_path` in the calibration cache
-(:mod:`sparsewire.calibration.store`) and ``sparsewire simulate`` reads it (:func:`load_compute_rate`).
+(:mod:`sparsewire.topology.records`) and ``sparsewire simulate`` reads it (:func:`load_compute_rate`).
 :func:`measure_rows_rate` times the same kernel on the rows of the matrix a job multiplies, every rank at once
-(the planner's local rate for that matrix, :meth:`~sparsewire.topology.Topology.with_local_rate`).
+(the planner's local rate for that matrix, :meth:`~sparsewire.topology.model.Topology.with_local_rate`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.calibration.store import read_record, record_path, stamp
 from sparsewire.errors import InputError
+from sparsewire.topology.records import read_record, record_path, stamp
 
 __all__ = [
     "COMPUTE_KIND",
@@ -41,7 +41,7 @@ COMPUTE_KIND = "compute"
 
 def default_calibration_path() -> Path:
     """Not collective. Where ``sparsewire calibrate`` writes and ``simulate`` reads the measured compute
-    rate: ``compute.json`` in :func:`~sparsewire.calibration.store.cache_directory`."""
+    rate: ``compute.json`` in :func:`~sparsewire.topology.records.cache_directory`."""
     return record_path(COMPUTE_KIND)
 
 
@@ -65,7 +65,7 @@ BENCHMARK_MATRIX = "rmat:16:8:1"
 def kernel_operand(matrix: sp.sparray, dtype=np.float64, threads: int = 1, ranks_on_node: int = 1):
     """Not collective. ``matrix`` as the executor's CSR kernel operand of ``dtype`` (``threads`` threads set for
     ``ranks_on_node`` ranks), with :func:`kernel_block` its B and C."""
-    from sparsewire.exec.kernels import compiled as kernels
+    from sparsewire.kernels import compiled as kernels
 
     kernels.set_threads(threads, ranks_on_node)
     return kernels.CsrOperand.from_matrix(sp.csr_array(matrix).astype(dtype), dtype, threads)
@@ -74,15 +74,15 @@ def kernel_operand(matrix: sp.sparray, dtype=np.float64, threads: int = 1, ranks
 def kernel_block(shape: tuple[int, int], k: int, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
     """Not collective. A k-column B and C for a CSR product of ``shape``, on cache lines as the executor allocates
     them."""
-    from sparsewire.aligned import empty_aligned
-    from sparsewire.generators import deterministic_dense
+    from sparsewire._lib.aligned import empty_aligned
+    from sparsewire.io.generators import deterministic_dense
 
     return deterministic_dense(0, shape[1], k, dtype), empty_aligned((shape[0], k), dtype)
 
 
 def benchmark_matrix() -> sp.csr_array:
     """Not collective. :data:`BENCHMARK_MATRIX`: R-MAT scale 16, edge factor 8, seed 1."""
-    from sparsewire.generators import rmat
+    from sparsewire.io.generators import rmat
 
     return sp.csr_array(rmat(16, 8, seed=1))
 
@@ -91,7 +91,7 @@ def kernel_products(matrix: sp.sparray, ks, dtype=np.float64, threads: int = 1, 
     """Not collective. For each k of ``ks``, ``(product, nonzero_columns)``: a call of the executor's CSR x dense
     kernel on ``matrix`` with a k-column B of ``dtype`` (:func:`kernel_operand`, :func:`kernel_block`), run once
     already (compiled, pages touched), and the nonzero-columns each call does."""
-    from sparsewire.exec.kernels import compiled as kernels
+    from sparsewire.kernels import compiled as kernels
 
     operand = kernel_operand(matrix, dtype, threads, ranks_on_node)
     products = []
@@ -177,8 +177,8 @@ def measure_rows_rate(
     mdual's 0.44-0.52x (docs/performance.md, "Over a real link")."""
     from mpi4py import MPI
 
+    from sparsewire._lib.cores import oversubscribed
     from sparsewire.comm.runtime import wait_all
-    from sparsewire.cores import oversubscribed
 
     rows = sp.csr_array(rows)
     used, columns = np.unique(rows.indices, return_inverse=True)

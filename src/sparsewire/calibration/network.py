@@ -1,6 +1,6 @@
 """The network's link classes, measured: latency and bandwidth inside a node and between nodes,
 written as a calibration record (kind ``network``) that ``--topology FILE`` reads back as a
-:class:`~sparsewire.topology.Topology` (:meth:`~sparsewire.topology.Topology.from_record`).
+:class:`~sparsewire.topology.model.Topology` (:meth:`~sparsewire.topology.model.Topology.from_record`).
 
 Groups come from MPI itself (``MPI_COMM_TYPE_SHARED``: the ranks sharing a node's memory). Per link
 class (``intra_node``: two ranks of one node; ``inter_node``: rank 0 and the first rank of another
@@ -50,9 +50,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire.calibration.store import stamp
 from sparsewire.comm.runtime import node_ids, wait_all
 from sparsewire.errors import InputError
+from sparsewire.topology.records import stamp
 
 __all__ = ["NETWORK_KIND", "measure_network", "hidden_fraction"]
 
@@ -186,11 +186,11 @@ def _overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sharing:
     Why: on the emulated cluster, where the two cores that compute also move the bytes through the network stack,
     the overlapping modes measured 0.97-1.01x ``bulk`` with 4 ranks at 5 Gbit/s (docs/performance.md, "Over a
     real link"), while the cost model had hidden the link whole behind the diagonal block."""
+    from sparsewire._lib.cores import default_threads, oversubscribed
     from sparsewire.calibration.compute import benchmark_matrix, kernel_block, kernel_operand
     from sparsewire.comm.runtime import wait_all
-    from sparsewire.cores import default_threads, oversubscribed
     from sparsewire.exec.combine import multiply_in_pieces, progress_piece_bounds
-    from sparsewire.exec.kernels import compiled as kernels
+    from sparsewire.kernels import compiled as kernels
 
     rank, k = comm.Get_rank(), 32
     threads = default_threads(sharing)
@@ -251,8 +251,8 @@ def _local_rate_samples(
     so ranks that share a core share it in the figure); then one window of each on rank 0 alone while the others
     wait (rank 0's lists; empty elsewhere): the rates a rank gets while the ranks whose messages are in wait for the
     rest. The waits for the others yield where the node is oversubscribed, as the executor's do."""
+    from sparsewire._lib.cores import default_threads, oversubscribed
     from sparsewire.calibration.compute import benchmark_products, rate_over, rates_together
-    from sparsewire.cores import default_threads, oversubscribed
 
     threads = default_threads(sharing)
     [(product, product_work)] = benchmark_products([32], threads, sharing)
@@ -273,8 +273,8 @@ def _local_rates(comm: MPI.Comm, parts: list[tuple[list[float], ...]], sharing: 
     """The ``local`` entry from :func:`_local_rate_samples` taken at several times of the calibration: per rank the
     median over all its windows, then the slowest rank's (it sets a multiply's time); and the medians of rank 0's
     windows alone (``alone_nonzero_columns_per_second``, ``alone_copy_bytes_per_second``)."""
+    from sparsewire._lib.cores import default_threads
     from sparsewire.calibration.compute import BENCHMARK_MATRIX
-    from sparsewire.cores import default_threads
 
     product = statistics.median([rate for part in parts for rate in part[0]])
     copy = statistics.median([rate for part in parts for rate in part[1]])

@@ -1,78 +1,29 @@
 """The transfer calibration: the message size below which staging through host memory beats MPI
-reading the device's buffers (:mod:`sparsewire.exec.wire`), measured by ``sparsewire calibrate
---device D`` and stored in the calibration cache (:mod:`sparsewire.calibration.store`).
+reading the device's buffers (:mod:`sparsewire.wire.paths`), measured by ``sparsewire calibrate
+--device D`` and stored in the calibration cache (:mod:`sparsewire.topology.records`).
 
 :func:`measure_transfer_paths` times both paths message size by message size between two ranks
 (:func:`time_transfer_paths`, also used by ``bench/gpu.py``) and takes :func:`crossover`;
-:func:`transfer_rule` is the rule an executor runs with: from a given file, else the stored one of
-the device's type, else :func:`~sparsewire.exec.wire.default_rule`.
+:mod:`sparsewire.wire.transfer_records` reads the record back into the rule an executor runs with.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 
-from sparsewire.calibration.store import read_record, record_path, stamp
 from sparsewire.errors import InputError
-from sparsewire.exec.wire import EVERY_MESSAGE, TransferRule, default_rule, device_type
+from sparsewire.topology.records import stamp
+from sparsewire.wire.paths import EVERY_MESSAGE, default_rule, device_type
+from sparsewire.wire.transfer_records import TRANSFER_KIND
 
 __all__ = [
-    "TRANSFER_KIND",
-    "default_transfer_record_path",
-    "load_transfer_rule",
-    "transfer_rule",
     "crossover",
     "time_transfer_paths",
     "measure_transfer_paths",
 ]
-
-#: The ``kind`` of a transfer calibration record.
-TRANSFER_KIND = "transfer"
-
-
-def default_transfer_record_path(device: str) -> Path:
-    """Not collective. Where ``sparsewire calibrate --device D`` writes and the executor looks for the
-    calibration of D's type: ``transfer-<type>.json`` in :func:`~sparsewire.calibration.store.cache_directory`."""
-    return record_path(f"transfer-{device_type(device)}")
-
-
-def load_transfer_rule(path: str | os.PathLike, device: str) -> TransferRule:
-    """Not collective. The rule stored in the calibration file at ``path`` for ``device``.
-
-    Raises:
-        InputError naming the file and the fix when it is missing, not a transfer calibration,
-        of another version, for another device type, or holds no valid threshold.
-    """
-    path = Path(path)
-    rerun = f"rerun 'mpiexec -n 2 sparsewire calibrate --device {device_type(device)} --output {path}'"
-    record = read_record(path, TRANSFER_KIND, rerun)
-    if record.get("device") != device_type(device):
-        raise InputError(f"{path} calibrates device type {record.get('device')!r}, not {device_type(device)!r}; {rerun}")
-    threshold = record.get("staged_below_bytes")
-    if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
-        raise InputError(f"{path}: staged_below_bytes must be a whole number of bytes >= 0 (got {threshold!r}); {rerun}")
-    return TransferRule(threshold, f"calibrated in {path} ({record.get('written', 'undated')})")
-
-
-def transfer_rule(device: str, calibration: str | os.PathLike | None = None) -> TransferRule:
-    """Not collective. The rule of an executor on ``device``: from ``calibration`` when given, else
-    from :func:`default_transfer_record_path` when that file exists, else
-    :func:`default_rule`; always :func:`default_rule`'s (every message staged) where MPI cannot
-    read the device's memory."""
-    fallback = default_rule(device)  # the device check comes first
-    if fallback.staged_below_bytes >= EVERY_MESSAGE:
-        if calibration is not None:  # still refuse a bad file
-            load_transfer_rule(calibration, device)
-        return fallback  # MPI cannot send from device memory: no threshold applies
-    if calibration is not None:
-        return load_transfer_rule(calibration, device)
-    stored = default_transfer_record_path(device)
-    return load_transfer_rule(stored, device) if stored.exists() else fallback
 
 
 def crossover(sizes: list[int], direct_seconds: list[float], staged_seconds: list[float]) -> int:

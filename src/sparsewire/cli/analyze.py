@@ -1,6 +1,6 @@
 """``sparsewire analyze`` (communication volume of each strategy for P ranks) and ``sparsewire
 advise`` (every partitioner x strategy and a recommendation), from the global matrix (no MPI),
-over :func:`sparsewire.plan.stats.strategy_stats` and :func:`sparsewire.advisor.advise`."""
+over :func:`sparsewire.plan.stats.strategy_stats` and :func:`sparsewire.plan.advisor.advise`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from sparsewire._lib.text import format_bytes, format_table
 from sparsewire.cli.common import (
     DTYPES,
     MATRIX_HELP,
@@ -25,7 +26,6 @@ from sparsewire.cli.common import (
     write_output,
 )
 from sparsewire.cli.estimate import ESTIMATE_FROM_NONZEROS, estimate_seconds, format_seconds
-from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
 
@@ -92,7 +92,7 @@ def add_commands(commands) -> None:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    from sparsewire.io import load_matrix
+    from sparsewire.io.readers import load_matrix
     from sparsewire.partition import partition
     from sparsewire.plan.stats import strategy_stats
     from sparsewire.plan.strategies import parse_strategies
@@ -198,10 +198,10 @@ def run_analyze(args: argparse.Namespace) -> int:
 
 
 def run_advise(args: argparse.Namespace) -> int:
-    from sparsewire.advisor import advise, plot_advice
     from sparsewire.errors import InputError
-    from sparsewire.io import load_matrix
+    from sparsewire.io.readers import load_matrix
     from sparsewire.partition import PARTITIONERS
+    from sparsewire.plan.advisor import advise, plot_advice
     from sparsewire.plan.strategies import parse_strategies
 
     topology = topology_from_args(args)

@@ -7,9 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sparsewire._lib.text import format_bytes, format_table
 from sparsewire.calibration.compute import default_calibration_path, measure_compute_rate
-from sparsewire.calibration.store import record_path, write_record
-from sparsewire.calibration.transfer import default_transfer_record_path
 from sparsewire.cli.common import (
     check_writable,
     json_text,
@@ -19,8 +18,9 @@ from sparsewire.cli.common import (
     write_output,
 )
 from sparsewire.errors import InputError
-from sparsewire.exec.kernels import BACKENDS
-from sparsewire.report import format_bytes, format_table
+from sparsewire.kernels import BACKENDS
+from sparsewire.topology.records import record_path, write_record
+from sparsewire.wire.transfer_records import default_transfer_record_path
 
 __all__ = ["add_commands"]
 
@@ -105,7 +105,7 @@ def _run_calibrate_transfers(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
     from sparsewire.calibration.transfer import measure_transfer_paths
-    from sparsewire.exec.kernels import make_backend
+    from sparsewire.kernels import make_backend
 
     try:
         sizes = sorted({int(text) for text in args.sizes.split(",") if text.strip()})

@@ -11,9 +11,9 @@ import sys
 import numpy as np
 
 from sparsewire.errors import InputError
-from sparsewire.exec.kernels import BACKENDS
-from sparsewire.exec.modes import MODES
 from sparsewire.exec.transports import transport_help, transport_names
+from sparsewire.kernels import BACKENDS
+from sparsewire.plan.modes import MODES
 
 __all__ = [
     "MATRIX_HELP",
@@ -106,7 +106,7 @@ def add_topology_arguments(parser: argparse.ArgumentParser, allow_mpi: bool) -> 
     """--group-size/--topology (one of them) and --proxy."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--group-size", "-G", type=positive_int, help="groups of G consecutive ranks (same as --topology nodes:G)")
-    from sparsewire.topology import PRESETS
+    from sparsewire.topology.model import PRESETS
 
     presets = ", ".join(["nodes:G", *PRESETS]) + (", mpi (shared-memory nodes)" if allow_mpi else "")
     where.add_argument("--topology", help=f"cluster model: {presets}; adds per-link-class bytes and predicted time")
@@ -121,7 +121,7 @@ def add_topology_arguments(parser: argparse.ArgumentParser, allow_mpi: bool) -> 
 
 def topology_from_args(args: argparse.Namespace, comm=None):
     """The Topology the arguments name (None: flat); ``mpi`` needs the communicator."""
-    from sparsewire.topology import Topology, parse_topology
+    from sparsewire.topology.model import Topology, parse_topology
 
     if args.group_size is not None:
         return Topology.nodes(args.group_size)
@@ -179,8 +179,8 @@ def write_output(path, flag: str, write) -> None:
 
 def refuse_oversized(comm, needed: int, what: str, fix: str) -> None:
     """Collective (comm may be None: one process). One InputError on every rank when a rank's ``needed``
-    bytes, implied by the arguments, exceed what it may allocate (:func:`~sparsewire.sizes.check_derived_fits`)."""
-    from sparsewire.sizes import check_derived_fits
+    bytes, implied by the arguments, exceed what it may allocate (:func:`~sparsewire._lib.sizes.check_derived_fits`)."""
+    from sparsewire._lib.sizes import check_derived_fits
 
     try:
         check_derived_fits(needed, what, fix)
@@ -198,8 +198,8 @@ def refuse_oversized(comm, needed: int, what: str, fix: str) -> None:
 
 def refuse_ranks_beyond_memory(ranks: int) -> None:
     """Not collective. ``--ranks`` planned in one process (analyze, advise, simulate): refused before
-    anything is loaded when its P^2 boxes would not fit (:func:`~sparsewire.sizes.serial_planning_bytes`)."""
-    from sparsewire.sizes import serial_planning_bytes
+    anything is loaded when its P^2 boxes would not fit (:func:`~sparsewire._lib.sizes.serial_planning_bytes`)."""
+    from sparsewire._lib.sizes import serial_planning_bytes
 
     what = f"--ranks {ranks}: planning {ranks} ranks in one process"
     refuse_oversized(None, serial_planning_bytes(ranks), what, "use a smaller --ranks")
@@ -285,7 +285,7 @@ def stage_progress(label: str, every: float = 2.0):
 
 def parse_modes(text: str) -> list[str]:
     """Parse a comma-separated list of executor modes (``all`` means every mode; ``auto`` is
-    resolved by :func:`sparsewire.exec.modes.choose_mode` once k and the threads are known)."""
+    resolved by :func:`sparsewire.plan.modes.choose_mode` once k and the threads are known)."""
     names = [name.strip().lower() for name in text.split(",") if name.strip()]
     if names == ["all"]:
         return list(MODES)
@@ -317,8 +317,8 @@ def add_transport_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_compress_argument(parser: argparse.ArgumentParser) -> None:
-    """``--compress``: the payload codec of every message (:mod:`sparsewire.exec.codecs`)."""
-    from sparsewire.exec.codecs import CODECS
+    """``--compress``: the payload codec of every message (:mod:`sparsewire.wire.codecs`)."""
+    from sparsewire.wire.codecs import CODECS
 
     parser.add_argument(
         "--compress",
@@ -337,10 +337,10 @@ def add_compress_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace, topology=None, *, strategy: str = "auto", mode: str | None = None):
-    """Not collective. The :class:`~sparsewire.options.ExecOptions` of the command's arguments
+    """Not collective. The :class:`~sparsewire.exec.options.ExecOptions` of the command's arguments
     (``--transport``, ``--backend``, ``--device``, ``--threads``, ``--deterministic``, ``--proxy``,
     ``--transfer-calibration``, those the command has) for one ``strategy`` and ``mode``."""
-    from sparsewire.options import ExecOptions
+    from sparsewire.exec.options import ExecOptions
 
     chosen_here = ("strategy", "topology", "mode")  # the command's own forms of these are lists or names
     fields = {
@@ -378,7 +378,7 @@ def resolve_backend_arguments(args: argparse.Namespace, default: str, comm=None)
     if args.backend is None:
         args.backend = default if args.device == "cpu" else "torch"
     if comm is not None and args.device == "cuda":
-        from sparsewire.exec.kernels.torch_backend import node_device
+        from sparsewire.kernels.torch_backend import node_device
 
         args.device = node_device(comm)
 

@@ -1,5 +1,5 @@
 """The ``emulate`` command: run an MPI command on an emulated cluster of this machine (network
-namespaces over rate-limited links, :mod:`sparsewire.emulation.cluster`), then take it down."""
+namespaces over rate-limited links, :mod:`sparsewire.testing.emulation.cluster`), then take it down."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def add_commands(commands) -> None:
 
 
 def _run_emulate(args: argparse.Namespace) -> int:
-    from sparsewire.emulation.cluster import EmulatedCluster
+    from sparsewire.testing.emulation.cluster import EmulatedCluster
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:

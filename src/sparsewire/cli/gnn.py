@@ -111,10 +111,10 @@ def run_gcn(args: argparse.Namespace) -> int:
 
     from sparsewire import trace as trace_training
     from sparsewire.comm.runtime import agree_on_error
-    from sparsewire.exec.wire import messages_per_path
     from sparsewire.gnn import distribute_graph, load_graph, train
     from sparsewire.gnn.train import training_bytes
     from sparsewire.plan.strategies import parse_strategies
+    from sparsewire.wire.paths import messages_per_path
 
     torch.set_num_threads(args.threads)  # one pool per rank at the executor's size (see distribute_graph)
     comm = MPI.COMM_WORLD

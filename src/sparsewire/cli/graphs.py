@@ -1,5 +1,5 @@
 """The graph commands ``bfs``, ``sssp``, ``triangles`` and ``reach`` (all under mpiexec): thin handlers over
-:mod:`sparsewire.spgemm.graphs`."""
+:mod:`sparsewire.apps.graphs`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import argparse
 
 import numpy as np
 
+from sparsewire._lib.text import format_bytes
 from sparsewire.cli.common import MATRIX_HELP, add_partition_arguments
 from sparsewire.cli.spgemm import VALUES_HELP, load_on_root, print_report, start_mpi
-from sparsewire.report import format_bytes
 
 __all__ = ["add_commands"]
 
@@ -58,8 +58,8 @@ def add_commands(commands) -> None:
 
 
 def _timed(comm, function):
-    """Collective. One run of ``function``, timed as the slowest rank (:func:`sparsewire.timed.timed_run`)."""
-    from sparsewire.timed import timed_run
+    """Collective. One run of ``function``, timed as the slowest rank (:func:`sparsewire.profile.timed.timed_run`)."""
+    from sparsewire.profile.timed import timed_run
 
     run = timed_run(comm, function, 1, warmup=0)
     return run.result, run.seconds[0]
@@ -70,7 +70,7 @@ def _run_vertex_algorithm(args: argparse.Namespace) -> int:
 
     check_values_spec(args.values)
     comm = start_mpi(args)
-    from sparsewire.spgemm import graphs
+    from sparsewire.apps import graphs
 
     matrix = load_on_root(comm, args.matrix, args.values)
     function = graphs.bfs_levels if args.command == "bfs" else graphs.shortest_paths
@@ -122,7 +122,7 @@ def _run_on_pattern(args: argparse.Namespace, algorithm):
 
 
 def _run_triangles(args: argparse.Namespace) -> int:
-    from sparsewire.spgemm import graphs
+    from sparsewire.apps import graphs
 
     outcome = _run_on_pattern(
         args,
@@ -155,7 +155,7 @@ def _run_triangles(args: argparse.Namespace) -> int:
 
 
 def _run_reach(args: argparse.Namespace) -> int:
-    from sparsewire.spgemm import graphs
+    from sparsewire.apps import graphs
 
     outcome = _run_on_pattern(
         args,

@@ -1,4 +1,4 @@
-"""The ``netsparse`` command (no MPI needed): a thin handler over :mod:`sparsewire.sim.netsparse` (the NetSparse
+"""The ``netsparse`` command (no MPI needed): a thin handler over :mod:`sparsewire.sim.netsparse.simulator` (the NetSparse
 characterization, in-network mechanisms, baselines, ablation, sweeps, and our plans beside them)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 
+from sparsewire._lib.text import format_bytes, format_table
 from sparsewire.cli.common import (
     MATRIX_HELP,
     check_plot_path,
@@ -20,7 +21,6 @@ from sparsewire.cli.common import (
 )
 from sparsewire.cli.estimate import estimate_seconds, format_seconds
 from sparsewire.errors import InputError
-from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
 
@@ -172,7 +172,7 @@ def _plot(rows: list[dict], path: str, title: str) -> None:
 def _simulate(workload, args: argparse.Namespace, network, hardware, sweeps: list[str], progress) -> tuple[dict, object]:
     """The characterization, SUOpt, SAOpt and NetSparse runs (and the ablation, sweeps and topologies asked
     for) of one workload: the report's parts from ``hardware`` on, and SUOpt's result."""
-    from sparsewire.sim import netsparse as ns
+    from sparsewire.sim.netsparse import simulator as ns
 
     simulator = ns.NetSparseSimulator(workload, network, args.k, progress)
     characterization, su, sa, full = ns.headline(simulator, hardware, args.rack, args.sa_cores, args.sa_overhead_ns * 1e-9)
@@ -197,8 +197,8 @@ def _simulate(workload, args: argparse.Namespace, network, hardware, sweeps: lis
 
 def _run_netsparse(args: argparse.Namespace) -> int:
 
-    from sparsewire.io import load_matrix
-    from sparsewire.sim import netsparse as ns
+    from sparsewire.io.readers import load_matrix
+    from sparsewire.sim.netsparse import simulator as ns
 
     progress = progress_printer(args)
     if args.compare_plans:

@@ -128,7 +128,7 @@ def trace_fields(tracer) -> dict:
 
 def print_profiling(run: dict, title: str) -> None:
     """Rank 0, after the table: the run's summary and a warning when its trace hit the event limit."""
-    from sparsewire.exec.log_view import format_log_view
+    from sparsewire.profile.log_view import format_log_view
 
     if "log_view" in run:
         print("\n" + format_log_view(run["log_view"], title))
@@ -144,7 +144,7 @@ def write_profiling_pictures(args: argparse.Namespace, first: dict, title: str, 
     import numpy as np
 
     if getattr(args, "traffic_map", None) is not None:
-        from sparsewire.exec.traffic import TrafficMap, plot_traffic
+        from sparsewire.profile.traffic import TrafficMap, plot_traffic
 
         if "bytes" not in first["traffic"]:
             raise InputError(f"--traffic-map draws up to 64 ranks (this run has {first['ranks']}); use the JSON's per_link_class")
@@ -154,7 +154,7 @@ def write_profiling_pictures(args: argparse.Namespace, first: dict, title: str, 
         if not args.json:
             print(f"traffic map written to {args.traffic_map}", file=sys.stderr)
     if args.plot is not None:
-        from sparsewire.exec.timeline import plot_timeline
+        from sparsewire.profile.timeline import plot_timeline
 
         write_output(args.plot, "--plot", lambda target: plot_timeline(first["trace"]["path"], target, title))
         if args.trace is None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sparsewire._lib.text import format_bytes, format_table
 from sparsewire.calibration.compute import default_calibration_path, load_compute_rate, measure_compute_rate
 from sparsewire.cli.common import (
     MATRIX_HELP,
@@ -20,7 +21,6 @@ from sparsewire.cli.common import (
     refuse_ranks_beyond_memory,
 )
 from sparsewire.errors import InputError
-from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
 
@@ -83,13 +83,13 @@ def _compute_rate(args: argparse.Namespace, progress) -> tuple[float | None, str
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    from sparsewire.io import load_matrix
+    from sparsewire.io.readers import load_matrix
     from sparsewire.partition import partition
     from sparsewire.plan.stats import strategy_stats
     from sparsewire.plan.strategies import parse_strategies
     from sparsewire.sim.network_builders import build_network
     from sparsewire.sim.plan_timing import rank_nonzeros, simulate_plan
-    from sparsewire.topology import PRESETS
+    from sparsewire.topology.model import PRESETS
 
     refuse_ranks_beyond_memory(args.ranks)
     progress = progress_printer(args)

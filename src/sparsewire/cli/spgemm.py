@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire._lib.text import format_bytes
 from sparsewire.cli.common import (
     MATRIX_HELP,
     add_partition_arguments,
@@ -27,7 +28,6 @@ from sparsewire.cli.profiling import (
     write_profiling_pictures,
 )
 from sparsewire.errors import InputError
-from sparsewire.report import format_bytes
 
 __all__ = ["add_commands", "VALUES_HELP", "start_mpi", "load_on_root", "print_report"]
 
@@ -148,17 +148,17 @@ def print_report(args, report: dict, lines: list[str]) -> int:
 
 
 def _run_spgemm(args: argparse.Namespace) -> int:
-    from sparsewire.exec.codec_choice import describe_choice
     from sparsewire.spgemm.semirings import get_semiring
     from sparsewire.spgemm.values import check_values_spec
-    from sparsewire.topology import parse_topology
+    from sparsewire.topology.model import parse_topology
+    from sparsewire.wire.codec_choice import describe_choice
 
     semiring = get_semiring(args.semiring)
     check_values_spec(args.values)
     if args.output:
         check_writable(args.output, "--output")
     check_profiling_arguments(args)
-    from sparsewire.spgemm_plan import compress_problem
+    from sparsewire.distributed.spgemm import compress_problem
 
     if compress_problem(args.compress, semiring):
         raise InputError(compress_problem(args.compress, semiring).replace("compress ", "--compress "))
@@ -275,10 +275,10 @@ def _spgemm_session(
     from sparsewire import distribute, plan_spgemm
     from sparsewire import trace as trace_plan
     from sparsewire.comm.runtime import agree_on_error
+    from sparsewire.profile.timed import timed_run
     from sparsewire.spgemm.compare import compare_products, reference_product
     from sparsewire.spgemm.distributed import peak_rss_bytes
     from sparsewire.spgemm.local import to_scipy
-    from sparsewire.timed import timed_run
 
     rank = comm.Get_rank()
     a_global = load_on_root(comm, spec, values)

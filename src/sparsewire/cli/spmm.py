@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sparsewire._lib.text import format_bytes, format_table
 from sparsewire.cli.common import (
     DEFAULT_MODE,
     DTYPES,
@@ -35,7 +36,6 @@ from sparsewire.cli.profiling import (
 )
 from sparsewire.cli.spmm_runs import bytes_match, eigs_session, spmm_session
 from sparsewire.errors import InputError
-from sparsewire.report import format_bytes, format_table
 
 __all__ = ["add_commands"]
 
@@ -346,7 +346,7 @@ def run_eigs(args: argparse.Namespace) -> int:
         f"{format_bytes(report['bytes_per_iteration'])} per iteration, {report['seconds']:.3f} s"
         + (
             f"; largest difference to eigsh {report['max_difference']:.2e} ({'within' if report['check_passed'] else 'OUTSIDE'} "
-            "the tolerance of sparsewire.tolerance.eigenvalues_allowed)"
+            "the tolerance of sparsewire._lib.tolerance.eigenvalues_allowed)"
             if args.check
             else ""
         )

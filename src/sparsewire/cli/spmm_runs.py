@@ -1,5 +1,5 @@
 """The runs behind ``sparsewire spmm`` and ``sparsewire eigs`` (Collective): distribute, plan, time
-(:func:`sparsewire.timed.time_plan`), count and check; the commands only format the reports."""
+(:func:`sparsewire.profile.timed.time_plan`), count and check; the commands only format the reports."""
 
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ def spmm_session(
     local_rate="topology",
 ) -> list[dict] | None:
     """Collective. Every (strategy, mode) on the matrix ``spec`` with the other choices of
-    ``options`` (:class:`~sparsewire.options.ExecOptions`): one result dict per run on rank 0 (None
-    on other ranks). B is :func:`~sparsewire.generators.deterministic_dense`.
+    ``options`` (:class:`~sparsewire.exec.options.ExecOptions`): one result dict per run on rank 0 (None
+    on other ranks). B is :func:`~sparsewire.io.generators.deterministic_dense`.
 
     Each run: plan (timed, the slowest rank), one untimed warm-up multiply, then ``repeat`` timed
     multiplies, each between barriers and timed as the slowest rank's time. With ``rounds`` R > 1 every plan is
@@ -77,19 +77,19 @@ def spmm_session(
     ``received_tensor_bytes`` sums the sizes of the tensors received into.
     ``delivery_problems`` counts messages whose size differed from the receiver's plan. ``local_rate`` ``matrix``:
     where the topology holds a measured local rate (and the kernels run on the CPU), the one of this matrix's rows
-    (:meth:`~sparsewire.distributed.DistributedMatrix.local_rate`) takes its place for every plan.
+    (:meth:`~sparsewire.distributed.matrix.DistributedMatrix.local_rate`) takes its place for every plan.
     """
     import contextlib
 
     import numpy as np
     from mpi4py import MPI
 
+    from sparsewire._lib.tolerance import allowed_error, within
     from sparsewire.cli.common import refuse_oversized
-    from sparsewire.exec import codecs
-    from sparsewire.exec.tracing import trace as trace_plan
-    from sparsewire.generators import deterministic_dense, deterministic_dense_rows
-    from sparsewire.timed import TimedRun, time_plan
-    from sparsewire.tolerance import allowed_error, within
+    from sparsewire.io.generators import deterministic_dense, deterministic_dense_rows
+    from sparsewire.profile.timed import TimedRun, time_plan
+    from sparsewire.profile.tracing import trace as trace_plan
+    from sparsewire.wire import codecs
 
     if rounds > 1 and trace is not None:
         raise InputError("--rounds takes turns between the runs' plans, a trace follows one run: trace with --rounds 1")
@@ -278,7 +278,7 @@ def eigs_session(
 ) -> dict | None:
     """Collective. The ``nev`` largest-magnitude eigenvalues of the symmetric matrix ``spec`` by
     :func:`~sparsewire.apps.eigensolver.block_krylov_eigs` on one plan made with ``options``
-    (:class:`~sparsewire.options.ExecOptions`); a result dict on rank 0
+    (:class:`~sparsewire.exec.options.ExecOptions`); a result dict on rank 0
     (None elsewhere). ``check`` adds SciPy's ``eigsh`` (ARPACK) on rank 0 and the largest relative
     difference."""
     import contextlib
@@ -287,12 +287,12 @@ def eigs_session(
     import scipy.sparse as sp
     from mpi4py import MPI
 
+    from sparsewire._lib.tolerance import eigenvalues_allowed, within
     from sparsewire.apps.eigensolver import block_krylov_eigs
     from sparsewire.cli.common import refuse_oversized
     from sparsewire.comm.runtime import agree_on_error
-    from sparsewire.exec.tracing import trace as trace_plan
-    from sparsewire.io import is_edge_list
-    from sparsewire.tolerance import eigenvalues_allowed, within
+    from sparsewire.io.readers import is_edge_list
+    from sparsewire.profile.tracing import trace as trace_plan
 
     rank = comm.Get_rank()
     block = block or nev + 4
@@ -385,7 +385,7 @@ def eigs_session(
         report["max_difference"] = float(np.max(np.abs(result.eigenvalues - reference)))
         allowed = eigenvalues_allowed(reference, matrix.shape[0])
         if passes:  # coded messages: a Ritz value is within its true residual, the computed one plus ||dA x||
-            from sparsewire.exec.codecs import operator_change
+            from sparsewire.wire.codecs import operator_change
 
             norm = float(abs(operator).sum(axis=1).max(initial=0.0))  # || |A| ||_inf = || |A| ||_2 bound (symmetric)
             allowed = allowed + tol * np.abs(reference) + operator_change(options.codec, passes, block) * norm

@@ -17,7 +17,7 @@ from mpi4py import MPI
 from threadpoolctl import threadpool_limits
 
 from sparsewire import errors
-from sparsewire.cores import default_threads
+from sparsewire._lib.cores import default_threads
 from sparsewire.errors import InputError, SparsewireError
 
 __all__ = [
@@ -46,7 +46,7 @@ def wait_all(requests: list, statuses: list | None = None, *, yielding: bool = F
     core given away (``sched_yield``) between tries.
 
     Why: MPICH's waits spin, and where a node runs more ranks (x threads) than it has cores
-    (:func:`sparsewire.cores.oversubscribed`), the spinning ranks take the core from the rank whose message or
+    (:func:`sparsewire._lib.cores.oversubscribed`), the spinning ranks take the core from the rank whose message or
     relay they wait for; the scheduler lets it run a time slice later. Measured on the 2-core machine, 4 ranks in
     shared memory (docs/performance.md, "Over a real link", "Waits that spin"): a two-level plan's multiply of
     cit-HepTh 12.0 ms spinning, 4.9-6.3 ms yielding (MPICH's own MPIR_CVAR_POLLS_BEFORE_YIELD changed nothing)."""

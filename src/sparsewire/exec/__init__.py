@@ -1,1 +1,19 @@
-"""The executor: runs plans over MPI. Importing :mod:`sparsewire.exec.executor` initialises MPI."""
+"""Execute: the SpMM executor (:class:`~sparsewire.exec.executor.SpmmExecutor`, which runs a plan's
+exchanges over a transport) and its options (:class:`~sparsewire.exec.options.ExecOptions`).
+
+This package's ``__all__`` is the executor's public entry, the only one the SpGEMM and GNN folders
+use. The executor itself is loaded on first use: importing it initialises MPI, importing the
+options does not.
+"""
+
+from sparsewire.exec.options import ExecOptions, exec_options
+
+__all__ = ["ExecOptions", "exec_options", "SpmmExecutor"]
+
+
+def __getattr__(name: str):
+    if name == "SpmmExecutor":
+        from sparsewire.exec.executor import SpmmExecutor
+
+        return SpmmExecutor
+    raise AttributeError(f"module 'sparsewire.exec' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """An executor's buffers and operands, built once from a :class:`~sparsewire.plan.plan.RankPlan`.
 
-No MPI: arrays and operands of one kernel backend (:mod:`sparsewire.exec.kernels`: NumPy with
+No MPI: arrays and operands of one kernel backend (:mod:`sparsewire.kernels`: NumPy with
 the compiled kernels, or torch tensors). For every exchange e of the plan, with B_p this rank's
 rows of B,
 
@@ -29,9 +29,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.errors import PlanMismatchError
-from sparsewire.exec.kernels.numpy_backend import NumpyBackend
-from sparsewire.exec.wire import TransferRule, WirePath
+from sparsewire.kernels.numpy_backend import NumpyBackend
 from sparsewire.plan.plan import AGGREGATE_C, DIRECT_C, Exchange, RankPlan
+from sparsewire.wire.paths import TransferRule, WirePath
 
 __all__ = ["BufferNeeds", "ExchangeBuffers", "Buffers", "build_buffers", "padded_rows"]
 
@@ -47,7 +47,7 @@ class BufferNeeds:
         dependencies: list, per sent message of a relaying exchange, the input messages it reads.
         ordered: the receive buffers form one stack behind a copy of B_p, with the ``merged``
             operand over it.
-        codec: the payload codec (:mod:`~sparsewire.exec.codecs`; ``none``: every message sent as it is).
+        codec: the payload codec (:mod:`~sparsewire.wire.codecs`; ``none``: every message sent as it is).
         codec_peers: the ranks whose messages (both ways) go through it; None: every rank.
     """
 
@@ -67,8 +67,8 @@ class ExchangeBuffers:
     are the buffers' memory as MPI is given it (1-D; NumPy arrays of host memory, or CUDA tensors
     for a CUDA-aware MPI; messages at ``offsets * k``).
 
-    Wire paths (:mod:`~sparsewire.exec.wire`): ``send_paths``/``recv_paths`` hold every message's
-    :class:`~sparsewire.exec.wire.WirePath`; ``send_staged``/``recv_staged`` list the messages that
+    Wire paths (:mod:`~sparsewire.wire.paths`): ``send_paths``/``recv_paths`` hold every message's
+    :class:`~sparsewire.wire.paths.WirePath`; ``send_staged``/``recv_staged`` list the messages that
     go through host memory; ``send_stage``/``recv_stage`` are that host memory (as
     long as the flat buffers, each message at the same offset; None when no message is staged),
     ``send_device``/``recv_device`` the buffers as 1-D arrays of the backend (what is copied)."""
@@ -326,7 +326,7 @@ def build_buffers(
 ) -> Buffers:
     """Not collective. Every buffer and operand of ``plan`` for blocks of ``k`` columns of
     ``dtype`` on ``threads`` threads, as ``needs`` asks (see the module docstring), of ``backend``
-    (:mod:`sparsewire.exec.kernels`; default NumPy); with ``rule``, host memory for the messages
+    (:mod:`sparsewire.kernels`; default NumPy); with ``rule``, host memory for the messages
     it stages (None: none is)."""
     dtype = np.dtype(dtype)
     backend = NumpyBackend() if backend is None else backend

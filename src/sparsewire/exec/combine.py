@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
-from sparsewire.exec.wire import device_type
+from sparsewire.wire.paths import device_type
 
 __all__ = ["StreamingCombine", "OrderedCombine", "progress_piece_bounds", "multiply_in_pieces", "PROGRESS_EVERY"]
 

@@ -13,14 +13,14 @@ Per multiply, with B_p the rank's rows of B and C_p its rows of C, for every exc
 split of the communication graph, ``PetscSF``, from the transports that run it):
 
 * buffers (:mod:`~sparsewire.exec.buffers`): every buffer, offset and kernel operand, built once
-  from the plan, as arrays of a kernel backend (:mod:`~sparsewire.exec.kernels`: ``numpy``,
+  from the plan, as arrays of a kernel backend (:mod:`~sparsewire.kernels`: ``numpy``,
   the compiled kernels, or ``torch``, tensors and PyTorch's sparse products), which also runs every
   local product;
 * transport (:mod:`~sparsewire.exec.transports.base`): moves an exchange's messages and counts what
   arrived: ``mpi`` (persistent point-to-point, MPI-4 partitioned, or partitions over
   point-to-point) or ``torch`` (torch.distributed: Gloo for CPU tensors);
 * schedule (:mod:`~sparsewire.exec.schedules.messages`, :mod:`~sparsewire.exec.schedules.partitioned`): the order of
-  packing, moving and combining, one per mode (:mod:`~sparsewire.exec.modes`);
+  packing, moving and combining, one per mode (:mod:`~sparsewire.plan.modes`);
 * combine (:mod:`~sparsewire.exec.combine`): streaming (rows added as they arrive) or ordered
   (``deterministic=True``: C bitwise identical across runs, modes, transports and threads).
 
@@ -41,23 +41,23 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
+from sparsewire._lib.cores import default_threads, oversubscribed
+from sparsewire._lib.sizes import check_dense_fits
+from sparsewire.comm.lifetime import admit, free_communicators, release_now, track
 from sparsewire.comm.runtime import agree_on_error, node_ids
 from sparsewire.comm.watchdog import Watchdog
-from sparsewire.cores import default_threads, oversubscribed
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import BufferNeeds, build_buffers
-from sparsewire.exec.codecs import parse_compress
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
-from sparsewire.exec.kernels import make_backend
-from sparsewire.exec.laps import FOLD_EVERY, MULTIPLY, START, Laps
-from sparsewire.exec.lifetime import admit, free_communicators, release_now, track
-from sparsewire.exec.modes import Mode
+from sparsewire.exec.options import ExecOptions
 from sparsewire.exec.schedules import SCHEDULES
 from sparsewire.exec.transports import transport_entry
 from sparsewire.exec.transports.base import ByteLedger
-from sparsewire.options import ExecOptions
+from sparsewire.kernels import make_backend
+from sparsewire.plan.modes import Mode
 from sparsewire.plan.plan import RankPlan
-from sparsewire.sizes import check_dense_fits
+from sparsewire.profile.laps import FOLD_EVERY, MULTIPLY, START, Laps
+from sparsewire.wire.codecs import parse_compress
 
 __all__ = ["SpmmExecutor"]
 
@@ -70,18 +70,18 @@ class SpmmExecutor:
         comm: the communicator the plan was built for (planning and setup always run on MPI).
         k: columns of B.
         dtype: float32 or float64 (A's values are cast once).
-        options: how it runs (:class:`~sparsewire.options.ExecOptions`, its mode chosen): the mode,
+        options: how it runs (:class:`~sparsewire.exec.options.ExecOptions`, its mode chosen): the mode,
             threads per rank (and partitions per message in the partitioned mode; None: ``cores /
             ranks on this node``), the ordered combine when ``deterministic``, the transport (a
             registered name), the kernel backend on its device (with ``torch``, :meth:`multiply`
             takes and returns tensors; a NumPy B is wrapped) and the transfer calibration whose
-            threshold picks the messages staged through host memory (:mod:`sparsewire.exec.wire`).
+            threshold picks the messages staged through host memory (:mod:`sparsewire.wire.paths`).
 
     Attributes:
         options: the options it runs with (threads filled in).
         buffers, transport, schedule, combine: the parts (see the module docstring).
         kernels: the backend object (every buffer's array type and every local product).
-        transfer_rule: which messages are staged (:class:`~sparsewire.exec.wire.TransferRule`);
+        transfer_rule: which messages are staged (:class:`~sparsewire.wire.paths.TransferRule`);
             ``stages_messages``: whether the transport applies it (``Transport.stages_messages``).
         bytes_received_from, delivery_problems: the transport's byte ledger.
     """
@@ -183,14 +183,14 @@ class SpmmExecutor:
     def _codec_peers(self, options: ExecOptions, comm) -> frozenset[int] | None:
         """The ranks whose messages go through the codec: all (None); for ``inter:CODEC`` those in another group
         (the topology's groups where it has them, else MPI's shared-memory nodes); for ``auto`` those whose link
-        is slow enough that coding pays (collective: :func:`~sparsewire.exec.codec_choice.choose_coded_peers`)."""
+        is slow enough that coding pays (collective: :func:`~sparsewire.wire.codec_choice.choose_coded_peers`)."""
         self.codec_choice = None
         codec, scope = parse_compress(options.compress)
         self.codes_messages = codec != "none"  # (on some rank: the error bound's passes count where it is)
         if scope == "all":
             return None
         if scope == "auto":
-            from sparsewire.exec.codec_choice import choose_coded_peers
+            from sparsewire.wire.codec_choice import choose_coded_peers
 
             peers, self.codec_choice = choose_coded_peers(comm, codec, self.k, self.dtype, options.topology)
             self.codes_messages = bool(comm.allreduce(len(peers), op=MPI.MAX))
@@ -272,7 +272,7 @@ class SpmmExecutor:
         """Not collective (every rank starts alike). Run the following multiplies through a schedule that
         records into ``tracer``: for a trace (events kept) or the partitioned mode's threads, one whose
         packer, transport and combine are proxies (:mod:`sparsewire.exec.traced_parts`); for a summary
-        alone, the schedule with laps (:mod:`sparsewire.exec.laps`: a clock read per phase, no proxies)."""
+        alone, the schedule with laps (:mod:`sparsewire.profile.laps`: a clock read per phase, no proxies)."""
         from sparsewire.exec.pack import Packer
 
         if self.tracer is not None:

@@ -1,9 +1,9 @@
 """The executor's parts traced (issue 41): proxies of the packer, the combine and the transport that
-time each call into a :class:`~sparsewire.exec.tracing.Tracer` and delegate.
+time each call into a :class:`~sparsewire.profile.tracing.Tracer` and delegate.
 
 ``SpmmExecutor.start_tracing`` builds a second schedule over these proxies for a trace (events kept) and
 for the partitioned mode's threads; a summary alone of the other modes records laps in the schedule
-instead (:mod:`sparsewire.exec.laps`: no proxy frame per call). Each call is timed by two clock reads;
+instead (:mod:`sparsewire.profile.laps`: no proxy frame per call). Each call is timed by two clock reads;
 while the tracer records, its time and count go into the phase's ``[count, nanoseconds]`` (kept by the
 proxy) and, when the tracer keeps events, its span, the message spans and the flow arrows into the
 trace. Each method is written out rather than routed through one timing helper: a multiply calls
@@ -13,7 +13,7 @@ kernel) is what tracing costs (docs/performance.md, "What the profiling views co
 
 from __future__ import annotations
 
-from sparsewire.exec.tracing import Tracer
+from sparsewire.profile.tracing import Tracer
 
 __all__ = ["TracedPacker", "TracedCombine", "TracedTransport"]
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.archives import check_compressed, open_archive
+from sparsewire._lib.sizes import check_derived_fits, check_fits
 from sparsewire.errors import InputError
-from sparsewire.io import load_matrix
-from sparsewire.sizes import check_derived_fits, check_fits
+from sparsewire.io.archives import check_compressed, open_archive
+from sparsewire.io.readers import load_matrix
 
 __all__ = ["GraphData", "load_planetoid", "synthetic_graph", "load_graph", "PLANETOID_KEYS"]
 

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from sparsewire.exec.tracing import region
 from sparsewire.gnn.propagate import GraphOperator, propagate
 from sparsewire.gnn.sparse_input import sparse_linear
+from sparsewire.profile.tracing import region
 
 __all__ = ["GCNConv", "SAGEConv", "GNN", "hash_dropout", "glorot_"]
 
@@ -136,7 +136,7 @@ class SAGEConv(nn.Module):
 
 
 def _keep_fraction(rows: np.ndarray, cols: np.ndarray, salt: int) -> np.ndarray:
-    """u(i, j) in [0, 1): the mixing of :func:`~sparsewire.generators.deterministic_dense`, salted."""
+    """u(i, j) in [0, 1): the mixing of :func:`~sparsewire.io.generators.deterministic_dense`, salted."""
     mask32 = np.uint64(0xFFFFFFFF)
     h = (
         rows.astype(np.uint64) * np.uint64(2654435761)

@@ -16,12 +16,12 @@ import torch
 from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, collective_errors, node_ids
-from sparsewire.distributed import DistributedMatrix
+from sparsewire.distributed.matrix import DistributedMatrix
+from sparsewire.distributed.spmm import SpmmPlan, plan_spmm
 from sparsewire.errors import InputError
-from sparsewire.exec.kernels import make_backend
-from sparsewire.exec.tracing import region
-from sparsewire.options import ExecOptions
-from sparsewire.spmm_plan import SpmmPlan, plan_spmm
+from sparsewire.exec import ExecOptions
+from sparsewire.kernels import make_backend
+from sparsewire.profile.tracing import region
 
 __all__ = ["GraphOperator", "propagate", "scatter_rows", "gather_rows", "gcn_normalize", "mean_normalize"]
 
@@ -36,14 +36,14 @@ class GraphOperator:
 
     Args:
         matrix: the (normalised) adjacency, rows = targets, from :func:`sparsewire.distribute`.
-        options: how every plan is made and run (:class:`~sparsewire.options.ExecOptions`; by
+        options: how every plan is made and run (:class:`~sparsewire.exec.options.ExecOptions`; by
             default the torch backend on the CPU, one thread).
 
     Attributes:
         bytes_forward, bytes_backward: bytes MPI delivered to this rank by the propagations so far
             (receive statuses), forward and backward (reset them to measure an epoch); ``wire_bytes``: the
             bytes on the wire for both (fewer where ``compress`` codes the payloads).
-        tracer: the :class:`~sparsewire.exec.tracing.Tracer` while :func:`sparsewire.trace` records the
+        tracer: the :class:`~sparsewire.profile.tracing.Tracer` while :func:`sparsewire.trace` records the
             training (its window counts epochs), else None.
     """
 

@@ -1,5 +1,5 @@
 """The first layer's product with sparse input features, ``X W^T``, as CSR x dense products of
-the propagations' kernel backend (:mod:`sparsewire.exec.kernels`).
+the propagations' kernel backend (:mod:`sparsewire.kernels`).
 
 Bag-of-words features are mostly zero (Cora: 2708 x 1433 with 49,216 stored values, 1.3%). As a
 torch sparse COO tensor, ``torch.sparse.mm(X, W.T)`` took 1.27 ms forward and its gradient about
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sparsewire.exec.kernels import make_backend
+from sparsewire.kernels import make_backend
 
 __all__ = ["sparse_linear"]
 
@@ -71,7 +71,7 @@ def sparse_linear(x: torch.Tensor, weight: torch.Tensor, threads: int = 1, kerne
     """Not collective. ``x @ weight.T`` for a coalesced sparse COO ``x`` (this rank's input
     features; no gradient flows to it) and a dense ``weight`` (out, in) of x's dtype,
     differentiable in ``weight``: ``dW = (x^T G)^T``. On ``threads`` threads of ``kernels``, a
-    kernel backend (:mod:`sparsewire.exec.kernels`; default: torch on the CPU)."""
+    kernel backend (:mod:`sparsewire.kernels`; default: torch on the CPU)."""
     if x.dtype != weight.dtype or x.dtype not in _NUMPY:
         raise TypeError(f"sparse_linear needs x and weight of one dtype, float32 or float64 (got {x.dtype}, {weight.dtype})")
     if not x.is_coalesced():

@@ -19,17 +19,17 @@ import scipy.sparse as sp
 import torch
 from mpi4py import MPI
 
+from sparsewire._lib.sizes import check_derived_fits
 from sparsewire.comm.runtime import agree_on_error
-from sparsewire.distributed import distribute
+from sparsewire.distributed.matrix import distribute
 from sparsewire.errors import InputError
-from sparsewire.exec.tracing import region
+from sparsewire.exec import ExecOptions, exec_options
 from sparsewire.gnn.data import GraphData
 from sparsewire.gnn.layers import GNN
 from sparsewire.gnn.propagate import GraphOperator, gcn_normalize, mean_normalize
-from sparsewire.io import nonfinite_entries
-from sparsewire.options import ExecOptions, exec_options
-from sparsewire.sizes import check_derived_fits
-from sparsewire.timed import timed_run
+from sparsewire.io.readers import nonfinite_entries
+from sparsewire.profile.timed import timed_run
+from sparsewire.profile.tracing import region
 
 __all__ = ["TrainResult", "LocalGraph", "distribute_graph", "train", "training_bytes"]
 
@@ -78,7 +78,7 @@ def distribute_graph(
     float64 for results that must match another float64 code to 1e-6), sparse COO when mostly zero.
     The model :func:`train` builds, and every propagation's plan, take the features' dtype.
 
-    ``options`` (:class:`~sparsewire.options.ExecOptions`; by default the torch backend on the CPU
+    ``options`` (:class:`~sparsewire.exec.options.ExecOptions`; by default the torch backend on the CPU
     with one thread), with any of its fields given as keywords (``strategy=``, ``topology=``,
     ``threads=``, ``transport=``, ``backend=``, ``device=``, ...) replacing the options', say how
     the propagations are planned and run; the topology also guides the partitioner.
@@ -94,11 +94,11 @@ def distribute_graph(
     ``backend`` and ``device``: what runs the propagations' local products (and the first layer's
     sparse input): ``torch`` (default: PyTorch's sparse CSR products on ``device``, ``cpu`` or
     ``cuda``/``cuda:N``, where the features, labels and masks are put and :func:`train` puts the
-    model; one thread pool, PyTorch's) or ``numpy`` (the compiled kernels; see :func:`sparsewire.spmm_plan.plan_spmm`). In
+    model; one thread pool, PyTorch's) or ``numpy`` (the compiled kernels; see :func:`sparsewire.distributed.spmm.plan_spmm`). In
     ``bench/gnn.py`` (float32, 2-core machine) their epochs take the same time, and the torch
     backend's process never loads Numba and LLVM: at P = 1 its peak memory was 0.77-0.87x that of
     PyG's process, the NumPy backend's 0.90-1.11x. The transfer calibration says which messages
-    are staged through host memory (:mod:`sparsewire.exec.wire`)."""
+    are staged through host memory (:mod:`sparsewire.wire.paths`)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     options = exec_options(options or ExecOptions(backend="torch", threads=1), **option_keywords)
     problem = options if isinstance(options, str) else None

@@ -4,7 +4,7 @@ A :class:`Partitioning` is a new order of A's rows and columns plus contiguous
 :class:`~sparsewire.partition.rows.RowPartition` s over that order: rank p owns the rows
 ``row_order[rows.range(p)]`` of the original A (and the B rows ``col_order[cols.range(p)]``).
 Distributing ``A[row_order][:, col_order]`` by the partitions is what the planner and executor
-see; :class:`~sparsewire.distributed.DistributedMatrix` keeps the orders, so users pass B and get
+see; :class:`~sparsewire.distributed.matrix.DistributedMatrix` keeps the orders, so users pass B and get
 C in their own indices.
 
 Methods (``PARTITIONERS``):

@@ -1,5 +1,5 @@
 """The cost model: predicted time per multiply of a plan's volumes (:class:`~sparsewire.plan.stats.PlanStats`)
-under a :class:`~sparsewire.topology.Topology`: its messages over the link classes
+under a :class:`~sparsewire.topology.model.Topology`: its messages over the link classes
 (:func:`predicted_communication_seconds`) and its ranks' local products (:func:`local_parts`), added or, where
 the mode multiplies the diagonal block while messages are in flight, partly hidden behind the messages
 (:func:`predicted_seconds`), where the topology carries a measured local rate (``calibrate --network``).
@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from sparsewire.distinct import distinct
+from sparsewire._lib.distinct import distinct
 from sparsewire.errors import InputError
-from sparsewire.topology import Topology
+from sparsewire.topology.model import Topology
 
 if TYPE_CHECKING:  # for annotations only: stats imports this module
     from sparsewire.plan.stats import PlanStats
@@ -48,7 +48,7 @@ def predicted_seconds(
     the diagonal block ``d_r`` (the product that needs no message) and the rest ``w_r`` (packing, the received
     rows' products, the copies):
 
-    - ``overlaps_diagonal`` (every mode but ``bulk``, :attr:`~sparsewire.exec.modes.Mode.overlaps_diagonal`: the
+    - ``overlaps_diagonal`` (every mode but ``bulk``, :attr:`~sparsewire.plan.modes.Mode.overlaps_diagonal`: the
       diagonal block is multiplied while the first messages are in flight, PETSc's MatMult ordering):
       ``T = max_r (T_comm + d_r - h min(T_comm, d_r) + w_r)``, h the topology's measured ``overlap`` (the fraction
       of a stream that ranks computing at the same time hide, ``calibrate --network``; 1 where unknown, which is
@@ -158,7 +158,7 @@ def predicted_communication_seconds(
     ``calibrate --network`` measures it): every rank of g sends and receives through it, so per
     direction ``t_c(S) = max_x sum_{s in S} m (latency_c + overhead_c) + max_g sum_{s in S} b_g / bandwidth_c``
     over a set of steps S. Where the plan has no more steps than the mode keeps in flight (``steps_in_flight``,
-    :attr:`~sparsewire.exec.modes.Mode.steps_in_flight`; None: every step) the traffic of every step queues on it
+    :attr:`~sparsewire.plan.modes.Mode.steps_in_flight`; None: every step) the traffic of every step queues on it
     together: ``T = max(sum_s ..., max_c t_c(all steps))``; measured on the emulated cluster
     (docs/performance.md) the sum over steps overpredicted the two-level strategies 1.5x there,
     since their two steps cross the link in opposite directions. Otherwise (a pipelined plan of more rounds than

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.distinct import distinct, distinct_counts
+from sparsewire._lib.distinct import distinct, distinct_counts
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.blocks import check_partitions

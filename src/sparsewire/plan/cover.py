@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.distinct import concatenated_ranges, pattern_of_keys
+from sparsewire._lib.distinct import concatenated_ranges, pattern_of_keys
 from sparsewire.errors import InputError
 
 __all__ = ["minimum_vertex_cover", "unit_cover_of_edges", "maximum_matching_size"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.distinct import concatenated_ranges, distinct
+from sparsewire._lib.distinct import concatenated_ranges, distinct
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.strategies import Strategy, rank_cover_row_based

@@ -1,7 +1,7 @@
 """Group-aware routing: who relays B rows into a group, who sums partial C rows out of a group, and
 the group-level vertex cover of ``joint-group``.
 
-With the ranks in groups (level 0 of a :class:`~sparsewire.topology.Topology`):
+With the ranks in groups (level 0 of a :class:`~sparsewire.topology.model.Topology`):
 
 * **Column proxy** (CoLa sec. 4.2.2, "local-rank matching"): the B rows that ranks of group h need
   from a rank q outside h cross the slow link once, to ``proxy(q, h)``, the rank of h whose local

@@ -51,7 +51,8 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.distinct import distinct
+from sparsewire._lib.distinct import distinct
+from sparsewire._lib.sizes import check_derived_fits, serial_planning_bytes
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.partition import RowPartition
 from sparsewire.plan import hierarchy
@@ -84,8 +85,7 @@ from sparsewire.plan.types import (
     RankPlan,
     RecordKind,
 )
-from sparsewire.sizes import check_derived_fits, serial_planning_bytes
-from sparsewire.topology import Topology
+from sparsewire.topology.model import Topology
 
 GroupCall = Callable[[dict, Callable[[list], list]], dict]
 Deliver = Callable[[dict], dict]

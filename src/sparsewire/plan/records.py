@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sparsewire.distinct import concatenated_ranges
+from sparsewire._lib.distinct import concatenated_ranges
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.blocks import LocalBlocks
@@ -328,7 +328,7 @@ def exchange_boxes(comm, records: Records, owner: int, coded: bool = False) -> t
     ``Alltoall`` and the words by one ``Alltoallv`` of int64; returns what the other ranks' boxes hold, as
     one Records in source order (none when nothing arrives), and the bytes this rank received: (as sent, as
     the int64 words). Per rank: O(P) counts, no object per box. ``coded``: each box travels as
-    :func:`~sparsewire.bitpacking.pack_words` codes it (the zigzag of each word's step from the previous,
+    :func:`~sparsewire._lib.bitpacking.pack_words` codes it (the zigzag of each word's step from the previous,
     bit-packed: the fields are sorted or repeat, so most steps are small), one Alltoallv of bytes; lossless."""
     from mpi4py import MPI
 
@@ -347,8 +347,8 @@ def exchange_boxes(comm, records: Records, owner: int, coded: bool = False) -> t
 
 
 def _code_boxes(words: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each box of ``sizes`` words packed (:func:`~sparsewire.bitpacking.pack_words`), end to end, and their bytes."""
-    from sparsewire.bitpacking import pack_words
+    """Each box of ``sizes`` words packed (:func:`~sparsewire._lib.bitpacking.pack_words`), end to end, and their bytes."""
+    from sparsewire._lib.bitpacking import pack_words
 
     starts = np.cumsum(sizes) - sizes
     boxes = [pack_words(words[start : start + size]) if size else np.zeros(0, np.uint8) for start, size in zip(starts, sizes)]
@@ -358,7 +358,7 @@ def _code_boxes(words: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.nd
 
 def _decode_boxes(data: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The words of each packed box of ``sizes`` bytes in ``data``, end to end, and their counts."""
-    from sparsewire.bitpacking import unpack_words
+    from sparsewire._lib.bitpacking import unpack_words
 
     starts = np.cumsum(sizes) - sizes
     boxes = [unpack_words(data[start : start + size]) if size else np.zeros(0, np.int64) for start, size in zip(starts, sizes)]

@@ -10,7 +10,7 @@ Definitions (per multiply, element size s bytes, B of width k):
 * ``setup_bytes``: the one-time transfer of the row-based A entries to the ranks that multiply them,
   ``(s + 8)`` bytes per entry (the value plus two 32-bit local indices).
 
-With a topology (:mod:`sparsewire.topology`), every message is classed by the link that joins its
+With a topology (:mod:`sparsewire.topology.model`), every message is classed by the link that joins its
 two ranks: ``intra_group`` (same level-0 group) or ``inter_group``; bytes, messages and per-rank
 maxima are given per class, and ``predicted_seconds`` is the cost model of :func:`predicted_seconds`.
 """
@@ -24,14 +24,14 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.distinct import distinct_counts
+from sparsewire._lib.distinct import distinct_counts
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.cost import predicted_communication_seconds, predicted_local_seconds, predicted_seconds
 from sparsewire.plan.counted import COUNTED_STRATEGIES, counted_sends
 from sparsewire.plan.plan import RankPlan, build_plan
 from sparsewire.plan.strategies import Strategy
-from sparsewire.topology import Topology
+from sparsewire.topology.model import Topology
 
 __all__ = [
     "PlanStats",
@@ -152,7 +152,7 @@ class PlanStats:
 
     def describe_lines(self) -> list[str]:
         """Not collective. ``explain()``'s lines of the bytes: per multiply and setup, per link class, the busiest ranks."""
-        from sparsewire.report import format_bytes
+        from sparsewire._lib.text import format_bytes
 
         setup = format_bytes(int(self.setup_bytes))
         lines = [f"per multiply: {format_bytes(self.total_bytes)} in {self.messages} messages; setup {setup}"]

@@ -12,7 +12,7 @@ Per off-diagonal block A(p, q) (rows owned by p, B rows owned by q), element siz
   column is in the cover is served column-based, any other (its row is in the cover) row-based;
   ``s*k*|cover|`` = ``s*k*maximum matching``.
 
-Hierarchical strategies (need a :class:`~sparsewire.topology.Topology`; routing in
+Hierarchical strategies (need a :class:`~sparsewire.topology.model.Topology`; routing in
 :mod:`sparsewire.plan.hierarchy`), with groups g, h of ranks:
 
 * ``column-hier`` (CoLa sec. 4.2-4.3) every nonzero column-based; a B row that ranks of group h need

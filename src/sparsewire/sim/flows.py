@@ -10,7 +10,7 @@ and what SimGrid's CM02 model computes with zero latencies (``../shared/research
 ``tests/golden/`` holds SimGrid results this solver is checked against).
 
 Latency, per-message software overhead and per-packet headers are added outside the solver by the
-callers (:mod:`sparsewire.sim.plan_timing`, :mod:`sparsewire.sim.netsparse`): a flow's finish time is
+callers (:mod:`sparsewire.sim.plan_timing`, :mod:`sparsewire.sim.netsparse.simulator`): a flow's finish time is
 ``max-min completion + path latency``.
 
 The lower bound of a phase is ``max over links of (bytes crossing the link) / capacity``: no
@@ -115,7 +115,7 @@ def _compact(active, ids, flow_offsets, flow_links, sizes, left):
     return ids[keep].copy(), offsets, links, sizes[keep].copy(), left[keep].copy()
 
 
-@njit(nogil=True, cache=True)  # SAOpt's flows are solved in a second thread (sparsewire.sim.netsparse.headline)
+@njit(nogil=True, cache=True)  # SAOpt's flows are solved in a second thread (sparsewire.sim.netsparse.simulator.headline)
 def _solve(flow_offsets, flow_links, sizes, capacities, tolerance):
     n_total = sizes.size
     finish = np.zeros(n_total, np.float64)

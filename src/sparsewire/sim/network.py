@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sparsewire.errors import InputError
-from sparsewire.topology import Level, LinkClass, Topology
+from sparsewire.topology.model import Level, LinkClass, Topology
 
 __all__ = ["Network", "GIGABIT", "MAX_HOSTS"]
 
@@ -113,7 +113,7 @@ class Network:
         return np.asarray(self.downlinks, np.int64)
 
     def planner_topology(self, n_ranks: int | None = None) -> Topology:
-        """Not collective. The :class:`~sparsewire.topology.Topology` the planner's hierarchical strategies use for
+        """Not collective. The :class:`~sparsewire.topology.model.Topology` the planner's hierarchical strategies use for
         ranks on hosts ``0 .. n_ranks - 1``: level-0 groups = :attr:`host_groups`, link classes from
         one route inside a group and one between groups (bandwidth of its slowest link, its path
         latency, :attr:`message_overhead`)."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.distinct import distinct
+from sparsewire._lib.distinct import distinct
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition
 from sparsewire.plan.stats import PlanStats

@@ -1,6 +1,6 @@
 """Checking a SpGEMM result: the reference product over a semiring (SciPy on the global operands,
 or the terms of every product for semirings SciPy lacks) and the comparison of a result with it,
-exact where the semiring's arithmetic is, else within :mod:`sparsewire.tolerance`'s bound."""
+exact where the semiring's arithmetic is, else within :mod:`sparsewire._lib.tolerance`'s bound."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import graphblas as gb
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire._lib.tolerance import allowed_error, within
 from sparsewire.spgemm.local import to_graphblas, to_scipy
 from sparsewire.spgemm.semirings import Semiring
-from sparsewire.tolerance import allowed_error, within
 
 __all__ = ["reference_product", "compare_exactly", "compare_products", "product_terms"]
 
@@ -29,7 +29,7 @@ def compare_products(
     codec: tuple[str, int] | None = None,
 ) -> dict:
     """Not collective. Compare a distributed ``A (+.x) B`` with the single-process reference: the same stored
-    pattern, and values under the one rule of :mod:`sparsewire.tolerance`:
+    pattern, and values under the one rule of :mod:`sparsewire._lib.tolerance`:
 
     * ``any`` monoid: every value must be one of its terms ``A(i, k) (x) B(k, j)`` (any one is
       right, so equality with the reference's pick would be a false alarm);
@@ -40,7 +40,7 @@ def compare_products(
     * otherwise (min, max, lor; integer values) exactly: those monoids only select or round nothing.
 
     ``codec``: (``bf16``, passes) when the values crossed at most that many bf16-coded messages (plus_times):
-    the ``plus`` rule's bound plus :func:`~sparsewire.exec.codecs.product_error_bound`'s, for integer values too.
+    the ``plus`` rule's bound plus :func:`~sparsewire.wire.codecs.product_error_bound`'s, for integer values too.
     """
     want = sp.csr_array(reference).data
     floats = want.dtype.kind == "f" and not np.all(~np.isfinite(want) | (want == np.round(want)))
@@ -60,7 +60,7 @@ def compare_products(
 
     extra = 0.0
     if coded:  # the bf16 bound: (|A| |B|)_ij (the magnitude) and sum_k |a_ik| (operands) over the same terms
-        from sparsewire.exec.codecs import product_error_bound
+        from sparsewire.wire.codecs import product_error_bound
 
         a_coo = sp.csr_array(a).tocoo()  # (in product_terms' order: one term per (A entry, B row entry))
         per_entry = np.diff(sp.csr_array(b).indptr)[a_coo.col]

@@ -24,10 +24,10 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import limit_threads_per_rank, node_ids
 from sparsewire.errors import InputError
-from sparsewire.exec.tracing import region
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.plan.plan import build_rank_plan_collective
 from sparsewire.plan.strategies import Strategy
+from sparsewire.profile.tracing import region
 from sparsewire.spgemm.local import to_graphblas, to_scipy
 from sparsewire.spgemm.onedim import OneDimMultiplier
 from sparsewire.spgemm.semirings import Semiring
@@ -331,7 +331,7 @@ def choose_algorithm(
 ) -> tuple[DistributedSpgemm, gb.Matrix, dict[str, int], list[str]]:
     """Collective. :func:`keep_fewest_bytes` over the candidates ``algorithm`` allows, built from A
     and B on rank 0 (the graph algorithms' entry; distributed operands go through
-    :func:`sparsewire.spgemm_plan.plan_spgemm`). ``partitions``: the 1D row and column partitions
+    :func:`sparsewire.distributed.spgemm.plan_spgemm`). ``partitions``: the 1D row and column partitions
     (default: even)."""
     b_shape = comm.bcast(b_global.shape if comm.Get_rank() == 0 else None, root=0)
 

@@ -5,7 +5,7 @@ A message's integer array (:func:`~sparsewire.spgemm.local.pack_row_ranges`) is 
 sorted). Coded: the rows as differences to the previous row (the first to 0), the lengths as they are, each
 row's first column as it is and the others as differences to the previous column, so every value is a small
 non-negative integer; then packed in blocks of :data:`BLOCK` values, each block at the bit width of its
-largest value (:mod:`sparsewire.bitpacking`, whose layout the message has). Halo id lists code to 0.17-0.29x
+largest value (:mod:`sparsewire._lib.bitpacking`, whose layout the message has). Halo id lists code to 0.17-0.29x
 of int32 and random CSR columns to about 0.5x
 (``../shared/research/compressed-messages.md``); what a message takes is measured by MPI, not assumed.
 """
@@ -18,7 +18,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from sparsewire.bitpacking import BLOCK, pack, unpack
+from sparsewire._lib.bitpacking import BLOCK, pack, unpack
 from sparsewire.errors import PlanMismatchError
 
 __all__ = ["BLOCK", "encode_indices", "decode_indices", "coding_cost"]

@@ -31,11 +31,11 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from sparsewire.comm.lifetime import admit, free_communicators, release_now, track
 from sparsewire.comm.runtime import agree_on_error
 from sparsewire.errors import PlanMismatchError
-from sparsewire.exec.lifetime import admit, free_communicators, release_now, track
-from sparsewire.exec.tracing import region
 from sparsewire.plan.plan import DIRECT_B, DIRECT_C, RankPlan
+from sparsewire.profile.tracing import region
 from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.traced import TracedTransfer

@@ -26,11 +26,11 @@ import graphblas as gb
 import numpy as np
 from mpi4py import MPI
 
+from sparsewire.comm.lifetime import admit, free_communicators, release_now, track
 from sparsewire.comm.runtime import agree_on_error
 from sparsewire.errors import InputError
-from sparsewire.exec.lifetime import admit, free_communicators, release_now, track
-from sparsewire.exec.tracing import region
 from sparsewire.partition import RowPartition, even_rows
+from sparsewire.profile.tracing import region
 from sparsewire.spgemm.local import empty, import_messages, index_dtype, pack_row_ranges, row_counts, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.traced import TracedTransfer

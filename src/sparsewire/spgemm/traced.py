@@ -1,4 +1,4 @@
-"""SpGEMM's transfers traced (issue 41): the same :class:`~sparsewire.exec.tracing.Tracer` as SpMM's.
+"""SpGEMM's transfers traced (issue 41): the same :class:`~sparsewire.profile.tracing.Tracer` as SpMM's.
 
 A SpGEMM message is three sends on one tag (header, integers, values:
 :mod:`sparsewire.spgemm.transfer`); the trace shows it as one message: a ``post send`` span and the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from sparsewire.exec.tracing import Tracer
+from sparsewire.profile.tracing import Tracer
 from sparsewire.spgemm.transfer import Incoming, SparseTransfer
 
 __all__ = ["TracedTransfer"]

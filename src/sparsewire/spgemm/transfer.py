@@ -14,7 +14,7 @@ bytes as a third int64, and the receiver decodes it bit for bit. ``links`` is Tr
 or the ranks of the plan's communicator whose messages to and from this rank are coded (``compress="auto"``:
 the links where coding pays; both ends of a link hold the same decision, so a receiver knows from the source
 whether to expect a coded message). With ``values="bf16"`` the values of those messages travel as
-:mod:`sparsewire.exec.codecs`' bf16 message of one row (each entry within ``max(2^-8 |x|, 2^-134)``, NaN and
+:mod:`sparsewire.wire.codecs`' bf16 message of one row (each entry within ``max(2^-8 |x|, 2^-134)``, NaN and
 Inf kept; a message holding a value that would overflow bf16 goes whole); the receiver posts room for the
 largest such message and decodes into the values' place.
 :attr:`bytes_received` stays what MPI counted on the wire; :attr:`payload_bytes_received` is what the same
@@ -139,8 +139,8 @@ class SparseTransfer:
         ]
 
     def _encode_values(self, values: np.ndarray) -> np.ndarray:
-        """The values as one row of a codec message (:func:`sparsewire.exec.codecs.encode`)."""
-        from sparsewire.exec import codecs
+        """The values as one row of a codec message (:func:`sparsewire.wire.codecs.encode`)."""
+        from sparsewire.wire import codecs
 
         row = np.ascontiguousarray(values, self.dtype).reshape(1, -1)
         wire = np.empty(codecs.max_message_bytes(self.value_codec, 1, row.shape[1], self.dtype.itemsize), np.uint8)
@@ -177,7 +177,7 @@ class SparseTransfer:
         incoming.values = np.empty(entries, self.dtype) if values is None else values
         value_room = incoming.values.view(np.uint8)
         if incoming.is_coded and self.value_codec != "none":
-            from sparsewire.exec import codecs
+            from sparsewire.wire import codecs
 
             size = codecs.max_message_bytes(self.value_codec, 1, entries, self.dtype.itemsize)
             incoming.coded_values = value_room = np.empty(size, np.uint8)
@@ -198,7 +198,7 @@ class SparseTransfer:
             listed, entries = incoming.listed, int(incoming.header[1])
             incoming.ints, incoming.coded = decode_indices(incoming.coded, listed, self.itype, entries), None
             if incoming.coded_values is not None:
-                from sparsewire.exec import codecs
+                from sparsewire.wire import codecs
 
                 message = incoming.coded_values[: statuses[1].Get_count(MPI.BYTE)]
                 codecs.decode(self.value_codec, message, incoming.values.reshape(1, entries))

@@ -7,7 +7,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.errors import InputError
-from sparsewire.io import load_matrix, nonfinite_entries
+from sparsewire.io.readers import load_matrix, nonfinite_entries
 
 __all__ = ["check_values_spec", "apply_values", "load_operand"]
 

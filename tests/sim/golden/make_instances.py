@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparsewire.generators import rmat
+from sparsewire.io.generators import rmat
 from sparsewire.partition import partition
 from sparsewire.plan.stats import strategy_stats
 from sparsewire.sim.network_builders import build_network, dragonfly, leaf_spine

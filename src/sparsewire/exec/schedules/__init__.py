@@ -1,5 +1,5 @@
 """Schedules: the order of packing, moving and combining, one per mode
-(:mod:`~sparsewire.exec.modes`).
+(:mod:`~sparsewire.plan.modes`).
 
 * :mod:`~sparsewire.exec.schedules.messages`: ``bulk``, ``overlap`` (and ``pipelined``, the overlap
   loop on the pipelined layout's steps) and ``early`` (each message multiplied as it arrives);
@@ -12,9 +12,9 @@ transport and adds through a combine, so one layer can wrap pack, post, arrive, 
 
 from __future__ import annotations
 
-from sparsewire.exec.modes import Mode
 from sparsewire.exec.schedules.messages import BulkSchedule, EarlySchedule, OverlapSchedule
 from sparsewire.exec.schedules.partitioned import PartitionedSchedule
+from sparsewire.plan.modes import Mode
 
 __all__ = ["SCHEDULES"]
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 import numpy as np
 
 from sparsewire.exec.buffers import Buffers
-from sparsewire.exec.laps import COMBINE, EARLY, LOCAL, PACK, PHASES, POST_RECEIVES, POST_SENDS, UNPACK, WAIT, WAIT_SENDS, Laps
 from sparsewire.exec.pack import Packer
 from sparsewire.exec.transports.base import MessageTransport
+from sparsewire.profile.laps import COMBINE, EARLY, LOCAL, PACK, PHASES, POST_RECEIVES, POST_SENDS, UNPACK, WAIT, WAIT_SENDS, Laps
 
 __all__ = ["BulkSchedule", "OverlapSchedule", "EarlySchedule"]
 
@@ -37,7 +37,7 @@ __all__ = ["BulkSchedule", "OverlapSchedule", "EarlySchedule"]
 class _Schedule:
     """``run(b, out)`` is Collective: every rank runs its schedule in the same multiply.
 
-    With ``laps`` (a summary recording, :mod:`~sparsewire.exec.laps`) each call is followed by its lap,
+    With ``laps`` (a summary recording, :mod:`~sparsewire.profile.laps`) each call is followed by its lap,
     ``push((code, clock()))``; without, ``push`` is None and each lap is one test of it."""
 
     def __init__(

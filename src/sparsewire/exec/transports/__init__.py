@@ -7,7 +7,7 @@ A registration names the modes the transport runs, one line for ``--help``, and 
 on first use, so that registering ``torch`` does not import PyTorch). A transport may also name a
 ``problem(mode, device) -> str | None`` for what it cannot run on a device. A new transport is
 one module with its :class:`~sparsewire.exec.transports.base.Transport` subclass and one call of
-:func:`register_transport`; the executor, :class:`~sparsewire.options.ExecOptions` and the command
+:func:`register_transport`; the executor, :class:`~sparsewire.exec.options.ExecOptions` and the command
 line read the registry (``tests/exec/test_transport_registry.py`` registers a recording transport
 defined in the tests alone).
 
@@ -22,7 +22,7 @@ import importlib
 from collections.abc import Callable
 
 from sparsewire.errors import InputError
-from sparsewire.exec.modes import MODES, Mode
+from sparsewire.plan.modes import MODES, Mode
 
 __all__ = ["TransportEntry", "register_transport", "transport_names", "transport_entry", "transport_problem", "transport_help"]
 

@@ -20,7 +20,7 @@ Implementations: :mod:`sparsewire.exec.transports.mpi` (persistent point-to-poin
 partitioned, partitioned over point-to-point) and :mod:`sparsewire.exec.transports.torch_distributed`
 (torch.distributed: Gloo for CPU tensors; the group it sets up also names NCCL for CUDA tensors
 where PyTorch has it, though no backend keeps buffers on CUDA in this version). Which messages
-the MPI transport stages through host memory is :mod:`sparsewire.exec.wire`'s rule, per message (``WirePath``).
+the MPI transport stages through host memory is :mod:`sparsewire.wire.paths`'s rule, per message (``WirePath``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
-from sparsewire.exec.modes import Mode
+from sparsewire.plan.modes import Mode
 
 __all__ = ["ByteLedger", "Transport", "MessageTransport", "PartitionedTransport"]
 
@@ -45,7 +45,7 @@ class ByteLedger:
             reset before every multiply).
         messages_from: messages received from each rank (reset before every multiply).
         wire_bytes_from: the bytes that crossed the wire from each rank (equal to the payload on
-            today's wire paths, :class:`~sparsewire.exec.wire.WirePath`; a codec will make them
+            today's wire paths, :class:`~sparsewire.wire.paths.WirePath`; a codec will make them
             differ).
         problems: one line per message whose payload differed from the plan's.
         arrived: (exchange index, message) of every message counted in this multiply.
@@ -101,13 +101,13 @@ class Transport(abc.ABC):
     #: Whether those counts are independent of the receiving plan (a receive status) or only the
     #: sizes the receiver posted, checked against the senders' counts once at setup.
     counts_measured: bool = True
-    #: Whether it stages the messages the buffers mark (:mod:`sparsewire.exec.wire`);
+    #: Whether it stages the messages the buffers mark (:mod:`sparsewire.wire.paths`);
     #: the others send every message from the buffers.
     stages_messages: bool = False
 
     def __init__(self, buffers: Buffers, ledger: ByteLedger) -> None:
         self.buffers, self.ledger = buffers, ledger
-        #: Set by the executor where its node is oversubscribed (:func:`sparsewire.cores.oversubscribed`): a
+        #: Set by the executor where its node is oversubscribed (:func:`sparsewire._lib.cores.oversubscribed`): a
         #: transport whose waits poll gives the core away between polls (``sched_yield``) instead of spinning.
         self.yield_while_waiting = False
 
@@ -175,7 +175,7 @@ class PartitionedTransport(Transport):
     @property
     def sends_message_by_message(self) -> bool:
         """Not collective. False: the partitioned schedule's threads send partitions of whole exchanges, so a relay
-        waits for its step (the cost model's steps follow each other, :attr:`~sparsewire.exec.modes.Mode.steps_in_flight`)."""
+        waits for its step (the cost model's steps follow each other, :attr:`~sparsewire.plan.modes.Mode.steps_in_flight`)."""
         return False
 
     @abc.abstractmethod

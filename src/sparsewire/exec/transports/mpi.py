@@ -16,11 +16,11 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import mpi_datatype, wait_all, wait_any
 from sparsewire.errors import FallbackWarning
-from sparsewire.exec import codecs
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
-from sparsewire.exec.modes import Mode
 from sparsewire.exec.transports.base import ByteLedger, MessageTransport, PartitionedTransport
-from sparsewire.exec.wire import WirePath
+from sparsewire.plan.modes import Mode
+from sparsewire.wire import codecs
+from sparsewire.wire.paths import WirePath
 
 __all__ = ["MpiTransport", "MpiPartitionedTransport", "MpiPartitionsOverPointToPoint", "partitioned_available", "select"]
 
@@ -44,7 +44,7 @@ def _wait_and_count(requests: list, statuses: list, ledger: ByteLedger, ex: Exch
 
 
 class _Coded:
-    """A message through the payload codec (:mod:`sparsewire.exec.codecs`): its rows in the buffers and its
+    """A message through the payload codec (:mod:`sparsewire.wire.codecs`): its rows in the buffers and its
     wire buffer (bytes, large enough for every row at full width)."""
 
     def __init__(self, codec: str, flat: np.ndarray, start: int, count: int, k: int) -> None:
@@ -81,7 +81,7 @@ def _bind(flat: np.ndarray, stage: np.ndarray | None, device, start: int, count:
 
 class MpiTransport(MessageTransport):
     """One persistent ``MPI_Send_init``/``MPI_Recv_init`` request per message; a staged message
-    (:mod:`sparsewire.exec.wire`) is copied into host memory before its send starts and
+    (:mod:`sparsewire.wire.paths`) is copied into host memory before its send starts and
     out of it once its receive completes; an encoded message is coded into its wire buffer and sent
     by ``MPI_Isend`` (its size varies), received by a persistent request into a wire buffer of its
     largest size and decoded into the receive buffer on completion. Before MPI reads or writes any

@@ -45,8 +45,8 @@ from mpi4py import MPI
 from sparsewire.comm.runtime import agree_on_error, ranks_on_node
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
-from sparsewire.exec.modes import Mode
 from sparsewire.exec.transports.base import ByteLedger, MessageTransport
+from sparsewire.plan.modes import Mode
 
 __all__ = [
     "TorchTransport",

@@ -1,0 +1,8 @@
+"""Helpers for tests and benches, shipped so that users' own tests can use them: deterministic
+integer-valued operands whose products are exact (:func:`deterministic_dense`), and the emulated
+cluster (:mod:`~sparsewire.testing.emulation`: nodes as network namespaces joined by rate-limited
+links; needs root)."""
+
+from sparsewire.io.generators import deterministic_dense, deterministic_dense_rows
+
+__all__ = ["deterministic_dense", "deterministic_dense_rows"]

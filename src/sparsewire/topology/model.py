@@ -1,0 +1,417 @@
+"""The cluster as levels of groups of ranks, each level with a link class.
+
+A :class:`Topology` is a list of :class:`Level` s, innermost first: ranks that share a group of level
+0 (a node, say) talk over level 0's link; ranks whose smallest common group is level i talk over
+level i's link. The last level always holds every rank. The planner's *groups* are the groups of level
+0 (CoLa's workgroups, SHIRO's groups): traffic between ranks of one group is ``intra_group``, any
+other traffic ``inter_group``.
+
+Presets (bandwidths per rank and direction from the papers' machines; latencies and per-message
+overheads are typical published values, not measurements; ``flat`` and ``nodes:G`` use the assumed
+constants of :mod:`sparsewire.topology.links`):
+
+=================  ============  =======================================  ==========================================
+preset             ranks/group   intra-group link                         inter-group link
+=================  ============  =======================================  ==========================================
+``flat``           all           network 12.5 GB/s, 2 us, 1 us            (none)
+``nodes:G``        G             shared memory 50 GB/s, 1 us, 0.5 us      network 12.5 GB/s, 2 us, 2 us, proxy-based
+``cola-a800``      8             NVLink 300 GB/s, 2 us, 1 us              InfiniBand 18 GB/s, 5 us, 5 us, proxy-based
+``shiro-h100``     4             NVLink 450 GB/s, 2 us, 1 us              InfiniBand 25 GB/s, 5 us, 5 us, proxy-based
+``leafspine-16``   16            leaf 400 Gb/s (50 GB/s), 1 us, 1 us      spine 400 Gb/s (50 GB/s), 3 us, 1 us
+``netsparse-*``    16, 16,       400 Gb/s, 1.2 us, 1 us                   400 Gb/s, 2.7 / 2.7 / 3.45 / 1.95 us, 1 us
+                   32, 4
+=================  ============  =======================================  ==========================================
+
+:data:`PRESETS` is the one table of named machines: each :class:`Machine` has the planner's
+:class:`Topology` and, for those the simulator models (the two GPU clusters and NetSparse's four
+networks of 128 hosts: leafspine, fattree, dragonfly, hyperx), its network family.
+
+``Topology.from_mpi(comm)`` groups the ranks of each shared-memory node (``MPI_COMM_TYPE_SHARED``),
+with the ``nodes:G`` link classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from sparsewire.errors import InputError
+from sparsewire.topology import links
+
+__all__ = ["LinkClass", "Level", "Topology", "Machine", "parse_topology", "PRESETS"]
+
+
+@dataclass(frozen=True)
+class LinkClass:
+    """One kind of link: ``seconds(messages, bytes) = messages * (latency + overhead) + bytes / bandwidth``.
+
+    ``proxy_based`` marks links driven by a proxy (InfiniBand under NVSHMEM, CoLa sec. 4.1 Issue #2),
+    where many small messages congest the proxy queue; their ``overhead`` is set higher.
+    ``shared`` marks a bandwidth that belongs to a level-0 group (a node's one network card), not
+    to each rank: the bytes of all the group's ranks queue on it
+    (:func:`~sparsewire.plan.cost.predicted_communication_seconds`). Measured links are
+    (``calibrate --network``). ``burst``: bytes a shared link passes at once after it was idle (a rate
+    limiter's token bucket), measured by ``calibrate --network``; 0 where unknown. ``aggregate``: bytes per
+    second the shared links of all groups carry together, every group sending at once (``calibrate --network``);
+    None where unknown or unlimited. ``aggregate_burst``: bytes all groups' links pass at once after idle, every
+    group sending at once (``calibrate --network``; 0 where unknown: every byte crosses the aggregate at its rate).
+    """
+
+    name: str
+    bandwidth: float
+    latency: float
+    overhead: float
+    proxy_based: bool = False
+    shared: bool = False
+    burst: float = 0.0
+    aggregate: float | None = None
+    aggregate_burst: float = 0.0
+
+    def seconds(self, messages, nbytes):
+        """Not collective. Time for ``messages`` messages carrying ``nbytes`` bytes in all, one after the other."""
+        return np.asarray(messages) * (self.latency + self.overhead) + np.asarray(nbytes) / self.bandwidth
+
+
+@dataclass(frozen=True)
+class Level:
+    """Groups of ``group_size`` consecutive ranks (``None``: one group of all ranks) joined by ``link``."""
+
+    name: str
+    group_size: int | None
+    link: LinkClass
+
+
+# Assumed, not measured: sparsewire.topology.links says where they come from.
+_SHARED_MEMORY = LinkClass("shared-memory", *links.SHARED_MEMORY)
+_NETWORK = LinkClass("network", *links.NETWORK, proxy_based=True)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Levels of groups, innermost first; the last level spans all ranks.
+
+    ``rank_groups`` (from :meth:`from_mpi`) fixes the level-0 group of every rank explicitly
+    instead of consecutive blocks of ``levels[0].group_size``. ``local_rate``: nonzero-columns per second
+    of the executor's CSR kernel on each rank, and ``copy_rate``: bytes per second one rank copies, each
+    while every rank of the job does the same (measured by ``calibrate --network``; None: unknown, and
+    predictions count communication only, :func:`~sparsewire.plan.cost.predicted_seconds`); ``local_rate_alone``:
+    the CSR kernel's rate on one rank while the others wait (None: unknown, taken as ``local_rate``), and
+    ``copy_rate_alone`` the copy's (None: taken as ``copy_rate``); ``local_rate_matrix``: the matrix ``local_rate``
+    was measured on (``calibrate --network``'s R-MAT, or the matrix a job multiplies, :meth:`with_local_rate`);
+    ``overlap``: the fraction of a stream over the links that ranks computing at the same time hide, in [0, 1]
+    (measured by ``calibrate --network``; None: unknown, taken as 1, the stream hides whole behind the work,
+    :func:`~sparsewire.plan.cost.predicted_seconds`).
+    """
+
+    name: str
+    levels: tuple[Level, ...]
+    rank_groups: tuple[int, ...] | None = None
+    local_rate: float | None = None
+    copy_rate: float | None = None
+    local_rate_alone: float | None = None
+    local_rate_matrix: str | None = None
+    copy_rate_alone: float | None = None
+    overlap: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.overlap is not None and not (isinstance(self.overlap, (int, float)) and 0.0 <= self.overlap <= 1.0):
+            raise InputError(f"topology {self.name!r}: overlap must be a fraction within [0, 1] (got {self.overlap!r})")
+        if not self.levels or self.levels[-1].group_size is not None:
+            raise InputError(f"topology {self.name!r}: the last level must hold every rank (group_size None)")
+        sizes = [level.group_size for level in self.levels[:-1]]
+        if any(size is None or size < 1 for size in sizes) or sizes != sorted(sizes):
+            raise InputError(f"topology {self.name!r}: inner levels need group sizes >= 1, growing outwards")
+
+    @classmethod
+    def flat(cls) -> Topology:
+        """Not collective. One group of all ranks, one link class."""
+        return cls("flat", (Level("machine", None, LinkClass("network", *links.FLAT_NETWORK)),))
+
+    @classmethod
+    def nodes(cls, group_size: int) -> Topology:
+        """Not collective. Groups of ``group_size`` consecutive ranks (the last may be smaller): ``nodes:G``."""
+        if group_size < 1:
+            raise InputError(f"group size must be at least 1 (got {group_size})")
+        return cls(f"nodes:{group_size}", (Level("node", group_size, _SHARED_MEMORY), Level("cluster", None, _NETWORK)))
+
+    @classmethod
+    def from_mpi(cls, comm) -> Topology:
+        """Collective. Groups = the ranks of ``comm`` sharing a memory node (``MPI_COMM_TYPE_SHARED``)."""
+        from mpi4py import MPI
+
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        leader = node.allreduce(comm.Get_rank(), op=MPI.MIN)
+        node.Free()
+        leaders = np.asarray(comm.allgather(leader))
+        groups = np.unique(leaders, return_inverse=True)[1]
+        largest = int(np.bincount(groups).max())
+        levels = (Level("node", largest, _SHARED_MEMORY), Level("cluster", None, _NETWORK))
+        return cls("mpi-nodes", levels, tuple(int(g) for g in groups))
+
+    @classmethod
+    def from_record(cls, record: dict, name: str = "measured") -> Topology:
+        """Not collective. The topology of a ``network`` calibration record
+        (:func:`sparsewire.calibration.network.measure_network`): its measured link classes (overhead
+        0; the inter-node one ``shared`` by a node's ranks at the one-pair bandwidth, the node's link, with its
+        burst and the aggregate of all nodes at once where measured),
+        groups of its ``group_size`` (or exactly its ``rank_groups`` when those are not
+        consecutive blocks, which then fixes the rank count), the local rates of its ``local`` entry
+        where it has one, and the inter-node link's measured ``overlap`` fraction where it has one.
+
+        Raises:
+            InputError naming the field when the record lacks what a topology needs.
+        """
+        try:
+            links_measured = record["links"]
+            groups = [int(g) for g in record["rank_groups"]]
+            size = int(record["group_size"])
+
+            def check(where: str, value, positive: bool) -> None:
+                # what the command line refuses (NaN, infinity, true, a rate of 0) is refused here too
+                number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                if not number or value < 0 or (positive and value == 0):
+                    raise ValueError(f"{where} = {value!r}, not a finite number {'> 0' if positive else '>= 0'}")
+
+            def measured(key: str, label: str, shared: bool) -> LinkClass:
+                entry = links_measured[key]
+                field = "single_pair_bandwidth" if shared else "bandwidth_bytes_per_second"
+                bandwidth, latency = entry[field], entry["latency_seconds"]
+                burst = entry.get("burst_bytes", 0.0) if shared else 0.0  # absent in records before it
+                aggregate = entry.get("aggregate_bandwidth_bytes_per_second") if shared else None  # likewise
+                aggregate_burst = entry.get("aggregate_burst_bytes", 0.0) if shared else 0.0  # likewise
+                for what, value, positive in (
+                    (field, bandwidth, True),
+                    ("latency_seconds", latency, False),
+                    ("burst_bytes", burst, False),
+                    ("aggregate_burst_bytes", aggregate_burst, False),
+                    *([("aggregate_bandwidth_bytes_per_second", aggregate, True)] if aggregate is not None else []),
+                ):
+                    check(f"{key}.{what}", value, positive)
+                return LinkClass(
+                    label,
+                    float(bandwidth),
+                    float(latency),
+                    0.0,
+                    shared=shared,
+                    burst=float(burst),
+                    aggregate=None if aggregate is None else float(aggregate),
+                    aggregate_burst=float(aggregate_burst),
+                )
+
+            intra = measured("intra_node", "measured intra-node", False) if "intra_node" in links_measured else _SHARED_MEMORY
+            rate_fields = (
+                "nonzero_columns_per_second",
+                "copy_bytes_per_second",
+                "alone_nonzero_columns_per_second",
+                "alone_copy_bytes_per_second",
+            )
+            values = [record.get("local", {}).get(f) for f in rate_fields]
+            for field, rate in zip(rate_fields, values):
+                if rate is not None:  # absent in records before it
+                    check(f"local.{field}", rate, True)
+            rated_on = record.get("local", {}).get("matrix") if values[0] is not None else None
+            rates = dict(
+                zip(("local_rate", "copy_rate", "local_rate_alone", "copy_rate_alone"), values), local_rate_matrix=rated_on
+            )
+            if "inter_node" not in links_measured:
+                return cls(name, (Level("machine", None, intra),), None, **rates)
+            inter = measured("inter_node", "measured inter-node", True)
+            overlap = links_measured["inter_node"].get("overlap")  # absent in records before it
+            if overlap is not None:
+                check("inter_node.overlap.fraction", overlap["fraction"], False)
+                if overlap["fraction"] > 1:
+                    raise ValueError(f"inter_node.overlap.fraction = {overlap['fraction']!r}, not a fraction within [0, 1]")
+                rates["overlap"] = float(overlap["fraction"])
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            problem = f"has {error}" if isinstance(error, ValueError) else f"lacks {error}"
+            raise InputError(
+                f"network calibration {name!r} {problem}; write it again with 'mpiexec -n P sparsewire calibrate --network'"
+            ) from None
+        blocks = groups == [rank // size for rank in range(len(groups))]
+        levels = (Level("node", size, intra), Level("cluster", None, inter))
+        return cls(name, levels, None if blocks else tuple(groups), **rates)
+
+    def with_local_rate(self, rate: float, matrix: str) -> Topology:
+        """Not collective. This topology with the CSR kernel's rate ``rate`` measured on ``matrix`` (the rows a job
+        multiplies: :meth:`~sparsewire.distributed.matrix.DistributedMatrix.local_rate`) in place of the one it holds, and
+        the rate alone scaled by the same factor (how much faster one rank runs while the others wait is the
+        machine's, not the matrix's). The copy rates stay.
+
+        Raises:
+            InputError where the topology has no measured local rate to replace (write one with
+            ``calibrate --network``) or ``rate`` is not a positive number.
+        """
+        if self.local_rate is None:
+            raise InputError(f"topology {self.name!r} has no local rate; measure one with 'sparsewire calibrate --network'")
+        if isinstance(rate, bool) or not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+            raise InputError(f"a local rate must be a positive number of nonzero-columns per second (got {rate!r})")
+        alone = None if self.local_rate_alone is None else self.local_rate_alone * rate / self.local_rate
+        return dataclasses.replace(self, local_rate=float(rate), local_rate_alone=alone, local_rate_matrix=matrix)
+
+    def groups(self, n_ranks: int) -> np.ndarray:
+        """Not collective. Level-0 group id of each of ``n_ranks`` ranks (ids 0, 1, ... in order of first rank)."""
+        return self.level_groups(0, n_ranks)
+
+    def level_groups(self, level: int, n_ranks: int) -> np.ndarray:
+        """Not collective. Group id of each rank at ``level``."""
+        if level == 0 and self.rank_groups is not None:
+            if len(self.rank_groups) != n_ranks:
+                raise InputError(
+                    f"topology {self.name!r} was made for {len(self.rank_groups)} ranks, not {n_ranks}; "
+                    "build it on the communicator that runs the plan"
+                )
+            return np.asarray(self.rank_groups, np.int64)
+        size = self.levels[level].group_size
+        ranks = np.arange(n_ranks, dtype=np.int64)
+        return np.zeros(n_ranks, np.int64) if size is None else ranks // size
+
+    def link_levels(self, sources: np.ndarray, destinations: np.ndarray, n_ranks: int) -> np.ndarray:
+        """Not collective. Index of the level whose link joins each (source, destination) pair: the smallest level
+        at which both ranks share a group."""
+        sources, destinations = np.asarray(sources, np.int64), np.asarray(destinations, np.int64)
+        result = np.full(sources.shape, len(self.levels) - 1, np.int64)
+        for level in reversed(range(len(self.levels) - 1)):
+            groups = self.level_groups(level, n_ranks)
+            result[groups[sources] == groups[destinations]] = level
+        return result
+
+    def describe(self) -> str:
+        """Not collective. One line: levels, group sizes and links."""
+        parts = []
+        for level in self.levels:
+            size = "all ranks" if level.group_size is None else f"{level.group_size} ranks"
+            link = level.link
+            parts.append(f"{level.name} ({size}): {link.name} {link.bandwidth / 1e9:g} GB/s, {link.latency * 1e6:g} us")
+        return f"{self.name}: " + "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A named machine of :data:`PRESETS`: the planner's view of it and, where the simulator models
+    it, the family of its network.
+
+    Attributes:
+        name: the preset's name (``--topology NAME`` everywhere).
+        description: where its figures come from.
+        topology: the :class:`Topology` the planner (``analyze``, ``spmm``, ``advise``) uses.
+        network: the simulator's network family (``gpu-cluster``, ``leaf-spine``, ``fat-tree``,
+            ``dragonfly``, ``hyperx``; :func:`sparsewire.sim.network.build_network`), or None for a
+            machine the planner knows but the simulator does not model.
+        hosts: the machine's size in ranks (None: any number).
+    """
+
+    name: str
+    description: str
+    topology: Topology
+    network: str | None = None
+    hosts: int | None = None
+
+
+def _netsparse(name: str, description: str, network: str, group: str, group_size: int, cluster_latency: float) -> Machine:
+    """NetSparse's Table 5 links (400 Gb/s, 450 ns per link, 300 ns per switch, 1 us per message):
+    one route inside a group (host - switch - host) and one between groups, as
+    ``Network.planner_topology`` reads them off the modelled network."""
+    levels = (
+        Level(group, group_size, LinkClass(group, 50e9, 1.2e-6, 1e-6)),
+        Level("cluster", None, LinkClass("cluster", 50e9, cluster_latency, 1e-6)),
+    )
+    return Machine(name, description, Topology(name, levels), network, 128)
+
+
+_NVLINK_CLUSTERS = {
+    "cola-a800": ("CoLa's A800 nodes: 8 GPUs on NVLink 300 GB/s, InfiniBand 18 GB/s per GPU", 8, 300e9, 18e9),
+    "shiro-h100": ("SHIRO's H100 nodes: 4 GPUs on NVLink 450 GB/s, InfiniBand 25 GB/s per GPU", 4, 450e9, 25e9),
+}
+
+#: Every named machine, read by the planner (``--topology`` of ``analyze``, ``spmm``, ``advise``,
+#: ``gcn``) and by the simulator (``simulate``, ``netsparse``): one table, so a machine is added once.
+PRESETS: dict[str, Machine] = {
+    "flat": Machine("flat", "one network, every rank alike", Topology.flat()),
+    **{
+        name: Machine(
+            name,
+            description,
+            Topology(
+                name,
+                (
+                    Level("node", gpus, LinkClass("nvlink", nvlink, 2e-6, 1e-6)),
+                    Level("cluster", None, LinkClass("infiniband", infiniband, 5e-6, 5e-6, proxy_based=True)),
+                ),
+            ),
+            "gpu-cluster",
+        )
+        for name, (description, gpus, nvlink, infiniband) in _NVLINK_CLUSTERS.items()
+    },
+    "leafspine-16": Machine(
+        "leafspine-16",
+        "racks of 16 on 400 Gb/s leaf and spine links (planner only; simulate netsparse-leafspine)",
+        Topology(
+            "leafspine-16",
+            (
+                Level("rack", 16, LinkClass("leaf", 50e9, 1e-6, 1e-6)),
+                Level("cluster", None, LinkClass("spine", 50e9, 3e-6, 1e-6)),
+            ),
+        ),
+    ),
+    "netsparse-leafspine": _netsparse(
+        "netsparse-leafspine",
+        "NetSparse Table 5: leaf-spine, racks of 16, 16 spines, 400 Gb/s, 450 ns links, 300 ns switches, 1500 B MTU",
+        "leaf-spine",
+        "rack",
+        16,
+        2.7e-6,
+    ),
+    "netsparse-fattree": _netsparse(
+        "netsparse-fattree",
+        "the Table 5 links as a two-level fat tree with a non-blocking core (racks of 16)",
+        "fat-tree",
+        "rack",
+        16,
+        2.7e-6,
+    ),
+    "netsparse-dragonfly": _netsparse(
+        "netsparse-dragonfly",
+        "NetSparse sec. 9.6: dragonfly, 32 switches in 4 groups, 4 hosts and 4 global links per switch",
+        "dragonfly",
+        "group",
+        32,
+        3.45e-6,
+    ),
+    "netsparse-hyperx": _netsparse(
+        "netsparse-hyperx",
+        "NetSparse sec. 9.6: HyperX 4x4x2 switches, 4 hosts per switch",
+        "hyperx",
+        "switch",
+        4,
+        1.95e-6,
+    ),
+}
+
+
+def parse_topology(text: str) -> Topology:
+    """Not collective. The topology of a preset of :data:`PRESETS` by name, ``nodes:G``, or a file
+    written by ``sparsewire calibrate --network`` (:meth:`Topology.from_record`)."""
+    from pathlib import Path
+
+    if text.strip().endswith(".json") or Path(text).is_file():
+        from sparsewire.topology.records import read_record
+
+        record = read_record(text, "network", "write it with 'mpiexec -n P sparsewire calibrate --network --output FILE'")
+        return Topology.from_record(record, f"measured:{Path(text).name}")
+    name = text.strip().lower()
+    if name in PRESETS:
+        return PRESETS[name].topology
+    if name.startswith("nodes:"):
+        try:
+            size = int(name.split(":", 1)[1])
+        except ValueError:
+            size = 0
+        if size >= 1:
+            return Topology.nodes(size)
+    raise InputError(
+        f"unknown topology {text!r}; choose nodes:G (G ranks per group), a file of 'sparsewire calibrate --network', or one "
+        f"of {', '.join(PRESETS)}"
+    )

@@ -1,0 +1,43 @@
+"""Run by tests/profile/test_tracing.py under ``mpiexec -n P``: a planted imbalance, the last rank sleeping
+20 ms in its local product of each of five multiplies, must show in the summary as that phase's
+Max/Min ratio (above 10) and a load-balance efficiency of about 1/P. Prints the JSON summary on rank 0."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import sparsewire
+
+SLEEP = 0.020
+
+
+def main() -> None:
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    matrix = sparsewire.distribute(comm, "stencil2d:40")
+    start, stop = matrix.col_partition.range(rank)
+    with matrix.spmm_plan(4, mode="overlap") as plan:
+        plan.multiply(np.ones((stop - start, 4)))  # compiles the kernels
+        if rank == size - 1:
+            diagonal = plan.executor.combine.diagonal
+
+            def slow(b, out, progress=None):
+                time.sleep(SLEEP)
+                diagonal(b, out, progress)
+
+            plan.executor.combine.diagonal = slow
+        with sparsewire.trace(plan) as tracer:
+            for _ in range(5):
+                plan.multiply(np.ones((stop - start, 4)))
+    if rank == 0:
+        print(json.dumps(tracer.summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

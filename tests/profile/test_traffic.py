@@ -1,0 +1,63 @@
+"""The rank x rank traffic map (sparsewire.profile.traffic): hand-made maps in this process, and under
+mpiexec the map MPI's receive statuses give equal to the plan's at P = 1..4, flat and hierarchical,
+every mode, with a planted wrong count caught (tests/profile/traffic_driver.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_mpi
+from sparsewire.profile.traffic import TrafficMap, planned_traffic
+from sparsewire.topology.model import Topology
+
+
+def test_a_hand_made_plan_gives_its_map_and_link_classes():
+    stats = SimpleNamespace(
+        n_ranks=4,
+        sources=np.array([0, 0, 1, 3, 2]),
+        destinations=np.array([1, 1, 2, 0, 3]),
+        message_bytes=np.array([8, 16, 40, 24, 32]),
+        message_counts=np.array([1, 1, 1, 1, 1]),
+    )
+    traffic = planned_traffic(stats)
+    assert traffic.bytes[0, 1] == 24 and traffic.messages[0, 1] == 2 and traffic.bytes[3, 0] == 24
+    assert int(traffic.bytes.sum()) == 120 and int(traffic.messages.sum()) == 5
+    topology = Topology.nodes(2)  # ranks {0, 1} and {2, 3}
+    classes = traffic.per_link_class(topology)
+    intra, inter = topology.levels[0].link.name, topology.levels[-1].link.name
+    assert classes[intra] == {"bytes": 24 + 32, "messages": 3} and classes[inter] == {"bytes": 40 + 24, "messages": 2}
+    assert traffic.per_link_class(None) == {"all": {"bytes": 120, "messages": 5}}
+    planted = TrafficMap(traffic.bytes.copy(), traffic.messages.copy())
+    planted.bytes[2, 3] += 1
+    assert planted.differences(traffic) == ["rank 2 -> rank 3: 33 bytes in 1 messages, planned 32 bytes in 1"]
+
+
+@pytest.mark.parametrize("ranks", [1, 3, 4])
+def test_the_measured_map_equals_the_plans_exactly(rng, ranks):
+    completed = run_mpi(
+        ranks, [str(ROOT / "tests" / "profile" / "traffic_driver.py"), str(int(rng.integers(2**31)))], timeout=300
+    )
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
+    assert int(completed.stdout.split("OK ")[1].split()[0]) >= 30, completed.stdout  # 7 strategies x 5 modes less refusals
+
+
+def test_spmm_reports_every_runs_map_and_draws_the_first(tmp_path):
+    import json
+
+    picture = tmp_path / "traffic.png"
+    args = ["-m", "sparsewire", "spmm", "stencil2d:9", "-G", "2", "--strategy", "all", "--mode", "bulk", "--json"]
+    completed = run_mpi(3, [*args, "--traffic-map", str(picture)], timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout)
+    assert len(report["runs"]) == 7
+    for run in report["runs"]:
+        traffic = run["traffic"]
+        assert run["traffic_differences"] == [] and sum(map(sum, traffic["bytes"])) == run["planned_bytes"], run["strategy"]
+        assert sum(c["bytes"] for c in traffic["per_link_class"].values()) == run["planned_bytes"]
+        assert len(traffic["bytes"]) == 3 and all(row[i] == 0 for i, row in enumerate(traffic["bytes"]))
+        # the planner's all-to-all, uncoded without --compress: as many bytes as its int64 words
+        assert run["setup_exchange_wire_bytes"] == run["setup_exchange_bytes"] > 0, run["strategy"]
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 10_000

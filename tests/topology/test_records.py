@@ -1,0 +1,53 @@
+"""The calibration room: one cache directory, one versioned schema for every record, and the
+compute and transfer records read back through it (no MPI)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparsewire.calibration.compute import COMPUTE_KIND, default_calibration_path, load_compute_rate
+from sparsewire.errors import InputError
+from sparsewire.topology import records as store
+from sparsewire.wire.transfer_records import TRANSFER_KIND, default_transfer_record_path, load_transfer_rule
+
+
+def test_every_record_lives_in_one_cache_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert store.cache_directory() == tmp_path / "sparsewire"
+    assert default_calibration_path() == tmp_path / "sparsewire" / "compute.json"
+    assert default_transfer_record_path("cuda:1") == tmp_path / "sparsewire" / "transfer-cuda.json"
+
+
+def test_a_record_round_trips_with_its_stamp(tmp_path, rng):
+    rate = float(rng.integers(1, 10**9))
+    path = store.write_record(tmp_path / "deep" / "compute.json", {**store.stamp(COMPUTE_KIND), "compute_rate": rate})
+    record = store.read_record(path, COMPUTE_KIND, "rerun it")
+    assert record["schema"] == store.SCHEMA and record["kind"] == COMPUTE_KIND and record["written"] and "host" in record
+    assert load_compute_rate(path) == rate
+    with pytest.raises(InputError, match="is not a transfer calibration"):
+        load_transfer_rule(path, "cpu")  # another kind
+
+
+@pytest.mark.parametrize(
+    "record, problem",
+    [
+        ({"kind": COMPUTE_KIND, "schema": store.SCHEMA - 1, "compute_rate": 1.0}, "of schema 1"),
+        ({"kind": TRANSFER_KIND, "schema": store.SCHEMA, "compute_rate": 1.0}, "its kind is 'transfer'"),
+        ({"kind": COMPUTE_KIND, "schema": store.SCHEMA, "compute_rate": -3.0}, "positive number"),
+        ({"kind": COMPUTE_KIND, "schema": store.SCHEMA, "compute_rate": True}, "positive number"),
+        ({"kind": COMPUTE_KIND, "schema": store.SCHEMA}, "positive number"),
+    ],
+)
+def test_a_wrong_record_names_the_file_and_the_command_that_writes_one(tmp_path, record, problem):
+    path = tmp_path / "compute.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(InputError, match=problem) as caught:
+        load_compute_rate(path)
+    assert str(path) in str(caught.value) and "sparsewire calibrate --output" in str(caught.value)
+
+
+def test_a_missing_record_says_how_to_make_it(tmp_path):
+    with pytest.raises(InputError, match="does not exist.*sparsewire calibrate --output"):
+        load_compute_rate(tmp_path / "none.json")
