@@ -95,12 +95,12 @@ def test_transposed_plan_is_exact_and_moves_the_same_bytes_for_every_strategy(rn
         for strategy in EXECUTABLE_STRATEGIES:
             for layout in ("merged", "pipelined"):
                 topology = sparsewire.Topology.nodes(2) if strategy.hierarchical or layout == "pipelined" else None
-                plan = sparsewire.build_plan(matrix, rows, cols, strategy, topology, layout=layout)
+                plan = sparsewire.plan.build_plan(matrix, rows, cols, strategy, topology, layout=layout)
                 transposed = transpose_comm_plan(plan)
                 g = rng.integers(-3, 4, (shape[0], 2)).astype(float)
                 assert np.array_equal(replay_plan(transposed, g), matrix.T @ g), (strategy, layout)
-                forward = sparsewire.plan_stats(plan.ranks, 2, 8)
-                backward = sparsewire.plan_stats(transposed.ranks, 2, 8)
+                forward = sparsewire.plan.plan_stats(plan.ranks, 2, 8)
+                backward = sparsewire.plan.plan_stats(transposed.ranks, 2, 8)
                 assert backward.total_bytes == forward.total_bytes and backward.messages == forward.messages
 
 

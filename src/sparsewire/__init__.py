@@ -1,42 +1,24 @@
 """sparsewire: distributed sparse matrix multiplication that moves as few bytes as the sparsity allows.
 
-Pipeline: load (:mod:`sparsewire.io.readers`, :mod:`sparsewire.io.generators`) -> partition
-(:mod:`sparsewire.partition`) -> plan (:mod:`sparsewire.plan`, over a
-:mod:`sparsewire.topology.model`) -> execute
-(:mod:`sparsewire.exec.executor`, needs MPI) -> report (:mod:`sparsewire.plan.stats`).
+The data flow, one folder each: load (:mod:`sparsewire.io`) -> partition
+(:mod:`sparsewire.partition`) -> plan (:mod:`sparsewire.plan`, over a :mod:`sparsewire.topology`)
+-> execute (:mod:`sparsewire.exec`, over :mod:`sparsewire.comm`) -> report
+(:mod:`sparsewire.profile`). The user API is re-exported here; docs/api.md describes it and
+docs/architecture.md the layers.
 
-The distributed API (:func:`distribute`, :class:`DistributedMatrix`, :class:`SpmmPlan`,
-:func:`spmm`) is loaded on first use: importing ``sparsewire`` does not initialise MPI; only
-those names, :mod:`sparsewire.comm` and :mod:`sparsewire.exec` do. See docs/api.md.
+The names that need MPI (:func:`distribute`, :func:`plan_spmm`, :func:`plan_spgemm`, ...) are
+loaded on first use: importing ``sparsewire`` initialises no MPI, imports neither Numba nor PyTorch,
+and changes no process-wide setting (environment, warning display).
 """
 
-import os as _os
-import sys as _sys
-
-# Numba fixes the size of its thread pool when it is first imported; let ``threads=T`` go up to
-# 64 per rank (threads are started only when asked for). Once numba is imported the setting must
-# not change (Numba refuses a different value later), so then its own default stays.
-if "numba" not in _sys.modules:
-    _os.environ.setdefault("NUMBA_NUM_THREADS", str(max(64, _os.cpu_count() or 1)))
-
-from sparsewire._lib.aligned import empty_aligned, zeros_aligned  # noqa: E402
-from sparsewire.errors import FallbackWarning, InputError, PlanMismatchError, SparsewireError, SparsewireWarning  # noqa: E402
+from sparsewire._lib.aligned import empty_aligned
+from sparsewire.errors import InputError, PlanMismatchError, SparsewireError, SparsewireWarning
 from sparsewire.exec.options import ExecOptions
-from sparsewire.io.generators import deterministic_dense
 from sparsewire.io.readers import load_matrix
 from sparsewire.partition import Partitioning, RowPartition, balanced_nnz, even_rows
-from sparsewire.plan import (
-    CommPlan,
-    PlanStats,
-    RankPlan,
-    Strategy,
-    build_plan,
-    build_rank_plan_collective,
-    minimum_vertex_cover,
-    plan_stats,
-    rowwise_stats,
-)
-from sparsewire.topology.model import Level, LinkClass, Topology, parse_topology
+from sparsewire.plan.strategies import Strategy
+from sparsewire.spgemm.options import SpgemmOptions
+from sparsewire.topology.model import Topology, parse_topology
 
 __version__ = "0.1.0"
 
@@ -44,11 +26,12 @@ __version__ = "0.1.0"
 _LAZY = {
     "distribute": "sparsewire.distributed.matrix",
     "DistributedMatrix": "sparsewire.distributed.matrix",
+    "plan_spmm": "sparsewire.distributed.spmm",
     "SpmmPlan": "sparsewire.distributed.spmm",
-    "StrategyChoice": "sparsewire.distributed.spmm",
+    "StrategyChoice": "sparsewire.distributed.auto",
     "spmm": "sparsewire.distributed.spmm",
-    "SpgemmPlan": "sparsewire.distributed.spgemm",
     "plan_spgemm": "sparsewire.distributed.spgemm",
+    "SpgemmPlan": "sparsewire.distributed.spgemm",
     "trace": "sparsewire.profile.tracing",
 }
 
@@ -68,39 +51,33 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "DistributedMatrix",
-    "ExecOptions",
-    "SpmmPlan",
-    "SpgemmPlan",
-    "StrategyChoice",
-    "distribute",
-    "plan_spgemm",
-    "spmm",
-    "trace",
-    "CommPlan",
-    "FallbackWarning",
-    "InputError",
-    "Level",
-    "LinkClass",
-    "PlanMismatchError",
-    "PlanStats",
-    "RankPlan",
+    # load, partition, distribute
+    "load_matrix",
     "Partitioning",
     "RowPartition",
-    "SparsewireError",
-    "SparsewireWarning",
-    "Strategy",
-    "Topology",
-    "balanced_nnz",
-    "build_plan",
-    "build_rank_plan_collective",
-    "deterministic_dense",
-    "empty_aligned",
     "even_rows",
-    "load_matrix",
-    "minimum_vertex_cover",
+    "balanced_nnz",
+    "distribute",
+    "DistributedMatrix",
+    # SpMM: C = A @ B with a dense B
+    "plan_spmm",
+    "SpmmPlan",
+    "spmm",
+    "ExecOptions",
+    "Strategy",
+    "StrategyChoice",
+    "empty_aligned",
+    # SpGEMM: C = A (+.x) B over a semiring
+    "plan_spgemm",
+    "SpgemmPlan",
+    "SpgemmOptions",
+    # the machine, and what a run did
+    "Topology",
     "parse_topology",
-    "plan_stats",
-    "rowwise_stats",
-    "zeros_aligned",
+    "trace",
+    # errors and warnings
+    "SparsewireError",
+    "InputError",
+    "PlanMismatchError",
+    "SparsewireWarning",
 ]

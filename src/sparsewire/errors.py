@@ -7,9 +7,6 @@ from the matching builtin so that ``except ValueError`` keeps working.
 
 from __future__ import annotations
 
-import sys
-import warnings
-
 __all__ = ["SparsewireError", "InputError", "PlanMismatchError", "SparsewireWarning", "FallbackWarning"]
 
 
@@ -32,20 +29,4 @@ class SparsewireWarning(UserWarning):
 class FallbackWarning(SparsewireWarning):
     """What was asked for runs another way on this machine (the result is the same), e.g. the
     partitioned mode on point-to-point requests where MPI has no partitioned communication.
-    Silence it with ``warnings.filterwarnings("ignore", category=sparsewire.FallbackWarning)``."""
-
-
-_show_other_warnings = warnings.showwarning
-
-
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """Show sparsewire's warnings as one line, ``sparsewire: notice: <message>``, the form of the
-    command line's other messages (the file and line of the library's code would tell a user
-    nothing); every other warning as before. Filters apply first, as for any warning."""
-    if issubclass(category, SparsewireWarning):
-        print(f"sparsewire: notice: {message}", file=sys.stderr if file is None else file, flush=True)
-    else:
-        _show_other_warnings(message, category, filename, lineno, file, line)
-
-
-warnings.showwarning = _show_warning
+    Silence it with ``warnings.filterwarnings("ignore", category=sparsewire.errors.FallbackWarning)``."""

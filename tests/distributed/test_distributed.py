@@ -51,12 +51,13 @@ def test_plan_spgemm_reports_its_choice_and_refuses_a_b_laid_out_otherwise(rng):
     b_even = sparsewire.distribute(MPI.COMM_SELF, random_integer_matrix(rng, 15, 15, 0.2), "even")
     with pytest.raises(InputError, match="right_operand_partitioning"):
         sparsewire.plan_spgemm(a, b_even)
-    plan = sparsewire.plan_spgemm(a, a, "min_plus", "auto")
-    try:
+    with sparsewire.plan_spgemm(a, a, "min_plus", algorithm="auto") as plan:
         assert plan.algorithm in plan.predicted_bytes_by_algorithm and plan.predicted_bytes == 0  # one rank sends nothing
         assert set(plan.predicted_bytes_by_algorithm) == {"summa", "1d/column", "1d/joint", "1d/row"}
-    finally:
-        plan.free()
+        assert plan.options == sparsewire.SpgemmOptions(algorithm="auto")
+    with pytest.raises(InputError, match="was closed"):
+        plan.multiply()
+    plan.close()  # a second close does nothing
     for bad, message in (
         ({"grid": "2x2"}, "2 x 2 != 1 ranks"),
         ({"strategy": "diagonal"}, "1D SpGEMM runs"),

@@ -37,7 +37,7 @@ def main(seed: int, directory: str) -> str:
             c = plan.gather(result)
             if comm.Get_rank() == 0:
                 assert (c != expected).nnz == 0, f"{plan.algorithm}: a traced multiply changed C"
-        plan.free()
+        plan.close()
         if comm.Get_rank() != 0:
             continue
         events = json.load(open(tracer.path))["traceEvents"]

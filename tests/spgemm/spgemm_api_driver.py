@@ -43,13 +43,13 @@ def main() -> None:
         overlap=args.overlap,
         stages_per_product=args.stages_per_product,
     )
-    c = a.spgemm(b, args.semiring, args.algorithm, **options).gather()
-    plan = plan_spgemm(a, b, args.semiring, args.algorithm, **options)
+    c = a.spgemm(b, args.semiring, algorithm=args.algorithm, **options).gather()
+    plan = plan_spgemm(a, b, args.semiring, algorithm=args.algorithm, **options)
     before = plan.bytes_received
     plan.multiply()
     moved = comm.allreduce(plan.bytes_received - before, op=MPI.SUM)
     algorithm = plan.algorithm
-    plan.free()
+    plan.close()
     if root:
         sp.save_npz(args.output, c)
         print(json.dumps({"algorithm": algorithm, "bytes_moved": int(moved)}))

@@ -27,7 +27,7 @@ BLOCK = 128
 
 @functools.cache
 def _kernels():
-    from numba import njit
+    from sparsewire._lib.jit import njit
 
     return tuple(njit(nogil=True, cache=True)(kernel) for kernel in (_widths, _pack, _unpack, _zigzag_steps, _undo_zigzag))
 

@@ -7,9 +7,9 @@ parts that follow need no merge. In a module of its own so that Numba is loaded 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from sparsewire._lib.cores import map_on_threads
+from sparsewire._lib.jit import njit
 
 __all__ = ["split_sort"]
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 from sparsewire import __version__
 from sparsewire.cli import analyze, calibrate, emulate, gnn, graphs, netsparse, sim, spgemm, spmm
 from sparsewire.cli.common import Parser
-from sparsewire.errors import SparsewireError
+from sparsewire.errors import SparsewireError, SparsewireWarning
 
 __all__ = ["main", "build_parser"]
 
@@ -46,8 +47,28 @@ def _is_root() -> bool:
     return launcher_rank == "0"
 
 
+def show_warnings_on_one_line() -> None:
+    """Not collective. Show sparsewire's warnings as one line, ``sparsewire: notice: <message>``, the
+    form of the command line's other messages (the file and line of the library's code would tell a
+    user of the command line nothing); every other warning as before. Filters apply first, as for any
+    warning. Only the command line does this: a library must not change how a program shows warnings."""
+    show_others = warnings.showwarning
+    if getattr(show_others, "one_line", False):  # installed already (main called again in one process)
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, SparsewireWarning):
+            print(f"sparsewire: notice: {message}", file=sys.stderr if file is None else file, flush=True)
+        else:
+            show_others(message, category, filename, lineno, file, line)
+
+    show.one_line = True
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``sparsewire`` console script and ``python -m sparsewire``."""
+    show_warnings_on_one_line()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

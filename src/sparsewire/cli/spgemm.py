@@ -28,6 +28,7 @@ from sparsewire.cli.profiling import (
     write_profiling_pictures,
 )
 from sparsewire.errors import InputError
+from sparsewire.spgemm.options import SpgemmOptions
 
 __all__ = ["add_commands", "VALUES_HELP", "start_mpi", "load_on_root", "print_report"]
 
@@ -168,17 +169,23 @@ def _run_spgemm(args: argparse.Namespace) -> int:
     comm = start_mpi(args)
     from sparsewire.spgemm.summa import parse_grid
 
-    grid = parse_grid(args.grid, comm.Get_size())
+    options = SpgemmOptions(
+        algorithm=args.algorithm,
+        strategy=args.strategy,
+        grid=parse_grid(args.grid, comm.Get_size()),
+        phases=args.phases,
+        overlap=args.overlap,
+        stages_per_product=args.stages_per_product,
+        compress=args.compress,
+        topology=topology,
+    )
     progress = None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
     report = _spgemm_session(
         comm,
         args.matrix,
         args.matrix2,
         semiring,
-        algorithm=args.algorithm,
-        strategy=args.strategy,
-        grid=grid,
-        phases=args.phases,
+        options,
         repeat=args.repeat,
         values=args.values,
         check=args.check,
@@ -186,10 +193,6 @@ def _run_spgemm(args: argparse.Namespace) -> int:
         progress=progress,
         partition=args.partition,
         imbalance=args.imbalance,
-        overlap=args.overlap,
-        stages_per_product=args.stages_per_product,
-        compress=args.compress,
-        topology=topology,
         trace=profiling_request(args, comm),
     )
     if comm.Get_rank() != 0:
@@ -236,11 +239,8 @@ def _spgemm_session(
     spec: str,
     second_spec: str | None,
     semiring,
+    options: SpgemmOptions,
     *,
-    algorithm: str = "auto",
-    strategy: str = "auto",
-    grid=None,
-    phases: int = 1,
     repeat: int = 3,
     values: str = "file",
     check: bool = False,
@@ -248,10 +248,6 @@ def _spgemm_session(
     progress=None,
     partition: str = "even",
     imbalance: float = 0.03,
-    overlap: bool = False,
-    stages_per_product: int = 2,
-    compress: str = "none",
-    topology=None,
     trace=None,
 ) -> dict | None:
     """Collective. ``C = A (+.x) B`` (B = A when ``second_spec`` is None) through the public path
@@ -293,22 +289,13 @@ def _spgemm_session(
     a = distribute(comm, a_global, partition, imbalance=imbalance)
     b = a if second_spec is None else distribute(comm, b_global, a.right_operand_partitioning())
     if progress and rank == 0:
+        algorithm = options.algorithm
         progress(
-            f"choosing among {algorithm} candidates" if algorithm == "auto" or strategy == "auto" else f"building {algorithm}"
+            f"choosing among {algorithm} candidates"
+            if algorithm == "auto" or options.strategy == "auto"
+            else f"building {algorithm}"
         )
-    plan = plan_spgemm(
-        a,
-        b,
-        semiring,
-        algorithm,
-        strategy=strategy,
-        grid=grid,
-        phases=phases,
-        overlap=overlap,
-        stages_per_product=stages_per_product,
-        compress=compress,
-        topology=topology,
-    )
+    plan = plan_spgemm(a, b, semiring, options)
     if progress and rank == 0:
         progress(f"running {plan.algorithm} on a {plan.grid} grid")
     traced = contextlib.nullcontext()
@@ -334,7 +321,7 @@ def _spgemm_session(
     codec_passes = plan.codec_passes
     gathered = plan.gather(result) if check or output else None
     rss = peak_rss_bytes(comm)
-    plan.free()
+    plan.close()
     if rank != 0:
         return None
     if output:
@@ -357,7 +344,8 @@ def _spgemm_session(
         "semiring_facts": semiring.describe(),
         "values": values,
         "partition": partition,
-        "phases": phases,
+        "phases": options.phases,
+        "options": options.as_dict(),
         "repeat": repeat,
         "median_seconds": statistics.median(times) if times else None,
         "nnz_out": int(nnz_out),
@@ -366,7 +354,7 @@ def _spgemm_session(
         "wire_bytes": int(wire),
         "index_bytes": int(index_payload),
         "index_wire_bytes": int(index_wire),
-        "compress": compress,
+        "compress": options.compress,
         "compress_auto": plan.compress_choice,
         "codec_passes": codec_passes,
         "predicted_bytes": plan.predicted_bytes,
@@ -381,6 +369,6 @@ def _spgemm_session(
         report.update(trace_fields(tracer))
     if check:
         reference = reference_product(a_global, b_global, semiring)
-        codec = (compress, codec_passes) if codec_passes else None
+        codec = (options.compress, codec_passes) if codec_passes else None
         report.update(compare_products(gathered, reference, a_global, b_global, semiring, codec))
     return report

@@ -19,6 +19,7 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, collective_errors
 from sparsewire.errors import InputError
+from sparsewire.exec.options import UNSET
 from sparsewire.io.readers import load_matrix
 from sparsewire.partition import PARTITIONERS, Partitioning, RowPartition, even_rows
 from sparsewire.partition import partition as choose_partitioning
@@ -133,22 +134,46 @@ class DistributedMatrix:
             digest.update(part)
         return digest.hexdigest()
 
-    def spmm_plan(self, k: int, dtype=np.float64, *positional, options=None, **keywords):
-        """Collective. A reusable plan of ``C = A @ B`` for B with ``k`` columns: ``options``
-        (:class:`~sparsewire.exec.options.ExecOptions`) and the keyword arguments of
-        :func:`sparsewire.distributed.spmm.plan_spmm`, which describes them and the ``auto`` strategy
-        (``strategy``, ``topology``, ``mode``, ``threads``, ``deterministic`` may also be given in
-        that order after ``dtype``).
+    def spmm_plan(
+        self,
+        k: int,
+        dtype=np.float64,
+        *,
+        options=None,
+        strategy=UNSET,
+        topology=UNSET,
+        proxy=UNSET,
+        mode=UNSET,
+        threads=UNSET,
+        deterministic=UNSET,
+        transport=UNSET,
+        backend=UNSET,
+        device=UNSET,
+        transfer_calibration=UNSET,
+    ):
+        """Collective. A reusable plan of ``C = A @ B`` for B with ``k`` columns:
+        :func:`sparsewire.distributed.spmm.plan_spmm` on this matrix, which describes ``options``
+        (:class:`~sparsewire.exec.options.ExecOptions`), the keyword arguments that replace its
+        fields, and the ``auto`` strategy.
 
         Returns:
             :class:`~sparsewire.distributed.spmm.SpmmPlan`.
         """
         from sparsewire.distributed.spmm import plan_spmm
 
-        names = ("strategy", "topology", "mode", "threads", "deterministic")
-        if len(positional) > len(names):
-            raise TypeError(f"spmm_plan takes at most {2 + len(names)} positional arguments after the matrix")
-        return plan_spmm(self, k, dtype, options=options, **dict(zip(names, positional)), **keywords)
+        given = dict(
+            strategy=strategy,
+            topology=topology,
+            proxy=proxy,
+            mode=mode,
+            threads=threads,
+            deterministic=deterministic,
+            transport=transport,
+            backend=backend,
+            device=device,
+            transfer_calibration=transfer_calibration,
+        )
+        return plan_spmm(self, k, dtype, options=options, **{name: value for name, value in given.items() if value is not UNSET})
 
     def local_rate(self, k: int, dtype=np.float64, threads: int | None = None) -> float | None:
         """Collective. The executor's CSR kernel on this matrix's rows, every rank its own at once, with a
@@ -176,33 +201,32 @@ class DistributedMatrix:
         self,
         other: DistributedMatrix,
         semiring="plus_times",
-        algorithm: str = "auto",
-        phases: int = 1,
         *,
-        strategy: str = "auto",
-        grid=None,
-        overlap: bool = False,
-        stages_per_product: int = 2,
-        compress: str = "none",
-        topology=None,
+        options=None,
+        algorithm=UNSET,
+        strategy=UNSET,
+        grid=UNSET,
+        phases=UNSET,
+        overlap=UNSET,
+        stages_per_product=UNSET,
+        compress=UNSET,
+        topology=UNSET,
     ) -> DistributedMatrix:
         """Collective. ``C = A (+.x) other`` over a semiring, C distributed like A's rows (and
         ordered like A's rows and B's columns): :func:`sparsewire.distributed.spgemm.plan_spgemm` with
-        these arguments, one multiply, C moved to A's rows, the plan freed.
+        these arguments, one multiply, C moved to A's rows, the plan closed.
 
         Args:
             other: B, distributed with ``partition=self.right_operand_partitioning()`` (or A
                 itself when square).
-            semiring, algorithm, phases, strategy, grid, overlap, stages_per_product, compress, topology: as for
-                :func:`~sparsewire.distributed.spgemm.plan_spgemm`.
+            semiring, options, algorithm, strategy, grid, phases, overlap, stages_per_product, compress, topology:
+                as for :func:`~sparsewire.distributed.spgemm.plan_spgemm`
+                (:class:`~sparsewire.spgemm.options.SpgemmOptions` documents each option).
         """
         from sparsewire.distributed.spgemm import plan_spgemm
 
-        plan = plan_spgemm(
-            self,
-            other,
-            semiring,
-            algorithm,
+        given = dict(
+            algorithm=algorithm,
             strategy=strategy,
             grid=grid,
             phases=phases,
@@ -211,10 +235,10 @@ class DistributedMatrix:
             compress=compress,
             topology=topology,
         )
-        try:
+        with plan_spgemm(
+            self, other, semiring, options, **{name: value for name, value in given.items() if value is not UNSET}
+        ) as plan:
             return plan.to_distributed(plan.multiply())
-        finally:
-            plan.free()
 
 
 def _partition_of(partition, matrix: sp.csr_array, n_parts: int, topology, imbalance: float) -> Partitioning:

@@ -2,10 +2,11 @@
 :class:`~sparsewire.distributed.matrix.DistributedMatrix` operands, and ``DistributedMatrix.spgemm``.
 
 The command line's ``sparsewire spgemm`` goes through here too, so the library and the command
-line run one path with one set of options: the algorithm (Azad et al. sec. 3: 2D Sparse SUMMA, or a
-1D SpMM plan whose B rows carry sparse rows), the 1D strategy, the SUMMA grid, phases, the 1D
-overlap and SUMMA's stages per product. ``auto`` builds every candidate the options allow and keeps
-the one whose predicted bytes for this B are fewest (:func:`~sparsewire.spgemm.distributed.keep_fewest_bytes`).
+line run one path with one set of options (:class:`~sparsewire.spgemm.options.SpgemmOptions`): the
+algorithm (Azad et al. sec. 3: 2D Sparse SUMMA, or a 1D SpMM plan whose B rows carry sparse rows),
+the 1D strategy, the SUMMA grid, phases, the 1D overlap and SUMMA's stages per product. ``auto``
+builds every candidate the options allow and keeps the one whose predicted bytes for this B are
+fewest (:func:`~sparsewire.spgemm.distributed.keep_fewest_bytes`).
 
 Layouts: A and B arrive as 1D rows. The 1D algorithm multiplies them in place (A's row and column
 partitions); SUMMA first moves A and B to 2D blocks on its grid (setup traffic, not counted in
@@ -31,6 +32,7 @@ from sparsewire.spgemm.distributed import (
     rows_to_blocks,
 )
 from sparsewire.spgemm.local import to_graphblas, to_scipy
+from sparsewire.spgemm.options import UNSET, SpgemmOptions, spgemm_options
 from sparsewire.spgemm.semirings import Semiring, get_semiring
 from sparsewire.spgemm.summa import BlockLayout, ProcessGrid, parse_grid
 from sparsewire.spgemm.transfer import MessageCoding
@@ -39,10 +41,7 @@ if TYPE_CHECKING:
     from sparsewire.distributed.matrix import DistributedMatrix
     from sparsewire.topology.model import Topology
 
-__all__ = ["SpgemmPlan", "plan_spgemm", "COMPRESS", "compress_problem"]
-
-#: SpGEMM's ``compress`` choices (:func:`plan_spgemm`).
-COMPRESS = ("none", "index", "bf16", "auto")
+__all__ = ["SpgemmPlan", "plan_spgemm", "compress_problem"]
 
 
 class SpgemmPlan:
@@ -53,6 +52,7 @@ class SpgemmPlan:
         algorithm: ``summa`` or ``1d/<strategy>``, the candidate kept.
         grid: the process grid it runs on (``P x 1`` for 1D).
         semiring: the :class:`~sparsewire.spgemm.semirings.Semiring`.
+        options: the :class:`~sparsewire.spgemm.options.SpgemmOptions` it was made with.
         phases: B's columns are multiplied in this many pieces (peak memory ~1/phases).
         predicted_bytes: bytes one :meth:`multiply` puts on the wire, summed over ranks, from counts.
         predicted_bytes_by_algorithm: every candidate's predicted bytes.
@@ -71,14 +71,15 @@ class SpgemmPlan:
         b: DistributedMatrix,
         engine: DistributedSpgemm,
         b_block: gb.Matrix,
-        phases: int,
+        options: SpgemmOptions,
         predictions: dict[str, int],
         lower_bounds_only: list[str],
-        compress: str = "none",
         compress_choice: dict | None = None,
     ) -> None:
         """Not collective. Use :func:`plan_spgemm`."""
+        self.options, phases, compress = options, options.phases, options.compress
         self.compress, self.compress_choice = compress, compress_choice
+        self._closed = False
         self._a, self._b, self._engine, self._b_block = a, b, engine, b_block
         self.algorithm, self.grid, self.semiring, self.phases = engine.name, engine.grid, engine.semiring, phases
         self.predicted_bytes = int(predictions[engine.name])
@@ -95,7 +96,12 @@ class SpgemmPlan:
     def multiply(self, mask: gb.Matrix | None = None) -> gb.Matrix:
         """Collective. This rank's block of ``C = A (+.x) B`` in the algorithm's layout (a GraphBLAS
         matrix; :meth:`to_distributed` or :meth:`gather` for C in A's rows or whole). ``mask``:
-        compute only the entries it holds (a block shaped like this rank's block of C)."""
+        compute only the entries it holds (a block shaped like this rank's block of C).
+
+        Raises:
+            InputError (on this rank, before any message) when the plan was closed.
+        """
+        self._check_open()
         return self._engine.multiply(self._b_block, phases=self.phases, mask=mask)
 
     @property
@@ -150,13 +156,26 @@ class SpgemmPlan:
         semiring's dtype), None elsewhere."""
         return self._engine.gather_c(c_block, root, self._a.row_order, self._b.col_order)
 
-    def free(self) -> None:
-        """Collective. Release the communicators the algorithm made."""
-        self._engine.free()
+    def close(self) -> None:
+        """Collective. Release the communicators the algorithm made (a second call does nothing)."""
+        if not self._closed:
+            self._closed = True
+            self._engine.free()
+
+    def __enter__(self) -> SpgemmPlan:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InputError("this SpgemmPlan was closed; make a new one with sparsewire.plan_spgemm")
 
 
-def _check(a, b, algorithm: str, strategy: str, grid, phases, overlap, stages_per_product):
-    """This rank's first problem with the arguments as text (None: none), and the grid."""
+def _check(a, b, algorithm: str, strategy: str, grid):
+    """This rank's first problem with the operands and the options that depend on P, as text (None: none),
+    and the grid."""
     size = a.comm.Get_size()
     if not (hasattr(b, "local_rows") and hasattr(b, "comm")) or b.comm.Get_size() != size:
         return "B must be a DistributedMatrix over the same communicator as A", None
@@ -168,11 +187,6 @@ def _check(a, b, algorithm: str, strategy: str, grid, phases, overlap, stages_pe
             "partition=a.right_operand_partitioning()",
             None,
         )
-    for name, value in (("phases", phases), ("stages_per_product", stages_per_product)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            return f"{name} must be a positive integer (got {value!r})", None
-    if not isinstance(overlap, bool):
-        return f"overlap must be True or False (got {overlap!r})", None
     try:
         candidate_names(algorithm, strategy)
         chosen_grid = grid if isinstance(grid, ProcessGrid) else parse_grid(grid, size)
@@ -194,15 +208,16 @@ def plan_spgemm(
     a: DistributedMatrix,
     b: DistributedMatrix,
     semiring: str | Semiring = "plus_times",
-    algorithm: str = "auto",
+    options: SpgemmOptions | None = None,
     *,
-    strategy: str = "auto",
-    grid: ProcessGrid | str | None = None,
-    phases: int = 1,
-    overlap: bool = False,
-    stages_per_product: int = 2,
-    compress: str = "none",
-    topology: Topology | None = None,
+    algorithm: str = UNSET,
+    strategy: str = UNSET,
+    grid: ProcessGrid | str | None = UNSET,
+    phases: int = UNSET,
+    overlap: bool = UNSET,
+    stages_per_product: int = UNSET,
+    compress: str = UNSET,
+    topology: Topology | None = UNSET,
 ) -> SpgemmPlan:
     """Collective. Plan ``C = A (+.x) B`` over a semiring (Azad et al. sec. 3 and 4) and keep the
     candidate that moves the fewest bytes for this B.
@@ -214,51 +229,49 @@ def plan_spgemm(
             square.
         semiring: a name of :func:`~sparsewire.spgemm.semirings.get_semiring` (plus_times,
             min_plus, max_times, lor_land, a user ``ADD.MULTIPLY``, ...) or a ``Semiring``.
-        algorithm: ``summa`` (2D Sparse SUMMA), ``1d`` (each rank fetches the B rows its nonzero
-            columns need, or pushes partial C rows), or ``auto`` (both; fewest predicted bytes).
-        strategy: 1D only: ``column`` (fetch B rows), ``row`` (push partial C rows), ``joint``
-            (a vertex cover of both) or ``auto`` (all three).
-        grid: SUMMA only: a ``ProcessGrid`` or ``"RxC"`` with R * C = P (default: the most
-            nearly square, rows >= columns).
-        phases: multiply B's columns in this many pieces (peak memory ~1/phases).
-        overlap: 1D only: multiply the diagonal block while B's rows travel, merge after.
-        stages_per_product: SUMMA only: stages multiplied as one product over their joined blocks.
-        compress: ``none`` (every message as it is), ``index`` (every message's integers travel coded,
-            delta plus bit-packing, :mod:`~sparsewire.spgemm.index_coding`: C bit-identical, fewer bytes on
-            the wire, :attr:`SpgemmPlan.bytes_received`; :attr:`SpgemmPlan.payload_bytes_received` uncoded)
-            or ``auto`` (coded only on the links where the wire time saved exceeds the coding time: the
-            cost measured on this rank's block of A, the largest over the ranks, against each link's
-            bandwidth, :func:`~sparsewire.wire.codec_choice.peers_where_coding_pays`), the values at full
-            width (a semiring's values are often exact: paths, counts, booleans); or ``bf16`` (plus_times
-            only: the integers coded and every value rounded to bf16, within ``max(2^-8 |x|, 2^-134)``, so
-            C_ij within :func:`~sparsewire.wire.codecs.product_error_bound` of ``(|A| |B|)_ij`` over
-            :attr:`SpgemmPlan.codec_passes` passes).
-        topology: the links ``auto`` weighs (a :class:`~sparsewire.topology.model.Topology`; default: MPI's
-            shared-memory nodes with the assumed link constants).
+        options: a :class:`~sparsewire.spgemm.options.SpgemmOptions` (None: the defaults), whose
+            fields the keyword arguments given replace: ``algorithm`` (``summa``, ``1d`` or ``auto``),
+            ``strategy`` (1D: ``column``, ``row``, ``joint`` or ``auto``), ``grid`` (SUMMA: ``"RxC"``
+            with R * C = P), ``phases``, ``overlap``, ``stages_per_product``, ``compress`` (``none``,
+            ``index``, ``bf16``, ``auto``: integers coded with :mod:`~sparsewire.spgemm.index_coding`,
+            where it pays by :func:`~sparsewire.wire.codec_choice.peers_where_coding_pays`; C
+            bit-identical except ``bf16``, within :func:`~sparsewire.wire.codecs.product_error_bound`
+            over :attr:`SpgemmPlan.codec_passes` passes) and ``topology``; the class documents each.
 
     Returns:
-        :class:`SpgemmPlan`; call ``free()`` when done (it holds communicators).
+        :class:`SpgemmPlan`; close it when done (``with plan_spgemm(...) as plan:`` or
+        ``plan.close()``: it holds communicators).
 
     Raises:
         InputError on every rank when any rank's arguments are wrong (operands that do not fit,
         an unknown algorithm, strategy or semiring, a grid whose size is not P).
     """
+    chosen = spgemm_options(
+        options,
+        algorithm=algorithm,
+        strategy=strategy,
+        grid=grid,
+        phases=phases,
+        overlap=overlap,
+        stages_per_product=stages_per_product,
+        compress=compress,
+        topology=topology,
+    )
     comm = a.comm
-    problem, chosen_grid = _check(a, b, algorithm, strategy, grid, phases, overlap, stages_per_product)
-    if problem is None and compress not in COMPRESS:
-        problem = (
-            f"unknown compress {compress!r} for spgemm; choose none, index (integers coded, lossless), bf16 (and the "
-            "values rounded to bf16; plus_times only) or auto (integers coded where it pays)"
-        )
+    problem, chosen_grid = (chosen, None) if isinstance(chosen, str) else (None, None)
+    if problem is None:
+        options = chosen
+        problem, chosen_grid = _check(a, b, options.algorithm, options.strategy, options.grid)
     if problem is None:
         try:
             semiring = semiring if isinstance(semiring, Semiring) else get_semiring(semiring)
         except InputError as error:
             problem = str(error)
     if problem is None:
-        problem = compress_problem(compress, semiring)
+        problem = compress_problem(options.compress, semiring)
     agree_on_error(comm, problem)
-    coding, choice = _coding(comm, a, semiring, compress, topology)
+    overlap, stages_per_product, compress, phases = options.overlap, options.stages_per_product, options.compress, options.phases
+    coding, choice = _coding(comm, a, semiring, compress, options.topology)
 
     def build(name, one_dim_strategy):
         def built():
@@ -295,9 +308,9 @@ def plan_spgemm(
 
         return built
 
-    builders = [build(name, one_dim_strategy) for name, one_dim_strategy in candidate_names(algorithm, strategy)]
+    builders = [build(name, one_dim_strategy) for name, one_dim_strategy in candidate_names(options.algorithm, options.strategy)]
     engine, b_block, predictions, bounded = keep_fewest_bytes(builders, int(phases))
-    return SpgemmPlan(a, b, engine, b_block, int(phases), predictions, bounded, compress, choice)
+    return SpgemmPlan(a, b, engine, b_block, options, predictions, bounded, choice)
 
 
 def compress_problem(compress: str, semiring: Semiring) -> str | None:

@@ -5,10 +5,10 @@ the permuted edge keys, and the CSR pattern of the sorted keys."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from sparsewire._lib.cores import map_on_threads
 from sparsewire._lib.distinct import csr_index_type
+from sparsewire._lib.jit import njit
 
 __all__ = ["add_quadrant_bits", "permuted_keys", "pattern_of_sorted_keys"]
 

@@ -7,8 +7,7 @@ slower thread's share (work stealing).
 
 from __future__ import annotations
 
-from numba.core import cgutils, types
-from numba.extending import intrinsic
+from sparsewire._lib.jit import cgutils, intrinsic, types
 
 
 @intrinsic

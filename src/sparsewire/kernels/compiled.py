@@ -60,7 +60,7 @@ def set_threads(threads: int, ranks_on_node: int = 1) -> None:
     bulk mode 0.94 ms -> 28 ms on bcsstk25). ``OMP_WAIT_POLICY`` is read when the OpenMP runtime
     loads, at the first threaded kernel, so this must run before it (a value the user set wins).
     """
-    import numba
+    from sparsewire._lib.jit import numba
 
     if oversubscribed(ranks_on_node, threads):
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -70,7 +70,7 @@ def set_threads(threads: int, ranks_on_node: int = 1) -> None:
     if threads > limit:
         raise InputError(
             f"{threads} threads asked for but Numba's pool has {limit}; set NUMBA_NUM_THREADS={threads} "
-            "before Python starts (sparsewire sets it itself when it is imported before numba)"
+            "before Python starts (sparsewire sizes the pool itself when it imports Numba first)"
         )
     _threaded(numba.set_num_threads, threads)  # the first call launches Numba's pool
 

@@ -22,8 +22,7 @@ first) when ``out`` is aligned to the cache line. The caller decides both
 
 from __future__ import annotations
 
-from numba import njit, prange
-
+from sparsewire._lib.jit import njit, prange
 from sparsewire.kernels.atomics import fetch_add
 from sparsewire.kernels.simd import (
     LINE_BYTES,

@@ -9,8 +9,7 @@ The same rules hold as there: outputs are preallocated, the GIL is released, and
 
 from __future__ import annotations
 
-from numba import njit, prange
-
+from sparsewire._lib.jit import njit, prange
 from sparsewire.kernels.simd import element, lanes_fma, lanes_in, lanes_load, lanes_store
 
 _CONTRACT = {"contract"}

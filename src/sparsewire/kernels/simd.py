@@ -13,16 +13,15 @@ Rounding: :func:`lanes_fma` is ``llvm.fmuladd``, which is what ``fastmath={"cont
 
 Numba's on-disk cache (``cache=True``) is keyed on the file of the function it compiled, not on
 the files that function calls into: after editing this module, delete the ``*.nbi``/``*.nbc`` files
-in ``exec/__pycache__`` (or touch ``kernels_numba.py``), or the kernels keep the old code.
+in ``kernels/__pycache__`` (or touch ``numba_csr.py``), or the kernels keep the old code.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
-from numba.core import cgutils, types
-from numba.extending import intrinsic, models, register_model
 
 from sparsewire._lib.aligned import CACHE_LINE_BYTES
+from sparsewire._lib.jit import cgutils, intrinsic, models, register_model, types
 
 #: Bytes of one :class:`Lanes` register: a cache line, so a register is one line of a B row.
 LINE_BYTES = CACHE_LINE_BYTES

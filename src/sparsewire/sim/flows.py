@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from sparsewire._lib.jit import njit
 from sparsewire.errors import InputError
 from sparsewire.sim.heap import heap_pop, heap_push
 

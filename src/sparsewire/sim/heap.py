@@ -1,7 +1,7 @@
 """A binary min-heap over parallel key/value arrays, compiled with Numba (used by the flow solver's
 link queue and the property cache's pending fills)."""
 
-from numba import njit
+from sparsewire._lib.jit import njit
 
 __all__ = ["heap_push", "heap_pop"]
 

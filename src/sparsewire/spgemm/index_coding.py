@@ -26,7 +26,7 @@ __all__ = ["BLOCK", "encode_indices", "decode_indices", "coding_cost"]
 
 @functools.cache
 def _kernels():
-    from numba import njit
+    from sparsewire._lib.jit import njit
 
     return tuple(njit(nogil=True, cache=True)(kernel) for kernel in (_deltas, _undo_deltas))
 

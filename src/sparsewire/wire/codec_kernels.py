@@ -178,7 +178,7 @@ def int8_decode(codes, lo_step, out):
 @functools.cache
 def compiled() -> SimpleNamespace:
     """The kernels compiled (Numba, ``nogil``, cached on disk); the options import the codecs without Numba."""
-    from numba import njit
+    from sparsewire._lib.jit import njit
 
     jit = njit(nogil=True, cache=True)
     kernels = (bf16_encode, fp16_encode, fp16_decode, int8_encode, int8_decode)

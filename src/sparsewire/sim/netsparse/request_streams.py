@@ -31,10 +31,10 @@ the responses of missed reads when they pass back (at lookup time + the pair's r
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from sparsewire._lib.cores import in_turn, node_cores, on_threads
 from sparsewire._lib.distinct import sort_in_place
+from sparsewire._lib.jit import njit
 from sparsewire.sim.heap import heap_pop, heap_push
 
 __all__ = [
