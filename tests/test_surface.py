@@ -1,0 +1,86 @@
+"""The package's face: at most 25 public names, each resolving; importing ``sparsewire`` changes
+no process-wide setting and loads neither MPI, Numba nor PyTorch; Numba gets a pool large enough
+for ``threads=T`` where the package imports it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import sparsewire
+import sparsewire.testing
+from conftest import ROOT
+
+IMPORT_SIDE_EFFECTS = """
+import json, os, sys, warnings
+environment, show = dict(os.environ), warnings.showwarning
+import sparsewire
+print(json.dumps({
+    "environment_changed": sorted(set(os.environ.items()) ^ set(environment.items())),
+    "showwarning_changed": warnings.showwarning is not show,
+    "loaded": sorted(m for m in ("mpi4py", "numba", "torch", "graphblas") if m in sys.modules),
+}))
+"""
+
+
+def _run(code: str, env=None) -> dict:
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def test_the_top_level_names_are_few_and_all_resolve():
+    assert len(sparsewire.__all__) <= 25 and len(set(sparsewire.__all__)) == len(sparsewire.__all__)
+    for name in sparsewire.__all__:
+        assert getattr(sparsewire, name) is not None
+    # planner internals and test helpers live in their folders, not at the top
+    for internal in ("build_plan", "build_rank_plan_collective", "minimum_vertex_cover", "deterministic_dense", "RankPlan"):
+        assert internal not in sparsewire.__all__
+    assert sparsewire.plan.build_plan is not None
+    assert sparsewire.testing.deterministic_dense(0, 3, 2).shape == (3, 2)
+
+
+def test_importing_the_package_changes_no_process_wide_setting():
+    facts = _run(IMPORT_SIDE_EFFECTS)
+    assert facts == {"environment_changed": [], "showwarning_changed": False, "loaded": []}
+
+
+def test_a_planted_side_effect_is_seen(tmp_path):
+    """A planted fault: a module that sets a variable and replaces showwarning on import is caught
+    by the same check."""
+    (tmp_path / "sparsewire_leaky.py").write_text(
+        "import os, warnings\nos.environ['LEAKED'] = '1'\nwarnings.showwarning = lambda *a, **k: None\n"
+    )
+    code = IMPORT_SIDE_EFFECTS.replace("import sparsewire\n", f"sys.path.insert(0, {str(tmp_path)!r}); import sparsewire_leaky\n")
+    facts = _run(code)
+    assert facts["environment_changed"] == [["LEAKED", "1"]] and facts["showwarning_changed"] is True
+
+
+def test_numba_gets_a_pool_for_more_threads_than_cores_where_the_package_imports_it():
+    import os
+
+    env = {key: value for key, value in os.environ.items() if key != "NUMBA_NUM_THREADS"}
+    code = (
+        "import json, os\n"
+        "import sparsewire.kernels.numba_csr\n"
+        "import numba\n"
+        "print(json.dumps({'pool': numba.config.NUMBA_NUM_THREADS, 'cores': os.cpu_count()}))\n"
+    )
+    facts = _run(code, env=env)
+    assert facts["pool"] >= max(64, facts["cores"])
+    env["NUMBA_NUM_THREADS"] = "3"  # the user's choice wins
+    assert _run(code, env=env)["pool"] == 3
+
+
+def test_no_module_imports_numba_but_the_one_that_sizes_its_pool():
+    import re
+
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in (ROOT / "src" / "sparsewire").rglob("*.py")
+        if path.name != "jit.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.match(r"\s*(import numba|from numba[ .])", line)
+    ]
+    assert found == [], f"import Numba through sparsewire._lib.jit: {found}"
