@@ -51,3 +51,21 @@ def test_a_wrong_record_names_the_file_and_the_command_that_writes_one(tmp_path,
 def test_a_missing_record_says_how_to_make_it(tmp_path):
     with pytest.raises(InputError, match="does not exist.*sparsewire calibrate --output"):
         load_compute_rate(tmp_path / "none.json")
+
+
+def test_a_prediction_says_which_links_it_prices():
+    """The predicted-time column names what it prices: the assumed constants (nodes:G, flat), a
+    named cluster, or measured links; a planted measured link on nodes:2 is no longer assumed."""
+    import dataclasses
+
+    from sparsewire.topology.model import PRESETS, Topology
+
+    assert Topology.nodes(2).prices() == "assumed links" and Topology.flat().prices() == "assumed links"
+    assert PRESETS["cola-a800"].topology.prices() == "cola-a800"
+    nodes = Topology.nodes(2)
+    measured_link = dataclasses.replace(nodes.levels[1].link, bandwidth=1.17e8, name="inter_node")
+    levels = (nodes.levels[0], dataclasses.replace(nodes.levels[1], link=measured_link))
+    measured_shared = dataclasses.replace(levels[0].link, bandwidth=9.1e9, name="intra_node")
+    levels = (dataclasses.replace(levels[0], link=measured_shared), levels[1])
+    measured = Topology("measured:links.json", levels)
+    assert not measured.assumed_links and measured.prices() == "measured links"

@@ -192,7 +192,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         )
     headers = ["strategy", "bytes/multiply", "", "vs block", "messages", "max send", "max recv", "setup", "plan s"]
     if topology is not None:
-        headers += ["intra-group", "inter-group", "predicted ms"]
+        headers += ["intra-group", "inter-group", f"predicted ms ({topology.prices()})"]
     print(format_table(headers, rows))
     return 0
 

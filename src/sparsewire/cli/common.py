@@ -109,7 +109,11 @@ def add_topology_arguments(parser: argparse.ArgumentParser, allow_mpi: bool) -> 
     from sparsewire.topology.model import PRESETS
 
     presets = ", ".join(["nodes:G", *PRESETS]) + (", mpi (shared-memory nodes)" if allow_mpi else "")
-    where.add_argument("--topology", help=f"cluster model: {presets}; adds per-link-class bytes and predicted time")
+    where.add_argument(
+        "--topology",
+        help=f"cluster model: {presets}, or a file of 'sparsewire calibrate --network' (this machine's measured links); "
+        "adds per-link-class bytes and predicted time",
+    )
     parser.add_argument(
         "--proxy",
         choices=["local", "balanced"],

@@ -17,6 +17,7 @@ from sparsewire._lib.sizes import check_derived_fits, check_fits
 from sparsewire.errors import InputError
 from sparsewire.io.archives import check_compressed, open_archive
 from sparsewire.io.readers import load_matrix
+from sparsewire.io.shipped import shipped_path
 
 __all__ = ["GraphData", "load_planetoid", "synthetic_graph", "load_graph", "PLANETOID_KEYS"]
 
@@ -142,8 +143,11 @@ def synthetic_graph(spec: str, features: int, classes: int, seed: int = 0, *, sy
 def load_graph(
     source: str, *, features: str | None = None, classes: int | None = None, seed: int = 0, symmetrize: bool = False
 ) -> GraphData:
-    """Not collective. A Planetoid ``.npz`` when ``source`` is one and ``features`` is None; else the
-    matrix ``source`` with ``features = "random:F"`` and ``classes`` (:func:`synthetic_graph`)."""
+    """Not collective. A Planetoid ``.npz`` when ``source`` is one (or ``cora``, the graph that ships with
+    the package, :mod:`~sparsewire.io.shipped`) and ``features`` is None; else the matrix ``source``
+    with ``features = "random:F"`` and ``classes`` (:func:`synthetic_graph`)."""
+    if features is None and source == "cora" and not os.path.exists(source):
+        source = str(shipped_path("cora"))
     if features is None:
         if not str(source).endswith(".npz"):
             raise InputError(f"{source} is not a Planetoid .npz; for another matrix give --features random:F --classes C")

@@ -23,6 +23,7 @@ from sparsewire._lib.sizes import check_fits
 from sparsewire.errors import InputError
 from sparsewire.io import generators
 from sparsewire.io.archives import read_npz
+from sparsewire.io.shipped import SHIPPED, shipped_path
 from sparsewire.io.text_lines import check_field_counts, check_number_syntax
 
 __all__ = [
@@ -45,7 +46,8 @@ def load_matrix(spec: str, *, symmetrize: bool = False) -> sp.csr_array:
 
     Args:
         spec: a file path (``.mtx``, ``.mtx.gz``, ``.txt``, ``.txt.gz``, ``.graph``, ``.graph.gz``,
-            ``.npz``) or a generator
+            ``.npz``), the name of a matrix that ships with the package (``bcsstk25``,
+            ``delaunay_n16``; :mod:`~sparsewire.io.shipped`), or a generator
             spec (``rmat:SCALE:EDGE_FACTOR[:SEED]``, ``delaunay:N[:SEED]``, ``stencil2d:NX[:NY]``,
             ``stencil3d:N[:7|27]``, ``uniform:ROWS[xCOLS]:PER_ROW[:SEED]``).
         symmetrize: for edge lists only (refused for other specs), return the pattern union ``max(A, A^T)``.
@@ -66,14 +68,18 @@ def load_matrix(spec: str, *, symmetrize: bool = False) -> sp.csr_array:
         )
     if os.path.exists(spec):
         return _load_file(spec, symmetrize=symmetrize)
+    shipped = shipped_path(spec)
+    if shipped is not None and _file_kind(str(shipped)) != "npz":
+        return _load_file(str(shipped), symmetrize=symmetrize)
     head = spec.split(":", 1)[0].lower()
     if ":" in spec and head in generators.GENERATORS:
         return generators.from_spec(spec)
     if _file_kind(spec) is not None or os.sep in spec:
         raise InputError(f"{spec}: no such file; check the path, or use a generator spec such as rmat:16:8:1")
     known = ", ".join(sorted(generators.GENERATORS))
+    names = ", ".join(name for name, file in SHIPPED.items() if not file.endswith(".npz"))
     raise InputError(
-        f"{spec!r} is neither an existing file nor a generator spec; "
+        f"{spec!r} is neither an existing file, a shipped matrix ({names}) nor a generator spec; "
         f"give a .mtx/.mtx.gz/.txt/.txt.gz/.graph/.graph.gz/.npz path or one of the generators ({known}), e.g. rmat:16:8:1"
     )
 

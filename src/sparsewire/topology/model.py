@@ -278,6 +278,21 @@ class Topology:
             result[groups[sources] == groups[destinations]] = level
         return result
 
+    @property
+    def assumed_links(self) -> bool:
+        """Whether a level's link is one of the assumed constants of :mod:`~sparsewire.topology.links`
+        (``flat``, ``nodes:G``, MPI's nodes) rather than measured (``calibrate --network``) or a named
+        cluster's: its predictions price an assumed cluster, not the machine the job runs on."""
+        assumed = (_SHARED_MEMORY, _NETWORK, LinkClass("network", *links.FLAT_NETWORK))
+        return any(level.link in assumed for level in self.levels)
+
+    def prices(self) -> str:
+        """Not collective. What a prediction under this topology prices, in a few words for a column
+        header: ``assumed links``, ``measured links`` or the named cluster."""
+        if self.assumed_links:
+            return "assumed links"
+        return "measured links" if self.name.split(":", 1)[0] == "measured" else self.name
+
     def describe(self) -> str:
         """Not collective. One line: levels, group sizes and links."""
         parts = []
