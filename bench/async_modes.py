@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -42,38 +41,25 @@ def worker(
     from mpi4py import MPI
 
     import sparsewire
-    from sparsewire.io.generators import deterministic_dense
-    from sparsewire.plan.plan import build_rank_plan_collective
-    from sparsewire.topology.model import Topology
 
-    try:  # the executor of this tree: its options as one object
+    try:  # this tree's public names
+        from sparsewire.exec import ExecOptions, SpmmExecutor
+        from sparsewire.plan import MODES, build_rank_plan_collective, layout_for_mode
+        from sparsewire.profile import time_plan
+        from sparsewire.testing import deterministic_dense
+    except ImportError:  # a --baseline tree from before the layered layout: the same objects, other places
+        from sparsewire import ExecOptions, deterministic_dense
         from sparsewire.exec.executor import SpmmExecutor
-        from sparsewire.exec.options import ExecOptions
-        from sparsewire.plan.modes import MODES, layout_for_mode
-        from sparsewire.profile.timed import time_plan
+        from sparsewire.exec.modes import MODES, layout_for_mode
+        from sparsewire.plan import build_rank_plan_collective
+        from sparsewire.timed import time_plan
 
-        def executor_of(plan, k, mode, deterministic, transport):
-            options = ExecOptions(mode=mode, threads=threads, deterministic=deterministic, transport=transport)
-            return SpmmExecutor(plan, comm, k, np.float64, options)
+    def executor_of(plan, k, mode, deterministic, transport):
+        options = ExecOptions(mode=mode, threads=threads, deterministic=deterministic, transport=transport)
+        return SpmmExecutor(plan, comm, k, np.float64, options)
 
-        def median_time(executor, b, out):
-            return time_plan(executor, b, out, repeat).median_seconds
-    except ImportError:  # a baseline from before ExecOptions (and before the one timed run)
-        from sparsewire.exec.spmm import MODES, SpmmExecutor, layout_for_mode
-
-        def executor_of(plan, k, mode, deterministic, transport):
-            options = {} if transport == "mpi" else {"transport": transport}  # a baseline may predate transports
-            return SpmmExecutor(plan, comm, k, np.float64, mode, threads=threads, deterministic=deterministic, **options)
-
-        def median_time(executor, b, out):
-            executor.multiply(b, out=out)
-            times = []
-            for _ in range(repeat):
-                comm.Barrier()
-                began = MPI.Wtime()
-                executor.multiply(b, out=out)
-                times.append(comm.allreduce(MPI.Wtime() - began, op=MPI.MAX))
-            return statistics.median(times)
+    def median_time(executor, b, out):
+        return time_plan(executor, b, out, repeat).median_seconds
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -85,7 +71,7 @@ def worker(
             distributed.row_partition,
             distributed.col_partition,
             strategy,
-            Topology.nodes(1) if layout == "pipelined" else None,
+            sparsewire.Topology.nodes(1) if layout == "pipelined" else None,
             layout=layout,
         )
         for layout in ("merged", "pipelined")
