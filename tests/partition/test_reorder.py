@@ -44,7 +44,7 @@ def test_metis_cuts_a_mesh_and_balances_nonzeros():
 
 
 def test_metis_hier_cuts_the_bytes_between_groups():
-    # Against even rows; against flat METIS it wins on most graphs but not all (bench/partition.py).
+    # Against even rows; against flat METIS it wins on most graphs but not all (bench/planner/partition.py).
     mesh = sparsewire.load_matrix("delaunay:6000:5")
     topology = sparsewire.Topology.nodes(4)
     inter = {}

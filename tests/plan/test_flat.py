@@ -1,5 +1,5 @@
 """The flat planner (``plan/flat.py``: each rank's plan from its own rows, the send side written by the
-exchange into the plan's arrays) through the stand-in communicator of ``bench/rank_planning.py`` (what
+exchange into the plan's arrays) through the stand-in communicator of ``bench/planner/rank_planning.py`` (what
 every other rank sends a rank, made by the same function on those ranks' rows): exact plans on a
 hand-made matrix, and plans equal to the records planner's (``build_plan``) on random ones, with the
 chunked passes cut small so that every pass boundary is crossed. Real MPI: ``tests/exec/mpi_driver.py``."""

@@ -68,7 +68,7 @@ def test_each_node_is_told_its_share_of_the_machines_cores_a_fraction_where_node
 
 def test_large_messages_use_the_rendezvous_that_lets_both_directions_stream_unless_the_caller_says(monkeypatch):
     """Under UCX's default rendezvous over TCP a node that sends while it receives is slower than either direction
-    alone (bench/link_directions.py): the harness asks for ``get_zcopy``, and a caller's choice stands."""
+    alone (bench/cluster/link_directions.py): the harness asks for ``get_zcopy``, and a caller's choice stands."""
     monkeypatch.delenv("UCX_RNDV_SCHEME", raising=False)
     cluster = EmulatedCluster(2, "1gbit")
     assert cluster.mpi_environment()["UCX_RNDV_SCHEME"] == "get_zcopy"

@@ -3,7 +3,7 @@ reading the device's buffers (:mod:`sparsewire.wire.paths`), measured by ``spars
 --device D`` and stored in the calibration cache (:mod:`sparsewire.topology.records`).
 
 :func:`measure_transfer_paths` times both paths message size by message size between two ranks
-(:func:`time_transfer_paths`, also used by ``bench/gpu.py``) and takes :func:`crossover`;
+(:func:`time_transfer_paths`, also used by ``bench/peers/gpu.py``) and takes :func:`crossover`;
 :mod:`sparsewire.wire.transfer_records` reads the record back into the rule an executor runs with.
 """
 
@@ -113,7 +113,7 @@ def measure_transfer_paths(comm, backend, device: str, sizes: list[int], repeat:
     if fixed.staged_below_bytes >= EVERY_MESSAGE:
         raise InputError(
             f"no crossover to measure on {device}: {fixed.why}, every one of them; run with a CUDA-aware MPI "
-            "(bench/README.md), or see bench/gpu.py for the staged and NCCL times by message size"
+            "(bench/README.md), or see bench/peers/gpu.py for the staged and NCCL times by message size"
         )
     rank = comm.Get_rank()
     measured = time_transfer_paths(comm, backend, sizes, repeat, ("direct", "staged"), progress)

@@ -5,7 +5,7 @@ A sample keeps every ``s``-th row and empties the others, so the matrix's shape,
 rank stay as they are (whatever grows with the ranks is in both samples) while the nonzeros shrink about
 s-fold. With the times ``t1``, ``t2`` of samples holding the fractions ``f1 < f2`` of the nonzeros, the
 run is taken to cost ``a + b f`` (a part that does not grow with the nonzeros and one that grows linearly,
-the shape `bench/planning_scale.py` measures), so the whole takes ``t2 + (t2 - t1) (1 - f2) / (f2 - f1)``.
+the shape `bench/planner/planning_scale.py` measures), so the whole takes ``t2 + (t2 - t1) (1 - f2) / (f2 - f1)``.
 Where the larger sample ran faster (noise over a run that hardly grows with the nonzeros) it is ``max(t1, t2)``.
 """
 

@@ -95,7 +95,7 @@ def distribute_graph(
     sparse input): ``torch`` (default: PyTorch's sparse CSR products on ``device``, ``cpu`` or
     ``cuda``/``cuda:N``, where the features, labels and masks are put and :func:`train` puts the
     model; one thread pool, PyTorch's) or ``numpy`` (the compiled kernels; see :func:`sparsewire.distributed.spmm.plan_spmm`). In
-    ``bench/gnn.py`` (float32, 2-core machine) their epochs take the same time, and the torch
+    ``bench/peers/gnn.py`` (float32, 2-core machine) their epochs take the same time, and the torch
     backend's process never loads Numba and LLVM: at P = 1 its peak memory was 0.77-0.87x that of
     PyG's process, the NumPy backend's 0.90-1.11x. The transfer calibration says which messages
     are staged through host memory (:mod:`sparsewire.wire.paths`)."""

@@ -174,7 +174,7 @@ def predicted_communication_seconds(
 
     A shared link's ``burst`` (bytes a rate limiter passes at once after idle, as a multiply between barriers
     finds it) comes off each group's bytes once per multiply: ``max(b_g - burst, 0)`` over all steps together,
-    or in the first step where steps follow each other (bench/link_burst.py: 2.10 MB in 2.67 ms after idle on
+    or in the first step where steps follow each other (bench/cluster/link_burst.py: 2.10 MB in 2.67 ms after idle on
     the emulated 5 Gbit/s link, against 3.49 ms at its sustained rate); the aggregate's own ``aggregate_burst``
     (measured with every node sending at once) off the bytes on the aggregate, ``max(sum_g b_g -
     aggregate_burst, 0)``: where the links set the aggregate it is about the links' bursts together, where a

@@ -91,7 +91,7 @@ def layout_for_mode(mode: str) -> str:
 
 
 def choose_mode(k: int, node_ranks: int, threads: int) -> str:
-    """Not collective. The default mode, from ``bench/async_modes.py`` on the 2-core reference machine (8 matrices,
+    """Not collective. The default mode, from ``bench/kernels/async_modes.py`` on the 2-core reference machine (8 matrices,
     k = 1 ... 256, geometric mean of the time ratio to ``bulk``): with ranks x threads within the
     cores, ``early`` 0.87 and ``overlap`` 0.94 for k <= 16, ``overlap`` 1.03 and ``early`` 1.08
     above; oversubscribed (4 ranks on 2 cores), ``overlap`` 0.99 and ``early`` 1.77 (its

@@ -1,7 +1,8 @@
 """The local CSR x dense kernel at GNN widths beside Intel MKL and torch.sparse.mm, in one run.
 
     .venv/bin/pip install sparse-dot-mkl mkl          # benchmark-only; see bench/README.md
-    .venv/bin/python bench/kernel_vs_mkl.py [--matrices M ...] [--ks 8,16,32,64,128] [--dtypes float32,float64] [--threads 2]
+    .venv/bin/python bench/peers/kernel_vs_mkl.py [--matrices M ...] [--ks 8,16,32,64,128]
+        [--dtypes float32,float64] [--threads 2]
 
 Per matrix of ../shared/data, k and dtype: ``C = A @ B`` with B random, on ``--threads`` threads
 for every side, warm (one product first, then the median of ``--repeat`` back to back):
@@ -28,7 +29,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, default_matrices, geometric_mean, median_seconds, short_name  # noqa: E402
 
 
@@ -48,7 +49,7 @@ def main() -> None:
     try:
         import sparse_dot_mkl
     except ImportError:
-        sys.exit("bench/kernel_vs_mkl.py needs MKL: .venv/bin/pip install sparse-dot-mkl mkl (see bench/README.md)")
+        sys.exit("bench/peers/kernel_vs_mkl.py needs MKL: .venv/bin/pip install sparse-dot-mkl mkl (see bench/README.md)")
     import numpy as np
     import scipy.sparse as sp
     import torch

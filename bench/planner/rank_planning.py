@@ -18,7 +18,7 @@ exchange delivers it; with ``--stages`` also the peak inside each planning stage
 it. First checks the stand-in's plans equal serial planning's (the records planner). Writes
 ``bench/results/rank_planning.json``.
 
-    .venv/bin/python bench/rank_planning.py --matrix rmat:22:16 --ranks 1024,4096,16384
+    .venv/bin/python bench/planner/rank_planning.py --matrix rmat:22:16 --ranks 1024,4096,16384
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ with the messages in flight and no MPI call until the wait, and the work in piec
 ``max(messages, work)``, which an overlap that hides the whole transfer reaches. Run under the emulated cluster
 (root):
 
-    sudo .venv/bin/sparsewire emulate --nodes 2 --ranks-per-node 1 --rate 5gbit -- .venv/bin/python bench/link_progress.py
+    sudo .venv/bin/sparsewire emulate --nodes 2 --ranks-per-node 1 --rate 5gbit -- .venv/bin/python bench/cluster/link_progress.py
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     if comm.Get_size() != 2:
-        raise SystemExit("bench/link_progress.py runs on exactly 2 ranks, one per node")
+        raise SystemExit("bench/cluster/link_progress.py runs on exactly 2 ranks, one per node")
     peer = 1 - rank
     block = np.random.default_rng(rank).random((64, 64))
 

@@ -1,6 +1,6 @@
 """Distributed GNN training against PyTorch Geometric configured as its users run it, in one run.
 
-    .venv/bin/python bench/gnn.py [--configs 1x1,1x2,2x1] [--graphs cora,rmat:14:16:1,rmat:16:16:1]
+    .venv/bin/python bench/peers/gnn.py [--configs 1x1,1x2,2x1] [--graphs cora,rmat:14:16:1,rmat:16:16:1]
         [--models gcn2,gcn5,sage2] [--dtype float32] [--epochs 30] [--backend numpy|torch] [--device cpu|cuda]
 
 Graphs: Cora (``../shared/data/gnn/cora.npz``, when present; 1433 sparse bag-of-words features,
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, run_json  # noqa: E402
 
 CORA = ROOT.parent / "shared" / "data" / "gnn" / "cora.npz"

@@ -1,6 +1,6 @@
 """The advisor's table for every matrix, at P = 8 (groups of 4) and P = 32 (groups of 8).
 
-    .venv/bin/python bench/partition.py [--matrices M ...] [--ranks 8,32] [--k 32]
+    .venv/bin/python bench/planner/partition.py [--matrices M ...] [--ranks 8,32] [--k 32]
 
 For each matrix and P: every partitioner x strategy (:func:`sparsewire.plan.advisor.advise`, float64,
 k = 32, topology ``nodes:G``), with the ratio of total bytes to even + column. Then, per P, the
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, default_matrices, short_name  # noqa: E402
 
 from sparsewire._lib.text import format_table  # noqa: E402

@@ -2,7 +2,7 @@
 beside none on the emulated cluster (``sparsewire emulate``'s harness: network namespaces, veth links
 rate-limited by tbf, MPICH over TCP between the nodes).
 
-    sudo .venv/bin/python bench/compressed_emulated.py [--matrices M,...] [--layouts 2x1,2x2] [--rate 1gbit]
+    sudo .venv/bin/python bench/cluster/compressed_emulated.py [--matrices M,...] [--layouts 2x1,2x2] [--rate 1gbit]
         [--codecs none,bf16,int8,auto] [--mode bulk] [--strategy joint] [--k 32] [--repeat 20] [--command spmm]
 
 ``--command spgemm`` runs ``sparsewire spgemm M --compress C`` instead (A x A, plus_times, the algorithm auto
@@ -27,7 +27,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, geometric_mean, short_name  # noqa: E402
 from emulated import DEFAULT_MATRICES, calibrated_cluster, run_json  # noqa: E402
 
@@ -50,7 +50,7 @@ def main() -> None:
     args = parser.parse_args()
     problem = unavailable_reason()
     if problem:
-        raise SystemExit(f"bench/compressed_emulated.py needs an emulated cluster: {problem}")
+        raise SystemExit(f"bench/cluster/compressed_emulated.py needs an emulated cluster: {problem}")
     codecs = (args.codecs or ("none,index,auto" if args.command == "spgemm" else "none,bf16,int8,auto")).split(",")
     if "none" not in codecs:
         parser.error("--codecs must include none (the baseline of every ratio)")

@@ -13,7 +13,7 @@ Matrices whose A x A has more than ``--max-output-nnz`` entries (measured by the
 reported and skipped for the distributed runs: on a 2-core machine their 12 runs take too long.
 
 Usage:
-    .venv/bin/python bench/spgemm.py [--matrices SPEC ...] [--ranks 1 2 4] [--repeat 3]
+    .venv/bin/python bench/peers/spgemm.py [--matrices SPEC ...] [--ranks 1 2 4] [--repeat 3]
         [--max-output-nnz 20000000] [--output bench/results/spgemm.json]
 """
 
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from common import default_matrices, short_name  # noqa: E402

@@ -7,7 +7,7 @@ sends one message and waits for a one-byte reply; the median of the last 7, byte
 against what the same run's largest message's rate (the sustained rate, the baseline) would take. Run under the
 emulated cluster (root):
 
-    sudo .venv/bin/sparsewire emulate --nodes 2 --ranks-per-node 1 --rate 5gbit -- .venv/bin/python bench/link_burst.py
+    sudo .venv/bin/sparsewire emulate --nodes 2 --ranks-per-node 1 --rate 5gbit -- .venv/bin/python bench/cluster/link_burst.py
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     if comm.Get_size() != 2:
-        raise SystemExit("bench/link_burst.py runs on exactly 2 ranks, one per node")
+        raise SystemExit("bench/cluster/link_burst.py runs on exactly 2 ranks, one per node")
     ack = np.zeros(1, np.uint8)
     medians = []
     for size in SIZES:

@@ -15,7 +15,7 @@ calibration's copy rate) is judged where that is at least a half. Needs root (``
 harness). On the 2-core machine 4 ranks are oversubscribed (ranks x threads = 4 > 2 cores): compare strategies
 with each other, not with other benches. The JSON holds the runs, ``auto``'s picks and each cluster's calibration record.
 
-    sudo .venv/bin/python bench/emulated.py --rates 1gbit,5gbit --layouts 2x2,4x1
+    sudo .venv/bin/python bench/cluster/emulated.py --rates 1gbit,5gbit --layouts 2x2,4x1
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     problem = unavailable_reason()
     if problem:
-        raise SystemExit(f"bench/emulated.py needs an emulated cluster: {problem}")
+        raise SystemExit(f"bench/cluster/emulated.py needs an emulated cluster: {problem}")
     rows, picks, calibrations = [], [], []
     for layout in args.layouts.split(","):
         for rate in args.rates.split(","):

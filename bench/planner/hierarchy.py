@@ -10,7 +10,7 @@ multiply, with ratios to flat ``column``. Each row also gives the predicted comm
 ``pipelined`` layout (CoLa Alg. 3).
 
 Usage:
-    .venv/bin/python bench/hierarchy.py [--matrices SPEC ...] [--ranks 16 32 64] [--group-sizes 4 8]
+    .venv/bin/python bench/planner/hierarchy.py [--matrices SPEC ...] [--ranks 16 32 64] [--group-sizes 4 8]
         [--proxy local|balanced] [--output bench/results/hierarchy.json]
 
 Matrices default to every file in ../shared/data (when present) plus generated ones.
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from common import default_matrices, short_name  # noqa: E402

@@ -1,7 +1,7 @@
-"""PETSc side of bench/vs_petsc.py. Run by the system Python (Debian's python3-petsc4py) under the
+"""PETSc side of bench/peers/vs_petsc.py. Run by the system Python (Debian's python3-petsc4py) under the
 system ``mpirun``; needs only NumPy and petsc4py, never sparsewire.
 
-    mpirun -n P python3 bench/petsc_worker.py DIR K1,K2,... REPEAT
+    mpirun -n P python3 bench/peers/petsc_worker.py DIR K1,K2,... REPEAT
 
 DIR holds ``indptr.npy``, ``indices.npy`` (the CSR pattern, values 1) and ``offsets.npy`` (the row
 partition, the same as sparsewire's). B is the same hash as ``sparsewire.io.generators.deterministic_dense``.

@@ -5,7 +5,7 @@ and each run's time over ``joint``'s is the median of its 80 paired ratios with 
 over whole turns (``emulated_report.paired_ratio``). The control: the same runs with one rank per node, where the
 two-level plans send exactly ``joint``'s messages, so each interval there should reach 1.
 
-    sudo .venv/bin/python bench/emulated_paired.py [--matrices ../shared/data/delaunay_n16.mtx.gz] [--rate 1gbit]
+    sudo .venv/bin/python bench/cluster/emulated_paired.py [--matrices ../shared/data/delaunay_n16.mtx.gz] [--rate 1gbit]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main() -> None:
     args = parser.parse_args()
     problem = unavailable_reason()
     if problem:
-        raise SystemExit(f"bench/emulated_paired.py needs an emulated cluster: {problem}")
+        raise SystemExit(f"bench/cluster/emulated_paired.py needs an emulated cluster: {problem}")
     reports = []
     for layout in args.layouts.split(","):
         with calibrated_cluster(layout, args.rate) as (cluster, per_node, network, _):

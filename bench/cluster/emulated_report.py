@@ -1,4 +1,4 @@
-"""The tables of docs/performance.md "Over a real link" from a run of bench/emulated.py: per layout and
+"""The tables of docs/performance.md "Over a real link" from a run of bench/cluster/emulated.py: per layout and
 rate, measured / predicted per strategy (one table per mode asked), and the three checks of issue 40
 over every run: prediction (communication plus local work, :mod:`sparsewire.plan.cost`) within 25% where
 the link is at least half the time (link share from the same run in shared memory), with the runs outside
@@ -9,10 +9,10 @@ fastest's messages under another strategy's name, as the hierarchical strategies
 the fastest plan; the report says which), and how far apart the medians of one plan under two names fall (the
 spread the other checks sit in). A two-level run is compared with ``joint`` multiply by multiply
 (:func:`paired_ratio`) where the runs took at least :data:`PAIRED_TURNS` turns, by the medians otherwise.
-``--paired FILE`` prints that comparison for one ``spmm --json --rounds R`` report (``bench/emulated_paired.py``).
+``--paired FILE`` prints that comparison for one ``spmm --json --rounds R`` report (``bench/cluster/emulated_paired.py``).
 
-    .venv/bin/python bench/emulated_report.py [bench/results/emulated.json] [--modes overlap,bulk]
-    .venv/bin/python bench/emulated_report.py --paired spmm.json
+    .venv/bin/python bench/cluster/emulated_report.py [bench/results/emulated.json] [--modes overlap,bulk]
+    .venv/bin/python bench/cluster/emulated_report.py --paired spmm.json
 """
 
 from __future__ import annotations

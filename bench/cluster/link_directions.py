@@ -10,7 +10,8 @@ Per case, 12 times: a barrier, then every message posted at once (``MPI_Isend``/
 the median over ranks' maxima. The baseline is the same run's one-way case (rank 0 only receives): its rate
 is what the link gives one direction. Run under the emulated cluster (root), one rank per node:
 
-    sudo .venv/bin/sparsewire emulate --nodes 4 --ranks-per-node 1 --rate 1gbit -- .venv/bin/python bench/link_directions.py
+    sudo .venv/bin/sparsewire emulate --nodes 4 --ranks-per-node 1 --rate 1gbit -- \
+        .venv/bin/python bench/cluster/link_directions.py
     sudo UCX_RNDV_SCHEME=put_zcopy .venv/bin/sparsewire emulate ... (UCX's default scheme over TCP, for comparison)
 """
 
@@ -49,7 +50,7 @@ def exchange_seconds(comm: MPI.Comm, inward: int, outward: int) -> float:
 def main() -> None:
     comm = MPI.COMM_WORLD
     if comm.Get_size() < 2:
-        raise SystemExit("bench/link_directions.py needs at least 2 ranks, one per node")
+        raise SystemExit("bench/cluster/link_directions.py needs at least 2 ranks, one per node")
     peers = comm.Get_size() - 1
     medians = []
     for inward, outward in CASES:

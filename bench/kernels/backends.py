@@ -1,7 +1,7 @@
 """The executor's two kernel backends side by side, in one run: NumPy with the compiled kernels
 against torch tensors with PyTorch's sparse CSR products (on the CPU).
 
-    .venv/bin/python bench/backends.py [--matrices M ...] [--ks 8,32] [--dtype float32] [--ranks 2]
+    .venv/bin/python bench/kernels/backends.py [--matrices M ...] [--ks 8,32] [--dtype float32] [--ranks 2]
         [--threads 1] [--modes overlap,early] [--repeat 20]
 
 Per matrix, k and mode: ``mpiexec -n RANKS sparsewire spmm M --backend B`` for both backends
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, default_matrices, geometric_mean, run_json, short_name  # noqa: E402
 
 

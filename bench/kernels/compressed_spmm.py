@@ -1,7 +1,7 @@
 """SpMM with compressed messages (issue 43): bytes on the wire and time per multiply of each codec beside
 ``none``, in one run, with C checked against the bound each plan states.
 
-    .venv/bin/python bench/compressed_spmm.py [--matrices M ...] [--ranks 2] [--codecs none,bf16,fp16,int8]
+    .venv/bin/python bench/kernels/compressed_spmm.py [--matrices M ...] [--ranks 2] [--codecs none,bf16,fp16,int8]
         [--strategy joint] [--mode overlap] [--k 32] [--repeat 20]
 
 For every matrix (default: every ../shared/data/*.mtx.gz), one ``mpiexec -n RANKS sparsewire spmm M
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, default_matrices, geometric_mean, short_name  # noqa: E402
 
 

@@ -9,7 +9,7 @@ largest P to the smallest. With ``--baseline REF`` every point is also run by gi
 (from PYTHONPATH, in the same run, alternating) and the ratios printed beside. Writes
 ``bench/results/planning_scale.json`` and, with ``--plot``, a two-panel log-log PNG.
 
-    .venv/bin/python bench/planning_scale.py --plot docs/images/planning-scale.png
+    .venv/bin/python bench/planner/planning_scale.py --plot docs/images/planning-scale.png
 """
 
 from __future__ import annotations

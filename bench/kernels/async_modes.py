@@ -3,7 +3,7 @@ beside an earlier executor: median time per multiply and the ratio to ``bulk``, 
 and T = 1 and 2 where P x T <= 4, block widths k = 1, 4, 16, 64, 256, on the matrices of
 ../shared/data.
 
-    .venv/bin/python bench/async_modes.py [--matrices M ...] [--ks 1,4,16,64,256] [--repeat 10]
+    .venv/bin/python bench/kernels/async_modes.py [--matrices M ...] [--ks 1,4,16,64,256] [--repeat 10]
         [--transports mpi,torch] [--baseline GIT_REF] [--rounds 2] [--configurations 2x1,2x2,4x1]
 
 One ``mpiexec -n P`` run per (matrix, P, T) loads the matrix once, plans once per layout (strategy
@@ -28,7 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, default_matrices, extract_baseline, geometric_mean, short_name  # noqa: E402
 
 MODE_ORDER = ("bulk", "overlap", "pipelined", "early", "partitioned")

@@ -1,6 +1,6 @@
 """The local CSR x dense kernel's achieved bandwidth against the machine's copy bandwidth, in one run.
 
-    .venv/bin/python bench/kernel_bandwidth.py [--matrices M ...] [--ks 8,32,128] [--threads 1,2] [--orders original,rcm]
+    .venv/bin/python bench/kernels/kernel_bandwidth.py [--matrices M ...] [--ks 8,32,128] [--threads 1,2] [--orders original,rcm]
 
 Copy bandwidth (bytes read + bytes written per second, a 256 MiB array, the same threads as the
 kernel), two ways: ``memcpy`` (NumPy's ``copyto``, glibc's memcpy, one slice per thread) and a
@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, default_matrices, median_seconds, short_name  # noqa: E402
 
 # After sparsewire, which sizes Numba's thread pool to the cores when it is imported first.

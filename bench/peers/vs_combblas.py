@@ -1,6 +1,6 @@
 """Distributed SpGEMM ``C = A x A`` beside CombBLAS (Sparse SUMMA, ``Mult_AnXBn_Synch``) in one run.
 
-    .venv/bin/python bench/vs_combblas.py [--matrices SPEC ...] [--ranks 1 4] [--repeat 5]
+    .venv/bin/python bench/peers/vs_combblas.py [--matrices SPEC ...] [--ranks 1 4] [--repeat 5]
         [--baseline GIT_REF] [--rounds 2]
 
 For every matrix (values: deterministic integers 1..9, ``--values random:1``), semiring (plus_times,
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import scipy.io
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, extract_baseline, geometric_mean, short_name  # noqa: E402
 
 from sparsewire._lib.text import format_table  # noqa: E402
@@ -67,7 +67,7 @@ def build_peer() -> Path:
     if PEER_BINARY.exists() and PEER_BINARY.stat().st_mtime >= PEER_SOURCE.stat().st_mtime:
         return PEER_BINARY
     if shutil.which("mpicxx") is None or not Path("/usr/include/CombBLAS/CombBLAS.h").exists():
-        sys.exit("bench/vs_combblas.py needs Debian's libcombblas-dev and libopenmpi-dev (mpicxx); see bench/README.md")
+        sys.exit("bench/peers/vs_combblas.py needs Debian's libcombblas-dev and libopenmpi-dev (mpicxx); see bench/README.md")
     PEER_BINARY.parent.mkdir(parents=True, exist_ok=True)
     command = [
         "mpicxx",

@@ -1,6 +1,6 @@
 """GNN training with compressed messages (issue 43): test accuracy over seeds, each codec beside uncompressed.
 
-    .venv/bin/python bench/compressed_gnn.py [--data ../shared/data/gnn/cora.npz] [--ranks 3] [--seeds 10]
+    .venv/bin/python bench/kernels/compressed_gnn.py [--data ../shared/data/gnn/cora.npz] [--ranks 3] [--seeds 10]
         [--models gcn,sage] [--codecs none,bf16,fp16,int8] [--epochs 200]
 
 Runs ``mpiexec -n RANKS sparsewire gcn DATA --model M --seed S --compress C --json`` for every model, seed and
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT  # noqa: E402
 
 

@@ -8,7 +8,7 @@ run, so every strategy and mode is timed in the same run as the baseline (`block
 median milliseconds per multiply and the speedup over the baseline.
 
 Usage:
-    .venv/bin/python bench/spmm_strategies.py [--matrices SPEC ...] [--ranks 8 16 32] [--time-ranks 4]
+    .venv/bin/python bench/planner/spmm_strategies.py [--matrices SPEC ...] [--ranks 8 16 32] [--time-ranks 4]
         [--repeat 10] [--output bench/results/spmm_strategies.json]
 
 Matrices default to every file in ../shared/data (when present) plus generated ones.
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from common import default_matrices, short_name  # noqa: E402

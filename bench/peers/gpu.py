@@ -1,6 +1,6 @@
 """GPU execution against PyTorch's own kernels and PyG on the same GPU, in one run.
 
-    .venv/bin/python bench/gpu.py [--matrices SPEC,...] [--ks 8,16,32,64,128] [--repeat 20]
+    .venv/bin/python bench/peers/gpu.py [--matrices SPEC,...] [--ks 8,16,32,64,128] [--repeat 20]
         [--sizes 64,...,67108864] [--gnn-configs 1x1,2x1] [--gnn-graphs cora,rmat:16:16:1]
         [--skip-transfers] [--skip-gnn] [--device cuda|cpu]
 
@@ -20,7 +20,7 @@ figure.
    MPI, host to device: the executor's copies), ``direct`` (MPI reading device memory; only with a
    CUDA-aware MPI, not the MPICH wheel), ``nccl`` (torch.distributed send/recv of device tensors;
    only with two GPUs, one per rank); and where the fastest path changes (the crossover curve).
-3. GCN epochs (gcn2, gcn5): ``bench/gnn.py --device cuda`` at ``--gnn-configs`` (ranks x threads)
+3. GCN epochs (gcn2, gcn5): ``bench/peers/gnn.py --device cuda`` at ``--gnn-configs`` (ranks x threads)
    and ``--gnn-graphs`` beside PyG on the same GPU.
 
 Writes bench/results/gpu.json.
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, default_matrices, geometric_mean, median_seconds, run_json, short_name  # noqa: E402
 
 
@@ -198,7 +198,7 @@ def main() -> None:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print(
-            f"bench/gpu.py needs a CUDA GPU: this PyTorch ({torch.__version__}) sees none, so nothing was measured",
+            f"bench/peers/gpu.py needs a CUDA GPU: this PyTorch ({torch.__version__}) sees none, so nothing was measured",
             file=sys.stderr,
         )
         raise SystemExit(2)
@@ -259,7 +259,7 @@ def main() -> None:
         completed = subprocess.run(
             [
                 sys.executable,
-                str(ROOT / "bench" / "gnn.py"),
+                str(ROOT / "bench" / "peers" / "gnn.py"),
                 "--device",
                 args.device,
                 "--configs",
@@ -273,7 +273,7 @@ def main() -> None:
             timeout=3600,
         )
         if completed.returncode != 0:
-            raise SystemExit(f"bench/gnn.py --device {args.device} failed")
+            raise SystemExit(f"bench/peers/gnn.py --device {args.device} failed")
         name = "gnn.json" if args.device == "cpu" else "gnn-cuda.json"
         report["gnn"] = json.loads((ROOT / "bench" / "results" / name).read_text())
     out = ROOT / "bench" / "results"

@@ -1,13 +1,13 @@
 """sparsewire's default SpMM beside PETSc's MatMatMult (MPIAIJ x MPIDense, numeric phase), same
 matrices, same row partition, same B, same P, in one run.
 
-    .venv/bin/python bench/vs_petsc.py [--matrices M ...] [--ks 8,32,128] [--repeat 20]
+    .venv/bin/python bench/peers/vs_petsc.py [--matrices M ...] [--ks 8,32,128] [--repeat 20]
 
 For every matrix and k: P = 1, 2, 4 with one thread per rank (P = 4 oversubscribes the 2 cores of
 the reference machine: reported, not compared) and P x T = 1 x 2 (our threads; PETSc at P = 2 on
 the same two cores). Ours runs ``mpiexec -n P sparsewire spmm M --json`` with no strategy, mode or
 thread flag but ``--threads 1`` where T = 1 is asked (the defaults are what a user gets); PETSc runs
-``bench/petsc_worker.py`` under the system ``mpirun`` with the system Python (see bench/README.md).
+``bench/peers/petsc_worker.py`` under the system ``mpirun`` with the system Python (see bench/README.md).
 Prints a table of medians and ratios (ours / PETSc; below 1 is faster) with the geometric means,
 compares checksums (sum of C), and writes bench/results/vs_petsc.json.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, default_matrices, short_name  # noqa: E402
 
 from sparsewire._lib.text import format_table  # noqa: E402
@@ -46,7 +46,7 @@ def run_petsc(directory: str, ranks: int, ks: list[int], repeat: int) -> dict[in
         "-n",
         str(ranks),
         "/usr/bin/python3",
-        str(ROOT / "bench" / "petsc_worker.py"),
+        str(ROOT / "bench" / "peers" / "petsc_worker.py"),
         directory,
         ",".join(map(str, ks)),
         str(repeat),
@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20, help="timed multiplies per run (default: 20)")
     args = parser.parse_args()
     if shutil.which("mpirun") is None or not Path("/usr/bin/python3").exists():
-        sys.exit("bench/vs_petsc.py needs Debian's python3-petsc4py and its mpirun; see bench/README.md")
+        sys.exit("bench/peers/vs_petsc.py needs Debian's python3-petsc4py and its mpirun; see bench/README.md")
     ks = [int(v) for v in args.ks.split(",")]
     rows, results = [], []
     for matrix in args.matrices:
