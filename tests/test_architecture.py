@@ -208,14 +208,14 @@ def test_every_public_function_and_method_says_whether_it_is_collective():
 
 
 def test_tests_mirror_the_package():
-    """A folder of tests per room of ``src/sparsewire`` (a subpackage or a module), and every
-    subpackage has one."""
+    """A folder of tests per folder of ``src/sparsewire`` (a subpackage or a top-level module), and
+    every subpackage has one."""
     package = ROOT / "src" / "sparsewire"
-    rooms = {path.name for path in package.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
+    subpackages = {path.name for path in package.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
     modules = {path.stem for path in package.glob("*.py")}
     folders = {path.name for path in (ROOT / "tests").iterdir() if path.is_dir() and any(path.glob("test_*.py"))}
-    assert folders <= rooms | modules, f"test folders that name no part of the package: {sorted(folders - rooms - modules)}"
-    assert rooms <= folders, f"subpackages without a test folder: {sorted(rooms - folders)}"
+    assert folders <= subpackages | modules, f"test folders that name no part of the package: {sorted(folders - subpackages - modules)}"
+    assert subpackages <= folders, f"subpackages without a test folder: {sorted(subpackages - folders)}"
 
 
 MAX_MODULE_LINES = 450

@@ -206,17 +206,72 @@ def _one_per_line(faults: list[str]):
             yield fault
 
 
+#: Folders of scripts that use the package as its users do: public names only.
+USERS = ("bench", "examples")
+
+
+def public_name_faults(path: Path, exported) -> list[str]:
+    """The imports of ``path`` (a script of :data:`USERS`) that reach past the public surface: anything but
+    ``import sparsewire``, ``import sparsewire.FOLDER`` and ``from sparsewire[.FOLDER] import NAME`` with NAME in
+    that package's ``__all__`` (``exported(package)``). A private folder (``_lib``) or a module inside a
+    folder is internal. Imports in an ``except ImportError`` handler (another tree's names) are not checked."""
+    tree = ast.parse(path.read_text(), str(path))
+    fallback = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ExceptHandler)
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    faults = []
+    for node in ast.walk(tree):
+        if id(node) in fallback:
+            continue
+        where = f"{path}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == PACKAGE and (len(parts) > 2 or (len(parts) == 2 and parts[1].startswith("_"))):
+                    faults.append(f"{where}: import {alias.name}: a module inside a folder is internal")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == PACKAGE and not node.level:
+            parts = node.module.split(".")
+            if len(parts) > 2 or (len(parts) == 2 and parts[1].startswith("_")):
+                faults.append(f"{where}: from {node.module}: a module inside a folder is internal; import from its folder")
+                continue
+            public = exported(node.module)
+            faults += [
+                f"{where}: {node.module}.{alias.name} is not in its __all__"
+                for alias in node.names
+                if alias.name not in public and alias.name != "__version__"
+            ]
+    return faults
+
+
+def users_faults(root: Path = SOURCE.parent) -> list[str]:
+    """:func:`public_name_faults` of every script of :data:`USERS`."""
+
+    def exported(package: str) -> set[str]:
+        return set(getattr(importlib.import_module(package), "__all__", ()))
+
+    faults = []
+    for folder in USERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            faults += [fault.replace(f"{root}/", "") for fault in public_name_faults(path, exported)]
+    return faults
+
+
 def main() -> int:
     found, layers, private, n_modules, n_imports = analyse()
+    users = users_faults()
     for component in found:
         print("import cycle: " + " <-> ".join(component))
-    for line in layers + private:
+    for line in layers + private + users:
         print(line)
     print(
         f"{n_modules} modules, {n_imports} imports: {len(found)} cycles, {len(layers)} layer faults, "
-        f"{len(private)} private names imported by the CLI"
+        f"{len(private)} private names imported by the CLI, {len(users)} internal names used by bench/ and examples/"
     )
-    return 1 if found or layers or private else 0
+    return 1 if found or layers or private or users else 0
 
 
 if __name__ == "__main__":

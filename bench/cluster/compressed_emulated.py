@@ -1,4 +1,4 @@
-"""Compressed messages over a real slow link (issue 43): the exchange time of ``--compress`` bf16, int8 and auto
+"""Compressed messages over a real slow link: the exchange time of ``--compress`` bf16, int8 and auto
 beside none on the emulated cluster (``sparsewire emulate``'s harness: network namespaces, veth links
 rate-limited by tbf, MPICH over TCP between the nodes).
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, geometric_mean, short_name  # noqa: E402
 from emulated import DEFAULT_MATRICES, calibrated_cluster, run_json  # noqa: E402
 
-from sparsewire.testing.emulation.cluster import unavailable_reason  # noqa: E402
+from sparsewire.testing import unavailable_reason  # noqa: E402
 
 
 def main() -> None:

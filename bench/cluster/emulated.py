@@ -1,4 +1,4 @@
-"""Every strategy and mode over the emulated cluster (issue 40): measured time beside the planner's
+"""Every strategy and mode over the emulated cluster: measured time beside the planner's
 predicted time (communication plus local work) under the *measured* topology, bytes per link class (planned, what MPI
 delivered, what the links' kernel counters saw), and what ``--strategy auto`` picks against the
 measured fastest.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from common import ROOT, short_name
 
-from sparsewire.testing.emulation.cluster import EmulatedCluster, unavailable_reason
+from sparsewire.testing import EmulatedCluster, unavailable_reason
 
 SHARED = ROOT.parent / "shared" / "data"
 DEFAULT_MATRICES = [str(SHARED / f"{name}.mtx.gz") for name in ("delaunay_n16", "mdual", "cit-HepTh", "dblp-2010")]

@@ -1,4 +1,4 @@
-"""Two-level strategies against ``joint`` over the emulated cluster, multiply by multiply (issue 40): where a two-level
+"""Two-level strategies against ``joint`` over the emulated cluster, multiply by multiply: where a two-level
 plan saves only a few percent of the bytes (delaunay_n16: 0.7-1.4%), the bench's 10 multiplies per run cannot tell
 it from ``joint``. Here every plan is made first and the runs take turns many times (``spmm --rounds 40 --repeat 2``),
 and each run's time over ``joint``'s is the median of its 80 paired ratios with a 95% interval from a bootstrap
@@ -18,7 +18,7 @@ from common import ROOT
 from emulated import SHARED, calibrated_cluster, run_json
 from emulated_report import paired_table
 
-from sparsewire.testing.emulation.cluster import unavailable_reason
+from sparsewire.testing import unavailable_reason
 
 
 def main() -> None:

@@ -2,8 +2,8 @@
 with the bytes each way varied, against the time the busier direction takes alone at the link's rate. The cost
 model (:func:`sparsewire.plan.cost.predicted_communication_seconds`) counts each direction of a node's link
 apart; over TCP under UCX's default rendezvous for large messages, a node that sends while it receives
-finished later than either direction alone, with no packet lost (measured: docs/performance.md "Over a real
-link"). ``UCX_RNDV_SCHEME=get_zcopy`` (the receiver reads the data; the emulated cluster's
+finished later than either direction alone, with no packet lost (docs/design-decisions.md, "UCX's
+``get_zcopy`` rendezvous over TCP"). ``UCX_RNDV_SCHEME=get_zcopy`` (the receiver reads the data; the emulated cluster's
 default, :meth:`sparsewire.testing.emulation.cluster.EmulatedCluster.mpi_environment`) lets the data stream.
 
 Per case, 12 times: a barrier, then every message posted at once (``MPI_Isend``/``MPI_Irecv``) and waited for;
@@ -23,7 +23,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import wait_all
+from sparsewire.comm import wait_all
 
 #: (MB each other rank sends to rank 0, MB rank 0 sends to each other rank)
 CASES = [(3.4, 0.0), (3.4, 1.4), (3.4, 3.4), (1.4, 3.4)]

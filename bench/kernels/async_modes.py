@@ -169,7 +169,7 @@ def main() -> None:
     if args.worker:
         worker(args.worker[0], ks, args.repeat, args.strategy, int(args.worker[1]), args.deterministic, transports)
         return
-    from sparsewire._lib.text import format_table
+    from sparsewire.profile import format_table
 
     baseline_source = extract_baseline(args.baseline) if args.baseline else None
     cores = len(os.sched_getaffinity(0))

@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--modes", default="overlap,early", help="executor modes (default: overlap,early)")
     parser.add_argument("--repeat", type=int, default=20, help="timed multiplies per run (default: 20)")
     args = parser.parse_args()
-    from sparsewire._lib.text import format_table
+    from sparsewire.profile import format_table
 
     matrices = args.matrices or default_matrices([])
     mpiexec = str(Path(sys.executable).parent / "mpiexec")

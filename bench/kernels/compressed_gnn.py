@@ -1,4 +1,4 @@
-"""GNN training with compressed messages (issue 43): test accuracy over seeds, each codec beside uncompressed.
+"""GNN training with compressed messages: test accuracy over seeds, each codec beside uncompressed.
 
     .venv/bin/python bench/kernels/compressed_gnn.py [--data ../shared/data/gnn/cora.npz] [--ranks 3] [--seeds 10]
         [--models gcn,sage] [--codecs none,bf16,fp16,int8] [--epochs 200]

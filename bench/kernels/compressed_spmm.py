@@ -1,4 +1,4 @@
-"""SpMM with compressed messages (issue 43): bytes on the wire and time per multiply of each codec beside
+"""SpMM with compressed messages: bytes on the wire and time per multiply of each codec beside
 ``none``, in one run, with C checked against the bound each plan states.
 
     .venv/bin/python bench/kernels/compressed_spmm.py [--matrices M ...] [--ranks 2] [--codecs none,bf16,fp16,int8]

@@ -78,7 +78,7 @@ def ours(spec: str, model: str, threads: int, epochs: int, dtype: str, dropout: 
     kind, layers, hidden = MODELS[model]
     data = graph_data(spec) if comm.Get_rank() == 0 else None
     if device == "cuda":
-        from sparsewire.kernels.torch_backend import node_device
+        from sparsewire.kernels import node_device
 
         device = node_device(comm)
     graph = distribute_graph(comm, data, kind, threads=threads, dtype=getattr(torch, dtype), backend=backend, device=device)
@@ -216,7 +216,7 @@ def main() -> None:
         else:
             pyg(spec, model, int(threads), args.epochs, args.dtype, args.dropout, args.device)
         return
-    from sparsewire._lib.text import format_table
+    from sparsewire.profile import format_table
 
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     graphs = [g for g in args.graphs.split(",") if g != "cora" or CORA.exists()]

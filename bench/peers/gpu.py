@@ -78,7 +78,7 @@ def local_spmm(specs: list[str], ks: list[int], repeat: int, device: str) -> lis
     from mpi4py import MPI
 
     import sparsewire
-    from sparsewire.io.readers import load_matrix
+    from sparsewire.io import load_matrix
 
     bandwidth = copy_bandwidth(repeat, device)
     print(f"device {device_name(device)}: copy bandwidth {bandwidth / 1e9:.0f} GB/s (1 GiB, device to device)", file=sys.stderr)
@@ -138,10 +138,10 @@ def transfer_worker(sizes: list[int], repeat: int, device: str) -> None:
     import torch.distributed as dist
     from mpi4py import MPI
 
-    from sparsewire.calibration.transfer import time_transfer_paths
-    from sparsewire.comm.mpi_library import cuda_aware_mpi
-    from sparsewire.exec.transports.torch_distributed import process_group_ranks
-    from sparsewire.kernels.torch_backend import TorchBackend, node_device
+    from sparsewire.calibration import time_transfer_paths
+    from sparsewire.comm import cuda_aware_mpi
+    from sparsewire.exec import process_group_ranks
+    from sparsewire.kernels import TorchBackend, node_device
 
     comm = MPI.COMM_WORLD
     device = node_device(comm) if device == "cuda" else device
@@ -202,7 +202,7 @@ def main() -> None:
             file=sys.stderr,
         )
         raise SystemExit(2)
-    from sparsewire._lib.text import format_table
+    from sparsewire.profile import format_table
 
     specs = args.matrices.split(",") if args.matrices else default_matrices(["rmat:16:16:1", "rmat:18:16:1"])
     local = local_spmm(specs, [int(k) for k in args.ks.split(",")], args.repeat, args.device)

@@ -54,9 +54,9 @@ def main() -> None:
     import scipy.sparse as sp
     import torch
 
-    from sparsewire._lib.aligned import empty_aligned
-    from sparsewire._lib.text import format_table
-    from sparsewire.io.readers import load_matrix
+    from sparsewire import empty_aligned
+    from sparsewire.profile import format_table
+    from sparsewire.io import load_matrix
     from sparsewire.kernels import compiled as kernels
 
     torch.set_num_threads(args.threads)

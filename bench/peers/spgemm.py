@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from common import default_matrices, short_name  # noqa: E402
 
-from sparsewire._lib.text import format_table  # noqa: E402
-from sparsewire.spgemm.compare import reference_product  # noqa: E402
-from sparsewire.spgemm.semirings import get_semiring  # noqa: E402
-from sparsewire.spgemm.values import load_operand  # noqa: E402
+from sparsewire.profile import format_table  # noqa: E402
+from sparsewire.spgemm import reference_product  # noqa: E402
+from sparsewire.spgemm import get_semiring  # noqa: E402
+from sparsewire.spgemm import load_operand  # noqa: E402
 
 SEMIRINGS = ["plus_times", "min_plus"]
 ALGORITHMS = ["summa", "1d"]

@@ -43,8 +43,8 @@ import scipy.io
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, extract_baseline, geometric_mean, short_name  # noqa: E402
 
-from sparsewire._lib.text import format_table  # noqa: E402
-from sparsewire.spgemm.values import load_operand  # noqa: E402
+from sparsewire.profile import format_table  # noqa: E402
+from sparsewire.spgemm import load_operand  # noqa: E402
 
 SEMIRINGS = ["plus_times", "min_plus"]
 OURS = ["summa", "1d", "auto"]

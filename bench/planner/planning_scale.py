@@ -1,4 +1,4 @@
-"""How ``sparsewire analyze`` grows (issue 44): time and peak memory against the nonzeros at fixed P and
+"""How ``sparsewire analyze`` grows: time and peak memory against the nonzeros at fixed P and
 against P at fixed nonzeros, each point one ``analyze --json`` process.
 
 Per point: the command's wall seconds (a timer around the process), its peak resident memory (the

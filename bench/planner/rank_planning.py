@@ -1,4 +1,4 @@
-"""What one rank pays to build its own plan at large P (issue 44), without starting P processes.
+"""What one rank pays to build its own plan at large P, without starting P processes.
 
 Under ``mpiexec`` every rank runs :func:`sparsewire.plan.plan.build_rank_plan_collective` on its own
 rows; for a flat strategy that is :mod:`sparsewire.plan.flat`, whose only communication is one ``Alltoall``
@@ -14,8 +14,7 @@ Per P and strategy: p's planning seconds (median of ``--repeat`` runs, a timer a
 the time spent inside the stand-in's collectives, whose Python loops over P stand for MPI's) and its
 peak of newly allocated memory (``tracemalloc``, which NumPy reports its buffers to; a separate run)
 against the bytes of p's rows (CSR data, indices, indptr), the bytes the finished plan holds and those the
-exchange delivers it; with ``--stages`` also the peak inside each planning stage and what is held after
-it. First checks the stand-in's plans equal serial planning's (the records planner). Writes
+exchange delivers it. First checks the stand-in's plans equal serial planning's (the records planner). Writes
 ``bench/results/rank_planning.json``.
 
     .venv/bin/python bench/planner/rank_planning.py --matrix rmat:22:16 --ranks 1024,4096,16384
@@ -24,7 +23,6 @@ it. First checks the stand-in's plans equal serial planning's (the records plann
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import statistics
@@ -37,10 +35,9 @@ import numpy as np
 import scipy.sparse as sp
 from common import ROOT
 
-from sparsewire._lib.distinct import distinct
-from sparsewire.io.readers import load_matrix
+from sparsewire.io import load_matrix
 from sparsewire.partition import even_rows
-from sparsewire.plan.plan import build_rank_plan_collective
+from sparsewire.plan import build_rank_plan_collective
 
 
 class SliceComm:
@@ -108,7 +105,7 @@ def incoming_parts(csr: sp.csr_array, csc: sp.csc_array, rows, cols, rank: int, 
     rows, ``cols`` of the columns)."""
     start, stop = cols.range(rank)
     senders_rows = csc[:, start:stop].tocoo().row
-    sources = distinct(np.asarray(rows.owner(senders_rows)))
+    sources = np.unique(np.asarray(rows.owner(senders_rows)))
     incoming = [None] * rows.n_parts
     for source in sources.tolist():
         if source == rank:
@@ -122,8 +119,8 @@ def incoming_parts(csr: sp.csr_array, csc: sp.csc_array, rows, cols, rank: int, 
 def check_against_serial() -> None:
     """The stand-in gives each rank the plan serial planning gives it (``RankPlan.equals``), on rmat:11:8:2 at
     P = 5 and 16, three ranks each, every flat strategy; exits otherwise."""
-    from sparsewire.io.generators import from_spec
-    from sparsewire.plan.plan import build_plan
+    from sparsewire.io import from_spec
+    from sparsewire.plan import build_plan
 
     csr = from_spec("rmat:11:8:2")
     csc = sp.csc_array(csr)
@@ -139,42 +136,6 @@ def check_against_serial() -> None:
                 if not plan.equals(serial.ranks[rank]):
                     raise SystemExit(f"the stand-in's plan of rank {rank} at P = {ranks} ({strategy}) is not the serial one")
     print("stand-in checked: its plans equal serial planning's (rmat:11:8:2, P = 5 and 16, 3 ranks, 3 strategies)")
-
-
-STAGES = {
-    "_diagonal": "the diagonal block",
-    "_row_based": "the strategy's choice per nonzero (joint's cover)",
-    "_Requests": "the requests: B columns, partial rows, their terms' order",
-    "_send_side": "the exchange, into the send matrix",
-    "_receive_side": "the receive side",
-}
-
-
-@contextlib.contextmanager
-def stage_memory(log: list):
-    """While inside, each stage of :mod:`sparsewire.plan.flat` (``STAGES``) appends (stage, peak, held): tracemalloc's
-    peak inside it and its current memory after it (tracemalloc must be tracing)."""
-    import sparsewire.plan.flat as planner
-
-    originals = {name: getattr(planner, name) for name in STAGES}
-
-    def watched(name, function):
-        def stage(*args, **kwargs):
-            tracemalloc.reset_peak()
-            result = function(*args, **kwargs)
-            held, peak = tracemalloc.get_traced_memory()
-            log.append((name, peak, held))
-            return result
-
-        return stage
-
-    for name, function in originals.items():
-        setattr(planner, name, watched(name, function))
-    try:
-        yield
-    finally:
-        for name, function in originals.items():
-            setattr(planner, name, function)
 
 
 def plan_bytes(value) -> int:
@@ -198,7 +159,6 @@ def main() -> int:
     parser.add_argument("--strategies", default="column,row,joint", help="flat strategies (default: %(default)s)")
     parser.add_argument("--rank", default="busiest", help="the measured rank: a number or 'busiest' (most nonzeros)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per point, median (default: %(default)s)")
-    parser.add_argument("--stages", action="store_true", help="also each planning stage's peak and held memory")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "rank_planning.json"))
     args = parser.parse_args()
 
@@ -227,10 +187,8 @@ def main() -> int:
             tracemalloc.start()
             before = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
-            stages: list = []
-            with stage_memory(stages) if args.stages else contextlib.nullcontext():
-                plan = build_rank_plan_collective(SliceComm(rank, ranks, incoming), local, parts, parts, strategy)
-            peak = max([tracemalloc.get_traced_memory()[1], *(stage_peak for _, stage_peak, _ in stages)]) - before
+            plan = build_rank_plan_collective(SliceComm(rank, ranks, incoming), local, parts, parts, strategy)
+            peak = tracemalloc.get_traced_memory()[1] - before
             tracemalloc.stop()
             sources = sum(parts is not None for parts in incoming)
             entry = {
@@ -245,9 +203,6 @@ def main() -> int:
                 "peak_bytes": int(peak),
                 "plan_bytes": plan_bytes(plan),
                 "received_bytes": int(sum(part.nbytes for parts in incoming if parts is not None for part in parts[1:])),
-                "stages": [
-                    {"stage": name, "peak_bytes": int(p - before), "held_bytes": int(h - before)} for name, p, h in stages
-                ],
                 "sent_rows": int(sum(e.send_counts.sum() for e in plan.exchanges)),
                 "received_rows": int(sum(e.recv_counts.sum() for e in plan.exchanges)),
             }
@@ -263,11 +218,6 @@ def main() -> int:
                 f"    the finished plan holds {entry['plan_bytes'] / rows_bytes:.2f}x its rows; "
                 f"the exchange delivers it {entry['received_bytes'] / rows_bytes:.2f}x"
             )
-            for stage in entry["stages"]:
-                print(
-                    f"    {STAGES[stage['stage']]:65s} peak {stage['peak_bytes'] / rows_bytes:5.1f}x, "
-                    f"held after {stage['held_bytes'] / rows_bytes:5.1f}x"
-                )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps({"arguments": vars(args), "points": results}, indent=1))
     return 0

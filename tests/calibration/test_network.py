@@ -1,4 +1,4 @@
-"""The network calibration (issue 40): a measured record reloads as a topology that drives the
+"""The network calibration: a measured record reloads as a topology that drives the
 planner (hand-made record, exact figures), a damaged one is refused, and on the emulated cluster
 the inter-node bandwidth is the configured rate less TCP/IP headers (within 10%) at 1 and 5 Gbit/s,
 with the intra-node bandwidth at least 5x it at 1 Gbit/s."""
@@ -546,7 +546,7 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     # nonzero-column, a copy of 0.1 to 10 GB/s), read back into the topology
     # the burst the tbf bucket passes at once (256 KiB at 1 Gbit/s, 1 ms of the rate at 5), over the flows out of
     # rank 0's node, after idle against right after: measured 0.62-0.95 of the bucket at 1 Gbit/s and 0.18-1.09 at 5
-    # (the lower ones in this test's runs late on 2026-11-28); without the idle 0.04-0.07
+    # (the lower ones in this test's own runs); without the idle 0.04-0.07
     burst = inter["burst"]
     assert burst["flows"] == [[0, 2], [0, 3], [1, 2], [1, 3]] and burst["repeat"] == 40, burst
     assert 0.1 * bucket_bytes(rate) <= inter["burst_bytes"] <= 1.4 * bucket_bytes(rate), inter
@@ -566,7 +566,7 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
         assert 0.5 * payload_rate <= together <= 1.1 * 2 * payload_rate, inter
     local = record["local"]
     assert local["windows"] == 6  # three before the links, three after
-    # plausible rates of one core (the copy every rank at once measured 6.3-11.8 GB/s on 2026-11-28)
+    # plausible rates of one core (the copy every rank at once has measured 6.3-11.8 GB/s here)
     assert 1e7 <= local["nonzero_columns_per_second"] <= 1e11 and 1e8 <= local["copy_bytes_per_second"] <= 1e11, local
     assert (topology.local_rate, topology.copy_rate) == (local["nonzero_columns_per_second"], local["copy_bytes_per_second"])
     # the kernel and the copy on rank 0 while the others wait, one window each after each half

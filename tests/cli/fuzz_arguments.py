@@ -1,4 +1,4 @@
-"""Fuzzing of the command lines (issue 42) with Hypothesis, run by tests/cli/test_fuzz_arguments.py in a
+"""Fuzzing of the command lines with Hypothesis, run by tests/cli/test_fuzz_arguments.py in a
 process of its own under a memory limit, and by people for longer runs:
 
     python tests/cli/fuzz_arguments.py --examples 20000 --seed 1234 --memory-mib 4096

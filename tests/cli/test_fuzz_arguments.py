@@ -33,8 +33,8 @@ def test_every_command_survives_argument_fuzzing():
     assert completed.returncode == 0 and summary, output[-6000:]
     assert int(summary.group(1)) >= EXAMPLES and int(summary.group(2)) == seed
     ran = int(re.search(r"; (\d+) ran, ", summary.group(0)).group(1))
-    # Most flags valid, so a good share of the vectors run to a result: 82 to 131 of 403 over 9 seeds (seeds 1-5,
-    # 2030564048 and three CI rehearsals of 2026-11-28) with each command its equal share; the floor sits below that
+    # Most flags valid, so a good share of the vectors run to a result: 82 to 131 of 403 over 9 seeds tried, with
+    # each command its equal share; the floor sits below that
     # spread, so only a fuzzer that stopped drawing runnable vectors trips it.
     assert ran >= EXAMPLES * 15 // 100, summary.group(0)
     for command in ("analyze", "advise", "spmm", "eigs", "spgemm", "bfs", "sssp", "triangles", "reach", "gcn", "simulate"):

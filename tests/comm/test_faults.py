@@ -1,4 +1,4 @@
-"""Fault tests under MPI (issue 28): one rank raises in the middle of a multiply (library under
+"""Fault tests under MPI: one rank raises in the middle of a multiply (library under
 plain ``python``, and the CLI), raises between multiplies, is sent SIGINT or SIGKILL, or plans
 or is started with other arguments than the others. Each job must end within 30 s with the
 failing rank's message, a non-zero exit status and no process left behind, at P = 2, 3 and 4.

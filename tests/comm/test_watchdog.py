@@ -1,4 +1,4 @@
-"""The watchdog (issue 40) on its own, without MPI: silence past the bound expires it once, with
+"""The watchdog on its own, without MPI: silence past the bound expires it once, with
 the description; progress or disarming keeps it quiet; a describe that fails still ends the job."""
 
 from __future__ import annotations

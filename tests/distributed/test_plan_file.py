@@ -1,6 +1,6 @@
 """Untrusted input given to the API. A saved plan file: edited values, indices out of range, a truncated file,
 damaged settings and missing arrays are each one InputError, never a wrong product, a segfault or
-a traceback (issue 28). In-process on MPI.COMM_SELF; tests/test_api.py covers P > 1."""
+a traceback. In-process on MPI.COMM_SELF; tests/test_api.py covers P > 1."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def test_the_overlapping_modes_let_mpi_progress_between_pieces_of_the_diagonal_b
 
 def test_ranks_that_share_their_cores_multiply_the_diagonal_block_whole(monkeypatch, rng):
     """Where ranks x threads exceed the node's cores (here half a core for one rank) the pieces cost more than
-    they hide (docs/performance.md): no progress calls, the same product."""
+    they hide (docs/benchmarks.md): no progress calls, the same product."""
     monkeypatch.setenv(NODE_CORES_VARIABLE, "0.5")
     calls = []
     monkeypatch.setattr(MpiTransport, "progress", lambda self: calls.append(1))

@@ -1,4 +1,4 @@
-"""Fuzzing of every reader of untrusted input with Hypothesis (issue 28), run by tests/io/test_fuzz.py
+"""Fuzzing of every reader of untrusted input with Hypothesis, run by tests/io/test_fuzz.py
 in a process of its own under a memory limit, and by people for longer runs:
 
     python tests/io/fuzz_readers.py --examples 20000 --seed 1234 --memory-mib 2048

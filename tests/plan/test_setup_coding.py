@@ -1,5 +1,5 @@
 """Bit-packing (sparsewire._lib.bitpacking) and the planner's coded all-to-all (plan.records.exchange_boxes with
-``coded``, issue 43): lossless on random, extreme and real planner boxes; a message cut short is refused."""
+``coded``): lossless on random, extreme and real planner boxes; a message cut short is refused."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lossless index coding of SpGEMM's messages (sparsewire.spgemm.index_coding, issue 43): bit-exact round trips
+"""Lossless index coding of SpGEMM's messages (sparsewire.spgemm.index_coding): bit-exact round trips
 on hand-made and random messages (every integer type, widths up to 64 bits, empty messages), sizes as the
 layout says; and spgemm with ``--compress index`` and ``auto`` at P = 2..4: C bit-identical to the uncoded run,
 the uncoded bytes equal to the prediction, fewer bytes on the wire, and with ``auto`` only on the slow links."""

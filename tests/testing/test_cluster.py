@@ -1,4 +1,4 @@
-"""The emulated cluster (issue 40): namespaces over rate-limited links carry MPICH over TCP, the
+"""The emulated cluster: namespaces over rate-limited links carry MPICH over TCP, the
 harness leaves nothing behind, and a link that dies ends the job (the watchdog) instead of hanging
 it, on the MPI and torch transports; a link down for 5 s and back lets the run finish exact.
 

@@ -1,4 +1,4 @@
-"""The calibration room: one cache directory, one versioned schema for every record, and the
+"""The calibration records: one cache directory, one versioned schema for every record, and the
 compute and transfer records read back through it (no MPI)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Payload codecs (sparsewire.wire.codecs, issue 43): every entry of bf16, fp16 and int8 within the stated
+"""Payload codecs (sparsewire.wire.codecs): every entry of bf16, fp16 and int8 within the stated
 bound on random and adversarial rows, NaN and Inf kept (bf16) or their rows sent whole, overflowing rows sent
 whole, bf16 on float32 rounded exactly as the bit formula of round-to-nearest-even, int8's rounding unbiased;
 and SpMM with ``--compress`` at P = 2..4: C within the bound the plan states, the payload as planned, the

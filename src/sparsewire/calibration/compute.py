@@ -174,7 +174,7 @@ def measure_rows_rate(
 
     Why: the kernel's rate depends on the matrix (how many nonzeros a row has, how far apart its columns are):
     on the emulated cluster (4 ranks, k = 32) cit-HepTh's rows ran 1.22-2.59x the calibration's R-MAT rate and
-    mdual's 0.44-0.52x (docs/performance.md, "Over a real link")."""
+    mdual's 0.44-0.52x (docs/design-decisions.md, "Cost model and the link")."""
     from mpi4py import MPI
 
     from sparsewire._lib.cores import oversubscribed

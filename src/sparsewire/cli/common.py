@@ -40,7 +40,7 @@ __all__ = [
 
 MATRIX_HELP = (
     "a .mtx/.mtx.gz (Matrix Market), .txt/.txt.gz (SNAP edge list), .graph/.graph.gz (METIS) or .npz file, "
-    "or a generator spec: "
+    "a matrix that ships with sparsewire (bcsstk25, delaunay_n16), or a generator spec: "
     "rmat:SCALE:EDGE_FACTOR[:SEED], delaunay:N[:SEED], stencil2d:NX[:NY], stencil3d:N[:7|27], "
     "uniform:ROWS[xCOLS]:PER_ROW[:SEED]"
 )

@@ -1,5 +1,5 @@
 """An estimate, before a long run, of how long it will take, measured rather than guessed: the same work is
-timed on two samples of the matrix's rows and the time extrapolated to the whole matrix (issue 44).
+timed on two samples of the matrix's rows and the time extrapolated to the whole matrix.
 
 A sample keeps every ``s``-th row and empties the others, so the matrix's shape, its partitions and every
 rank stay as they are (whatever grows with the ranks is in both samples) while the nonzeros shrink about

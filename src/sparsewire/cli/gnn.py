@@ -50,7 +50,11 @@ def add_commands(commands) -> None:
             "0.01, weight decay 5e-4 on the first layer, 200 epochs). Prints a line every 10 epochs and the test accuracy."
         ),
     )
-    gcn.add_argument("data", help=f"a Planetoid .npz (features, labels, split), or with --features/--classes {MATRIX_HELP}")
+    gcn.add_argument(
+        "data",
+        help=f"a Planetoid .npz (features, labels, split), cora (the Planetoid Cora graph that ships with sparsewire), "
+        f"or with --features/--classes {MATRIX_HELP}",
+    )
     gcn.add_argument("--model", choices=["gcn", "sage"], default="gcn", help="GCNConv or SAGEConv (mean) layers (default: gcn)")
     gcn.add_argument("--layers", type=positive_int, default=2, help="graph convolutions (default: 2)")
     gcn.add_argument("--hidden", type=positive_int, default=16, help="hidden width (default: 16)")

@@ -4,7 +4,7 @@ Why: every SpMM executor duplicates its communicator (its own tag space) and hol
 requests; every SpGEMM engine duplicates or splits communicators too (the "executors" below).
 MPICH has 2,048 communicator ids per process, so a program that makes plans in a loop and never
 closes them (no ``close()``, no ``with``) used to end, after about 2,045 plans, in MPI's own
-"Too many communicators" abort (issue 42).
+"Too many communicators" abort.
 
 How (the model is PETSc's garbage list, ``PetscGarbageCleanup``: objects collected by Python are
 destroyed later, at a point every rank reaches): an executor registers its resources with

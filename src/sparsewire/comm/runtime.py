@@ -48,7 +48,7 @@ def wait_all(requests: list, statuses: list | None = None, *, yielding: bool = F
     Why: MPICH's waits spin, and where a node runs more ranks (x threads) than it has cores
     (:func:`sparsewire._lib.cores.oversubscribed`), the spinning ranks take the core from the rank whose message or
     relay they wait for; the scheduler lets it run a time slice later. Measured on the 2-core machine, 4 ranks in
-    shared memory (docs/performance.md, "Over a real link", "Waits that spin"): a two-level plan's multiply of
+    shared memory (docs/design-decisions.md, "Waits that yield when oversubscribed"): a two-level plan's multiply of
     cit-HepTh 12.0 ms spinning, 4.9-6.3 ms yielding (MPICH's own MPIR_CVAR_POLLS_BEFORE_YIELD changed nothing)."""
     if not yielding:
         MPI.Request.Waitall(requests, statuses)

@@ -6,14 +6,15 @@ use. The executor itself is loaded on first use: importing it initialises MPI, i
 options does not.
 """
 
+from sparsewire._lib.lazy import lazy_exports
 from sparsewire.exec.options import ExecOptions, exec_options
 
-__all__ = ["ExecOptions", "exec_options", "SpmmExecutor"]
+__all__ = ["ExecOptions", "exec_options", "SpmmExecutor", "process_group_ranks"]
 
-
-def __getattr__(name: str):
-    if name == "SpmmExecutor":
-        from sparsewire.exec.executor import SpmmExecutor
-
-        return SpmmExecutor
-    raise AttributeError(f"module 'sparsewire.exec' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "SpmmExecutor": "sparsewire.exec.executor",
+        "process_group_ranks": "sparsewire.exec.transports.torch_distributed",
+    },
+)

@@ -172,7 +172,7 @@ class SpmmExecutor:
         self.ledger.on_arrival = self.watchdog.progress
         # The diagonal block in pieces with MPI progress between them only where the cores are not all taken by ranks:
         # on 2 nodes x 1 rank at 5 Gbit/s the overlap mode went 0.909 -> 0.862 of bulk's time; with 4 ranks on 2
-        # cores 3-6% slower against bulk (docs/performance.md, "Messages that moved only inside MPI calls").
+        # cores 3-6% slower against bulk (docs/design-decisions.md, "Executor").
         self.combine = OrderedCombine(self.buffers) if self.deterministic else StreamingCombine(self.buffers, in_pieces=not busy)
         self.schedule = SCHEDULES[mode](self.buffers, self.transport, self.combine)
         self.tracer = self._laps = None

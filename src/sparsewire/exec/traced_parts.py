@@ -1,4 +1,4 @@
-"""The executor's parts traced (issue 41): proxies of the packer, the combine and the transport that
+"""The executor's parts traced: proxies of the packer, the combine and the transport that
 time each call into a :class:`~sparsewire.profile.tracing.Tracer` and delegate.
 
 ``SpmmExecutor.start_tracing`` builds a second schedule over these proxies for a trace (events kept) and
@@ -8,7 +8,7 @@ while the tracer records, its time and count go into the phase's ``[count, nanos
 proxy) and, when the tracer keeps events, its span, the message spans and the flow arrows into the
 trace. Each method is written out rather than routed through one timing helper: a multiply calls
 them about ten times, and a Python frame per call (a few microseconds with the caches cold after a
-kernel) is what tracing costs (docs/performance.md, "What the profiling views cost").
+kernel) is what tracing costs (docs/benchmarks.md, "Profiling").
 """
 
 from __future__ import annotations

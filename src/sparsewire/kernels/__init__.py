@@ -20,10 +20,34 @@ from __future__ import annotations
 
 import importlib
 
+from sparsewire._lib.lazy import lazy_exports
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.plan.modes import Mode
 
-__all__ = ["BACKENDS", "backend_class", "backend_problem", "make_backend", "refuse_unsupported_values"]
+__all__ = [
+    "BACKENDS",
+    "backend_class",
+    "backend_problem",
+    "make_backend",
+    "refuse_unsupported_values",
+    "compiled",
+    "TorchBackend",
+    "node_device",
+    "read_b_rows",
+    "read_b_rows_scratch",
+]
+
+# Loaded on first use: the compiled kernels and their ceiling need Numba, the torch backend PyTorch.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "compiled": "sparsewire.kernels.compiled",
+        "TorchBackend": "sparsewire.kernels.torch_backend",
+        "node_device": "sparsewire.kernels.torch_backend",
+        "read_b_rows": "sparsewire.kernels.roofline",
+        "read_b_rows_scratch": "sparsewire.kernels.roofline",
+    },
+)
 
 #: Every backend's name and the class that implements it (``module:class``, imported on first use).
 _CLASSES = {

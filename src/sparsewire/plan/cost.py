@@ -57,14 +57,13 @@ def predicted_seconds(
       ``T_comm`` + :func:`predicted_local_seconds`.
 
     ``T_comm`` alone where the topology has no measured local rate or the stats no per-rank work; without the
-    diagonal split (``block``) the sum. On the emulated cluster (4 ranks on 2 cores, docs/performance.md "Over a
-    real link") the sum in every mode had fitted under UCX's default rendezvous over TCP (265 of 285 runs within
+    diagonal split (``block``) the sum. On the emulated cluster (4 ranks on 2 cores, docs/design-decisions.md, "Cost model and the link") the sum in every mode had fitted under UCX's default rendezvous over TCP (265 of 285 runs within
     25% where the link was at least half the time); under the ``get_zcopy`` rendezvous the modes that overlap
     ran faster than the sum (246 of 269 and 229 of 248 in two runs), and the form with h = 1 was within 25% in
     245 of 255 (269 of 280 with the steps each mode keeps in flight, ``steps_in_flight``). At 5 Gbit/s, where the
     two cores that compute also move the bytes through the network stack, the overlapping modes measured
-    0.97-1.01x ``bulk`` with 4 ranks, and the measured h came out 0.00-0.34 (docs/performance.md, "Over a real
-    link")."""
+    0.97-1.01x ``bulk`` with 4 ranks, and the measured h came out 0.00-0.34 (docs/design-decisions.md, "Cost
+    model and the link")."""
     topology = _topology_of(stats, topology)
     communication = predicted_communication_seconds(stats, topology, steps_in_flight=steps_in_flight)
     parts = local_parts(stats, topology)
@@ -98,7 +97,7 @@ def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.
     two ratios differ: the kernel shares cores, the copy the memory's bandwidth (on the emulated 4x1 cluster, 4
     ranks on 2 cores: kernel 1.03-1.25x, copy 1.68x). On the emulated cluster ``column`` on delaunay_n16 on 4x1,
     where rank 0 receives 10.2 MB and the others a tenth of it, had been predicted 1.4x its measured time at
-    5 Gbit/s with the whole ``w_r`` after the link (docs/performance.md, "Over a real link")."""
+    5 Gbit/s with the whole ``w_r`` after the link (docs/design-decisions.md, "Cost model and the link")."""
     topology = _topology_of(stats, topology)
     if topology.local_rate is None or topology.copy_rate is None or stats.rank_entries is None or not stats.rank_entries.size:
         return None
@@ -123,9 +122,8 @@ def message_copies(stats: PlanStats, topology: Topology | None = None) -> np.nda
     (sent and received) of copies x bytes``: :data:`INTER_GROUP_COPIES` at each end of a message between groups
     (packed and handed to the network stack, taken from it and applied), :data:`INTRA_GROUP_COPIES` at each end of
     one inside a group, which the MPI library moves through shared memory. Why not two everywhere: on the emulated
-    cluster (docs/performance.md, "Over a real link") mdual on 2 nodes x 2 ranks at 5 Gbit/s, whose plans move the
-    most bytes of the bench's matrices (31-51% of them inside a node), measured 0.71-0.75 of its prediction with
-    two (the run of 2026-11-28 15:42, eight of its runs outside 25%); with one, 0.85-0.94 (22:33), every run within."""
+    cluster, the plans that move the most bytes inside a node were over-predicted with two copies and within 25%
+    with one (docs/strategies.md, "Cost model")."""
     copies = np.where(stats.inter_group(_topology_of(stats, topology)), INTER_GROUP_COPIES, INTRA_GROUP_COPIES)
     weights = copies * stats.message_bytes
     return np.bincount(stats.sources, weights=weights, minlength=stats.n_ranks) + np.bincount(
@@ -160,7 +158,7 @@ def predicted_communication_seconds(
     over a set of steps S. Where the plan has no more steps than the mode keeps in flight (``steps_in_flight``,
     :attr:`~sparsewire.plan.modes.Mode.steps_in_flight`; None: every step) the traffic of every step queues on it
     together: ``T = max(sum_s ..., max_c t_c(all steps))``; measured on the emulated cluster
-    (docs/performance.md) the sum over steps overpredicted the two-level strategies 1.5x there,
+    (docs/benchmarks.md) the sum over steps overpredicted the two-level strategies 1.5x there,
     since their two steps cross the link in opposite directions. Otherwise (a pipelined plan of more rounds than
     two, each round's messages a permutation of the nodes; the partitioned mode, which relays whole steps) each
     step also lasts at least its own ``t_c({s})``: ``T = sum_s max(max_{c, x} t(s, c, x), max_c t_c({s}))``.
@@ -170,7 +168,7 @@ def predicted_communication_seconds(
     also queue on that: ``max_g b_g / bandwidth_c`` becomes ``max(max_g b_g / bandwidth_c, sum_g b_g / aggregate_c)``
     (on the emulated cluster of 4 nodes x 1 rank at 5 Gbit/s the four links carried 1.45-1.78 GB/s together
     against 0.58-0.61 GB/s each alone; on the bench's fit there the term came out even over five runs, within
-    what one run to the next moves; docs/performance.md, "Over a real link").
+    what one run to the next moves; docs/design-decisions.md, "Cost model and the link").
 
     A shared link's ``burst`` (bytes a rate limiter passes at once after idle, as a multiply between barriers
     finds it) comes off each group's bytes once per multiply: ``max(b_g - burst, 0)`` over all steps together,
@@ -181,7 +179,7 @@ def predicted_communication_seconds(
     common path caps them (cores that forward for every node) what that path passes after idle. (On the emulated
     4x1 cluster at 5 Gbit/s, each link's burst taken off the aggregate's bytes had put 48 of 61 runs within 25%,
     R-MAT's measured up to 1.41x predicted; a threshold on the aggregate's share of the links that kept it off
-    there, 58 of 80 in a run whose aggregate came out just above it; docs/performance.md.)
+    there, 58 of 80 in a run whose aggregate came out just above it; docs/benchmarks.md.)
     """
     topology = _topology_of(stats, topology)
     levels = topology.link_levels(stats.sources, stats.destinations, stats.n_ranks)
@@ -229,7 +227,7 @@ NEAR_TIE = 0.02
 """Predicted times within this fraction of the least are one tie for :func:`preferred`. On the emulated cluster
 ``joint``, ``joint-hier`` and ``joint-group`` on delaunay_n16 (2 nodes x 2 ranks, 5 Gbit/s) were predicted within
 1% of each other while ``joint-group``, which relays, measured 0.94-1.24x ``joint`` over nine bench runs
-(docs/performance.md, "Over a real link"): closer than that the model does not order plans that relay and plans
+(docs/design-decisions.md, "Cost model and the link"): closer than that the model does not order plans that relay and plans
 that do not."""
 
 _Key = TypeVar("_Key", bound=Hashable)

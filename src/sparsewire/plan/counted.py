@@ -9,7 +9,7 @@ that A(p, q) needs (CoLa eq. 7/9, SHIRO eq. 2, 3 and sec. V):
 
 So the rows q sends p are ``|{j : (p, j) column-based}| + |{i : (i, q) row-based}|``, counted by
 two sorts over all off-diagonal nonzeros (keys ``p n + j`` and ``i P + q``), where building the
-plans of P ranks costs P rounds of per-rank work and an all-to-all of their records (issue 44).
+plans of P ranks costs P rounds of per-rank work and an all-to-all of their records.
 ``joint`` takes the same per-rank minimum vertex cover as the plan
 (:func:`~sparsewire.plan.strategies.rank_cover_row_based` on the same edges), so the counts equal
 :func:`~sparsewire.plan.stats.plan_stats` of :func:`~sparsewire.plan.plan.build_plan` exactly

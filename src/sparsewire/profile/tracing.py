@@ -1,6 +1,6 @@
 """A per-rank trace of every multiply in the Chrome Trace Event format (Perfetto, chrome://tracing).
 
-What is recorded (issue 41): one process per rank (``rank r @ host``), a track per thread; complete spans (``ph: X``)
+What is recorded: one process per rank (``rank r @ host``), a track per thread; complete spans (``ph: X``)
 for the diagonal product, each pack, each post of receives and sends, each wait, each combine of
 an exchange or a message and the final combine; each message in flight as an async span on the
 sender (post to completion, ``cat: send``) and on the receiver (post to arrival, ``cat:

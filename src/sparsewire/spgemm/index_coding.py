@@ -1,4 +1,4 @@
-"""Lossless coding of a sparse message's integers (issue 43): delta plus bit-packing, bit-exact round trip.
+"""Lossless coding of a sparse message's integers: delta plus bit-packing, bit-exact round trip.
 
 A message's integer array (:func:`~sparsewire.spgemm.local.pack_row_ranges`) is ``[rows (listed), lengths
 (listed), columns (entries)]``, rows ascending and each row's columns ascending (GraphBLAS keeps them

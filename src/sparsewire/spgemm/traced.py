@@ -1,4 +1,4 @@
-"""SpGEMM's transfers traced (issue 41): the same :class:`~sparsewire.profile.tracing.Tracer` as SpMM's.
+"""SpGEMM's transfers traced: the same :class:`~sparsewire.profile.tracing.Tracer` as SpMM's.
 
 A SpGEMM message is three sends on one tag (header, integers, values:
 :mod:`sparsewire.spgemm.transfer`); the trace shows it as one message: a ``post send`` span and the

@@ -4,5 +4,6 @@ cluster (:mod:`~sparsewire.testing.emulation`: nodes as network namespaces joine
 links; needs root)."""
 
 from sparsewire.io.generators import deterministic_dense, deterministic_dense_rows
+from sparsewire.testing.emulation.cluster import EmulatedCluster, unavailable_reason
 
-__all__ = ["deterministic_dense", "deterministic_dense_rows"]
+__all__ = ["deterministic_dense", "deterministic_dense_rows", "EmulatedCluster", "unavailable_reason"]

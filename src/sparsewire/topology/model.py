@@ -48,7 +48,7 @@ __all__ = ["LinkClass", "Level", "Topology", "Machine", "parse_topology", "PRESE
 class LinkClass:
     """One kind of link: ``seconds(messages, bytes) = messages * (latency + overhead) + bytes / bandwidth``.
 
-    ``proxy_based`` marks links driven by a proxy (InfiniBand under NVSHMEM, CoLa sec. 4.1 Issue #2),
+    ``proxy_based`` marks links driven by a proxy (InfiniBand under NVSHMEM, CoLa sec. 4.1, its second issue),
     where many small messages congest the proxy queue; their ``overhead`` is set higher.
     ``shared`` marks a bandwidth that belongs to a level-0 group (a node's one network card), not
     to each rank: the bytes of all the group's ranks queue on it

@@ -1,4 +1,4 @@
-"""``compress="auto"`` (issue 43): code a link's messages only where the wire time saved exceeds the codec's
+"""``compress="auto"``: code a link's messages only where the wire time saved exceeds the codec's
 time, so compression never slows a fast link (deal.II removed its compression because it did, PRs 11001 and
 19869).
 

@@ -1,4 +1,4 @@
-"""Payload codecs of the wire path (issue 43): a message's rows sent in fewer bytes, each entry within a
+"""Payload codecs of the wire path: a message's rows sent in fewer bytes, each entry within a
 stated error bound, decoded into the receive buffer before anything reads it.
 
 * ``bf16`` (bfloat16: float32's 8-bit exponent, 8 significant bits): each finite entry rounded to the

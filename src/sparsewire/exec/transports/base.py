@@ -44,9 +44,9 @@ class ByteLedger:
         bytes_from: payload bytes from each rank (the plan's rows as the receiver reads them;
             reset before every multiply).
         messages_from: messages received from each rank (reset before every multiply).
-        wire_bytes_from: the bytes that crossed the wire from each rank (equal to the payload on
-            today's wire paths, :class:`~sparsewire.wire.paths.WirePath`; a codec will make them
-            differ).
+        wire_bytes_from: the bytes that crossed the wire from each rank (equal to the payload on the
+            direct and staged paths, :class:`~sparsewire.wire.paths.WirePath`; fewer on the encoded
+            path, where a codec shrinks the message).
         problems: one line per message whose payload differed from the plan's.
         arrived: (exchange index, message) of every message counted in this multiply.
         on_arrival: called after each message is counted (the executor's watchdog), or None.

@@ -15,7 +15,7 @@ otherwise it sees one host and moves "remote" messages through shared memory, by
 Large messages use UCX's ``get_zcopy`` rendezvous (``UCX_RNDV_SCHEME``, unless the caller's environment sets
 it): under UCX's default over TCP a node that sent while it received took up to 1.3-1.6x the time of its
 busier direction alone (no packet lost: the protocol, not the link), with ``get_zcopy`` (the receiver reads
-the data) 1.00-1.11x at 1 Gbit/s (``bench/cluster/link_directions.py``, docs/performance.md "Over a real link").
+the data) 1.00-1.11x at 1 Gbit/s (``bench/cluster/link_directions.py``, docs/design-decisions.md, "Cost model and the link").
 
 Rate. ``tbf`` with a burst of at least 256 KiB or 1 ms of the rate (a smaller burst splits 64 KiB
 segments and loses 10-40% of the throughput). Measured on the 2-core machine

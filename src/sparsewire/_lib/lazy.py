@@ -1,0 +1,28 @@
+"""Names a package exports but loads on first use (PEP 562), so that importing the package does not
+import what they need (MPI, PyTorch, python-graphblas, Numba)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+__all__ = ["lazy_exports"]
+
+
+def lazy_exports(package: str, names: dict[str, str]) -> tuple[Callable, Callable]:
+    """Not collective. ``(__getattr__, __dir__)`` for ``package``, which exports each of ``names`` (name ->
+    the module that defines it, or the module itself when the name is that module's last part) on first use."""
+    namespace = importlib.import_module(package).__dict__
+
+    def __getattr__(name: str):
+        if name not in names:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module = importlib.import_module(names[name])
+        value = module if names[name].rsplit(".", 1)[-1] == name else getattr(module, name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(names))
+
+    return __getattr__, __dir__
