@@ -214,7 +214,9 @@ def test_tests_mirror_the_package():
     subpackages = {path.name for path in package.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
     modules = {path.stem for path in package.glob("*.py")}
     folders = {path.name for path in (ROOT / "tests").iterdir() if path.is_dir() and any(path.glob("test_*.py"))}
-    assert folders <= subpackages | modules, f"test folders that name no part of the package: {sorted(folders - subpackages - modules)}"
+    assert folders <= subpackages | modules, (
+        f"test folders that name no part of the package: {sorted(folders - subpackages - modules)}"
+    )
     assert subpackages <= folders, f"subpackages without a test folder: {sorted(subpackages - folders)}"
 
 
@@ -237,3 +239,30 @@ def test_no_library_module_is_over_450_lines(tmp_path):
     (tmp_path / "long.py").write_text("x = 1\n" * 451)
     (tmp_path / "short.py").write_text("x = 1\n" * 450)
     assert modules_over(tmp_path) == ["long.py: 451"]
+
+
+def test_bench_and_examples_use_public_names_only(tmp_path):
+    """Every script of bench/ and examples/ imports the public surface only; planted faults (a module
+    inside a folder, the private helpers, a name outside a folder's ``__all__``) are found, and an
+    import in an ``except ImportError`` handler (another tree's names) is not checked."""
+    assert check_architecture.users_faults() == []
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sparsewire\n"
+        "from sparsewire.plan import build_plan\n"
+        "from sparsewire.plan.cost import message_copies\n"
+        "from sparsewire._lib import text\n"
+        "from sparsewire.io import readers\n"
+        "try:\n    from sparsewire.plan import nothing_here\nexcept ImportError:\n    from sparsewire.exec.modes import MODES\n"
+    )
+
+    def exported(package):
+        import importlib
+
+        return set(importlib.import_module(package).__all__)
+
+    faults = check_architecture.public_name_faults(script, exported)
+    assert len(faults) == 4, faults
+    assert any("sparsewire.plan.cost" in f for f in faults) and any("sparsewire._lib" in f for f in faults)
+    assert any("sparsewire.io.readers is not in its __all__" in f for f in faults)
+    assert any("nothing_here" in f for f in faults)

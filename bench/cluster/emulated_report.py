@@ -1,5 +1,6 @@
 """The tables of docs/benchmarks.md "Over a real link" from a run of bench/cluster/emulated.py: per layout and
-rate, measured / predicted per strategy (one table per mode asked), and three checks over every run: prediction (communication plus local work, :mod:`sparsewire.plan.cost`) within 25% where
+rate, measured / predicted per strategy (one table per mode asked), and three checks over every run:
+prediction (communication plus local work, :mod:`sparsewire.plan.cost`) within 25% where
 the link is at least half the time (link share from the same run in shared memory), with the runs outside
 it, two-level strategies with fewer inter-node bytes than ``joint`` against
 its time (apart: those that still move more through the busiest node's link, which sets the time on

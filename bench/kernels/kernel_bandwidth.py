@@ -53,12 +53,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, default_matrices, median_seconds, short_name  # noqa: E402
 
 from sparsewire import empty_aligned  # noqa: E402
-from sparsewire.profile import format_table  # noqa: E402
-from sparsewire.testing import deterministic_dense  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.kernels import compiled as kernels  # noqa: E402
 from sparsewire.kernels import read_b_rows, read_b_rows_scratch  # noqa: E402
 from sparsewire.partition import partition  # noqa: E402
+from sparsewire.profile import format_table  # noqa: E402
+from sparsewire.testing import deterministic_dense  # noqa: E402
 
 
 def alternating_medians(functions, repeat: int) -> list[float]:

@@ -55,9 +55,9 @@ def main() -> None:
     import torch
 
     from sparsewire import empty_aligned
-    from sparsewire.profile import format_table
     from sparsewire.io import load_matrix
     from sparsewire.kernels import compiled as kernels
+    from sparsewire.profile import format_table
 
     torch.set_num_threads(args.threads)
     kernels.set_threads(args.threads)

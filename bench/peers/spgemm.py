@@ -33,9 +33,11 @@ sys.path.insert(0, str(ROOT / "src"))
 from common import default_matrices, short_name  # noqa: E402
 
 from sparsewire.profile import format_table  # noqa: E402
-from sparsewire.spgemm import reference_product  # noqa: E402
-from sparsewire.spgemm import get_semiring  # noqa: E402
-from sparsewire.spgemm import load_operand  # noqa: E402
+from sparsewire.spgemm import (  # noqa: E402
+    get_semiring,
+    load_operand,
+    reference_product,
+)
 
 SEMIRINGS = ["plus_times", "min_plus"]
 ALGORITHMS = ["summa", "1d"]

@@ -29,9 +29,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, default_matrices, short_name  # noqa: E402
 
-from sparsewire.profile import format_table  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition  # noqa: E402
+from sparsewire.profile import format_table  # noqa: E402
 
 PETSC_DIR = "/usr/lib/petscdir/petsc3.18/x86_64-linux-gnu-real"
 # (label, ranks, our threads, PETSc ranks)

@@ -29,11 +29,15 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from common import default_matrices, short_name  # noqa: E402
 
-from sparsewire.profile import format_table  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition  # noqa: E402
-from sparsewire.plan import build_plan, plan_stats, strategy_stats  # noqa: E402
-from sparsewire.plan import predicted_seconds  # noqa: E402
+from sparsewire.plan import (  # noqa: E402
+    build_plan,
+    plan_stats,
+    predicted_seconds,  # noqa: E402
+    strategy_stats,
+)
+from sparsewire.profile import format_table  # noqa: E402
 from sparsewire.topology import PRESETS, Topology  # noqa: E402
 
 GENERATED = ["rmat:16:8:1", "delaunay:65536:1", "stencil3d:40:27"]

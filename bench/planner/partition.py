@@ -21,9 +21,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, default_matrices, short_name  # noqa: E402
 
-from sparsewire.profile import format_table  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.plan import advise  # noqa: E402
+from sparsewire.profile import format_table  # noqa: E402
 from sparsewire.topology import Topology  # noqa: E402
 
 GROUP_SIZE = {8: 4, 32: 8}

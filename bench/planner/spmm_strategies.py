@@ -29,11 +29,13 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from common import default_matrices, short_name  # noqa: E402
 
-from sparsewire.profile import format_table  # noqa: E402
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition  # noqa: E402
-from sparsewire.plan import strategy_stats  # noqa: E402
-from sparsewire.plan import FLAT_STRATEGIES  # noqa: E402
+from sparsewire.plan import (  # noqa: E402
+    FLAT_STRATEGIES,
+    strategy_stats,
+)
+from sparsewire.profile import format_table  # noqa: E402
 
 GENERATED = ["rmat:16:8:1", "delaunay:65536:1", "stencil2d:256", "stencil3d:40:27"]
 STRATEGIES = list(FLAT_STRATEGIES)

@@ -12,6 +12,7 @@ and changes no process-wide setting (environment, warning display).
 """
 
 from sparsewire._lib.aligned import empty_aligned
+from sparsewire._lib.lazy import lazy_exports
 from sparsewire.errors import InputError, PlanMismatchError, SparsewireError, SparsewireWarning
 from sparsewire.exec.options import ExecOptions
 from sparsewire.io.readers import load_matrix
@@ -23,32 +24,20 @@ from sparsewire.topology.model import Topology, parse_topology
 __version__ = "0.1.0"
 
 # Names that need MPI, imported when first used (PEP 562), so `import sparsewire` stays MPI-free.
-_LAZY = {
-    "distribute": "sparsewire.distributed.matrix",
-    "DistributedMatrix": "sparsewire.distributed.matrix",
-    "plan_spmm": "sparsewire.distributed.spmm",
-    "SpmmPlan": "sparsewire.distributed.spmm",
-    "StrategyChoice": "sparsewire.distributed.auto",
-    "spmm": "sparsewire.distributed.spmm",
-    "plan_spgemm": "sparsewire.distributed.spgemm",
-    "SpgemmPlan": "sparsewire.distributed.spgemm",
-    "trace": "sparsewire.profile.tracing",
-}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'sparsewire' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "distribute": "sparsewire.distributed.matrix",
+        "DistributedMatrix": "sparsewire.distributed.matrix",
+        "plan_spmm": "sparsewire.distributed.spmm",
+        "SpmmPlan": "sparsewire.distributed.spmm",
+        "StrategyChoice": "sparsewire.distributed.auto",
+        "spmm": "sparsewire.distributed.spmm",
+        "plan_spgemm": "sparsewire.distributed.spgemm",
+        "SpgemmPlan": "sparsewire.distributed.spgemm",
+        "trace": "sparsewire.profile.tracing",
+    },
+)
 
 __all__ = [
     # load, partition, distribute

@@ -6,16 +6,14 @@ Each case's time to exit is printed at the end of the run (conftest.pytest_termi
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
 from conftest import CHILD_ENV, EXIT_TIMES, ROOT, mpiexec_path
+from sparsewire import testing
 
 DRIVER = str(ROOT / "tests" / "comm" / "fault_driver.py")
 LIMIT_S = 30
@@ -32,40 +30,13 @@ EXPECTED = {
 }
 
 
-def _left_behind(marker: str) -> list[int]:
-    """Processes whose command line holds ``marker`` (this job's own token)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                    if marker.encode() in handle.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
-def run_faulty(ranks: int, args: list[str], case: str) -> tuple[subprocess.CompletedProcess, float]:
-    """Run ``mpiexec -n ranks python ARGS MARKER`` and time it to exit; then no process may be left."""
-    marker = f"sparsewire-fault-{uuid.uuid4().hex}"
-    start = time.perf_counter()
-    completed = subprocess.run(
-        [mpiexec_path(), "-n", str(ranks), sys.executable, *args, marker],
-        capture_output=True,
-        text=True,
-        timeout=LIMIT_S + 30,
-        env=CHILD_ENV,
-        cwd=ROOT,
-    )
-    seconds = time.perf_counter() - start
-    time.sleep(0.5)
-    left = _left_behind(marker)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"processes left behind after {case}: {left}"
-    EXIT_TIMES.append(f"{case} P={ranks}: exited in {seconds:.1f} s (status {completed.returncode})")
-    return completed, seconds
+def run_faulty(ranks: int, args: list[str], case: str) -> tuple[testing.Job, float]:
+    """Run ``mpiexec -n ranks python ARGS`` (:func:`sparsewire.testing.run_job`) and time it to exit; then no
+    process of it may be left."""
+    job = testing.run_job(ranks, args, timeout=LIMIT_S + 30, env=CHILD_ENV, cwd=ROOT, settle=0.5)
+    assert not job.left_behind, f"processes left behind after {case}: {list(job.left_behind)}"
+    EXIT_TIMES.append(f"{case} P={ranks}: exited in {job.seconds:.1f} s (status {job.returncode})")
+    return job, job.seconds
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4])

@@ -57,7 +57,8 @@ def predicted_seconds(
       ``T_comm`` + :func:`predicted_local_seconds`.
 
     ``T_comm`` alone where the topology has no measured local rate or the stats no per-rank work; without the
-    diagonal split (``block``) the sum. On the emulated cluster (4 ranks on 2 cores, docs/design-decisions.md, "Cost model and the link") the sum in every mode had fitted under UCX's default rendezvous over TCP (265 of 285 runs within
+    diagonal split (``block``) the sum. On the emulated cluster (4 ranks on 2 cores, docs/design-decisions.md,
+    "Cost model and the link") the sum in every mode had fitted under UCX's default rendezvous over TCP (265 of 285 runs within
     25% where the link was at least half the time); under the ``get_zcopy`` rendezvous the modes that overlap
     ran faster than the sum (246 of 269 and 229 of 248 in two runs), and the form with h = 1 was within 25% in
     245 of 255 (269 of 280 with the steps each mode keeps in flight, ``steps_in_flight``). At 5 Gbit/s, where the

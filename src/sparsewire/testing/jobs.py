@@ -1,0 +1,103 @@
+"""Starting an MPI job from a test: ``mpiexec -n P python ARGS`` with a bound on its time, and no
+process of it left behind.
+
+A job that deadlocks becomes a :class:`subprocess.TimeoutExpired` at ``timeout`` seconds instead of
+hanging the test run (``subprocess.run`` kills ``mpiexec``, and the sweep below what it left).
+Every job carries a token of its own in its environment (:data:`TOKEN_VARIABLE`, which the launcher
+passes to every rank), so the processes of that job alone can be found afterwards and killed
+(:func:`left_behind`): a test of a rank that dies asserts there were none.
+Each rank runs one BLAS and OpenMP thread unless asked otherwise: busy-waiting BLAS threads starve
+MPI's progress when ranks outnumber cores.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["JOB_ENVIRONMENT", "TOKEN_VARIABLE", "Job", "mpiexec_path", "run_job", "left_behind"]
+
+#: The environment variable that holds a job's token.
+TOKEN_VARIABLE = "SPARSEWIRE_JOB_TOKEN"
+
+#: The environment every job's ranks start with, beside the caller's: one BLAS/OpenMP thread per rank.
+JOB_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a job did: its exit status, standard output and error, its wall time, and the processes of
+    it that were still there after it ended (killed then)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    left_behind: tuple[int, ...]
+
+
+def mpiexec_path() -> str:
+    """Not collective. The ``mpiexec`` beside this Python (the MPICH wheel's), else the one on PATH."""
+    candidate = Path(sys.executable).parent / "mpiexec"
+    return str(candidate) if candidate.exists() else "mpiexec"
+
+
+def left_behind(token: str) -> list[int]:
+    """Not collective. The processes whose environment holds ``token`` (this process excepted)."""
+    needle = f"{TOKEN_VARIABLE}={token}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    if needle in handle.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def run_job(
+    ranks: int,
+    args: list[str],
+    *,
+    timeout: float,
+    env: dict | None = None,
+    cwd: str | os.PathLike | None = None,
+    settle: float = 0.0,
+) -> Job:
+    """Not collective (it starts the job). Run ``mpiexec -n RANKS python ARGS`` and wait at most
+    ``timeout`` seconds; then, after ``settle`` seconds, kill whatever of the job is left (found by its
+    token) and report it in :attr:`Job.left_behind`.
+
+    Raises:
+        subprocess.TimeoutExpired when the job runs past ``timeout`` (its processes are killed first).
+    """
+    token = f"sparsewire-job-{uuid.uuid4().hex}"
+    environment = {**os.environ, **JOB_ENVIRONMENT, **(env or {}), TOKEN_VARIABLE: token}
+    started = time.perf_counter()
+    try:
+        completed = subprocess.run(
+            [mpiexec_path(), "-n", str(ranks), sys.executable, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=environment,
+            cwd=cwd,
+        )
+    finally:
+        seconds = time.perf_counter() - started
+        time.sleep(settle)
+        left = left_behind(token)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return Job(completed.returncode, completed.stdout, completed.stderr, seconds, tuple(left))

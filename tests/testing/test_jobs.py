@@ -1,0 +1,46 @@
+"""The job harness every MPI test starts its jobs with (sparsewire.testing.run_job): output and exit
+status come back, a job past its time limit raises instead of hanging, and a process a job leaves
+behind is found by the job's own token and killed (a planted orphan)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from sparsewire import testing
+
+pytestmark = pytest.mark.mpi
+
+
+def test_a_job_reports_its_output_and_status(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text("from mpi4py import MPI\nimport sys\nprint('rank', MPI.COMM_WORLD.Get_rank(), flush=True)\nsys.exit(3)\n")
+    job = testing.run_job(2, [str(script)], timeout=120)
+    assert job.returncode != 0 and sorted(job.stdout.split("\n")[:2]) == ["rank 0", "rank 1"]
+    assert job.left_behind == () and job.seconds > 0
+
+
+def test_a_job_past_its_limit_raises_and_leaves_nothing(tmp_path):
+    token_file = tmp_path / "token"
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import os, sys, time\n"
+        f"open({str(token_file)!r}, 'w').write(os.environ['{testing.jobs.TOKEN_VARIABLE}'])\n"
+        "time.sleep(600)\n"
+    )
+    with pytest.raises(subprocess.TimeoutExpired):
+        testing.run_job(1, [str(script)], timeout=5)
+    assert testing.left_behind(token_file.read_text()) == []
+
+
+def test_a_planted_orphan_is_found_and_killed(tmp_path):
+    """A rank starts a process of its own and exits: the job ends, the orphan carries the job's token."""
+    script = tmp_path / "orphan.py"
+    script.write_text("import subprocess\nsubprocess.Popen(['sleep', '120'])\n")
+    job = testing.run_job(1, [str(script)], timeout=60, settle=0.2)
+    assert job.returncode == 0 and len(job.left_behind) == 1
+    pid = job.left_behind[0]
+    # killed (gone, or a zombie until its parent, the launcher's, reaps it)
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] in ("Z", "X")
