@@ -25,7 +25,7 @@ HEX_WORD = re.compile(r"\b[0-9a-f]{7,40}\b")
 
 def _files() -> list:
     listed = subprocess.run(["git", "ls-files", *FOLDERS, "README.md"], capture_output=True, text=True, cwd=ROOT, check=True)
-    paths = [ROOT / name for name in listed.stdout.split()]
+    paths = [ROOT / name for name in listed.stdout.split() if name != "tests/test_history.py"]  # its planted faults
     return [p for p in paths if p.suffix in (".py", ".md", ".toml", ".cpp", ".json", ".txt", "") and p.is_file()]
 
 

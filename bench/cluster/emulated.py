@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, short_name
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
+from common import ROOT, short_name  # noqa: E402
 
 from sparsewire.testing import EmulatedCluster, unavailable_reason
 

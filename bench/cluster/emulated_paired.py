@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from common import ROOT
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
+from common import ROOT  # noqa: E402
 from emulated import SHARED, calibrated_cluster, run_json
 from emulated_report import paired_table
 

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
-from common import ROOT
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
+from common import ROOT  # noqa: E402
 
 STRATEGIES = ("column", "joint", "column-hier", "joint-hier", "joint-group")
 TWO_LEVEL = ("column-hier", "joint-hier", "joint-group")

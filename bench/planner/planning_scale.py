@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import ROOT, extract_baseline
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
+from common import ROOT, extract_baseline  # noqa: E402
 
 
 def run_point(spec: str, ranks: int, strategies: str, pythonpath: str | None) -> dict:

@@ -33,7 +33,9 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from common import ROOT
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
+from common import ROOT  # noqa: E402
 
 from sparsewire.io import load_matrix
 from sparsewire.partition import even_rows

@@ -83,7 +83,7 @@ def test_every_plain_number_form_is_read_exactly(tmp_path):
 def test_missing_and_unknown(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         load_matrix(str(tmp_path / "nothing.mtx"))
-    with pytest.raises(InputError, match="neither an existing file nor a generator"):
+    with pytest.raises(InputError, match="neither an existing file, a shipped matrix .* nor a generator"):
         load_matrix("banana")
     with pytest.raises(InputError, match="not a valid gzip"):
         load_matrix(write(tmp_path, "fake.mtx.gz", "plain text"))

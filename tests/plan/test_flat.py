@@ -20,7 +20,7 @@ from sparsewire.partition import RowPartition, even_rows
 from sparsewire.plan.plan import build_plan, build_rank_plan_collective
 from sparsewire.plan.strategies import Strategy
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "planner"))
 from rank_planning import SliceComm, incoming_parts  # noqa: E402
 
 FLAT = ["column", "row", "joint"]

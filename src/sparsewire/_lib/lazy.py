@@ -10,15 +10,16 @@ __all__ = ["lazy_exports"]
 
 
 def lazy_exports(package: str, names: dict[str, str]) -> tuple[Callable, Callable]:
-    """Not collective. ``(__getattr__, __dir__)`` for ``package``, which exports each of ``names`` (name ->
-    the module that defines it, or the module itself when the name is that module's last part) on first use."""
+    """Not collective. ``(__getattr__, __dir__)`` for ``package``, which exports each of ``names`` on first use:
+    name -> the module that defines it (the module's attribute of that name), or the module itself where it
+    has no such attribute (``"compiled": "sparsewire.kernels.compiled"`` exports the module)."""
     namespace = importlib.import_module(package).__dict__
 
     def __getattr__(name: str):
         if name not in names:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module = importlib.import_module(names[name])
-        value = module if names[name].rsplit(".", 1)[-1] == name else getattr(module, name)
+        value = getattr(module, name, module)
         namespace[name] = value
         return value
 
