@@ -119,30 +119,12 @@ def run_cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProces
     )
 
 
-_POOL: list = []  # the session's pool of jobs, one per rank count (sparsewire.testing.Pool), started on first use
-#: Environment variables read when MPI or a library starts: a case that sets one needs a job of its own.
-_START_UP_VARIABLES = ("MPIR_", "MPICH", "HYDRA_", "UCX_", "OMP_", "NUMBA_", "SPARSEWIRE_NODE_CORES")
-
-
-def run_mpi(ranks: int, args: list[str], timeout: float = 180, env: dict | None = None, *, own_job: bool = False) -> testing.Job:
-    """``python ARGS`` on ``ranks`` MPI ranks; a deadlock becomes a TimeoutExpired failure, not a hang.
-
-    The case runs in the session's pool of ``mpiexec -n RANKS`` jobs (:class:`sparsewire.testing.Pool`:
-    one start-up per rank count, each case's output and status as a job of its own would give them),
-    unless ``own_job`` or its environment sets what MPI or a library reads at start-up: then in a job of
-    its own (:func:`sparsewire.testing.run_job`), as must a case that is meant to fail, abort or change
-    process-wide state that the next case would see. Only a test marked ``mpi`` may call it."""
+def run_mpi(ranks: int, args: list[str], timeout: float = 180, env: dict | None = None) -> testing.Job:
+    """``mpiexec -n RANKS python ARGS`` through :func:`sparsewire.testing.run_job`: a deadlock becomes a
+    TimeoutExpired failure, not a hang, and nothing of the job is left behind. Only a test marked ``mpi``
+    may call it."""
     _require_mpi_marker()
-    if own_job or any(name.startswith(_START_UP_VARIABLES) for name in env or {}):
-        return testing.run_job(ranks, args, timeout=timeout, env=env, cwd=ROOT)
-    if not _POOL:
-        _POOL.append(testing.Pool(env={name: CHILD_ENV[name] for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}, cwd=ROOT))
-    return _POOL[0].run(ranks, args, timeout=timeout, env=env, cwd=ROOT)
-
-
-def pytest_sessionfinish(session, exitstatus):
-    for pool in _POOL:
-        pool.close()
+    return testing.run_job(ranks, args, timeout=timeout, env=env, cwd=ROOT)
 
 
 def assert_gcn_trains_alike(ranks: int, option: str, values: tuple[str, str], extra: tuple[str, ...] = ()) -> None:

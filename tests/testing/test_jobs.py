@@ -38,7 +38,10 @@ def test_a_job_past_its_limit_raises_and_leaves_nothing(tmp_path):
 def test_a_planted_orphan_is_found_and_killed(tmp_path):
     """A rank starts a process of its own and exits: the job ends, the orphan carries the job's token."""
     script = tmp_path / "orphan.py"
-    script.write_text("import subprocess\nsubprocess.Popen(['sleep', '120'])\n")
+    # its output elsewhere, as a daemon's would be: the job's pipes close when the rank exits
+    script.write_text(
+        "import subprocess\nsubprocess.Popen(['sleep', '120'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+    )
     job = testing.run_job(1, [str(script)], timeout=60, settle=0.2)
     assert job.returncode == 0 and len(job.left_behind) == 1
     pid = job.left_behind[0]

@@ -1,14 +1,12 @@
 """Helpers for tests and benches, shipped so that users' own tests can use them: deterministic
 integer-valued operands whose products are exact (:func:`deterministic_dense`), the harness that
-starts an MPI job with a bound on its time and leaves no process behind (:func:`run_job`), the pool
-that runs many cases in one job per rank count (:class:`Pool`), and the
+starts an MPI job with a bound on its time and leaves no process behind (:func:`run_job`), and the
 emulated cluster (:mod:`~sparsewire.testing.emulation`: nodes as network namespaces joined by
 rate-limited links; needs root)."""
 
 from sparsewire.io.generators import deterministic_dense, deterministic_dense_rows
 from sparsewire.testing.emulation.cluster import EmulatedCluster, unavailable_reason
 from sparsewire.testing.jobs import Job, left_behind, mpiexec_path, run_job
-from sparsewire.testing.pool import Pool
 
 __all__ = [
     "deterministic_dense",
@@ -19,5 +17,4 @@ __all__ = [
     "run_job",
     "left_behind",
     "mpiexec_path",
-    "Pool",
 ]
