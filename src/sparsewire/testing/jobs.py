@@ -63,6 +63,15 @@ def left_behind(token: str) -> list[int]:
     return found
 
 
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie waiting for its parent does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def run_job(
     ranks: int,
     args: list[str],
@@ -100,4 +109,7 @@ def run_job(
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        deadline = time.monotonic() + 5
+        while left and time.monotonic() < deadline and any(_running(pid) for pid in left):
+            time.sleep(0.05)  # SIGKILL is delivered asynchronously: wait until they are gone
     return Job(completed.returncode, completed.stdout, completed.stderr, seconds, tuple(left))
