@@ -72,3 +72,17 @@ def test_arguments_in_the_wrong_order_name_the_order(rng):
     matrix = random_integer_matrix(rng, 8, 8, 0.3)
     with pytest.raises(InputError, match=r"communicator first.*got a csr_array.*distribute\(MPI.COMM_WORLD, A\)"):
         sparsewire.distribute(matrix, MPI.COMM_WORLD)
+
+
+def test_the_matrix_methods_take_explicit_keywords(rng):
+    """A misspelled keyword is Python's TypeError at the call (no rank has started a collective), and a
+    positional option is refused; the keywords given reach the plan."""
+    a = sparsewire.distribute(MPI.COMM_SELF, random_integer_matrix(rng, 12, 12, 0.3))
+    with pytest.raises(TypeError, match="stratgy"):
+        a.spmm_plan(4, stratgy="joint")
+    with pytest.raises(TypeError):
+        a.spmm_plan(4, np.float64, "joint")
+    with pytest.raises(TypeError, match="algorthm"):
+        a.spgemm(a, algorthm="1d")
+    with a.spmm_plan(4, strategy="column", mode="bulk") as plan:
+        assert plan.rank_plan.strategy.value == "column"

@@ -223,3 +223,35 @@ def test_the_bf16_check_accepts_a_bf16_product_and_only_with_its_bound(rng, pass
     further.sort_indices()
     further.data = further.data + 1.01 * ((1 + 2.0**-8) ** passes - 1) * scale.data
     assert not compare_products(further, reference, a, b, semiring, ("bf16", passes))["check_passed"]
+
+
+def test_spgemm_options_are_validated_once_with_every_problem_named(rng):
+    """SpgemmOptions: hand-made bad values each named in one InputError; random good ones round-trip through
+    spgemm_options (given keywords replace fields, UNSET ones do not) and as_dict."""
+    from sparsewire import SpgemmOptions, Topology
+    from sparsewire.spgemm.options import ALGORITHMS, COMPRESS, ONE_DIM_STRATEGIES, UNSET, spgemm_options
+
+    with pytest.raises(InputError) as caught:
+        SpgemmOptions(algorithm="cannon", strategy="diagonal", phases=0, overlap="yes", compress="zip", topology="nodes:2")
+    message = str(caught.value)
+    for fragment in ("'cannon'", "'diagonal'", "phases must be", "overlap must be", "'zip'", "topology must be"):
+        assert fragment in message, message
+    assert spgemm_options(None, phases=-1) == "phases must be a positive integer (got -1)"
+    assert spgemm_options("summa").startswith("options must be a sparsewire.SpgemmOptions")
+    assert "not an option of an SpGEMM plan" in spgemm_options(None, phase=2)
+    for _ in range(20):
+        chosen = {
+            "algorithm": str(rng.choice(ALGORITHMS)),
+            "strategy": str(rng.choice(("auto", *ONE_DIM_STRATEGIES))),
+            "phases": int(rng.integers(1, 9)),
+            "overlap": bool(rng.integers(2)),
+            "stages_per_product": int(rng.integers(1, 5)),
+            "compress": str(rng.choice(COMPRESS)),
+            "topology": Topology.nodes(int(rng.integers(1, 5))) if rng.integers(2) else None,
+        }
+        options = spgemm_options(None, **chosen, grid=UNSET)
+        assert options == SpgemmOptions(**chosen) and options.grid is None
+        report = options.as_dict()
+        assert report["phases"] == chosen["phases"] and report["compress"] == chosen["compress"]
+        assert report["topology"] == (None if chosen["topology"] is None else chosen["topology"].name)
+        assert spgemm_options(options, phases=UNSET) is options  # nothing given: the same object

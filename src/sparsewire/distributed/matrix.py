@@ -161,7 +161,11 @@ class DistributedMatrix:
         """
         from sparsewire.distributed.spmm import plan_spmm
 
-        given = dict(
+        return plan_spmm(
+            self,
+            k,
+            dtype,
+            options=options,
             strategy=strategy,
             topology=topology,
             proxy=proxy,
@@ -173,7 +177,6 @@ class DistributedMatrix:
             device=device,
             transfer_calibration=transfer_calibration,
         )
-        return plan_spmm(self, k, dtype, options=options, **{name: value for name, value in given.items() if value is not UNSET})
 
     def local_rate(self, k: int, dtype=np.float64, threads: int | None = None) -> float | None:
         """Collective. The executor's CSR kernel on this matrix's rows, every rank its own at once, with a
@@ -225,7 +228,11 @@ class DistributedMatrix:
         """
         from sparsewire.distributed.spgemm import plan_spgemm
 
-        given = dict(
+        with plan_spgemm(
+            self,
+            other,
+            semiring,
+            options,
             algorithm=algorithm,
             strategy=strategy,
             grid=grid,
@@ -234,9 +241,6 @@ class DistributedMatrix:
             stages_per_product=stages_per_product,
             compress=compress,
             topology=topology,
-        )
-        with plan_spgemm(
-            self, other, semiring, options, **{name: value for name, value in given.items() if value is not UNSET}
         ) as plan:
             return plan.to_distributed(plan.multiply())
 

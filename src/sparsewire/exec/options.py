@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sparsewire._lib.given import UNSET, with_given
 from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT, MIN_WAIT_TIMEOUT
 from sparsewire.errors import InputError
 from sparsewire.exec.transports import transport_names, transport_problem
@@ -243,21 +244,8 @@ class ExecOptions:
         }
 
 
-#: The default of a keyword argument that was not given (so None can mean "choose for me").
-UNSET = object()
-
-
 def exec_options(options: ExecOptions | None = None, **keywords) -> ExecOptions | str:
     """Not collective. ``options`` (None: the defaults) with the keyword arguments that were given
     (not :data:`UNSET`) replacing their fields, or the text of what is wrong with them (so that a
     collective caller can agree on the error before raising it everywhere)."""
-    given = {name: value for name, value in keywords.items() if value is not UNSET}
-    try:
-        if options is not None and not isinstance(options, ExecOptions):
-            return f"options must be a sparsewire.ExecOptions or None (got {type(options).__name__})"
-        base = options or ExecOptions()
-        return base.replace(**given) if given else base
-    except InputError as error:
-        return str(error)
-    except TypeError as error:
-        return f"not an option of a plan: {error}"
+    return with_given(options, ExecOptions, keywords, "a plan")

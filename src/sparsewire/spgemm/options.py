@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sparsewire._lib.given import UNSET, with_given
 from sparsewire.errors import InputError
 from sparsewire.topology.model import Topology
 
@@ -27,8 +28,6 @@ ALGORITHMS = ("auto", "summa", "1d")
 ONE_DIM_STRATEGIES = ("column", "row", "joint")
 #: SpGEMM's ``compress`` choices.
 COMPRESS = ("none", "index", "bf16", "auto")
-#: The default of a keyword argument that was not given (so None can mean "choose for me").
-UNSET = object()
 
 
 @dataclass(frozen=True)
@@ -119,13 +118,4 @@ def spgemm_options(options: SpgemmOptions | None = None, **keywords) -> SpgemmOp
     """Not collective. ``options`` (None: the defaults) with the keyword arguments that were given
     (not :data:`UNSET`) replacing their fields, or the text of what is wrong with them (so that a
     collective caller can agree on the error before raising it everywhere)."""
-    given = {name: value for name, value in keywords.items() if value is not UNSET}
-    try:
-        if options is not None and not isinstance(options, SpgemmOptions):
-            return f"options must be a sparsewire.SpgemmOptions or None (got {type(options).__name__})"
-        base = options or SpgemmOptions()
-        return base.replace(**given) if given else base
-    except InputError as error:
-        return str(error)
-    except TypeError as error:
-        return f"not an option of an SpGEMM plan: {error}"
+    return with_given(options, SpgemmOptions, keywords, "an SpGEMM plan")
