@@ -98,7 +98,7 @@ def local_spmm(specs: list[str], ks: list[int], repeat: int, device: str) -> lis
         for k in ks:
             b = torch.from_numpy(np.random.default_rng(k).integers(-3, 4, (a.shape[1], k)).astype(np.float32)).to(device)
             out = torch.empty((a.shape[0], k), dtype=torch.float32, device=device)
-            with matrix.spmm_plan(k, np.float32, "auto", None, "bulk", 1, backend="torch", device=device) as plan:
+            with matrix.spmm_plan(k, np.float32, mode="bulk", threads=1, backend="torch", device=device) as plan:
                 ours = device_time(lambda: plan.multiply(b, out=out), repeat, device)
                 theirs = device_time(lambda: torch.sparse.mm(csr, b), repeat, device)
                 same = bool(torch.equal(out, torch.sparse.mm(csr, b)))

@@ -150,7 +150,7 @@ def test_gcn_on_cuda_trains_as_on_the_cpu(device):
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_the_cuda_branches_give_the_same_c_when_copies_run_as_late_as_a_gpu_may_run_them(tmp_path, ranks):
     """The whole executor on the torch backend's CUDA branches (tensors to MPI for direct
-    messages, staged copies on a copy stream, synchronize before MPI) over tests/exec/deferred_streams.py:
+    messages, staged copies on a copy stream, synchronize before MPI) over tests/wire/deferred_streams.py:
     each staged copy runs only once the host or the compute stream waits for it. C exact for two
     different B, bytes as planned, both paths at P = 3. (Dropping the synchronize before MPI
     starts the sends, or the compute stream's wait for an incoming copy, makes C differ.)"""

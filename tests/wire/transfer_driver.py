@@ -67,7 +67,7 @@ topology = Topology.nodes(2) if comm.Get_size() >= 2 else None
 distinct_sizes = None
 if calibration.startswith("split:"):
     calibration = calibration[len("split:") :]
-    with matrix.spmm_plan(k, np.float64, "auto", topology, "bulk", 1) as probe:
+    with matrix.spmm_plan(k, np.float64, strategy="auto", topology=topology, mode="bulk", threads=1) as probe:
         sizes = [e * 8 for ex in probe.executor.buffers.exchanges for e in ex.send_elements]
     distinct_sizes = sorted({size for rank_sizes in comm.allgather(sizes) for size in rank_sizes})
     # The largest size: every smaller message staged, the largest direct; where every message has
@@ -84,11 +84,11 @@ for mode in modes:
         plan = matrix.spmm_plan(
             k,
             np.float64,
-            "auto",
-            topology,
-            mode,
-            1,
-            deterministic,
+            strategy="auto",
+            topology=topology,
+            mode=mode,
+            threads=1,
+            deterministic=deterministic,
             backend=backend,
             device=device,
             transfer_calibration=calibration,
