@@ -32,6 +32,19 @@ _MPI_CALLS = ("run_mpi(", "assert_gcn_trains_alike(", "mpiexec_path(", "run_faul
 _CURRENT: list = [None]  # the test running now (run_mpi refuses to start mpiexec for one not marked mpi)
 
 
+COLLECTIVE = ROOT / "tests" / "mpi"
+
+
+def pytest_ignore_collect(collection_path, config):
+    """tests/mpi holds collective cases: they run on every rank of a job that tests/test_collective.py
+    starts (or that a person starts with ``mpiexec -n P python -m pytest tests/mpi/...``), never inside
+    this process's plain run of the suite."""
+    if Path(collection_path) != COLLECTIVE:
+        return None
+    named = any(Path(arg.split("::")[0]).resolve().is_relative_to(COLLECTIVE) for arg in config.args)
+    return None if named else True
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark ``mpi`` every test whose function starts mpiexec (see :data:`_MPI_CALLS`), so that
     ``pytest -m "not mpi"`` is the fast tier; a test that starts it indirectly is marked by hand,

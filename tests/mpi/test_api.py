@@ -1,0 +1,190 @@
+"""The public API on every rank of one job (``import sparsewire`` only): distribute, plan, multiply, transpose,
+save and load, exact against SciPy on integer data; ``out`` aliasing B; complex B refused; dropped and
+open plans. The cases that must end the job (a wrong B shape, a complex B at P > 1) run in jobs of their
+own (tests/test_api.py with tests/api_driver.py)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from mpi4py import MPI
+
+import sparsewire
+
+
+def integer_matrix(rng, shape, density):
+    matrix = sp.random_array(shape, density=density, rng=rng, format="csr")
+    matrix.data = rng.integers(-4, 5, matrix.nnz).astype(np.float64)
+    return sp.csr_array(matrix)
+
+
+def gathered(comm, block):
+    return np.vstack(comm.allgather(block))
+
+
+@pytest.mark.ranks(1, 3, 4)
+def test_public_program_multiplies_transposes_saves_and_loads_exactly(comm, seed, shared_tmp):
+    """distribute -> spmm_plan() (auto) -> ten multiplies -> transpose().multiply, exact against SciPy's A @ B and
+    A.T @ G, square and rectangular A != A.T, every rank passing its own rows as well as rank 0 holding A; the
+    bytes MPI delivered to the transposed plan equal the forward plan's and the planned bytes; save and load."""
+    path = shared_tmp / "plan.npz"
+    rank = comm.Get_rank()
+    rng = np.random.default_rng(seed)
+    checked = 0
+    for shape in [(61, 61), (47, 73), (80, 29)]:
+        a = integer_matrix(rng, shape, 0.08)
+        assert shape[0] != shape[1] or (a != a.T).nnz > 0
+        k = int(rng.integers(1, 6))
+        b = rng.integers(-3, 4, (shape[1], k)).astype(np.float64)
+        g = rng.integers(-3, 4, (shape[0], k)).astype(np.float64)
+        whole = sparsewire.distribute(comm, a if rank == 0 else None)
+        offsets = whole.row_partition.offsets
+        own = sparsewire.distribute(comm, a[offsets[rank] : offsets[rank + 1]], row_offsets=offsets)
+        for matrix in (whole, own):
+            assert matrix.shape == shape and matrix.nnz == a.nnz
+            assert (matrix.gather() != a).nnz == 0 if rank == 0 else matrix.gather() is None
+            b_local = b[slice(*matrix.col_partition.range(rank))]
+            g_local = g[slice(*matrix.row_partition.range(rank))]
+            with matrix.spmm_plan(k) as plan:
+                assert "auto chose" in plan.explain()
+                out = np.empty((plan.output_rows, k))
+                for _ in range(10):
+                    plan.multiply(b_local, out=out)
+                    assert np.array_equal(gathered(comm, out), a @ b)
+                forward_bytes = comm.allreduce(plan.bytes_received, op=MPI.SUM)  # what MPI delivered
+                transposed = plan.transpose()
+                assert np.array_equal(gathered(comm, transposed.multiply(g_local)), a.T @ g)
+                backward_bytes = comm.allreduce(transposed.bytes_received, op=MPI.SUM)
+                assert backward_bytes == forward_bytes == plan.stats.total_bytes, (backward_bytes, forward_bytes)
+                assert transposed.stats.total_bytes == plan.stats.total_bytes
+                assert transposed.transpose() is plan
+                plan.save(path)
+                with sparsewire.SpmmPlan.load(path, matrix) as loaded:
+                    assert loaded.rank_plan.equals(plan.rank_plan) and loaded.rank_plan.strategy == plan.rank_plan.strategy
+                    assert np.array_equal(gathered(comm, loaded.multiply(b_local)), a @ b)
+                    assert np.array_equal(gathered(comm, loaded.transpose().multiply(g_local)), a.T @ g)
+            assert np.array_equal(gathered(comm, sparsewire.spmm(matrix, b_local)), a @ b)
+            assert np.array_equal(gathered(comm, sparsewire.spmm(matrix, b_local)), a @ b)  # the cached plan
+            with matrix.spmm_plan(k, strategy="joint", mode="early", deterministic=True) as plan:
+                assert np.array_equal(gathered(comm, plan.transpose().multiply(g_local)), a.T @ g)
+            checked += 1
+    assert checked == 6
+
+
+@pytest.mark.ranks(1, 3)
+def test_loading_a_plan_for_another_matrix_is_a_one_line_error_on_every_rank(comm, seed, shared_tmp):
+    path = shared_tmp / "plan.npz"
+    rng = np.random.default_rng(seed)
+    a = integer_matrix(rng, (40, 40), 0.1)
+    other = a.copy()
+    other.data = other.data + 1
+    matrix = sparsewire.distribute(comm, a if comm.Get_rank() == 0 else None)
+    with matrix.spmm_plan(3) as plan:
+        plan.save(path)
+    changed = sparsewire.distribute(comm, other if comm.Get_rank() == 0 else None)
+    with pytest.raises(sparsewire.PlanMismatchError, match="another matrix") as error:
+        sparsewire.SpmmPlan.load(path, changed)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.ranks(1, 3, 4)
+def test_out_may_be_or_overlap_b_in_every_mode_and_backend(comm, seed):
+    """``multiply(B, out=B)`` and an ``out`` that overlaps B by all but one row, every mode and both kernel backends:
+    C exact against SciPy (B is copied first, as NumPy's matmul does)."""
+    import torch
+
+    from sparsewire.errors import InputError
+
+    rank = comm.Get_rank()
+    rng = np.random.default_rng(seed)
+    a = integer_matrix(rng, (53, 53), 0.1)
+    k = int(rng.integers(1, 5))
+    b = rng.integers(-3, 4, (53, k)).astype(np.float64)
+    expected = a @ b
+    matrix = sparsewire.distribute(comm, a if rank == 0 else None)
+    assert np.array_equal(matrix.row_partition.offsets, matrix.col_partition.offsets)
+    rows = slice(*matrix.row_partition.range(rank))
+    checked = 0
+    for mode in ("bulk", "overlap", "pipelined", "early", "partitioned"):
+        for backend in ("numpy", "torch"):
+            try:
+                plan = matrix.spmm_plan(k, mode=mode, backend=backend)
+            except InputError:  # a combination the library refuses at planning (partitioned on torch)
+                continue
+            with plan:
+                whole = b[rows].copy()  # a view of b would be overwritten with C
+                shifted = np.zeros((whole.shape[0] + 1, k))
+                shifted[1:] = whole
+                if backend == "torch":
+                    whole, shifted = torch.from_numpy(whole), torch.from_numpy(shifted)
+                got_whole = plan.multiply(whole, out=whole)  # C written over B itself
+                got_shifted = plan.multiply(shifted[1:], out=shifted[:-1])  # overlapping by all but one row
+                for got in (got_whole, got_shifted):
+                    got = got.numpy() if backend == "torch" else got
+                    assert np.array_equal(gathered(comm, got), expected), (mode, backend)
+                checked += 1
+    assert checked >= 9  # 5 modes x 2 backends, less partitioned on torch where refused
+
+
+@pytest.mark.ranks(1)
+def test_a_complex_b_is_refused_in_every_mode_and_backend_at_one_rank(comm):
+    from sparsewire.errors import InputError
+
+    matrix = sparsewire.distribute(comm, "stencil2d:12")
+    refused = 0
+    for mode in ("bulk", "overlap", "pipelined", "early", "partitioned"):
+        for backend in ("numpy", "torch"):
+            try:
+                plan = matrix.spmm_plan(2, mode=mode, backend=backend)
+            except InputError:  # partitioned on torch is refused at planning
+                continue
+            with plan, pytest.raises(sparsewire.PlanMismatchError, match=r"the B block's values are complex128 \(complex\)"):
+                plan.multiply(np.ones((plan.input_rows, 2)) * (1 + 2j))
+            refused += 1
+    assert refused == 9
+
+
+def resident_mb() -> float:
+    with open("/proc/self/statm") as statm:  # resident pages, as the kernel counts them
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.ranks(2)
+def test_dropped_plans_are_freed_without_close(comm, seed):
+    """2,100 plans dropped without close() and 2,100 matrices through spmm(): MPICH has 2,048 communicators, so
+    any plan not freed on collection ends the job with "Too many communicators"; resident memory grows < 50 MB."""
+    whole = integer_matrix(np.random.default_rng(seed), (60, 60), 0.1)
+    b = np.arange(60 * 2, dtype=np.float64).reshape(60, 2) % 7
+    expected = whole @ b
+    matrix = sparsewire.distribute(comm, whole if comm.Get_rank() == 0 else None)
+    rows, cols = matrix.row_partition.range(comm.Get_rank()), matrix.col_partition.range(comm.Get_rank())
+    start = None
+    for made in range(2100):  # MPICH has 2,048 communicator ids: past them only if dropped plans are freed
+        c = matrix.spmm_plan(2).multiply(b[cols[0] : cols[1]])  # the plan is dropped at once
+        assert np.array_equal(c, expected[rows[0] : rows[1]]), made
+        start = resident_mb() if start is None else start
+    for made in range(2100):
+        again = sparsewire.distribute(comm, whole if comm.Get_rank() == 0 else None)
+        assert np.array_equal(sparsewire.spmm(again, b[cols[0] : cols[1]]), expected[rows[0] : rows[1]]), made
+    growth = comm.allreduce(resident_mb() - start, op=MPI.MAX)
+    assert growth < 50, f"resident memory grew by {growth:.1f} MB"
+
+
+@pytest.mark.ranks(1, 2)
+def test_too_many_open_plans_is_one_clear_error_before_mpis_limit(comm):
+    matrix = sparsewire.distribute(comm, "stencil2d:6")
+    kept, refusal = [], "not refused"
+    try:
+        while len(kept) <= 1024:
+            kept.append(matrix.spmm_plan(1))
+    except sparsewire.InputError as error:
+        refusal = f"refused after {len(kept)}: {error}"
+    assert "refused after 1024: 1024 plans are open on this process" in refusal and "plan.close()" in refusal, refusal
+    for plan in kept:
+        plan.close()
+    with matrix.spmm_plan(1) as plan:
+        plan.multiply(np.ones((plan.input_rows, 1)))
+    assert len(kept) == 1024

@@ -1,0 +1,80 @@
+"""The collective cases of tests/mpi, one job per rank count: ``mpiexec -n P python -m pytest tests/mpi``.
+
+A failing case is named in the job's summary (``FAILED tests/mpi/...::case``) with the ranks it failed on;
+one case runs alone as ``mpiexec -n P python -m pytest tests/mpi/FILE::CASE``. Jobs that must fail, be
+killed or run on the emulated cluster start their own ``mpiexec`` (``sparsewire.testing.run_job``)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import _seed, run_mpi
+
+#: The rank counts the collective cases run at; each case says which of them it needs (``@pytest.mark.ranks``).
+RANK_COUNTS = (1, 2, 3, 4)
+#: Seconds one job may take: every case at that P in turn (each case has pytest-timeout's 300 s as well).
+JOB_SECONDS = 1500
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(JOB_SECONDS + 60)
+@pytest.mark.parametrize("ranks", RANK_COUNTS)
+def test_collective_cases(ranks):
+    job = run_mpi(
+        ranks,
+        ["-m", "pytest", "tests/mpi", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"],
+        timeout=JOB_SECONDS,
+        env={"SPARSEWIRE_TEST_SEED": str(_seed())},
+    )
+    summary = job.stdout.strip().splitlines()[-1] if job.stdout.strip() else ""
+    failures = [line for line in job.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    assert job.returncode == 0, "\n".join([f"P = {ranks}: {summary}", *failures, job.stdout[-12000:], job.stderr[-4000:]])
+    passed = re.search(r"(\d+) passed", summary)
+    assert passed and int(passed.group(1)) > 0, job.stdout[-3000:]
+    assert "failed" not in summary and "error" not in summary, summary
+
+
+PLANTED = """
+import pytest
+
+
+def test_fails_on_rank_one(comm):
+    value = comm.allreduce(1)
+    assert comm.Get_rank() != 1 or value == 0, "planted on rank one"
+
+
+def test_runs_after_the_failure(comm):
+    assert comm.allreduce(1) == comm.Get_size()
+
+
+@pytest.mark.ranks(3)
+def test_only_at_three_ranks(comm):
+    assert comm.Get_size() == 3
+
+
+@pytest.mark.timeout(5)
+def test_leaves_rank_one_behind(comm):
+    if comm.Get_rank() != 1:
+        comm.allreduce(1)
+"""
+
+
+@pytest.mark.mpi
+def test_the_harness_names_a_failure_on_one_rank_and_a_deadlock(tmp_path):
+    """Planted faults: an assertion that fails on rank 1 only fails its case on every rank, rank 0 naming rank 1
+    and the next case still runs; a case that leaves rank 1 out of a collective ends the job at its 5 s limit with
+    the case's frame in the dump, instead of hanging; a case for 3 ranks is left out at 2."""
+    (tmp_path / "conftest.py").write_text("from sparsewire.testing.collective import *  # noqa: F403\n")
+    (tmp_path / "test_planted.py").write_text(PLANTED)
+    arguments = ["-m", "pytest", str(tmp_path / "test_planted.py"), "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
+    failing = run_mpi(2, [*arguments, "-k", "not behind"], timeout=120)
+    assert failing.returncode == 1, failing.stdout + failing.stderr
+    assert "FAILED" in failing.stdout and "test_fails_on_rank_one" in failing.stdout
+    assert "failed on rank(s) [1] of 2 in call" in failing.stdout and "planted on rank one" in failing.stdout
+    assert "1 failed, 1 passed, 2 deselected" in failing.stdout  # -k, and the 3-rank case
+    assert failing.stdout.count("passed") == 1  # rank 0 alone reports
+    hung = run_mpi(2, [*arguments, "-k", "behind"], timeout=120)
+    assert hung.returncode != 0 and hung.seconds < 60, (hung.seconds, hung.stderr[-2000:])
+    assert "Timeout (0:00:05)!" in hung.stderr and "in test_leaves_rank_one_behind" in hung.stderr, hung.stderr[-3000:]
