@@ -103,15 +103,13 @@ def planned_runs(
     return len(list(cases(0, 1))) * pairs * len(thread_counts)
 
 
-def main() -> None:
-    comm = MPI.COMM_WORLD
+def run_cases(
+    comm, seed: int, thread_counts: list[int], transport: str = "mpi", backend: str = "numpy", device: str = "cpu", names="all"
+) -> tuple[int, int]:
+    """Collective. Every case of the module docstring on ``comm``; returns the job's executor runs and the bytes MPI
+    delivered between ranks of different nodes (both summed over the ranks, on every rank)."""
     rank, size = comm.Get_rank(), comm.Get_size()
-    seed = int(sys.argv[1])
-    thread_counts = [int(t) for t in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1]
-    transport = sys.argv[3] if len(sys.argv) > 3 else "mpi"
-    backend = sys.argv[4] if len(sys.argv) > 4 else "numpy"
-    device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
-    strategies = chosen_strategies(sys.argv[6] if len(sys.argv) > 6 else "all")
+    strategies = chosen_strategies(names)
     if device == "cuda":  # each rank the GPU of its rank on the node (NCCL needs one per rank)
         from sparsewire.kernels.torch_backend import node_device
 
@@ -171,10 +169,17 @@ def main() -> None:
                                 assert not executor.delivery_problems, executor.delivery_problems
                                 inter_node += int(executor.bytes_received_from[nodes != nodes[rank]].sum())
                         runs += 1
-    total = comm.reduce(runs, op=MPI.SUM)
-    inter_node = comm.reduce(inter_node, op=MPI.SUM)
-    if rank == 0:
-        print(f"OK {total}")
+    return comm.allreduce(runs, op=MPI.SUM), comm.allreduce(inter_node, op=MPI.SUM)
+
+
+def main() -> None:
+    comm = MPI.COMM_WORLD
+    seed = int(sys.argv[1])
+    thread_counts = [int(t) for t in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1]
+    transport, backend, device, names = (sys.argv[3:7] + ["mpi", "numpy", "cpu", "all"][len(sys.argv[3:7]) :])[:4]
+    runs, inter_node = run_cases(comm, seed, thread_counts, transport, backend, device, names)
+    if comm.Get_rank() == 0:
+        print(f"OK {runs}")
         if os.environ.get("SPARSEWIRE_REPORT_INTER_NODE") == "1":
             print(f"INTER_NODE_BYTES {inter_node}")
 

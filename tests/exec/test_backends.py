@@ -1,7 +1,7 @@
 """Kernel backends: the torch backend (tensors on the CPU device, PyTorch's sparse products) gives
 the same C as the NumPy backend. Its products are checked one by one against the compiled
 kernels here, and whole multiplies under ``mpiexec -n P`` (every strategy and mode it runs, flat and
-hierarchical, P = 1..4) in ``mpi_driver.py``."""
+hierarchical, P = 1..4) in tests/mpi/test_executor.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import scipy.sparse as sp
 
 torch = pytest.importorskip("torch")
 
-from mpi_driver import planned_runs  # noqa: E402
 
 from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, run_mpi  # noqa: E402
 from sparsewire.errors import InputError  # noqa: E402
@@ -84,22 +83,6 @@ def test_an_empty_operand_overwrites_with_zeros_and_adds_nothing(rng):
     out.copy_(before)
     backend.multiply(empty, x, out, accumulate=True)
     assert torch.equal(out, before)
-
-
-@pytest.mark.parametrize(("ranks", "threads"), [(1, [1, 2]), (2, [2]), (3, [1]), (4, [1])])
-def test_torch_backend_is_exact_for_every_strategy_and_mode(ranks, threads):
-    """One and two threads per rank at P = 1, two at P = 2, one at P = 3 and 4 (more threads than this 2-core
-    machine's cores only cost time)."""
-    listed = ",".join(map(str, threads))
-    completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), listed, "mpi", "torch"], timeout=500)
-    assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
-    assert completed.stdout.strip() == f"OK {planned_runs(threads, 'mpi', 'torch') * ranks}"
-
-
-def test_torch_backend_on_the_torch_transport():
-    completed = run_mpi(3, ["tests/exec/mpi_driver.py", str(_seed()), "1", "torch", "torch"], timeout=500)
-    assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
-    assert completed.stdout.strip() == f"OK {planned_runs([1], 'torch', 'torch') * 3}"
 
 
 @pytest.mark.parametrize("ranks", [1, 3])

@@ -1,4 +1,5 @@
-"""Multi-rank tests: every one runs ``mpiexec -n P`` as a subprocess with a timeout."""
+"""The executor through the command line under ``mpiexec -n P`` (a job each, as users run it), and the
+partitioned fallback's one warning per job; the executor's collective cases are in tests/mpi/test_executor.py."""
 
 from __future__ import annotations
 
@@ -8,26 +9,10 @@ import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse as sp
-from executor_driver import planned_deterministic_checks
-from mpi_driver import planned_runs
 
 from conftest import SHARED_MATRICES, _seed, run_mpi
-from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
 
 pytestmark = pytest.mark.mpi  # every test here starts mpiexec
-
-
-@pytest.mark.parametrize("strategy", [s.value for s in EXECUTABLE_STRATEGIES])
-@pytest.mark.parametrize("ranks", [1, 3, 4])  # (P = 2: the same driver on the torch backend, tests/exec/test_devices.py)
-def test_executor_plans_results_and_bytes(ranks, strategy):
-    """One strategy per job (``-k "joint-hier and 3"`` runs one): every case, topology and mode, with 1, 2 and 3
-    threads per rank at P = 1 and 1 and 2 beyond (ranks x threads past this machine's 2 cores only cost time);
-    collective plan = global plan, C exact, bytes as planned."""
-    threads = [1, 2, 3] if ranks == 1 else [1, 2]
-    listed = ",".join(map(str, threads))
-    completed = run_mpi(ranks, ["tests/exec/mpi_driver.py", str(_seed()), listed, "mpi", "numpy", "cpu", strategy], timeout=400)
-    assert completed.returncode == 0, completed.stdout + completed.stderr[-6000:]
-    assert completed.stdout.strip() == f"OK {planned_runs(threads, 'mpi', strategies=strategy) * ranks}"
 
 
 def test_partitioned_fallback_to_point_to_point():
@@ -39,28 +24,6 @@ def test_partitioned_fallback_to_point_to_point():
         "FallbackWarning: MPI partitioned communication is not available; the partitioned mode runs on "
         "persistent point-to-point requests, one per partition"
     ]
-
-
-@pytest.mark.parametrize("ranks", [1, 3, 4])
-def test_deterministic_mode_is_bitwise_identical(ranks):
-    completed = run_mpi(ranks, ["tests/exec/executor_driver.py", "deterministic", str(_seed())], timeout=300)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    # 7 strategies x (4 merged-layout modes x 3 thread counts) compared bitwise; the column-based
-    # ones (3) also in the pipelined mode (3 thread counts)
-    assert completed.stdout.strip() == f"OK deterministic {planned_deterministic_checks()}"
-
-
-def test_multiply_allocates_under_64_kib_after_the_first_call():
-    completed = run_mpi(2, ["tests/exec/executor_driver.py", "allocation", str(_seed())], timeout=300)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert completed.stdout.startswith("OK allocation bulk=")
-
-
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_corrupted_plan_fails_the_bytes_check(ranks):
-    completed = run_mpi(ranks, ["tests/exec/executor_driver.py", "corrupted", str(_seed())], timeout=120)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "received 33 elements from rank 0 in exchange 0 but its plan expects 36" in completed.stdout
 
 
 def spmm_json(ranks, matrix, *extra, timeout=240):

@@ -5,9 +5,15 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from sparsewire.testing.collective import *  # noqa: F403 - the harness's hooks and fixtures (comm, shared_tmp)
+
+# The executor's case list lives beside the driver that also runs it as a script (tests/exec/mpi_driver.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "exec"))
 
 
 @pytest.fixture

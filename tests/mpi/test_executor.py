@@ -1,28 +1,19 @@
-"""Executor checks run under ``mpiexec -n P python tests/exec/executor_driver.py CHECK SEED``; rank 0
-prints one line starting with ``OK``.
-
-* ``deterministic``: random (non-integer) values; with ``deterministic=True`` C is bitwise identical
-  for every mode and thread count of a strategy that run one plan (the pipelined mode runs a plan
-  of its own layout), and for ``block``, ``column`` and ``column-hier``
-  bitwise equal to the serial CSR product of the whole matrix summed in ascending column order
-  (the same at every P).
-* ``allocation``: n = 100,000, k = 32; after the first multiply, one ``multiply(b, out=c)`` in
-  every mode allocates under 64 KiB (tracemalloc's peak).
-* ``corrupted``: rank 0's plan sends one row fewer to rank 1 than rank 1's plan expects; the bytes
-  MPI delivered then differ from the plan and the executor reports the message.
-"""
+"""The executor on every rank of one job: every strategy, topology, mode and thread count exact with the bytes as
+planned (the cases of tests/exec/mpi_driver.py, which the emulated cluster and the device tests run as a script);
+bitwise determinism; allocation after the first multiply; a corrupted plan caught by the bytes check."""
 
 from __future__ import annotations
 
 import dataclasses
-import sys
-import traceback
 import tracemalloc
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from mpi4py import MPI
+from mpi_driver import planned_runs, run_cases
 
+from sparsewire.exec import combine
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.options import ExecOptions
 from sparsewire.io.generators import from_spec
@@ -33,11 +24,44 @@ from sparsewire.plan.plan import build_rank_plan_collective
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
 from sparsewire.topology.model import Topology
 
-DETERMINISTIC = True  # the planted-fault run sets it False
 COLUMN_BASED = {Strategy.BLOCK, Strategy.COLUMN, Strategy.COLUMN_HIER}
-
-
 DETERMINISTIC_THREADS = (1, 2, 3)
+
+
+@pytest.mark.ranks(1, 3, 4)
+@pytest.mark.parametrize("strategy", [s.value for s in EXECUTABLE_STRATEGIES])
+def test_executor_plans_results_and_bytes(comm, seed, strategy, monkeypatch):
+    """Every case, topology and mode of one strategy (``-k "joint-hier"`` runs one), with 1, 2 and 3 threads per rank
+    at P = 1 and 1 and 2 beyond (ranks x threads past this machine's 2 cores only cost time); collective plan =
+    global plan, C exact, bytes as planned. The diagonal block goes in pieces of 64 multiply-adds, so that the modes
+    that multiply it while messages are in flight call the transport's progress between pieces."""
+    monkeypatch.setattr(combine, "PROGRESS_EVERY", 64)
+    threads = [1, 2, 3] if comm.Get_size() == 1 else [1, 2]
+    runs, _ = run_cases(comm, seed, threads, "mpi", "numpy", "cpu", strategy)
+    assert runs == planned_runs(threads, "mpi", strategies=strategy) * comm.Get_size()
+
+
+@pytest.mark.ranks(1, 3, 4)
+def test_torch_transport_is_exact_for_every_strategy_mode_and_thread_count(comm, seed, monkeypatch):
+    """The torch.distributed transport (Gloo): every case but the partitioned mode, which it does not run."""
+    pytest.importorskip("torch")
+    monkeypatch.setattr(combine, "PROGRESS_EVERY", 64)
+    threads = [1, 2] if comm.Get_size() == 1 else [1]  # (ranks x threads past the 2 cores only cost time)
+    runs, _ = run_cases(comm, seed, threads, "torch")
+    assert runs == planned_runs(threads, "torch") * comm.Get_size()
+
+
+@pytest.mark.parametrize("transport", ["mpi", "torch"])
+def test_torch_backend_is_exact_for_every_strategy_and_mode(comm, seed, transport, monkeypatch):
+    """B, C and the buffers torch tensors: one and two threads per rank at P = 1, two at P = 2, one at P = 3 and 4
+    (more threads than this 2-core machine's cores only cost time); on the torch transport at P = 3."""
+    pytest.importorskip("torch")
+    if transport == "torch" and comm.Get_size() != 3:
+        pytest.skip("the torch backend on the torch transport runs at P = 3")
+    monkeypatch.setattr(combine, "PROGRESS_EVERY", 64)
+    threads = {1: [1, 2], 2: [2]}.get(comm.Get_size(), [1]) if transport == "mpi" else [1]
+    runs, _ = run_cases(comm, seed, threads, transport, "torch")
+    assert runs == planned_runs(threads, transport, "torch") * comm.Get_size()
 
 
 def planned_deterministic_checks() -> int:
@@ -50,8 +74,12 @@ def planned_deterministic_checks() -> int:
     )
 
 
-def deterministic(seed: int) -> str:
-    comm = MPI.COMM_WORLD
+@pytest.mark.ranks(1, 3, 4)
+def test_deterministic_mode_is_bitwise_identical(comm, seed):
+    """Random (non-integer) values; with ``deterministic=True`` C is bitwise identical for every mode and thread
+    count of a strategy that ran one plan (the pipelined mode runs a plan of its own layout), and for ``block``,
+    ``column`` and ``column-hier`` bitwise equal to the serial CSR product of the whole matrix summed in ascending
+    column order (the same at every P)."""
     rank = comm.Get_rank()
     rng = np.random.default_rng(seed)
     matrix = sp.random_array((70, 70), density=0.15, rng=rng, format="csr")
@@ -82,7 +110,7 @@ def deterministic(seed: int) -> str:
             )
             for threads in DETERMINISTIC_THREADS:
                 with SpmmExecutor(
-                    plan, comm, k, np.float64, ExecOptions(mode=mode, threads=threads, deterministic=DETERMINISTIC)
+                    plan, comm, k, np.float64, ExecOptions(mode=mode, threads=threads, deterministic=True)
                 ) as executor:
                     mine = executor.multiply(b[slice(*cols.range(rank))])
                 full = comm.allgather(mine)
@@ -100,11 +128,13 @@ def deterministic(seed: int) -> str:
                 assert first.tobytes() == reference.tobytes(), f"{strategy}: differs from the serial ascending-column product"
             else:
                 np.testing.assert_allclose(first, matrix @ b, rtol=1e-12, atol=1e-12)
-    return f"OK deterministic {checked}"
+    assert checked == (planned_deterministic_checks() if rank == 0 else 0)
 
 
-def allocation(seed: int) -> str:
-    comm = MPI.COMM_WORLD
+@pytest.mark.ranks(2)
+def test_multiply_allocates_under_64_kib_after_the_first_call(comm, seed):
+    """n = 100,000, k = 32; after the first multiply, one ``multiply(b, out=c)`` in every mode allocates under
+    64 KiB (tracemalloc's peak)."""
     rank = comm.Get_rank()
     matrix = from_spec(f"uniform:100000:8:{seed}")
     rows, cols = partition(matrix, comm.Get_size(), "even").partitions
@@ -129,8 +159,10 @@ def allocation(seed: int) -> str:
     return "OK allocation " + " ".join(f"{mode}={peak}" for mode, peak in peaks.items())
 
 
-def corrupted(seed: int) -> str:
-    comm = MPI.COMM_WORLD
+@pytest.mark.ranks(2, 3)
+def test_corrupted_plan_fails_the_bytes_check(comm):
+    """Rank 0's plan sends one row fewer to rank 1 than rank 1's plan expects; the bytes MPI delivered then differ
+    from the plan and the executor reports the message."""
     rank = comm.Get_rank()
     matrix = from_spec("stencil2d:12")
     rows, cols = partition(matrix, comm.Get_size(), "even").partitions
@@ -162,25 +194,7 @@ def corrupted(seed: int) -> str:
             delivered = comm.allgather(executor.bytes_received)
             plans = comm.allgather(planned)
         outcomes.append((mode, sum(delivered), sum(plans), problems))
-    if rank == 0:
-        for mode, delivered, planned, problems in outcomes:
-            assert delivered == planned - k * 8, f"{mode}: MPI delivered {delivered} bytes, expected one row less than {planned}"
-            assert problems[1] and "received" in problems[1][0] and "from rank 0" in problems[1][0], f"{mode}: {problems}"
-    return "OK corrupted " + outcomes[0][3][1][0] if rank == 0 else ""
-
-
-def main() -> None:
-    check, seed = sys.argv[1], int(sys.argv[2])
-    message = {"deterministic": deterministic, "allocation": allocation, "corrupted": corrupted}[check](seed)
-    if MPI.COMM_WORLD.Get_rank() == 0:
-        print(message, flush=True)
-
-
-if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(1)
+    for mode, delivered, planned, problems in outcomes:
+        assert delivered == planned - k * 8, f"{mode}: MPI delivered {delivered} bytes, expected one row less than {planned}"
+        assert len(problems[1]) == 1 and not problems[0], f"{mode}: {problems}"
+        assert "received 33 elements from rank 0 in exchange 0 but its plan expects 36" in problems[1][0], problems
