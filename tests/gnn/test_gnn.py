@@ -1,5 +1,5 @@
-"""Distributed GNN training: gradients through the transposed plan, agreement with PyTorch
-Geometric, the same weights at every P, accuracy on Planetoid, the data reader and the CLI."""
+"""Distributed GNN training: accuracy on Planetoid, the data reader and the CLI (the collective cases, gradients,
+the same weights at every P and agreement with PyTorch Geometric, are in tests/mpi/test_gnn.py)."""
 
 from __future__ import annotations
 
@@ -12,77 +12,10 @@ import scipy.sparse as sp
 
 torch = pytest.importorskip("torch")
 
-from conftest import ROOT, SHARED_DATA, run_mpi  # noqa: E402
+from conftest import SHARED_DATA, run_mpi  # noqa: E402
 
-DRIVER = str(ROOT / "tests" / "gnn" / "gnn_driver.py")
 CORA = SHARED_DATA / "gnn" / "cora.npz"
 needs_cora = pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
-
-
-def driver_json(ranks, *args, timeout=600):
-    completed = run_mpi(ranks, [DRIVER, *map(str, args)], timeout=timeout)
-    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-4000:]
-    return json.loads(completed.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.parametrize("ranks", [1, 3, 4])
-def test_gradcheck_through_the_distributed_propagation_on_a_directed_graph(rng, ranks):
-    completed = run_mpi(ranks, [DRIVER, "gradcheck", str(int(rng.integers(2**31)))], timeout=300)
-    assert completed.returncode == 0 and "OK gradcheck 4" in completed.stdout, completed.stdout + completed.stderr
-
-
-@pytest.mark.parametrize(("model", "rank_counts"), [("gcn", (4,)), ("sage", (2, 3))])
-def test_every_p_trains_to_the_same_weights_with_dropout(rng, model, rank_counts):
-    seed = int(rng.integers(2**31))
-    reference = driver_json(1, "losses", seed, 30, 0.5, model)
-    for ranks in rank_counts:
-        other = driver_json(ranks, "losses", seed, 30, 0.5, model)
-        np.testing.assert_allclose(other["losses"], reference["losses"], rtol=0, atol=1e-9)
-        for name, value in reference["weights"].items():
-            np.testing.assert_allclose(other["weights"][name], value, rtol=0, atol=1e-6, err_msg=name)
-
-
-def pyg_gcn_losses(data, state: dict, epochs: int, lr=0.01, weight_decay=5e-4) -> list[float]:
-    """Single-process PyTorch Geometric: the same 2-layer GCN from the same weights, same Adam."""
-    from torch_geometric.nn import GCNConv
-
-    torch.manual_seed(0)
-    conv1 = GCNConv(data.features.shape[1], state["convs.0.weight"].shape[0], cached=True).double()
-    conv2 = GCNConv(state["convs.1.weight"].shape[1], state["convs.1.weight"].shape[0], cached=True).double()
-    with torch.no_grad():
-        for conv, index in ((conv1, 0), (conv2, 1)):
-            conv.lin.weight.copy_(state[f"convs.{index}.weight"])
-            conv.bias.copy_(state[f"convs.{index}.bias"])
-    coo = sp.coo_array(data.adjacency)
-    edge_index = torch.from_numpy(np.vstack([coo.col, coo.row]).astype(np.int64))  # edge j -> i for A[i, j]
-    x = torch.from_numpy(data.features.toarray())
-    y = torch.from_numpy(data.labels)
-    train = torch.from_numpy(data.train_idx)
-    optimizer = torch.optim.Adam(
-        [{"params": conv1.parameters(), "weight_decay": weight_decay}, {"params": conv2.parameters(), "weight_decay": 0.0}], lr=lr
-    )
-    losses = []
-    for _ in range(epochs):
-        optimizer.zero_grad()
-        out = torch.log_softmax(conv2(torch.relu(conv1(x, edge_index)), edge_index), dim=-1)
-        loss = torch.nn.functional.nll_loss(out[train], y[train])
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return losses
-
-
-@needs_cora
-@pytest.mark.parametrize("ranks", [3])  # (P = 1, 2 and 4 train alike to 1e-9: the dropout test above)
-def test_gcn_on_cora_matches_pytorch_geometric_epoch_by_epoch(ranks):
-    from sparsewire.gnn import GNN, load_planetoid
-
-    data = load_planetoid(str(CORA))
-    ours = driver_json(ranks, "losses", 7, 200, 0.0, "gcn", CORA)
-    torch.manual_seed(7)
-    state = GNN("gcn", [data.features.shape[1], 16, data.classes], dropout=0.0, seed=7).state_dict()
-    reference = pyg_gcn_losses(data, state, 200)
-    np.testing.assert_allclose(ours["losses"], reference, rtol=0, atol=1e-5)
 
 
 @needs_cora
