@@ -10,12 +10,10 @@ import pytest
 import scipy.sparse as sp
 
 import sparsewire
-from conftest import ROOT, SHARED_DATA, run_cli, run_mpi
+from conftest import SHARED_DATA, run_cli, run_mpi
 from oracles import random_integer_matrix
 from sparsewire.partition import PARTITIONERS, RowPartition, nnz_imbalance, partition
 from sparsewire.plan.stats import strategy_stats
-
-DRIVER = str(ROOT / "tests" / "partition" / "partition_driver.py")
 
 
 @pytest.mark.parametrize("method", PARTITIONERS)
@@ -76,14 +74,7 @@ def test_unknown_partitioner_and_missing_topology_are_clear_errors(rng):
         partition(matrix, 2, "metis-hier")
 
 
-@pytest.mark.parametrize("ranks", [1, 3, 4])
-def test_every_partitioner_and_strategy_gives_c_in_the_original_order(tmp_path, rng, ranks):
-    completed = run_mpi(ranks, [DRIVER, str(int(rng.integers(2**31))), str(tmp_path / "plan.npz")], timeout=600)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert f"OK partitions {2 * len(PARTITIONERS) * 7}" in completed.stdout, completed.stdout
-
-
-@pytest.mark.parametrize("ranks", [3])  # (C in the original order at P = 1, 3 and 4: the driver test above)
+@pytest.mark.parametrize("ranks", [3])  # (C in the original order at P = 1, 3 and 4: tests/mpi/test_partitions.py)
 def test_spmm_check_for_every_partitioner_and_strategy(ranks):
     for method in PARTITIONERS:
         completed = run_mpi(

@@ -1,6 +1,5 @@
-"""Run under ``mpiexec -n P python tests/spgemm/spgemm_driver.py SEED``; prints ``OK <checks>`` on rank 0.
-
-On fresh random integer matrices (square and rectangular A x B, empty rows, an all-empty B) for every
+"""SpGEMM on every rank of one job. On fresh random integer matrices (square and rectangular A x B, empty rows,
+an all-empty B) for every
 named semiring, a user semiring whose multiplication does not commute (``plus.minus``) and a
 Numba-compiled one (``10 a - b``), every algorithm (SUMMA on the default grid with 2 and 1 stages
 per product, on 1 x P, on P x 1 with 3; 1D column, row, joint, each with and without overlap) and phases 1 and 3:
@@ -15,10 +14,8 @@ also with the vertices spread by the metis and rcm partitioners.
 
 from __future__ import annotations
 
-import sys
-import traceback
-
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from mpi4py import MPI
 
@@ -116,10 +113,9 @@ def corrupted_predictions_are_caught(comm, a) -> int:
     return checks
 
 
-def main() -> int:
-    comm = MPI.COMM_WORLD
+@pytest.mark.ranks(1, 3, 4)
+def test_every_semiring_algorithm_and_grid_is_exact(comm, seed):
     rank, ranks = comm.Get_rank(), comm.Get_size()
-    seed = int(sys.argv[1])
     rng = np.random.default_rng(seed)  # same stream on every rank; rank 0's copies are used
     cases = list(
         zip(
@@ -193,17 +189,4 @@ def main() -> int:
             assert triangles["values"] == graphs.reference_triangle_count(graph), ("triangles", partition)
             assert (reach["values"] != graphs.reference_reachable_within(graph, 2)).nnz == 0, ("reach", partition)
         checks += len(GRAPH_ALGORITHMS)
-    total = comm.reduce(checks, op=MPI.SUM, root=0)
-    if rank == 0:
-        print(f"OK {total}")
-    return 0
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception:
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(1)
+    assert comm.allreduce(checks, op=MPI.SUM) == planned_checks(ranks) * ranks

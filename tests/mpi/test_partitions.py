@@ -1,24 +1,22 @@
-"""Every partitioner x executable strategy under ``mpiexec -n P`` (tests/partition/test_reorder.py):
-``python tests/partition/partition_driver.py SEED PLAN_PATH`` (a saved plan keeps the order). Users pass B and
-get C in their original indices: B
-blocks are ``matrix.rows_of(B)``, C is assembled by ``matrix.gather_dense``; exact on integer data."""
+"""Every partitioner x executable strategy on every rank of one job: users pass B and get C in their original
+indices (B blocks are ``matrix.rows_of(B)``, C is assembled by ``matrix.gather_dense``), exact on integer data; a
+saved plan keeps the order."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
+import pytest
 import scipy.sparse as sp
-from mpi4py import MPI
 
 import sparsewire
 from sparsewire.partition import PARTITIONERS
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
 
 
-def main(seed: int, path: str) -> str:
-    comm = MPI.COMM_WORLD
+@pytest.mark.ranks(1, 3, 4)
+def test_every_partitioner_and_strategy_gives_c_in_the_original_order(comm, seed, shared_tmp):
     rank = comm.Get_rank()
+    path = shared_tmp / "plan.npz"
     rng = np.random.default_rng(seed)
     topology = sparsewire.Topology.nodes(2)
     checked = 0
@@ -42,10 +40,4 @@ def main(seed: int, path: str) -> str:
                 if rank == 0:
                     assert np.array_equal(c, a @ b), f"{method}/{strategy.value}: C differs from SciPy's A @ B"
                 checked += 1
-    return f"OK partitions {checked}"
-
-
-if __name__ == "__main__":
-    result = main(int(sys.argv[1]), sys.argv[2])
-    if MPI.COMM_WORLD.Get_rank() == 0:
-        print(result, flush=True)
+    assert checked == 2 * len(PARTITIONERS) * len(EXECUTABLE_STRATEGIES)
