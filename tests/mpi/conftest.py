@@ -12,6 +12,9 @@ import pytest
 
 from sparsewire.testing.collective import *  # noqa: F403 - the harness's hooks and fixtures (comm, shared_tmp)
 
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"  # optional: cases on it are skipped without it
+SHARED_MATRICES = sorted(SHARED_DATA.glob("*.mtx.gz")) if SHARED_DATA.is_dir() else []
+
 # The executor's case list lives beside the driver that also runs it as a script (tests/exec/mpi_driver.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "exec"))
 
@@ -20,3 +23,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "exec"))
 def seed(rng) -> int:
     """One integer seed per case, equal on every rank (drawn from the session seed and the case's name)."""
     return int(rng.integers(2**31))
+
+
+@pytest.fixture
+def command(comm, capsys):
+    """``sparsewire ARGS`` as ``mpiexec -n P sparsewire ARGS`` runs it, on every rank of this job, in this process:
+    returns the exit status and rank 0's standard output and error (the same on every rank, so every rank can
+    assert on them). A command that ends the job (an unexpected exception at P > 1) ends this job too."""
+    from sparsewire.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        status = main(list(args))
+        out, err = capsys.readouterr()
+        statuses = comm.allgather(status)
+        assert len(set(statuses)) == 1, f"the ranks ended with different statuses {statuses}"
+        out, err = comm.bcast((out, err) if comm.Get_rank() == 0 else None)
+        return status, out, err
+
+    return run
