@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import sparsewire
 import sparsewire.testing
 from conftest import ROOT
@@ -84,3 +86,16 @@ def test_no_module_imports_numba_but_the_one_that_sizes_its_pool():
         if re.match(r"\s*(import numba|from numba[ .])", line)
     ]
     assert found == [], f"import Numba through sparsewire._lib.jit: {found}"
+
+
+@pytest.mark.parametrize("first", ["sparsewire.spgemm.semirings", "sparsewire.apps.graphs", "sparsewire.distributed.spgemm"])
+def test_python_graphblas_which_imports_numba_loads_after_the_pool_is_sized(first):
+    """python-graphblas imports Numba: loaded first, it fixed the pool at the core count, and a plan with more threads
+    than cores then failed; every module loads it through spgemm/graphblas_loader.py."""
+    import os
+
+    env = {key: value for key, value in os.environ.items() if key != "NUMBA_NUM_THREADS"}
+    code = f"import json, os\nimport {first}\nimport numba\nprint(json.dumps({{'pool': numba.config.NUMBA_NUM_THREADS}}))\n"
+    assert _run(code, env=env)["pool"] >= 64
+    planted = code.replace(f"import {first}", f"import graphblas; graphblas.binary; import {first}")
+    assert _run(planted, env=env)["pool"] == os.cpu_count()  # the fault it guards against

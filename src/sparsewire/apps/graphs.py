@@ -20,7 +20,6 @@ hold entries travel (hypersparse messages), so a small frontier costs little.
 
 from __future__ import annotations
 
-import graphblas as gb
 import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
@@ -32,6 +31,7 @@ from sparsewire.errors import InputError
 from sparsewire.partition import partition as choose_partitioning
 from sparsewire.plan.strategies import Strategy
 from sparsewire.spgemm.distributed import DistributedSpgemm, choose_algorithm
+from sparsewire.spgemm.graphblas_loader import graphblas as gb
 from sparsewire.spgemm.local import to_graphblas, to_scipy
 from sparsewire.spgemm.semirings import get_semiring
 from sparsewire.spgemm.summa import ProcessGrid

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import graphblas as gb
 import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
@@ -31,6 +30,7 @@ from sparsewire.spgemm.distributed import (
     keep_fewest_bytes,
     rows_to_blocks,
 )
+from sparsewire.spgemm.graphblas_loader import graphblas as gb
 from sparsewire.spgemm.local import to_graphblas, to_scipy
 from sparsewire.spgemm.options import UNSET, SpgemmOptions, spgemm_options
 from sparsewire.spgemm.semirings import Semiring, get_semiring

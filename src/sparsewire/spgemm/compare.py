@@ -4,11 +4,11 @@ exact where the semiring's arithmetic is, else within :mod:`sparsewire._lib.tole
 
 from __future__ import annotations
 
-import graphblas as gb
 import numpy as np
 import scipy.sparse as sp
 
 from sparsewire._lib.tolerance import allowed_error, within
+from sparsewire.spgemm.graphblas_loader import graphblas as gb
 from sparsewire.spgemm.local import to_graphblas, to_scipy
 from sparsewire.spgemm.semirings import Semiring
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import resource
 
-import graphblas as gb
 import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
@@ -28,6 +27,7 @@ from sparsewire.partition import RowPartition, even_rows
 from sparsewire.plan.plan import build_rank_plan_collective
 from sparsewire.plan.strategies import Strategy
 from sparsewire.profile.tracing import region
+from sparsewire.spgemm.graphblas_loader import graphblas as gb
 from sparsewire.spgemm.local import to_graphblas, to_scipy
 from sparsewire.spgemm.onedim import OneDimMultiplier
 from sparsewire.spgemm.semirings import Semiring

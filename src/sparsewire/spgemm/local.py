@@ -18,9 +18,10 @@ hypersparse arrays over (``ss.unpack`` / ``import_hypercsr``) instead of exporti
 
 from __future__ import annotations
 
-import graphblas as gb
 import numpy as np
 import scipy.sparse as sp
+
+from sparsewire.spgemm.graphblas_loader import graphblas as gb
 
 __all__ = [
     "HEADER_BYTES",

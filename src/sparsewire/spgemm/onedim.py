@@ -26,7 +26,6 @@ over C).
 
 from __future__ import annotations
 
-import graphblas as gb
 import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
@@ -36,6 +35,7 @@ from sparsewire.comm.runtime import agree_on_error
 from sparsewire.errors import PlanMismatchError
 from sparsewire.plan.plan import DIRECT_B, DIRECT_C, RankPlan
 from sparsewire.profile.tracing import region
+from sparsewire.spgemm.graphblas_loader import graphblas as gb
 from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.traced import TracedTransfer

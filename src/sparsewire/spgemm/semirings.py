@@ -25,12 +25,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import graphblas as gb
 import numpy as np
-from graphblas import binary, monoid, semiring
-from graphblas.core.operator import Semiring as GraphblasSemiring
 
 from sparsewire.errors import InputError
+from sparsewire.spgemm.graphblas_loader import graphblas as gb
+
+binary, monoid, semiring = gb.binary, gb.monoid, gb.semiring
+GraphblasSemiring = gb.core.operator.Semiring
 
 __all__ = ["Semiring", "SEMIRINGS", "get_semiring", "user_semiring", "MONOIDS"]
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import graphblas as gb
 import numpy as np
 from mpi4py import MPI
 
@@ -31,6 +30,7 @@ from sparsewire.comm.runtime import agree_on_error
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.profile.tracing import region
+from sparsewire.spgemm.graphblas_loader import graphblas as gb
 from sparsewire.spgemm.local import empty, import_messages, index_dtype, pack_row_ranges, row_counts, wire_bytes
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.traced import TracedTransfer
