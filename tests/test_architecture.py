@@ -209,11 +209,12 @@ def test_every_public_function_and_method_says_whether_it_is_collective():
 
 def test_tests_mirror_the_package():
     """A folder of tests per folder of ``src/sparsewire`` (a subpackage or a top-level module), and
-    every subpackage has one."""
+    every subpackage has one; ``tests/mpi`` aside, the collective cases that run on every rank of one job."""
     package = ROOT / "src" / "sparsewire"
     subpackages = {path.name for path in package.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
     modules = {path.stem for path in package.glob("*.py")}
     folders = {path.name for path in (ROOT / "tests").iterdir() if path.is_dir() and any(path.glob("test_*.py"))}
+    folders.discard("mpi")
     assert folders <= subpackages | modules, (
         f"test folders that name no part of the package: {sorted(folders - subpackages - modules)}"
     )
