@@ -1,5 +1,5 @@
 """Helpers shared by the benchmark scripts: the default matrix list, short names, a median timer,
-geometric means and an earlier commit's package for side-by-side runs."""
+geometric means, an earlier commit's package for side-by-side runs and the command line of a job."""
 
 from __future__ import annotations
 
@@ -8,11 +8,19 @@ import math
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from sparsewire.testing import mpiexec_path
+
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def job(ranks: int, *args) -> list[str]:
+    """``mpiexec -n RANKS python ARGS``: the ``mpiexec`` beside this Python (the MPICH wheel's), this Python."""
+    return [mpiexec_path(), "-n", str(ranks), sys.executable, *map(str, args)]
 
 
 def default_matrices(generated: list[str]) -> list[str]:

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, default_matrices, geometric_mean, run_json, short_name  # noqa: E402
+from common import ROOT, default_matrices, geometric_mean, job, run_json, short_name  # noqa: E402
 
 TRACE_VARIANTS = ("untraced", "summary", "trace")
 CODED = ("bf16", "fp16", "int8")
@@ -299,12 +299,11 @@ def main() -> None:
         if args.worker:
             worker(args)
             return
-        mpiexec = str(Path(sys.executable).parent / "mpiexec")
         ranks = getattr(args, "ranks", 2)
         results = []
         for matrix in args.matrices:
             print(f"{args.probe}: {short_name(matrix)} ...", file=sys.stderr, flush=True)
-            command = [mpiexec, "-n", str(ranks), sys.executable, __file__, args.probe, "--worker", matrix]
+            command = job(ranks, __file__, args.probe, "--worker", matrix)
             for name in own:
                 command += [f"--{name}", str(getattr(args, name))]
             results.append(run_json(command, timeout=3600, cwd=ROOT))

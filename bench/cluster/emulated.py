@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
-from common import ROOT, short_name  # noqa: E402
+from common import ROOT, job, short_name  # noqa: E402
 
 from sparsewire.testing import EmulatedCluster, unavailable_reason
 
@@ -65,9 +65,8 @@ def calibrated_cluster(layout: str, rate: str):
 
 def run_local(ranks: int, arguments: list[str], timeout: float) -> dict:
     """The same command on this machine's shared memory (no emulated link), by the venv's mpiexec."""
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
     result = subprocess.run(
-        [mpiexec, "-n", str(ranks), sys.executable, "-m", "sparsewire", *arguments],
+        job(ranks, "-m", "sparsewire", *arguments),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import ROOT, default_matrices, extract_baseline, geometric_mean, short_name  # noqa: E402
+from common import ROOT, default_matrices, extract_baseline, geometric_mean, job, short_name  # noqa: E402
 
 MODE_ORDER = ("bulk", "overlap", "pipelined", "early", "partitioned")
 
@@ -108,12 +108,8 @@ def worker(
 
 
 def run_worker(matrix: str, ranks: int, threads: int, args, transports: list[str], source: str | None) -> list[dict]:
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
-    command = [
-        mpiexec,
-        "-n",
-        str(ranks),
-        sys.executable,
+    command = job(
+        ranks,
         __file__,
         "--worker",
         matrix,
@@ -126,7 +122,7 @@ def run_worker(matrix: str, ranks: int, threads: int, args, transports: list[str
         args.strategy,
         "--transports",
         ",".join(transports),
-    ]
+    )
     command += ["--deterministic"] if args.deterministic else []
     environment = dict(os.environ)
     if source is not None:

@@ -19,15 +19,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import ROOT, default_matrices, geometric_mean, run_json, short_name  # noqa: E402
+from common import ROOT, default_matrices, geometric_mean, job, run_json, short_name  # noqa: E402
 
 
-def run(mpiexec: str, ranks: int, matrix: str, k: int, dtype: str, mode: str, threads: int, repeat: int, backend: str) -> dict:
-    command = [
-        mpiexec,
-        "-n",
-        str(ranks),
-        sys.executable,
+def run(ranks: int, matrix: str, k: int, dtype: str, mode: str, threads: int, repeat: int, backend: str) -> dict:
+    command = job(
+        ranks,
         "-m",
         "sparsewire",
         "spmm",
@@ -45,7 +42,7 @@ def run(mpiexec: str, ranks: int, matrix: str, k: int, dtype: str, mode: str, th
         "--backend",
         backend,
         "--json",
-    ]
+    )
     return run_json(command, timeout=1200, cwd=ROOT)
 
 
@@ -62,14 +59,13 @@ def main() -> None:
     from sparsewire.profile import format_table
 
     matrices = args.matrices or default_matrices([])
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
     rows, results, ratios = [], [], []
     for matrix in matrices:
         for k in [int(v) for v in args.ks.split(",")]:
             for mode in args.modes.split(","):
                 print(f"{short_name(matrix)} k = {k} {mode} ...", file=sys.stderr, flush=True)
-                numpy_run = run(mpiexec, args.ranks, matrix, k, args.dtype, mode, args.threads, args.repeat, "numpy")
-                torch_run = run(mpiexec, args.ranks, matrix, k, args.dtype, mode, args.threads, args.repeat, "torch")
+                numpy_run = run(args.ranks, matrix, k, args.dtype, mode, args.threads, args.repeat, "numpy")
+                torch_run = run(args.ranks, matrix, k, args.dtype, mode, args.threads, args.repeat, "torch")
                 scale = max(1.0, abs(numpy_run["checksum_fro"]))
                 agree = (
                     abs(numpy_run["checksum_fro"] - torch_run["checksum_fro"]) <= 1e-4 * scale

@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import ROOT  # noqa: E402
+from common import ROOT, job  # noqa: E402
 
 
 def run(data: str, ranks: int, model: str, seed: int, codec: str, epochs: int) -> dict:
-    command = [str(ROOT / ".venv" / "bin" / "mpiexec"), "-n", str(ranks), sys.executable, "-m", "sparsewire", "gcn", data]
+    command = job(ranks, "-m", "sparsewire", "gcn", data)
     command += ["--model", model, "--seed", str(seed), "--compress", codec, "--epochs", str(epochs), "--json"]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
     if completed.returncode != 0:

@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import ROOT, default_matrices, geometric_mean, short_name  # noqa: E402
+from common import ROOT, default_matrices, geometric_mean, job, short_name  # noqa: E402
 
 
 def run(matrix: str, codec: str, args) -> dict:
-    command = [str(ROOT / ".venv" / "bin" / "mpiexec"), "-n", str(args.ranks), sys.executable, "-m", "sparsewire", "spmm"]
+    command = job(args.ranks, "-m", "sparsewire", "spmm")
     command += [matrix, "--compress", codec, "--strategy", args.strategy, "--mode", args.mode, "--k", str(args.k)]
     command += ["--repeat", str(args.repeat), "--check", "--json"]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)

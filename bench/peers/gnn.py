@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import ROOT, run_json  # noqa: E402
+from common import ROOT, job, run_json  # noqa: E402
 
 CORA = ROOT.parent / "shared" / "data" / "gnn" / "cora.npz"
 MODELS = {"gcn2": ("gcn", 2, 16), "gcn5": ("gcn", 5, 32), "sage2": ("sage", 2, 16)}
@@ -220,7 +220,7 @@ def main() -> None:
 
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     graphs = [g for g in args.graphs.split(",") if g != "cora" or CORA.exists()]
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    shared = ["--epochs", str(args.epochs), "--dtype", args.dtype, "--dropout", str(args.dropout), "--device", args.device]
     results, rows, thread_rows = [], [], []
     exported = tempfile.TemporaryDirectory()
     for spec in graphs:
@@ -232,48 +232,11 @@ def main() -> None:
                 if cores not in references:
                     print(f"{spec} {model}: PyG on {cores} thread(s) ...", file=sys.stderr, flush=True)
                     references[cores] = run_json(
-                        [
-                            sys.executable,
-                            __file__,
-                            "--epochs",
-                            str(args.epochs),
-                            "--dtype",
-                            args.dtype,
-                            "--dropout",
-                            str(args.dropout),
-                            "--device",
-                            args.device,
-                            "--worker",
-                            "pyg",
-                            graph_file,
-                            model,
-                            str(cores),
-                        ]
+                        [sys.executable, __file__, *shared, "--worker", "pyg", graph_file, model, str(cores)]
                     )
                 print(f"{spec} {model}: ours {ranks} x {threads} ...", file=sys.stderr, flush=True)
                 mine = run_json(
-                    [
-                        mpiexec,
-                        "-n",
-                        str(ranks),
-                        sys.executable,
-                        __file__,
-                        "--epochs",
-                        str(args.epochs),
-                        "--dtype",
-                        args.dtype,
-                        "--dropout",
-                        str(args.dropout),
-                        "--backend",
-                        args.backend,
-                        "--device",
-                        args.device,
-                        "--worker",
-                        "ours",
-                        spec,
-                        model,
-                        str(threads),
-                    ]
+                    job(ranks, __file__, *shared, "--backend", args.backend, "--worker", "ours", spec, model, threads)
                 )
                 reference = references[cores]
                 times[(ranks, threads)] = mine["seconds_per_epoch"]

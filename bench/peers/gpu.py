@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import ROOT, default_matrices, geometric_mean, median_seconds, run_json, short_name  # noqa: E402
+from common import ROOT, default_matrices, geometric_mean, job, median_seconds, run_json, short_name  # noqa: E402
 
 
 def device_time(function, repeat: int, device: str) -> float:
@@ -229,22 +229,8 @@ def main() -> None:
         print(f"k = {k}: ours at {share:.2f} of torch.sparse.mm's rate (geometric mean over the matrices)")
     report = {"device": device_name(args.device), "local_spmm": local}
     if not args.skip_transfers:
-        mpiexec = str(Path(sys.executable).parent / "mpiexec")
         transfers = run_json(
-            [
-                mpiexec,
-                "-n",
-                "2",
-                sys.executable,
-                __file__,
-                "--transfer-worker",
-                "--sizes",
-                args.sizes,
-                "--repeat",
-                str(args.repeat),
-                "--device",
-                args.device,
-            ]
+            job(2, __file__, "--transfer-worker", "--sizes", args.sizes, "--repeat", args.repeat, "--device", args.device)
         )
         paths = list(transfers["seconds"])
         rows = []

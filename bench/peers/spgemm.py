@@ -27,10 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "src"))
-
-from common import default_matrices, short_name  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
+from common import ROOT, default_matrices, job, short_name  # noqa: E402
 
 from sparsewire.profile import format_table  # noqa: E402
 from sparsewire.spgemm import (  # noqa: E402
@@ -45,8 +43,7 @@ VALUES = "random:1"
 
 
 def run_cli(ranks: int, spec: str, *args: str, timeout: int = 1800) -> dict:
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    command = [str(mpiexec), "-n", str(ranks), sys.executable, "-m", "sparsewire", "spgemm", spec, "--json", *args]
+    command = job(ranks, "-m", "sparsewire", "spgemm", spec, "--json", *args)
     completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     if completed.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{completed.stderr[-2000:]}")

@@ -41,7 +41,7 @@ from pathlib import Path
 import scipy.io
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import ROOT, extract_baseline, geometric_mean, short_name  # noqa: E402
+from common import ROOT, extract_baseline, geometric_mean, job, short_name  # noqa: E402
 
 from sparsewire.profile import format_table  # noqa: E402
 from sparsewire.spgemm import load_operand  # noqa: E402
@@ -104,12 +104,8 @@ def run_combblas(binary: Path, path: str, semiring: str, ranks: int, repeat: int
 
 def run_ours(spec: str, semiring: str, algorithm: str, ranks: int, repeat: int, source: str | None = None) -> dict:
     """``sparsewire spgemm --json`` under mpiexec; ``source``: a baseline's ``src`` for PYTHONPATH."""
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    command = [
-        str(mpiexec),
-        "-n",
-        str(ranks),
-        sys.executable,
+    command = job(
+        ranks,
         "-m",
         "sparsewire",
         "spgemm",
@@ -122,8 +118,8 @@ def run_ours(spec: str, semiring: str, algorithm: str, ranks: int, repeat: int, 
         "--algorithm",
         algorithm,
         "--repeat",
-        str(repeat),
-    ]
+        repeat,
+    )
     environment = dict(os.environ) | ({"PYTHONPATH": source} if source else {})
     completed = subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=ROOT, env=environment)
     if completed.returncode != 0:

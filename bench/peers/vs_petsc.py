@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import ROOT, default_matrices, short_name  # noqa: E402
+from common import ROOT, default_matrices, job, short_name  # noqa: E402
 
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition  # noqa: E402
@@ -58,22 +58,7 @@ def run_petsc(directory: str, ranks: int, ks: list[int], repeat: int) -> dict[in
 
 
 def run_ours(matrix: str, ranks: int, threads: int | None, k: int, repeat: int) -> dict:
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
-    command = [
-        mpiexec,
-        "-n",
-        str(ranks),
-        sys.executable,
-        "-m",
-        "sparsewire",
-        "spmm",
-        matrix,
-        "--json",
-        "--k",
-        str(k),
-        "--repeat",
-        str(repeat),
-    ]
+    command = job(ranks, "-m", "sparsewire", "spmm", matrix, "--json", "--k", k, "--repeat", repeat)
     if threads is not None:
         command += ["--threads", str(threads)]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=1800)
