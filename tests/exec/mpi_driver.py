@@ -27,6 +27,7 @@ a test to hold against the network's own counters (tests/emulation).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import traceback
@@ -76,6 +77,21 @@ def cases(seed: int, size: int):
     yield "skewed-nnz-partition", sp.csr_array(skewed), "nnz", 4, np.float64
     yield "empty", sp.csr_array((11, 11)), "even", 3, np.float64
     yield "stencil2d-float32", from_spec("stencil2d:7"), "even", 6, np.float32
+
+
+def one_row_fewer_to_rank_one(plan):
+    """A planted fault: ``plan`` (rank 0's, one exchange) sending one row fewer to rank 1 than rank 1's plan
+    expects, its last row for rank 1 dropped."""
+    exchange = plan.exchanges[0]
+    position = int(np.flatnonzero(exchange.send_ranks == 1)[0])
+    counts = exchange.send_counts.copy()
+    counts[position] -= 1
+    dropped = int(exchange.send_counts[: position + 1].sum()) - 1
+    keep = np.delete(np.arange(exchange.send_matrix.shape[0]), dropped)
+    exchange = dataclasses.replace(
+        exchange, send_counts=counts, send_matrix=sp.csr_array(exchange.send_matrix[keep]), send_kinds=exchange.send_kinds[keep]
+    )
+    return dataclasses.replace(plan, exchanges=(exchange,))
 
 
 def runs_on(transport: str, backend: str, mode: str, device: str = "cpu") -> bool:

@@ -18,7 +18,6 @@ rank 0 prints one line starting with ``OK``.
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import traceback
 import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
+from mpi_driver import one_row_fewer_to_rank_one
 
 import sparsewire
 from sparsewire.exec.executor import SpmmExecutor
@@ -100,20 +100,7 @@ def mismatch(seed: int) -> str:
     local = matrix[slice(*rows.range(rank))]
     plan = build_rank_plan_collective(comm, local, rows, cols, "column", None)
     if rank == 0:
-        # Rank 0 sends one row fewer to rank 1 than rank 1's plan expects: drop the last row it packs for it.
-        exchange = plan.exchanges[0]
-        position = int(np.flatnonzero(exchange.send_ranks == 1)[0])
-        counts = exchange.send_counts.copy()
-        counts[position] -= 1
-        dropped = int(exchange.send_counts[: position + 1].sum()) - 1
-        keep = np.delete(np.arange(exchange.send_matrix.shape[0]), dropped)
-        exchange = dataclasses.replace(
-            exchange,
-            send_counts=counts,
-            send_matrix=sp.csr_array(exchange.send_matrix[keep]),
-            send_kinds=exchange.send_kinds[keep],
-        )
-        plan = dataclasses.replace(plan, exchanges=(exchange,))
+        plan = one_row_fewer_to_rank_one(plan)
     started = time.monotonic()
     try:
         with SpmmExecutor(plan, comm, 3, np.float64, ExecOptions(mode="bulk", threads=1, transport="torch")) as executor:

@@ -4,14 +4,13 @@ bitwise determinism; allocation after the first multiply; a corrupted plan caugh
 
 from __future__ import annotations
 
-import dataclasses
 import tracemalloc
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from mpi4py import MPI
-from mpi_driver import planned_runs, run_cases
+from mpi_driver import one_row_fewer_to_rank_one, planned_runs, run_cases
 
 from sparsewire.exec import combine
 from sparsewire.exec.executor import SpmmExecutor
@@ -170,20 +169,7 @@ def test_corrupted_plan_fails_the_bytes_check(comm):
     k = 3
     plan = build_rank_plan_collective(comm, local, rows, cols, "column", None)
     if rank == 0:
-        # Rank 0 sends one row fewer to rank 1 than rank 1's plan expects: drop the last row it packs for it.
-        exchange = plan.exchanges[0]
-        position = int(np.flatnonzero(exchange.send_ranks == 1)[0])
-        counts = exchange.send_counts.copy()
-        counts[position] -= 1
-        dropped = int(exchange.send_counts[: position + 1].sum()) - 1
-        keep = np.delete(np.arange(exchange.send_matrix.shape[0]), dropped)
-        exchange = dataclasses.replace(
-            exchange,
-            send_counts=counts,
-            send_matrix=sp.csr_array(exchange.send_matrix[keep]),
-            send_kinds=exchange.send_kinds[keep],
-        )
-        plan = dataclasses.replace(plan, exchanges=(exchange,))
+        plan = one_row_fewer_to_rank_one(plan)
     b = np.ones((cols.counts()[rank], k))
     outcomes = []
     for mode in ("bulk", "overlap", "early"):

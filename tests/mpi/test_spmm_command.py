@@ -14,6 +14,8 @@ import scipy.sparse as sp
 from conftest import SHARED_MATRICES
 
 HIERARCHICAL = "column-hier,joint-hier,joint-group"
+#: Every two-level strategy in every mode on groups of 2, checked, once, k = 8.
+EVERY_TWO_LEVEL_RUN = ("--group-size", "2", "--strategy", HIERARCHICAL, "--mode", "all", "--check", "--repeat", "1", "--k", "8")
 #: Every shared matrix runs through one of the two tests below (alternating by name), flat or two-level.
 FLAT_MATRICES, HIERARCHICAL_MATRICES = SHARED_MATRICES[0::2], SHARED_MATRICES[1::2]
 
@@ -113,21 +115,7 @@ def test_cli_spmm_hierarchical_when_groups_need_nothing_from_each_other(command,
     if comm.Get_rank() == 0:
         scipy.io.mmwrite(path, sp.coo_array(dense))
     comm.Barrier()
-    report = spmm_json(
-        command,
-        str(path),
-        "--group-size",
-        "2",
-        "--strategy",
-        HIERARCHICAL,
-        "--mode",
-        "all",
-        "--check",
-        "--repeat",
-        "1",
-        "--k",
-        "8",
-    )
+    report = spmm_json(command, str(path), *EVERY_TWO_LEVEL_RUN)
     assert_hierarchical_runs(report, 3 * 5)
     for run in report["runs"]:
         assert run["inter_group_bytes"] == 0 and run["intra_group_bytes"] > 0
@@ -171,21 +159,7 @@ def test_cli_spmm_on_shared_matrices(command, path):
 @pytest.mark.parametrize("path", HIERARCHICAL_MATRICES, ids=lambda p: p.name)
 @pytest.mark.ranks(4)
 def test_cli_spmm_hierarchical_on_shared_matrices(command, path):
-    report = spmm_json(
-        command,
-        str(path),
-        "--group-size",
-        "2",
-        "--strategy",
-        HIERARCHICAL,
-        "--mode",
-        "all",
-        "--check",
-        "--repeat",
-        "1",
-        "--k",
-        "8",
-    )
+    report = spmm_json(command, str(path), *EVERY_TWO_LEVEL_RUN)
     assert_hierarchical_runs(report, 3 * 5)
 
 

@@ -258,7 +258,7 @@ def plan_spgemm(
         topology=topology,
     )
     comm = a.comm
-    problem, chosen_grid = (chosen, None) if isinstance(chosen, str) else (None, None)
+    problem, chosen_grid = (chosen if isinstance(chosen, str) else None), None
     if problem is None:
         options = chosen
         problem, chosen_grid = _check(a, b, options.algorithm, options.strategy, options.grid)
