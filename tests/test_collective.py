@@ -24,7 +24,7 @@ JOB_SECONDS = 1500
 def test_collective_cases(ranks):
     job = run_mpi(
         ranks,
-        ["-m", "pytest", "tests/mpi", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"],
+        ["-m", "pytest", "tests/mpi", "-q", "-p", "no:cacheprovider"],
         timeout=JOB_SECONDS,
         env={"SPARSEWIRE_TEST_SEED": str(_seed())},
     )
