@@ -398,16 +398,24 @@ class MpiPartitionsOverPointToPoint(_Partitioned):
         self._recv, self._send = [], []
 
 
+#: Whether this process has shown the fallback's warning: once per process. Python's own once-per-place record
+#: is cleared whenever any code changes the warning filters (Numba's compiler does, on a first compile), which
+#: showed it once per plan.
+_fallback_shown = False
+
+
 def select(mode: Mode, comm: MPI.Comm, device: str = "cpu", *, partitioned: bool | None = None) -> type:
     """Not collective. The registry's selector (:mod:`sparsewire.exec.transports`): persistent
     point to point for whole messages; for the partitioned mode MPI-4 partitioned messages, or,
     where MPI has none (or ``partitioned`` is False), one persistent request per partition (with a
-    FallbackWarning on rank 0). ``partitioned`` None: as :func:`partitioned_available` answers."""
+    FallbackWarning on rank 0, once per process). ``partitioned`` None: as :func:`partitioned_available` answers."""
     if not Mode(mode).partitions_per_thread:
         return MpiTransport
     if partitioned_available(comm) if partitioned is None else partitioned:
         return MpiPartitionedTransport
-    if comm.Get_rank() == 0:
+    global _fallback_shown
+    if comm.Get_rank() == 0 and not _fallback_shown:
+        _fallback_shown = True
         warnings.warn(
             "MPI partitioned communication is not available; the partitioned mode runs on persistent point-to-point requests, "
             "one per partition",
