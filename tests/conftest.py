@@ -21,6 +21,10 @@ SHARED_MATRICES = sorted(SHARED_DATA.glob("*.mtx.gz")) if SHARED_DATA.is_dir() e
 CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+#: The warning filters the interpreter started with (before any test's): what a command run in a process of its
+#: own would see.
+STARTUP_WARNING_FILTERS = list(__import__("warnings").filters)
+
 #: What tests/comm/test_faults.py measured: each fault case's time to exit, printed after the run.
 EXIT_TIMES: list[str] = []
 #: What tests/io/test_fuzz.py ran: the number of inputs and the seed, printed after the run.
@@ -125,13 +129,14 @@ def mpiexec_path() -> str:
     return testing.mpiexec_path()
 
 
-def run_cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
-    """``sparsewire ARGS`` without mpiexec, in this process (a new interpreter per command cost 0.9 s, most of
-    the fast tier's time): ``sparsewire.cli.main`` with its output captured, its exit status as the shell
-    would see it (an exception that escapes it printed as the interpreter would, status 1), and what it sets
-    for the whole process (the one-line warnings, the exception hook, signal handlers, the environment) put
-    back after it. ``timeout`` is pytest-timeout's to keep. Tests of what only a process shows (signals,
-    a closed pipe, resource limits) start one themselves."""
+def run_cli(args: list[str]) -> subprocess.CompletedProcess:
+    """``sparsewire ARGS`` without mpiexec, in this process (a new interpreter per command was most of the
+    fast tier's time): ``sparsewire.cli.main`` with its output captured, its exit status as the shell would
+    see it (an exception that escapes it printed as the interpreter would, status 1), the warning filters
+    the interpreter started with, and what it sets for the whole process (the one-line warnings, the
+    exception hook, signal handlers, the environment) put back after it. Its time is pytest-timeout's to
+    bound. Tests of what only a process shows (signals, a closed pipe, resource limits) start one
+    themselves."""
     import contextlib
     import io
     import signal
@@ -140,12 +145,11 @@ def run_cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProces
 
     from sparsewire.cli import main
 
-    del timeout
     out, err = io.StringIO(), io.StringIO()
     environment, hook = dict(os.environ), sys.excepthook
     handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
-        warnings.resetwarnings()  # as a new interpreter starts: no test's filters, no registry of warnings shown
+        warnings.filters[:] = STARTUP_WARNING_FILTERS  # no test's filters; entering catch_warnings forgot what was shown
         try:
             status = main([str(arg) for arg in args])
         except SystemExit as end:  # argparse: --help, or a usage error

@@ -237,7 +237,7 @@ def test_json_with_nan_results_is_strict_json_with_a_warning(tmp_path):
 )
 def test_an_output_path_that_cannot_be_written_is_refused_before_the_run(tmp_path, args, expected):
     """It was a traceback after the whole run."""
-    completed = run_cli([arg.replace("{tmp}", str(tmp_path)) for arg in args], timeout=120)
+    completed = run_cli([arg.replace("{tmp}", str(tmp_path)) for arg in args])
     assert completed.returncode == 2 and completed.stderr.count("sparsewire: error:") == 1, completed.stderr
     assert expected in completed.stderr and "Traceback" not in completed.stderr
 
@@ -246,7 +246,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_run(tmp_pat
 def test_graph_commands_on_an_empty_graph_say_so(tmp_path, command):
     path = tmp_path / "empty.mtx"
     path.write_text("%%MatrixMarket matrix coordinate real general\n0 0 0\n")
-    completed = run_cli([command, str(path)], timeout=120)
+    completed = run_cli([command, str(path)])
     assert completed.returncode == 2 and "the graph has no vertices (a 0 x 0 matrix)" in completed.stderr, completed.stderr
 
 

@@ -484,8 +484,7 @@ def test_cli_netsparse_json_fields(tmp_path):
             "--sweep",
             "cache",
             "--json",
-        ],
-        timeout=240,
+        ]
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -514,7 +513,7 @@ def test_cli_netsparse_json_fields(tmp_path):
 
 def test_cli_simulate_and_calibrate(tmp_path):
     calibration = tmp_path / "calibration.json"
-    result = run_cli(["calibrate", "--output", str(calibration), "--repeat", "1"], timeout=120)
+    result = run_cli(["calibrate", "--output", str(calibration), "--repeat", "1"])
     assert result.returncode == 0, result.stderr
     rate = json.loads(calibration.read_text())["compute_rate"]
     assert rate > 0
@@ -531,8 +530,7 @@ def test_cli_simulate_and_calibrate(tmp_path):
             "--calibration",
             str(calibration),
             "--json",
-        ],
-        timeout=120,
+        ]
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -559,7 +557,7 @@ def test_cli_simulate_and_calibrate(tmp_path):
     ],
 )
 def test_cli_bad_input(arguments, message):
-    result = run_cli(arguments, timeout=120)
+    result = run_cli(arguments)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
 
 
