@@ -207,25 +207,3 @@ def assert_gcn_trains_alike(ranks: int, option: str, values: tuple[str, str], ex
     assert len(second) == 30
     assert max(abs(a - b) for a, b in zip(first, second)) <= 1e-6
     assert [entry["bytes"] for entry in histories[values[0]]] == [entry["bytes"] for entry in histories[values[1]]]
-
-
-def slow_link_topology(path: Path, rank_groups: list[int]) -> Path:
-    """A measured-network record (``sparsewire calibrate --network``'s format) at ``path``: the ranks in the groups
-    ``rank_groups``, 50 GB/s inside a group and 1 Gbit/s (125 MB/s) between groups. Returns ``path``."""
-    import json
-
-    link = {"latency_seconds": 2e-5}
-    record = {
-        "kind": "network",
-        "schema": 2,
-        "written": "2026-11-26T00:00:00+00:00",
-        "host": "test",
-        "group_size": int(np.bincount(rank_groups).max()),
-        "rank_groups": list(rank_groups),
-        "links": {
-            "intra_node": {**link, "bandwidth_bytes_per_second": 50e9, "single_pair_bandwidth": 50e9},
-            "inter_node": {**link, "bandwidth_bytes_per_second": 125e6, "single_pair_bandwidth": 125e6},
-        },
-    }
-    path.write_text(json.dumps(record))
-    return path

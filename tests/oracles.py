@@ -17,11 +17,12 @@ def formula_volumes(matrix, row_partition, col_partition, k: int, element_bytes:
     q = np.searchsorted(col_partition.offsets, coo.col, side="right") - 1
     off = p != q
     rows, cols, p, q = coo.row[off].astype(np.int64), coo.col[off].astype(np.int64), p[off], q[off]
-    unique_cols = np.unique(np.stack([p, q, cols]), axis=1).shape[1] if rows.size else 0
-    unique_rows = np.unique(np.stack([p, q, rows]), axis=1).shape[1] if rows.size else 0
+    block_of = p * n_ranks + q  # one key per off-diagonal block A(p, q)
+    unique_cols = np.unique(block_of * matrix.shape[1] + cols).size
+    unique_rows = np.unique(block_of * matrix.shape[0] + rows).size
     matching = 0
-    for key in np.unique(p * n_ranks + q):
-        in_block = (p * n_ranks + q) == key
+    order = np.argsort(block_of, kind="stable")
+    for in_block in np.split(order, np.flatnonzero(np.diff(block_of[order])) + 1) if rows.size else []:
         r, c = np.unique(rows[in_block], return_inverse=True)[1], np.unique(cols[in_block], return_inverse=True)[1]
         block = sp.csr_array((np.ones(r.size), (r, c)), shape=(r.max() + 1, c.max() + 1))
         matching += int(np.count_nonzero(maximum_bipartite_matching(block, perm_type="column") >= 0))
@@ -83,7 +84,7 @@ def _matching(rows: np.ndarray, cols: np.ndarray) -> int:
 
 
 def inter_group_formulas(matrix, row_partition, col_partition, groups: np.ndarray, k: int, element_bytes: int) -> dict[str, int]:
-    """Inter-group bytes of ``column-hier`` and ``joint-group`` straight from the issue's formulas:
+    """Inter-group bytes of ``column-hier`` and ``joint-group`` straight from their formulas:
     column-hier = s k sum_q sum_{h != group(q)} |union_{p in h} Cols(A(p, q))|;
     joint-group = s k sum_{h != g} maximum matching of A(rows of h, columns of g)."""
     coo = sp.coo_array(matrix)
@@ -92,7 +93,8 @@ def inter_group_formulas(matrix, row_partition, col_partition, groups: np.ndarra
     h, g = groups[p], groups[q]
     off = h != g
     rows, cols, q, h, g = coo.row[off].astype(np.int64), coo.col[off].astype(np.int64), q[off], h[off], g[off]
-    union_cols = np.unique(np.stack([q, h, cols]), axis=1).shape[1] if rows.size else 0
+    n_groups = int(groups.max()) + 1
+    union_cols = np.unique((q * n_groups + h) * matrix.shape[1] + cols).size
     matching = sum(
         _matching(rows[(h == dst) & (g == src)], cols[(h == dst) & (g == src)]) for dst, src in set(zip(h.tolist(), g.tolist()))
     )

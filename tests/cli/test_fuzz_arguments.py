@@ -1,5 +1,5 @@
 """Hypothesis fuzzing of every command's argument vector (tests/cli/fuzz_arguments.py), in a process of
-its own under a 4 GiB data limit, seeded from the session seed: 400 vectors, an equal share per command,
+its own under a 4 GiB data limit, seeded from the session seed: 130 vectors (new ones every run), an equal share per command,
 each run to a result or refused with exactly one error line (exit status 2), none past its time limit. The count and the
 seed are printed at the end of the run; a longer run for people is documented in docs/api.md."""
 
@@ -11,7 +11,7 @@ import sys
 
 from conftest import CHILD_ENV, FUZZ_LINES, ROOT, _seed
 
-EXAMPLES = 400
+EXAMPLES = 130
 FUZZER = ROOT / "tests" / "cli" / "fuzz_arguments.py"
 
 
@@ -33,10 +33,9 @@ def test_every_command_survives_argument_fuzzing():
     assert completed.returncode == 0 and summary, output[-6000:]
     assert int(summary.group(1)) >= EXAMPLES and int(summary.group(2)) == seed
     ran = int(re.search(r"; (\d+) ran, ", summary.group(0)).group(1))
-    # Most flags valid, so a good share of the vectors run to a result: 82 to 131 of 403 over 9 seeds tried, with
-    # each command its equal share; the floor sits below that
-    # spread, so only a fuzzer that stopped drawing runnable vectors trips it.
-    assert ran >= EXAMPLES * 15 // 100, summary.group(0)
+    # Most flags valid, so a good share of the vectors run to a result (a fifth to a third over the seeds tried); the
+    # floor sits well below that spread, so only a fuzzer that stopped drawing runnable vectors trips it.
+    assert ran >= EXAMPLES // 10, summary.group(0)
     for command in ("analyze", "advise", "spmm", "eigs", "spgemm", "bfs", "sssp", "triangles", "reach", "gcn", "simulate"):
         assert f" {command} " in summary.group(0), (command, summary.group(0))
 
@@ -53,7 +52,7 @@ def test_the_argument_fuzzer_catches_a_command_that_raises_the_wrong_error(tmp_p
         "        raise KeyError('planted')\n"
         "    return original(name)\n"
         "semirings.get_semiring = broken\n"
-        f"sys.argv = [{str(FUZZER)!r}, '--examples', '400', '--seed', '7']\n"
+        f"sys.argv = [{str(FUZZER)!r}, '--examples', '130', '--seed', '7', '--no-shrink']\n"
         f"runpy.run_path({str(FUZZER)!r}, run_name='__main__')\n"
     )
     completed = subprocess.run(

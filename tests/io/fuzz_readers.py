@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 COUNTS: Counter[str] = Counter()
@@ -335,7 +335,7 @@ def generator_spec(draw) -> str:
 # --- the run ----------------------------------------------------------------------------------
 
 
-def run(examples: int, run_seed: int) -> None:
+def run(examples: int, run_seed: int, shrink: bool = True) -> None:
     from mpi4py import MPI  # noqa: F401 - initialised before any limit hits the plan target
 
     import sparsewire
@@ -351,7 +351,10 @@ def run(examples: int, run_seed: int) -> None:
         "plan": 0.12,
         "generator": 0.2,
     }
-    common = dict(deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck), print_blob=True)
+    phases = list(Phase) if shrink else [phase for phase in Phase if phase is not Phase.shrink]
+    common = dict(
+        deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck), print_blob=True, phases=phases
+    )
 
     def limited(name):
         return settings(max_examples=max(1, int(examples * share[name])), **common)
@@ -434,6 +437,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: random, printed)")
     parser.add_argument("--memory-mib", type=int, default=2048, help="RLIMIT_DATA for this process (default: %(default)s)")
     parser.add_argument("--example-seconds", type=int, default=20, help="time limit per input (default: %(default)s)")
+    parser.add_argument("--no-shrink", action="store_true", help="report the first failing input as drawn, unshrunk")
     args = parser.parse_args()
     global EXAMPLE_SECONDS
     EXAMPLE_SECONDS = args.example_seconds
@@ -445,7 +449,7 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     signal.signal(signal.SIGALRM, _alarm)
     warnings.simplefilter("ignore")  # readers' warnings on odd input (empty files) are not failures
-    run(args.examples, run_seed)
+    run(args.examples, run_seed, shrink=not args.no_shrink)
     total = sum(COUNTS.values())
     print(
         f"fuzzed {total} inputs (seed {run_seed}): "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sparsewire.testing.collective import *  # noqa: F403 - the harness's hooks and fixtures (comm, shared_tmp)
@@ -15,8 +16,9 @@ from sparsewire.testing.collective import *  # noqa: F403 - the harness's hooks 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"  # optional: cases on it are skipped without it
 SHARED_MATRICES = sorted(SHARED_DATA.glob("*.mtx.gz")) if SHARED_DATA.is_dir() else []
 
-# The executor's case list lives beside the driver that also runs it as a script (tests/exec/mpi_driver.py).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "exec"))
+# The executor's case list lives beside the driver that also runs it as a script (tests/exec/mpi_driver.py); the
+# trace format's rules beside the tracing tests (tests/profile/trace_rules.py).
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / folder) for folder in ("exec", "profile")]
 
 
 @pytest.fixture
@@ -42,3 +44,25 @@ def command(comm, capsys):
         return status, out, err
 
     return run
+
+
+def slow_link_topology(path: Path, rank_groups: list[int]) -> Path:
+    """A measured-network record (``sparsewire calibrate --network``'s format) at ``path``: the ranks in the groups
+    ``rank_groups``, 50 GB/s inside a group and 1 Gbit/s (125 MB/s) between groups. Returns ``path``."""
+    import json
+
+    link = {"latency_seconds": 2e-5}
+    record = {
+        "kind": "network",
+        "schema": 2,
+        "written": "2026-11-26T00:00:00+00:00",
+        "host": "test",
+        "group_size": int(np.bincount(rank_groups).max()),
+        "rank_groups": list(rank_groups),
+        "links": {
+            "intra_node": {**link, "bandwidth_bytes_per_second": 50e9, "single_pair_bandwidth": 50e9},
+            "inter_node": {**link, "bandwidth_bytes_per_second": 125e6, "single_pair_bandwidth": 125e6},
+        },
+    }
+    path.write_text(json.dumps(record))
+    return path

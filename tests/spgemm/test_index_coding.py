@@ -1,17 +1,16 @@
 """Lossless index coding of SpGEMM's messages (sparsewire.spgemm.index_coding): bit-exact round trips
 on hand-made and random messages (every integer type, widths up to 64 bits, empty messages), sizes as the
-layout says; and spgemm with ``--compress index`` and ``auto`` at P = 2..4: C bit-identical to the uncoded run,
-the uncoded bytes equal to the prediction, fewer bytes on the wire, and with ``auto`` only on the slow links."""
+layout says; a lossy codec refused where values must be exact. spgemm with ``--compress index`` and ``auto`` at
+P = 2..4 (C bit-identical to the uncoded run, fewer bytes on the wire, ``auto`` only on the slow links) is a
+collective case in tests/mpi/test_codecs_command.py."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import SHARED_MATRICES, run_mpi, slow_link_topology
+from conftest import run_mpi
 from sparsewire.spgemm.index_coding import BLOCK, decode_indices, encode_indices
 from sparsewire.spgemm.local import pack_row_ranges, to_graphblas
 
@@ -66,75 +65,11 @@ def test_real_matrix_messages_shrink(rng):
         assert message.nbytes < 0.7 * ints.nbytes  # columns of 2000 need 11 bits, not 32
 
 
-def _spgemm(ranks: int, algorithm: str, *extra: str) -> dict:
-    matrix = str(SHARED_MATRICES[1]) if len(SHARED_MATRICES) > 1 else "rmat:12:8:1"
-    args = ["-m", "sparsewire", "spgemm", matrix, "--algorithm", algorithm, "--check", "--json", "--repeat", "1", *extra]
-    completed = run_mpi(ranks, args, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = json.loads(completed.stdout)
-    assert report["check_passed"] and report["exact"], report
-    assert report["bytes_moved"] == report["predicted_bytes"], report
-    return report
-
-
 @pytest.mark.mpi
-def test_spgemm_with_coded_indices_is_bit_identical():
-    plain, coded = _spgemm(2, "1d"), _spgemm(2, "1d", "--compress", "index")
-    assert coded["compress"] == "index" and coded["compress_auto"] is None
-    assert (coded["nnz_out"], coded["checksum_sum"]) == (plain["nnz_out"], plain["checksum_sum"])
-    assert coded["bytes_moved"] == plain["bytes_moved"] == plain["wire_bytes"]
-    assert coded["wire_bytes"] < 0.9 * coded["bytes_moved"], (coded["wire_bytes"], coded["bytes_moved"])
-    # the integer arrays alone, from their own receive statuses: the same decoded, fewer on the wire
-    assert plain["index_wire_bytes"] == plain["index_bytes"] == coded["index_bytes"] > 0
-    assert coded["index_wire_bytes"] < 0.7 * coded["index_bytes"], (coded["index_wire_bytes"], coded["index_bytes"])
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize(("ranks", "algorithm", "groups"), [(3, "1d", [0, 0, 1]), (4, "summa", [0, 0, 1, 1])])
-def test_auto_codes_the_indices_of_the_slow_links_only(tmp_path, ranks, algorithm, groups):
-    """Under a measured topology of two nodes joined at 1 Gbit/s, ``--compress auto`` codes the messages between the
-    nodes (a coded integer saves nanoseconds there, more than coding costs) and not those inside a node (50 GB/s);
-    so the integers' wire bytes lie strictly between every link coded and none (SUMMA's 2 x 2 grid: a grid row
-    inside a node, a grid column across, whose sub-communicators' ranks the decision must translate). With every
-    rank in one node nothing is coded, bitwise as none."""
-    topology = slow_link_topology(tmp_path / "slow.json", groups)
-    coded = _spgemm(ranks, algorithm, "--compress", "index")
-    slow = _spgemm(ranks, algorithm, "--compress", "auto", "--topology", str(topology))
-    fast = _spgemm(ranks, algorithm, "--compress", "auto", "--topology", f"nodes:{ranks}")
-    for run in (slow, fast):  # (each also checked exact against GraphBLAS)
-        assert (run["nnz_out"], run["checksum_sum"], run["bytes_moved"], run["index_bytes"]) == (
-            coded["nnz_out"],
-            coded["checksum_sum"],
-            coded["bytes_moved"],
-            coded["index_bytes"],
-        )
-    links = slow["compress_auto"]["links"]
-    assert links["measured inter-node"]["coded"] and not links["measured intra-node"]["coded"], links
-    # (index_bytes: the integers as decoded, what every link would carry uncoded)
-    assert coded["index_wire_bytes"] < slow["index_wire_bytes"] < coded["index_bytes"], (coded, slow)
-    assert not any(entry["coded"] for entry in fast["compress_auto"]["links"].values()), fast["compress_auto"]
-    assert fast["wire_bytes"] == fast["bytes_moved"] and fast["index_wire_bytes"] == fast["index_bytes"]
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize(("ranks", "algorithm"), [(3, "1d"), (4, "summa")])
-def test_spgemm_with_bf16_values_is_within_its_bound_on_about_a_quarter_of_the_bytes(tmp_path, rng, ranks, algorithm):
-    """Real-valued A (magnitudes over 20 orders) times itself with ``--compress bf16``: ``--check`` passes under the
-    bound for the plan's passes (SUMMA 2, 1D 1), the uncoded bytes equal the prediction, and the wire carries
-    under 0.3x of them (float64 values to 2 bytes, integers bit-packed)."""
-    import scipy.io
-
-    matrix = sp.random_array((2000, 2000), density=0.003, rng=rng, format="coo")
-    matrix.data = rng.standard_normal(matrix.nnz) * np.exp(rng.uniform(-23, 23, matrix.nnz))
-    scipy.io.mmwrite(tmp_path / "a.mtx", matrix)
-    args = ["-m", "sparsewire", "spgemm", str(tmp_path / "a.mtx"), "--algorithm", algorithm, "--compress", "bf16"]
-    completed = run_mpi(ranks, [*args, "--check", "--json", "--repeat", "1"], timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = json.loads(completed.stdout)
-    assert report["check_passed"] and not report["exact"] and report["codec_passes"] == (2 if algorithm == "summa" else 1)
-    assert report["bytes_moved"] == report["predicted_bytes"] > 0
-    assert report["wire_bytes"] < 0.3 * report["bytes_moved"], (report["wire_bytes"], report["bytes_moved"])
-    if ranks == 3:  # a lossy codec where values must be exact is refused, naming the lossless one
-        refused = run_mpi(2, [*args, "--semiring", "min_plus"], timeout=120)
-        assert refused.returncode == 2 and "compress index" in refused.stderr, refused.stderr[-2000:]
-        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+def test_a_lossy_codec_where_values_must_be_exact_is_refused_naming_the_lossless_one():
+    """A refusal ends its job, so it runs in a job of its own; the coded runs are collective cases
+    (tests/mpi/test_codecs_command.py)."""
+    args = ["-m", "sparsewire", "spgemm", "rmat:8:6:1", "--compress", "bf16", "--semiring", "min_plus"]
+    refused = run_mpi(2, args, timeout=120)
+    assert refused.returncode == 2 and "compress index" in refused.stderr, refused.stderr[-2000:]
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr

@@ -1,17 +1,13 @@
 """Payload codecs (sparsewire.wire.codecs): every entry of bf16, fp16 and int8 within the stated
 bound on random and adversarial rows, NaN and Inf kept (bf16) or their rows sent whole, overflowing rows sent
-whole, bf16 on float32 rounded exactly as the bit formula of round-to-nearest-even, int8's rounding unbiased;
-and SpMM with ``--compress`` at P = 2..4: C within the bound the plan states, the payload as planned, the
-wire bytes a quarter (bf16, fp16) or an eighth plus row metadata (int8) of float64's."""
+whole, bf16 on float32 rounded exactly as the bit formula of round-to-nearest-even, int8's rounding unbiased.
+The commands on coded messages at P = 2..4 are collective cases in tests/mpi/test_codecs_command.py."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
 
-from conftest import SHARED_DATA, SHARED_MATRICES, run_mpi, slow_link_topology
 from sparsewire.errors import InputError
 from sparsewire.exec.options import ExecOptions
 from sparsewire.wire import codecs
@@ -205,57 +201,6 @@ def test_options_refuse_compress_where_it_is_not_built():
     assert ExecOptions(compress="fp16").as_dict()["compress"] == "fp16"
 
 
-@pytest.mark.mpi
-@pytest.mark.parametrize(
-    ("ranks", "name", "modes"),
-    [
-        (2, "bf16", "bulk,overlap"),
-        (3, "bf16", "pipelined"),
-        (4, "bf16", "early"),
-        (3, "fp16", "overlap"),
-        (3, "int8", "bulk,early"),
-    ],
-)
-def test_spmm_with_coded_messages_is_within_the_plans_bound_on_fewer_bytes(ranks, name, modes):
-    matrix = str(SHARED_MATRICES[ranks % len(SHARED_MATRICES)]) if SHARED_MATRICES else "delaunay:3000:4"
-    args = ["-m", "sparsewire", "spmm", matrix, "--compress", name, "--check", "--json", "--repeat", "2"]
-    args += ["--strategy", "joint,column,joint-group", "-G", "2", "--mode", modes, "--k", "16"]
-    completed = run_mpi(ranks, args, timeout=300)
-    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
-    width, meta = {"bf16": (2, 0), "fp16": (2, 4), "int8": (1, 16)}[name]
-    for run in json.loads(completed.stdout)["runs"]:
-        case = (matrix, ranks, name, run["strategy"], run["mode"])
-        assert run["check_passed"] and run["delivery_problems"] == 0, case
-        assert run["payload_bytes"] == run["planned_bytes"] and run["codec_passes"] >= 1, case
-        rows = run["payload_bytes"] // (16 * 8)
-        metadata = rows * (1 + meta) + 24 * run["messages"]  # a flag and metadata per row; a header and padding
-        assert run["wire_bytes"] <= run["payload_bytes"] * width / 8 + metadata, (case, run["wire_bytes"])
-        assert run["options"]["compress"] == name
-        # the planner's all-to-all travels bit-packed too: its int64 words are small integers (ranks, kinds, sorted keys)
-        assert 0 < run["setup_exchange_wire_bytes"] < 0.2 * run["setup_exchange_bytes"], (case, run["setup_exchange_wire_bytes"])
-
-
-@pytest.mark.mpi
-def test_eigs_with_coded_messages_converges_within_the_codecs_reach():
-    args = ["-m", "sparsewire", "eigs", "delaunay:3000:1", "--compress", "fp16", "--tol", "1e-3", "--check", "--json"]
-    completed = run_mpi(2, args, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = json.loads(completed.stdout)
-    assert report["converged"] and report["check_passed"] and report["options"]["compress"] == "fp16"
-
-
-@pytest.mark.mpi
-@pytest.mark.skipif(not (SHARED_DATA / "gnn" / "cora.npz").exists(), reason="needs ../shared/data/gnn/cora.npz")
-def test_gcn_trains_on_int8_messages_with_fewer_wire_bytes():
-    args = ["-m", "sparsewire", "gcn", str(SHARED_DATA / "gnn" / "cora.npz"), "--compress", "int8", "--epochs", "30"]
-    completed = run_mpi(3, [*args, "--json"], timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = json.loads(completed.stdout)
-    assert report["compress"] == "int8" and report["test_accuracy"] > 0.5
-    # float32 rows of 16 and 7 entries: 1 byte an entry plus 8 bytes of range and a flag per row, against 4 an entry
-    assert report["wire_bytes_per_epoch"] < 0.6 * report["bytes_per_epoch"], report
-
-
 def test_compress_names_a_codec_and_optionally_the_links_between_groups():
     assert codecs.parse_compress("bf16") == ("bf16", "all")
     assert codecs.parse_compress("inter:int8") == ("int8", "inter")
@@ -264,72 +209,3 @@ def test_compress_names_a_codec_and_optionally_the_links_between_groups():
     for wrong in ("zstd", "inter:none", "intra:bf16", "inter:", ":bf16", "auto:none", "auto:", "auto:auto", "inter:auto"):
         assert "unknown compress" in codecs.parse_compress(wrong), wrong
     assert ExecOptions(compress="inter:fp16").codec == "fp16"
-
-
-@pytest.mark.mpi
-def test_only_the_messages_between_groups_are_coded_with_inter():
-    """P = 4 in two groups of 2: inter:bf16 codes the messages between the groups only, so the wire carries the
-    intra-group payload whole and the rest at about a quarter."""
-    args = ["-m", "sparsewire", "spmm", "delaunay:4000:2", "-G", "2", "--strategy", "joint", "--mode", "overlap,early"]
-    completed = run_mpi(4, [*args, "--compress", "inter:bf16", "--check", "--json", "--repeat", "2"], timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    for run in json.loads(completed.stdout)["runs"]:
-        intra, inter = run["measured_intra_group_bytes"], run["measured_inter_group_bytes"]
-        assert run["check_passed"] and intra > 0 and inter > 0, run
-        assert intra + inter / 4 < run["wire_bytes"] < intra + inter / 3, (intra, inter, run["wire_bytes"])
-        assert run["transfer_paths"]["intra_group"].keys() == {"direct"}
-        assert run["transfer_paths"]["inter_group"].keys() == {"encoded"}
-
-
-@pytest.mark.mpi
-def test_auto_codes_only_the_links_where_the_wire_time_saved_exceeds_the_codec_time(tmp_path):
-    """P = 3, ranks 0 and 1 on one node: under a measured topology whose link between nodes runs at 1 Gbit/s, auto
-    codes the messages between the nodes (bf16's saving there, 6 ns a byte, is above any codec's measured cost)
-    and not those inside a node (50 GB/s: 0.015 ns a byte saved); with the assumed 12.5 GB/s network of -G 2 it
-    codes nothing, bitwise as none."""
-    topology = slow_link_topology(tmp_path / "slow.json", [0, 0, 1])
-    args = ["-m", "sparsewire", "spmm", "delaunay:3000:2", "--strategy", "joint", "--check", "--json", "--repeat", "2"]
-    slow = run_mpi(3, [*args, "--topology", str(topology), "--compress", "auto"], timeout=300)
-    fast = run_mpi(3, [*args, "-G", "2", "--compress", "auto"], timeout=300)
-    for completed in (slow, fast):
-        assert completed.returncode == 0, completed.stderr[-3000:]
-    run = json.loads(slow.stdout)
-    choice = run["compress_auto"]["links"]
-    assert choice["measured inter-node"]["coded"] and not choice["measured intra-node"]["coded"], choice
-    assert run["transfer_paths"]["intra_group"].keys() == {"direct"}
-    assert run["transfer_paths"]["inter_group"].keys() == {"encoded"}
-    intra, inter = run["measured_intra_group_bytes"], run["measured_inter_group_bytes"]
-    assert run["check_passed"] and intra > 0 and inter > 0 and run["codec_passes"] > 0, run
-    assert intra + inter / 4 < run["wire_bytes"] < intra + inter / 3, (intra, inter, run["wire_bytes"])
-    run = json.loads(fast.stdout)
-    assert not any(entry["coded"] for entry in run["compress_auto"]["links"].values()), run["compress_auto"]
-    assert run["wire_bytes"] == run["payload_bytes"] and run["codec_passes"] == 0 and run["check_passed"]
-
-
-@pytest.mark.mpi
-def test_coding_and_decoding_are_spans_of_their_own_in_the_trace_and_the_summary(tmp_path):
-    """P = 2, bf16 on every message: in the trace one ``encode`` span per message sent (inside the span that posts
-    it) and one ``decode`` per message received (inside a wait), the format's rules hold; the summary lists both."""
-    from trace_rules import problems
-
-    args = ["-m", "sparsewire", "spmm", "delaunay:1500:2", "--mode", "overlap,early", "--compress", "bf16", "--json"]
-    args += ["--repeat", "3", "--trace", str(tmp_path), "--trace-window", "1:3", "--log-view"]
-    completed = run_mpi(2, args, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    for run in json.loads(completed.stdout)["runs"]:
-        events = json.load(open(run["trace"]["path"]))["traceEvents"]
-        assert problems(events) == [], run["mode"]
-        spans = [e for e in events if e["ph"] == "X"]
-        for name, around in (("encode", ("post sends", "post send")), ("decode", ("wait",))):
-            inner = [e for e in spans if e["name"] == name]
-            assert len(inner) == sum(e["ph"] == ("s" if name == "encode" else "f") for e in events) > 0, (run["mode"], name)
-            for e in inner:
-                assert any(
-                    o["name"] in around
-                    and (o["pid"], o["tid"]) == (e["pid"], e["tid"])
-                    and o["ts"] <= e["ts"]
-                    and e["ts"] + e["dur"] <= o["ts"] + o["dur"] + 1e-3
-                    for o in spans
-                ), (run["mode"], e)
-        rows = {row["phase"]: row for row in run["log_view"]["phases"]}
-        assert rows["encode"]["count"] > 0 and rows["decode"]["count"] > 0 and rows["encode"]["time_max"] > 0
