@@ -420,3 +420,56 @@ def test_inputs_found_by_fuzzing_are_one_error(tmp_path, content, suffix, expect
 def test_generator_fields_beyond_int64_are_one_error(spec):
     with pytest.raises(InputError, match="2\\^62 or more is out of range"):
         from_spec(spec)
+
+
+#: Tokens that are plain numbers or words, and tokens that break one rule each, for the syntax checks below.
+TOKENS = [b"1", b"-2.5e-3", b"inf", b"-inf", b"nan", b"NaN", b"Infinity", b"+infinity", b"1e5", b"1.", b".5", b"iNf"]
+TOKENS += [b"e", b"+", b"1e+5e", b"1..2", b"infinit", b"nana", b"1nan", b"--1", b"1-2", b"e-1", b"0x10", b"1,5", b"\x01"]
+
+
+def test_the_compiled_syntax_check_agrees_with_the_array_passes(rng):
+    """The one-pass compiled check that large files take (``text_lines._all_plain``) accepts exactly the bodies that
+    the array passes accept, on hand-made tokens and random bytes from the characters the rules name."""
+    from sparsewire.io import text_lines
+
+    compiled = text_lines._compiled_check()
+
+    def accepted_by_the_array_passes(body: bytes) -> bool:
+        try:
+            text_lines.array_passes("f.mtx", body, 1, np.frombuffer(body, np.uint8))
+        except InputError:
+            return False
+        return True
+
+    alphabet = list(b"0123456789.eE+- \n\t\rinfatyINFATY,x\x00\x01")
+    verdicts = set()
+    for trial in range(3000):
+        if trial % 2:
+            body = bytes(rng.choice(alphabet, int(rng.integers(1, 30))).tolist())
+        else:
+            body = b" ".join(TOKENS[i] for i in rng.integers(0, len(TOKENS), int(rng.integers(1, 6)))) + b"\n"
+        verdict = accepted_by_the_array_passes(body)
+        assert bool(compiled(np.frombuffer(body, np.uint8))) == verdict, body
+        verdicts.add(verdict)
+    assert verdicts == {True, False}
+    assert compiled(np.frombuffer(b"1 2 -3.5e+2\n4 5 nan\n6 7 -Infinity", np.uint8))
+    for fault in (b"1 2 3.5x\n", b"1 2 3e5e\n", b"1 2 +-3\n", b"1 2 infin\n", b"1 2\x0b3\n"):
+        assert not compiled(np.frombuffer(b"1 2 3\n" + fault, np.uint8)), fault
+
+
+def test_a_large_file_with_one_bad_number_far_in_is_refused_by_line(tmp_path):
+    """Past ``COMPILED_FROM_BYTES`` the compiled pass runs first; a fault it finds is named as the array passes name
+    it, with its line."""
+    from sparsewire.io.text_lines import COMPILED_FROM_BYTES
+
+    n = COMPILED_FROM_BYTES // 10 + 1000
+    lines = [f"{1 + i % 1000} {1 + i % 997} {i % 7}.5" for i in range(n)]
+    lines[n - 5] = "3 4 1,5"
+    path = tmp_path / "large.mtx"
+    path.write_text("%%MatrixMarket matrix coordinate real general\n1000 1000 " + f"{n}\n" + "\n".join(lines) + "\n")
+    assert path.stat().st_size > COMPILED_FROM_BYTES
+    with pytest.raises(InputError, match=f"line {n - 5 + 3}: character ',' is not part of a number in '3 4 1,5'"):
+        load_matrix(str(path))
+    lines[n - 5] = "3 4 1.5"
+    path.write_text("%%MatrixMarket matrix coordinate real general\n1000 1000 " + f"{n}\n" + "\n".join(lines) + "\n")
+    assert load_matrix(str(path)).shape == (1000, 1000)
