@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +49,51 @@ def pytest_ignore_collect(collection_path, config):
         return None
     named = any(Path(arg.split("::")[0]).resolve().is_relative_to(COLLECTIVE) for arg in config.args)
     return None if named else True
+
+
+def _prefetch_run(item):
+    """The call that runs ``item``'s ``prefetch`` command: ``subprocess.run`` with its arguments."""
+    marker = item.get_closest_marker("prefetch")
+    argv = [str(arg) for arg in marker.args[0](**(item.callspec.params if hasattr(item, "callspec") else {}))]
+    options = dict(capture_output=True, text=True, timeout=marker.kwargs.get("timeout", 600), env=CHILD_ENV, cwd=ROOT)
+    return functools.partial(subprocess.run, argv, **options)
+
+
+class _Prefetch:
+    """Commands that tests run in processes of their own (the analyses of the shared matrices, the fuzzers), started
+    on the second core while the session goes on on the first, one at a time. A test marked
+    ``prefetch(command, timeout=...)``, where ``command(**its parameters)`` gives the argument vector, gets the finished
+    process from the ``prefetched`` fixture; such tests run after the others, so that their processes are done by
+    then. A session that starts mpiexec jobs keeps both cores for them (their links and timings are measured): its
+    marked tests start their processes when they run."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+        self.futures: dict = {}
+
+    @pytest.hookimpl(trylast=True)  # after -k and -m have deselected: only what runs is started
+    def pytest_collection_modifyitems(self, config, items):
+        if config.option.collectonly:
+            return
+        marked = [item for item in items if item.get_closest_marker("prefetch") is not None]
+        items[:] = [item for item in items if item.get_closest_marker("prefetch") is None] + marked
+        if not any(item.get_closest_marker("mpi") is not None for item in items):
+            self.futures = {item.nodeid: self.pool.submit(_prefetch_run(item)) for item in marked}
+
+    def pytest_unconfigure(self, config):
+        self.pool.shutdown(cancel_futures=True)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "prefetch(command, timeout=600): run command(**params) in the background first")
+    config.pluginmanager.register(_Prefetch(), "sparsewire-prefetch")
+
+
+@pytest.fixture
+def prefetched(request) -> subprocess.CompletedProcess:
+    """The finished process of this test's ``prefetch`` command (run now where it was not started first)."""
+    future = request.config.pluginmanager.get_plugin("sparsewire-prefetch").futures.pop(request.node.nodeid, None)
+    return future.result() if future is not None else _prefetch_run(request.node)()
 
 
 def pytest_collection_modifyitems(config, items):

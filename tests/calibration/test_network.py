@@ -363,8 +363,9 @@ def test_a_measured_overlap_hides_that_share_of_the_diagonal_block(tmp_path, rng
 
 def test_the_overlap_is_timed_on_the_stream_and_the_kernel_it_names():
     """``_overlap`` on one rank sending to itself: its record's work alone agrees with the same kernel timed here by
-    a second clock (a factor of 3 at most on a noisy machine), the message is sized to cross in about that time
-    at the rate given, and the fraction is the three medians' :func:`hidden_fraction`."""
+    a second clock (a factor of 3 at most on a noisy machine: the fast tier's background processes share it), the
+    message is sized to cross in about that time at the rate given, and the fraction is the three medians'
+    :func:`hidden_fraction`."""
     import time
 
     from mpi4py import MPI
@@ -382,7 +383,9 @@ def test_the_overlap_is_timed_on_the_stream_and_the_kernel_it_names():
     alone = float(np.median(alone))
     measured = _overlap(MPI.COMM_SELF, [(0, 0)], 1e9, 1, 5)
     assert 1 / 3 < measured["work_seconds"] / alone < 3, (measured, alone)
-    assert measured["message_bytes"] == pytest.approx(max(1 << 16, measured["work_seconds"] * 1e9), rel=0.5), measured
+    # sized from the first three samples of the work, so within the same factor of the later ones' median
+    sized_for = measured["message_bytes"] / 1e9
+    assert measured["message_bytes"] == 1 << 16 or 1 / 3 < sized_for / measured["work_seconds"] < 3, measured
     assert measured["stream_seconds"] > 0 and measured["together_seconds"] > 0 and measured["repeat"] == 5
     expected = hidden_fraction(measured["stream_seconds"], measured["work_seconds"], measured["together_seconds"])
     assert measured["fraction"] == expected and 0 <= expected <= 1

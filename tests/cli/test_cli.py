@@ -22,21 +22,22 @@ def load_matrix(spec: str):
     return _load_matrix(spec)
 
 
-def analyze_json(matrix: str, ranks: int, *extra: str, timeout: float = 300, meanwhile=None) -> dict:
-    """``sparsewire analyze ... --json``'s report; ``meanwhile()`` runs in this process while the
-    command does (the formulas a test compares with, computed on the other core)."""
-    command = [sys.executable, "-m", "sparsewire", "analyze", matrix, "--ranks", str(ranks), "--json", *extra]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV, cwd=ROOT) as process:
-        try:
-            expected = meanwhile() if meanwhile is not None else None
-            stdout, stderr = process.communicate(timeout=timeout)
-        finally:
-            process.kill()
-    assert process.returncode == 0, stderr
-    lines = stdout.strip().splitlines()
+def analyze_command(matrix: str, ranks: int, *extra: str) -> list[str]:
+    """``sparsewire analyze MATRIX --ranks RANKS --json EXTRA`` in a process of its own."""
+    return [sys.executable, "-m", "sparsewire", "analyze", matrix, "--ranks", str(ranks), "--json", *extra]
+
+
+def report_of(completed: subprocess.CompletedProcess) -> dict:
+    """``analyze --json``'s report: exactly one JSON object on standard output."""
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.strip().splitlines()
     assert len(lines) == 1, "analyze --json must print exactly one JSON object"
-    report = json.loads(lines[0])
-    return report if meanwhile is None else (report, expected)
+    return json.loads(lines[0])
+
+
+def analyze_json(matrix: str, ranks: int, *extra: str) -> dict:
+    """``sparsewire analyze ... --json``'s report, run in this process."""
+    return report_of(run_cli(["analyze", matrix, "--ranks", str(ranks), "--json", *extra]))
 
 
 def expected_volumes(spec: str, ranks: int, k: int, element_bytes: int, method: str = "even") -> dict[str, int]:
@@ -73,10 +74,12 @@ def test_analyze_json_contract():
     assert_matches_formulas(report, "uniform:300x200:4:3", 5, 7, 8, "nnz")
 
 
+@pytest.mark.prefetch(lambda path, ranks: analyze_command(str(path), ranks))
 @pytest.mark.parametrize("ranks", [8, 32])
 @pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
-def test_analyze_volumes_equal_formulas_on_shared_data(path, ranks):
-    report, expected = analyze_json(str(path), ranks, meanwhile=lambda: expected_volumes(str(path), ranks, 32, 4))
+def test_analyze_volumes_equal_formulas_on_shared_data(path, ranks, prefetched):
+    expected = expected_volumes(str(path), ranks, 32, 4)
+    report = report_of(prefetched)
     assert (report["k"], report["element_bytes"]) == (32, 4)
     assert_matches_formulas(report, str(path), ranks, 32, 4, expected=expected)
 
@@ -97,18 +100,18 @@ def test_analyze_with_topology_adds_link_classes_to_every_strategy():
     assert preset["topology"]["name"] == "shiro-h100" and preset["topology"]["groups"] == 4
 
 
+#: The two-level analysis of the shared matrices: 16 ranks in groups of 4.
+INTER_GROUP = ("--group-size", "4", "--strategies", "column-hier,joint-hier,joint-group")
+
+
 @pytest.mark.skipif(not SHARED_MATRICES, reason="../shared/data is not present")
+@pytest.mark.prefetch(lambda path: analyze_command(str(path), 16, *INTER_GROUP))
 @pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
-def test_analyze_inter_group_bytes_equal_formulas_on_shared_data(path):
-    ranks, group_size = 16, 4
-
-    def formulas():
-        matrix = load_matrix(str(path))
-        rows, cols = partition(matrix, ranks, "even").partitions
-        return inter_group_formulas(matrix, rows, cols, np.arange(ranks) // group_size, 32, 4)
-
-    arguments = ("--group-size", str(group_size), "--strategies", "column-hier,joint-hier,joint-group")
-    report, expected = analyze_json(str(path), ranks, *arguments, meanwhile=formulas)
+def test_analyze_inter_group_bytes_equal_formulas_on_shared_data(path, prefetched):
+    matrix = load_matrix(str(path))
+    rows, cols = partition(matrix, 16, "even").partitions
+    expected = inter_group_formulas(matrix, rows, cols, np.arange(16) // 4, 32, 4)
+    report = report_of(prefetched)
     got = {e["name"]: e["inter_group_bytes"] for e in report["strategies"]}
     assert got["column-hier"] == expected["column-hier"] and got["joint-group"] == expected["joint-group"]
     assert got["joint-group"] <= min(got["joint-hier"], got["column-hier"])

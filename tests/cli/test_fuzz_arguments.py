@@ -6,25 +6,19 @@ seed are printed at the end of the run; a longer run for people is documented in
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 
-from conftest import CHILD_ENV, FUZZ_LINES, ROOT, _seed
+import pytest
+
+from conftest import FUZZ_LINES, ROOT, _seed
 
 EXAMPLES = 130
 FUZZER = ROOT / "tests" / "cli" / "fuzz_arguments.py"
 
 
-def test_every_command_survives_argument_fuzzing():
-    seed = _seed()
-    completed = subprocess.run(
-        [sys.executable, str(FUZZER), "--examples", str(EXAMPLES), "--seed", str(seed), "--memory-mib", "4096"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=CHILD_ENV,
-        cwd=ROOT,
-    )
+@pytest.mark.prefetch(lambda: [sys.executable, FUZZER, "--examples", EXAMPLES, "--seed", _seed(), "--memory-mib", 4096])
+def test_every_command_survives_argument_fuzzing(prefetched):
+    seed, completed = _seed(), prefetched
     output = completed.stdout + completed.stderr
     summary = re.search(r"^fuzzed (\d+) argument vectors \(seed (\d+)\).*$", completed.stdout, re.MULTILINE)
     FUZZ_LINES.append(
@@ -40,22 +34,23 @@ def test_every_command_survives_argument_fuzzing():
         assert f" {command} " in summary.group(0), (command, summary.group(0))
 
 
-def test_the_argument_fuzzer_catches_a_command_that_raises_the_wrong_error(tmp_path):
-    """A planted fault: a semiring lookup that lets a KeyError escape (as plus.lt once did) must fail the run."""
-    planted = tmp_path / "planted.py"
-    planted.write_text(
-        "import runpy, sys\n"
-        "import sparsewire.spgemm.semirings as semirings\n"
-        "original = semirings.get_semiring\n"
-        "def broken(name):\n"
-        "    if '.' in name or '_' in name:\n"
-        "        raise KeyError('planted')\n"
-        "    return original(name)\n"
-        "semirings.get_semiring = broken\n"
-        f"sys.argv = [{str(FUZZER)!r}, '--examples', '130', '--seed', '7', '--no-shrink']\n"
-        f"runpy.run_path({str(FUZZER)!r}, run_name='__main__')\n"
-    )
-    completed = subprocess.run(
-        [sys.executable, str(planted)], capture_output=True, text=True, timeout=600, env=CHILD_ENV, cwd=ROOT
-    )
-    assert completed.returncode != 0 and "KeyError: 'planted'" in completed.stdout + completed.stderr, completed.stdout[-3000:]
+#: A planted fault: a semiring lookup that lets a KeyError escape (as plus.lt once did), then the fuzzer.
+PLANTED = (
+    "import runpy, sys\n"
+    "import sparsewire.spgemm.semirings as semirings\n"
+    "original = semirings.get_semiring\n"
+    "def broken(name):\n"
+    "    if '.' in name or '_' in name:\n"
+    "        raise KeyError('planted')\n"
+    "    return original(name)\n"
+    "semirings.get_semiring = broken\n"
+    f"sys.argv = [{str(FUZZER)!r}, '--examples', '130', '--seed', '7', '--no-shrink']\n"
+    f"runpy.run_path({str(FUZZER)!r}, run_name='__main__')\n"
+)
+
+
+@pytest.mark.prefetch(lambda: [sys.executable, "-c", PLANTED])
+def test_the_argument_fuzzer_catches_a_command_that_raises_the_wrong_error(prefetched):
+    """The planted fault must fail the fuzzer's run."""
+    output = prefetched.stdout + prefetched.stderr
+    assert prefetched.returncode != 0 and "KeyError: 'planted'" in output, prefetched.stdout[-3000:]

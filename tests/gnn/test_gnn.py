@@ -1,5 +1,6 @@
-"""Distributed GNN training: accuracy on Planetoid, the data reader and the CLI (the collective cases, gradients,
-the same weights at every P and agreement with PyTorch Geometric, are in tests/mpi/test_gnn.py)."""
+"""Distributed GNN training: the data reader, the layers and the command's refusals. The collective cases (gradients,
+the same weights at every P, agreement with PyTorch Geometric, and the gcn command's training runs, Cora among them)
+are in tests/mpi/test_gnn.py and tests/mpi/test_gnn_command.py."""
 
 from __future__ import annotations
 
@@ -12,39 +13,9 @@ import scipy.sparse as sp
 
 torch = pytest.importorskip("torch")
 
-from conftest import SHARED_DATA, run_mpi  # noqa: E402
+from planetoid_files import write_planetoid  # noqa: E402
 
-CORA = SHARED_DATA / "gnn" / "cora.npz"
-needs_cora = pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
-
-
-@needs_cora
-def test_paper_settings_reach_eighty_percent_on_cora_at_three_ranks():
-    completed = run_mpi(3, ["-m", "sparsewire", "gcn", str(CORA), "--json"], timeout=600)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert report["test_accuracy"] >= 0.80, report["test_accuracy"]
-    assert len(report["history"]) == 200 and {"epoch", "loss", "train_accuracy", "val_accuracy"} <= set(report["history"][0])
-    assert report["bytes_per_epoch"] > 0 and report["seconds_per_epoch"] > 0
-
-
-def write_planetoid(path, adjacency, features, labels, train, val, test, self_loops=()):
-    adjacency, features = sp.csr_array(adjacency), sp.csr_array(features, dtype=np.float32)
-    np.savez(
-        path,
-        n=np.int64(adjacency.shape[0]),
-        adj_indptr=adjacency.indptr.astype(np.int64),
-        adj_indices=adjacency.indices.astype(np.int64),
-        adj_raw_self_loops=np.asarray(self_loops, np.int64),
-        feat_shape=np.asarray(features.shape, np.int64),
-        feat_indptr=features.indptr.astype(np.int64),
-        feat_indices=features.indices.astype(np.int64),
-        feat_data=features.data,
-        labels=np.asarray(labels, np.int64),
-        train_idx=np.asarray(train, np.int64),
-        val_idx=np.asarray(val, np.int64),
-        test_idx=np.asarray(test, np.int64),
-    )
+from conftest import run_mpi  # noqa: E402
 
 
 def test_planetoid_reader_handles_unlabelled_and_isolated_nodes_and_row_normalises(tmp_path):
@@ -69,54 +40,6 @@ def test_planetoid_reader_rejects_a_split_with_unlabelled_nodes(tmp_path):
     write_planetoid(tmp_path / "bad.npz", sp.eye_array(3), np.eye(3), [0, -1, 1], [0, 1], [2], [])
     with pytest.raises(InputError, match="without a label"):
         load_planetoid(str(tmp_path / "bad.npz"))
-
-
-@pytest.mark.parametrize("ranks", [1, 3])
-def test_gcn_command_on_a_graph_with_isolated_and_unlabelled_nodes(tmp_path, rng, ranks):
-    n = 40
-    adjacency = sp.random_array((n, n), density=0.06, rng=rng, format="csr")
-    adjacency = sp.csr_array(((adjacency + adjacency.T) != 0).astype(float))
-    adjacency.setdiag(0)
-    adjacency.eliminate_zeros()
-    adjacency = sp.lil_array(adjacency)
-    adjacency[[7, 8], :] = 0
-    adjacency[:, [7, 8]] = 0  # isolated nodes
-    labels = rng.integers(0, 3, n)
-    labels[[3, 30]] = -1
-    labelled = np.flatnonzero(labels >= 0)
-    write_planetoid(
-        tmp_path / "g.npz", adjacency, rng.integers(0, 2, (n, 6)), labels, labelled[:12], labelled[12:20], labelled[20:]
-    )
-    completed = run_mpi(ranks, ["-m", "sparsewire", "gcn", str(tmp_path / "g.npz"), "--epochs", "20", "--json"], timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert len(report["history"]) == 20 and 0 <= report["test_accuracy"] <= 1
-    assert all(np.isfinite(h["loss"]) for h in report["history"])
-
-
-def test_gcn_command_on_a_generated_graph_with_synthetic_features(rng):
-    completed = run_mpi(
-        2,
-        [
-            "-m",
-            "sparsewire",
-            "gcn",
-            "rmat:8:4:1",
-            "--features",
-            "random:12",
-            "--classes",
-            "4",
-            "--model",
-            "sage",
-            "--epochs",
-            "5",
-            "--json",
-        ],
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert report["model"] == "sage" and len(report["history"]) == 5
 
 
 def test_gcn_command_errors_are_one_line():
@@ -173,14 +96,6 @@ def test_sparse_linear_matches_dense_products_and_gradients(rng, dtype):
         x.coalesce().indices(), torch.tensor([0.0, 4.0, 3.0], dtype=dtype), x.shape, check_invariants=True
     ).coalesce()
     assert sparse_linear(dropped, torch.ones((1, 3), dtype=dtype)).flatten().tolist() == [4.0, 3.0]
-
-
-@needs_cora
-def test_float32_is_the_default_and_reaches_eighty_percent_on_cora_at_one_rank():
-    completed = run_mpi(1, ["-m", "sparsewire", "gcn", str(CORA), "--json"], timeout=600)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert report["dtype"] == "float32" and report["test_accuracy"] >= 0.80, report["test_accuracy"]
 
 
 def test_gcn_with_a_rank_without_nodes_trains_as_on_one_rank(tmp_path):

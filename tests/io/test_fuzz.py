@@ -6,61 +6,48 @@ of the run; a longer run for people is documented in docs/api.md."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 
-from conftest import CHILD_ENV, FUZZ_LINES, ROOT, _seed
+import pytest
+
+from conftest import FUZZ_LINES, ROOT, _seed
 
 EXAMPLES = 1000
+FUZZER = ROOT / "tests" / "io" / "fuzz_readers.py"
 
 
-def test_readers_survive_fuzzing():
-    seed = _seed()
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "tests" / "io" / "fuzz_readers.py"),
-            "--examples",
-            str(EXAMPLES),
-            "--seed",
-            str(seed),
-            "--memory-mib",
-            "2048",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=CHILD_ENV,
-        cwd=ROOT,
-    )
+@pytest.mark.prefetch(lambda: [sys.executable, FUZZER, "--examples", EXAMPLES, "--seed", _seed(), "--memory-mib", 2048])
+def test_readers_survive_fuzzing(prefetched):
+    seed, completed = _seed(), prefetched
     output = completed.stdout + completed.stderr
     summary = re.search(r"^fuzzed (\d+) inputs \(seed (\d+)\).*$", completed.stdout, re.MULTILINE)
     FUZZ_LINES.append(
         summary.group(0)
         if summary
-        else f"FAILED with seed {seed}: rerun python tests/io/fuzz_readers.py --seed {seed} --examples {EXAMPLES}"
+        else f"FAILED with seed {seed}: rerun python {FUZZER.relative_to(ROOT)} --seed {seed} --examples {EXAMPLES}"
     )
     assert completed.returncode == 0 and summary, output[-6000:]
     assert int(summary.group(1)) >= EXAMPLES and int(summary.group(2)) == seed
 
 
-def test_the_fuzzer_catches_a_reader_that_raises_the_wrong_error(tmp_path):
-    """A planted fault: a Matrix Market reader that lets a ValueError escape must fail the run."""
-    planted = tmp_path / "planted.py"
-    planted.write_text(
-        "import runpy, sys\n"
-        "import sparsewire.io.readers as io\n"
-        "original = io.read_matrix_market\n"
-        "def broken(path):\n"
-        "    data = open(path, 'rb').read()\n"
-        "    if b'coordinate real general' in data[:60]:\n"
-        "        raise ValueError('planted')\n"
-        "    return original(path)\n"
-        "io.read_matrix_market = broken\n"
-        f"sys.argv = [{str(ROOT / 'tests' / 'io' / 'fuzz_readers.py')!r}, '--examples', '200', '--seed', '7', '--no-shrink']\n"
-        f"runpy.run_path({str(ROOT / 'tests' / 'io' / 'fuzz_readers.py')!r}, run_name='__main__')\n"
-    )
-    completed = subprocess.run(
-        [sys.executable, str(planted)], capture_output=True, text=True, timeout=300, env=CHILD_ENV, cwd=ROOT
-    )
-    assert completed.returncode != 0 and "ValueError: planted" in completed.stdout + completed.stderr, completed.stdout[-3000:]
+#: A planted fault: a Matrix Market reader that lets a ValueError escape, then the fuzzer.
+PLANTED = (
+    "import runpy, sys\n"
+    "import sparsewire.io.readers as io\n"
+    "original = io.read_matrix_market\n"
+    "def broken(path):\n"
+    "    data = open(path, 'rb').read()\n"
+    "    if b'coordinate real general' in data[:60]:\n"
+    "        raise ValueError('planted')\n"
+    "    return original(path)\n"
+    "io.read_matrix_market = broken\n"
+    f"sys.argv = [{str(FUZZER)!r}, '--examples', '200', '--seed', '7', '--no-shrink']\n"
+    f"runpy.run_path({str(FUZZER)!r}, run_name='__main__')\n"
+)
+
+
+@pytest.mark.prefetch(lambda: [sys.executable, "-c", PLANTED])
+def test_the_fuzzer_catches_a_reader_that_raises_the_wrong_error(prefetched):
+    """The planted fault must fail the fuzzer's run."""
+    output = prefetched.stdout + prefetched.stderr
+    assert prefetched.returncode != 0 and "ValueError: planted" in output, prefetched.stdout[-3000:]

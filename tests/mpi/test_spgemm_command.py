@@ -195,3 +195,23 @@ def test_cli_spgemm_and_the_library_give_the_same_c_and_bytes(command, comm, rng
             assert ours.shape == library_c.shape and ours.nnz == library_c.nnz == report["nnz_out"] > 0, label
             assert abs(ours - library_c).max() == 0, label
             assert float(ours.sum()) == report["checksum_sum"], label
+
+
+@pytest.mark.ranks(2, 3)
+def test_cli_spgemm_check_passes_on_normal_values(command, comm, rng, shared_tmp):
+    """A relative 1e-12 with no absolute part would fail a 1D product of N(0, 1) values on an entry off by 3.5e-17
+    (sparsewire._lib.tolerance)."""
+    matrix = sp.random_array((120, 120), density=0.05, rng=rng, format="coo")
+    matrix.data = rng.standard_normal(matrix.nnz)
+    if comm.Get_rank() == 0:
+        scipy.io.mmwrite(shared_tmp / "normal.mtx", matrix)
+    comm.Barrier()
+    for algorithm in ("1d", "summa"):
+        report = command_json(command, "spgemm", str(shared_tmp / "normal.mtx"), "--algorithm", algorithm, "--check")
+        assert report["check_passed"] and report["pattern_equal"] and not report["exact"], report
+
+
+@pytest.mark.ranks(3)
+def test_cli_spgemm_check_with_metis(command):
+    report = command_json(command, "spgemm", "delaunay:700:4", "--partition", "metis", "--values", "random:2", "--check")
+    assert report["check_passed"]

@@ -1,6 +1,7 @@
 """``sparsewire spmm`` on every rank of one job, as ``mpiexec -n P sparsewire spmm`` runs it: every strategy and
-mode exact with the bytes as planned, rounds, the two-level strategies, the report's fields, the shared matrices
-and the default mode. Its refusals end their jobs and run in jobs of their own (tests/exec/test_executor_mpi.py)."""
+mode exact with the bytes as planned, rounds, the two-level strategies, the report's fields, the shared matrices,
+the default mode, every partitioner, the check at large magnitudes and the traffic map. Its refusals end their jobs
+and run in jobs of their own (tests/exec/test_executor_mpi.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import scipy.io
 import scipy.sparse as sp
 
 from conftest import SHARED_MATRICES
+from sparsewire.partition import PARTITIONERS
 
 HIERARCHICAL = "column-hier,joint-hier,joint-group"
 #: Every two-level strategy in every mode on groups of 2, checked, once, k = 8.
@@ -188,3 +190,42 @@ def test_default_mode_follows_the_benchmark_rule(command):
     large = spmm_json(command, "stencil2d:12", "--k", "32", "--threads", "1", "--check", "--repeat", "1")
     assert small["mode"] == "early" and large["mode"] == "overlap"
     assert small["max_abs_error"] <= 1e-9 and large["max_abs_error"] <= 1e-9
+
+
+@pytest.mark.ranks(1, 3)
+def test_cli_spmm_check_passes_on_values_near_1e12(command, comm, rng, shared_tmp):
+    """An absolute 1e-9 would fail these: their relative error is 1e-16 (sparsewire._lib.tolerance)."""
+    matrix = sp.random_array((80, 80), density=0.1, rng=rng, format="coo")
+    matrix.data = rng.uniform(1e12, 2e12, matrix.nnz)
+    if comm.Get_rank() == 0:
+        scipy.io.mmwrite(shared_tmp / "big.mtx", matrix)
+    comm.Barrier()
+    report = spmm_json(command, str(shared_tmp / "big.mtx"), "--k", "4", "--check", "--repeat", "1")
+    assert report["check_passed"], report
+
+
+@pytest.mark.ranks(3)  # (C in the original order at P = 1, 3 and 4: test_partitions.py)
+@pytest.mark.parametrize("method", PARTITIONERS)
+def test_cli_spmm_check_for_every_partitioner_and_strategy(command, method):
+    args = ["--partition", method, "--group-size", "2", "--strategy", "all", "--mode", "bulk", "--repeat", "1", "--check"]
+    report = spmm_json(command, "delaunay:700:2", *args)
+    assert len(report["runs"]) == 7, method
+    for run in report["runs"]:
+        assert run["check_passed"] and run["max_abs_error"] < 1e-12, (method, run["strategy"], run["max_abs_error"])
+        assert run["measured_bytes"] == run["planned_bytes"], (method, run["strategy"])
+
+
+@pytest.mark.ranks(3)
+def test_cli_spmm_reports_every_runs_traffic_map_and_draws_the_first(command, shared_tmp):
+    picture = shared_tmp / "traffic.png"
+    args = ["-G", "2", "--strategy", "all", "--mode", "bulk", "--traffic-map", str(picture)]
+    report = spmm_json(command, "stencil2d:9", *args)
+    assert len(report["runs"]) == 7
+    for run in report["runs"]:
+        traffic = run["traffic"]
+        assert run["traffic_differences"] == [] and sum(map(sum, traffic["bytes"])) == run["planned_bytes"], run["strategy"]
+        assert sum(c["bytes"] for c in traffic["per_link_class"].values()) == run["planned_bytes"]
+        assert len(traffic["bytes"]) == 3 and all(row[i] == 0 for i, row in enumerate(traffic["bytes"]))
+        # the planner's all-to-all, uncoded without --compress: as many bytes as its int64 words
+        assert run["setup_exchange_wire_bytes"] == run["setup_exchange_bytes"] > 0, run["strategy"]
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 10_000

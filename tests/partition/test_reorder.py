@@ -1,5 +1,6 @@
-"""Partitioners that reorder (metis, rcm, community, metis-hier): valid orders and balance, C in
-the original order at every P, the advisor, and the balance criterion on ../shared/data."""
+"""Partitioners that reorder (metis, rcm, community, metis-hier): valid orders and balance, the advisor, and the
+balance criterion on ../shared/data. C in the original order at every P, and the commands' ``--check`` with every
+partitioner, are collective cases (tests/mpi/test_partitions.py, tests/mpi/test_spmm_command.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsewire
-from conftest import SHARED_DATA, run_cli, run_mpi
+from conftest import SHARED_DATA, run_cli
 from oracles import random_integer_matrix
 from sparsewire.partition import PARTITIONERS, RowPartition, nnz_imbalance, partition
 from sparsewire.plan.stats import strategy_stats
@@ -72,49 +73,6 @@ def test_unknown_partitioner_and_missing_topology_are_clear_errors(rng):
         partition(matrix, 2, "spectral")
     with pytest.raises(sparsewire.InputError, match="metis-hier"):
         partition(matrix, 2, "metis-hier")
-
-
-@pytest.mark.parametrize("ranks", [3])  # (C in the original order at P = 1, 3 and 4: tests/mpi/test_partitions.py)
-def test_spmm_check_for_every_partitioner_and_strategy(ranks):
-    for method in PARTITIONERS:
-        completed = run_mpi(
-            ranks,
-            [
-                "-m",
-                "sparsewire",
-                "spmm",
-                "delaunay:700:2",
-                "--partition",
-                method,
-                "--group-size",
-                "2",
-                "--strategy",
-                "all",
-                "--mode",
-                "bulk",
-                "--repeat",
-                "1",
-                "--check",
-                "--json",
-            ],
-            timeout=300,
-        )
-        assert completed.returncode == 0, f"{method}: {completed.stderr}"
-        report = json.loads(completed.stdout.strip().splitlines()[-1])
-        assert len(report["runs"]) == 7, method
-        for run in report["runs"]:
-            assert run["check_passed"] and run["max_abs_error"] < 1e-12, (method, run["strategy"], run["max_abs_error"])
-            assert run["measured_bytes"] == run["planned_bytes"], (method, run["strategy"])
-
-
-def test_spgemm_check_with_metis():
-    completed = run_mpi(
-        3,
-        ["-m", "sparsewire", "spgemm", "delaunay:700:4", "--partition", "metis", "--values", "random:2", "--check", "--json"],
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr
-    assert json.loads(completed.stdout.strip().splitlines()[-1])["check_passed"]
 
 
 def test_advise_reports_every_row_and_recommends_the_least_predicted_time(tmp_path):

@@ -42,22 +42,3 @@ def test_the_measured_map_equals_the_plans_exactly(rng, ranks):
     )
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
     assert int(completed.stdout.split("OK ")[1].split()[0]) >= 30, completed.stdout  # 7 strategies x 5 modes less refusals
-
-
-def test_spmm_reports_every_runs_map_and_draws_the_first(tmp_path):
-    import json
-
-    picture = tmp_path / "traffic.png"
-    args = ["-m", "sparsewire", "spmm", "stencil2d:9", "-G", "2", "--strategy", "all", "--mode", "bulk", "--json"]
-    completed = run_mpi(3, [*args, "--traffic-map", str(picture)], timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = json.loads(completed.stdout)
-    assert len(report["runs"]) == 7
-    for run in report["runs"]:
-        traffic = run["traffic"]
-        assert run["traffic_differences"] == [] and sum(map(sum, traffic["bytes"])) == run["planned_bytes"], run["strategy"]
-        assert sum(c["bytes"] for c in traffic["per_link_class"].values()) == run["planned_bytes"]
-        assert len(traffic["bytes"]) == 3 and all(row[i] == 0 for i, row in enumerate(traffic["bytes"]))
-        # the planner's all-to-all, uncoded without --compress: as many bytes as its int64 words
-        assert run["setup_exchange_wire_bytes"] == run["setup_exchange_bytes"] > 0, run["strategy"]
-    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 10_000

@@ -1,0 +1,71 @@
+"""``sparsewire gcn`` on every rank of one job, as ``mpiexec -n P sparsewire gcn`` runs it: the paper's settings on
+Cora, float32 by default, graphs with isolated and unlabelled nodes, generated graphs with synthetic features. Its
+refusals end their jobs and run in jobs of their own (tests/gnn/test_gnn.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+pytest.importorskip("torch")
+
+from planetoid_files import write_planetoid  # noqa: E402
+
+from conftest import SHARED_DATA  # noqa: E402
+
+CORA = SHARED_DATA / "gnn" / "cora.npz"
+needs_cora = pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
+
+
+def gcn_report(command, *args):
+    status, out, err = command("gcn", *args, "--json")
+    assert status == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@needs_cora
+@pytest.mark.ranks(3)
+def test_paper_settings_reach_eighty_percent_on_cora_at_three_ranks(command):
+    report = gcn_report(command, str(CORA))
+    assert report["test_accuracy"] >= 0.80, report["test_accuracy"]
+    assert len(report["history"]) == 200 and {"epoch", "loss", "train_accuracy", "val_accuracy"} <= set(report["history"][0])
+    assert report["bytes_per_epoch"] > 0 and report["seconds_per_epoch"] > 0
+
+
+@needs_cora
+@pytest.mark.ranks(1)
+def test_float32_is_the_default_and_reaches_eighty_percent_on_cora_at_one_rank(command):
+    report = gcn_report(command, str(CORA))
+    assert report["dtype"] == "float32" and report["test_accuracy"] >= 0.80, report["test_accuracy"]
+
+
+@pytest.mark.ranks(1, 3)
+def test_gcn_command_on_a_graph_with_isolated_and_unlabelled_nodes(command, comm, rng, shared_tmp):
+    n = 40
+    adjacency = sp.random_array((n, n), density=0.06, rng=rng, format="csr")
+    adjacency = sp.csr_array(((adjacency + adjacency.T) != 0).astype(float))
+    adjacency.setdiag(0)
+    adjacency.eliminate_zeros()
+    adjacency = sp.lil_array(adjacency)
+    adjacency[[7, 8], :] = 0
+    adjacency[:, [7, 8]] = 0  # isolated nodes
+    labels = rng.integers(0, 3, n)
+    labels[[3, 30]] = -1
+    labelled = np.flatnonzero(labels >= 0)
+    features = rng.integers(0, 2, (n, 6))
+    if comm.Get_rank() == 0:
+        write_planetoid(shared_tmp / "g.npz", adjacency, features, labels, labelled[:12], labelled[12:20], labelled[20:])
+    comm.Barrier()
+    report = gcn_report(command, str(shared_tmp / "g.npz"), "--epochs", "20")
+    assert len(report["history"]) == 20 and 0 <= report["test_accuracy"] <= 1
+    assert all(np.isfinite(h["loss"]) for h in report["history"])
+
+
+@pytest.mark.ranks(2)
+def test_gcn_command_on_a_generated_graph_with_synthetic_features(command):
+    args = ["rmat:8:4:1", "--features", "random:12", "--classes", "4", "--model", "sage", "--epochs", "5"]
+    report = gcn_report(command, *args)
+    assert report["model"] == "sage" and len(report["history"]) == 5
