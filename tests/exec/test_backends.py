@@ -1,11 +1,9 @@
 """Kernel backends: the torch backend (tensors on the CPU device, PyTorch's sparse products) gives
 the same C as the NumPy backend. Its products are checked one by one against the compiled
 kernels here, and whole multiplies under ``mpiexec -n P`` (every strategy and mode it runs, flat and
-hierarchical, P = 1..4) in tests/mpi/test_executor.py."""
+hierarchical, P = 1..4; the commands on it) in tests/mpi/test_executor.py and tests/mpi/test_torch_command.py."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
@@ -14,12 +12,10 @@ import scipy.sparse as sp
 torch = pytest.importorskip("torch")
 
 
-from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, run_mpi  # noqa: E402
+from conftest import _seed, run_mpi  # noqa: E402
 from sparsewire.errors import InputError  # noqa: E402
 from sparsewire.kernels import backend_problem, make_backend  # noqa: E402
 from sparsewire.kernels.numpy_backend import NumpyBackend  # noqa: E402
-
-CORA = SHARED_DATA / "gnn" / "cora.npz"
 
 
 def integer_matrix(rng, shape, density):
@@ -108,37 +104,6 @@ def test_backend_problems_name_the_fix():
         make_backend("cupy")
 
 
-def test_cli_spmm_on_the_torch_backend_matches_numpy():
-    reports = {}
-    for backend in ("numpy", "torch"):
-        completed = run_mpi(
-            3,
-            [
-                "-m",
-                "sparsewire",
-                "spmm",
-                "rmat:9:8:3",
-                "--k",
-                "8",
-                "--mode",
-                "bulk,overlap,early",
-                "--repeat",
-                "2",
-                "--backend",
-                backend,
-                "--json",
-            ],
-            timeout=200,
-        )
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        reports[backend] = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert reports["torch"]["backend"] == "torch" and reports["numpy"]["backend"] == "numpy"
-    for mine, theirs in zip(reports["numpy"]["runs"], reports["torch"]["runs"]):
-        assert mine["mode"] == theirs["mode"] and mine["strategy"] == theirs["strategy"]
-        assert (mine["checksum_sum"], mine["checksum_fro"]) == (theirs["checksum_sum"], theirs["checksum_fro"])
-        assert mine["measured_bytes"] == theirs["measured_bytes"] == mine["planned_bytes"] > 0
-
-
 def test_cli_refuses_the_partitioned_mode_on_the_torch_backend_in_one_line():
     completed = run_mpi(
         2, ["-m", "sparsewire", "spmm", "stencil2d:8", "--backend", "torch", "--mode", "partitioned"], timeout=120
@@ -146,8 +111,3 @@ def test_cli_refuses_the_partitioned_mode_on_the_torch_backend_in_one_line():
     assert completed.returncode != 0
     errors = [line for line in completed.stderr.splitlines() if line.startswith("sparsewire: error:")]
     assert errors and "torch backend cannot run the partitioned mode" in errors[0], completed.stderr
-
-
-@pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
-def test_gcn_on_the_torch_backend_trains_as_on_numpy():
-    assert_gcn_trains_alike(3, "backend", ("numpy", "torch"), extra=("--dtype", "float64"))

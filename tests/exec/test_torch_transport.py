@@ -1,19 +1,15 @@
-"""The torch.distributed transport (Gloo on CPU): the
-transposed plan, a count mismatch caught at setup, a caller's own process group, and the command
-line (``--transport torch`` on spmm and gcn), each in a job of its own (torch.distributed's process group is the
-process's); the exact products in every mode are collective cases in tests/mpi/test_executor.py."""
+"""The torch.distributed transport (Gloo on CPU): the transposed plan, a count mismatch caught at setup, a caller's
+own process group and the command's refusal, each in a job of its own (torch.distributed's process group is the
+process's); the exact products in every mode, and the commands on the transport, are collective cases in
+tests/mpi/test_executor.py and tests/mpi/test_torch_command.py."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
 pytest.importorskip("torch")
 
-from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, run_mpi  # noqa: E402
-
-CORA = SHARED_DATA / "gnn" / "cora.npz"
+from conftest import _seed, run_mpi  # noqa: E402
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3])
@@ -37,39 +33,6 @@ def test_a_process_group_the_caller_made_is_used_with_its_own_rank_order(ranks):
     assert completed.stdout.strip() == f"OK own_group {ranks}"
 
 
-def test_cli_spmm_on_torch_says_what_its_bytes_are():
-    completed = run_mpi(
-        3,
-        [
-            "-m",
-            "sparsewire",
-            "spmm",
-            "rmat:10:8:2",
-            "--transport",
-            "torch",
-            "--mode",
-            "bulk,overlap,early",
-            "--strategy",
-            "joint",
-            "--check",
-            "--json",
-            "--repeat",
-            "2",
-            "--k",
-            "4",
-        ],
-        timeout=240,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    report = json.loads(completed.stdout)
-    assert report["transport"] == "torch" and len(report["runs"]) == 3
-    for run in report["runs"]:
-        assert run["check_passed"] and run["max_abs_error"] == 0.0
-        assert run["measured_bytes"] is None and not run["bytes_measured"]
-        assert run["received_tensor_bytes"] == run["planned_bytes"] > 0
-        assert "no receive status" in run["bytes_counted_by"]
-
-
 def test_cli_refuses_the_partitioned_mode_on_torch_in_one_line():
     completed = run_mpi(
         2, ["-m", "sparsewire", "spmm", "stencil2d:8", "--transport", "torch", "--mode", "partitioned"], timeout=120
@@ -77,12 +40,6 @@ def test_cli_refuses_the_partitioned_mode_on_torch_in_one_line():
     assert completed.returncode != 0
     errors = [line for line in completed.stderr.splitlines() if line.startswith("sparsewire: error:")]
     assert errors and "torch transport cannot run the partitioned mode" in errors[0], completed.stderr
-
-
-@pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_gcn_on_torch_trains_as_on_mpi(ranks):
-    assert_gcn_trains_alike(ranks, "transport", ("mpi", "torch"))
 
 
 @pytest.mark.parametrize("setting", ["abc", "0", "-3", "nan", "inf", "1e300"])

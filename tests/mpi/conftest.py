@@ -16,9 +16,9 @@ from sparsewire.testing.collective import *  # noqa: F403 - the harness's hooks 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"  # optional: cases on it are skipped without it
 SHARED_MATRICES = sorted(SHARED_DATA.glob("*.mtx.gz")) if SHARED_DATA.is_dir() else []
 
-# The executor's case list lives beside the driver that also runs it as a script (tests/exec/mpi_driver.py); the
-# trace format's rules beside the tracing tests (tests/profile/trace_rules.py).
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / folder) for folder in ("exec", "profile")]
+# The executor's case list and the transfer paths' checks live beside the drivers that also run them as scripts
+# (tests/exec/mpi_driver.py, tests/wire/transfer_driver.py); the trace format's rules beside the tracing tests.
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / folder) for folder in ("exec", "profile", "wire")]
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""Transfer paths (exec/wire.py, calibration/transfer.py): the hybrid rule follows a calibrated threshold, staged
-messages give the same C, calibration files are checked, and ``calibrate --device`` measures."""
+"""Transfer paths (wire/paths.py, calibration/transfer.py): the hybrid rule follows a calibrated threshold,
+calibration files are checked, and the commands' refusals. Staged messages giving the same C, and
+``calibrate --device`` measuring, are collective cases (tests/mpi/test_transfer_paths.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import json
 
 import numpy as np
 import pytest
+from transfer_driver import write_calibration
 
-from conftest import SHARED_DATA, _seed, cuda_devices, run_cli, run_mpi
+from conftest import cuda_devices, run_cli, run_mpi
 from sparsewire.calibration.transfer import crossover
 from sparsewire.comm.mpi_library import cuda_aware_mpi
 from sparsewire.errors import InputError
@@ -16,12 +18,6 @@ from sparsewire.wire import paths as wire
 from sparsewire.wire.paths import DEFAULT_CUDA_STAGED_BELOW, EVERY_MESSAGE, TransferRule, default_rule
 from sparsewire.wire.transfer_records import TRANSFER_KIND as CALIBRATION_KIND
 from sparsewire.wire.transfer_records import load_transfer_rule, transfer_rule
-
-
-def write_calibration(path, threshold, **fields):
-    record = {"kind": CALIBRATION_KIND, "schema": 2, "device": "cpu", "staged_below_bytes": threshold, **fields}
-    path.write_text(json.dumps(record))
-    return path
 
 
 def test_crossover_is_where_direct_wins_for_good():
@@ -124,63 +120,6 @@ def test_cuda_awareness_is_asked_of_the_mpi_library():
         assert how.endswith("= 0")
 
 
-@pytest.mark.parametrize("ranks", [1, 3, 4])
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
-def test_staged_messages_follow_a_planted_threshold_and_give_the_same_c(tmp_path, ranks, backend):
-    if backend == "torch":
-        pytest.importorskip("torch")
-    # The driver plants the file: its threshold is the largest message's size, so every smaller one is staged.
-    calibration = tmp_path / "planted.json"
-    result = run_mpi(ranks, ["tests/wire/transfer_driver.py", f"split:{calibration}", backend, str(_seed() + ranks)], timeout=240)
-    assert result.returncode == 0, result.stdout + result.stderr
-    totals = json.loads(result.stdout.strip().splitlines()[-1])
-    assert load_transfer_rule(calibration, "cpu").staged_below_bytes > 0 or ranks == 1
-    if ranks >= 2:
-        assert totals["staged"] > 0, totals
-    if ranks >= 3 and totals["distinct_sizes"] >= 2:
-        assert totals["direct"] > 0, totals  # both paths ran (messages of one size are all staged)
-
-
-def test_without_a_calibration_nothing_is_staged_on_the_cpu(tmp_path):
-    empty = tmp_path / "cache"
-    calibration = write_calibration(tmp_path / "zero.json", 0)
-    result = run_mpi(
-        3, ["tests/wire/transfer_driver.py", str(calibration), "numpy", str(_seed())], env={"XDG_CACHE_HOME": str(empty)}
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    totals = json.loads(result.stdout.strip().splitlines()[-1])
-    assert totals["staged"] == 0 and totals["direct"] > 0
-
-
-def test_calibrate_device_measures_both_paths_and_writes_a_file_the_executor_reads(tmp_path):
-    output = tmp_path / "transfer.json"
-    result = run_mpi(
-        2,
-        [
-            "-m",
-            "sparsewire",
-            "calibrate",
-            "--device",
-            "cpu",
-            "--sizes",
-            "64,4096,262144",
-            "--repeat",
-            "3",
-            "--output",
-            str(output),
-            "--json",
-        ],
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    record = json.loads(result.stdout)
-    assert [r["bytes"] for r in record["sweep"]] == [64, 4096, 262144]
-    assert all(r["direct_seconds"] > 0 and r["staged_seconds"] > 0 for r in record["sweep"])
-    direct = [r["direct_seconds"] for r in record["sweep"]]
-    staged = [r["staged_seconds"] for r in record["sweep"]]
-    assert record["staged_below_bytes"] == crossover([64, 4096, 262144], direct, staged)
-    assert load_transfer_rule(output, "cpu").staged_below_bytes == record["staged_below_bytes"]
-
-
 def test_calibrate_device_needs_two_ranks_and_a_device_it_runs():
     one = run_cli(["calibrate", "--device", "cpu", "--output", "/dev/null"])
     assert one.returncode != 0 and "needs two ranks" in one.stderr
@@ -191,62 +130,9 @@ def test_calibrate_device_needs_two_ranks_and_a_device_it_runs():
     assert sizes.returncode != 0 and "--sizes" in sizes.stderr
 
 
-def test_spmm_command_stages_by_the_calibration_it_is_given(tmp_path):
-    calibration = write_calibration(tmp_path / "t.json", 10**9)  # every message staged
-    result = run_mpi(
-        3,
-        [
-            "-m",
-            "sparsewire",
-            "spmm",
-            "rmat:9:8:1",
-            "--k",
-            "8",
-            "--mode",
-            "bulk,early",
-            "--check",
-            "--json",
-            "--transfer-calibration",
-            str(calibration),
-        ],
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    for run in json.loads(result.stdout)["runs"]:
-        assert run["check_passed"] and run["staged_below_bytes"] == 10**9
-        paths = run["transfer_paths"]["intra_group"]
-        assert set(paths) == {"staged"} and paths["staged"][0] == run["messages"]
+@pytest.mark.mpi
+def test_spmm_command_refuses_a_calibration_file_that_does_not_exist(tmp_path):
+    """A refusal ends its job, so it runs in a job of its own; the commands' staged runs are collective cases
+    (tests/mpi/test_transfer_paths.py)."""
     bad = run_mpi(2, ["-m", "sparsewire", "spmm", "rmat:8:8:1", "--transfer-calibration", str(tmp_path / "missing.json")])
     assert bad.returncode != 0 and "does not exist" in bad.stderr
-
-
-@pytest.mark.skipif(not (SHARED_DATA / "gnn" / "cora.npz").exists(), reason="needs ../shared/data/gnn/cora.npz")
-def test_gcn_with_every_message_staged_trains_to_the_same_losses(tmp_path):
-    """Cora, P = 3, 30 epochs, float64: every message staged (threshold 10^9) against none (0)."""
-    histories = {}
-    for threshold in (10**9, 0):
-        calibration = write_calibration(tmp_path / f"t{threshold}.json", threshold)
-        completed = run_mpi(
-            3,
-            [
-                "-m",
-                "sparsewire",
-                "gcn",
-                str(SHARED_DATA / "gnn" / "cora.npz"),
-                "--epochs",
-                "30",
-                "--dtype",
-                "float64",
-                "--transfer-calibration",
-                str(calibration),
-                "--json",
-            ],
-            timeout=400,
-        )
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        report = json.loads(completed.stdout.strip().splitlines()[-1])
-        paths = report["transfer_paths"]
-        assert paths["staged" if threshold else "direct"] > 0 and paths["direct" if threshold else "staged"] == 0, paths
-        histories[threshold] = report["history"]
-    staged, direct = histories[10**9], histories[0]
-    assert [a["loss"] for a in staged] == [b["loss"] for b in direct]  # a staged copy moves the same bits
-    assert [a["bytes"] for a in staged] == [b["bytes"] for b in direct]
