@@ -1,13 +1,10 @@
-"""Tracing (sparsewire.profile.tracing): the format's rules on hand-made events, and under mpiexec at
-P = 1..4 a trace of every traced mode on both transports, flat and hierarchical, valid, with one arrow per message, no
-receive before its send on the aligned clock and planted clock offsets recovered within 10 us
-(tests/profile/trace_driver.py). The commands' traces are collective cases (tests/mpi/test_tracing_command.py)."""
+"""Tracing (sparsewire.profile.tracing): the format's rules on hand-made events. Whole runs traced at P = 1..4 (every
+traced mode on both transports, flat and hierarchical, valid, with one arrow per message, no receive before its send
+on the aligned clock and planted clock offsets recovered within 10 us) are collective cases in tests/mpi/test_traces.py
+(the checks: tests/profile/trace_checks.py and its neighbours) and tests/mpi/test_tracing_command.py."""
 
 from __future__ import annotations
 
-import pytest
-
-from conftest import ROOT, run_mpi
 from trace_rules import problems, receives_before_sends
 
 
@@ -48,47 +45,3 @@ def test_an_epoch_window_and_regions_record_only_inside_it():
     spans = [e for e in tracer.events if e["name"] == "epoch"]
     assert [e["args"]["epoch"] for e in spans] == [1, 2] and all(e["dur"] == 0.03 for e in spans)  # 3 ticks of 10 ns
     assert problems(tracer.events) == []
-
-
-@pytest.mark.parametrize("ranks", [1, 3])  # (P = 2 and 4 are traced by the gcn and spgemm tests below, same rules)
-def test_traces_of_every_message_mode_are_valid_and_aligned(rng, tmp_path, ranks):
-    completed = run_mpi(
-        ranks, [str(ROOT / "tests" / "profile" / "trace_driver.py"), str(int(rng.integers(2**31))), str(tmp_path)]
-    )
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert int(completed.stdout.split("OK ")[1].split()[0]) == 18, completed.stdout
-
-
-@pytest.mark.parametrize("ranks", [1, 3, 4])
-def test_a_planted_imbalance_shows_as_max_min_and_load_balance(ranks):
-    import json
-
-    completed = run_mpi(ranks, [str(ROOT / "tests" / "profile" / "log_view_driver.py")], timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    summary = json.loads(completed.stdout.strip().splitlines()[-1])
-    local = next(row for row in summary["phases"] if row["phase"] == "local product")
-    assert summary["multiplies"] == 5 and local["count"] == 5
-    assert local["time_max"] >= 5 * 0.020  # the sleeping rank's five sleeps
-    if ranks == 1:
-        assert summary["load_balance_efficiency"] == 1.0 and local["max_min_ratio"] == 1.0
-    else:
-        assert local["max_min_ratio"] > 10, local
-        assert abs(summary["load_balance_efficiency"] - 1 / ranks) < 0.1, summary["load_balance_efficiency"]
-    assert 0 < summary["communication_efficiency"] <= 1 and summary["timer_seconds"] > 0 and summary["record_seconds"] > 0
-
-
-@pytest.mark.parametrize("ranks", [1, 3, 4])
-def test_spgemm_traces_are_valid_and_carry_the_bytes_mpi_delivered(rng, tmp_path, ranks):
-    completed = run_mpi(
-        ranks, [str(ROOT / "tests" / "profile" / "spgemm_trace_driver.py"), str(int(rng.integers(2**31))), str(tmp_path)]
-    )
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert completed.stdout.split("OK ")[1].split()[0] == "4", completed.stdout  # SUMMA and the three 1D strategies
-
-
-@pytest.mark.parametrize(("ranks", "model"), [(2, "gcn"), (3, "sage")])
-def test_training_traces_layers_propagations_and_the_planned_messages(rng, tmp_path, ranks, model):
-    seed = str(int(rng.integers(2**31)))
-    completed = run_mpi(ranks, [str(ROOT / "tests" / "profile" / "gcn_trace_driver.py"), seed, str(tmp_path), model], timeout=300)
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert completed.stdout.strip().endswith("OK"), completed.stdout

@@ -1,15 +1,13 @@
-"""The rank x rank traffic map (sparsewire.profile.traffic): hand-made maps in this process, and under
-mpiexec the map MPI's receive statuses give equal to the plan's at P = 1..4, flat and hierarchical,
-every mode, with a planted wrong count caught (tests/profile/traffic_driver.py)."""
+"""The rank x rank traffic map (sparsewire.profile.traffic): hand-made maps in this process. The map MPI's receive
+statuses give equal to the plan's at P = 1..4, flat and hierarchical, every mode, with a planted wrong count caught,
+is a collective case in tests/mpi/test_traces.py (tests/profile/traffic_checks.py)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 
-from conftest import ROOT, run_mpi
 from sparsewire.profile.traffic import TrafficMap, planned_traffic
 from sparsewire.topology.model import Topology
 
@@ -33,12 +31,3 @@ def test_a_hand_made_plan_gives_its_map_and_link_classes():
     planted = TrafficMap(traffic.bytes.copy(), traffic.messages.copy())
     planted.bytes[2, 3] += 1
     assert planted.differences(traffic) == ["rank 2 -> rank 3: 33 bytes in 1 messages, planned 32 bytes in 1"]
-
-
-@pytest.mark.parametrize("ranks", [1, 3, 4])
-def test_the_measured_map_equals_the_plans_exactly(rng, ranks):
-    completed = run_mpi(
-        ranks, [str(ROOT / "tests" / "profile" / "traffic_driver.py"), str(int(rng.integers(2**31)))], timeout=300
-    )
-    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
-    assert int(completed.stdout.split("OK ")[1].split()[0]) >= 30, completed.stdout  # 7 strategies x 5 modes less refusals

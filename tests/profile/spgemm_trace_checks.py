@@ -1,16 +1,15 @@
-"""Run by tests/profile/test_tracing.py under ``mpiexec -n P``: ``python tests/profile/spgemm_trace_driver.py SEED DIR``.
+"""Collective: run on every rank of a collective job by tests/mpi/test_traces.py (``check``).
 
 SpGEMM traced (sparsewire.spgemm.traced): for SUMMA and each 1D strategy, C = A A of a random
 R-MAT, four multiplies, window [1, 3); the trace must obey the format's rules, hold one flow arrow
 per message, no receive before its send on the aligned clock, and its messages' bytes (the
 senders' arrays) must equal the bytes MPI delivered (receive statuses) and the plan's prediction
 from counts, each over the two multiplies. The traced multiplies' C equals the untraced one. A
-planted fault (one arrival dropped) must break the rules. Prints ``OK N`` on rank 0."""
+planted fault (one arrival dropped) must break the rules. Returns ``OK N``."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 from mpi4py import MPI
 
@@ -19,7 +18,7 @@ from sparsewire.distributed.spgemm import plan_spgemm
 from trace_rules import problems, receives_before_sends
 
 
-def main(seed: int, directory: str) -> str:
+def check(seed: int, directory: str) -> str:
     comm = MPI.COMM_WORLD
     a = sparsewire.distribute(comm, f"rmat:8:6:{seed % 1000}")
     checked = 0
@@ -65,9 +64,3 @@ def main(seed: int, directory: str) -> str:
             assert problems(events[:dropped] + events[dropped + 1 :]), case
         checked += 1
     return f"OK {checked}"
-
-
-if __name__ == "__main__":
-    line = main(int(sys.argv[1]), sys.argv[2])
-    if MPI.COMM_WORLD.Get_rank() == 0:
-        print(line, flush=True)

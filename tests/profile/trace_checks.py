@@ -1,4 +1,4 @@
-"""Run by tests/profile/test_tracing.py under ``mpiexec -n P``: ``python tests/profile/trace_driver.py SEED DIR``.
+"""Collective: run on every rank of a collective job by tests/mpi/test_traces.py (``check``).
 
 For the flat joint strategy and the hierarchical joint-group, every mode on the MPI transport
 (bulk, overlap, pipelined, early, partitioned with two threads) and every mode of the torch
@@ -9,13 +9,12 @@ stand-in running ``rank`` seconds ahead (plus the real one): the alignment must 
 within 10 microseconds. A planted fault (one arrival record dropped) must break the rules. The same
 window summarised alone (the schedule's laps, no proxies) must count every phase and message as the
 trace did, and every relayed message posted alone (all modes but partitioned).
-Prints ``OK N`` on rank 0 (N traces checked) and each rank's residual."""
+Returns ``OK N`` (N traces checked) and the largest residual."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import sys
 import time
 
 import numpy as np
@@ -36,7 +35,7 @@ def same_as_the_trace(traced, alone, case, threads: int) -> None:
     assert inside <= threads * alone.phases["multiply"][1], (case, alone.phases)
 
 
-def main(seed: int, directory: str) -> str:
+def check(seed: int, directory: str) -> str:
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     matrix = sparsewire.distribute(comm, f"delaunay:600:{seed % 1000}")
@@ -99,9 +98,3 @@ def main(seed: int, directory: str) -> str:
                 assert problems(events[:dropped] + events[dropped + 1 :]), "a dropped arrival went unnoticed"
         checked += 1
     return f"OK {checked} residual_us {max(residuals, default=0.0):.2f}"
-
-
-if __name__ == "__main__":
-    result = main(int(sys.argv[1]), sys.argv[2])
-    if MPI.COMM_WORLD.Get_rank() == 0:
-        print(result, flush=True)

@@ -1,11 +1,11 @@
-"""Run by tests/profile/test_tracing.py under ``mpiexec -n P``: a planted imbalance, the last rank sleeping
+"""Collective: run on every rank of a collective job by tests/mpi/test_traces.py (``check``).
+
+A planted imbalance, the last rank sleeping
 20 ms in its local product of each of five multiplies, must show in the summary as that phase's
-Max/Min ratio (above 10) and a load-balance efficiency of about 1/P. Prints the JSON summary on rank 0."""
+Max/Min ratio (above 10) and a load-balance efficiency of about 1/P. Returns the summary (rank 0's)."""
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 
 import numpy as np
@@ -16,7 +16,7 @@ import sparsewire
 SLEEP = 0.020
 
 
-def main() -> None:
+def check() -> dict | None:
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     matrix = sparsewire.distribute(comm, "stencil2d:40")
@@ -34,10 +34,4 @@ def main() -> None:
         with sparsewire.trace(plan) as tracer:
             for _ in range(5):
                 plan.multiply(np.ones((stop - start, 4)))
-    if rank == 0:
-        print(json.dumps(tracer.summary), flush=True)
-
-
-if __name__ == "__main__":
-    main()
-    sys.exit(0)
+    return tracer.summary if rank == 0 else None

@@ -1,4 +1,4 @@
-"""Run by tests/profile/test_tracing.py under ``mpiexec -n P``: ``python tests/profile/gcn_trace_driver.py SEED DIR MODEL``.
+"""Collective: run on every rank of a collective job by tests/mpi/test_traces.py (``check``).
 
 GNN training traced (sparsewire.trace on a GraphOperator, window in epochs): three layers on a
 random R-MAT graph with random features, three epochs, window [1, 3). The trace must obey the
@@ -6,12 +6,11 @@ format's rules with no receive before its send on the aligned clock; per rank ea
 twice an epoch (training step and evaluation) and its backward once; its flow arrows and message
 bytes must equal what the planner says the propagations send (forward plans twice an epoch per
 layer, transposed plans once); the summary counts the two epochs. The losses equal an untraced
-run's exactly. Prints ``OK`` on rank 0."""
+run's exactly. Returns ``OK``."""
 
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 
 import torch
@@ -24,7 +23,7 @@ from trace_rules import problems, receives_before_sends
 torch.set_num_threads(1)
 
 
-def main(seed: int, directory: str, model: str) -> str:
+def check(seed: int, directory: str, model: str) -> str:
     comm = MPI.COMM_WORLD
     data = load_graph(f"rmat:8:4:{seed % 1000}", features="random:6", classes=3, seed=seed) if comm.Get_rank() == 0 else None
     graph = distribute_graph(comm, data, model, dtype=torch.float32)
@@ -60,9 +59,3 @@ def main(seed: int, directory: str, model: str) -> str:
     assert summary["epochs"] == 2 and summary["percent_of"] == "epoch", summary
     assert sum(row["messages"] for row in summary["phases"]) == planned_messages
     return "OK"
-
-
-if __name__ == "__main__":
-    line = main(int(sys.argv[1]), sys.argv[2], sys.argv[3])
-    if MPI.COMM_WORLD.Get_rank() == 0:
-        print(line, flush=True)

@@ -1,12 +1,12 @@
-"""Run by tests/profile/test_traffic.py under ``mpiexec -n P``: for every executable strategy (flat, and
+"""Collective: run on every rank of a collective job by tests/mpi/test_traces.py (``check``).
+
+For every executable strategy (flat, and
 the hierarchical ones on two groups) and every mode, one multiply of a random integer matrix; the
 rank x rank map the transport counted must equal the plan's exactly, and its per-link-class sums
 the plan's class totals. Then a planted wrong count (one byte more in rank 0's ledger) must be
-reported. Usage: ``python tests/profile/traffic_driver.py SEED``; prints ``OK N`` on rank 0."""
+reported. Returns ``OK N``."""
 
 from __future__ import annotations
-
-import sys
 
 import numpy as np
 import scipy.sparse as sp
@@ -17,7 +17,7 @@ from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
 from sparsewire.profile.traffic import measured_traffic
 
 
-def main(seed: int) -> str:
+def check(seed: int) -> str:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     rng = np.random.default_rng(seed)
@@ -51,9 +51,3 @@ def main(seed: int) -> str:
                     assert (len(planted) == 1) == bool(comm.bcast(rank == 0)), planted
                 checked += 1
     return f"OK {checked}"
-
-
-if __name__ == "__main__":
-    result = main(int(sys.argv[1]))
-    if MPI.COMM_WORLD.Get_rank() == 0:
-        print(result, flush=True)
