@@ -79,66 +79,6 @@ def test_transposed_plan_is_exact_and_moves_the_same_bytes_for_every_strategy(rn
                 assert backward.total_bytes == forward.total_bytes and backward.messages == forward.messages
 
 
-AUTO_SCRIPT = """
-import json, sys
-from mpi4py import MPI
-import sparsewire
-from sparsewire.distributed.spmm import candidate_strategies
-comm = MPI.COMM_WORLD
-matrix = sparsewire.distribute(comm, sys.argv[1])
-topology = None if sys.argv[2] == "flat" else sparsewire.parse_topology(sys.argv[2])
-chosen = matrix.spmm_plan(16, topology=topology, mode="bulk")
-predictions, steps = {}, {}
-for strategy in candidate_strategies(topology):
-    with matrix.spmm_plan(16, strategy=strategy.value, topology=topology, mode="bulk") as plan:
-        predictions[strategy.value] = (plan.stats.as_dict()["predicted_seconds"], plan.stats.total_bytes)
-        # the steps that send, counted from every rank's exchanges (not from the stats the planner reads)
-        sending = {e.step for e in plan.rank_plan.exchanges if int(sum(e.send_counts)) > 0}
-        steps[strategy.value] = len(set().union(*comm.allgather(sending)))
-if comm.Get_rank() == 0:
-    print(json.dumps({"chosen": chosen.rank_plan.strategy.value, "predictions": predictions, "steps": steps,
-                      "recorded_steps": chosen.choice.steps, "explain": chosen.explain()}))
-"""
-
-
-@pytest.mark.parametrize(
-    "ranks, matrix, topology",
-    [
-        (3, "rmat:9:6:2", "flat"),
-        (4, "delaunay:600:1", "nodes:2"),
-        (4, "stencil2d:24", "cola-a800"),
-        (4, "rmat:10:8:3", "measured"),
-    ],
-)
-def test_auto_picks_the_least_predicted_time_near_ties_going_to_fewer_steps(ranks, matrix, topology, tmp_path):
-    import json
-
-    if topology == "measured":  # a calibration with local rates: the prediction adds the busiest rank's work
-        from sparsewire.topology.records import stamp
-
-        record = stamp("network")
-        links = {"bandwidth_bytes_per_second": 6e7, "latency_seconds": 1e-5, "single_pair_bandwidth": 1.2e8}
-        intra = {"bandwidth_bytes_per_second": 4e9, "latency_seconds": 3e-6}
-        local = {"nonzero_columns_per_second": 1e7, "copy_bytes_per_second": 1e9}  # slow enough to change the choice
-        record.update(ranks=4, rank_groups=[0, 0, 1, 1], group_size=2, local=local)
-        record["links"] = {"intra_node": intra, "inter_node": links}
-        topology = str(tmp_path / "net.json")
-        (tmp_path / "net.json").write_text(json.dumps(record))
-    completed = run_mpi(ranks, ["-c", AUTO_SCRIPT, matrix, topology], timeout=240)
-    assert completed.returncode == 0, completed.stderr
-    report = json.loads(completed.stdout.strip().splitlines()[-1])
-    predictions = report["predictions"]
-    assert (topology != "flat") == ("joint-hier" in predictions)
-    steps = report["steps"]
-    assert report["recorded_steps"] == steps
-    least = min(seconds for seconds, _ in predictions.values())
-    near = [name for name, (seconds, _) in predictions.items() if seconds <= 1.02 * least]
-    expected = min(near, key=lambda name: (steps[name], *predictions[name]))
-    assert report["chosen"] == expected, (predictions, steps)
-    assert f"auto chose {report['chosen']}" in report["explain"]
-    assert ("local work unknown" in report["explain"]) == (not topology.endswith("net.json")), report["explain"]
-
-
 def test_importing_sparsewire_does_not_start_mpi():
     code = "import sys, sparsewire\nassert 'mpi4py.MPI' not in sys.modules\nprint('ok')\n"
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

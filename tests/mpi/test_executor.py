@@ -63,6 +63,15 @@ def test_torch_backend_is_exact_for_every_strategy_and_mode(comm, seed, transpor
     assert runs == planned_runs(threads, transport, "torch") * comm.Get_size()
 
 
+@pytest.mark.ranks(1, 3, 4)
+def test_grouped_exchanges_are_exact_for_every_strategy_and_mode_they_run(comm, seed):
+    """NCCL's protocol (each exchange's receives held until its sends, all in one group; tests/exec/extra_transports.py)
+    on Gloo: C exact and the bytes as planned, every strategy, bulk/overlap/pipelined, torch backend."""
+    pytest.importorskip("torch")
+    runs, _ = run_cases(comm, seed, [1], "torch-grouped", "torch")
+    assert runs == planned_runs([1], "torch-grouped", "torch") * comm.Get_size()
+
+
 def planned_deterministic_checks() -> int:
     """Comparisons :func:`deterministic` makes on rank 0: every (mode, threads) of every strategy
     against bulk with one thread (the pipelined mode of a row-based strategy against its own
