@@ -34,7 +34,7 @@ FUZZ_LINES: list[str] = []
 
 
 #: What starts ``mpiexec`` in a test's own source: such a test is marked ``mpi`` at collection.
-_MPI_CALLS = ("run_mpi(", "assert_gcn_trains_alike(", "mpiexec_path(", "run_faulty(", "driver_json(")
+_MPI_CALLS = ("run_mpi(", "mpiexec_path(", "run_faulty(", "driver_json(")
 _CURRENT: list = [None]  # the test running now (run_mpi refuses to start mpiexec for one not marked mpi)
 
 
@@ -220,37 +220,3 @@ def run_mpi(ranks: int, args: list[str], timeout: float = 180, env: dict | None 
     may call it."""
     _require_mpi_marker()
     return testing.run_job(ranks, args, timeout=timeout, env=env, cwd=ROOT)
-
-
-def assert_gcn_trains_alike(ranks: int, option: str, values: tuple[str, str], extra: tuple[str, ...] = ()) -> None:
-    """``sparsewire gcn`` on Cora for 30 epochs with ``--OPTION`` set to each of the two ``values``
-    (and ``extra`` arguments): the reports name the value, the losses agree within 1e-6 and the
-    bytes per epoch are equal."""
-    import json
-
-    histories = {}
-    for value in values:
-        completed = run_mpi(
-            ranks,
-            [
-                "-m",
-                "sparsewire",
-                "gcn",
-                str(SHARED_DATA / "gnn" / "cora.npz"),
-                "--epochs",
-                "30",
-                *extra,
-                f"--{option}",
-                value,
-                "--json",
-            ],
-            timeout=400,
-        )
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        report = json.loads(completed.stdout.strip().splitlines()[-1])
-        assert report[option] == value
-        histories[value] = report["history"]
-    first, second = ([entry["loss"] for entry in histories[value]] for value in values)
-    assert len(second) == 30
-    assert max(abs(a - b) for a, b in zip(first, second)) <= 1e-6
-    assert [entry["bytes"] for entry in histories[values[0]]] == [entry["bytes"] for entry in histories[values[1]]]

@@ -16,11 +16,9 @@ torch = pytest.importorskip("torch")
 import extra_transports  # noqa: E402, F401 - registers torch-grouped
 from mpi_driver import planned_runs  # noqa: E402
 
-from conftest import SHARED_DATA, _seed, assert_gcn_trains_alike, cuda_devices, on_devices, run_mpi  # noqa: E402
+from conftest import _seed, cuda_devices, on_devices, run_mpi  # noqa: E402
 from sparsewire.exec.transports import transport_problem  # noqa: E402
 from sparsewire.kernels.torch_backend import TorchBackend  # noqa: E402
-
-CORA = SHARED_DATA / "gnn" / "cora.npz"
 
 
 @pytest.mark.parametrize("device", on_devices("cpu", "cuda"))
@@ -129,13 +127,6 @@ def test_spmm_command_on_cuda_checks_against_scipy(device):
     report = json.loads(completed.stdout)
     assert report["backend"] == "torch" and report["device"].startswith("cuda")
     assert all(run["check_passed"] for run in report["runs"])
-
-
-@pytest.mark.parametrize("device", on_devices("cuda"))
-def test_gcn_on_cuda_trains_as_on_the_cpu(device):
-    if not CORA.exists():
-        pytest.skip("../shared/data/gnn/cora.npz is absent")
-    assert_gcn_trains_alike(2, "device", ("cpu", f"{device}:0"), extra=("--dtype", "float64"))
 
 
 @pytest.mark.parametrize("ranks", [2, 3])

@@ -1,7 +1,7 @@
 """The commands on torch's side on every rank of one job, as ``mpiexec -n P sparsewire ...`` runs them: spmm on the
-torch transport and the torch backend, and gcn trained on either as on MPI and NumPy (the same losses within 1e-6,
-the same bytes per epoch). Their refusals, and the transport's own process groups, run in jobs of their own
-(tests/exec/test_torch_transport.py, tests/exec/test_backends.py)."""
+torch transport and the torch backend; gcn trained on either as on MPI and NumPy, and on a GPU, where there is one,
+as on the CPU (the same losses within 1e-6, the same bytes per epoch). Their refusals, and the transport's own
+process groups, run in jobs of their own (tests/exec/test_torch_transport.py, tests/exec/test_backends.py)."""
 
 from __future__ import annotations
 
@@ -72,3 +72,13 @@ def test_gcn_on_torch_trains_as_on_mpi(command):
 @pytest.mark.ranks(3)
 def test_gcn_on_the_torch_backend_trains_as_on_numpy(command):
     assert_gcn_trains_alike(command, "backend", ("numpy", "torch"), extra=("--dtype", "float64"))
+
+
+@needs_cora
+@pytest.mark.ranks(2)
+def test_gcn_on_cuda_trains_as_on_the_cpu(command):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA absent: no GPU here")
+    assert_gcn_trains_alike(command, "device", ("cpu", "cuda:0"), extra=("--dtype", "float64"))
