@@ -64,9 +64,8 @@ def default_threads(ranks_on_node: int) -> int:
 def oversubscribed(ranks_on_node: int, threads: int) -> bool:
     """Not collective. Whether ``ranks_on_node`` ranks of ``threads`` threads each need more cores than the node has
     (:func:`node_core_share`, so one rank on half a core is): then what waits must not spin (idle OpenMP threads
-    sleep, MPI waits yield the core). Measured on the emulated cluster of 4 nodes x 1 rank on 2 cores at 5 Gbit/s
-    (docs/design-decisions.md, "Cost model and the link"): ``joint`` in the ``early`` mode on cit-HepTh 7.52 ms spinning, 5.27 ms
-    yielding (medians of 20)."""
+    sleep, MPI waits yield the core): spinning there took the cores from the ranks being waited for
+    (docs/design-decisions.md, "Waits that yield when oversubscribed")."""
     return ranks_on_node * threads > node_core_share()
 
 

@@ -184,8 +184,8 @@ def _overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sharing:
     behind the longer, ``b = max(c, w)``; 0: they add), on every rank.
 
     Why: on the emulated cluster, where the two cores that compute also move the bytes through the network stack,
-    the overlapping modes measured 0.97-1.01x ``bulk`` with 4 ranks at 5 Gbit/s (docs/design-decisions.md,
-    "Cost model and the link"), while the cost model had hidden the link whole behind the diagonal block."""
+    the overlapping modes ran no faster than ``bulk``, while the cost model had hidden the link whole behind the
+    diagonal block (docs/design-decisions.md, "Cost model and the link")."""
     from sparsewire._lib.cores import default_threads, oversubscribed
     from sparsewire.calibration.compute import benchmark_matrix, kernel_block, kernel_operand
     from sparsewire.comm.runtime import wait_all

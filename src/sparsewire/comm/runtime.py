@@ -47,9 +47,9 @@ def wait_all(requests: list, statuses: list | None = None, *, yielding: bool = F
 
     Why: MPICH's waits spin, and where a node runs more ranks (x threads) than it has cores
     (:func:`sparsewire._lib.cores.oversubscribed`), the spinning ranks take the core from the rank whose message or
-    relay they wait for; the scheduler lets it run a time slice later. Measured on the 2-core machine, 4 ranks in
-    shared memory (docs/design-decisions.md, "Waits that yield when oversubscribed"): a two-level plan's multiply of
-    cit-HepTh 12.0 ms spinning, 4.9-6.3 ms yielding (MPICH's own MPIR_CVAR_POLLS_BEFORE_YIELD changed nothing)."""
+    relay they wait for; the scheduler lets it run a time slice later. Yielding halved a two-level multiply on 4
+    ranks in shared memory, where MPICH's own ``MPIR_CVAR_POLLS_BEFORE_YIELD`` changed nothing
+    (docs/design-decisions.md, "Waits that yield when oversubscribed")."""
     if not yielding:
         MPI.Request.Waitall(requests, statuses)
         return
@@ -90,8 +90,8 @@ def limit_threads_per_rank(comm: MPI.Comm) -> int:
     """Collective. Cap BLAS/OpenMP threads and SuiteSparse:GraphBLAS's threads to ``cores / ranks
     on this node`` (at least 1).
 
-    Busy-waiting BLAS threads starve MPI progress when ranks outnumber cores (measured: 90x
-    slower ring exchanges on 2 cores), so every rank caps its pools. GraphBLAS keeps its own
+    Busy-waiting BLAS threads starve MPI progress when ranks outnumber cores (ring exchanges ran
+    many times slower), so every rank caps its pools. GraphBLAS keeps its own
     thread count (read once when it loads), so it is set too: left at the core count, 4 ranks on
     2 cores ran 8 GraphBLAS threads. ``SPARSEWIRE_THREADS_PER_RANK`` overrides the computed value.
     Returns the cap.

@@ -32,7 +32,7 @@ __all__ = ["StreamingCombine", "OrderedCombine", "progress_piece_bounds", "multi
 
 
 #: Multiply-adds (nonzeros x k) of the diagonal block between two calls that let the transport move the messages in
-#: flight (:meth:`~sparsewire.exec.transports.base.Transport.progress`), about 0.3-0.7 ms at 1.5-3e9 a second.
+#: flight (:meth:`~sparsewire.exec.transports.base.Transport.progress`): well under a millisecond at the kernel's rate.
 PROGRESS_EVERY = 1 << 20
 
 

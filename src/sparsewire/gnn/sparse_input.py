@@ -2,10 +2,9 @@
 the propagations' kernel backend (:mod:`sparsewire.kernels`).
 
 Bag-of-words features are mostly zero (Cora: 2708 x 1433 with 49,216 stored values, 1.3%). As a
-torch sparse COO tensor, ``torch.sparse.mm(X, W.T)`` took 1.27 ms forward and its gradient about
-1.6 ms per epoch at float32 on one thread of the 2-core machine; the same products as CSR x dense
-(forward ``X W^T``, backward ``dW = (X^T G)^T`` on X's transpose, built once) take tens of
-microseconds, on the compiled kernels or on torch's CSR ``addmm``. Dropout changes X's values,
+torch sparse COO tensor, ``torch.sparse.mm(X, W.T)`` and its gradient took milliseconds per epoch; the
+same products as CSR x dense (forward ``X W^T``, backward ``dW = (X^T G)^T`` on X's transpose, built once)
+take tens of microseconds, on the compiled kernels or on torch's CSR ``addmm``. Dropout changes X's values,
 never its pattern (:func:`~sparsewire.gnn.layers.hash_dropout` keeps the indices tensor), so the
 CSR structure of X and of X^T is made once per pattern and each call only re-orders the values.
 """

@@ -56,8 +56,8 @@ def set_threads(threads: int, ranks_on_node: int = 1) -> None:
     """Not collective. Use ``threads`` threads in the threaded kernels of the calling thread.
 
     When ``threads * ranks_on_node`` exceeds the cores, idle OpenMP threads must sleep rather than
-    spin, or they take the cores the other ranks need (measured: 2 ranks x 2 threads on 2 cores,
-    bulk mode 0.94 ms -> 28 ms on bcsstk25). ``OMP_WAIT_POLICY`` is read when the OpenMP runtime
+    spin, or they take the cores the other ranks need (a multiply then ran many times slower).
+    ``OMP_WAIT_POLICY`` is read when the OpenMP runtime
     loads, at the first threaded kernel, so this must run before it (a value the user set wins).
     """
     from sparsewire._lib.jit import numba
@@ -86,12 +86,10 @@ def _threaded(kernel, *args) -> None:
     thread pool (64 here: sparsewire raises Numba's pool so that ``threads`` may exceed the
     cores). PyTorch loads its own libgomp into the process's global symbol scope, so that call
     lands in PyTorch's OpenMP runtime, and every later PyTorch parallel region then ran 64 threads
-    on 2 cores: alternating a 17 us propagation with a 4 us ``torch.relu`` took 1.1 ms and 2.9 ms,
-    and a GCN epoch on Cora with 1 rank x 2 threads 41 ms against 16 ms on one thread (measured on
-    the 2-core machine; it happened whenever PyTorch ran a parallel region before Numba first did).
-    Restoring the team size after each threaded kernel (two calls into libgomp, under a
-    microsecond) brings them back to 18 us and 4 us. Without an OpenMP runtime in the global scope
-    (no PyTorch) there is nothing to restore."""
+    on the machine's cores, many times slower (whenever PyTorch ran a parallel region before Numba
+    first did; docs/design-decisions.md, "Numba and PyTorch in one process"). Restoring the team size
+    after each threaded kernel (two calls into libgomp) costs under a microsecond. Without an OpenMP
+    runtime in the global scope (no PyTorch) there is nothing to restore."""
     global _OPENMP
     if _OPENMP is None:
         scope = ctypes.CDLL(None)
@@ -129,12 +127,9 @@ PREFETCH_BELOW_ROW_NONZEROS = 14.0
 
 
 #: Chunks each thread's row range is cut into for :func:`multiply`'s work stealing. Two halves of
-#: equal work need not take equal time: on this 2-core virtual machine (k = 32, caches flushed)
-#: the halves of delaunay_n16 took 2.92 and 1.97 ms, of cit-HepTh 2.18 and 1.70 ms, and which half
-#: of stencil3d:40:27 was the slower one changed with the cores the two threads were pinned to.
-#: Time with stealing over time with fixed halves, 2 threads, same run, 10 matrices (copter2 and
-#: stencil3d:40:27 beside ../shared/data): geometric mean 0.94-0.96 at 32 chunks per thread in
-#: three runs (single matrices 0.85-1.04, the same bits), 0.95-0.96 at 8, 16 and 64.
+#: equal work need not take equal time (which half is the slower one changed with the cores the
+#: two threads were pinned to). 32 a thread was the best of the counts tried
+#: (docs/design-decisions.md, "Threads steal row chunks").
 CHUNKS_PER_THREAD = 32
 
 
@@ -166,8 +161,7 @@ class CsrOperand:
             csr.sum_duplicates()
         indptr = csr.indptr.astype(np.int64)
         prefetch = csr.nnz < PREFETCH_BELOW_ROW_NONZEROS * max(1, csr.shape[0])
-        # 4-byte column indices where they fit: 4 bytes less to read per nonzero (measured at
-        # k = 32, 2 threads: stencil3d:40:27 2.43 -> 2.05 ms, soc-Slashdot0902 4.97 -> 4.66 ms).
+        # 4-byte column indices where they fit: 4 bytes less to read per nonzero.
         index_type = np.int32 if csr.shape[1] <= np.iinfo(np.int32).max else np.int64
         bounds = balanced_bounds(indptr, threads)
         chunks = np.concatenate(
@@ -198,10 +192,8 @@ class CsrOperand:
 #: Bytes of C from which a product that overwrites C streams it to memory (non-temporal stores):
 #: a C that large does not stay in the cache for the next pass anyway, and streaming saves reading
 #: every line of it into the cache before it is written. Below it, C is left in the cache for the
-#: passes that add to it. Measured at k = 32, 2 threads, C aligned, regular -> streamed stores:
-#: luxembourg_osm (C 29 MB) 3.5 -> 2.6 ms, dblp-2010 (83 MB) 16.2 -> 13.9 ms, delaunay_n16
-#: (17 MB) 2.8 -> 2.5 ms. bcsstk25's C (3.8 MiB) stays below: streamed, the kernel alone took 0.96
-#: of the time, but the executor's accumulating passes would then read C from memory.
+#: passes that add to it, which would otherwise read C from memory (docs/design-decisions.md,
+#: "Streamed stores for a large C").
 STREAM_AT_LEAST_BYTES = 4 << 20
 
 
@@ -225,12 +217,9 @@ def _require_contiguous_rows(x: np.ndarray, out: np.ndarray) -> None:
 
 
 #: Bytes of a B row up to which the CSR product never prefetches: a row of one cache line or less
-#: (k = 16 float32, 8 float64 and below). Measured warm (the product repeated back to back), 1
-#: thread, k = 8 float32: cnr-2000 6.13 ms with the prefetches, 4.41 ms without, luxembourg_osm
-#: 0.66 and 0.64 ms, delaunay_n16 0.95 and 0.82 ms (k = 16: 6.72 and 5.12, 0.77 and 0.78, 1.05
-#: and 0.99 ms): at these widths a row is one load, and issuing the prefetches costs more than
-#: they hide. (With the caches flushed before each product they had paid at k = 8 float64; the
-#: GNN widths that use these rows run warm.)
+#: (k = 16 float32, 8 float64 and below): at these widths a row is one load, and issuing the
+#: prefetches costs more than they hide when the product runs warm, as the GNN widths that use
+#: these rows do (docs/design-decisions.md, "Prefetch only where it pays").
 PREFETCH_ABOVE_ROW_BYTES = 64
 
 

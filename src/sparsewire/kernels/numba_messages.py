@@ -47,7 +47,7 @@ def gather_elements(index, x, out_flat, element_start, element_stop):
     partitioned message; it may start or end inside a row).
 
     Loops run over views from 0: an index that starts at a run-time value may be negative to
-    Numba, whose wraparound check then stops vectorisation (measured: a copy at 8 vs 25 GB/s)."""
+    Numba, whose wraparound check then stops vectorisation (docs/design-decisions.md, "Local kernels")."""
     k = x.shape[1]
     e = element_start
     while e < element_stop:

@@ -290,9 +290,8 @@ class TorchBackend:
     ) -> None:
         """Not collective. ``out += R[:, col_start:col_stop] @ buffer[col_start:col_stop]`` (one
         message's rows added at their C rows): a CSR ``addmm`` on that block of R, made once.
-        (Gathering the message's rows, scaling them and ``index_add_`` at their C rows made an
-        epoch of GraphSAGE on rmat:16:16:1 at 2 ranks x 1 thread in the early mode take 53 ms
-        against 17 ms with these blocks and 18 ms in the overlap mode.)"""
+        (Gathering the message's rows, scaling them and ``index_add_`` at their C rows made the early
+        mode's epochs several times slower: docs/design-decisions.md, "The torch backend for GNN training".)"""
         key = (col_start, col_stop)
         block = operand.blocks.get(key)
         if block is None:

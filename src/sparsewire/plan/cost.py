@@ -57,14 +57,9 @@ def predicted_seconds(
       ``T_comm`` + :func:`predicted_local_seconds`.
 
     ``T_comm`` alone where the topology has no measured local rate or the stats no per-rank work; without the
-    diagonal split (``block``) the sum. On the emulated cluster (4 ranks on 2 cores, docs/design-decisions.md,
-    "Cost model and the link") the sum in every mode had fitted under UCX's default rendezvous over TCP (265 of 285 runs within
-    25% where the link was at least half the time); under the ``get_zcopy`` rendezvous the modes that overlap
-    ran faster than the sum (246 of 269 and 229 of 248 in two runs), and the form with h = 1 was within 25% in
-    245 of 255 (269 of 280 with the steps each mode keeps in flight, ``steps_in_flight``). At 5 Gbit/s, where the
-    two cores that compute also move the bytes through the network stack, the overlapping modes measured
-    0.97-1.01x ``bulk`` with 4 ranks, and the measured h came out 0.00-0.34 (docs/design-decisions.md, "Cost
-    model and the link")."""
+    diagonal split (``block``) the sum. Why a measured h: on the emulated cluster the modes that overlap ran
+    faster than the sum, except where the cores that compute also move the bytes through the network stack,
+    where they hid almost nothing (docs/strategies.md and docs/design-decisions.md, "Cost model and the link")."""
     topology = _topology_of(stats, topology)
     communication = predicted_communication_seconds(stats, topology, steps_in_flight=steps_in_flight)
     parts = local_parts(stats, topology)
@@ -96,9 +91,9 @@ def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.
     with more than the mean cannot all be done before the cores have done the mean's work:
     ``w_r <- max(v_r, min(w_r, mean_s w_s))`` (``w_r`` itself where both rates alone are the shared ones). The
     two ratios differ: the kernel shares cores, the copy the memory's bandwidth (on the emulated 4x1 cluster, 4
-    ranks on 2 cores: kernel 1.03-1.25x, copy 1.68x). On the emulated cluster ``column`` on delaunay_n16 on 4x1,
-    where rank 0 receives 10.2 MB and the others a tenth of it, had been predicted 1.4x its measured time at
-    5 Gbit/s with the whole ``w_r`` after the link (docs/design-decisions.md, "Cost model and the link")."""
+    ranks on 2 cores, the copy slowed more than the kernel). Why: a plan whose rank 0 receives ten times the others'
+    bytes had been predicted well above its measured time with the whole ``w_r`` after the link
+    (docs/strategies.md, docs/design-decisions.md, "Cost model and the link")."""
     topology = _topology_of(stats, topology)
     if topology.local_rate is None or topology.copy_rate is None or stats.rank_entries is None or not stats.rank_entries.size:
         return None
@@ -167,20 +162,18 @@ def predicted_communication_seconds(
     Where the links of all groups together carry less than the sum of their rates (the shared class's
     ``aggregate``, measured by ``calibrate --network`` with every node sending at once), the bytes of all groups
     also queue on that: ``max_g b_g / bandwidth_c`` becomes ``max(max_g b_g / bandwidth_c, sum_g b_g / aggregate_c)``
-    (on the emulated cluster of 4 nodes x 1 rank at 5 Gbit/s the four links carried 1.45-1.78 GB/s together
-    against 0.58-0.61 GB/s each alone; on the bench's fit there the term came out even over five runs, within
-    what one run to the next moves; docs/design-decisions.md, "Cost model and the link").
+    (on the emulated cluster the links together carried less than the sum of their rates alone, where the cores
+    forward every node's bytes; docs/design-decisions.md, "Cost model and the link").
 
     A shared link's ``burst`` (bytes a rate limiter passes at once after idle, as a multiply between barriers
     finds it) comes off each group's bytes once per multiply: ``max(b_g - burst, 0)`` over all steps together,
-    or in the first step where steps follow each other (bench/cluster/link_burst.py: 2.10 MB in 2.67 ms after idle on
-    the emulated 5 Gbit/s link, against 3.49 ms at its sustained rate); the aggregate's own ``aggregate_burst``
+    or in the first step where steps follow each other (``bench/cluster/link_burst.py`` measures what a link passes
+    after idle against its sustained rate); the aggregate's own ``aggregate_burst``
     (measured with every node sending at once) off the bytes on the aggregate, ``max(sum_g b_g -
     aggregate_burst, 0)``: where the links set the aggregate it is about the links' bursts together, where a
-    common path caps them (cores that forward for every node) what that path passes after idle. (On the emulated
-    4x1 cluster at 5 Gbit/s, each link's burst taken off the aggregate's bytes had put 48 of 61 runs within 25%,
-    R-MAT's measured up to 1.41x predicted; a threshold on the aggregate's share of the links that kept it off
-    there, 58 of 80 in a run whose aggregate came out just above it; docs/benchmarks.md.)
+    common path caps them (cores that forward for every node) what that path passes after idle. Why a burst of its
+    own: each link's burst taken off the aggregate's bytes, or a threshold on the aggregate's share of the links,
+    predicted the emulated cluster worse (docs/design-decisions.md, "Cost model and the link").
     """
     topology = _topology_of(stats, topology)
     levels = topology.link_levels(stats.sources, stats.destinations, stats.n_ranks)
@@ -225,11 +218,9 @@ def predicted_communication_seconds(
 
 
 NEAR_TIE = 0.02
-"""Predicted times within this fraction of the least are one tie for :func:`preferred`. On the emulated cluster
-``joint``, ``joint-hier`` and ``joint-group`` on delaunay_n16 (2 nodes x 2 ranks, 5 Gbit/s) were predicted within
-1% of each other while ``joint-group``, which relays, measured 0.94-1.24x ``joint`` over nine bench runs
-(docs/design-decisions.md, "Cost model and the link"): closer than that the model does not order plans that relay and plans
-that do not."""
+"""Predicted times within this fraction of the least are one tie for :func:`preferred`: closer than that the model
+does not order plans that relay and plans that do not (measured on the emulated cluster: docs/strategies.md,
+"auto")."""
 
 _Key = TypeVar("_Key", bound=Hashable)
 
@@ -237,9 +228,9 @@ _Key = TypeVar("_Key", bound=Hashable)
 def preferred(candidates: Mapping[_Key, tuple[float, int, int]]) -> _Key:
     """Not collective. The key of the candidate ``(predicted seconds, bytes, steps)`` to run: among those predicted
     within :data:`NEAR_TIE` of the least, ``seconds <= (1 + NEAR_TIE) min seconds``, the one of fewest steps (a
-    step waits on the one before it; on the emulated cluster the relaying plan's slowest rank waited 0.81 ms a
-    multiply for its sends against 0.04 ms for ``joint``'s, which the model does not price), then the least
-    predicted time, then the fewest bytes."""
+    step waits on the one before it: on the emulated cluster a relaying plan's slowest rank waited far longer for
+    its sends than ``joint``'s, which the model does not price), then the least predicted time, then the fewest
+    bytes."""
     least = min(seconds for seconds, _, _ in candidates.values())
     near = [key for key, (seconds, _, _) in candidates.items() if seconds <= least * (1 + NEAR_TIE)]
     return min(near, key=lambda key: (candidates[key][2], candidates[key][0], candidates[key][1]))

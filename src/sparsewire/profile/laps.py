@@ -3,8 +3,8 @@ folded into the :class:`~sparsewire.profile.tracing.Tracer`'s per-phase totals l
 
 Why not the traced parts' proxies (:mod:`sparsewire.exec.traced_parts`, which the full trace uses): a
 proxy is one more Python frame around each of the ten or so calls of a multiply, and with the caches
-cold after a kernel those frames are what a summary costs (3-5% of bcsstk25's 0.5 ms multiplies at P = 2
-in ``bench/overhead.py trace``). A lap is one append of (code, clock read) to a list, inline in the schedule after
+cold after a kernel those frames are what a summary costs (``bench/overhead.py trace`` measures it). A lap is
+one append of (code, clock read) to a list, inline in the schedule after
 the call it closes; the schedule tests one local for None when the summary is off.
 
 Each lap closes a phase that began at the previous lap of the multiply (boundary stamps: one clock

@@ -13,14 +13,13 @@ mapping each host address to ``ip netns exec`` of its namespace; Hydra's host li
 which ranks share a node (shared memory inside, TCP across). UCX must be told ``UCX_TLS=self,tcp``:
 otherwise it sees one host and moves "remote" messages through shared memory, bypassing the link.
 Large messages use UCX's ``get_zcopy`` rendezvous (``UCX_RNDV_SCHEME``, unless the caller's environment sets
-it): under UCX's default over TCP a node that sent while it received took up to 1.3-1.6x the time of its
-busier direction alone (no packet lost: the protocol, not the link), with ``get_zcopy`` (the receiver reads
-the data) 1.00-1.11x at 1 Gbit/s (``bench/cluster/link_directions.py``, docs/design-decisions.md, "Cost model and the link").
+it): under UCX's default over TCP a node that sent while it received took much longer than its busier
+direction alone (the protocol, not the link), with ``get_zcopy`` (the receiver reads the data) about as long
+(``bench/cluster/link_directions.py``; docs/design-decisions.md, "UCX's get_zcopy rendezvous over TCP").
 
 Rate. ``tbf`` with a burst of at least 256 KiB or 1 ms of the rate (a smaller burst splits 64 KiB
-segments and loses 10-40% of the throughput). Measured on the 2-core machine
-(``../shared/research/emulated-cluster``): 1 Gbit/s gives 114 MiB/s of payload (TCP/IP headers take
-4.4%), 5 Gbit/s 565 MiB/s; 10 Gbit/s is the CPU's limit, not the link's.
+segments and loses throughput). The payload rates each link rate gives, and where the CPU rather than the
+link sets the limit, are in docs/cli.md ("sparsewire emulate").
 
 Cores. The nodes share this machine's cores; each is told its share (``SPARSEWIRE_NODE_CORES``,
 :func:`sparsewire._lib.cores.node_core_share`: the machine's cores / nodes, a fraction where nodes outnumber
