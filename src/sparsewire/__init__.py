@@ -35,6 +35,7 @@ __getattr__, __dir__ = lazy_exports(
         "spmm": "sparsewire.distributed.spmm",
         "plan_spgemm": "sparsewire.distributed.spgemm",
         "SpgemmPlan": "sparsewire.distributed.spgemm",
+        "plan_sddmm": "sparsewire.distributed.sddmm",
         "trace": "sparsewire.profile.tracing",
     },
 )
@@ -60,6 +61,8 @@ __all__ = [
     "plan_spgemm",
     "SpgemmPlan",
     "SpgemmOptions",
+    # SDDMM: A ∘ (X Yᵀ) at A's entries
+    "plan_sddmm",
     # the machine, and what a run did
     "Topology",
     "parse_topology",

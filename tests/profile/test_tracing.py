@@ -1,10 +1,13 @@
-"""Tracing (sparsewire.profile.tracing): the format's rules on hand-made events. Whole runs traced at P = 1..4 (every
-traced mode on both transports, flat and hierarchical, valid, with one arrow per message, no receive before its send
-on the aligned clock and planted clock offsets recovered within 10 us) are collective cases in tests/mpi/test_traces.py
-(the checks: tests/profile/trace_checks.py and its neighbours) and tests/mpi/test_tracing_command.py."""
+"""Tracing (sparsewire.profile.tracing): the format's rules on hand-made events, and every traced mode on both
+transports, flat and hierarchical, in a job per P (tests/profile/trace_checks.py): valid, one arrow per message, no
+receive before its send on the aligned clock, planted clock offsets recovered within 10 us. The other whole runs
+traced are collective cases in tests/mpi/test_traces.py and tests/mpi/test_tracing_command.py."""
 
 from __future__ import annotations
 
+import pytest
+
+from conftest import ROOT, run_mpi
 from trace_rules import problems, receives_before_sends
 
 
@@ -45,3 +48,11 @@ def test_an_epoch_window_and_regions_record_only_inside_it():
     spans = [e for e in tracer.events if e["name"] == "epoch"]
     assert [e["args"]["epoch"] for e in spans] == [1, 2] and all(e["dur"] == 0.03 for e in spans)  # 3 ticks of 10 ns
     assert problems(tracer.events) == []
+
+
+@pytest.mark.parametrize("ranks", [1, 3])  # (P = 2 and 4 are traced by the spgemm and training cases, same rules)
+def test_traces_of_every_message_mode_are_valid_and_aligned(rng, tmp_path, ranks):
+    script = str(ROOT / "tests" / "profile" / "trace_checks.py")
+    completed = run_mpi(ranks, [script, str(int(rng.integers(2**31))), str(tmp_path)])
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert int(completed.stdout.split("OK ")[1].split()[0]) == 18, completed.stdout

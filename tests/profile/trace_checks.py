@@ -1,4 +1,5 @@
-"""Collective: run on every rank of a collective job by tests/mpi/test_traces.py (``check``).
+"""Run under ``mpiexec -n P`` by tests/profile/test_tracing.py, a job per P: ``python tests/profile/trace_checks.py
+SEED DIR`` (in a collective job with the other cases it hung once at P = 3, cause not yet found).
 
 For the flat joint strategy and the hierarchical joint-group, every mode on the MPI transport
 (bulk, overlap, pipelined, early, partitioned with two threads) and every mode of the torch
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import time
 
 import numpy as np
@@ -98,3 +100,9 @@ def check(seed: int, directory: str) -> str:
                 assert problems(events[:dropped] + events[dropped + 1 :]), "a dropped arrival went unnoticed"
         checked += 1
     return f"OK {checked} residual_us {max(residuals, default=0.0):.2f}"
+
+
+if __name__ == "__main__":
+    result = check(int(sys.argv[1]), sys.argv[2])
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        print(result, flush=True)

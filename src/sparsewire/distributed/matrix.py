@@ -200,6 +200,19 @@ class DistributedMatrix:
         partition=...)``."""
         return Partitioning("columns of A", self.col_partition, None, self.col_order, None)
 
+    def sddmm(self, x_local: np.ndarray, y_local: np.ndarray, *, strategy: str = "auto") -> np.ndarray:
+        """Collective. This rank's values of ``A ∘ (X Yᵀ)`` in the order of ``local_rows.data``: ``x_local`` this
+        rank's rows of X (``row_partition``), ``y_local`` its rows of Y (``col_partition``), of one width d; float32
+        where both are, else float64. One run of a :func:`~sparsewire.distributed.sddmm.plan_sddmm` plan (make the
+        plan to run it again)."""
+        from sparsewire.distributed.sddmm import plan_sddmm
+
+        both_single = getattr(x_local, "dtype", None) == np.float32 and getattr(y_local, "dtype", None) == np.float32
+        width = int(np.shape(x_local)[1]) if np.ndim(x_local) == 2 else 0
+        width = int(self.comm.allreduce(width, op=MPI.MAX))  # the same d on every rank; a wrong shape is refused below
+        with plan_sddmm(self, max(width, 1), np.float32 if both_single else np.float64, strategy) as plan:
+            return plan.sddmm(x_local, y_local)
+
     def spgemm(
         self,
         other: DistributedMatrix,
