@@ -10,4 +10,15 @@ from sparsewire.distributed.sddmm import SddmmPlan, plan_sddmm
 from sparsewire.distributed.spgemm import SpgemmPlan, plan_spgemm
 from sparsewire.distributed.spmm import SpmmPlan, StrategyChoice, plan_spmm, spmm
 
-__all__ = ["DistributedMatrix", "distribute", "SpmmPlan", "StrategyChoice", "plan_spmm", "spmm", "SpgemmPlan", "plan_spgemm", "SddmmPlan", "plan_sddmm"]
+__all__ = [
+    "DistributedMatrix",
+    "distribute",
+    "SpmmPlan",
+    "StrategyChoice",
+    "plan_spmm",
+    "spmm",
+    "SpgemmPlan",
+    "plan_spgemm",
+    "SddmmPlan",
+    "plan_sddmm",
+]
