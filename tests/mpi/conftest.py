@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.io
+import scipy.sparse as sp
 
 from sparsewire.testing.collective import *  # noqa: F403 - the harness's hooks and fixtures (comm, shared_tmp)
 
@@ -19,6 +21,19 @@ SHARED_MATRICES = sorted(SHARED_DATA.glob("*.mtx.gz")) if SHARED_DATA.is_dir() e
 # The executor's case list and the transfer paths' checks live beside the drivers that also run them as scripts
 # (tests/exec/mpi_driver.py, tests/wire/transfer_driver.py); the trace format's rules beside the tracing tests.
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / folder) for folder in ("exec", "profile", "wire")]
+
+
+def on_rank_zero(comm, write, *args):
+    """``write(*args)`` on rank 0 (a file the other ranks then read), its result on every rank once it is done."""
+    result = write(*args) if comm.Get_rank() == 0 else None
+    comm.Barrier()
+    return comm.bcast(result)
+
+
+def matrix_file(comm, path: Path, matrix) -> str:
+    """``path`` once rank 0 wrote ``matrix`` (sparse or dense) to it in Matrix Market format, on every rank."""
+    on_rank_zero(comm, scipy.io.mmwrite, path, sp.coo_array(matrix))
+    return str(path)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import sparsewire
+from conftest import on_rank_zero
 
 
 def integer_matrix(rng, shape, density):
@@ -214,9 +215,7 @@ def test_auto_picks_the_least_predicted_time_near_ties_going_to_fewer_steps(comm
         record.update(ranks=4, rank_groups=[0, 0, 1, 1], group_size=2, local=local)
         record["links"] = {"intra_node": intra, "inter_node": links}
         topology = str(shared_tmp / "net.json")
-        if comm.Get_rank() == 0:
-            (shared_tmp / "net.json").write_text(json.dumps(record))
-        comm.Barrier()
+        on_rank_zero(comm, (shared_tmp / "net.json").write_text, json.dumps(record))
     distributed = sparsewire.distribute(comm, matrix)
     parsed = None if topology == "flat" else sparsewire.parse_topology(topology)
     with distributed.spmm_plan(16, topology=parsed, mode="bulk") as chosen:

@@ -11,10 +11,9 @@ import json
 
 import numpy as np
 import pytest
-import scipy.io
 import scipy.sparse as sp
 
-from conftest import SHARED_DATA, SHARED_MATRICES, slow_link_topology
+from conftest import SHARED_DATA, SHARED_MATRICES, matrix_file, on_rank_zero, slow_link_topology
 from trace_rules import problems
 
 
@@ -79,21 +78,13 @@ def test_only_the_messages_between_groups_are_coded_with_inter(command):
         assert run["transfer_paths"]["inter_group"].keys() == {"encoded"}
 
 
-def slow_links(comm, path, groups):
-    """The measured-network record of :func:`slow_link_topology`, written by rank 0, its path seen by every rank."""
-    if comm.Get_rank() == 0:
-        slow_link_topology(path, groups)
-    comm.Barrier()
-    return str(path)
-
-
 @pytest.mark.ranks(3)
 def test_auto_codes_only_the_links_where_the_wire_time_saved_exceeds_the_codec_time(command, comm, shared_tmp):
     """P = 3, ranks 0 and 1 on one node: under a measured topology whose link between nodes runs at 1 Gbit/s, auto
     codes the messages between the nodes (bf16's saving there, 6 ns a byte, is above any codec's measured cost)
     and not those inside a node (50 GB/s: 0.015 ns a byte saved); with the assumed 12.5 GB/s network of -G 2 it
     codes nothing, bitwise as none."""
-    topology = slow_links(comm, shared_tmp / "slow.json", [0, 0, 1])
+    topology = str(on_rank_zero(comm, slow_link_topology, shared_tmp / "slow.json", [0, 0, 1]))
     args = ["spmm", "delaunay:3000:2", "--strategy", "joint", "--check", "--repeat", "2"]
     run = report_of(command, *args, "--topology", topology, "--compress", "auto")
     choice = run["compress_auto"]["links"]
@@ -167,7 +158,7 @@ def test_auto_codes_the_indices_of_the_slow_links_only(command, comm, shared_tmp
     inside a node, a grid column across, whose sub-communicators' ranks the decision must translate). With every
     rank in one node nothing is coded, bitwise as none."""
     ranks = comm.Get_size()
-    topology = slow_links(comm, shared_tmp / "slow.json", groups)
+    topology = str(on_rank_zero(comm, slow_link_topology, shared_tmp / "slow.json", groups))
     coded = spgemm_report(command, algorithm, "--compress", "index")
     slow = spgemm_report(command, algorithm, "--compress", "auto", "--topology", topology)
     fast = spgemm_report(command, algorithm, "--compress", "auto", "--topology", f"nodes:{ranks}")
@@ -195,10 +186,7 @@ def test_spgemm_with_bf16_values_is_within_its_bound_on_about_a_quarter_of_the_b
     under 0.3x of them (float64 values to 2 bytes, integers bit-packed)."""
     matrix = sp.random_array((2000, 2000), density=0.003, rng=rng, format="coo")
     matrix.data = rng.standard_normal(matrix.nnz) * np.exp(rng.uniform(-23, 23, matrix.nnz))
-    if comm.Get_rank() == 0:
-        scipy.io.mmwrite(shared_tmp / "a.mtx", matrix)
-    comm.Barrier()
-    args = ["spgemm", str(shared_tmp / "a.mtx"), "--algorithm", algorithm, "--compress", "bf16"]
+    args = ["spgemm", matrix_file(comm, shared_tmp / "a.mtx", matrix), "--algorithm", algorithm, "--compress", "bf16"]
     report = report_of(command, *args, "--check", "--repeat", "1")
     assert report["check_passed"] and not report["exact"] and report["codec_passes"] == (2 if algorithm == "summa" else 1)
     assert report["bytes_moved"] == report["predicted_bytes"] > 0

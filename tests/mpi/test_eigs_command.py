@@ -8,24 +8,15 @@ import json
 
 import numpy as np
 import pytest
-import scipy.io
 import scipy.sparse as sp
 
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, matrix_file
 
 
 def eigs_json(command, matrix, *extra):
     status, out, err = command("eigs", matrix, "--json", *extra)
     assert status == 0, out + err
     return json.loads(out.strip().splitlines()[-1])
-
-
-def written_by_rank_zero(comm, matrix, path):
-    """``path`` after rank 0 wrote ``matrix`` to it (Matrix Market), seen by every rank."""
-    if comm.Get_rank() == 0:
-        scipy.io.mmwrite(path, sp.coo_array(matrix))
-    comm.Barrier()
-    return str(path)
 
 
 @pytest.mark.ranks(1, 3, 4)
@@ -46,7 +37,7 @@ def test_random_symmetric_matrix_against_eigsh(command, comm, rng, shared_tmp):
     upper = sp.random_array((300, 300), density=0.03, rng=rng, format="coo")
     upper.data = rng.integers(-5, 6, upper.nnz).astype(float)
     symmetric = sp.triu(upper, 1) + sp.triu(upper, 1).T + sp.diags_array(rng.integers(-3, 4, 300).astype(float))
-    path = written_by_rank_zero(comm, symmetric, shared_tmp / "symmetric.mtx")
+    path = matrix_file(comm, shared_tmp / "symmetric.mtx", symmetric)
     report = eigs_json(command, path, "--nev", "5", "--mode", mode, "--check")
     assert report["converged"] and report["check_passed"]
     error = np.max(np.abs(np.array(report["eigenvalues"]) - report["reference_eigenvalues"]))
@@ -85,7 +76,7 @@ def test_rank_deficient_and_tiny_matrices_have_the_right_eigenvalues(command, co
         "rank2_n50": lambda: _low_rank(rng, 50, 2),
         "rank2_n200": lambda: _low_rank(rng, 200, 2),
     }[case]()
-    path = written_by_rank_zero(comm, dense, shared_tmp / f"{case}.mtx")
+    path = matrix_file(comm, shared_tmp / f"{case}.mtx", dense)
     nev = 2 if case == "diag123" else 3
     report = eigs_json(command, path, "--nev", str(nev), "--check")
     exact = np.linalg.eigvalsh(dense)

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 
 from planetoid_files import write_planetoid  # noqa: E402
 
-from conftest import SHARED_DATA  # noqa: E402
+from conftest import SHARED_DATA, on_rank_zero  # noqa: E402
 
 CORA = SHARED_DATA / "gnn" / "cora.npz"
 needs_cora = pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
@@ -56,9 +56,8 @@ def test_gcn_command_on_a_graph_with_isolated_and_unlabelled_nodes(command, comm
     labels[[3, 30]] = -1
     labelled = np.flatnonzero(labels >= 0)
     features = rng.integers(0, 2, (n, 6))
-    if comm.Get_rank() == 0:
-        write_planetoid(shared_tmp / "g.npz", adjacency, features, labels, labelled[:12], labelled[12:20], labelled[20:])
-    comm.Barrier()
+    splits = labelled[:12], labelled[12:20], labelled[20:]
+    on_rank_zero(comm, write_planetoid, shared_tmp / "g.npz", adjacency, features, labels, *splits)
     report = gcn_report(command, str(shared_tmp / "g.npz"), "--epochs", "20")
     assert len(report["history"]) == 20 and 0 <= report["test_accuracy"] <= 1
     assert all(np.isfinite(h["loss"]) for h in report["history"])

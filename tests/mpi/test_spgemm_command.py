@@ -10,11 +10,10 @@ import json
 import os
 
 import pytest
-import scipy.io
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from conftest import SHARED_MATRICES
+from conftest import SHARED_MATRICES, matrix_file
 from sparsewire import distribute, plan_spgemm
 from sparsewire.spgemm.values import load_operand
 
@@ -60,12 +59,8 @@ def test_cli_spgemm_fields_and_check(command, comm, algorithm):
 def test_cli_spgemm_semirings_phases_and_a_second_matrix(command, comm, rng, shared_tmp):
     a = sp.random_array((30, 20), density=0.15, rng=rng, format="coo")
     b = sp.random_array((20, 25), density=0.15, rng=rng, format="coo")
-    if comm.Get_rank() == 0:
-        scipy.io.mmwrite(shared_tmp / "a.mtx", a)
-        scipy.io.mmwrite(shared_tmp / "b.mtx", b)
-    comm.Barrier()
     checksums = {}
-    operands = (str(shared_tmp / "a.mtx"), str(shared_tmp / "b.mtx"))
+    operands = (matrix_file(comm, shared_tmp / "a.mtx", a), matrix_file(comm, shared_tmp / "b.mtx", b))
     options = ("--values", "random:2", "--algorithm", "summa", "--grid", "1x3", "--phases", "2", "--check", "--repeat", "1")
     for semiring in NAMED + ["plus.minus"]:
         report = command_json(command, "spgemm", *operands, "--semiring", semiring, *options)
@@ -176,10 +171,8 @@ def test_cli_spgemm_and_the_library_give_the_same_c_and_bytes(command, comm, rng
     ranks = comm.Get_size()
     a = sp.random_array((41, 29), density=0.12, rng=rng, format="coo")
     b = sp.random_array((29, 37), density=0.12, rng=rng, format="coo")
-    if comm.Get_rank() == 0:
-        scipy.io.mmwrite(shared_tmp / "a.mtx", a)
-        scipy.io.mmwrite(shared_tmp / "b.mtx", b)
-    comm.Barrier()
+    for name, operand in (("a.mtx", a), ("b.mtx", b)):
+        matrix_file(comm, shared_tmp / name, operand)
     for number, (first, second, options) in enumerate(API_AND_CLI_CASES):
         operands = [str(shared_tmp / name) if name and name.endswith(".mtx") else name for name in (first, second) if name]
         options = [f"1x{ranks}" if option == "1xP" else option for option in options]
@@ -203,11 +196,9 @@ def test_cli_spgemm_check_passes_on_normal_values(command, comm, rng, shared_tmp
     (sparsewire._lib.tolerance)."""
     matrix = sp.random_array((120, 120), density=0.05, rng=rng, format="coo")
     matrix.data = rng.standard_normal(matrix.nnz)
-    if comm.Get_rank() == 0:
-        scipy.io.mmwrite(shared_tmp / "normal.mtx", matrix)
-    comm.Barrier()
+    path = matrix_file(comm, shared_tmp / "normal.mtx", matrix)
     for algorithm in ("1d", "summa"):
-        report = command_json(command, "spgemm", str(shared_tmp / "normal.mtx"), "--algorithm", algorithm, "--check")
+        report = command_json(command, "spgemm", path, "--algorithm", algorithm, "--check")
         assert report["check_passed"] and report["pattern_equal"] and not report["exact"], report
 
 

@@ -9,10 +9,9 @@ import json
 
 import numpy as np
 import pytest
-import scipy.io
 import scipy.sparse as sp
 
-from conftest import SHARED_MATRICES
+from conftest import SHARED_MATRICES, matrix_file
 from sparsewire.partition import PARTITIONERS
 
 HIERARCHICAL = "column-hier,joint-hier,joint-group"
@@ -113,10 +112,7 @@ def test_cli_spmm_hierarchical_when_groups_need_nothing_from_each_other(command,
     for start in (0, 20):
         block = rng.integers(-3, 4, (20, 20)) * (rng.random((20, 20)) < 0.2)
         dense[start : start + 20, start : start + 20] = block
-    path = shared_tmp / "two_islands.mtx"
-    if comm.Get_rank() == 0:
-        scipy.io.mmwrite(path, sp.coo_array(dense))
-    comm.Barrier()
+    path = matrix_file(comm, shared_tmp / "two_islands.mtx", dense)
     report = spmm_json(command, str(path), *EVERY_TWO_LEVEL_RUN)
     assert_hierarchical_runs(report, 3 * 5)
     for run in report["runs"]:
@@ -197,10 +193,7 @@ def test_cli_spmm_check_passes_on_values_near_1e12(command, comm, rng, shared_tm
     """An absolute 1e-9 would fail these: their relative error is 1e-16 (sparsewire._lib.tolerance)."""
     matrix = sp.random_array((80, 80), density=0.1, rng=rng, format="coo")
     matrix.data = rng.uniform(1e12, 2e12, matrix.nnz)
-    if comm.Get_rank() == 0:
-        scipy.io.mmwrite(shared_tmp / "big.mtx", matrix)
-    comm.Barrier()
-    report = spmm_json(command, str(shared_tmp / "big.mtx"), "--k", "4", "--check", "--repeat", "1")
+    report = spmm_json(command, matrix_file(comm, shared_tmp / "big.mtx", matrix), "--k", "4", "--check", "--repeat", "1")
     assert report["check_passed"], report
 
 

@@ -11,16 +11,9 @@ import json
 import pytest
 from transfer_driver import check_transfer_paths, write_calibration
 
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, on_rank_zero
 from sparsewire.calibration.transfer import crossover
 from sparsewire.wire.transfer_records import load_transfer_rule
-
-
-def on_rank_zero(comm, write, *args):
-    """``write(*args)`` on rank 0 (a file every rank then reads), its result on every rank."""
-    result = write(*args) if comm.Get_rank() == 0 else None
-    comm.Barrier()
-    return comm.bcast(result)
 
 
 @pytest.mark.ranks(1, 3, 4)
