@@ -60,7 +60,10 @@ class SddmmPlan:
             else:
                 columns = block.cols[block.entry_cols] - int(matrix.col_partition.offsets[block.peer])
                 requests[block.peer] = ("row", block.rows.size, block.entry_rows, columns)
-        self._serve = [(peer, request) for peer, request in enumerate(comm.alltoall(requests)) if request is not None]
+        told = list(enumerate(comm.alltoall(requests)))
+        # (peer, its rows of Y to send) and (peer, its row count, its entries' rows, their columns as our Y rows)
+        self._serve_columns = [(peer, request[1]) for peer, request in told if request is not None and request[0] == "column"]
+        self._serve_rows = [(peer, *request[1:]) for peer, request in told if request is not None and request[0] == "row"]
         self.planned_bytes = int(comm.allreduce(sum(block.bytes(self.d, itemsize) for block in self.blocks)))
         self.bytes_received = 0
         self._comm = comm.Dup()
@@ -84,47 +87,28 @@ class SddmmPlan:
         (round two: their values go back). Finally every value is scaled by A's entry."""
         x, y, out = self._checked(x_local, y_local, out)
         comm, d = self._comm, self.d
-        received, first = [], []
-        fetched: dict[int, np.ndarray] = {}
-        for block in self.blocks:
-            if block.way == "column":
-                fetched[block.peer] = np.empty((block.cols.size, d), self.dtype)
-                first.append(comm.Irecv(fetched[block.peer], block.peer, _FIRST))
-        rows_in: dict[int, np.ndarray] = {}
-        for peer, request in self._serve:
-            if request[0] == "row":
-                rows_in[peer] = np.empty((request[1], d), self.dtype)
-                first.append(comm.Irecv(rows_in[peer], peer, _FIRST))
-        sent = []
-        for peer, request in self._serve:
-            if request[0] == "column":
-                sent.append(comm.Isend(np.ascontiguousarray(y[request[1]]), peer, _FIRST))
-        for block in self.blocks:
-            if block.way == "row":
-                sent.append(comm.Isend(np.ascontiguousarray(x[block.rows]), block.peer, _FIRST))
-        received += self._wait(first)
-        out[self.diagonal] = sampled_dots(
-            x, y, self._diagonal_rows, self._diagonal_cols, np.empty(self.diagonal.size, self.dtype)
-        )
-        second, values_back = [], {}
-        for block in self.blocks:
-            if block.way == "column":
-                values = np.empty(block.entries.size, self.dtype)
-                sampled_dots(x, fetched[block.peer], block.rows[block.entry_rows], block.entry_cols, values)
-                out[block.entries] = values
-            else:
-                values_back[block.peer] = np.empty(block.entries.size, self.dtype)
-                second.append(comm.Irecv(values_back[block.peer], block.peer, _SECOND))
-        for peer, request in self._serve:
-            if request[0] == "row":
-                _, _, entry_rows, columns = request
-                values = sampled_dots(rows_in[peer], y, entry_rows, columns, np.empty(entry_rows.size, self.dtype))
-                sent.append(comm.Isend(values, peer, _SECOND))
+        column_blocks = [block for block in self.blocks if block.way == "column"]
+        row_blocks = [block for block in self.blocks if block.way == "row"]
+        fetched = {block.peer: np.empty((block.cols.size, d), self.dtype) for block in column_blocks}
+        rows_in = {peer: np.empty((n_rows, d), self.dtype) for peer, n_rows, _, _ in self._serve_rows}
+        first = [comm.Irecv(buffer, peer, _FIRST) for peer, buffer in (*fetched.items(), *rows_in.items())]
+        sent = [comm.Isend(np.ascontiguousarray(y[rows]), peer, _FIRST) for peer, rows in self._serve_columns]
+        sent += [comm.Isend(np.ascontiguousarray(x[block.rows]), block.peer, _FIRST) for block in row_blocks]
+        received = self._wait(first)
+        own = np.empty(self.diagonal.size, self.dtype)
+        out[self.diagonal] = sampled_dots(x, y, self._diagonal_rows, self._diagonal_cols, own)
+        for block in column_blocks:
+            values = np.empty(block.entries.size, self.dtype)
+            out[block.entries] = sampled_dots(x, fetched[block.peer], block.rows[block.entry_rows], block.entry_cols, values)
+        values_back = {block.peer: np.empty(block.entries.size, self.dtype) for block in row_blocks}
+        second = [comm.Irecv(buffer, peer, _SECOND) for peer, buffer in values_back.items()]
+        for peer, _, entry_rows, columns in self._serve_rows:
+            values = sampled_dots(rows_in[peer], y, entry_rows, columns, np.empty(entry_rows.size, self.dtype))
+            sent.append(comm.Isend(values, peer, _SECOND))
         received += self._wait(second)
         MPI.Request.Waitall(sent)
-        for block in self.blocks:
-            if block.way == "row":
-                out[block.entries] = values_back[block.peer]
+        for block in row_blocks:
+            out[block.entries] = values_back[block.peer]
         self.bytes_received = int(sum(received))
         out *= self.matrix.local_rows.data.astype(self.dtype, copy=False)
         return out
