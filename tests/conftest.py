@@ -171,6 +171,14 @@ def on_devices(*devices: str) -> list:
     return [pytest.param(device, marks=gpu) if device.startswith("cuda") else device for device in devices]
 
 
+def planted_fuzzer(patch: str, fuzzer: Path, examples: int) -> list[str]:
+    """The argument vector of a process that runs ``patch`` (Python source planting a fault), then ``fuzzer`` with
+    ``--examples EXAMPLES --seed 7 --no-shrink``: the fuzzer's run must end reporting the fault."""
+    argv = [str(fuzzer), "--examples", str(examples), "--seed", "7", "--no-shrink"]
+    run = f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({str(fuzzer)!r}, run_name='__main__')\n"
+    return [sys.executable, "-c", patch + run]
+
+
 def mpiexec_path() -> str:
     _require_mpi_marker()
     return testing.mpiexec_path()

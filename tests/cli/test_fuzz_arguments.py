@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import FUZZ_LINES, ROOT, _seed
+from conftest import FUZZ_LINES, ROOT, _seed, planted_fuzzer
 
 EXAMPLES = 130
 FUZZER = ROOT / "tests" / "cli" / "fuzz_arguments.py"
@@ -34,9 +34,8 @@ def test_every_command_survives_argument_fuzzing(prefetched):
         assert f" {command} " in summary.group(0), (command, summary.group(0))
 
 
-#: A planted fault: a semiring lookup that lets a KeyError escape (as plus.lt once did), then the fuzzer.
+#: A planted fault: a semiring lookup that lets a KeyError escape (as plus.lt once did).
 PLANTED = (
-    "import runpy, sys\n"
     "import sparsewire.spgemm.semirings as semirings\n"
     "original = semirings.get_semiring\n"
     "def broken(name):\n"
@@ -44,12 +43,10 @@ PLANTED = (
     "        raise KeyError('planted')\n"
     "    return original(name)\n"
     "semirings.get_semiring = broken\n"
-    f"sys.argv = [{str(FUZZER)!r}, '--examples', '130', '--seed', '7', '--no-shrink']\n"
-    f"runpy.run_path({str(FUZZER)!r}, run_name='__main__')\n"
 )
 
 
-@pytest.mark.prefetch(lambda: [sys.executable, "-c", PLANTED])
+@pytest.mark.prefetch(lambda: planted_fuzzer(PLANTED, FUZZER, EXAMPLES))
 def test_the_argument_fuzzer_catches_a_command_that_raises_the_wrong_error(prefetched):
     """The planted fault must fail the fuzzer's run."""
     output = prefetched.stdout + prefetched.stderr

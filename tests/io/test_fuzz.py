@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import FUZZ_LINES, ROOT, _seed
+from conftest import FUZZ_LINES, ROOT, _seed, planted_fuzzer
 
 EXAMPLES = 1000
 FUZZER = ROOT / "tests" / "io" / "fuzz_readers.py"
@@ -30,9 +30,8 @@ def test_readers_survive_fuzzing(prefetched):
     assert int(summary.group(1)) >= EXAMPLES and int(summary.group(2)) == seed
 
 
-#: A planted fault: a Matrix Market reader that lets a ValueError escape, then the fuzzer.
+#: A planted fault: a Matrix Market reader that lets a ValueError escape.
 PLANTED = (
-    "import runpy, sys\n"
     "import sparsewire.io.readers as io\n"
     "original = io.read_matrix_market\n"
     "def broken(path):\n"
@@ -41,12 +40,10 @@ PLANTED = (
     "        raise ValueError('planted')\n"
     "    return original(path)\n"
     "io.read_matrix_market = broken\n"
-    f"sys.argv = [{str(FUZZER)!r}, '--examples', '200', '--seed', '7', '--no-shrink']\n"
-    f"runpy.run_path({str(FUZZER)!r}, run_name='__main__')\n"
 )
 
 
-@pytest.mark.prefetch(lambda: [sys.executable, "-c", PLANTED])
+@pytest.mark.prefetch(lambda: planted_fuzzer(PLANTED, FUZZER, 200))
 def test_the_fuzzer_catches_a_reader_that_raises_the_wrong_error(prefetched):
     """The planted fault must fail the fuzzer's run."""
     output = prefetched.stdout + prefetched.stderr
