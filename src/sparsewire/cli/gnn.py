@@ -42,12 +42,14 @@ def add_commands(commands) -> None:
     """Add ``gcn`` to the CLI's subparsers."""
     gcn = commands.add_parser(
         "gcn",
-        help="train a GCN or GraphSAGE node classifier on the whole graph under mpiexec",
+        help="train a GCN, GraphSAGE or GAT node classifier on the whole graph under mpiexec",
         description=(
             "Full-batch node classification on the ranks of mpiexec -n P: each rank holds its nodes' features and labels, "
             "every propagation is a distributed SpMM on the plan of the chosen strategy, and its gradient runs on the "
-            "transposed plan. Defaults are Kipf and Welling's Cora settings (2 layers, hidden 16, dropout 0.5, Adam lr "
-            "0.01, weight decay 5e-4 on the first layer, 200 epochs). Prints a line every 10 epochs and the test accuracy."
+            "transposed plan; a GAT layer's softmax-aggregate is merged exactly from partials on the attention plan. Defaults "
+            "are Kipf and Welling's Cora settings (2 layers, hidden 16, dropout 0.5, Adam lr 0.01, weight decay 5e-4 on the "
+            "first layer, 200 epochs), and for --model gat those of PyG's examples/gat.py (8 heads of 8, dropout 0.6, lr "
+            "0.005, weight decay 5e-4 on every layer). Prints a line every 10 epochs and the test accuracy."
         ),
     )
     gcn.add_argument(
@@ -55,20 +57,30 @@ def add_commands(commands) -> None:
         help=f"a Planetoid .npz (features, labels, split), cora (the Planetoid Cora graph that ships with sparsewire), "
         f"or with --features/--classes {MATRIX_HELP}",
     )
-    gcn.add_argument("--model", choices=["gcn", "sage"], default="gcn", help="GCNConv or SAGEConv (mean) layers (default: gcn)")
+    gcn.add_argument(
+        "--model",
+        choices=["gcn", "sage", "gat"],
+        default="gcn",
+        help="GCNConv, SAGEConv (mean) or GATConv layers (default: gcn)",
+    )
+    gcn.add_argument("--heads", type=positive_int, default=8, help="attention heads of gat's hidden layers (default: 8)")
     gcn.add_argument("--layers", type=positive_int, default=2, help="graph convolutions (default: 2)")
-    gcn.add_argument("--hidden", type=positive_int, default=16, help="hidden width (default: 16)")
+    gcn.add_argument("--hidden", type=positive_int, help="hidden width, per head for gat (default: 16; gat 8)")
     gcn.add_argument("--epochs", type=positive_int, default=200, help="training epochs (default: 200)")
-    gcn.add_argument("--lr", type=number(0.0, above=True), default=0.01, help="Adam learning rate (default: 0.01)")
-    gcn.add_argument("--weight-decay", type=number(0.0), default=5e-4, help="L2 weight decay of the first layer (default: 5e-4)")
+    gcn.add_argument("--lr", type=number(0.0, above=True), help="Adam learning rate (default: 0.01; gat 0.005)")
+    gcn.add_argument(
+        "--weight-decay", type=number(0.0), default=5e-4, help="L2 weight decay, of the first layer (gat: every layer) (default: 5e-4)"
+    )
     gcn.add_argument(
         "--dropout",
         type=number(0.0, below=1.0),
-        default=0.5,
-        help="dropout before every layer, masks from global node ids (default: 0.5)",
+        help="dropout before every layer, masks from global node ids; gat's attention dropout too (default: 0.5; gat 0.6)",
     )
     gcn.add_argument(
-        "--strategy", default="auto", help="SpMM strategy of the propagations: auto, block, column, row, joint (default: auto)"
+        "--strategy",
+        default="auto",
+        help="SpMM strategy of the propagations: auto, block, column, row, joint; gat's attention plans take auto (= joint), "
+        "column, row or joint (default: auto)",
     )
     add_partition_arguments(gcn)
     gcn.add_argument(
@@ -101,7 +113,14 @@ def add_commands(commands) -> None:
     gcn.set_defaults(handler=run_gcn)
 
 
+#: Each model's defaults of the options left out (gat: PyG's examples/gat.py).
+_DEFAULTS = {"gcn": (16, 0.01, 0.5), "sage": (16, 0.01, 0.5), "gat": (8, 0.005, 0.6)}
+
+
 def run_gcn(args: argparse.Namespace) -> int:
+    for name, default in zip(("hidden", "lr", "dropout"), _DEFAULTS[args.model]):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     if not 0 <= args.dropout < 1:
         raise InputError(f"--dropout must be in [0, 1) (got {args.dropout})")
     if not args.lr > 0 or args.weight_decay < 0:
@@ -153,7 +172,7 @@ def run_gcn(args: argparse.Namespace) -> int:
     channels = [int(graph.features.shape[1])] + [args.hidden] * (args.layers - 1) + [graph.classes]
     refuse_oversized(
         comm,
-        training_bytes(graph, channels),
+        training_bytes(graph, channels, args.heads if args.model == "gat" else 1),
         f"--layers {args.layers} --hidden {args.hidden} with {graph.classes} classes",
         "use a smaller --hidden, fewer --layers or fewer classes",
     )
@@ -166,6 +185,7 @@ def run_gcn(args: argparse.Namespace) -> int:
             comm,
             graph,
             model=args.model,
+            heads=args.heads,
             layers=args.layers,
             hidden=args.hidden,
             epochs=args.epochs,
@@ -176,7 +196,11 @@ def run_gcn(args: argparse.Namespace) -> int:
             progress=progress,
         )
     strategies = sorted({plan.rank_plan.strategy.value for plan in graph.operator.plans.values()})
+    strategies += sorted({plan.strategy for plan in graph.operator.attention_plans.values()})
     counted_by = next((plan.counted_by for plan in graph.operator.plans.values()), None)
+    attention = [plan.summary() for plan in graph.operator.attention_plans.values()]
+    if attention:
+        counted_by = "MPI receive statuses (MPI_Get_count)"
     # Messages per path over every propagation plan, forward and transposed (the backward passes
     # made the transposes; transpose() returns them, the same on every rank).
     paths = {}
@@ -190,6 +214,7 @@ def run_gcn(args: argparse.Namespace) -> int:
     report = {
         "data": args.data,
         "model": args.model,
+        "heads": args.heads if args.model == "gat" else None,
         "ranks": comm.Get_size(),
         "nodes": graph.n,
         "classes": graph.classes,
@@ -209,6 +234,7 @@ def run_gcn(args: argparse.Namespace) -> int:
         "bytes_counted_by": counted_by,
         "dtype": args.dtype,
         "transfer_paths": paths,
+        "attention_plans": attention,
         "history": result.history,
         "test_accuracy": result.test_accuracy,
         "seconds_per_epoch": result.seconds_per_epoch,

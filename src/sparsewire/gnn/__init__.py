@@ -3,18 +3,23 @@
 - :mod:`~sparsewire.gnn.propagate`: :class:`GraphOperator` and the differentiable
   :func:`propagate` (forward ``A X``, backward ``A^T G`` on the transposed plan), GCN and mean
   normalisation, :func:`scatter_rows` / :func:`gather_rows`.
-- :mod:`~sparsewire.gnn.layers`: :class:`GCNConv`, :class:`SAGEConv` (PyG's signatures), the
-  model :class:`GNN`, dropout masks from global node ids.
+- :mod:`~sparsewire.gnn.attention`: :class:`AttentionPlan` and the differentiable :func:`attend`, each
+  destination's softmax-aggregate merged exactly from partials on the minimal-byte plan.
+- :mod:`~sparsewire.gnn.layers`: :class:`GCNConv`, :class:`SAGEConv`, :class:`GATConv` (PyG's signatures),
+  the model :class:`GNN`, dropout masks from global node ids.
 - :mod:`~sparsewire.gnn.data`: Planetoid ``.npz`` graphs and synthetic features.
 - :mod:`~sparsewire.gnn.train`: :func:`distribute_graph` and :func:`train` (full batch, Adam).
 """
 
 from sparsewire.gnn.data import GraphData, load_graph, load_planetoid, synthetic_graph
-from sparsewire.gnn.layers import GNN, GCNConv, SAGEConv, hash_dropout
+from sparsewire.gnn.attention import AttentionPlan, attend
+from sparsewire.gnn.layers import GNN, GATConv, GCNConv, SAGEConv, hash_dropout
 from sparsewire.gnn.propagate import GraphOperator, gather_rows, gcn_normalize, mean_normalize, propagate, scatter_rows
 from sparsewire.gnn.train import LocalGraph, TrainResult, distribute_graph, evaluate, train
 
 __all__ = [
+    "AttentionPlan",
+    "GATConv",
     "GNN",
     "GCNConv",
     "GraphData",
@@ -23,6 +28,7 @@ __all__ = [
     "SAGEConv",
     "TrainResult",
     "distribute_graph",
+    "attend",
     "evaluate",
     "gather_rows",
     "gcn_normalize",

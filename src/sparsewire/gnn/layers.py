@@ -14,11 +14,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from sparsewire.gnn.attention import attend
 from sparsewire.gnn.propagate import GraphOperator, propagate
 from sparsewire.gnn.sparse_input import sparse_linear
 from sparsewire.profile.tracing import region
 
-__all__ = ["GCNConv", "SAGEConv", "GNN", "hash_dropout", "glorot_"]
+__all__ = ["GCNConv", "SAGEConv", "GATConv", "GNN", "hash_dropout", "glorot_"]
 
 
 def glorot_(weight: torch.Tensor) -> torch.Tensor:
@@ -135,6 +136,96 @@ class SAGEConv(nn.Module):
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, aggr=mean)"
 
 
+class GATConv(nn.Module):
+    r"""The graph attention operator of Veličković et al. (ICLR 2018), distributed, with PyG's arguments, defaults
+    and parameter names (``lin.weight``, ``att_src``, ``att_dst``, ``res.weight``, ``bias``), so PyG's
+    ``state_dict`` loads.
+
+    .. math::
+        \mathbf{z}_j = \mathbf{\Theta} \mathbf{x}_j, \quad
+        \alpha_{ij} = \mathrm{softmax}_j\big(\mathrm{LeakyReLU}(\mathbf{a}_{src}^\top \mathbf{z}_j
+        + \mathbf{a}_{dst}^\top \mathbf{z}_i)\big), \quad
+        \mathbf{x}'_i = \sum_{j \in \mathcal{N}(i) \cup \{i\}} \alpha_{ij} \mathbf{z}_j
+
+    per head; heads concatenated or averaged, then the residual and the bias. Self-loops follow PyG's GAT rule
+    (stored ones removed, one added per node). The softmax over a row whose entries live on several ranks is merged
+    exactly from partials (:mod:`sparsewire.plan.attention`), and attention dropout draws its masks from (destination,
+    source, head, step), so P ranks apply the masks of one.
+
+    Args:
+        in_channels (int): size of each input sample.
+        out_channels (int): size of each head's output.
+        heads (int, optional): attention heads. (default: :obj:`1`)
+        concat (bool, optional): concatenate the heads (else average them). (default: :obj:`True`)
+        negative_slope (float, optional): LeakyReLU's slope. (default: :obj:`0.2`)
+        dropout (float, optional): dropout of the attention coefficients in training. (default: :obj:`0`)
+        add_self_loops (bool, optional): attend to each node itself too. (default: :obj:`True`)
+        bias (bool, optional): learn an additive bias. (default: :obj:`True`)
+        residual (bool, optional): add a linear projection of the input. (default: :obj:`False`)
+
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}_p|, F_{in})`, operator
+        - **output:** :math:`(|\mathcal{V}_p|, H F_{out})` or :math:`(|\mathcal{V}_p|, F_{out})` without ``concat``
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        heads: int = 1,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        dropout: float = 0.0,
+        add_self_loops: bool = True,
+        bias: bool = True,
+        residual: bool = False,
+        dtype: torch.dtype = torch.float64,
+    ):
+        super().__init__()
+        self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat
+        self.negative_slope, self.dropout, self.add_self_loops = float(negative_slope), float(dropout), add_self_loops
+        total = out_channels * (heads if concat else 1)
+        self.lin = nn.Linear(in_channels, heads * out_channels, bias=False, dtype=dtype)
+        self.att_src = nn.Parameter(torch.empty(1, heads, out_channels, dtype=dtype))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels, dtype=dtype))
+        self.res = nn.Linear(in_channels, total, bias=False, dtype=dtype) if residual else None
+        self.bias = nn.Parameter(torch.empty(total, dtype=dtype)) if bias else None
+        self.steps = 0
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Not collective. Glorot weights and attention vectors, zero bias (PyG's order and defaults)."""
+        glorot_(self.lin.weight)
+        if self.res is not None:
+            glorot_(self.res.weight)
+        glorot_(self.att_src)
+        glorot_(self.att_dst)
+        if self.bias is not None:
+            with torch.no_grad():
+                self.bias.zero_()
+
+    def forward(self, x: torch.Tensor, operator: GraphOperator, salt: int | None = None) -> torch.Tensor:
+        """Collective. This rank's rows of the layer's output. ``salt`` seeds the attention dropout's masks (by
+        default the count of training calls); every rank must pass the same."""
+        threads = operator.threads or 1
+        linear = sparse_linear(x, self.lin.weight, threads, operator.kernels) if x.is_sparse else self.lin(x)
+        z = linear.view(-1, self.heads, self.out_channels)
+        t = (z * self.att_dst).sum(dim=-1)
+        plan = operator.attention(self.heads, self.out_channels, z.dtype, self.add_self_loops)
+        if self.training:
+            self.steps += 1
+        dropout = self.dropout if self.training else 0.0
+        out = attend(plan, z, self.att_src.view(self.heads, self.out_channels), t, self.negative_slope, dropout,
+                     self.steps if salt is None else salt)  # fmt: skip
+        out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
+        if self.res is not None:
+            out = out + (sparse_linear(x, self.res.weight, threads, operator.kernels) if x.is_sparse else self.res(x))
+        return out + self.bias if self.bias is not None else out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
+
+
 def _keep_fraction(rows: np.ndarray, cols: np.ndarray, salt: int) -> np.ndarray:
     """u(i, j) in [0, 1): the mixing of :func:`~sparsewire.io.generators.deterministic_dense`, salted."""
     mask32 = np.uint64(0xFFFFFFFF)
@@ -171,25 +262,47 @@ def hash_dropout(x: torch.Tensor, p: float, row_ids: np.ndarray, salt: int) -> t
 
 
 class GNN(nn.Module):
-    """A stack of graph convolutions: ``dropout -> conv -> ReLU`` per hidden layer, then
-    ``dropout -> conv -> log_softmax`` (the model of Kipf and Welling for ``layers = 2``).
+    """A stack of graph convolutions: ``dropout -> conv -> activation`` per hidden layer, then
+    ``dropout -> conv -> log_softmax`` (the model of Kipf and Welling for ``layers = 2``, and of PyG's
+    ``examples/gat.py`` for ``gat``).
 
     Args:
-        model: ``gcn`` (:class:`GCNConv`) or ``sage`` (:class:`SAGEConv`).
-        channels: sizes ``[in, hidden..., out]`` (``layers = len(channels) - 1``).
+        model: ``gcn`` (:class:`GCNConv`, ReLU), ``sage`` (:class:`SAGEConv`, ReLU) or ``gat`` (:class:`GATConv`,
+            ELU: ``heads`` concatenated heads per hidden layer, one head at the output, attention dropout
+            ``dropout``).
+        channels: sizes ``[in, hidden..., out]`` (``layers = len(channels) - 1``; for ``gat`` the hidden sizes are
+            per head).
         dropout: the dropout probability before every convolution (0 disables it).
         seed: salts the dropout masks (with the step count).
+        heads: attention heads of ``gat``'s hidden layers.
     """
 
-    def __init__(self, model: str, channels: list[int], dropout: float = 0.5, seed: int = 0, dtype: torch.dtype = torch.float64):
+    def __init__(
+        self,
+        model: str,
+        channels: list[int],
+        dropout: float = 0.5,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float64,
+        heads: int = 8,
+    ):
         super().__init__()
-        layer = {"gcn": GCNConv, "sage": SAGEConv}.get(model)
-        if layer is None:
-            raise ValueError(f"unknown model {model!r}; choose gcn or sage")
+        if model not in ("gcn", "sage", "gat"):
+            raise ValueError(f"unknown model {model!r}; choose gcn, sage or gat")
         if len(channels) < 2:
             raise ValueError(f"channels {channels} needs at least [in, out]")
         self.model, self.dropout, self.seed = model, float(dropout), int(seed)
-        self.convs = nn.ModuleList(layer(a, b, dtype=dtype) for a, b in zip(channels[:-1], channels[1:]))
+        pairs = list(zip(channels[:-1], channels[1:]))
+        if model == "gat":
+            last = len(pairs) - 1
+            self.convs = nn.ModuleList(
+                GATConv(a * (heads if i else 1), b, heads=1 if i == last else heads, concat=i != last, dropout=dropout, dtype=dtype)
+                for i, (a, b) in enumerate(pairs)
+            )
+        else:
+            layer = GCNConv if model == "gcn" else SAGEConv
+            self.convs = nn.ModuleList(layer(a, b, dtype=dtype) for a, b in pairs)
+        self.activation = torch.nn.functional.elu if model == "gat" else torch.relu
         self.steps = 0
 
     def forward(self, x: torch.Tensor, operator: GraphOperator) -> torch.Tensor:
@@ -198,14 +311,15 @@ class GNN(nn.Module):
             self.steps += 1
         tracer = operator.tracer
         for index, conv in enumerate(self.convs):
+            salt = (self.seed * 1_000_003 + self.steps) * 64 + index
             if self.training:
-                x = hash_dropout(x, self.dropout, operator.node_ids, (self.seed * 1_000_003 + self.steps) * 64 + index)
+                x = hash_dropout(x, self.dropout, operator.node_ids, salt)
             with region(tracer, f"layer {index} forward", layer=index):
-                x = conv(x, operator)
+                x = conv(x, operator, salt=salt + 32) if isinstance(conv, GATConv) else conv(x, operator)
             if tracer is not None and tracer.recording and x.requires_grad:
                 _trace_backward(tracer, operator.hooks, conv, x, index)
             if index < len(self.convs) - 1:
-                x = torch.relu(x)
+                x = self.activation(x)
         return torch.log_softmax(x, dim=-1)
 
 

@@ -20,7 +20,10 @@ from sparsewire.distributed.matrix import DistributedMatrix
 from sparsewire.distributed.spmm import SpmmPlan, plan_spmm
 from sparsewire.errors import InputError
 from sparsewire.exec import ExecOptions
+from sparsewire.gnn.attention import AttentionPlan, make_attention_plan
 from sparsewire.kernels import make_backend
+from sparsewire.plan.attention import ATTENTION_STRATEGIES
+from sparsewire.plan.strategies import Strategy
 from sparsewire.profile.tracing import region
 
 __all__ = ["GraphOperator", "propagate", "scatter_rows", "gather_rows", "gcn_normalize", "mean_normalize"]
@@ -58,6 +61,7 @@ class GraphOperator:
             self.options.backend, self.options.device
         )  # also for the first layer's sparse input (gnn/sparse_input.py)
         self.plans: dict[tuple[int, str], SpmmPlan] = {}
+        self.attention_plans: dict[tuple, AttentionPlan] = {}
         self.bytes_forward = self.bytes_backward = self.wire_bytes = 0
         self._all_node_ids = None
         self.tracer = None
@@ -93,6 +97,36 @@ class GraphOperator:
                 raise TypeError(f"features must be float32 or float64 tensors (got {dtype})")
             self.plans[key] = plan_spmm(self.matrix, int(width), _NUMPY[dtype], options=self.options)
         return self.plans[key]
+
+    def attention_strategy(self) -> str:
+        """Not collective. How attention plans serve off-diagonal blocks under this operator's ``strategy``: ``auto``
+        and ``joint`` take the weighted cover (:mod:`sparsewire.plan.attention`), ``column`` and ``row`` their way."""
+        strategy = self.options.strategy
+        name = strategy if isinstance(strategy, str) and strategy == "auto" else Strategy(strategy).value
+        if name == "auto":
+            return "joint"
+        if name not in ATTENTION_STRATEGIES:
+            raise InputError(
+                f"attention layers are planned column, row or joint (auto picks joint); strategy {name!r} is for SpMM only"
+            )
+        return name
+
+    def attention(self, heads: int, channels: int, dtype: torch.dtype, self_loops: bool = True) -> AttentionPlan:
+        """Collective on first use of (heads, channels, dtype, self_loops). The attention plan of a GAT layer of that
+        shape (:class:`~sparsewire.gnn.attention.AttentionPlan`), kept; its bytes add to this operator's counters."""
+        key = (int(heads), int(channels), str(dtype), bool(self_loops))
+        if key not in self.attention_plans:
+            if dtype not in _NUMPY:
+                raise TypeError(f"features must be float32 or float64 tensors (got {dtype})")
+            try:
+                strategy, problem = self.attention_strategy(), None
+            except InputError as error:
+                strategy, problem = None, error
+            agree_on_error(self.comm, problem)
+            plan = make_attention_plan(self.matrix, heads, channels, _NUMPY[dtype], strategy, self_loops, self.all_node_ids())
+            plan.counters.append(self)
+            self.attention_plans[key] = plan
+        return self.attention_plans[key]
 
     def start_tracing(self, tracer) -> None:
         """Collective (learns which ranks share a node). Record the following epochs into ``tracer``
@@ -139,9 +173,9 @@ class GraphOperator:
     def close(self) -> None:
         """Collective. Free every plan."""
         self.stop_tracing()
-        for plan in self.plans.values():
+        for plan in (*self.plans.values(), *self.attention_plans.values()):
             plan.close()
-        self.plans = {}
+        self.plans, self.attention_plans = {}, {}
 
 
 class _Propagate(torch.autograd.Function):

@@ -74,7 +74,7 @@ def distribute_graph(
 ) -> LocalGraph:
     """Collective. Hand every rank its nodes: ``data`` on ``root`` (None elsewhere). The adjacency
     is distributed by rows and normalised for the model (GCN: ``D^-1/2 (A + I) D^-1/2``; SAGE: the
-    mean over in-neighbours), features as rows of ``dtype`` (float32 by default, as PyTorch trains;
+    mean over in-neighbours; GAT: kept, its pattern is what the attention plans read), features as rows of ``dtype`` (float32 by default, as PyTorch trains;
     float64 for results that must match another float64 code to 1e-6), sparse COO when mostly zero.
     The model :func:`train` builds, and every propagation's plan, take the features' dtype.
 
@@ -108,8 +108,8 @@ def distribute_graph(
         problem = f"dtype must be torch.float32 or torch.float64 (got {dtype})"
     elif rank == root and data is None:
         problem = f"rank {root} must pass the graph data"
-    elif model not in ("gcn", "sage"):
-        problem = f"unknown model {model!r}; choose gcn or sage"
+    elif model not in ("gcn", "sage", "gat"):
+        problem = f"unknown model {model!r}; choose gcn, sage or gat"
     elif rank == root:
         problem = _data_problem(data, allow_nonfinite)
     agree_on_error(comm, problem)
@@ -117,7 +117,10 @@ def distribute_graph(
         comm, data.adjacency if rank == root else None, partition, root=root, topology=options.topology, imbalance=imbalance
     )
     values = np.float32 if dtype == torch.float32 else np.float64
-    matrix = gcn_normalize(matrix, values) if model == "gcn" else mean_normalize(matrix, values)
+    if model == "gcn":
+        matrix = gcn_normalize(matrix, values)
+    elif model == "sage":
+        matrix = mean_normalize(matrix, values)
     offsets = matrix.row_partition.offsets
     order = np.arange(matrix.shape[0]) if matrix.row_order is None else matrix.row_order  # position -> node id
     pieces = None
@@ -189,14 +192,17 @@ def _sum_gradients(comm: MPI.Comm, model: torch.nn.Module) -> None:
                 parameter.grad.copy_(host)
 
 
-def training_bytes(graph: LocalGraph, channels: list[int]) -> int:
+def training_bytes(graph: LocalGraph, channels: list[int], heads: int = 1) -> int:
     """Not collective. About the bytes training with layer widths ``channels`` holds on this rank: each weight
     four times (value, gradient, Adam's two moments) and each layer's output on the rank's rows and the
-    propagation's input rows six times (forward, dropout mask, backward, the propagation's buffers)."""
+    propagation's input rows six times (forward, dropout mask, backward, the propagation's buffers). With
+    ``heads`` > 1 (GAT) the hidden widths are per head, and each layer keeps two scores per stored entry and head."""
     itemsize = graph.features.element_size()
     rows = 2 * int(graph.features.shape[0])
-    weights = sum(int(a) * int(b) for a, b in zip(channels, channels[1:]))
-    return itemsize * (4 * weights + 6 * rows * sum(int(c) for c in channels))
+    widths = [int(channels[0])] + [int(c) * heads for c in channels[1:-1]] + [int(channels[-1])]
+    weights = sum(a * b for a, b in zip(widths, widths[1:]))
+    scores = 0 if heads == 1 else 2 * heads * (len(channels) - 1) * int(graph.operator.matrix.local_rows.nnz + rows)
+    return itemsize * (4 * weights + 6 * rows * sum(widths) + scores)
 
 
 def _check_hyper_parameters(lr, weight_decay, dropout) -> None:
@@ -218,6 +224,7 @@ def train(
     graph: LocalGraph,
     *,
     model: str = "gcn",
+    heads: int = 8,
     layers: int = 2,
     hidden: int = 16,
     epochs: int = 200,
@@ -237,8 +244,9 @@ def train(
         graph: from :func:`distribute_graph` (the operator normalised for ``model``).
         layers, hidden: ``layers`` convolutions, hidden width ``hidden`` (or ``channels`` given
             whole: ``[in, hidden..., out]``).
-        lr, weight_decay: Adam; the L2 weight decay applies to the first layer only, as in Kipf and
-            Welling's GCN (and PyG's example).
+        heads: attention heads of ``gat``'s hidden layers (its output layer has one).
+        lr, weight_decay: Adam; the L2 weight decay applies to the first layer only for ``gcn`` and ``sage``, as in
+            Kipf and Welling's GCN (and PyG's example), and to every layer for ``gat``, as in PyG's ``examples/gat.py``.
         dropout: before every convolution, masks from global node ids (the same at any P).
         seed: ``torch.manual_seed(seed)`` before the weights are drawn (the same on every rank).
         dtype: the dtype of the weights and every propagation (None: the features' dtype, from
@@ -259,7 +267,7 @@ def train(
     channels = channels or [features.shape[1]] + [hidden] * (layers - 1) + [graph.classes]
     try:
         check_derived_fits(
-            training_bytes(graph, channels),
+            training_bytes(graph, channels, heads if model == "gat" else 1),
             f"a network of {len(channels) - 1} layers, widest {max(channels)} (layers, hidden, channels, classes)",
             "use a smaller hidden, fewer layers or fewer classes",
         )
@@ -268,12 +276,14 @@ def train(
         problem = error
     agree_on_error(comm, problem)
     torch.manual_seed(seed)
-    network = GNN(model, channels, dropout=dropout, seed=seed, dtype=features.dtype).to(
+    network = GNN(model, channels, dropout=dropout, seed=seed, dtype=features.dtype, heads=heads).to(
         features.device
     )  # drawn on the CPU: the same weights on any device
     if initial_state is not None:
         network.load_state_dict(initial_state)
-    first, rest = list(network.convs[0].parameters()), [p for conv in network.convs[1:] for p in conv.parameters()]
+    decayed = network.convs if model == "gat" else network.convs[:1]
+    first = [p for conv in decayed for p in conv.parameters()]
+    rest = [p for conv in network.convs[len(decayed) :] for p in conv.parameters()]
     optimizer = torch.optim.Adam([{"params": first, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}], lr=lr)
     operator = graph.operator
     train_mask = graph.masks["train"]

@@ -1,0 +1,389 @@
+"""Distributed graph attention: each destination's softmax-aggregate over its in-neighbours, exact, on the plan of
+:mod:`sparsewire.plan.attention` (which gives the algorithm and the byte formula), differentiable in PyTorch.
+
+:class:`AttentionPlan` holds, for one graph, head count H, channels C and dtype, which sources this rank fetches
+(served by their column), which of its rows peers aggregate for it (served by their row), and which rows it
+aggregates for peers. :func:`attend` is one layer's aggregation: forward two rounds of point-to-point messages (the
+fetched ``z_j`` and the sent ``t_i``; then the partials ``(L, V)`` back), the exact log-sum-exp merge, and a backward
+of two rounds (the gradients of the partials and of the fetched ``z_j`` out; those of ``t_i`` back). The local work
+is :mod:`sparsewire.kernels.attention`'s, which never forms an ``nnz x H x C`` tensor. Bytes received are counted
+from MPI's receive statuses. Runs on MPI and the CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from mpi4py import MPI
+
+from sparsewire.comm.runtime import agree_on_error, agree_on_values, collective_errors
+from sparsewire.kernels.attention import attend_backward, attend_forward, source_order
+from sparsewire.plan.attention import ATTENTION_STRATEGIES, attention_blocks
+
+__all__ = ["AttentionPlan", "attend", "attention_pattern", "make_attention_plan"]
+
+_Z, _T, _PARTIAL, _PARTIAL_GRAD, _Z_GRAD, _T_GRAD = range(1, 7)  # message tags, one per kind
+
+
+def attention_pattern(local_rows: sp.csr_array, row_offset: int, self_loops: bool) -> sp.csr_array:
+    """Not collective. The structure GAT attends over (values 1, sorted): this rank's rows of A without their stored
+    self-loops, plus one per node when ``self_loops`` (PyG's GAT rule: ``remove_self_loops`` then
+    ``add_self_loops``)."""
+    coo = sp.coo_array(local_rows)
+    keep = coo.col != coo.row + row_offset
+    rows, cols = coo.row[keep], coo.col[keep]
+    if self_loops:
+        own = np.arange(local_rows.shape[0])
+        rows, cols = np.concatenate([rows, own]), np.concatenate([cols, own + row_offset])
+    pattern = sp.csr_array((np.ones(rows.size, np.int8), (rows, cols)), shape=local_rows.shape)
+    pattern.sum_duplicates()
+    pattern.sort_indices()
+    pattern.data[:] = 1
+    return pattern
+
+
+class _Part:
+    """A set of entries aggregated by one call of the kernels: rows (destinations) in CSR order over sources."""
+
+    def __init__(self, rows: np.ndarray, source: np.ndarray, n_rows: int, n_sources: int, dst_ids, src_ids) -> None:
+        self.n_rows, self.n_sources = n_rows, n_sources
+        self.indptr = np.zeros(n_rows + 1, np.int64)
+        np.cumsum(np.bincount(rows, minlength=n_rows), out=self.indptr[1:])
+        self.source = np.ascontiguousarray(source, np.int64)
+        self.row_of_entry = np.ascontiguousarray(rows, np.int64)
+        self.by_source, self.source_ptr = source_order(self.source, n_sources)
+        self.dst_ids = np.ascontiguousarray(dst_ids, np.int64)
+        self.src_ids = np.ascontiguousarray(src_ids, np.int64)
+
+    def forward(self, z, s, t, slope, dropout, salt):
+        heads, channels = z.shape[1], z.shape[2]
+        scores = np.empty((self.source.size, heads), z.dtype)
+        L = np.empty((self.n_rows, heads), z.dtype)
+        V = np.empty((self.n_rows, heads, channels), z.dtype)
+        attend_forward(self.indptr, self.source, z, s, t, slope, dropout, self.dst_ids, self.src_ids, salt, scores, L, V)
+        return scores, L, V
+
+    def backward(self, z, s, t, slope, dropout, salt, scores, L, V, gV, gL, gz, gs):
+        gt = np.empty_like(L)
+        attend_backward(
+            self.indptr, self.source, self.by_source, self.source_ptr, self.row_of_entry, z, s, t, slope, dropout,
+            self.dst_ids, self.src_ids, salt, scores, L, V, gV, gL, gz, gs, gt,
+        )  # fmt: skip
+        return gt
+
+
+class AttentionPlan:
+    """The exchange of one attention layer shape: graph, ``heads``, ``channels`` and ``dtype`` (module docstring).
+
+    Attributes:
+        strategy: ``column``, ``row`` or ``joint`` (:data:`~sparsewire.plan.attention.ATTENTION_STRATEGIES`).
+        blocks: this rank's off-diagonal blocks and how each is served (:class:`~sparsewire.plan.attention.AttentionBlock`).
+        planned_forward, planned_backward: bytes every rank together receives per forward and per backward, from the
+            formula of each block's cover.
+        bytes_forward, bytes_backward: bytes this rank received in the aggregations so far, from MPI's receive
+            statuses (reset them to measure a step).
+    """
+
+    def __init__(
+        self, matrix, heads: int, channels: int, dtype, strategy: str, self_loops: bool, node_ids: np.ndarray
+    ) -> None:
+        """Collective. Prefer :meth:`sparsewire.gnn.GraphOperator.attention`. ``node_ids``: every position's node id."""
+        comm = matrix.comm
+        rank, size = comm.Get_rank(), comm.Get_size()
+        self.matrix, self.heads, self.channels, self.dtype = matrix, int(heads), int(channels), np.dtype(dtype)
+        self.strategy, self.self_loops = strategy, bool(self_loops)
+        offsets = matrix.col_partition.offsets
+        start = int(offsets[rank])
+        n = matrix.local_rows.shape[0]
+        self.n = n
+        pattern = attention_pattern(matrix.local_rows, start, self.self_loops)
+        self.nnz = pattern.nnz
+        diagonal, self.blocks = attention_blocks(pattern, matrix.col_partition, rank, self.channels, strategy)
+        entry_row = np.repeat(np.arange(n, dtype=np.int64), np.diff(pattern.indptr))
+        entry_col = pattern.indices.astype(np.int64)
+        own_ids = node_ids[start : start + n]
+        # The local part: own columns, then the fetched ones (block by block), as rows of one source table.
+        source_of = np.full(pattern.nnz, -1, np.int64)
+        source_of[diagonal] = entry_col[diagonal] - start
+        fetched_ids, next_source = [own_ids], n
+        self._fetch = []  # (peer, rows of the table it fills)
+        self._row_blocks = []  # (peer, local rows p aggregates for this rank)
+        requests: list[object] = [None] * size
+        for block in self.blocks:
+            asked = [None, None]
+            if block.cols.size:
+                source_of[block.column_entries] = next_source + np.searchsorted(block.cols, entry_col[block.column_entries])
+                self._fetch.append((block.peer, slice(next_source, next_source + block.cols.size)))
+                next_source += block.cols.size
+                fetched_ids.append(node_ids[block.cols])
+                asked[0] = block.cols - int(offsets[block.peer])
+            if block.rows.size:
+                self._row_blocks.append((block.peer, block.rows))
+                asked[1] = (own_ids[block.rows], block.row_of_entry, entry_col[block.row_entries] - int(offsets[block.peer]))
+            requests[block.peer] = asked
+        local = np.flatnonzero(source_of >= 0)
+        self._local = _Part(entry_row[local], source_of[local], n, next_source, own_ids, np.concatenate(fetched_ids))
+        told = comm.alltoall(requests)
+        self._serve_columns = [(peer, asked[0]) for peer, asked in enumerate(told) if asked is not None and asked[0] is not None]
+        self._served = []  # (peer, part) of the rows this rank aggregates for peers
+        for peer, asked in enumerate(told):
+            if asked is not None and asked[1] is not None:
+                dst_ids, rows, sources = asked[1]
+                self._served.append((peer, _Part(rows, sources, dst_ids.size, n, dst_ids, own_ids)))
+        itemsize = self.dtype.itemsize
+        forward, backward = np.sum(
+            [block.bytes(self.heads, self.channels, itemsize) for block in self.blocks] or [(0, 0)], axis=0
+        ).tolist()
+        self.planned_forward, self.planned_backward = (int(v) for v in comm.allreduce(np.array([forward, backward]), op=MPI.SUM))
+        self.bytes_forward = self.bytes_backward = 0
+        self.counters: list = []  # objects whose bytes_forward, bytes_backward and wire_bytes the runs add to
+        self._comm = comm.Dup()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        cols = sum(block.cols.size for block in self.blocks)
+        rows = sum(block.rows.size for block in self.blocks)
+        return (
+            f"AttentionPlan(heads={self.heads}, channels={self.channels}, dtype={self.dtype}, strategy={self.strategy!r}, "
+            f"fetched columns {cols}, rows served by peers {rows}, planned bytes {self.planned_forward} + {self.planned_backward})"
+        )
+
+    def explain(self) -> str:
+        """Not collective. This rank's blocks: the columns and rows each serves and their bytes per direction
+        (:func:`~sparsewire.plan.attention.attention_bytes`), and the plan's total per training step."""
+        itemsize = self.dtype.itemsize
+        lines = [
+            f"attention plan on rank {self.matrix.comm.Get_rank()}: strategy {self.strategy}, H = {self.heads}, "
+            f"C = {self.channels}, {self.dtype}; per block 2 b H [C |cols| + (C + 2) |rows|] bytes per step"
+        ]
+        for block in self.blocks:
+            forward, backward = block.bytes(self.heads, self.channels, itemsize)
+            lines.append(
+                f"  rank {block.peer}: {block.cols.size} columns fetched, {block.rows.size} rows aggregated there; "
+                f"{forward} B forward, {backward} B backward"
+            )
+        lines.append(
+            f"  every rank together: {self.planned_forward} B forward + {self.planned_backward} B backward = "
+            f"{self.planned_forward + self.planned_backward} B per step"
+        )
+        return "\n".join(lines)
+
+    def summary(self) -> dict:
+        """Not collective. The plan's figures as a JSON-ready dict (strategy, shape, planned bytes per direction)."""
+        return {
+            "strategy": self.strategy,
+            "heads": self.heads,
+            "channels": self.channels,
+            "dtype": self.dtype.name,
+            "planned_bytes_forward": self.planned_forward,
+            "planned_bytes_backward": self.planned_backward,
+            "fetched_columns": int(sum(block.cols.size for block in self.blocks)),
+            "rows_served_by_peers": int(sum(block.rows.size for block in self.blocks)),
+        }
+
+    def close(self) -> None:
+        """Collective. Free the plan's communicator (a second call does nothing)."""
+        if not self._closed:
+            self._closed = True
+            self._comm.Free()
+
+    def __enter__(self) -> AttentionPlan:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # The two passes, on NumPy arrays (the autograd function below wraps them).
+
+    def _exchange(self, receives: list, sends: list) -> int:
+        """Post ``receives`` (peer, buffer, tag) and ``sends`` (peer, array, tag), wait for all; the bytes received."""
+        comm = self._comm
+        requests = [comm.Irecv(buffer, peer, tag) for peer, buffer, tag in receives]
+        statuses = [MPI.Status() for _ in requests]
+        sent = [comm.Isend(np.ascontiguousarray(array), peer, tag) for peer, array, tag in sends]
+        MPI.Request.Waitall(requests, statuses)
+        MPI.Request.Waitall(sent)
+        return sum(status.Get_count(MPI.BYTE) for status in statuses)
+
+    def forward(self, z: np.ndarray, att_src: np.ndarray, t: np.ndarray, slope: float, dropout: float, salt: int):
+        """Collective. This rank's rows of the aggregation and what the backward needs (module docstring)."""
+        heads, channels, dtype = self.heads, self.channels, self.dtype
+        table = np.empty((self._local.n_sources, heads, channels), dtype)
+        table[: self.n] = z
+        t_in = {peer: np.empty((part.n_rows, heads), dtype) for peer, part in self._served}
+        receives = [(peer, table[rows], _Z) for peer, rows in self._fetch]
+        receives += [(peer, t_in[peer], _T) for peer, _ in self._served]
+        sends = [(peer, z[rows], _Z) for peer, rows in self._serve_columns]
+        sends += [(peer, t[rows], _T) for peer, rows in self._row_blocks]
+        # table[rows] of a slice is a view: the fetched rows land in the table itself.
+        received = self._exchange(receives, sends)
+        s_table = np.einsum("mhc,hc->mh", table, att_src)
+        s_own = s_table[: self.n]
+        local = self._local.forward(table, s_table, t, slope, dropout, salt)
+        served = {}
+        for peer, part in self._served:
+            served[peer] = part.forward(z, s_own, t_in[peer], slope, dropout, salt)
+        partial_in = {peer: np.empty((rows.size, heads * (channels + 1)), dtype) for peer, rows in self._row_blocks}
+        sends = [
+            (peer, np.concatenate([L, V.reshape(L.shape[0], -1)], axis=1), _PARTIAL) for peer, (_, L, V) in served.items()
+        ]
+        received += self._exchange([(peer, partial_in[peer], _PARTIAL) for peer in partial_in], sends)
+        self.bytes_forward += received
+        for counter in self.counters:
+            counter.bytes_forward += received
+            counter.wire_bytes += received
+        remote = {
+            peer: (buffer[:, :heads], buffer[:, heads:].reshape(-1, heads, channels)) for peer, buffer in partial_in.items()
+        }
+        out, L, weights = self._merge(local[1], local[2], remote)
+        return out, {"table": table, "s": s_table, "t": t, "t_in": t_in, "local": local, "served": served,
+                     "remote": remote, "out": out, "weights": weights}  # fmt: skip
+
+    def _merge(self, L_local, V_local, remote):
+        """``L = log sum_k exp(L_k)`` and ``out = sum_k exp(L_k - L) V_k`` over this rank's partials; the weights."""
+        top = L_local.copy()
+        for peer, rows in self._row_blocks:
+            np.maximum.at(top, rows, remote[peer][0])
+        top[~np.isfinite(top)] = 0.0  # a row without entries: its partials are all -inf
+        total = np.exp(L_local - top)
+        for peer, rows in self._row_blocks:
+            np.add.at(total, rows, np.exp(remote[peer][0] - top[rows]))
+        with np.errstate(divide="ignore"):
+            L = top + np.log(total)
+        empty = ~np.isfinite(L)
+
+        def weight(L_part, rows):
+            w = np.exp(L_part - (L if rows is None else L[rows]))
+            w[empty if rows is None else empty[rows]] = 0.0
+            return w
+
+        weights = {None: weight(L_local, None)}
+        out = weights[None][..., None] * V_local
+        for peer, rows in self._row_blocks:
+            weights[peer] = weight(remote[peer][0], rows)
+            np.add.at(out, rows, weights[peer][..., None] * remote[peer][1])
+        return out, L, weights
+
+    def backward(self, G: np.ndarray, att_src: np.ndarray, z: np.ndarray, slope: float, dropout: float, salt: int, saved):
+        """Collective. The gradients of z, att_src and t from that of the output ``G`` (module docstring)."""
+        heads, channels, dtype, n = self.heads, self.channels, self.dtype, self.n
+        out, weights, table, s_table, t = saved["out"], saved["weights"], saved["table"], saved["s"], saved["t"]
+
+        def partial_gradients(w, V, rows):
+            g = G if rows is None else G[rows]
+            gV = w[..., None] * g
+            gL = w * np.einsum("rhc,rhc->rh", g, V - (out if rows is None else out[rows]))
+            return gV, gL
+
+        # Round one: the gradients of the peers' partials out; the fetched rows' gradients once the local part is done.
+        grads_in = {peer: np.empty((part.n_rows, heads * (channels + 1)), dtype) for peer, part in self._served}
+        z_grads_in = {peer: np.empty((rows.size, heads, channels), dtype) for peer, rows in self._serve_columns}
+        t_grads_in = {peer: np.empty((rows.size, heads), dtype) for peer, rows in self._row_blocks}
+        comm = self._comm
+        receives = [(peer, buffer, _PARTIAL_GRAD) for peer, buffer in grads_in.items()]
+        receives += [(peer, buffer, _Z_GRAD) for peer, buffer in z_grads_in.items()]
+        receives += [(peer, buffer, _T_GRAD) for peer, buffer in t_grads_in.items()]
+        requests = [comm.Irecv(buffer, peer, tag) for peer, buffer, tag in receives]
+        statuses = [MPI.Status() for _ in requests]
+        sent = []
+        for peer, rows in self._row_blocks:
+            L_k, V_k = saved["remote"][peer]
+            gV, gL = partial_gradients(weights[peer], V_k, rows)
+            sent.append(comm.Isend(np.ascontiguousarray(np.concatenate([gL, gV.reshape(rows.size, -1)], axis=1)), peer, _PARTIAL_GRAD))
+        gz = np.zeros_like(table)
+        gs = np.zeros(s_table.shape, dtype)
+        scores, L_local, V_local = saved["local"]
+        gV, gL = partial_gradients(weights[None], V_local, None)
+        gt = self._local.backward(table, s_table, t, slope, dropout, salt, scores, L_local, V_local, gV, gL, gz, gs)
+        d_att = np.einsum("mh,mhc->hc", gs[n:], table[n:])  # the fetched rows' share (their s was made here)
+        # The fetched rows' gradients, their s path included (rows is a slice of the table past this rank's rows).
+        sent += [comm.Isend(gz[rows] + gs[rows, :, None] * att_src, peer, _Z_GRAD) for peer, rows in self._fetch]
+        # Round two: aggregate the gradients of the partials made here; send those of t back.
+        MPI.Request.Waitall(requests[: len(grads_in)], statuses[: len(grads_in)])
+        s_own, gz_own, gs_own = s_table[:n], gz[:n], gs[:n]
+        for peer, part in self._served:
+            buffer = grads_in[peer]
+            gL_in, gV_in = buffer[:, :heads], buffer[:, heads:].reshape(-1, heads, channels)
+            scores, L_p, V_p = saved["served"][peer]
+            gt_p = part.backward(z, s_own, saved["t_in"][peer], slope, dropout, salt, scores, L_p, V_p,
+                                 np.ascontiguousarray(gV_in), np.ascontiguousarray(gL_in), gz_own, gs_own)  # fmt: skip
+            sent.append(comm.Isend(gt_p, peer, _T_GRAD))
+        MPI.Request.Waitall(requests[len(grads_in) :], statuses[len(grads_in) :])
+        MPI.Request.Waitall(sent)
+        received = sum(status.Get_count(MPI.BYTE) for status in statuses)
+        self.bytes_backward += received
+        for counter in self.counters:
+            counter.bytes_backward += received
+            counter.wire_bytes += received
+        d_att += np.einsum("mh,mhc->hc", gs_own, z)
+        dz = gz_own + gs_own[:, :, None] * att_src
+        for peer, rows in self._serve_columns:
+            dz[rows] += z_grads_in[peer]
+        for peer, rows in self._row_blocks:
+            gt[rows] += t_grads_in[peer]
+        return dz, d_att, gt
+
+
+class _Attend(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z, att_src, t, plan, slope, dropout, salt):
+        zn = z.detach().contiguous().numpy()
+        an = att_src.detach().contiguous().numpy()
+        out, saved = plan.forward(zn, an, t.detach().contiguous().numpy(), slope, dropout, salt)
+        ctx.plan, ctx.arguments, ctx.saved, ctx.z, ctx.att = plan, (slope, dropout, salt), saved, zn, an
+        return torch.from_numpy(out)
+
+    @staticmethod
+    def backward(ctx, grad):
+        slope, dropout, salt = ctx.arguments
+        G = np.ascontiguousarray(grad.detach().numpy())
+        dz, d_att, dt = ctx.plan.backward(G, ctx.att, ctx.z, slope, dropout, salt, ctx.saved)
+        ctx.saved = None
+        return torch.from_numpy(dz), torch.from_numpy(d_att), torch.from_numpy(dt), None, None, None, None
+
+
+@collective_errors
+def attend(
+    plan: AttentionPlan, z: torch.Tensor, att_src: torch.Tensor, t: torch.Tensor, slope: float = 0.2, dropout: float = 0.0,
+    salt: int = 0,
+) -> torch.Tensor:  # fmt: skip
+    """Collective. This rank's rows of ``out_i = sum_j alpha_ij z_j`` with ``alpha_ij = softmax_j(LeakyReLU(s_j + t_i))``
+    over row i's entries (Veličković et al., ICLR 2018), ``s_j = <att_src, z_j>``; ``z`` is this rank's (rows, H, C),
+    ``att_src`` (H, C), ``t`` (rows, H). Attention dropout at rate ``dropout`` draws its masks from (destination,
+    source, head, ``salt``). Differentiable in z, att_src and t; every rank must call it in the same order."""
+    problem = None
+    rank = plan.matrix.comm.Get_rank()
+    expected = (plan.n, plan.heads, plan.channels)
+    if plan._closed:
+        problem = "this AttentionPlan was closed; make a new one"
+    elif tuple(z.shape) != expected or tuple(t.shape) != expected[:2] or tuple(att_src.shape) != expected[1:]:
+        problem = (
+            f"rank {rank}: z, att_src and t have shapes {tuple(z.shape)}, {tuple(att_src.shape)}, {tuple(t.shape)}; "
+            f"the plan expects {expected}, {expected[1:]}, {expected[:2]} (this rank's rows, heads, channels)"
+        )
+    elif z.device.type != "cpu":
+        problem = f"rank {rank}: attention runs on the CPU here; its features are on {z.device}"
+    elif z.dtype != torch.from_numpy(np.empty(0, plan.dtype)).dtype:
+        problem = f"rank {rank}: features are {z.dtype}, the plan is {plan.dtype}"
+    agree_on_error(plan.matrix.comm, problem)
+    return _Attend.apply(z, att_src, t, plan, float(slope), float(dropout), int(salt) & 0xFFFFFFFF)
+
+
+def make_attention_plan(matrix, heads: int, channels: int, dtype, strategy: str, self_loops: bool, node_ids) -> AttentionPlan:
+    """Collective. Check the arguments on every rank, then plan (:class:`AttentionPlan`)."""
+    problem = None
+    if strategy not in ATTENTION_STRATEGIES:
+        problem = f"unknown attention strategy {strategy!r}; choose one of {', '.join(ATTENTION_STRATEGIES)}"
+    elif matrix.shape[0] != matrix.shape[1] or not np.array_equal(matrix.row_partition.offsets, matrix.col_partition.offsets):
+        problem = f"attention needs a square graph whose rows and columns are split alike (got {matrix.shape})"
+    elif np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+        problem = f"dtype {np.dtype(dtype)} is not supported; use float32 or float64"
+    agree_on_error(matrix.comm, problem)
+    agree_on_values(
+        matrix.comm,
+        {"heads": int(heads), "channels": int(channels), "strategy": strategy, "self_loops": bool(self_loops)},
+        "build every rank's layers alike",
+    )
+    return AttentionPlan(matrix, heads, channels, dtype, strategy, self_loops, node_ids)
+

@@ -1,0 +1,115 @@
+"""The graph-attention (GAT) plan, without MPI: which node sends what so that each destination's softmax over its
+in-neighbours is exact while the fewest bytes move.
+
+Rows of A are destinations, columns sources, both split by one partition; rank q owns its rows' features
+``z_v`` (H heads of C channels), source scores ``s_v = <a_src, z_v>`` and destination scores ``t_v = <a_dst, z_v>``.
+Per head, ``e_ij = LeakyReLU(s_j + t_i)`` and ``out_i = sum_j softmax_j(e_ij) z_j`` over row i's entries.
+
+An entry of an off-diagonal block A(q, p) is served one of two ways:
+
+* by its **column**: q fetches ``z_j`` (H C values) and computes the entry itself; backward it returns ``dz_j``;
+* by its **row**: q sends ``t_i`` (H values) to p, which returns the partial softmax-aggregate of row i over the
+  entries it serves, ``L = log sum exp(e_ij)`` and ``V = sum softmax(e_ij) z_j`` (H (C + 1) values); backward q sends
+  the gradients of V and L (H (C + 1)) and p returns that of ``t_i`` (H). q merges its partials exactly:
+  ``L_i = log sum_k exp(L_ik)``, ``out_i = sum_k exp(L_ik - L_i) V_ik``.
+
+So per layer and training step (forward and backward) a block costs ``2 b H [C |cols| + (C + 2) |rows|]`` bytes for
+the columns and rows it serves that way (b bytes per value). ``column`` serves every entry by its column (the halo
+exchange of every other full-graph system), ``row`` by its row, and ``joint`` takes a minimum *weighted* vertex cover
+of the block's bipartite graph (column weight C, row weight C + 2; :mod:`sparsewire.plan.cover`'s min cut), so it
+never moves more than either; an entry whose column is in the cover is served by its column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparsewire.errors import InputError
+from sparsewire.partition.rows import RowPartition
+from sparsewire.plan.cover import minimum_vertex_cover
+
+__all__ = ["ATTENTION_STRATEGIES", "AttentionBlock", "attention_bytes", "attention_blocks"]
+
+#: How an attention plan serves its off-diagonal blocks (module docstring).
+ATTENTION_STRATEGIES = ("column", "row", "joint")
+
+
+@dataclass(frozen=True)
+class AttentionBlock:
+    """How rank q's entries in the columns of one peer p are served.
+
+    Attributes:
+        peer: p.
+        cols: the global columns fetched from p (served by their column), ascending.
+        rows: q's local rows whose remaining entries p serves (by their row), ascending.
+        column_entries: positions in q's CSR arrays of the entries served by their column.
+        row_entries: positions of the entries p serves, ordered by row then column.
+        row_of_entry: for each of ``row_entries``, its index into ``rows``.
+    """
+
+    peer: int
+    cols: np.ndarray
+    rows: np.ndarray
+    column_entries: np.ndarray
+    row_entries: np.ndarray
+    row_of_entry: np.ndarray
+
+    def bytes(self, heads: int, channels: int, value_bytes: int) -> tuple[int, int]:
+        """Not collective. (forward, backward) bytes of this block per step: ``attention_bytes`` of its sets."""
+        return attention_bytes(self.cols.size, self.rows.size, heads, channels, value_bytes)
+
+
+def attention_bytes(n_cols: int, n_rows: int, heads: int, channels: int, value_bytes: int) -> tuple[int, int]:
+    """Not collective. The (forward, backward) bytes of ``n_cols`` columns and ``n_rows`` rows served across ranks:
+    each way ``b H (C |cols| + (C + 2) |rows|)`` (forward: z_j; t_i out, L and V back; backward: dz_j; the gradients
+    of V and L out, that of t_i back), so ``2 b H [C |cols| + (C + 2) |rows|]`` per step."""
+    one_way = value_bytes * heads * (channels * n_cols + (channels + 2) * n_rows)
+    return one_way, one_way
+
+
+def attention_blocks(
+    local_rows: sp.csr_array, col_partition: RowPartition, rank: int, channels: int, strategy: str = "joint"
+) -> tuple[np.ndarray, list[AttentionBlock]]:
+    """Not collective. Rank ``rank``'s entries split by their column's owner: the positions (in ``local_rows``' CSR
+    arrays) of those whose column it owns, and one :class:`AttentionBlock` per other owner, in rank order, served
+    under ``strategy`` (module docstring; ``joint`` weighs a column C and a row C + 2)."""
+    if strategy not in ATTENTION_STRATEGIES:
+        raise InputError(f"unknown attention strategy {strategy!r}; choose one of {', '.join(ATTENTION_STRATEGIES)}")
+    if not isinstance(channels, (int, np.integer)) or channels < 1:
+        raise InputError(f"channels per head must be a positive integer (got {channels!r})")
+    csr = sp.csr_array(local_rows)
+    entry_row = np.repeat(np.arange(csr.shape[0], dtype=np.int64), np.diff(csr.indptr))
+    entry_col = csr.indices.astype(np.int64)
+    owner = np.searchsorted(col_partition.offsets, entry_col, side="right") - 1
+    positions = np.arange(csr.nnz, dtype=np.int64)
+    diagonal = positions[owner == rank]
+    blocks = []
+    for peer in np.unique(owner[owner != rank]).tolist():
+        entries = positions[owner == peer]
+        rows, row_index = np.unique(entry_row[entries], return_inverse=True)
+        cols, col_index = np.unique(entry_col[entries], return_inverse=True)
+        if strategy == "column":
+            by_column = np.ones(entries.size, bool)
+        elif strategy == "row":
+            by_column = np.zeros(entries.size, bool)
+        else:
+            graph = sp.csr_array((np.ones(entries.size, np.int8), (row_index, col_index)), shape=(rows.size, cols.size))
+            _, col_covered = minimum_vertex_cover(
+                graph, np.full(rows.size, channels + 2, np.int64), np.full(cols.size, channels, np.int64)
+            )
+            by_column = col_covered[col_index]
+        served_rows, row_of_entry = np.unique(entry_row[entries[~by_column]], return_inverse=True)
+        blocks.append(
+            AttentionBlock(
+                int(peer),
+                np.unique(entry_col[entries[by_column]]),
+                served_rows,
+                entries[by_column],
+                entries[~by_column],  # CSR order: by row, then column
+                row_of_entry.astype(np.int64),
+            )
+        )
+    return diagonal, blocks
