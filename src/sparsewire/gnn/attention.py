@@ -27,15 +27,15 @@ _Z, _T, _PARTIAL, _PARTIAL_GRAD, _Z_GRAD, _T_GRAD = range(1, 7)  # message tags,
 
 
 def attention_pattern(local_rows: sp.csr_array, row_offset: int, self_loops: bool) -> sp.csr_array:
-    """Not collective. The structure GAT attends over (values 1, sorted): this rank's rows of A without their stored
-    self-loops, plus one per node when ``self_loops`` (PyG's GAT rule: ``remove_self_loops`` then
-    ``add_self_loops``)."""
+    """Not collective. The structure GAT attends over (values 1, sorted): with ``self_loops``, this rank's rows of A
+    without their stored self-loops plus one per node (PyG's GAT rule: ``remove_self_loops`` then
+    ``add_self_loops``); without, A's pattern as it is (stored self-loops kept, as PyG keeps them)."""
     coo = sp.coo_array(local_rows)
-    keep = coo.col != coo.row + row_offset
-    rows, cols = coo.row[keep], coo.col[keep]
+    rows, cols = coo.row, coo.col
     if self_loops:
+        keep = cols != rows + row_offset
         own = np.arange(local_rows.shape[0])
-        rows, cols = np.concatenate([rows, own]), np.concatenate([cols, own + row_offset])
+        rows, cols = np.concatenate([rows[keep], own]), np.concatenate([cols[keep], own + row_offset])
     pattern = sp.csr_array((np.ones(rows.size, np.int8), (rows, cols)), shape=local_rows.shape)
     pattern.sum_duplicates()
     pattern.sort_indices()
@@ -254,7 +254,8 @@ class AttentionPlan:
         empty = ~np.isfinite(L)
 
         def weight(L_part, rows):
-            w = np.exp(L_part - (L if rows is None else L[rows]))
+            with np.errstate(invalid="ignore"):  # -inf - -inf on a row without entries; its weight is set to 0
+                w = np.exp(L_part - (L if rows is None else L[rows]))
             w[empty if rows is None else empty[rows]] = 0.0
             return w
 
@@ -339,7 +340,6 @@ class _Attend(torch.autograd.Function):
         slope, dropout, salt = ctx.arguments
         G = np.ascontiguousarray(grad.detach().numpy())
         dz, d_att, dt = ctx.plan.backward(G, ctx.att, ctx.z, slope, dropout, salt, ctx.saved)
-        ctx.saved = None
         return torch.from_numpy(dz), torch.from_numpy(d_att), torch.from_numpy(dt), None, None, None, None
 
 

@@ -1,0 +1,104 @@
+"""Graph attention's local kernels (sparsewire.kernels.attention) against PyTorch autograd on the same entries: the
+partial softmax-aggregate and its gradient, with and without attention dropout, rows without entries, and the
+compiled mask hash equal to the NumPy one of the layers' dropout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sparsewire.gnn.layers import _keep_fraction  # noqa: E402
+from sparsewire.kernels.attention import attend_backward, attend_forward, keep_fraction, source_order  # noqa: E402
+
+
+def reference(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, salt):
+    """L and V by PyTorch ops over an explicit entries x heads x channels tensor (what the kernel avoids)."""
+    rows = torch.from_numpy(np.repeat(np.arange(indptr.size - 1), np.diff(indptr)))
+    src = torch.from_numpy(source)
+    heads = z.shape[1]
+    e = torch.nn.functional.leaky_relu(s[src] + t[rows], slope)
+    top = torch.full((indptr.size - 1, heads), -torch.inf, dtype=z.dtype).scatter_reduce(
+        0, rows[:, None].expand(-1, heads), e.detach(), "amax"
+    )
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    total = torch.zeros_like(top).index_add(0, rows, torch.exp(e - top[rows]))
+    L = top + torch.log(total)
+    keep = np.ones((source.size, heads))
+    if dropout > 0:
+        row_ids = dst_ids[rows.numpy()][:, None]
+        col_ids = src_ids[source][:, None]
+        salts = salt * 131 + np.arange(heads)[None, :]
+        keep = np.where(_mask(row_ids, col_ids, salts) < dropout, 0.0, 1 / (1 - dropout))
+        assert 0 < (keep == 0).sum() < keep.size  # some entries dropped, not all
+    alpha = torch.exp(e - L[rows]) * torch.from_numpy(keep)
+    V = torch.zeros(indptr.size - 1, heads, z.shape[2], dtype=z.dtype).index_add(0, rows, alpha[..., None] * z[src])
+    return L, V
+
+
+def _mask(row_ids, col_ids, salts):
+    """The hash per (entry, head) with a salt per head."""
+    return np.stack([_keep_fraction(row_ids[:, 0], col_ids[:, 0], int(salt)) for salt in salts[0]], axis=1)
+
+
+def random_entries(rng, n_rows, n_sources, empty_rows=()):
+    counts = rng.integers(1, 5, n_rows)
+    counts[list(empty_rows)] = 0
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    source = np.concatenate([np.sort(rng.choice(n_sources, c, replace=False)) for c in counts]).astype(np.int64)
+    return indptr, source
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.4])
+def test_the_kernels_equal_autograd_on_random_entries(rng, dropout):
+    n_rows, n_sources, heads, channels = 9, 7, 3, 5
+    indptr, source = random_entries(rng, n_rows, n_sources, empty_rows=(4,))
+    z = torch.from_numpy(rng.standard_normal((n_sources, heads, channels))).requires_grad_(True)
+    s = torch.from_numpy(rng.standard_normal((n_sources, heads))).requires_grad_(True)
+    t = torch.from_numpy(rng.standard_normal((n_rows, heads))).requires_grad_(True)
+    dst_ids, src_ids = rng.permutation(100)[:n_rows].astype(np.int64), rng.permutation(100)[:n_sources].astype(np.int64)
+    salt, slope = int(rng.integers(0, 1 << 20)), 0.2
+    scores = np.empty((source.size, heads))
+    L, V = np.empty((n_rows, heads)), np.empty((n_rows, heads, channels))
+    zn, sn, tn = z.detach().numpy(), s.detach().numpy(), t.detach().numpy()
+    attend_forward(indptr, source, zn, sn, tn, slope, dropout, dst_ids, src_ids, salt, scores, L, V)
+    L_ref, V_ref = reference(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, salt)
+    assert L[4].tolist() == [-np.inf] * heads and not V[4].any()  # the empty row
+    filled = np.arange(n_rows) != 4
+    np.testing.assert_allclose(L[filled], L_ref.detach().numpy()[filled], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(V, V_ref.detach().numpy(), rtol=0, atol=1e-12)
+    # Backward: random gradients of L and V (none on the empty row, whose L is -inf).
+    gV, gL = rng.standard_normal(V.shape), rng.standard_normal(L.shape)
+    gL[4] = 0.0
+    ((V_ref * torch.from_numpy(gV)).sum() + (L_ref[filled] * torch.from_numpy(gL[filled])).sum()).backward()
+    gz, gs, gt = np.zeros_like(zn), np.zeros_like(sn), np.empty_like(tn)
+    rows_of_entry = np.repeat(np.arange(n_rows), np.diff(indptr)).astype(np.int64)
+    by_source, source_ptr = source_order(source, n_sources)
+    attend_backward(indptr, source, by_source, source_ptr, rows_of_entry, zn, sn, tn, slope, dropout, dst_ids, src_ids,
+                    salt, scores, L, V, gV, gL, gz, gs, gt)  # fmt: skip
+    np.testing.assert_allclose(gz, z.grad.numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(gs, s.grad.numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(gt, t.grad.numpy(), rtol=0, atol=1e-12)
+
+
+def test_a_hand_made_row_has_the_softmax_of_its_scores():
+    # One row, two sources, one head of one channel: s = (0, log 3), t = 0, slope 0.2: e = (0, log 3),
+    # softmax (1/4, 3/4), V = z_0 / 4 + 3 z_1 / 4 = 2 / 4 + 3 * 6 / 4 = 5, L = log 4.
+    indptr, source = np.array([0, 2], np.int64), np.array([0, 1], np.int64)
+    z = np.array([[[2.0]], [[6.0]]])
+    s = np.array([[0.0], [np.log(3.0)]])
+    scores, L, V = np.empty((2, 1)), np.empty((1, 1)), np.empty((1, 1, 1))
+    ids = np.arange(2, dtype=np.int64)
+    attend_forward(indptr, source, z, s, np.zeros((1, 1)), 0.2, 0.0, ids, ids, 0, scores, L, V)
+    assert V[0, 0, 0] == pytest.approx(5.0, abs=1e-14) and L[0, 0] == pytest.approx(np.log(4.0), abs=1e-14)
+    # A negative score is scaled by the slope: s_0 = -1 gives e_0 = -0.2.
+    attend_forward(indptr, source, z, np.array([[-1.0], [0.0]]), np.zeros((1, 1)), 0.2, 0.0, ids, ids, 0, scores, L, V)
+    assert scores[:, 0].tolist() == [pytest.approx(-0.2), 0.0]
+
+
+def test_the_compiled_mask_hash_equals_the_layers_numpy_hash(rng):
+    rows, cols = rng.integers(0, 1 << 30, 200), rng.integers(0, 1 << 30, 200)
+    salt = int(rng.integers(0, 1 << 32))
+    expected = _keep_fraction(rows, cols, salt)
+    assert [keep_fraction(int(r), int(c), salt) for r, c in zip(rows, cols)] == expected.tolist()

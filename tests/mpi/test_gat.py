@@ -1,0 +1,185 @@
+"""Distributed graph attention on every rank of one job: GATConv's forward and backward equal to PyTorch Geometric's
+from the same weights for every strategy and partition; gradcheck through the log-sum-exp merge (with attention
+dropout); the bytes MPI's receive statuses counted equal to the formula, recomputed here from the whole graph; a
+planted fault (one entry read from the wrong source) caught at its row; bad shapes and strategies refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from mpi4py import MPI
+
+import sparsewire
+
+torch = pytest.importorskip("torch")
+pyg = pytest.importorskip("torch_geometric.nn")
+
+from sparsewire.errors import SparsewireError  # noqa: E402
+from sparsewire.exec import ExecOptions  # noqa: E402
+from sparsewire.gnn import GATConv, GraphOperator, attend, gather_rows, scatter_rows  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def random_graph(comm, rng, n=40, density=0.1):
+    """A directed random graph with a few stored self-loops, the same on every rank."""
+    adjacency = sp.random_array((n, n), density=density, rng=rng, format="csr")
+    adjacency = sp.csr_array(adjacency + sp.csr_array((np.ones(3), (np.arange(3), np.arange(3))), shape=(n, n)))
+    adjacency.data[:] = 1.0
+    return comm.bcast(sp.csr_array(adjacency))
+
+
+def edge_index(adjacency) -> torch.Tensor:
+    coo = sp.coo_array(adjacency)
+    return torch.from_numpy(np.vstack([coo.col, coo.row]).astype(np.int64))  # edge j -> i for A[i, j]
+
+
+def operator_of(comm, adjacency, partition, strategy):
+    matrix = sparsewire.distribute(comm, adjacency if comm.Get_rank() == 0 else None, partition)
+    return GraphOperator(matrix, ExecOptions(backend="torch", threads=1, strategy=strategy))
+
+
+def formula_bytes(adjacency, offsets, heads, channels, strategy, value_bytes=8) -> int:
+    """Per training step, from the whole graph: column 2 b H C per (rank, distinct foreign source), row
+    2 b H (C + 2) per (peer, distinct row with an entry in the peer's columns); self-loops never cross ranks."""
+    coo = sp.coo_array(adjacency)
+    foreign = coo.row != coo.col
+    rows, cols = coo.row[foreign], coo.col[foreign]
+    row_owner = np.searchsorted(offsets, rows, side="right") - 1
+    col_owner = np.searchsorted(offsets, cols, side="right") - 1
+    crossing = row_owner != col_owner
+    if strategy == "column":
+        pairs = {(int(q), int(j)) for q, j in zip(row_owner[crossing], cols[crossing])}
+        return 2 * value_bytes * heads * channels * len(pairs)
+    pairs = {(int(p), int(i)) for p, i in zip(col_owner[crossing], rows[crossing])}
+    return 2 * value_bytes * heads * (channels + 2) * len(pairs)
+
+
+CONFIGS = {
+    "3 heads concatenated": dict(heads=3, concat=True),
+    "1 head averaged, residual": dict(heads=1, concat=False, residual=True),
+    "2 heads averaged, no self-loops": dict(heads=2, concat=False, add_self_loops=False),
+}
+
+
+@pytest.mark.ranks(1, 2, 3, 4)
+@pytest.mark.parametrize("strategy", ["column", "row", "joint"])
+@pytest.mark.parametrize("partition", ["even", "rcm"])
+def test_gat_layer_equals_pyg_forward_and_backward_and_moves_the_planned_bytes(comm, rng, strategy, partition):
+    adjacency = random_graph(comm, rng)
+    n, features, channels = adjacency.shape[0], 6, 4
+    operator = operator_of(comm, adjacency, partition, strategy)
+    x = torch.from_numpy(comm.bcast(rng.standard_normal((n, features))))
+    weights = comm.bcast(rng.standard_normal((n, 8 * channels)))
+    for name, config in CONFIGS.items():
+        torch.manual_seed(int(rng.integers(1 << 30)))
+        reference = pyg.GATConv(features, channels, **config).double()
+        ours = GATConv(features, channels, **config, dtype=torch.float64)
+        ours.load_state_dict(reference.state_dict())  # PyG's parameter names load as they are
+        x_ref, x_ours = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        before = operator.bytes_forward + operator.bytes_backward
+        expected = reference(x_ref, edge_index(adjacency))
+        out = gather_rows(operator, ours(scatter_rows(operator, x_ours), operator))
+        np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), rtol=0, atol=1e-12, err_msg=name)
+        g = torch.from_numpy(weights[:, : out.shape[1]])
+        (expected * g).sum().backward()
+        (out * g).sum().backward()
+        np.testing.assert_allclose(x_ours.grad.numpy(), x_ref.grad.numpy(), rtol=0, atol=1e-12, err_msg=name)
+        for (key, mine), (_, theirs) in zip(ours.named_parameters(), reference.named_parameters()):
+            summed = comm.allreduce(mine.grad.numpy(), op=MPI.SUM)
+            np.testing.assert_allclose(summed, theirs.grad.numpy(), rtol=0, atol=1e-11, err_msg=f"{name}: {key}")
+        # The bytes of this layer's forward and backward, counted by MPI, against the plan and the formula.
+        counted = comm.allreduce(operator.bytes_forward + operator.bytes_backward - before, op=MPI.SUM)
+        plan = operator.attention(config["heads"], channels, torch.float64, config.get("add_self_loops", True))
+        assert counted == plan.planned_forward + plan.planned_backward, (name, counted, plan.explain())
+        if strategy != "joint":
+            offsets = operator.matrix.row_partition.offsets
+            order = operator.matrix.row_order
+            permuted = adjacency if order is None else sp.csr_array(adjacency[order][:, order])
+            assert counted == formula_bytes(permuted, offsets, config["heads"], channels, strategy), name
+    operator.close()
+
+
+@pytest.mark.ranks(3, 4)
+def test_joint_moves_no_more_than_column_or_row(comm, rng):
+    adjacency = random_graph(comm, rng, n=80, density=0.05)
+    totals = {}
+    for strategy in ("column", "row", "joint"):
+        operator = operator_of(comm, adjacency, "even", strategy)
+        plan = operator.attention(4, 2, torch.float64)
+        totals[strategy] = plan.planned_forward + plan.planned_backward
+        assert totals[strategy] == comm.bcast(totals[strategy])
+        operator.close()
+    assert totals["joint"] <= min(totals["column"], totals["row"]), totals
+
+
+@pytest.mark.ranks(1, 3, 4)
+@pytest.mark.parametrize("strategy", ["row", "joint"])
+def test_gradcheck_through_the_merge_with_attention_dropout(comm, rng, strategy):
+    """float64 gradcheck of attend in z, att_src and t, with masks drawn for a fixed salt (a fixed function)."""
+    adjacency = random_graph(comm, rng, n=18, density=0.2)
+    operator = operator_of(comm, adjacency, "even", strategy)
+    heads, channels = 2, 3
+    plan = operator.attention(heads, channels, torch.float64)
+    z = torch.from_numpy(comm.bcast(rng.standard_normal((18, heads, channels)))).requires_grad_(True)
+    a = torch.from_numpy(comm.bcast(rng.standard_normal((heads, channels)))).requires_grad_(True)
+    t = torch.from_numpy(comm.bcast(rng.standard_normal((18, heads)))).requires_grad_(True)
+
+    class Replicated(torch.autograd.Function):
+        """The identity, whose gradient is summed over the ranks (each holds its rows' share of att_src's)."""
+
+        @staticmethod
+        def forward(ctx, value):
+            return value.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return torch.from_numpy(comm.allreduce(grad.numpy(), op=MPI.SUM))
+
+    def function(z, a, t):
+        local = attend(plan, scatter_rows(operator, z), Replicated.apply(a), scatter_rows(operator, t), 0.2, 0.3, 11)
+        return gather_rows(operator, local)
+
+    # fast mode: v^T J u for random u and v, against the backward (a wrong entry of J shows with probability 1)
+    assert torch.autograd.gradcheck(function, (z, a, t), eps=1e-6, atol=1e-7, fast_mode=True)
+    operator.close()
+
+
+@pytest.mark.ranks(1, 3)
+def test_a_planted_wrong_source_is_caught_at_its_row(comm, rng):
+    adjacency = random_graph(comm, rng)
+    n = adjacency.shape[0]
+    operator = operator_of(comm, adjacency, "even", "joint")
+    torch.manual_seed(5)
+    reference = pyg.GATConv(6, 4, heads=2).double()
+    ours = GATConv(6, 4, heads=2, dtype=torch.float64)
+    ours.load_state_dict(reference.state_dict())
+    x = torch.from_numpy(comm.bcast(rng.standard_normal((n, 6))))
+    expected = reference(x, edge_index(adjacency)).detach().numpy()
+    plan = operator.attention(2, 4, torch.float64)
+    part = plan._local
+    faulty_row = int(np.flatnonzero(np.diff(part.indptr) >= 2)[0])  # a row of two entries or more on every rank
+    entry = part.indptr[faulty_row]
+    if comm.Get_rank() == 0:
+        part.source[entry] = part.source[entry + 1]  # read its first entry from its second entry's source
+    out = gather_rows(operator, ours(scatter_rows(operator, x), operator)).detach().numpy()
+    wrong = np.flatnonzero(np.abs(out - expected).max(axis=1) > 1e-9)
+    assert wrong.tolist() == [faulty_row], wrong  # rank 0's rows come first under the even partition
+    operator.close()
+
+
+@pytest.mark.ranks(2)
+def test_attention_refuses_wrong_shapes_and_spmm_only_strategies_on_every_rank(comm, rng):
+    adjacency = random_graph(comm, rng, n=12)
+    operator = operator_of(comm, adjacency, "even", "joint")
+    plan = operator.attention(2, 3, torch.float64)
+    rows = operator.local_nodes
+    with pytest.raises(SparsewireError, match=r"the plan expects \(\d+, 2, 3\)"):
+        attend(plan, torch.zeros(rows, 2, 4, dtype=torch.float64), torch.zeros(2, 3, dtype=torch.float64),
+               torch.zeros(rows, 2, dtype=torch.float64))  # fmt: skip
+    operator.close()
+    block = operator_of(comm, adjacency, "even", "block")
+    with pytest.raises(SparsewireError, match="strategy 'block' is for SpMM only"):
+        block.attention(2, 3, torch.float64)
+    block.close()
