@@ -13,13 +13,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from sparsewire.testing import mpiexec_path
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def job(ranks: int, *args) -> list[str]:
     """``mpiexec -n RANKS python ARGS``: the ``mpiexec`` beside this Python (the MPICH wheel's), this Python."""
+    from sparsewire.testing import mpiexec_path  # here: the peers' worker processes import this module, not sparsewire
+
     return [mpiexec_path(), "-n", str(ranks), sys.executable, *map(str, args)]
 
 

@@ -76,7 +76,7 @@ def test_the_kernels_equal_autograd_on_random_entries(rng, dropout):
     rows_of_entry = np.repeat(np.arange(n_rows), np.diff(indptr)).astype(np.int64)
     by_source, source_ptr = source_order(source, n_sources)
     attend_backward(indptr, source, by_source, source_ptr, rows_of_entry, zn, sn, tn, slope, dropout, dst_ids, src_ids,
-                    salt, scores, L, V, gV, gL, gz, gs, gt)  # fmt: skip
+                    salt, scores, V, gV, gL, gz, gs, gt)  # fmt: skip
     np.testing.assert_allclose(gz, z.grad.numpy(), rtol=0, atol=1e-12)
     np.testing.assert_allclose(gs, s.grad.numpy(), rtol=0, atol=1e-12)
     np.testing.assert_allclose(gt, t.grad.numpy(), rtol=0, atol=1e-12)
@@ -84,7 +84,7 @@ def test_the_kernels_equal_autograd_on_random_entries(rng, dropout):
 
 def test_a_hand_made_row_has_the_softmax_of_its_scores():
     # One row, two sources, one head of one channel: s = (0, log 3), t = 0, slope 0.2: e = (0, log 3),
-    # softmax (1/4, 3/4), V = z_0 / 4 + 3 z_1 / 4 = 2 / 4 + 3 * 6 / 4 = 5, L = log 4.
+    # softmax (1/4, 3/4), V = z_0 / 4 + 3 z_1 / 4 = 2 / 4 + 3 * 6 / 4 = 5, L = log 4. The softmax is kept.
     indptr, source = np.array([0, 2], np.int64), np.array([0, 1], np.int64)
     z = np.array([[[2.0]], [[6.0]]])
     s = np.array([[0.0], [np.log(3.0)]])
@@ -92,9 +92,11 @@ def test_a_hand_made_row_has_the_softmax_of_its_scores():
     ids = np.arange(2, dtype=np.int64)
     attend_forward(indptr, source, z, s, np.zeros((1, 1)), 0.2, 0.0, ids, ids, 0, scores, L, V)
     assert V[0, 0, 0] == pytest.approx(5.0, abs=1e-14) and L[0, 0] == pytest.approx(np.log(4.0), abs=1e-14)
+    assert scores[:, 0].tolist() == pytest.approx([0.25, 0.75], abs=1e-15)
     # A negative score is scaled by the slope: s_0 = -1 gives e_0 = -0.2.
     attend_forward(indptr, source, z, np.array([[-1.0], [0.0]]), np.zeros((1, 1)), 0.2, 0.0, ids, ids, 0, scores, L, V)
-    assert scores[:, 0].tolist() == [pytest.approx(-0.2), 0.0]
+    # softmax of (-0.2, 0): e^-0.2 / (e^-0.2 + 1)
+    assert scores[:, 0].tolist() == pytest.approx([np.exp(-0.2) / (np.exp(-0.2) + 1), 1 / (np.exp(-0.2) + 1)], abs=1e-15)
 
 
 def test_the_compiled_mask_hash_equals_the_layers_numpy_hash(rng):

@@ -69,7 +69,10 @@ def add_commands(commands) -> None:
     gcn.add_argument("--epochs", type=positive_int, default=200, help="training epochs (default: 200)")
     gcn.add_argument("--lr", type=number(0.0, above=True), help="Adam learning rate (default: 0.01; gat 0.005)")
     gcn.add_argument(
-        "--weight-decay", type=number(0.0), default=5e-4, help="L2 weight decay, of the first layer (gat: every layer) (default: 5e-4)"
+        "--weight-decay",
+        type=number(0.0),
+        default=5e-4,
+        help="L2 weight decay of the first layer (gat: of every layer) (default: 5e-4)",
     )
     gcn.add_argument(
         "--dropout",

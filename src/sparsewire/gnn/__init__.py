@@ -11,8 +11,8 @@
 - :mod:`~sparsewire.gnn.train`: :func:`distribute_graph` and :func:`train` (full batch, Adam).
 """
 
-from sparsewire.gnn.data import GraphData, load_graph, load_planetoid, synthetic_graph
 from sparsewire.gnn.attention import AttentionPlan, attend
+from sparsewire.gnn.data import GraphData, load_graph, load_planetoid, synthetic_graph
 from sparsewire.gnn.layers import GNN, GATConv, GCNConv, SAGEConv, hash_dropout
 from sparsewire.gnn.propagate import GraphOperator, gather_rows, gcn_normalize, mean_normalize, propagate, scatter_rows
 from sparsewire.gnn.train import LocalGraph, TrainResult, distribute_graph, evaluate, train

@@ -17,8 +17,9 @@ import scipy.sparse as sp
 import torch
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, agree_on_values, collective_errors
+from sparsewire.comm.runtime import agree_on_error, agree_on_values, collective_errors, ranks_on_node
 from sparsewire.kernels.attention import attend_backward, attend_forward, source_order
+from sparsewire.kernels.compiled import run_threaded, set_threads
 from sparsewire.plan.attention import ATTENTION_STRATEGIES, attention_blocks
 
 __all__ = ["AttentionPlan", "attend", "attention_pattern", "make_attention_plan"]
@@ -58,17 +59,20 @@ class _Part:
 
     def forward(self, z, s, t, slope, dropout, salt):
         heads, channels = z.shape[1], z.shape[2]
-        scores = np.empty((self.source.size, heads), z.dtype)
+        softmax = np.empty((self.source.size, heads), z.dtype)
         L = np.empty((self.n_rows, heads), z.dtype)
         V = np.empty((self.n_rows, heads, channels), z.dtype)
-        attend_forward(self.indptr, self.source, z, s, t, slope, dropout, self.dst_ids, self.src_ids, salt, scores, L, V)
-        return scores, L, V
+        run_threaded(
+            attend_forward, self.indptr, self.source, z, s, t, slope, dropout, self.dst_ids, self.src_ids, salt, softmax, L, V
+        )
+        return softmax, L, V
 
-    def backward(self, z, s, t, slope, dropout, salt, scores, L, V, gV, gL, gz, gs):
-        gt = np.empty_like(L)
-        attend_backward(
-            self.indptr, self.source, self.by_source, self.source_ptr, self.row_of_entry, z, s, t, slope, dropout,
-            self.dst_ids, self.src_ids, salt, scores, L, V, gV, gL, gz, gs, gt,
+    def backward(self, z, s, t, slope, dropout, salt, softmax, V, gV, gL, gz, gs):
+        gt = np.empty((self.n_rows, z.shape[1]), z.dtype)
+        run_threaded(
+            attend_backward, self.indptr, self.source, self.by_source, self.source_ptr, self.row_of_entry, z, s, t, slope,
+            dropout,
+            self.dst_ids, self.src_ids, salt, softmax, V, gV, gL, gz, gs, gt,
         )  # fmt: skip
         return gt
 
@@ -86,10 +90,12 @@ class AttentionPlan:
     """
 
     def __init__(
-        self, matrix, heads: int, channels: int, dtype, strategy: str, self_loops: bool, node_ids: np.ndarray
+        self, matrix, heads: int, channels: int, dtype, strategy: str, self_loops: bool, node_ids: np.ndarray, threads: int = 1
     ) -> None:
-        """Collective. Prefer :meth:`sparsewire.gnn.GraphOperator.attention`. ``node_ids``: every position's node id."""
+        """Collective. Prefer :meth:`sparsewire.gnn.GraphOperator.attention`. ``node_ids``: every position's node id;
+        ``threads``: the kernels' threads per rank."""
         comm = matrix.comm
+        set_threads(threads, ranks_on_node(comm))
         rank, size = comm.Get_rank(), comm.Get_size()
         self.matrix, self.heads, self.channels, self.dtype = matrix, int(heads), int(channels), np.dtype(dtype)
         self.strategy, self.self_loops = strategy, bool(self_loops)
@@ -146,7 +152,8 @@ class AttentionPlan:
         rows = sum(block.rows.size for block in self.blocks)
         return (
             f"AttentionPlan(heads={self.heads}, channels={self.channels}, dtype={self.dtype}, strategy={self.strategy!r}, "
-            f"fetched columns {cols}, rows served by peers {rows}, planned bytes {self.planned_forward} + {self.planned_backward})"
+            f"fetched columns {cols}, rows served by peers {rows}, "
+            f"planned bytes {self.planned_forward} + {self.planned_backward})"
         )
 
     def explain(self) -> str:
@@ -225,9 +232,7 @@ class AttentionPlan:
         for peer, part in self._served:
             served[peer] = part.forward(z, s_own, t_in[peer], slope, dropout, salt)
         partial_in = {peer: np.empty((rows.size, heads * (channels + 1)), dtype) for peer, rows in self._row_blocks}
-        sends = [
-            (peer, np.concatenate([L, V.reshape(L.shape[0], -1)], axis=1), _PARTIAL) for peer, (_, L, V) in served.items()
-        ]
+        sends = [(peer, np.concatenate([L, V.reshape(L.shape[0], -1)], axis=1), _PARTIAL) for peer, (_, L, V) in served.items()]
         received += self._exchange([(peer, partial_in[peer], _PARTIAL) for peer in partial_in], sends)
         self.bytes_forward += received
         for counter in self.counters:
@@ -291,12 +296,14 @@ class AttentionPlan:
         for peer, rows in self._row_blocks:
             L_k, V_k = saved["remote"][peer]
             gV, gL = partial_gradients(weights[peer], V_k, rows)
-            sent.append(comm.Isend(np.ascontiguousarray(np.concatenate([gL, gV.reshape(rows.size, -1)], axis=1)), peer, _PARTIAL_GRAD))
+            sent.append(
+                comm.Isend(np.ascontiguousarray(np.concatenate([gL, gV.reshape(rows.size, -1)], axis=1)), peer, _PARTIAL_GRAD)
+            )
         gz = np.zeros_like(table)
         gs = np.zeros(s_table.shape, dtype)
-        scores, L_local, V_local = saved["local"]
+        softmax, _, V_local = saved["local"]
         gV, gL = partial_gradients(weights[None], V_local, None)
-        gt = self._local.backward(table, s_table, t, slope, dropout, salt, scores, L_local, V_local, gV, gL, gz, gs)
+        gt = self._local.backward(table, s_table, t, slope, dropout, salt, softmax, V_local, gV, gL, gz, gs)
         d_att = np.einsum("mh,mhc->hc", gs[n:], table[n:])  # the fetched rows' share (their s was made here)
         # The fetched rows' gradients, their s path included (rows is a slice of the table past this rank's rows).
         sent += [comm.Isend(gz[rows] + gs[rows, :, None] * att_src, peer, _Z_GRAD) for peer, rows in self._fetch]
@@ -306,8 +313,8 @@ class AttentionPlan:
         for peer, part in self._served:
             buffer = grads_in[peer]
             gL_in, gV_in = buffer[:, :heads], buffer[:, heads:].reshape(-1, heads, channels)
-            scores, L_p, V_p = saved["served"][peer]
-            gt_p = part.backward(z, s_own, saved["t_in"][peer], slope, dropout, salt, scores, L_p, V_p,
+            softmax, _, V_p = saved["served"][peer]
+            gt_p = part.backward(z, s_own, saved["t_in"][peer], slope, dropout, salt, softmax, V_p,
                                  np.ascontiguousarray(gV_in), np.ascontiguousarray(gL_in), gz_own, gs_own)  # fmt: skip
             sent.append(comm.Isend(gt_p, peer, _T_GRAD))
         MPI.Request.Waitall(requests[len(grads_in) :], statuses[len(grads_in) :])
@@ -370,7 +377,9 @@ def attend(
     return _Attend.apply(z, att_src, t, plan, float(slope), float(dropout), int(salt) & 0xFFFFFFFF)
 
 
-def make_attention_plan(matrix, heads: int, channels: int, dtype, strategy: str, self_loops: bool, node_ids) -> AttentionPlan:
+def make_attention_plan(
+    matrix, heads: int, channels: int, dtype, strategy: str, self_loops: bool, node_ids, threads: int = 1
+) -> AttentionPlan:
     """Collective. Check the arguments on every rank, then plan (:class:`AttentionPlan`)."""
     problem = None
     if strategy not in ATTENTION_STRATEGIES:
@@ -385,5 +394,4 @@ def make_attention_plan(matrix, heads: int, channels: int, dtype, strategy: str,
         {"heads": int(heads), "channels": int(channels), "strategy": strategy, "self_loops": bool(self_loops)},
         "build every rank's layers alike",
     )
-    return AttentionPlan(matrix, heads, channels, dtype, strategy, self_loops, node_ids)
-
+    return AttentionPlan(matrix, heads, channels, dtype, strategy, self_loops, node_ids, threads)

@@ -296,7 +296,9 @@ class GNN(nn.Module):
         if model == "gat":
             last = len(pairs) - 1
             self.convs = nn.ModuleList(
-                GATConv(a * (heads if i else 1), b, heads=1 if i == last else heads, concat=i != last, dropout=dropout, dtype=dtype)
+                GATConv(
+                    a * (heads if i else 1), b, heads=1 if i == last else heads, concat=i != last, dropout=dropout, dtype=dtype
+                )
                 for i, (a, b) in enumerate(pairs)
             )
         else:

@@ -123,7 +123,9 @@ class GraphOperator:
             except InputError as error:
                 strategy, problem = None, error
             agree_on_error(self.comm, problem)
-            plan = make_attention_plan(self.matrix, heads, channels, _NUMPY[dtype], strategy, self_loops, self.all_node_ids())
+            plan = make_attention_plan(
+                self.matrix, heads, channels, _NUMPY[dtype], strategy, self_loops, self.all_node_ids(), self.threads or 1
+            )
             plan.counters.append(self)
             self.attention_plans[key] = plan
         return self.attention_plans[key]

@@ -74,8 +74,9 @@ def distribute_graph(
 ) -> LocalGraph:
     """Collective. Hand every rank its nodes: ``data`` on ``root`` (None elsewhere). The adjacency
     is distributed by rows and normalised for the model (GCN: ``D^-1/2 (A + I) D^-1/2``; SAGE: the
-    mean over in-neighbours; GAT: kept, its pattern is what the attention plans read), features as rows of ``dtype`` (float32 by default, as PyTorch trains;
-    float64 for results that must match another float64 code to 1e-6), sparse COO when mostly zero.
+    mean over in-neighbours; GAT: kept, its pattern is what the attention plans read), features as
+    rows of ``dtype`` (float32 by default, as PyTorch trains; float64 for results that must match
+    another float64 code to 1e-6), sparse COO when mostly zero.
     The model :func:`train` builds, and every propagation's plan, take the features' dtype.
 
     ``options`` (:class:`~sparsewire.exec.options.ExecOptions`; by default the torch backend on the CPU

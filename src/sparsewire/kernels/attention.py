@@ -8,8 +8,8 @@ For the entries of row i (destination) with sources j, per head h (``u = s_j + t
     V_i = sum_j xi_ij / (1 - rho) exp(e_ij - L_i) z_j
 
 with the dropout mask ``xi_ij`` drawn from (destination id, source id, head, salt) by :func:`keep_fraction`, so every
-rank draws the same mask for an edge. A row without entries has ``L = -inf`` and ``V = 0``. Scores ``e`` (nnz x H)
-are kept for the backward. Backward, with ``gamma = exp(e - L)``, ``beta = xi / (1 - rho) gamma`` and ``lambda`` the
+rank draws the same mask for an edge. A row without entries has ``L = -inf`` and ``V = 0``. The softmax ``exp(e - L)``
+(nnz x H) is kept for the backward. Backward, with ``gamma = exp(e - L)``, ``beta = xi / (1 - rho) gamma`` and ``lambda`` the
 LeakyReLU's slope at u:
 
     de_ij = beta <gV_i, z_j> - gamma <gV_i, V_i> + gamma gL_i;   du = lambda de
@@ -55,48 +55,59 @@ def _kept(dropout, dst_id, src_id, salt, h):
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def attend_forward(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, salt, scores, L, V):
-    """Not collective. Fill ``L`` (rows x H), ``V`` (rows x H x C) and ``scores`` (nnz x H) for rows of entries
-    ``indptr``/``source`` (indices into z and s); ``t`` holds the rows' destination scores (module docstring)."""
+def attend_forward(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, salt, softmax, L, V):
+    """Not collective. Fill ``L`` (rows x H), ``V`` (rows x H x C) and ``softmax`` (nnz x H: ``exp(e - L)`` of each
+    entry, what the backward needs) for rows of entries ``indptr``/``source`` (indices into z and s); ``t`` holds the
+    rows' destination scores (module docstring). A row's heads are walked together, so each entry's H x C values are
+    read once, contiguously."""
     heads, channels = z.shape[1], z.shape[2]
     for i in prange(indptr.size - 1):
         start, stop = indptr[i], indptr[i + 1]
-        for h in range(heads):
-            for c in range(channels):
-                V[i, h, c] = 0.0
-            if start == stop:
-                L[i, h] = -np.inf
-                continue
-            top = -np.inf
-            for e in range(start, stop):
-                u = s[source[e], h] + t[i, h]
+        if start == stop:
+            V[i] = 0.0
+            L[i] = -np.inf
+            continue
+        top = np.full(heads, -np.inf)
+        for e in range(start, stop):
+            j = source[e]
+            for h in range(heads):
+                u = s[j, h] + t[i, h]
                 score = u if u > 0 else slope * u
-                scores[e, h] = score
-                top = max(top, score)
-            total = 0.0
-            for e in range(start, stop):
-                total += np.exp(scores[e, h] - top)
-            log_sum = top + np.log(total)
-            L[i, h] = log_sum
-            for e in range(start, stop):
-                j = source[e]
-                weight = np.exp(scores[e, h] - log_sum) * _kept(dropout, dst_ids[i], src_ids[j], salt, h)
+                softmax[e, h] = score
+                top[h] = max(top[h], score)
+        total = np.zeros(heads)
+        for e in range(start, stop):
+            for h in range(heads):
+                weight = np.exp(softmax[e, h] - top[h])
+                softmax[e, h] = weight
+                total[h] += weight
+        for h in range(heads):
+            L[i, h] = top[h] + np.log(total[h])
+            total[h] = 1.0 / total[h]
+        acc = np.zeros((heads, channels), V.dtype)  # a local sum: V[i] may alias z as far as the compiler knows
+        for e in range(start, stop):
+            j = source[e]
+            for h in range(heads):
+                weight = softmax[e, h] * total[h]
+                softmax[e, h] = weight
+                weight *= _kept(dropout, dst_ids[i], src_ids[j], salt, h)
                 if weight != 0.0:
                     for c in range(channels):
-                        V[i, h, c] += weight * z[j, h, c]
+                        acc[h, c] += weight * z[j, h, c]
+        V[i] = acc
 
 
 @njit(nogil=True, parallel=True, cache=True)
 def attend_backward(
     indptr, source, by_source, source_ptr, row_of_entry, z, s, t, slope, dropout, dst_ids, src_ids, salt,
-    scores, L, V, gV, gL, gz, gs, gt,
+    softmax, V, gV, gL, gz, gs, gt,
 ):  # fmt: skip
     """Not collective. The gradients of :func:`attend_forward`'s L and V (``gL``, ``gV``) carried to ``gt`` (rows x H;
     written), ``gz`` and ``gs`` (sources; added to). ``by_source`` lists the entries by source, ``source_ptr`` its
     offsets per source, ``row_of_entry`` each entry's row."""
     heads, channels = z.shape[1], z.shape[2]
-    du = np.zeros(scores.shape, scores.dtype)
-    beta = np.zeros(scores.shape, scores.dtype)
+    du = np.zeros(softmax.shape, softmax.dtype)
+    beta = np.zeros(softmax.shape, softmax.dtype)
     for i in prange(indptr.size - 1):
         start, stop = indptr[i], indptr[i + 1]
         for h in range(heads):
@@ -108,7 +119,7 @@ def attend_backward(
                 g_dot_v += gV[i, h, c] * V[i, h, c]
             for e in range(start, stop):
                 j = source[e]
-                gamma = np.exp(scores[e, h] - L[i, h])
+                gamma = softmax[e, h]
                 b = gamma * _kept(dropout, dst_ids[i], src_ids[j], salt, h)
                 g_dot_z = 0.0
                 if b != 0.0:

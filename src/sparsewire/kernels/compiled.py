@@ -29,6 +29,7 @@ from sparsewire._lib.cores import (  # default_threads re-exported: the kernels 
 from sparsewire.errors import InputError
 
 __all__ = [
+    "run_threaded",
     "CsrOperand",
     "GatherOperand",
     "CscOperand",
@@ -72,13 +73,13 @@ def set_threads(threads: int, ranks_on_node: int = 1) -> None:
             f"{threads} threads asked for but Numba's pool has {limit}; set NUMBA_NUM_THREADS={threads} "
             "before Python starts (sparsewire sizes the pool itself when it imports Numba first)"
         )
-    _threaded(numba.set_num_threads, threads)  # the first call launches Numba's pool
+    run_threaded(numba.set_num_threads, threads)  # the first call launches Numba's pool
 
 
 _OPENMP: tuple | None = None  # (omp_get_max_threads, omp_set_num_threads) of the global scope
 
 
-def _threaded(kernel, *args) -> None:
+def run_threaded(kernel, *args) -> None:
     """Run a threaded (Numba ``parallel=True``) kernel, or what may launch Numba's thread pool,
     without changing the calling thread's OpenMP team size.
 
@@ -247,7 +248,7 @@ def multiply(operand: CsrOperand, x: np.ndarray, out: np.ndarray, accumulate: bo
             stream,
         )
     else:
-        _threaded(
+        run_threaded(
             _compiled().csr_dense_threads,
             operand.indptr,
             operand.indices,
@@ -298,7 +299,7 @@ def gather(operand: GatherOperand, x: np.ndarray, out: np.ndarray) -> None:
     if operand.bounds.size == 2:
         _compiled().gather_range(operand.index, x, out, 0, operand.index.size)
     else:
-        _threaded(_compiled().gather_threads, operand.index, x, out, operand.bounds)
+        run_threaded(_compiled().gather_threads, operand.index, x, out, operand.bounds)
 
 
 def gather_elements(operand: GatherOperand, x: np.ndarray, out_flat: np.ndarray, start: int, stop: int) -> None:
@@ -348,7 +349,9 @@ def apply_columns(operand: CscOperand, buffer: np.ndarray, out: np.ndarray, col_
     if operand.colptrs.shape[0] == 1:
         _compiled().csc_columns_range(operand.colptrs[0], operand.rows, operand.data, buffer, out, col_start, col_stop)
     else:
-        _threaded(_compiled().csc_columns_threads, operand.colptrs, operand.rows, operand.data, buffer, out, col_start, col_stop)
+        run_threaded(
+            _compiled().csc_columns_threads, operand.colptrs, operand.rows, operand.data, buffer, out, col_start, col_stop
+        )
 
 
 def apply_elements(
@@ -362,4 +365,4 @@ def apply_elements(
 def copy(source: np.ndarray, target: np.ndarray, threads: int) -> None:
     """Not collective. ``target[:] = source[:]`` (1-D) on ``threads`` threads: the machine's copy bandwidth."""
     bounds = np.linspace(0, source.size, threads + 1).astype(np.int64)
-    _threaded(_compiled().copy_threads, source, target, bounds)
+    run_threaded(_compiled().copy_threads, source, target, bounds)
