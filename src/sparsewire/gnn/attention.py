@@ -51,9 +51,11 @@ class _Part:
         self.n_rows, self.n_sources = n_rows, n_sources
         self.indptr = np.zeros(n_rows + 1, np.int64)
         np.cumsum(np.bincount(rows, minlength=n_rows), out=self.indptr[1:])
-        self.source = np.ascontiguousarray(source, np.int64)
-        self.row_of_entry = np.ascontiguousarray(rows, np.int64)
-        self.by_source, self.source_ptr = source_order(self.source, n_sources)
+        index = np.int32 if max(n_rows, n_sources, rows.size) < 2**31 else np.int64  # half the memory where it fits
+        self.source = np.ascontiguousarray(source, index)
+        self.row_of_entry = np.ascontiguousarray(rows, index)
+        by_source, self.source_ptr = source_order(self.source, n_sources)
+        self.by_source = by_source.astype(index)
         self.dst_ids = np.ascontiguousarray(dst_ids, np.int64)
         self.src_ids = np.ascontiguousarray(src_ids, np.int64)
 
@@ -216,7 +218,8 @@ class AttentionPlan:
     def forward(self, z: np.ndarray, att_src: np.ndarray, t: np.ndarray, slope: float, dropout: float, salt: int):
         """Collective. This rank's rows of the aggregation and what the backward needs (module docstring)."""
         heads, channels, dtype = self.heads, self.channels, self.dtype
-        table = np.empty((self._local.n_sources, heads, channels), dtype)
+        # z and the fetched rows as one table (z itself when nothing is fetched)
+        table = z if self._local.n_sources == self.n else np.empty((self._local.n_sources, heads, channels), dtype)
         table[: self.n] = z
         t_in = {peer: np.empty((part.n_rows, heads), dtype) for peer, part in self._served}
         receives = [(peer, table[rows], _Z) for peer, rows in self._fetch]

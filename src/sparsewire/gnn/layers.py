@@ -241,6 +241,9 @@ def _keep_fraction(rows: np.ndarray, cols: np.ndarray, salt: int) -> np.ndarray:
     return h / 2.0**32
 
 
+_MASK_ELEMENTS = 1 << 18  # elements of one slice of a dense dropout mask
+
+
 def hash_dropout(x: torch.Tensor, p: float, row_ids: np.ndarray, salt: int) -> torch.Tensor:
     """Not collective. Dropout whose mask depends only on (node id, column, salt): element (i, j)
     is kept when ``u(i, j) >= p`` (``u`` a 32-bit integer hash in [0, 1)) and scaled by
@@ -257,8 +260,12 @@ def hash_dropout(x: torch.Tensor, p: float, row_ids: np.ndarray, salt: int) -> t
         return torch.sparse_coo_tensor(indices, x.values() * keep, x.shape, is_coalesced=True, check_invariants=False)
     rows = np.asarray(row_ids)[:, None]
     cols = np.arange(x.shape[1])[None, :]
-    keep = torch.from_numpy(_keep_fraction(rows, cols, salt) >= p)
-    return x * keep.to(device=x.device, dtype=x.dtype) / (1.0 - p)
+    keep = torch.empty(x.shape, dtype=x.dtype)
+    # In slices of rows: the hash's 64-bit temporaries of a whole wide layer would outweigh the layer itself.
+    step = max(1, _MASK_ELEMENTS // max(1, x.shape[1]))
+    for start in range(0, x.shape[0], step):
+        keep[start : start + step] = torch.from_numpy(_keep_fraction(rows[start : start + step], cols, salt) >= p)
+    return x * keep.to(x.device) / (1.0 - p)
 
 
 class GNN(nn.Module):

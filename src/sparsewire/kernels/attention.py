@@ -24,13 +24,17 @@ from __future__ import annotations
 import numpy as np
 
 from sparsewire._lib.jit import njit, prange
+from sparsewire.kernels.simd import prefetch
 
-__all__ = ["keep_fraction", "attend_forward", "attend_backward", "source_order"]
+__all__ = ["keep_fraction", "attend_forward", "attend_backward", "source_order", "AHEAD"]
+
+#: Entries ahead whose rows the kernels prefetch.
+AHEAD = 8
 
 
 @njit(nogil=True, cache=True, inline="always")
-def keep_fraction(row, col, salt):
-    """u(row, col) in [0, 1): the 32-bit hash of :func:`sparsewire.gnn.layers.hash_dropout`, salted."""
+def _hash(row, col, salt):
+    """The 32-bit hash of :func:`sparsewire.gnn.layers.hash_dropout`, salted, as an integer."""
     mask = np.uint64(0xFFFFFFFF)
     h = (
         np.uint64(row) * np.uint64(2654435761)
@@ -40,42 +44,72 @@ def keep_fraction(row, col, salt):
     ) & mask
     for _ in range(2):
         h = (((h >> np.uint64(16)) ^ h) * np.uint64(0x45D9F3B)) & mask
-    h = (h >> np.uint64(16)) ^ h
-    return h / 4294967296.0
+    return (h >> np.uint64(16)) ^ h
+
+
+@njit(nogil=True, cache=True)
+def keep_fraction(row, col, salt):
+    """u(row, col) in [0, 1): the hash of :func:`sparsewire.gnn.layers.hash_dropout`, salted, over 2^32."""
+    return _hash(row, col, salt) / 4294967296.0
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _kept(dropout, dst_id, src_id, salt, h):
-    """The dropout factor of one entry and head: 0, or 1 / (1 - dropout)."""
+def _kept(dropout, threshold, scale, dst_id, src_id, salt, h):
+    """The dropout factor of one entry and head: 0 where ``u < dropout``, else ``scale`` = 1 / (1 - dropout).
+    ``u < dropout`` is compared as ``hash < threshold``, ``threshold = ceil(dropout 2^32)`` (the same test on
+    integers: a float conversion of every hash cost as much as the rest of the kernel)."""
     if dropout <= 0.0:
         return 1.0
-    if keep_fraction(dst_id, src_id, salt * 131 + h) < dropout:
+    if _hash(dst_id, src_id, salt * 131 + h) < threshold:
         return 0.0
-    return 1.0 / (1.0 - dropout)
+    return scale
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _threshold(dropout):
+    return np.uint64(np.ceil(dropout * 4294967296.0)), 1.0 / (1.0 - dropout) if dropout < 1.0 else 0.0
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _prefetch_row(array, row):
+    """Prefetch the cache lines of ``array``'s row ``row`` (C-contiguous 2-D): the rows an entry list names are
+    scattered, and waiting for each in turn costs several times the arithmetic on it."""
+    width = array.shape[1] * array.itemsize
+    base = array.ctypes.data + row * width
+    for line in range(0, width, 64):
+        prefetch(base + line)
 
 
 @njit(nogil=True, parallel=True, cache=True)
 def attend_forward(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, salt, softmax, L, V):
     """Not collective. Fill ``L`` (rows x H), ``V`` (rows x H x C) and ``softmax`` (nnz x H: ``exp(e - L)`` of each
     entry, what the backward needs) for rows of entries ``indptr``/``source`` (indices into z and s); ``t`` holds the
-    rows' destination scores (module docstring). A row's heads are walked together, so each entry's H x C values are
-    read once, contiguously."""
+    rows' destination scores (module docstring). A row's heads are walked together over each entry's H x C values,
+    which are prefetched :data:`AHEAD` entries early."""
     heads, channels = z.shape[1], z.shape[2]
+    width = heads * channels
+    flat_z = z.reshape(z.shape[0], width)
+    flat_v = V.reshape(V.shape[0], width)
+    nnz = source.size
+    threshold, scale = _threshold(dropout)
     for i in prange(indptr.size - 1):
         start, stop = indptr[i], indptr[i + 1]
         if start == stop:
-            V[i] = 0.0
+            flat_v[i] = 0.0
             L[i] = -np.inf
             continue
-        top = np.full(heads, -np.inf)
+        top = np.full(heads, -np.inf, softmax.dtype)
         for e in range(start, stop):
+            if e + AHEAD < nnz:
+                _prefetch_row(s, source[e + AHEAD])
+                _prefetch_row(flat_z, source[e + AHEAD])
             j = source[e]
             for h in range(heads):
                 u = s[j, h] + t[i, h]
                 score = u if u > 0 else slope * u
                 softmax[e, h] = score
                 top[h] = max(top[h], score)
-        total = np.zeros(heads)
+        total = np.zeros(heads, softmax.dtype)
         for e in range(start, stop):
             for h in range(heads):
                 weight = np.exp(softmax[e, h] - top[h])
@@ -84,17 +118,19 @@ def attend_forward(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, sa
         for h in range(heads):
             L[i, h] = top[h] + np.log(total[h])
             total[h] = 1.0 / total[h]
-        acc = np.zeros((heads, channels), V.dtype)  # a local sum: V[i] may alias z as far as the compiler knows
+        acc = np.zeros(width, V.dtype)  # a local sum: V[i] may alias z as far as the compiler knows
+        weights = np.empty(width, V.dtype)
         for e in range(start, stop):
             j = source[e]
             for h in range(heads):
                 weight = softmax[e, h] * total[h]
                 softmax[e, h] = weight
-                weight *= _kept(dropout, dst_ids[i], src_ids[j], salt, h)
-                if weight != 0.0:
-                    for c in range(channels):
-                        acc[h, c] += weight * z[j, h, c]
-        V[i] = acc
+                weight *= _kept(dropout, threshold, scale, dst_ids[i], src_ids[j], salt, h)
+                for c in range(channels):
+                    weights[h * channels + c] = weight
+            for k in range(width):
+                acc[k] += weights[k] * flat_z[j, k]
+        flat_v[i] = acc
 
 
 @njit(nogil=True, parallel=True, cache=True)
@@ -106,41 +142,55 @@ def attend_backward(
     written), ``gz`` and ``gs`` (sources; added to). ``by_source`` lists the entries by source, ``source_ptr`` its
     offsets per source, ``row_of_entry`` each entry's row."""
     heads, channels = z.shape[1], z.shape[2]
-    du = np.zeros(softmax.shape, softmax.dtype)
-    beta = np.zeros(softmax.shape, softmax.dtype)
+    width = heads * channels
+    flat_z = z.reshape(z.shape[0], width)
+    flat_gz = gz.reshape(gz.shape[0], width)
+    flat_gv = gV.reshape(gV.shape[0], width)
+    du = np.empty(softmax.shape, softmax.dtype)
+    beta = np.empty(softmax.shape, softmax.dtype)
+    nnz = source.size
+    threshold, scale = _threshold(dropout)
     for i in prange(indptr.size - 1):
         start, stop = indptr[i], indptr[i + 1]
+        g_dot_v = np.zeros(heads, softmax.dtype)
         for h in range(heads):
             gt[i, h] = 0.0
-            if start == stop:
-                continue
-            g_dot_v = 0.0
             for c in range(channels):
-                g_dot_v += gV[i, h, c] * V[i, h, c]
-            for e in range(start, stop):
-                j = source[e]
+                g_dot_v[h] += gV[i, h, c] * V[i, h, c]
+        for e in range(start, stop):
+            if e + AHEAD < nnz:
+                _prefetch_row(flat_z, source[e + AHEAD])
+                _prefetch_row(s, source[e + AHEAD])
+            j = source[e]
+            for h in range(heads):
                 gamma = softmax[e, h]
-                b = gamma * _kept(dropout, dst_ids[i], src_ids[j], salt, h)
+                b = gamma * _kept(dropout, threshold, scale, dst_ids[i], src_ids[j], salt, h)
                 g_dot_z = 0.0
-                if b != 0.0:
-                    for c in range(channels):
-                        g_dot_z += gV[i, h, c] * z[j, h, c]
-                de = b * g_dot_z - gamma * g_dot_v + gamma * gL[i, h]
+                for c in range(channels):
+                    g_dot_z += gV[i, h, c] * z[j, h, c]
+                de = b * g_dot_z - gamma * g_dot_v[h] + gamma * gL[i, h]
                 u = s[j, h] + t[i, h]
                 d = de if u > 0 else slope * de
                 du[e, h] = d
                 beta[e, h] = b
                 gt[i, h] += d
     for j in prange(source_ptr.size - 1):
-        for k in range(source_ptr[j], source_ptr[j + 1]):
+        acc = np.zeros(width, gz.dtype)
+        weights = np.empty(width, gz.dtype)
+        stop = source_ptr[j + 1]
+        for k in range(source_ptr[j], stop):
+            if k + AHEAD < nnz:
+                _prefetch_row(flat_gv, row_of_entry[by_source[k + AHEAD]])
             e = by_source[k]
             i = row_of_entry[e]
             for h in range(heads):
                 gs[j, h] += du[e, h]
-                b = beta[e, h]
-                if b != 0.0:
-                    for c in range(channels):
-                        gz[j, h, c] += b * gV[i, h, c]
+                for c in range(channels):
+                    weights[h * channels + c] = beta[e, h]
+            for w in range(width):
+                acc[w] += weights[w] * flat_gv[i, w]
+        for w in range(width):
+            flat_gz[j, w] += acc[w]
 
 
 def source_order(source: np.ndarray, n_sources: int) -> tuple[np.ndarray, np.ndarray]:
