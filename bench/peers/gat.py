@@ -56,6 +56,7 @@ def ours(spec: str, threads: int, strategy: str, args) -> None:
     comm = MPI.COMM_WORLD
     data = graph_data(spec) if comm.Get_rank() == 0 else None
     graph = distribute_graph(comm, data, "gat", threads=threads, strategy=strategy, dtype=torch.float32)
+    del data  # rank 0's whole graph: each rank keeps its own rows
     result = train(
         comm, graph, model="gat", heads=args.heads, hidden=args.hidden, epochs=args.epochs, lr=0.005, dropout=args.dropout
     )

@@ -74,8 +74,8 @@ def test_the_kernels_equal_autograd_on_random_entries(rng, dropout):
     ((V_ref * torch.from_numpy(gV)).sum() + (L_ref[filled] * torch.from_numpy(gL[filled])).sum()).backward()
     gz, gs, gt = np.zeros_like(zn), np.zeros_like(sn), np.empty_like(tn)
     rows_of_entry = np.repeat(np.arange(n_rows), np.diff(indptr)).astype(np.int64)
-    by_source, source_ptr = source_order(source, n_sources)
-    attend_backward(indptr, source, by_source, source_ptr, rows_of_entry, zn, sn, tn, slope, dropout, dst_ids, src_ids,
+    by_source, source_ptr, row_by_source = source_order(source, rows_of_entry, n_sources)
+    attend_backward(indptr, source, by_source, source_ptr, row_by_source, zn, sn, tn, slope, dropout, dst_ids, src_ids,
                     salt, scores, V, gV, gL, gz, gs, gt)  # fmt: skip
     np.testing.assert_allclose(gz, z.grad.numpy(), rtol=0, atol=1e-12)
     np.testing.assert_allclose(gs, s.grad.numpy(), rtol=0, atol=1e-12)

@@ -53,9 +53,7 @@ class _Part:
         np.cumsum(np.bincount(rows, minlength=n_rows), out=self.indptr[1:])
         index = np.int32 if max(n_rows, n_sources, rows.size) < 2**31 else np.int64  # half the memory where it fits
         self.source = np.ascontiguousarray(source, index)
-        self.row_of_entry = np.ascontiguousarray(rows, index)
-        by_source, self.source_ptr = source_order(self.source, n_sources)
-        self.by_source = by_source.astype(index)
+        self.by_source, self.source_ptr, self.row_by_source = source_order(self.source, np.asarray(rows, index), n_sources)
         self.dst_ids = np.ascontiguousarray(dst_ids, np.int64)
         self.src_ids = np.ascontiguousarray(src_ids, np.int64)
 
@@ -72,7 +70,7 @@ class _Part:
     def backward(self, z, s, t, slope, dropout, salt, softmax, V, gV, gL, gz, gs):
         gt = np.empty((self.n_rows, z.shape[1]), z.dtype)
         run_threaded(
-            attend_backward, self.indptr, self.source, self.by_source, self.source_ptr, self.row_of_entry, z, s, t, slope,
+            attend_backward, self.indptr, self.source, self.by_source, self.source_ptr, self.row_by_source, z, s, t, slope,
             dropout,
             self.dst_ids, self.src_ids, salt, softmax, V, gV, gL, gz, gs, gt,
         )  # fmt: skip
@@ -249,14 +247,17 @@ class AttentionPlan:
                      "remote": remote, "out": out, "weights": weights}  # fmt: skip
 
     def _merge(self, L_local, V_local, remote):
-        """``L = log sum_k exp(L_k)`` and ``out = sum_k exp(L_k - L) V_k`` over this rank's partials; the weights."""
+        """``L = log sum_k exp(L_k)`` and ``out = sum_k exp(L_k - L) V_k`` over this rank's partials; the weights.
+        (A peer's rows are distinct, so ``x[rows] += ...`` adds once per row.)"""
+        if not self._row_blocks:  # one partial: it is the result, with weight 1
+            return V_local, L_local, {None: np.ones_like(L_local)}
         top = L_local.copy()
         for peer, rows in self._row_blocks:
-            np.maximum.at(top, rows, remote[peer][0])
+            top[rows] = np.maximum(top[rows], remote[peer][0])
         top[~np.isfinite(top)] = 0.0  # a row without entries: its partials are all -inf
         total = np.exp(L_local - top)
         for peer, rows in self._row_blocks:
-            np.add.at(total, rows, np.exp(remote[peer][0] - top[rows]))
+            total[rows] += np.exp(remote[peer][0] - top[rows])
         with np.errstate(divide="ignore"):
             L = top + np.log(total)
         empty = ~np.isfinite(L)
@@ -271,7 +272,7 @@ class AttentionPlan:
         out = weights[None][..., None] * V_local
         for peer, rows in self._row_blocks:
             weights[peer] = weight(remote[peer][0], rows)
-            np.add.at(out, rows, weights[peer][..., None] * remote[peer][1])
+            out[rows] += weights[peer][..., None] * remote[peer][1]
         return out, L, weights
 
     def backward(self, G: np.ndarray, att_src: np.ndarray, z: np.ndarray, slope: float, dropout: float, salt: int, saved):

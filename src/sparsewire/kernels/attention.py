@@ -135,17 +135,19 @@ def attend_forward(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, sa
 
 @njit(nogil=True, parallel=True, cache=True)
 def attend_backward(
-    indptr, source, by_source, source_ptr, row_of_entry, z, s, t, slope, dropout, dst_ids, src_ids, salt,
+    indptr, source, by_source, source_ptr, row_by_source, z, s, t, slope, dropout, dst_ids, src_ids, salt,
     softmax, V, gV, gL, gz, gs, gt,
 ):  # fmt: skip
     """Not collective. The gradients of :func:`attend_forward`'s L and V (``gL``, ``gV``) carried to ``gt`` (rows x H;
-    written), ``gz`` and ``gs`` (sources; added to). ``by_source`` lists the entries by source, ``source_ptr`` its
-    offsets per source, ``row_of_entry`` each entry's row."""
+    written), ``gz`` and ``gs`` (sources; added to). A pass over the rows finds each entry's ``du`` and ``beta``; a pass
+    over the sources then sums them through ``by_source`` (the entries listed by source), ``source_ptr`` (each
+    source's offsets into that list) and ``row_by_source`` (the row of each listed entry)."""
     heads, channels = z.shape[1], z.shape[2]
     width = heads * channels
     flat_z = z.reshape(z.shape[0], width)
     flat_gz = gz.reshape(gz.shape[0], width)
     flat_gv = gV.reshape(gV.shape[0], width)
+    flat_v = V.reshape(V.shape[0], width)
     du = np.empty(softmax.shape, softmax.dtype)
     beta = np.empty(softmax.shape, softmax.dtype)
     nnz = source.size
@@ -156,18 +158,21 @@ def attend_backward(
         for h in range(heads):
             gt[i, h] = 0.0
             for c in range(channels):
-                g_dot_v[h] += gV[i, h, c] * V[i, h, c]
+                g_dot_v[h] += flat_gv[i, h * channels + c] * flat_v[i, h * channels + c]
+        products = np.empty(width, gz.dtype)
         for e in range(start, stop):
             if e + AHEAD < nnz:
                 _prefetch_row(flat_z, source[e + AHEAD])
                 _prefetch_row(s, source[e + AHEAD])
             j = source[e]
+            for w in range(width):
+                products[w] = flat_gv[i, w] * flat_z[j, w]
             for h in range(heads):
                 gamma = softmax[e, h]
                 b = gamma * _kept(dropout, threshold, scale, dst_ids[i], src_ids[j], salt, h)
                 g_dot_z = 0.0
                 for c in range(channels):
-                    g_dot_z += gV[i, h, c] * z[j, h, c]
+                    g_dot_z += products[h * channels + c]
                 de = b * g_dot_z - gamma * g_dot_v[h] + gamma * gL[i, h]
                 u = s[j, h] + t[i, h]
                 d = de if u > 0 else slope * de
@@ -177,12 +182,13 @@ def attend_backward(
     for j in prange(source_ptr.size - 1):
         acc = np.zeros(width, gz.dtype)
         weights = np.empty(width, gz.dtype)
-        stop = source_ptr[j + 1]
-        for k in range(source_ptr[j], stop):
+        for k in range(source_ptr[j], source_ptr[j + 1]):
             if k + AHEAD < nnz:
-                _prefetch_row(flat_gv, row_of_entry[by_source[k + AHEAD]])
+                _prefetch_row(flat_gv, row_by_source[k + AHEAD])
+                _prefetch_row(du, by_source[k + AHEAD])
+                _prefetch_row(beta, by_source[k + AHEAD])
+            i = row_by_source[k]
             e = by_source[k]
-            i = row_of_entry[e]
             for h in range(heads):
                 gs[j, h] += du[e, h]
                 for c in range(channels):
@@ -193,10 +199,11 @@ def attend_backward(
             flat_gz[j, w] += acc[w]
 
 
-def source_order(source: np.ndarray, n_sources: int) -> tuple[np.ndarray, np.ndarray]:
-    """Not collective. The entries listed by source (stable: by row within a source) and each source's offsets into
-    that list: the column pass of :func:`attend_backward`."""
-    by_source = np.argsort(source, kind="stable").astype(np.int64)
+def source_order(source: np.ndarray, rows: np.ndarray, n_sources: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Not collective. What :func:`attend_backward`'s pass over the sources reads: the entries listed by source
+    (stable: by row within a source), each source's offsets into that list, and the row of each listed entry.
+    Indices as ``source``'s type."""
+    by_source = np.argsort(source, kind="stable")
     source_ptr = np.zeros(n_sources + 1, np.int64)
     np.cumsum(np.bincount(source, minlength=n_sources), out=source_ptr[1:])
-    return by_source, source_ptr
+    return by_source.astype(source.dtype), source_ptr, np.ascontiguousarray(rows[by_source])
