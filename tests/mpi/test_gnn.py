@@ -63,9 +63,11 @@ def test_gradcheck_through_the_distributed_propagation_on_a_directed_graph(comm,
     assert checked == 4
 
 
-def losses(comm, seed: int, epochs: int, dropout: float, model: str, data_path: str | None = None) -> dict | None:
-    """Collective on ``comm``. Train from weights drawn on rank 0; rank 0 returns the per-epoch losses and the final
-    weights."""
+def losses(
+    comm, seed: int, epochs: int, dropout: float, model: str, data_path: str | None = None, strategy: str = "auto", **keywords
+) -> dict | None:
+    """Collective on ``comm``. Train from weights drawn on rank 0 (``keywords`` go to ``train``); rank 0 returns the
+    per-epoch losses and the final weights."""
     rank = comm.Get_rank()
     data = None
     if rank == 0:
@@ -82,19 +84,21 @@ def losses(comm, seed: int, epochs: int, dropout: float, model: str, data_path: 
             data = GraphData(
                 "random", adjacency, sp.csr_array(rng.random((n, 8))), labels, nodes[:20], nodes[20:35], nodes[35:], 3
             )
-    graph = distribute_graph(comm, data, model, dtype=torch.float64)  # compared with float64 references to 1e-5
-    result = train(comm, graph, model=model, epochs=int(epochs), dropout=float(dropout), seed=seed)
+    graph = distribute_graph(comm, data, model, dtype=torch.float64, strategy=strategy)  # float64: compared to 1e-5
+    result = train(comm, graph, model=model, epochs=int(epochs), dropout=float(dropout), seed=seed, **keywords)
+    graph.operator.close()
     weights = {name: value.detach().numpy() for name, value in result.model.state_dict().items()}
     return {"losses": [h["loss"] for h in result.history], "weights": weights} if rank == 0 else None
 
 
 @pytest.mark.ranks(2, 3, 4)
-@pytest.mark.parametrize("model", ["gcn", "sage"])
+@pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
 def test_every_p_trains_to_the_same_weights_with_dropout(comm, seed, model):
-    """30 epochs with dropout 0.5 on P ranks and on one process (rank 0 alone, COMM_SELF): the same losses to 1e-9
-    and the same weights to 1e-6."""
-    reference = losses(MPI.COMM_SELF, seed, 30, 0.5, model) if comm.Get_rank() == 0 else None
-    other = losses(comm, seed, 30, 0.5, model)
+    """30 epochs with dropout 0.5 (GAT: on the features and the attention, 2 heads) on P ranks and on one process
+    (rank 0 alone, COMM_SELF): the same losses to 1e-9 and the same weights to 1e-6."""
+    keywords = {"heads": 2, "hidden": 4} if model == "gat" else {}
+    reference = losses(MPI.COMM_SELF, seed, 30, 0.5, model, **keywords) if comm.Get_rank() == 0 else None
+    other = losses(comm, seed, 30, 0.5, model, **keywords)
     if comm.Get_rank() == 0:
         np.testing.assert_allclose(other["losses"], reference["losses"], rtol=0, atol=1e-9)
         for name, value in reference["weights"].items():
@@ -141,3 +145,54 @@ def test_gcn_on_cora_matches_pytorch_geometric_epoch_by_epoch(comm):
         torch.manual_seed(7)
         state = GNN("gcn", [data.features.shape[1], 16, data.classes], dropout=0.0, seed=7).state_dict()
         np.testing.assert_allclose(ours["losses"], pyg_gcn_losses(data, state, 200), rtol=0, atol=1e-5)
+
+
+def pyg_gat_losses(data, state: dict, epochs: int, heads: int, lr=0.005, weight_decay=5e-4) -> list[float]:
+    """Single-process PyTorch Geometric: PyG's examples/gat.py model (without dropout) from the same weights, Adam with
+    weight decay on every parameter."""
+    from torch_geometric.nn import GATConv
+
+    hidden = state["convs.0.att_src"].shape[-1]
+    conv1 = GATConv(data.features.shape[1], hidden, heads=heads).double()
+    conv2 = GATConv(hidden * heads, data.classes, heads=1, concat=False).double()
+    model = torch.nn.ModuleList([conv1, conv2])
+    model.load_state_dict({name.removeprefix("convs."): value for name, value in state.items()})
+    coo = sp.coo_array(data.adjacency)
+    edge_index = torch.from_numpy(np.vstack([coo.col, coo.row]).astype(np.int64))  # edge j -> i for A[i, j]
+    x = torch.from_numpy(data.features.toarray())
+    y, train = torch.from_numpy(data.labels), torch.from_numpy(data.train_idx)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    losses = []
+    for _ in range(epochs):
+        optimizer.zero_grad()
+        out = conv2(torch.nn.functional.elu(conv1(x, edge_index)), edge_index)
+        loss = torch.nn.functional.cross_entropy(out[train], y[train])
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+#: The attention strategy of the Cora comparison at each P (every strategy at some P; P = 1 moves nothing).
+GAT_STRATEGY = {1: "joint", 2: "column", 3: "joint", 4: "row"}
+
+
+@pytest.mark.ranks(1, 2, 3, 4)
+def test_gat_on_cora_matches_pytorch_geometric_epoch_by_epoch(comm):
+    """examples/gat.py's model (8 heads of 8 concatenated, then 1 head averaged; lr 0.005, weight decay 5e-4) on
+    Cora in float64 without dropout: the per-epoch losses of P ranks and of PyG within 1e-5, for 200 epochs at P = 3
+    and 40 at the other P (the suite's time; ``gat_cora_epochs`` runs any count)."""
+    pytest.importorskip("torch_geometric")
+    epochs = 200 if comm.Get_size() == 3 else 40
+    gat_cora_epochs(comm, epochs, GAT_STRATEGY[comm.Get_size()])
+
+
+def gat_cora_epochs(comm, epochs: int, strategy: str) -> None:
+    """Collective. Assert that ``epochs`` epochs of GAT on Cora under ``strategy`` have PyG's losses within 1e-5."""
+    cora = str(shipped_path("cora"))
+    ours = losses(comm, 7, epochs, 0.0, "gat", cora, strategy, heads=8, hidden=8, lr=0.005)
+    if comm.Get_rank() == 0:
+        data = load_planetoid(cora)
+        torch.manual_seed(7)
+        state = GNN("gat", [data.features.shape[1], 8, data.classes], dropout=0.0, seed=7, heads=8).state_dict()
+        np.testing.assert_allclose(ours["losses"], pyg_gat_losses(data, state, epochs, heads=8), rtol=0, atol=1e-5)
