@@ -68,3 +68,24 @@ def test_gcn_command_on_a_generated_graph_with_synthetic_features(command):
     args = ["rmat:8:4:1", "--features", "random:12", "--classes", "4", "--model", "sage", "--epochs", "5"]
     report = gcn_report(command, *args)
     assert report["model"] == "sage" and len(report["history"]) == 5
+
+
+@pytest.mark.ranks(1, 3)
+@pytest.mark.parametrize("strategy", ["auto", "column"])
+def test_gcn_model_gat_takes_pyg_example_settings_and_moves_the_planned_bytes(command, comm, strategy):
+    report = gcn_report(command, "cora", "--model", "gat", "--epochs", "3", "--strategy", strategy)
+    assert report["model"] == "gat" and report["heads"] == 8 and report["hidden"] == 8
+    assert report["lr"] == 0.005 and report["dropout"] == 0.6
+    plans = report["attention_plans"]
+    assert sorted((plan["heads"], plan["channels"]) for plan in plans) == [(1, 7), (8, 8)]
+    assert report["strategies"] == ["joint" if strategy == "auto" else strategy]
+    planned = sum(plan["planned_bytes_forward"] + plan["planned_bytes_backward"] for plan in plans)
+    # a training step's bytes, counted from MPI's receive statuses, against the plans' formula
+    assert [entry["bytes"] for entry in report["history"]] == [planned] * 3
+    assert (planned > 0) == (comm.Get_size() > 1)
+
+
+@pytest.mark.ranks(2)
+def test_gcn_model_gat_refuses_the_torch_transport(command):
+    status, out, err = command("gcn", "cora", "--model", "gat", "--epochs", "1", "--transport", "torch")
+    assert status != 0 and "attention layers run on the MPI transport" in err, err[-2000:]

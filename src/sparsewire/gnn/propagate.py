@@ -122,6 +122,12 @@ class GraphOperator:
                 strategy, problem = self.attention_strategy(), None
             except InputError as error:
                 strategy, problem = None, error
+            options = self.options
+            if problem is None and (options.transport != "mpi" or options.compress != "none" or options.device != "cpu"):
+                problem = (
+                    f"attention layers run on the MPI transport, uncompressed, on the CPU (got transport {options.transport}, "
+                    f"compress {options.compress}, device {options.device}); use those for GAT"
+                )
             agree_on_error(self.comm, problem)
             plan = make_attention_plan(
                 self.matrix, heads, channels, _NUMPY[dtype], strategy, self_loops, self.all_node_ids(), self.threads or 1
