@@ -80,7 +80,7 @@ _OPENMP: tuple | None = None  # (omp_get_max_threads, omp_set_num_threads) of th
 
 
 def run_threaded(kernel, *args) -> None:
-    """Run a threaded (Numba ``parallel=True``) kernel, or what may launch Numba's thread pool,
+    """Not collective. Run a threaded (Numba ``parallel=True``) kernel, or what may launch Numba's thread pool,
     without changing the calling thread's OpenMP team size.
 
     Numba's OpenMP layer calls ``omp_set_num_threads(NUMBA_NUM_THREADS)`` when it launches its
