@@ -70,9 +70,8 @@ class _Part:
     def backward(self, z, s, t, slope, dropout, salt, softmax, V, gV, gL, gz, gs):
         gt = np.empty((self.n_rows, z.shape[1]), z.dtype)
         run_threaded(
-            attend_backward, self.indptr, self.source, self.by_source, self.source_ptr, self.row_by_source, z, s, t, slope,
-            dropout,
-            self.dst_ids, self.src_ids, salt, softmax, V, gV, gL, gz, gs, gt,
+            attend_backward, self.indptr, self.source, self.by_source, self.source_ptr, self.row_by_source,
+            z, s, t, slope, dropout, self.dst_ids, self.src_ids, salt, softmax, V, gV, gL, gz, gs, gt,
         )  # fmt: skip
         return gt
 
@@ -217,8 +216,10 @@ class AttentionPlan:
         """Collective. This rank's rows of the aggregation and what the backward needs (module docstring)."""
         heads, channels, dtype = self.heads, self.channels, self.dtype
         # z and the fetched rows as one table (z itself when nothing is fetched)
-        table = z if self._local.n_sources == self.n else np.empty((self._local.n_sources, heads, channels), dtype)
-        table[: self.n] = z
+        table = z
+        if self._local.n_sources > self.n:
+            table = np.empty((self._local.n_sources, heads, channels), dtype)
+            table[: self.n] = z
         t_in = {peer: np.empty((part.n_rows, heads), dtype) for peer, part in self._served}
         receives = [(peer, table[rows], _Z) for peer, rows in self._fetch]
         receives += [(peer, t_in[peer], _T) for peer, _ in self._served]
@@ -298,8 +299,7 @@ class AttentionPlan:
         statuses = [MPI.Status() for _ in requests]
         sent = []
         for peer, rows in self._row_blocks:
-            L_k, V_k = saved["remote"][peer]
-            gV, gL = partial_gradients(weights[peer], V_k, rows)
+            gV, gL = partial_gradients(weights[peer], saved["remote"][peer][1], rows)
             sent.append(
                 comm.Isend(np.ascontiguousarray(np.concatenate([gL, gV.reshape(rows.size, -1)], axis=1)), peer, _PARTIAL_GRAD)
             )
