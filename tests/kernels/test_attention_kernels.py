@@ -104,3 +104,32 @@ def test_the_compiled_mask_hash_equals_the_layers_numpy_hash(rng):
     salt = int(rng.integers(0, 1 << 32))
     expected = _keep_fraction(rows, cols, salt)
     assert [keep_fraction(int(r), int(c), salt) for r, c in zip(rows, cols)] == expected.tolist()
+
+
+def test_the_kernels_give_the_same_bits_on_one_thread_and_two(rng):
+    """Each row's and each source's sums run in one order whatever the thread count: the results are bitwise equal."""
+    from sparsewire.kernels.compiled import run_threaded, set_threads
+
+    n_rows, n_sources, heads, channels = 300, 200, 4, 3
+    indptr, source = random_entries(rng, n_rows, n_sources)
+    z, s, t = (
+        rng.standard_normal((n_sources, heads, channels)),
+        rng.standard_normal((n_sources, heads)),
+        rng.standard_normal((n_rows, heads)),
+    )
+    ids_rows, ids_sources = np.arange(n_rows, dtype=np.int64), np.arange(n_sources, dtype=np.int64)
+    rows = np.repeat(np.arange(n_rows), np.diff(indptr)).astype(np.int64)
+    by_source, source_ptr, row_by_source = source_order(source, rows, n_sources)
+    gV, gL = rng.standard_normal((n_rows, heads, channels)), rng.standard_normal((n_rows, heads))
+    results = []
+    for threads in (1, 2):
+        set_threads(threads)
+        softmax, L, V = np.empty((source.size, heads)), np.empty((n_rows, heads)), np.empty((n_rows, heads, channels))
+        run_threaded(attend_forward, indptr, source, z, s, t, 0.2, 0.3, ids_rows, ids_sources, 9, softmax, L, V)
+        gz, gs, gt = np.zeros_like(z), np.zeros_like(s), np.empty_like(t)
+        run_threaded(attend_backward, indptr, source, by_source, source_ptr, row_by_source, z, s, t, 0.2, 0.3, ids_rows,
+                     ids_sources, 9, softmax, V, gV, gL, gz, gs, gt)  # fmt: skip
+        results.append((softmax, L, V, gz, gs, gt))
+    set_threads(1)
+    for one, two in zip(*results):
+        assert np.array_equal(one, two)
