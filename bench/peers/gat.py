@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import tempfile
 import time
@@ -34,16 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, job, run_json  # noqa: E402
-
-
-def graph_data(spec: str):
-    from sparsewire.gnn import load_graph
-
-    return load_graph(spec) if spec == "cora" else load_graph(spec, features="random:16", classes=16)
-
-
-def peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+from gnn import export_graph, graph_data, peak_mib  # noqa: E402  (the GCN bench's graphs, export and memory probe)
 
 
 def ours(spec: str, threads: int, strategy: str, args) -> None:
@@ -75,29 +65,6 @@ def ours(spec: str, threads: int, strategy: str, args) -> None:
         )
 
 
-def export_graph(spec: str, directory: str) -> str:
-    """The graph as a plain .npz, so the PyG process reads it with NumPy and SciPy alone (importing sparsewire there
-    would add Numba and mpi4py to PyG's peak memory)."""
-    import scipy.sparse as sp
-
-    data = graph_data(spec)
-    adjacency, features = sp.coo_array(data.adjacency), sp.csr_array(data.features)
-    path = str(Path(directory) / f"{spec.replace(':', '_')}.npz")
-    np.savez(
-        path,
-        rows=adjacency.row,
-        cols=adjacency.col,
-        f_indptr=features.indptr,
-        f_indices=features.indices,
-        f_data=features.data,
-        f_shape=features.shape,
-        labels=data.labels,
-        train_idx=data.train_idx,
-        classes=data.classes,
-    )
-    return path
-
-
 def pyg(path: str, threads: int, args) -> None:
     import scipy.sparse as sp
     import torch
@@ -110,7 +77,10 @@ def pyg(path: str, threads: int, args) -> None:
     assert "sparsewire" not in sys.modules, "the PyG process must not import sparsewire (its imports would count as PyG's memory)"
     features = sp.csr_array((saved["f_data"], saved["f_indices"], saved["f_indptr"]), shape=tuple(saved["f_shape"]))
     x = torch.from_numpy(features.toarray()).float()
-    edge_index = torch.from_numpy(np.vstack([saved["cols"], saved["rows"]]).astype(np.int64))  # j -> i for A[i, j]
+    adjacency = sp.coo_array(
+        sp.csr_array((saved["a_data"], saved["a_indices"], saved["a_indptr"]), shape=tuple(saved["a_shape"]))
+    )
+    edge_index = torch.from_numpy(np.vstack([adjacency.col, adjacency.row]).astype(np.int64))  # j -> i for A[i, j]
     y, train = torch.from_numpy(saved["labels"]), torch.from_numpy(saved["train_idx"])
     conv1 = GATConv(x.shape[1], args.hidden, heads=args.heads, dropout=args.dropout)
     conv2 = GATConv(args.hidden * args.heads, int(saved["classes"]), heads=1, concat=False, dropout=args.dropout)

@@ -80,6 +80,14 @@ def _prefetch_row(array, row):
         prefetch(base + line)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _prefetch_source(flat_z, s, source, e):
+    """Prefetch the z and s rows of entry ``e``'s source, when there is such an entry."""
+    if e < source.size:
+        _prefetch_row(flat_z, source[e])
+        _prefetch_row(s, source[e])
+
+
 @njit(nogil=True, parallel=True, cache=True)
 def attend_forward(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, salt, softmax, L, V):
     """Not collective. Fill ``L`` (rows x H), ``V`` (rows x H x C) and ``softmax`` (nnz x H: ``exp(e - L)`` of each
@@ -90,7 +98,6 @@ def attend_forward(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, sa
     width = heads * channels
     flat_z = z.reshape(z.shape[0], width)
     flat_v = V.reshape(V.shape[0], width)
-    nnz = source.size
     threshold, scale = _threshold(dropout)
     for i in prange(indptr.size - 1):
         start, stop = indptr[i], indptr[i + 1]
@@ -100,9 +107,7 @@ def attend_forward(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, sa
             continue
         top = np.full(heads, -np.inf, softmax.dtype)
         for e in range(start, stop):
-            if e + AHEAD < nnz:
-                _prefetch_row(s, source[e + AHEAD])
-                _prefetch_row(flat_z, source[e + AHEAD])
+            _prefetch_source(flat_z, s, source, e + AHEAD)
             j = source[e]
             for h in range(heads):
                 u = s[j, h] + t[i, h]
@@ -161,9 +166,7 @@ def attend_backward(
                 g_dot_v[h] += flat_gv[i, h * channels + c] * flat_v[i, h * channels + c]
         products = np.empty(width, gz.dtype)
         for e in range(start, stop):
-            if e + AHEAD < nnz:
-                _prefetch_row(flat_z, source[e + AHEAD])
-                _prefetch_row(s, source[e + AHEAD])
+            _prefetch_source(flat_z, s, source, e + AHEAD)
             j = source[e]
             for w in range(width):
                 products[w] = flat_gv[i, w] * flat_z[j, w]

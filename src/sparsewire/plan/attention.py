@@ -29,6 +29,7 @@ import scipy.sparse as sp
 
 from sparsewire.errors import InputError
 from sparsewire.partition.rows import RowPartition
+from sparsewire.plan.blocks import entry_blocks
 from sparsewire.plan.cover import minimum_vertex_cover
 
 __all__ = ["ATTENTION_STRATEGIES", "AttentionBlock", "attention_bytes", "attention_blocks"]
@@ -80,31 +81,27 @@ def attention_blocks(
         raise InputError(f"unknown attention strategy {strategy!r}; choose one of {', '.join(ATTENTION_STRATEGIES)}")
     if not isinstance(channels, (int, np.integer)) or channels < 1:
         raise InputError(f"channels per head must be a positive integer (got {channels!r})")
-    csr = sp.csr_array(local_rows)
-    entry_row = np.repeat(np.arange(csr.shape[0], dtype=np.int64), np.diff(csr.indptr))
-    entry_col = csr.indices.astype(np.int64)
-    owner = np.searchsorted(col_partition.offsets, entry_col, side="right") - 1
-    positions = np.arange(csr.nnz, dtype=np.int64)
-    diagonal = positions[owner == rank]
+    entry_row, entry_col, diagonal, split = entry_blocks(local_rows, col_partition, rank)
     blocks = []
-    for peer in np.unique(owner[owner != rank]).tolist():
-        entries = positions[owner == peer]
-        rows, row_index = np.unique(entry_row[entries], return_inverse=True)
-        cols, col_index = np.unique(entry_col[entries], return_inverse=True)
+    for block in split:
         if strategy == "column":
-            by_column = np.ones(entries.size, bool)
+            by_column = np.ones(block.entries.size, bool)
         elif strategy == "row":
-            by_column = np.zeros(entries.size, bool)
+            by_column = np.zeros(block.entries.size, bool)
         else:
-            graph = sp.csr_array((np.ones(entries.size, np.int8), (row_index, col_index)), shape=(rows.size, cols.size))
-            _, col_covered = minimum_vertex_cover(
-                graph, np.full(rows.size, channels + 2, np.int64), np.full(cols.size, channels, np.int64)
+            graph = sp.csr_array(
+                (np.ones(block.entries.size, np.int8), (block.row_index, block.col_index)),
+                shape=(block.rows.size, block.cols.size),
             )
-            by_column = col_covered[col_index]
+            _, col_covered = minimum_vertex_cover(
+                graph, np.full(block.rows.size, channels + 2, np.int64), np.full(block.cols.size, channels, np.int64)
+            )
+            by_column = col_covered[block.col_index]
+        entries = block.entries
         served_rows, row_of_entry = np.unique(entry_row[entries[~by_column]], return_inverse=True)
         blocks.append(
             AttentionBlock(
-                int(peer),
+                block.peer,
                 np.unique(entry_col[entries[by_column]]),
                 served_rows,
                 entries[by_column],

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from sparsewire.errors import PlanMismatchError
 from sparsewire.partition import RowPartition
 
-__all__ = ["LocalBlocks", "split_local_rows", "check_partitions"]
+__all__ = ["LocalBlocks", "EntryBlock", "split_local_rows", "entry_blocks", "check_partitions"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,46 @@ def split_local_rows(rank: int, local_rows: sp.sparray, col_partition: RowPartit
         )
     off = ~on_diagonal
     return LocalBlocks(rank, diagonal, rows[off], cols[off], local.data[off], sources[off])
+
+
+@dataclass(frozen=True)
+class EntryBlock:
+    """The entries of one off-diagonal block ``A(p, q)`` by their positions in p's CSR arrays (SDDMM's and attention's
+    planners serve them one by one).
+
+    Attributes:
+        peer: q, the owner of the block's columns.
+        entries: the entries' positions in p's CSR arrays, ascending.
+        rows: the block's local row numbers, ascending; ``row_index``: each entry's index into them.
+        cols: the block's global columns, ascending; ``col_index``: each entry's index into them.
+    """
+
+    peer: int
+    entries: np.ndarray
+    rows: np.ndarray
+    row_index: np.ndarray
+    cols: np.ndarray
+    col_index: np.ndarray
+
+
+def entry_blocks(
+    local_rows: sp.sparray, col_partition: RowPartition, rank: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[EntryBlock]]:
+    """Not collective. Rank ``rank``'s entries split by the owner of their column: each entry's local row and global
+    column, the positions of the entries whose column it owns, and one :class:`EntryBlock` per other owner, in rank
+    order."""
+    csr = sp.csr_array(local_rows)
+    entry_row = np.repeat(np.arange(csr.shape[0], dtype=np.int64), np.diff(csr.indptr))
+    entry_col = csr.indices.astype(np.int64)
+    owner = np.searchsorted(col_partition.offsets, entry_col, side="right") - 1
+    positions = np.arange(csr.nnz, dtype=np.int64)
+    blocks = []
+    for peer in np.unique(owner[owner != rank]).tolist():
+        entries = positions[owner == peer]
+        rows, row_index = np.unique(entry_row[entries], return_inverse=True)
+        cols, col_index = np.unique(entry_col[entries], return_inverse=True)
+        blocks.append(EntryBlock(int(peer), entries, rows, row_index.astype(np.int64), cols, col_index.astype(np.int64)))
+    return entry_row, entry_col, positions[owner == rank], blocks
 
 
 def check_partitions(shape: tuple[int, int], row_partition: RowPartition, col_partition: RowPartition) -> None:

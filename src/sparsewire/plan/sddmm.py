@@ -25,6 +25,7 @@ import scipy.sparse as sp
 
 from sparsewire.errors import InputError
 from sparsewire.partition.rows import RowPartition
+from sparsewire.plan.blocks import entry_blocks
 
 __all__ = ["SDDMM_STRATEGIES", "SddmmBlock", "way_bytes", "choose_way", "sddmm_blocks"]
 
@@ -83,18 +84,10 @@ def sddmm_blocks(
     if not isinstance(d, (int, np.integer)) or d < 1:
         raise InputError(f"d, the width of X and Y, must be a positive integer (got {d!r})")
     choose_way(strategy, 0, 0)  # the name checked before any work
-    csr = sp.csr_array(local_rows)
-    entry_row = np.repeat(np.arange(csr.shape[0], dtype=np.int64), np.diff(csr.indptr))
-    entry_col = csr.indices.astype(np.int64)
-    owner = np.searchsorted(col_partition.offsets, entry_col, side="right") - 1
-    positions = np.arange(csr.nnz, dtype=np.int64)
-    diagonal = positions[owner == rank]
-    blocks = []
-    for peer in np.unique(owner[owner != rank]).tolist():
-        entries = positions[owner == peer]
-        rows, entry_rows = np.unique(entry_row[entries], return_inverse=True)
-        cols, entry_cols = np.unique(entry_col[entries], return_inverse=True)
-        column_bytes, row_bytes = way_bytes(rows.size, cols.size, entries.size, d, value_bytes)
+    diagonal, blocks = entry_blocks(local_rows, col_partition, rank)[2:]
+    ways = []
+    for block in blocks:
+        column_bytes, row_bytes = way_bytes(block.rows.size, block.cols.size, block.entries.size, d, value_bytes)
         way = choose_way(strategy, column_bytes, row_bytes)
-        blocks.append(SddmmBlock(int(peer), way, rows, cols, entries, entry_rows.astype(np.int64), entry_cols.astype(np.int64)))
-    return diagonal, blocks
+        ways.append(SddmmBlock(block.peer, way, block.rows, block.cols, block.entries, block.row_index, block.col_index))
+    return diagonal, ways
