@@ -159,7 +159,7 @@ def test_a_planted_wrong_source_is_caught_at_its_row(comm, rng):
     expected = reference(x, edge_index(adjacency)).detach().numpy()
     plan = operator.attention(2, 4, torch.float64)
     part = plan._local
-    faulty_row = int(np.flatnonzero(np.diff(part.indptr) >= 2)[0])  # a row of two entries or more on every rank
+    faulty_row = comm.bcast(int(np.flatnonzero(np.diff(part.indptr) >= 2)[0]))  # rank 0's first row of two entries
     entry = part.indptr[faulty_row]
     if comm.Get_rank() == 0:
         part.source[entry] = part.source[entry + 1]  # read its first entry from its second entry's source
