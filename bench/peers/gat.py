@@ -2,7 +2,7 @@
 per epoch of the attention strategies.
 
     .venv/bin/python bench/peers/gat.py [--configs 1x1,1x2,2x1] [--graphs cora,rmat:14:16:1,rmat:16:16:1]
-        [--heads 8] [--hidden 8] [--dropout 0.6] [--epochs 20] [--bytes-ranks 4]
+        [--heads 8] [--hidden 8] [--dropout 0.6] [--epochs 20] [--bytes-ranks 4] [--node-size 2]
 
 The model is PyG's ``examples/gat.py``: dropout, ``GATConv(in, hidden, heads)``, ELU, dropout, ``GATConv(hidden x
 heads, classes, heads=1, concat=False)``, attention dropout as the feature dropout, Adam (lr 0.005, weight decay
@@ -14,8 +14,10 @@ cover). PyG: one process, ``torch.set_num_threads(P x T)`` (the cores ours uses)
 added by the layer, as the example runs it (``GATConv`` has no fused sparse path). Per run: the median seconds of a
 training step over the epochs after the first (ours: the slowest rank, gradient allreduce included) and the peak
 resident memory per rank (``ru_maxrss``; PyG in its own process, which reads the graph from a plain .npz and imports
-nothing of ours). Then, at P = ``--bytes-ranks``, the bytes per epoch MPI delivered (receive statuses) under
-``column`` (the halo exchange), ``joint`` and ``auto``, two epochs each, with joint / column. P x T above the cores
+nothing of ours). Then, at P = ``--bytes-ranks`` in nodes of ``--node-size`` ranks, the bytes per epoch MPI delivered
+(receive statuses), all of them and those between nodes, under ``column`` (the halo exchange), ``joint``, ``auto``
+and the two-level ``column-hier``, two epochs each, with joint / column and the between-node bytes of column-hier /
+column. P x T above the cores
 oversubscribes the 2-core reference machine: the bytes do not depend on it, the times do. Writes
 bench/results/gat.json.
 """
@@ -41,15 +43,23 @@ def ours(spec: str, threads: int, strategy: str, args) -> None:
     from mpi4py import MPI
 
     from sparsewire.gnn import distribute_graph, train
+    from sparsewire.topology import Topology
 
     torch.set_num_threads(threads)
     comm = MPI.COMM_WORLD
     data = graph_data(spec) if comm.Get_rank() == 0 else None
-    graph = distribute_graph(comm, data, "gat", threads=threads, strategy=strategy, dtype=torch.float32)
+    topology = Topology.nodes(args.node_size) if args.node_size else None
+    graph = distribute_graph(comm, data, "gat", threads=threads, strategy=strategy, dtype=torch.float32, topology=topology)
     del data  # rank 0's whole graph: each rank keeps its own rows
     result = train(
         comm, graph, model="gat", heads=args.heads, hidden=args.hidden, epochs=args.epochs, lr=0.005, dropout=args.dropout
     )
+    plans = graph.operator.attention_plans.values()
+    for plan in plans:  # one more forward and backward, counted alone: the bytes between nodes of a training step
+        plan.bytes_between_groups = 0
+    result.model.train()
+    result.model(graph.features, graph.operator).sum().backward()
+    between = comm.allreduce(sum(plan.bytes_between_groups for plan in plans))
     graph.operator.close()
     peaks = comm.gather(peak_mib(), root=0)
     if comm.Get_rank() == 0:
@@ -59,6 +69,7 @@ def ours(spec: str, threads: int, strategy: str, args) -> None:
                 {
                     "seconds_per_epoch": float(np.median([h["seconds"] for h in steady])),
                     "bytes_per_epoch": int(steady[-1]["bytes"]),
+                    "bytes_between_nodes_per_epoch": between,
                     "peak_mib_per_rank": max(peaks),
                 }
             )
@@ -111,6 +122,7 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=0.6, help="feature and attention dropout (default: 0.6)")
     parser.add_argument("--epochs", type=int, default=20, help="epochs per run (default: 20)")
     parser.add_argument("--bytes-ranks", type=int, default=4, help="P of the bytes comparison (default: 4; 0 skips it)")
+    parser.add_argument("--node-size", type=int, default=2, help="ranks per node in the bytes comparison (default: 2)")
     parser.add_argument("--worker", nargs=4, metavar=("SIDE", "GRAPH", "THREADS", "STRATEGY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -137,7 +149,7 @@ def main() -> None:
                     [sys.executable, __file__, *map(str, shared), "--worker", "pyg", graph_file, str(cores), "-"]
                 )
             print(f"{spec}: ours {ranks} x {threads} ...", file=sys.stderr, flush=True)
-            mine = run_json(job(ranks, __file__, *shared, "--worker", "ours", spec, threads, "auto"))
+            mine = run_json(job(ranks, __file__, *shared, "--node-size", 0, "--worker", "ours", spec, threads, "auto"))
             reference = references[cores]
             time_ratio = mine["seconds_per_epoch"] / reference["seconds_per_epoch"]
             memory_ratio = mine["peak_mib_per_rank"] / reference["peak_mib_per_rank"]
@@ -159,21 +171,21 @@ def main() -> None:
             )
         if args.bytes_ranks > 1:
             moved = {}
-            for strategy in ("column", "joint", "auto"):
+            for strategy in ("column", "joint", "auto", "column-hier"):
                 print(f"{spec}: bytes of {strategy} at P = {args.bytes_ranks} ...", file=sys.stderr, flush=True)
-                two = [*shared[:-1], 2]
-                moved[strategy] = run_json(job(args.bytes_ranks, __file__, *two, "--worker", "ours", spec, 1, strategy))[
-                    "bytes_per_epoch"
-                ]
-            results.append({"graph": spec, "ranks": args.bytes_ranks, "bytes_per_epoch_by_strategy": moved})
+                two = [*shared[:-1], 2, "--node-size", args.node_size]
+                moved[strategy] = run_json(job(args.bytes_ranks, __file__, *two, "--worker", "ours", spec, 1, strategy))
+            results.append({"graph": spec, "ranks": args.bytes_ranks, "node_size": args.node_size,
+                            "bytes_by_strategy": moved})  # fmt: skip
+            every = {strategy: figures["bytes_per_epoch"] for strategy, figures in moved.items()}
+            apart = {strategy: figures["bytes_between_nodes_per_epoch"] for strategy, figures in moved.items()}
             byte_rows.append(
                 [
                     spec,
-                    args.bytes_ranks,
-                    moved["column"],
-                    moved["joint"],
-                    moved["auto"],
-                    f"{moved['joint'] / moved['column']:.3f}",
+                    f"{args.bytes_ranks} ({args.node_size} per node)",
+                    *(f"{every[s]} ({apart[s]})" for s in ("column", "joint", "auto", "column-hier")),
+                    f"{every['joint'] / every['column']:.3f}",
+                    f"{apart['column-hier'] / apart['column']:.3f}",
                 ]
             )
     print(format_table(["graph", "PxT", "ours ms/epoch", "PyG ms/epoch", "ours / PyG", "ours peak MiB/rank", "PyG peak MiB",
@@ -182,7 +194,17 @@ def main() -> None:
         print()
         print(
             format_table(
-                ["graph", "P", "column bytes/epoch", "joint bytes/epoch", "auto bytes/epoch", "joint / column"], byte_rows
+                [
+                    "graph",
+                    "P",
+                    "column bytes/epoch (between nodes)",
+                    "joint",
+                    "auto",
+                    "column-hier",
+                    "joint / column",
+                    "column-hier / column between nodes",
+                ],
+                byte_rows,  # fmt: skip
             )
         )
     out = ROOT / "bench" / "results"

@@ -10,7 +10,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from sparsewire.gnn.layers import _keep_fraction  # noqa: E402
-from sparsewire.kernels.attention import attend_backward, attend_forward, keep_fraction, source_order  # noqa: E402
+from sparsewire.kernels.attention import (  # noqa: E402
+    attend_backward,
+    attend_forward,
+    keep_fraction,
+    merge_gradients,
+    merge_partials,
+    source_order,
+)
 
 
 def reference(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, salt):
@@ -133,3 +140,53 @@ def test_the_kernels_give_the_same_bits_on_one_thread_and_two(rng):
     set_threads(1)
     for one, two in zip(*results):
         assert np.array_equal(one, two)
+
+
+def _partial(e: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One row's (L, V) over entries with scores ``e`` (entries, H) and sources ``z`` (entries, H, C), by NumPy."""
+    if e.shape[0] == 0:
+        return np.full(e.shape[1], -np.inf), np.zeros(z.shape[1:])
+    L = np.log(np.exp(e).sum(axis=0))
+    return L, np.einsum("eh,ehc->hc", np.exp(e - L), z)
+
+
+def test_the_log_sum_exp_merge_of_any_split_is_the_softmax_over_the_whole_row(rng):
+    # by hand: scores 0, 0 on one side and log 2 on the other; the whole row's softmax weighs them 1/4, 1/4, 1/2
+    z = np.array([[[4.0]], [[8.0]], [[2.0]]])
+    L_a, V_a = _partial(np.zeros((2, 1)), z[:2])
+    L_b, V_b = _partial(np.full((1, 1), np.log(2.0)), z[2:])
+    out, L, weights = merge_partials(L_a[None], V_a[None], [(np.array([0]), L_b[None], V_b[None])])
+    np.testing.assert_allclose(out[0, 0, 0], 0.25 * 4 + 0.25 * 8 + 0.5 * 2, rtol=1e-15)
+    np.testing.assert_allclose(L[0, 0], np.log(4.0), rtol=1e-15)
+    np.testing.assert_allclose([weights[0][0, 0], weights[1][0, 0]], [0.5, 0.5], rtol=1e-15)
+    # random rows split at random among three partials (some empty), against the softmax over the whole row
+    heads, channels, rows = 2, 3, 6
+    e = [rng.standard_normal((int(rng.integers(0, 7)), heads)) * 5 for _ in range(rows)]
+    z = [rng.standard_normal((r.shape[0], heads, channels)) for r in e]
+    owner = [rng.integers(0, 3, r.shape[0]) for r in e]
+    parts = []
+    for k in range(3):
+        L_k, V_k = zip(*(_partial(e[i][owner[i] == k], z[i][owner[i] == k]) for i in range(rows)))
+        parts.append((np.arange(rows), np.array(L_k), np.array(V_k)))
+    out, L, weights = merge_partials(parts[0][1], parts[0][2], parts[1:])
+    for i in range(rows):
+        if e[i].shape[0] == 0:
+            assert not out[i].any() and all(not w[i].any() for w in weights)
+            continue
+        softmax = np.exp(e[i] - e[i].max(axis=0))
+        softmax /= softmax.sum(axis=0)
+        np.testing.assert_allclose(out[i], np.einsum("eh,ehc->hc", softmax, z[i]), rtol=1e-12, atol=1e-12)
+    # the gradients: a finite difference of <G, out> in one partial's L and V
+    G = rng.standard_normal(out.shape)
+    k, row = 1, int(np.argmax([x.shape[0] for x in e]))
+    gV, gL = merge_gradients(G, out, weights[k], parts[k][2], parts[k][0])
+    step = 1e-6
+    for change, analytic in ((1, gL[row, 0]), (2, gV[row, 0, 0])):
+        shifted = [list(p) for p in parts]
+        shifted[k][change] = shifted[k][change].copy()
+        if change == 1:
+            shifted[k][1][row, 0] += step
+        else:
+            shifted[k][2][row, 0, 0] += step
+        moved, _, _ = merge_partials(shifted[0][1], shifted[0][2], [tuple(p) for p in shifted[1:]])
+        np.testing.assert_allclose(((moved - out) * G).sum() / step, analytic, rtol=1e-4, atol=1e-6)

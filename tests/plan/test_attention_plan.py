@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from sparsewire.errors import InputError
 from sparsewire.partition import even_rows
-from sparsewire.plan.attention import attention_blocks, attention_bytes
+from sparsewire.plan.attention import attention_blocks, attention_bytes, relayed_columns
 
 
 def test_the_formula_counts_a_column_c_values_and_a_row_c_plus_two_per_head_each_way():
@@ -91,3 +91,16 @@ def test_attention_blocks_refuse_an_unknown_strategy_and_a_width_below_one():
         attention_blocks(rows, even_rows(2, 1), 0, 4, "block")
     with pytest.raises(InputError, match="channels per head must be a positive integer"):
         attention_blocks(rows, even_rows(2, 1), 0, 0, "joint")
+
+
+def test_a_proxy_fetches_the_union_of_its_members_columns_once_and_finds_each_members_rows_in_it(rng):
+    union, positions = relayed_columns([np.array([2, 9]), np.array([], np.int64), np.array([1, 2, 7])])
+    assert union.tolist() == [1, 2, 7, 9]
+    assert [p.tolist() for p in positions] == [[1, 3], [], [0, 1, 2]]
+    for _ in range(20):
+        wanted = [np.unique(rng.integers(0, 50, rng.integers(0, 12))) for _ in range(rng.integers(1, 5))]
+        union, positions = relayed_columns(wanted)
+        assert np.array_equal(union, np.unique(np.concatenate(wanted)))
+        for w, p in zip(wanted, positions):
+            assert np.array_equal(union[p], w)
+    assert relayed_columns([])[0].size == 0

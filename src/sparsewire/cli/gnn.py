@@ -82,8 +82,8 @@ def add_commands(commands) -> None:
     gcn.add_argument(
         "--strategy",
         default="auto",
-        help="SpMM strategy of the propagations: auto, block, column, row, joint; gat's attention plans take auto (= joint), "
-        "column, row or joint (default: auto)",
+        help="SpMM strategy of the propagations: auto, block, column, row, joint (and column-hier, joint-hier, joint-group "
+        "with a topology); gat's attention plans take auto (= joint), column, row, joint or column-hier (default: auto)",
     )
     add_partition_arguments(gcn)
     gcn.add_argument(

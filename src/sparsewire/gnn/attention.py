@@ -13,35 +13,24 @@ from MPI's receive statuses. Runs on MPI and the CPU.
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, agree_on_values, collective_errors, ranks_on_node
-from sparsewire.kernels.attention import attend_backward, attend_forward, source_order
+from sparsewire.kernels.attention import attend_backward, attend_forward, merge_gradients, merge_partials, source_order
 from sparsewire.kernels.compiled import run_threaded, set_threads
-from sparsewire.plan.attention import ATTENTION_STRATEGIES, attention_blocks
+from sparsewire.plan.attention import (
+    ATTENTION_STRATEGIES,
+    HIERARCHICAL_ATTENTION,
+    attention_blocks,
+    attention_pattern,
+    relayed_columns,
+)
+from sparsewire.plan.hierarchy import local_proxies
 
 __all__ = ["AttentionPlan", "attend", "attention_pattern", "make_attention_plan"]
 
-_Z, _T, _PARTIAL, _PARTIAL_GRAD, _Z_GRAD, _T_GRAD = range(1, 7)  # message tags, one per kind
-
-
-def attention_pattern(local_rows: sp.csr_array, row_offset: int, self_loops: bool) -> sp.csr_array:
-    """Not collective. The structure GAT attends over (values 1, sorted): with ``self_loops``, this rank's rows of A
-    without their stored self-loops plus one per node (PyG's GAT rule: ``remove_self_loops`` then
-    ``add_self_loops``); without, A's pattern as it is (stored self-loops kept, as PyG keeps them)."""
-    coo = sp.coo_array(local_rows)
-    rows, cols = coo.row, coo.col
-    if self_loops:
-        keep = cols != rows + row_offset
-        own = np.arange(local_rows.shape[0])
-        rows, cols = np.concatenate([rows[keep], own]), np.concatenate([cols[keep], own + row_offset])
-    pattern = sp.csr_array((np.ones(rows.size, np.int8), (rows, cols)), shape=local_rows.shape)
-    pattern.sum_duplicates()
-    pattern.sort_indices()
-    pattern.data[:] = 1
-    return pattern
+_Z, _T, _PARTIAL, _PARTIAL_GRAD, _Z_GRAD, _T_GRAD, _Z_RELAY, _Z_GRAD_RELAY = range(1, 9)  # message tags, one per kind
 
 
 class _Part:
@@ -80,24 +69,29 @@ class AttentionPlan:
     """The exchange of one attention layer shape: graph, ``heads``, ``channels`` and ``dtype`` (module docstring).
 
     Attributes:
-        strategy: ``column``, ``row`` or ``joint`` (:data:`~sparsewire.plan.attention.ATTENTION_STRATEGIES`).
+        strategy: ``column``, ``row``, ``joint`` or ``column-hier``
+            (:data:`~sparsewire.plan.attention.ATTENTION_STRATEGIES`).
         blocks: this rank's off-diagonal blocks and how each is served (:class:`~sparsewire.plan.attention.AttentionBlock`).
+        groups: each rank's group (all 0 without a topology).
         planned_forward, planned_backward: bytes every rank together receives per forward and per backward, from the
-            formula of each block's cover.
+            formula of each block's cover (and, for ``column-hier``, the rows relayed inside groups);
+            ``planned_between_groups``: the part of both sent between groups.
         bytes_forward, bytes_backward: bytes this rank received in the aggregations so far, from MPI's receive
-            statuses (reset them to measure a step).
+            statuses (reset them to measure a step); ``bytes_between_groups``: those from ranks of other groups.
     """
 
     def __init__(
-        self, matrix, heads: int, channels: int, dtype, strategy: str, self_loops: bool, node_ids: np.ndarray, threads: int = 1
-    ) -> None:
+        self, matrix, heads: int, channels: int, dtype, strategy: str, self_loops: bool, node_ids: np.ndarray, threads: int = 1,
+        groups: np.ndarray | None = None,
+    ) -> None:  # fmt: skip
         """Collective. Prefer :meth:`sparsewire.gnn.GraphOperator.attention`. ``node_ids``: every position's node id;
-        ``threads``: the kernels' threads per rank."""
+        ``threads``: the kernels' threads per rank; ``groups``: each rank's group (node), for ``column-hier``."""
         comm = matrix.comm
         set_threads(threads, ranks_on_node(comm))
         rank, size = comm.Get_rank(), comm.Get_size()
         self.matrix, self.heads, self.channels, self.dtype = matrix, int(heads), int(channels), np.dtype(dtype)
         self.strategy, self.self_loops = strategy, bool(self_loops)
+        self.groups = np.zeros(size, np.int64) if groups is None else np.asarray(groups, np.int64)
         offsets = matrix.col_partition.offsets
         start = int(offsets[rank])
         n = matrix.local_rows.shape[0]
@@ -108,25 +102,53 @@ class AttentionPlan:
         entry_row = np.repeat(np.arange(n, dtype=np.int64), np.diff(pattern.indptr))
         entry_col = pattern.indices.astype(np.int64)
         own_ids = node_ids[start : start + n]
-        # The local part: own columns, then the fetched ones (block by block), as rows of one source table.
+        # Two levels: what this rank needs from a rank of another group comes through that group's proxy, which learns
+        # here which of the source's rows each member needs.
+        proxy = np.full(size, -1, np.int64)
+        relay_told: list = [None] * size
+        if strategy in HIERARCHICAL_ATTENTION:
+            proxy = local_proxies(self.groups, int(self.groups[rank]))
+            asks: list = [None] * size
+            for block in self.blocks:
+                if block.cols.size and proxy[block.peer] not in (-1, rank):
+                    asks[proxy[block.peer]] = [*(asks[proxy[block.peer]] or []), (block.peer, block.cols)]
+            relay_told = comm.alltoall(asks)
+        members_of: dict[int, list] = {}  # source -> [(member, columns)] this rank fetches for its group
+        for member, asked in enumerate(relay_told):
+            for source, cols in asked or []:
+                members_of.setdefault(int(source), []).append((member, cols))
+        by_peer = {block.peer: block for block in self.blocks}
+        # The local part's source table: own rows, then per source in rank order the rows fetched from it.
         source_of = np.full(pattern.nnz, -1, np.int64)
         source_of[diagonal] = entry_col[diagonal] - start
         fetched_ids, next_source = [own_ids], n
-        self._fetch = []  # (peer, rows of the table it fills)
+        self._fetch = []  # (sender, rows of the table it fills, tag): the owner (_Z) or the group's proxy (_Z_RELAY)
+        self._relay = []  # (member, rows of the table): forwarded to a member of the group, gradients summed back
         self._row_blocks = []  # (peer, local rows p aggregates for this rank)
         requests: list[object] = [None] * size
-        for block in self.blocks:
+        for peer in sorted(set(by_peer) | set(members_of)):
+            block = by_peer.get(peer)
+            own_cols = block.cols if block is not None else np.zeros(0, np.int64)
+            fetched, positions = own_cols, []
+            if peer in members_of:  # this rank is the proxy of (peer, its group): it fetches the union
+                fetched, positions = relayed_columns([own_cols, *(cols for _, cols in members_of[peer])])
+                positions = positions[1:]
             asked = [None, None]
-            if block.cols.size:
-                source_of[block.column_entries] = next_source + np.searchsorted(block.cols, entry_col[block.column_entries])
-                self._fetch.append((block.peer, slice(next_source, next_source + block.cols.size)))
-                next_source += block.cols.size
-                fetched_ids.append(node_ids[block.cols])
-                asked[0] = block.cols - int(offsets[block.peer])
-            if block.rows.size:
-                self._row_blocks.append((block.peer, block.rows))
-                asked[1] = (own_ids[block.rows], block.row_of_entry, entry_col[block.row_entries] - int(offsets[block.peer]))
-            requests[block.peer] = asked
+            if fetched.size:
+                if own_cols.size:
+                    source_of[block.column_entries] = next_source + np.searchsorted(fetched, entry_col[block.column_entries])
+                relayed = proxy[peer] not in (-1, rank)
+                rows = slice(next_source, next_source + fetched.size)
+                self._fetch.append((int(proxy[peer]), rows, _Z_RELAY) if relayed else (peer, rows, _Z))
+                self._relay += [(member, next_source + where) for (member, _), where in zip(members_of.get(peer, []), positions)]
+                next_source += fetched.size
+                fetched_ids.append(node_ids[fetched])
+                if not relayed:
+                    asked[0] = fetched - int(offsets[peer])
+            if block is not None and block.rows.size:
+                self._row_blocks.append((peer, block.rows))
+                asked[1] = (own_ids[block.rows], block.row_of_entry, entry_col[block.row_entries] - int(offsets[peer]))
+            requests[peer] = asked
         local = np.flatnonzero(source_of >= 0)
         self._local = _Part(entry_row[local], source_of[local], n, next_source, own_ids, np.concatenate(fetched_ids))
         told = comm.alltoall(requests)
@@ -136,12 +158,23 @@ class AttentionPlan:
             if asked is not None and asked[1] is not None:
                 dst_ids, rows, sources = asked[1]
                 self._served.append((peer, _Part(rows, sources, dst_ids.size, n, dst_ids, own_ids)))
-        itemsize = self.dtype.itemsize
-        forward, backward = np.sum(
-            [block.bytes(self.heads, self.channels, itemsize) for block in self.blocks] or [(0, 0)], axis=0
-        ).tolist()
-        self.planned_forward, self.planned_backward = (int(v) for v in comm.allreduce(np.array([forward, backward]), op=MPI.SUM))
-        self.bytes_forward = self.bytes_backward = 0
+        # The formula on this rank's receives: b H C per row of z (or its gradient), b H (C + 1) per partial (or its
+        # gradient), b H per t_i (or its gradient); summed over the ranks, 2 b H [C |cols| + (C + 2) |rows|] per block.
+        unit = self.dtype.itemsize * self.heads
+        z_row, partial_row = unit * self.channels, unit * (self.channels + 1)
+        received = {
+            "forward": [(sender, z_row * (rows.stop - rows.start)) for sender, rows, _ in self._fetch]
+            + [(peer, partial_row * rows.size) for peer, rows in self._row_blocks]
+            + [(peer, unit * part.n_rows) for peer, part in self._served],
+            "backward": [(peer, z_row * rows.size) for peer, rows in (*self._serve_columns, *self._relay)]
+            + [(peer, partial_row * part.n_rows) for peer, part in self._served]
+            + [(peer, unit * rows.size) for peer, rows in self._row_blocks],
+        }
+        mine = [sum(b for _, b in received[d]) for d in ("forward", "backward")]
+        mine.append(sum(b for d in received.values() for peer, b in d if self.groups[peer] != self.groups[rank]))
+        totals = comm.allreduce(np.array(mine, np.int64), op=MPI.SUM)
+        self.planned_forward, self.planned_backward, self.planned_between_groups = (int(v) for v in totals)
+        self.bytes_forward = self.bytes_backward = self.bytes_between_groups = 0
         self.counters: list = []  # objects whose bytes_forward, bytes_backward and wire_bytes the runs add to
         self._comm = comm.Dup()
         self._closed = False
@@ -152,7 +185,7 @@ class AttentionPlan:
         return (
             f"AttentionPlan(heads={self.heads}, channels={self.channels}, dtype={self.dtype}, strategy={self.strategy!r}, "
             f"fetched columns {cols}, rows served by peers {rows}, "
-            f"planned bytes {self.planned_forward} + {self.planned_backward})"
+            f"planned bytes {self.planned_forward} + {self.planned_backward}, {self.planned_between_groups} between groups)"
         )
 
     def explain(self) -> str:
@@ -169,9 +202,16 @@ class AttentionPlan:
                 f"  rank {block.peer}: {block.cols.size} columns fetched, {block.rows.size} rows aggregated there; "
                 f"{forward} B forward, {backward} B backward"
             )
+        through = [(sender, rows.stop - rows.start) for sender, rows, tag in self._fetch if tag == _Z_RELAY]
+        if through or self._relay:
+            lines.append(
+                f"  two levels: {sum(n for _, n in through)} of those rows come through proxies "
+                f"{sorted({s for s, _ in through})}; {sum(rows.size for _, rows in self._relay)} rows fetched here are "
+                f"forwarded to ranks {sorted({m for m, _ in self._relay})} of this group, their gradients summed back"
+            )
         lines.append(
             f"  every rank together: {self.planned_forward} B forward + {self.planned_backward} B backward = "
-            f"{self.planned_forward + self.planned_backward} B per step"
+            f"{self.planned_forward + self.planned_backward} B per step, {self.planned_between_groups} B of it between groups"
         )
         return "\n".join(lines)
 
@@ -184,6 +224,7 @@ class AttentionPlan:
             "dtype": self.dtype.name,
             "planned_bytes_forward": self.planned_forward,
             "planned_bytes_backward": self.planned_backward,
+            "planned_bytes_between_groups": self.planned_between_groups,
             "fetched_columns": int(sum(block.cols.size for block in self.blocks)),
             "rows_served_by_peers": int(sum(block.rows.size for block in self.blocks)),
         }
@@ -202,15 +243,28 @@ class AttentionPlan:
 
     # The two passes, on NumPy arrays (the autograd function below wraps them).
 
-    def _exchange(self, receives: list, sends: list) -> int:
-        """Post ``receives`` (peer, buffer, tag) and ``sends`` (peer, array, tag), wait for all; the bytes received."""
+    def _count(self, peers: list, statuses: list, direction: str) -> None:
+        """Add the bytes MPI delivered (``statuses`` of receives from ``peers``) to this plan's and its counters'."""
+        counts = np.array([status.Get_count(MPI.BYTE) for status in statuses], np.int64)
+        total = int(counts.sum())
+        apart = np.asarray(peers, np.int64)
+        between = int(counts[self.groups[apart] != self.groups[self.matrix.comm.Get_rank()]].sum()) if counts.size else 0
+        self.bytes_between_groups += between
+        for counter in (self, *self.counters):
+            setattr(counter, f"bytes_{direction}", getattr(counter, f"bytes_{direction}") + total)
+            if counter is not self:
+                counter.wire_bytes += total
+
+    def _exchange(self, receives: list, sends: list) -> None:
+        """Post ``receives`` (peer, buffer, tag) and ``sends`` (peer, array, tag), wait for all; count the forward's
+        bytes received."""
         comm = self._comm
         requests = [comm.Irecv(buffer, peer, tag) for peer, buffer, tag in receives]
         statuses = [MPI.Status() for _ in requests]
         sent = [comm.Isend(np.ascontiguousarray(array), peer, tag) for peer, array, tag in sends]
         MPI.Request.Waitall(requests, statuses)
         MPI.Request.Waitall(sent)
-        return sum(status.Get_count(MPI.BYTE) for status in statuses)
+        self._count([peer for peer, _, _ in receives], statuses, "forward")
 
     def forward(self, z: np.ndarray, att_src: np.ndarray, t: np.ndarray, slope: float, dropout: float, salt: int):
         """Collective. This rank's rows of the aggregation and what the backward needs (module docstring)."""
@@ -221,12 +275,15 @@ class AttentionPlan:
             table = np.empty((self._local.n_sources, heads, channels), dtype)
             table[: self.n] = z
         t_in = {peer: np.empty((part.n_rows, heads), dtype) for peer, part in self._served}
-        receives = [(peer, table[rows], _Z) for peer, rows in self._fetch]
+        # table[rows] of a slice is a view: the fetched rows land in the table itself.
+        receives = [(sender, table[rows], _Z) for sender, rows, tag in self._fetch if tag == _Z]
         receives += [(peer, t_in[peer], _T) for peer, _ in self._served]
         sends = [(peer, z[rows], _Z) for peer, rows in self._serve_columns]
         sends += [(peer, t[rows], _T) for peer, rows in self._row_blocks]
-        # table[rows] of a slice is a view: the fetched rows land in the table itself.
-        received = self._exchange(receives, sends)
+        self._exchange(receives, sends)
+        relayed = [(sender, table[rows], _Z_RELAY) for sender, rows, tag in self._fetch if tag == _Z_RELAY]
+        if relayed or self._relay:  # two levels: the proxies forward what they fetched for their group
+            self._exchange(relayed, [(member, table[rows], _Z_RELAY) for member, rows in self._relay])
         s_table = np.einsum("mhc,hc->mh", table, att_src)
         s_own = s_table[: self.n]
         local = self._local.forward(table, s_table, t, slope, dropout, salt)
@@ -235,46 +292,14 @@ class AttentionPlan:
             served[peer] = part.forward(z, s_own, t_in[peer], slope, dropout, salt)
         partial_in = {peer: np.empty((rows.size, heads * (channels + 1)), dtype) for peer, rows in self._row_blocks}
         sends = [(peer, np.concatenate([L, V.reshape(L.shape[0], -1)], axis=1), _PARTIAL) for peer, (_, L, V) in served.items()]
-        received += self._exchange([(peer, partial_in[peer], _PARTIAL) for peer in partial_in], sends)
-        self.bytes_forward += received
-        for counter in self.counters:
-            counter.bytes_forward += received
-            counter.wire_bytes += received
+        self._exchange([(peer, partial_in[peer], _PARTIAL) for peer in partial_in], sends)
         remote = {
             peer: (buffer[:, :heads], buffer[:, heads:].reshape(-1, heads, channels)) for peer, buffer in partial_in.items()
         }
-        out, L, weights = self._merge(local[1], local[2], remote)
+        out, _, merged = merge_partials(local[1], local[2], [(rows, *remote[peer]) for peer, rows in self._row_blocks])
+        weights = {None: merged[0], **{peer: w for (peer, _), w in zip(self._row_blocks, merged[1:])}}
         return out, {"table": table, "s": s_table, "t": t, "t_in": t_in, "local": local, "served": served,
                      "remote": remote, "out": out, "weights": weights}  # fmt: skip
-
-    def _merge(self, L_local, V_local, remote):
-        """``L = log sum_k exp(L_k)`` and ``out = sum_k exp(L_k - L) V_k`` over this rank's partials; the weights.
-        (A peer's rows are distinct, so ``x[rows] += ...`` adds once per row.)"""
-        if not self._row_blocks:  # one partial: it is the result, with weight 1
-            return V_local, L_local, {None: np.ones_like(L_local)}
-        top = L_local.copy()
-        for peer, rows in self._row_blocks:
-            top[rows] = np.maximum(top[rows], remote[peer][0])
-        top[~np.isfinite(top)] = 0.0  # a row without entries: its partials are all -inf
-        total = np.exp(L_local - top)
-        for peer, rows in self._row_blocks:
-            total[rows] += np.exp(remote[peer][0] - top[rows])
-        with np.errstate(divide="ignore"):
-            L = top + np.log(total)
-        empty = ~np.isfinite(L)
-
-        def weight(L_part, rows):
-            with np.errstate(invalid="ignore"):  # -inf - -inf on a row without entries; its weight is set to 0
-                w = np.exp(L_part - (L if rows is None else L[rows]))
-            w[empty if rows is None else empty[rows]] = 0.0
-            return w
-
-        weights = {None: weight(L_local, None)}
-        out = weights[None][..., None] * V_local
-        for peer, rows in self._row_blocks:
-            weights[peer] = weight(remote[peer][0], rows)
-            out[rows] += weights[peer][..., None] * remote[peer][1]
-        return out, L, weights
 
     def backward(self, G: np.ndarray, att_src: np.ndarray, z: np.ndarray, slope: float, dropout: float, salt: int, saved):
         """Collective. The gradients of z, att_src and t from that of the output ``G`` (module docstring)."""
@@ -282,17 +307,17 @@ class AttentionPlan:
         out, weights, table, s_table, t = saved["out"], saved["weights"], saved["table"], saved["s"], saved["t"]
 
         def partial_gradients(w, V, rows):
-            g = G if rows is None else G[rows]
-            gV = w[..., None] * g
-            gL = w * np.einsum("rhc,rhc->rh", g, V - (out if rows is None else out[rows]))
-            return gV, gL
+            return merge_gradients(G, out, w, V, rows)
 
-        # Round one: the gradients of the peers' partials out; the fetched rows' gradients once the local part is done.
+        # Round one: the gradients of the peers' partials out; the fetched rows' gradients once the local part is done
+        # (a proxy's once its members' have been added).
         grads_in = {peer: np.empty((part.n_rows, heads * (channels + 1)), dtype) for peer, part in self._served}
         z_grads_in = {peer: np.empty((rows.size, heads, channels), dtype) for peer, rows in self._serve_columns}
         t_grads_in = {peer: np.empty((rows.size, heads), dtype) for peer, rows in self._row_blocks}
+        relay_grads_in = [np.empty((rows.size, heads, channels), dtype) for _, rows in self._relay]
         comm = self._comm
         receives = [(peer, buffer, _PARTIAL_GRAD) for peer, buffer in grads_in.items()]
+        receives += [(member, buffer, _Z_GRAD_RELAY) for (member, _), buffer in zip(self._relay, relay_grads_in)]
         receives += [(peer, buffer, _Z_GRAD) for peer, buffer in z_grads_in.items()]
         receives += [(peer, buffer, _T_GRAD) for peer, buffer in t_grads_in.items()]
         requests = [comm.Irecv(buffer, peer, tag) for peer, buffer, tag in receives]
@@ -309,8 +334,15 @@ class AttentionPlan:
         gV, gL = partial_gradients(weights[None], V_local, None)
         gt = self._local.backward(table, s_table, t, slope, dropout, salt, softmax, V_local, gV, gL, gz, gs)
         d_att = np.einsum("mh,mhc->hc", gs[n:], table[n:])  # the fetched rows' share (their s was made here)
-        # The fetched rows' gradients, their s path included (rows is a slice of the table past this rank's rows).
-        sent += [comm.Isend(gz[rows] + gs[rows, :, None] * att_src, peer, _Z_GRAD) for peer, rows in self._fetch]
+        # The fetched rows' gradients, their s path included: to the proxies at once, to the owners once the members'
+        # gradients of the rows this rank fetched for them are in (they are summed in member order).
+        g_table = gz + gs[:, :, None] * att_src
+        sent += [comm.Isend(g_table[rows], sender, _Z_GRAD_RELAY) for sender, rows, tag in self._fetch if tag == _Z_RELAY]
+        relays = slice(len(grads_in), len(grads_in) + len(relay_grads_in))
+        MPI.Request.Waitall(requests[relays], statuses[relays])
+        for (_, rows), buffer in zip(self._relay, relay_grads_in):
+            g_table[rows] += buffer
+        sent += [comm.Isend(g_table[rows], sender, _Z_GRAD) for sender, rows, tag in self._fetch if tag == _Z]
         # Round two: aggregate the gradients of the partials made here; send those of t back.
         MPI.Request.Waitall(requests[: len(grads_in)], statuses[: len(grads_in)])
         s_own, gz_own, gs_own = s_table[:n], gz[:n], gs[:n]
@@ -321,13 +353,9 @@ class AttentionPlan:
             gt_p = part.backward(z, s_own, saved["t_in"][peer], slope, dropout, salt, softmax, V_p,
                                  np.ascontiguousarray(gV_in), np.ascontiguousarray(gL_in), gz_own, gs_own)  # fmt: skip
             sent.append(comm.Isend(gt_p, peer, _T_GRAD))
-        MPI.Request.Waitall(requests[len(grads_in) :], statuses[len(grads_in) :])
+        MPI.Request.Waitall(requests[relays.stop :], statuses[relays.stop :])
         MPI.Request.Waitall(sent)
-        received = sum(status.Get_count(MPI.BYTE) for status in statuses)
-        self.bytes_backward += received
-        for counter in self.counters:
-            counter.bytes_backward += received
-            counter.wire_bytes += received
+        self._count([peer for peer, _, _ in receives], statuses, "backward")
         d_att += np.einsum("mh,mhc->hc", gs_own, z)
         dz = gz_own + gs_own[:, :, None] * att_src
         for peer, rows in self._serve_columns:
@@ -382,20 +410,25 @@ def attend(
 
 
 def make_attention_plan(
-    matrix, heads: int, channels: int, dtype, strategy: str, self_loops: bool, node_ids, threads: int = 1
-) -> AttentionPlan:
-    """Collective. Check the arguments on every rank, then plan (:class:`AttentionPlan`)."""
+    matrix, heads: int, channels: int, dtype, strategy: str, self_loops: bool, node_ids, threads: int = 1,
+    groups: np.ndarray | None = None,
+) -> AttentionPlan:  # fmt: skip
+    """Collective. Check the arguments on every rank, then plan (:class:`AttentionPlan`); ``groups``: each rank's group,
+    which ``column-hier`` needs."""
     problem = None
+    size = matrix.comm.Get_size()
     if strategy not in ATTENTION_STRATEGIES:
         problem = f"unknown attention strategy {strategy!r}; choose one of {', '.join(ATTENTION_STRATEGIES)}"
     elif matrix.shape[0] != matrix.shape[1] or not np.array_equal(matrix.row_partition.offsets, matrix.col_partition.offsets):
         problem = f"attention needs a square graph whose rows and columns are split alike (got {matrix.shape})"
     elif np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
         problem = f"dtype {np.dtype(dtype)} is not supported; use float32 or float64"
+    elif strategy in HIERARCHICAL_ATTENTION and (groups is None or np.shape(groups) != (size,)):
+        problem = f"attention strategy {strategy!r} routes through groups; give each of the {size} ranks its group"
     agree_on_error(matrix.comm, problem)
     agree_on_values(
         matrix.comm,
         {"heads": int(heads), "channels": int(channels), "strategy": strategy, "self_loops": bool(self_loops)},
         "build every rank's layers alike",
     )
-    return AttentionPlan(matrix, heads, channels, dtype, strategy, self_loops, node_ids, threads)
+    return AttentionPlan(matrix, heads, channels, dtype, strategy, self_loops, node_ids, threads, groups)

@@ -22,7 +22,7 @@ from sparsewire.errors import InputError
 from sparsewire.exec import ExecOptions
 from sparsewire.gnn.attention import AttentionPlan, make_attention_plan
 from sparsewire.kernels import make_backend
-from sparsewire.plan.attention import ATTENTION_STRATEGIES
+from sparsewire.plan.attention import ATTENTION_STRATEGIES, HIERARCHICAL_ATTENTION
 from sparsewire.plan.strategies import Strategy
 from sparsewire.profile.tracing import region
 
@@ -100,14 +100,20 @@ class GraphOperator:
 
     def attention_strategy(self) -> str:
         """Not collective. How attention plans serve off-diagonal blocks under this operator's ``strategy``: ``auto``
-        and ``joint`` take the weighted cover (:mod:`sparsewire.plan.attention`), ``column`` and ``row`` their way."""
+        and ``joint`` take the weighted cover (:mod:`sparsewire.plan.attention`), ``column`` and ``row`` their way,
+        ``column-hier`` relays the columns through the topology's groups (local-rank proxies)."""
         strategy = self.options.strategy
         name = strategy if isinstance(strategy, str) and strategy == "auto" else Strategy(strategy).value
         if name == "auto":
             return "joint"
         if name not in ATTENTION_STRATEGIES:
             raise InputError(
-                f"attention layers are planned column, row or joint (auto picks joint); strategy {name!r} is for SpMM only"
+                f"attention layers are planned column, row, joint or column-hier (auto picks joint); strategy {name!r} is "
+                "for SpMM only"
+            )
+        if name in HIERARCHICAL_ATTENTION and self.options.proxy != "local":
+            raise InputError(
+                f"attention's {name} relays through local-rank proxies; use proxy 'local' (got {self.options.proxy})"
             )
         return name
 
@@ -129,8 +135,10 @@ class GraphOperator:
                     f"compress {options.compress}, device {options.device}); use those for GAT"
                 )
             agree_on_error(self.comm, problem)
+            topology = options.topology
+            groups = None if topology is None else topology.groups(self.comm.Get_size())
             plan = make_attention_plan(
-                self.matrix, heads, channels, _NUMPY[dtype], strategy, self_loops, self.all_node_ids(), self.threads or 1
+                self.matrix, heads, channels, _NUMPY[dtype], strategy, self_loops, self.all_node_ids(), self.threads or 1, groups
             )
             plan.counters.append(self)
             self.attention_plans[key] = plan

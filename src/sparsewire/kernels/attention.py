@@ -16,7 +16,8 @@ LeakyReLU's slope at u:
     dt_i = sum_j du_ij;   ds_j = sum_i du_ij;   dz_j = sum_i beta_ij gV_i
 
 Rows run in parallel (Numba's pool); the sums over a source run over its entries in the order ``by_source`` gives, so
-the results do not depend on the thread count.
+the results do not depend on the thread count. :func:`merge_partials` combines a row's partials from several ranks
+exactly (the log-sum-exp merge), :func:`merge_gradients` is its backward.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 from sparsewire._lib.jit import njit, prange
 from sparsewire.kernels.simd import prefetch
 
-__all__ = ["keep_fraction", "attend_forward", "attend_backward", "source_order", "AHEAD"]
+__all__ = ["keep_fraction", "attend_forward", "attend_backward", "source_order", "merge_partials", "merge_gradients", "AHEAD"]
 
 #: Entries ahead whose rows the kernels prefetch.
 AHEAD = 8
@@ -210,3 +211,42 @@ def source_order(source: np.ndarray, rows: np.ndarray, n_sources: int) -> tuple[
     source_ptr = np.zeros(n_sources + 1, np.int64)
     np.cumsum(np.bincount(source, minlength=n_sources), out=source_ptr[1:])
     return by_source.astype(source.dtype), source_ptr, np.ascontiguousarray(rows[by_source])
+
+
+def merge_partials(L_own: np.ndarray, V_own: np.ndarray, partials: list) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Not collective. The exact log-sum-exp merge of a row's partial softmax-aggregates: ``L = log sum_k exp(L_k)``,
+    ``out = sum_k w_k V_k`` with ``w_k = exp(L_k - L)``, over this rank's own partial (``L_own`` (rows, H), ``V_own``
+    (rows, H, C)) and ``partials`` [(rows, L, V)] of some of the rows (each list's rows distinct). Returns out, L and
+    the weights [w_own, w_1, ...]; a row without entries (every L_k = -inf) gets weight 0 and out 0."""
+    if not partials:  # one partial: it is the result, with weight 1
+        return V_own, L_own, [np.ones_like(L_own)]
+    top = L_own.copy()
+    for rows, L_part, _ in partials:
+        top[rows] = np.maximum(top[rows], L_part)
+    top[~np.isfinite(top)] = 0.0
+    total = np.exp(L_own - top)
+    for rows, L_part, _ in partials:
+        total[rows] += np.exp(L_part - top[rows])
+    with np.errstate(divide="ignore"):
+        L = top + np.log(total)
+    empty = ~np.isfinite(L)
+
+    def weight(L_part, rows):
+        with np.errstate(invalid="ignore"):  # -inf - -inf on a row without entries; its weight is set to 0
+            w = np.exp(L_part - (L if rows is None else L[rows]))
+        w[empty if rows is None else empty[rows]] = 0.0
+        return w
+
+    weights = [weight(L_own, None)]
+    out = weights[0][..., None] * V_own
+    for rows, L_part, V_part in partials:
+        weights.append(weight(L_part, rows))
+        out[rows] += weights[-1][..., None] * V_part
+    return out, L, weights
+
+
+def merge_gradients(G: np.ndarray, out: np.ndarray, w: np.ndarray, V: np.ndarray, rows) -> tuple[np.ndarray, np.ndarray]:
+    """Not collective. The gradients of one partial (V, L) of :func:`merge_partials` from that of its output ``G``:
+    ``gV = w G`` and ``gL = w <G, V - out>`` (rows: the partial's rows, or None for all)."""
+    g = G if rows is None else G[rows]
+    return w[..., None] * g, w * np.einsum("rhc,rhc->rh", g, V - (out if rows is None else out[rows]))

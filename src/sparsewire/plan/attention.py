@@ -18,6 +18,13 @@ the columns and rows it serves that way (b bytes per value). ``column`` serves e
 exchange of every other full-graph system), ``row`` by its row, and ``joint`` takes a minimum *weighted* vertex cover
 of the block's bipartite graph (column weight C, row weight C + 2; :mod:`sparsewire.plan.cover`'s min cut), so it
 never moves more than either; an entry whose column is in the cover is served by its column.
+
+Two levels (``column-hier``, CoLa sec. 4.2 for attention): with the ranks in groups (nodes), every entry is served by
+its column, but the sources that ranks of group h need from a rank q outside h cross the slow link once, to the proxy
+of (q, h) (:func:`sparsewire.plan.hierarchy.local_proxies`), which forwards to each rank of h the rows it needs
+(:func:`relayed_columns`); backward, the proxy sums the members' gradients of those rows and sends them across once.
+Between groups a step then moves ``2 b H C sum_q sum_{h != group(q)} |union_{p in h} Cols(A(p, q))|`` bytes, never
+more than ``column``; inside a group, the relayed rows ``2 b H C`` each once more.
 """
 
 from __future__ import annotations
@@ -32,10 +39,30 @@ from sparsewire.partition.rows import RowPartition
 from sparsewire.plan.blocks import entry_blocks
 from sparsewire.plan.cover import minimum_vertex_cover
 
-__all__ = ["ATTENTION_STRATEGIES", "AttentionBlock", "attention_bytes", "attention_blocks"]
+__all__ = ["ATTENTION_STRATEGIES", "HIERARCHICAL_ATTENTION", "AttentionBlock", "attention_pattern", "attention_bytes",
+           "attention_blocks", "relayed_columns"]  # fmt: skip
 
 #: How an attention plan serves its off-diagonal blocks (module docstring).
-ATTENTION_STRATEGIES = ("column", "row", "joint")
+ATTENTION_STRATEGIES = ("column", "row", "joint", "column-hier")
+#: The strategies that route through groups of ranks (they need a topology with groups).
+HIERARCHICAL_ATTENTION = ("column-hier",)
+
+
+def attention_pattern(local_rows: sp.csr_array, row_offset: int, self_loops: bool) -> sp.csr_array:
+    """Not collective. The structure GAT attends over (values 1, sorted): with ``self_loops``, this rank's rows of A
+    without their stored self-loops plus one per node (PyG's GAT rule: ``remove_self_loops`` then
+    ``add_self_loops``); without, A's pattern as it is (stored self-loops kept, as PyG keeps them)."""
+    coo = sp.coo_array(local_rows)
+    rows, cols = coo.row, coo.col
+    if self_loops:
+        keep = cols != rows + row_offset
+        own = np.arange(local_rows.shape[0])
+        rows, cols = np.concatenate([rows[keep], own]), np.concatenate([cols[keep], own + row_offset])
+    pattern = sp.csr_array((np.ones(rows.size, np.int8), (rows, cols)), shape=local_rows.shape)
+    pattern.sum_duplicates()
+    pattern.sort_indices()
+    pattern.data[:] = 1
+    return pattern
 
 
 @dataclass(frozen=True)
@@ -76,7 +103,8 @@ def attention_blocks(
 ) -> tuple[np.ndarray, list[AttentionBlock]]:
     """Not collective. Rank ``rank``'s entries split by their column's owner: the positions (in ``local_rows``' CSR
     arrays) of those whose column it owns, and one :class:`AttentionBlock` per other owner, in rank order, served
-    under ``strategy`` (module docstring; ``joint`` weighs a column C and a row C + 2)."""
+    under ``strategy`` (module docstring; ``joint`` weighs a column C and a row C + 2; ``column-hier`` serves every
+    entry by its column, as ``column``, and leaves the routing to the caller)."""
     if strategy not in ATTENTION_STRATEGIES:
         raise InputError(f"unknown attention strategy {strategy!r}; choose one of {', '.join(ATTENTION_STRATEGIES)}")
     if not isinstance(channels, (int, np.integer)) or channels < 1:
@@ -84,7 +112,7 @@ def attention_blocks(
     entry_row, entry_col, diagonal, split = entry_blocks(local_rows, col_partition, rank)
     blocks = []
     for block in split:
-        if strategy == "column":
+        if strategy in ("column", "column-hier"):
             by_column = np.ones(block.entries.size, bool)
         elif strategy == "row":
             by_column = np.zeros(block.entries.size, bool)
@@ -110,3 +138,10 @@ def attention_blocks(
             )
         )
     return diagonal, blocks
+
+
+def relayed_columns(wanted: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Not collective. What a proxy fetches from one source for its group: the union ``U`` of the members' ``wanted``
+    columns (each ascending), ascending, and each member's positions in ``U`` (``U[positions[m]] == wanted[m]``)."""
+    union = np.unique(np.concatenate([np.asarray(w, np.int64) for w in wanted])) if wanted else np.zeros(0, np.int64)
+    return union, [np.searchsorted(union, w).astype(np.int64) for w in wanted]
