@@ -164,7 +164,7 @@ def test_dropped_plans_are_freed_without_close(comm, seed):
     rows, cols = matrix.row_partition.range(comm.Get_rank()), matrix.col_partition.range(comm.Get_rank())
     start = None
     for made in range(2100):  # MPICH has 2,048 communicator ids: past them only if dropped plans are freed
-        c = matrix.spmm_plan(2).multiply(b[cols[0] : cols[1]])  # the plan is dropped at once
+        c = matrix.spmm_plan(2, strategy="column").multiply(b[cols[0] : cols[1]])  # dropped at once; column: no choice to make
         assert np.array_equal(c, expected[rows[0] : rows[1]]), made
         start = resident_mb() if start is None else start
     for made in range(2100):
@@ -180,7 +180,7 @@ def test_too_many_open_plans_is_one_clear_error_before_mpis_limit(comm):
     kept, refusal = [], "not refused"
     try:
         while len(kept) <= 1024:
-            kept.append(matrix.spmm_plan(1))
+            kept.append(matrix.spmm_plan(1, strategy="column"))  # (column: no choice to make, the refusal is the point)
     except sparsewire.InputError as error:
         refusal = f"refused after {len(kept)}: {error}"
     assert "refused after 1024: 1024 plans are open on this process" in refusal and "plan.close()" in refusal, refusal

@@ -14,6 +14,8 @@ also with the vertices spread by the metis and rcm partitioners.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -59,8 +61,10 @@ GRAPH_ALGORITHMS = ("bfs", "sssp", "triangles", "reach")
 CASES = ("square", "rectangular", "empty-rows", "empty-b")
 
 
+@functools.cache
 def semirings():
-    """Every named semiring, a user ADD.MULTIPLY and a user semiring from a Python function."""
+    """Every named semiring, a user ADD.MULTIPLY and a user semiring from a Python function (made once per process:
+    python-graphblas compiles the function with Numba, seconds per call)."""
     return [get_semiring(name) for name in SEMIRINGS] + [
         get_semiring("plus.minus"),
         user_semiring("plus_ten_a_minus_b", "plus", lambda a, b: 10 * a - b),
