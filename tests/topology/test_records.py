@@ -69,3 +69,21 @@ def test_a_prediction_says_which_links_it_prices():
     levels = (dataclasses.replace(levels[0], link=measured_shared), levels[1])
     measured = Topology("measured:links.json", levels)
     assert not measured.assumed_links and measured.prices() == "measured links"
+
+
+@pytest.mark.parametrize("content", ["", '{"kind": "transfer", "sche', "\x00\x00\x00"], ids=["empty", "cut", "zeros"])
+def test_a_damaged_stored_transfer_calibration_is_ignored_with_a_warning_and_a_given_one_refused(tmp_path, monkeypatch, content):
+    from sparsewire.errors import FallbackWarning
+    from sparsewire.wire.paths import default_rule
+    from sparsewire.wire.transfer_records import transfer_rule
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    stored = default_transfer_record_path("cpu")
+    stored.parent.mkdir(parents=True)
+    stored.write_text(content)
+    with pytest.warns(FallbackWarning, match="ignoring the damaged stored calibration .* calibrate --device cpu"):
+        assert transfer_rule("cpu") == default_rule("cpu")  # the cache is ours: as if there were none
+    with pytest.raises(InputError, match="is not a calibration record"):
+        transfer_rule("cpu", stored)  # a file the user names is theirs: refused, not ignored
+    store.write_record(stored, {**store.stamp(TRANSFER_KIND), "device": "cpu", "staged_below_bytes": 4096})
+    assert transfer_rule("cpu").staged_below_bytes == 4096  # a good record is read again

@@ -145,11 +145,17 @@ def _run_calibrate_network(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
     from sparsewire.calibration.network import measure_network
+    from sparsewire.comm.runtime import agree_on_error
 
     comm = MPI.COMM_WORLD
     path = Path(args.output) if args.output else record_path("network")
-    if args.output and comm.Get_rank() == 0:
-        check_writable(path, "--output")
+    problem = None
+    if args.output and comm.Get_rank() == 0:  # rank 0 writes; every rank learns a bad path before the measurement
+        try:
+            check_writable(path, "--output")
+        except InputError as error:
+            problem = error
+    agree_on_error(comm, problem)
     progress = progress_printer(args) if comm.Get_rank() == 0 else None
     record = measure_network(comm, args.message_bytes, args.repeat or 10, progress)
     if comm.Get_rank() != 0:

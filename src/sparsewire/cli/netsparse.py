@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 
+from sparsewire._lib.atomic import save_figure
 from sparsewire._lib.text import format_bytes, format_table
 from sparsewire.cli.common import (
     MATRIX_HELP,
@@ -165,7 +166,7 @@ def _plot(rows: list[dict], path: str, title: str) -> None:
     for index, value in enumerate(values):
         axes.text(index, value, f"{value:.2g}", ha="center", va="bottom", fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path, dpi=120)
     plt.close(figure)
 
 

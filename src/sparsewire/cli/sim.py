@@ -75,10 +75,16 @@ def _compute_rate(args: argparse.Namespace, progress) -> tuple[float | None, str
             raise InputError(f"--compute-rate must be a positive number (got {args.compute_rate})")
         return args.compute_rate, "given"
     path = Path(args.calibration) if args.calibration else default_calibration_path()
-    if path.exists() or args.calibration:
+    if args.calibration:
         return load_compute_rate(path), str(path)
+    if path.exists():
+        try:
+            return load_compute_rate(path), str(path)
+        except InputError as error:  # the stored one is ours: a damaged cache (a killed calibration) is as good as none
+            if progress:
+                progress(f"ignoring the damaged stored calibration ({error})")
     if progress:
-        progress(f"no calibration at {path}: measuring the local SpMM rate now (run 'sparsewire calibrate' to keep one)")
+        progress(f"no usable calibration at {path}: measuring the local SpMM rate now (run 'sparsewire calibrate' to keep one)")
     return measure_compute_rate(3)["compute_rate"], "measured now"
 
 

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire._lib.atomic import atomic_write
 from sparsewire._lib.text import format_bytes
 from sparsewire.cli.common import (
     MATRIX_HELP,
@@ -327,7 +328,7 @@ def _spgemm_session(
     if output:
 
         def save(target: str) -> None:
-            with open(target, "wb") as file:  # a file object: save_npz would add ".npz" to a name without it
+            with atomic_write(target) as file:  # a file object: save_npz would add ".npz" to a name without it
                 sp.save_npz(file, gathered)
 
         write_output(output, "--output", save)

@@ -28,6 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from sparsewire._lib.atomic import atomic_write
 from sparsewire._lib.distinct import distinct
 from sparsewire.comm.runtime import agree_on_error, collective_errors
 from sparsewire.distributed.auto import StrategyChoice, collective_stats
@@ -297,7 +298,7 @@ def write_plan_file(path: str | os.PathLike, matrix: DistributedMatrix, plan: Ra
         }
         flat["meta"] = np.array(json.dumps(meta))
         try:
-            with open(path, "wb") as handle:
+            with atomic_write(path) as handle:
                 np.savez(handle, **flat)
         except OSError as error:
             problem = f"cannot write the plan to {path}: {error.strerror}; check the directory exists and is writable"

@@ -23,6 +23,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from sparsewire._lib.atomic import save_figure
 from sparsewire.errors import InputError
 from sparsewire.partition import PARTITIONERS, nnz_imbalance, partition
 from sparsewire.plan.cost import plan_steps, preferred
@@ -136,5 +137,5 @@ def plot_advice(report: dict, path: str, title: str) -> None:
         f"recommended {best['partition']} + {best['strategy']}"
     )
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path, dpi=110)
     plt.close(figure)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+from sparsewire._lib.atomic import save_figure
+
 __all__ = ["plot_timeline"]
 
 _COLOURS = {
@@ -92,5 +94,5 @@ def plot_timeline(trace_path: str, path: str, title: str, multiplies: int = 2) -
         shown_what = "multiplies " + (", ".join(map(str, sorted(set(arrows)))) or "-")
     axis.set_title(f"{title}: {shown_what}; arrows: messages, send post to receive")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path, dpi=110)
     plt.close(figure)

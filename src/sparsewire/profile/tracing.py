@@ -41,6 +41,7 @@ import threading
 import time
 from pathlib import Path
 
+from sparsewire._lib.atomic import atomic_write
 from sparsewire.errors import InputError
 
 __all__ = ["trace", "region", "Tracer", "align_clocks", "write_trace", "measure_costs", "DEFAULT_EVENT_LIMIT"]
@@ -334,6 +335,6 @@ def write_trace(comm, tracer: Tracer, directory, start, end, start_at: int, end_
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     target = path / name
-    with open(target, "w") as handle:
+    with atomic_write(target, "w") as handle:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms", "otherData": metadata}, handle)
     return os.fspath(target), metadata

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sparsewire._lib.atomic import save_figure
 from sparsewire._lib.distinct import distinct
 from sparsewire.topology.model import Topology
 
@@ -138,5 +139,5 @@ def plot_traffic(traffic: TrafficMap, topology: Topology | None, path: str, titl
     classes = ", ".join(f"{name}: {totals['bytes']:,} B" for name, totals in traffic.per_link_class(topology).items())
     figure.suptitle(f"{title}\n{classes or 'no messages'}" + ("; red boxes: groups" if topology is not None else ""))
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path, dpi=110)
     plt.close(figure)

@@ -15,6 +15,7 @@ import os
 import platform
 from pathlib import Path
 
+from sparsewire._lib.atomic import atomic_write
 from sparsewire.errors import InputError
 
 __all__ = ["SCHEMA", "cache_directory", "record_path", "stamp", "read_record", "write_record"]
@@ -77,5 +78,6 @@ def write_record(path: str | os.PathLike, record: dict) -> Path:
     """Not collective. Write ``record`` (made with :func:`stamp`'s fields) to ``path``, making its folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    with atomic_write(path, "w") as handle:
+        handle.write(json.dumps(record, indent=1) + "\n")
     return path

@@ -6,9 +6,10 @@ wrote (:mod:`sparsewire.calibration.transfer` measures it), else the uncalibrate
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
-from sparsewire.errors import InputError
+from sparsewire.errors import FallbackWarning, InputError
 from sparsewire.topology.records import read_record, record_path
 from sparsewire.wire.paths import EVERY_MESSAGE, TransferRule, default_rule, device_type
 
@@ -44,9 +45,9 @@ def load_transfer_rule(path: str | os.PathLike, device: str) -> TransferRule:
 
 def transfer_rule(device: str, calibration: str | os.PathLike | None = None) -> TransferRule:
     """Not collective. The rule of an executor on ``device``: from ``calibration`` when given, else
-    from :func:`default_transfer_record_path` when that file exists, else
-    :func:`default_rule`; always :func:`default_rule`'s (every message staged) where MPI cannot
-    read the device's memory."""
+    from :func:`default_transfer_record_path` when that file exists (a damaged one is ignored with a
+    :class:`~sparsewire.errors.FallbackWarning`: the cache is ours to rewrite), else :func:`default_rule`;
+    always :func:`default_rule`'s (every message staged) where MPI cannot read the device's memory."""
     fallback = default_rule(device)  # the device check comes first
     if fallback.staged_below_bytes >= EVERY_MESSAGE:
         if calibration is not None:  # still refuse a bad file
@@ -55,4 +56,15 @@ def transfer_rule(device: str, calibration: str | os.PathLike | None = None) -> 
     if calibration is not None:
         return load_transfer_rule(calibration, device)
     stored = default_transfer_record_path(device)
-    return load_transfer_rule(stored, device) if stored.exists() else fallback
+    if not stored.exists():
+        return fallback
+    try:
+        return load_transfer_rule(stored, device)
+    except InputError as error:  # the cache is ours: a damaged one (a killed calibration) is as good as none
+        warnings.warn(
+            f"ignoring the damaged stored calibration ({error}); staging as without one. "
+            f"'mpiexec -n 2 sparsewire calibrate --device {device_type(device)}' measures a new one",
+            FallbackWarning,
+            stacklevel=2,
+        )
+        return fallback
