@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 
 import numpy as np
@@ -524,6 +525,33 @@ def test_a_damaged_or_foreign_record_is_refused_with_the_command_that_writes_one
         parse_topology(str(path))
     with pytest.raises(InputError, match="does not exist"):
         parse_topology(str(tmp_path / "missing.json"))
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"group_size": 0}, "group_size = 0, not a whole number >= 1"),
+        ({"group_size": 1.5}, "group_size = 1.5, not a whole number >= 1"),
+        ({"group_size": True}, "group_size = True, not a whole number >= 1"),
+        ({"group_size": 1}, "with a group larger than group_size = 1"),
+        ({"rank_groups": [0, 0, 2, 2]}, "not numbered 0, 1, ... without a gap"),
+        ({"rank_groups": [0, 0, -1, -1]}, "not a list of group numbers >= 0"),
+        ({"rank_groups": [0, 0, 1.0, 1]}, "not a list of group numbers >= 0"),
+        ({"rank_groups": []}, "not a list of group numbers >= 0"),
+        ({"rank_groups": "0011"}, "not a list of group numbers >= 0"),
+        ({"links": {}}, "which measures neither intra_node nor inter_node"),
+        ({"links": {"intranode": {}}}, "which measures neither intra_node nor inter_node"),
+        ({"links": []}, "which measures neither intra_node nor inter_node"),
+    ],
+    ids=str,
+)
+def test_a_hand_edited_network_record_is_refused_with_the_field_and_the_rule(tmp_path, change, problem):
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps({**_record([0, 0, 1, 1]), **change}))
+    with pytest.raises(InputError, match=f"{re.escape(problem)}.*calibrate --network"):
+        parse_topology(str(path))
+    path.write_text(json.dumps(_record([0, 0, 1, 1])))
+    assert parse_topology(str(path)).groups(4).tolist() == [0, 0, 1, 1]  # the record as written loads
 
 
 @pytest.mark.mpi

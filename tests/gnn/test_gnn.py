@@ -177,6 +177,13 @@ def test_an_edge_list_with_a_vertex_id_beyond_the_machine_is_refused(tmp_path):
         ({"weight_decay": float("nan")}, "weight_decay must be a finite number of at least 0 (got nan)"),
         ({"weight_decay": -1.0}, "weight_decay must be a finite number of at least 0 (got -1.0)"),
         ({"dropout": 1.0}, "dropout must be a finite number from 0 up to but not 1 (got 1.0)"),
+        ({"hidden": 0}, "hidden must be a whole number of at least 1 (got 0)"),
+        ({"layers": 0}, "layers must be a whole number of at least 1 (got 0)"),
+        ({"epochs": -3}, "epochs must be a whole number of at least 1 (got -3)"),
+        ({"epochs": 2.5}, "epochs must be a whole number of at least 1 (got 2.5)"),
+        ({"heads": True}, "heads must be a whole number of at least 1 (got True)"),
+        ({"channels": [5]}, "channels must list at least two widths"),
+        ({"channels": [5, 0, 3]}, "channels must list at least two widths of at least 1"),
     ],
 )
 def test_training_refuses_hyper_parameters_outside_their_domain(keywords, expected):

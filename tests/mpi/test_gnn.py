@@ -137,6 +137,23 @@ def pyg_gcn_losses(data, state: dict, epochs: int, lr=0.01, weight_decay=5e-4) -
     return losses
 
 
+@pytest.mark.ranks(2, 3)
+def test_propagate_refuses_features_of_another_shape_on_every_rank(comm, rng):
+    from sparsewire.errors import InputError
+
+    matrix = sparsewire.distribute(comm, "stencil2d:5")
+    operator = GraphOperator(matrix)
+    rows, first = operator.local_nodes, comm.bcast(operator.local_nodes)  # (every rank raises rank 0's message)
+    with pytest.raises(InputError, match=rf"rank 0: features have shape \({first},\); propagate takes"):
+        propagate(operator, torch.ones(rows, dtype=torch.float64))  # a 1-D vector
+    wrong = rows + 1 if comm.Get_rank() == 1 else rows  # one rank wrong: every rank raises, none waits
+    with pytest.raises(InputError, match=r"rank 1: features have shape"):
+        propagate(operator, torch.ones((wrong, 2), dtype=torch.float64))
+    good = propagate(operator, torch.ones((rows, 2), dtype=torch.float64))  # the operator still works
+    assert good.shape == (rows, 2)
+    operator.close()
+
+
 @pytest.mark.ranks(3)  # (every P trains alike to 1e-9: the dropout test above)
 def test_gcn_on_cora_matches_pytorch_geometric_epoch_by_epoch(comm):
     pytest.importorskip("torch_geometric")

@@ -30,6 +30,10 @@ def test_rates_are_parsed_and_bad_ones_refused():
     for bad in ("1gb", "fast", "-1gbit", "0mbit", ""):
         with pytest.raises(InputError, match="gbit, mbit or kbit"):
             parse_rate(bad)
+    assert parse_rate("34000gbit") == 3.4e13  # a 1 ms burst just under tc's 32-bit limit
+    for beyond in ("34400gbit", "100000gbit"):  # tc would refuse the burst: refused here, before anything is made
+        with pytest.raises(InputError, match="beyond what tc's tbf can shape"):
+            parse_rate(beyond)
     # the tbf bucket: 256 KiB, or 1 ms of the rate where that is more
     assert bucket_bytes("1gbit") == 262144 and bucket_bytes("100mbit") == 262144
     assert bucket_bytes("5gbit") == 625000 and bucket_bytes("2.5gbit") == 312500

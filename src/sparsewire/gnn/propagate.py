@@ -207,7 +207,17 @@ class _Propagate(torch.autograd.Function):
 
 def propagate(operator: GraphOperator, x: torch.Tensor) -> torch.Tensor:
     """Collective. This rank's rows of ``Y = A X`` from its rows of X (shape (local nodes, F)),
-    differentiable: the backward computes ``A^T G`` on the transposed plan."""
+    differentiable: the backward computes ``A^T G`` on the transposed plan. Features of another shape are one
+    InputError on every rank."""
+    problem = None
+    if not isinstance(x, torch.Tensor):
+        problem = f"rank {operator.comm.Get_rank()}: features must be a torch.Tensor (got {type(x).__name__})"
+    elif x.dim() != 2 or x.shape[0] != operator.local_nodes:
+        problem = (
+            f"rank {operator.comm.Get_rank()}: features have shape {tuple(x.shape)}; propagate takes this rank's rows, "
+            f"shape ({operator.local_nodes}, F) (a vector of one feature per node is x[:, None])"
+        )
+    agree_on_error(operator.comm, problem)
     return _Propagate.apply(x, operator)
 
 

@@ -206,11 +206,22 @@ def training_bytes(graph: LocalGraph, channels: list[int], heads: int = 1) -> in
     return itemsize * (4 * weights + 6 * rows * sum(widths) + scores)
 
 
-def _check_hyper_parameters(lr, weight_decay, dropout) -> None:
-    """NaN or infinite hyper-parameters would train on nonsense and still report an accuracy."""
+def _check_hyper_parameters(lr, weight_decay, dropout, layers=2, hidden=16, epochs=200, heads=8, channels=None) -> None:
+    """NaN or infinite hyper-parameters would train on nonsense and still report an accuracy; the counts are checked
+    as the command line checks them, each error naming its argument."""
 
     def finite(value) -> bool:
         return isinstance(value, (int, float)) and bool(np.isfinite(value))
+
+    def whole(value, least: int) -> bool:
+        return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= least
+
+    for name, value, least, default in (("layers", layers, 1, 2), ("hidden", hidden, 1, 16), ("epochs", epochs, 1, 200),
+                                        ("heads", heads, 1, 8)):  # fmt: skip
+        if not whole(value, least):
+            raise InputError(f"{name} must be a whole number of at least {least} (got {value!r}); {default} is the default")
+    if channels is not None and (len(channels) < 2 or not all(whole(c, 1) for c in channels)):
+        raise InputError(f"channels must list at least two widths of at least 1, [in, ..., out] (got {channels!r})")
 
     if not (finite(lr) and lr > 0):
         raise InputError(f"lr must be a finite number greater than 0 (got {lr!r}); 0.01 is the default")
@@ -260,7 +271,7 @@ def train(
         seconds`` (training step, slowest rank) and ``bytes`` (what MPI delivered in the forward and
         backward propagations, all ranks); the final test accuracy; means per epoch.
     """
-    _check_hyper_parameters(lr, weight_decay, dropout)  # before anything collective: the same on every rank
+    _check_hyper_parameters(lr, weight_decay, dropout, layers, hidden, epochs, heads, channels)  # before anything collective
     rank = comm.Get_rank()
     if dtype not in (None, graph.features.dtype):
         graph = dataclasses.replace(graph, features=graph.features.to(dtype))

@@ -166,8 +166,19 @@ class Topology:
         """
         try:
             links_measured = record["links"]
-            groups = [int(g) for g in record["rank_groups"]]
-            size = int(record["group_size"])
+            if not isinstance(links_measured, dict) or not {"intra_node", "inter_node"} & set(links_measured):
+                raise ValueError(f"links = {links_measured!r}, which measures neither intra_node nor inter_node")
+            size, groups = record["group_size"], record["rank_groups"]
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"group_size = {size!r}, not a whole number >= 1")
+            whole = isinstance(groups, list) and groups and all(isinstance(g, int) and not isinstance(g, bool) for g in groups)
+            if not whole or min(groups) < 0:
+                raise ValueError(f"rank_groups = {groups!r}, not a list of group numbers >= 0, one per rank")
+            counts = np.bincount(groups)
+            if not counts.all():
+                raise ValueError(f"rank_groups = {groups!r}, whose groups are not numbered 0, 1, ... without a gap")
+            if counts.max() > size:
+                raise ValueError(f"rank_groups = {groups!r}, with a group larger than group_size = {size}")
 
             def check(where: str, value, positive: bool) -> None:
                 # what the command line refuses (NaN, infinity, true, a rate of 0) is refused here too

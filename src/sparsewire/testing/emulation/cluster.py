@@ -72,6 +72,10 @@ exec ip netns exec "$ns" /bin/sh -c "exec $*"
 """
 
 
+#: The largest burst ``tc``'s tbf accepts (a 32-bit byte count).
+_LARGEST_BUCKET = 2**32 - 1
+
+
 def parse_rate(rate: str) -> float:
     """Not collective. Bits per second of a ``tc`` rate such as ``1gbit``, ``500mbit``.
 
@@ -81,7 +85,10 @@ def parse_rate(rate: str) -> float:
     match = _RATE.match(str(rate))
     if not match or float(match.group(1)) <= 0:
         raise InputError(f"link rate {rate!r} is not a positive NUMBER followed by gbit, mbit or kbit (e.g. 1gbit, 500mbit)")
-    return float(match.group(1)) * _UNITS[match.group(2).lower()]
+    bits = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if bits / 8 / 1000 > _LARGEST_BUCKET:  # tc's tbf takes a 32-bit burst, and the bucket holds 1 ms of the rate
+        raise InputError(f"link rate {rate!r} is beyond what tc's tbf can shape (its 1 ms burst > 4 GiB); give at most 34000gbit")
+    return bits
 
 
 def bucket_bytes(rate: str) -> int:
