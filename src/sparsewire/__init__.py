@@ -32,7 +32,7 @@ __getattr__, __dir__ = lazy_exports(
         "plan_spmm": "sparsewire.distributed.spmm",
         "SpmmPlan": "sparsewire.distributed.spmm",
         "StrategyChoice": "sparsewire.distributed.auto",
-        "spmm": "sparsewire.distributed.spmm",
+        "spmm": "sparsewire.distributed.one_line",
         "plan_spgemm": "sparsewire.distributed.spgemm",
         "SpgemmPlan": "sparsewire.distributed.spgemm",
         "plan_sddmm": "sparsewire.distributed.sddmm",

@@ -6,9 +6,10 @@ the SpGEMM plan (:func:`plan_spgemm`, :class:`SpgemmPlan`) and the SDDMM plan (:
 """
 
 from sparsewire.distributed.matrix import DistributedMatrix, distribute
+from sparsewire.distributed.one_line import spmm
 from sparsewire.distributed.sddmm import SddmmPlan, plan_sddmm
 from sparsewire.distributed.spgemm import SpgemmPlan, plan_spgemm
-from sparsewire.distributed.spmm import SpmmPlan, StrategyChoice, plan_spmm, spmm
+from sparsewire.distributed.spmm import SpmmPlan, StrategyChoice, plan_spmm
 
 __all__ = [
     "DistributedMatrix",

@@ -162,6 +162,11 @@ class SpgemmPlan:
             self._closed = True
             self._engine.free()
 
+    @property
+    def closed(self) -> bool:
+        """Not collective. Whether :meth:`close` ran (every entry point then refuses the plan)."""
+        return self._closed
+
     def __enter__(self) -> SpgemmPlan:
         return self
 
@@ -169,8 +174,10 @@ class SpgemmPlan:
         self.close()
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise InputError("this SpgemmPlan was closed; make a new one with sparsewire.plan_spgemm")
+        if self._closed:  # closing is collective: every rank raises here, so the job goes on (collective_errors)
+            error = InputError("this SpgemmPlan was closed; make a new one with sparsewire.plan_spgemm")
+            error.agreed = True
+            raise error
 
 
 def _check(a, b, algorithm: str, strategy: str, grid):

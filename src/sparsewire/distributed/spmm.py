@@ -34,7 +34,7 @@ from sparsewire.wire.paths import describe_paths, summarize_paths
 if TYPE_CHECKING:  # for annotations only: the matrix's class imports this module's users
     from sparsewire.distributed.matrix import DistributedMatrix
 
-__all__ = ["SpmmPlan", "StrategyChoice", "plan_spmm", "candidate_strategies", "spmm", "PLAN_FORMAT", "PLAN_FORMAT_VERSION"]
+__all__ = ["SpmmPlan", "StrategyChoice", "plan_spmm", "candidate_strategies", "PLAN_FORMAT", "PLAN_FORMAT_VERSION"]
 
 
 def is_distributed_matrix(value) -> bool:
@@ -240,10 +240,12 @@ class SpmmPlan:
             ``C_p = sum_j A[rows_p, j] B[j, :]`` for this rank's rows p.
 
         Raises:
-            PlanMismatchError for a wrong shape or dtype (a complex B, values that are not numbers) or a
-            closed plan. On a job of several ranks the other ranks may already wait for this rank's
-            messages, so there the error aborts the job with its message instead (it never hangs).
+            InputError on every rank for a closed plan. PlanMismatchError for a wrong shape or dtype (a
+            complex B, values that are not numbers); on a job of several ranks the other ranks may already
+            wait for this rank's messages, so there that error aborts the job with its message instead
+            (it never hangs).
         """
+        self._check_open()
         try:
             return self.executor.multiply(b_local, out)
         except PlanMismatchError as error:  # raised before any message left this rank
@@ -319,6 +321,7 @@ class SpmmPlan:
         threads. It is the adjoint of this plan (:mod:`sparsewire.plan.transpose`): every message
         reversed with the same rows, so its bytes equal this plan's; on the same transport. Made once and cached;
         ``plan.transpose().transpose()`` is ``plan``."""
+        self._check_open()
         if self._transpose is None:
             send_keys = send_keys_collective(self.comm, self.rank_plan)
             plan = transpose_rank_plan(self.rank_plan, send_keys)
@@ -365,6 +368,7 @@ class SpmmPlan:
         the checksum of A's pattern, values, partitions and orders (:meth:`DistributedMatrix.checksum`),
         the partitioner's row and column orders when it reordered, the settings and every rank's
         plan arrays."""
+        self._check_open()
         settings = {
             "k": self.k,
             "dtype": self.dtype.name,
@@ -413,36 +417,20 @@ class SpmmPlan:
             partner._transpose = None
             partner.close()
 
+    @property
+    def closed(self) -> bool:
+        """Not collective. Whether :meth:`close` ran (every entry point then refuses the plan)."""
+        return self.executor._closed
+
+    def _check_open(self) -> None:
+        """Every rank closed the plan together (close is collective), so every rank raises here alike."""
+        if self.executor._closed:
+            error = InputError("this SpmmPlan was closed; make a new one with sparsewire.plan_spmm or A.spmm_plan")
+            error.agreed = True  # raised on every rank: the caller gets it, the job goes on (collective_errors)
+            raise error
+
     def __enter__(self) -> SpmmPlan:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-@collective_errors
-def spmm(matrix: DistributedMatrix, b_local: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Collective. This rank's rows of ``C = A @ B`` in one line.
-
-    The first call for a given A, k and dtype plans (strategy and mode ``auto``) and keeps the plan
-    with A; later calls with the same A, k and dtype reuse it. ``b_local``: this rank's rows of B
-    (``matrix.col_partition.range(rank)``), float32 or float64 (integers and booleans are converted
-    to float64; a complex B is refused). Every rank must pass the same k and dtype.
-    """
-    b_local = np.asarray(b_local)
-    dtype = b_local.dtype if b_local.dtype in (np.dtype(np.float32), np.dtype(np.float64)) else np.dtype(np.float64)
-    key = (b_local.shape[1] if b_local.ndim == 2 else -1, dtype.name)
-    # One small allgather per call: a rank with another k or dtype would otherwise plan while the others
-    # multiply (a hang). Code that needs every microsecond keeps a plan from spmm_plan.
-    keys = matrix.comm.allgather(key)
-    problem = None
-    if key[0] < 1:
-        problem = f"rank {matrix.comm.Get_rank()}: b_local must be a 2-D array (rows, k); got shape {b_local.shape}"
-    elif len(set(keys)) != 1:
-        problem = f"the ranks passed B blocks of other widths or types {sorted(set(keys))}; pass the same k and dtype"
-    agree_on_error(matrix.comm, problem)
-    # Kept on the matrix: both are collected together (a weak-keyed cache's plans pointing back never let go).
-    plans = matrix.__dict__.setdefault("_spmm_plans", {})
-    if key not in plans:
-        plans[key] = plan_spmm(matrix, key[0], dtype)
-    return plans[key].multiply(np.ascontiguousarray(b_local, dtype=dtype), out)

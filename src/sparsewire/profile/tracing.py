@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 from sparsewire._lib.atomic import atomic_write
+from sparsewire.comm.runtime import agree_on_error
 from sparsewire.errors import InputError
 
 __all__ = ["trace", "region", "Tracer", "align_clocks", "write_trace", "measure_costs", "DEFAULT_EVENT_LIMIT"]
@@ -73,8 +74,21 @@ def trace(
     are set. Nothing is written when the block raises."""
     from sparsewire.profile.log_view import summarize
 
+    if getattr(plan, "closed", False):  # closing is collective: every rank refuses alike
+        error = InputError(f"sparsewire.trace: this {type(plan).__name__} was closed; trace an open one")
+        error.agreed = True
+        raise error
     target = getattr(plan, "executor", plan)  # an SpmmPlan's executor; SpgemmPlan and GraphOperator trace themselves
     comm = target.comm
+    if directory is not None:  # rank 0 writes the trace: every rank learns of a path it cannot write before recording
+        problem = None
+        if comm.Get_rank() == 0:
+            folder = Path(directory)
+            if folder.exists() and not folder.is_dir():
+                problem = f"sparsewire.trace: {directory} is a file; give a directory for the trace"
+            elif (folder / name).is_dir():
+                problem = f"sparsewire.trace: {folder / name} is a directory; give another name"
+        agree_on_error(comm, problem)
     unit = getattr(target, "trace_unit", "multiply")
     tracer = Tracer(comm.Get_rank(), target.link_of, window, clock, limit, keep_events=directory is not None, unit=unit)
     start = align_clocks(comm, clock) if directory is not None else (0, 0)
