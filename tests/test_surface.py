@@ -73,6 +73,14 @@ def test_numba_gets_a_pool_for_more_threads_than_cores_where_the_package_imports
     assert facts["pool"] >= max(64, facts["cores"])
     env["NUMBA_NUM_THREADS"] = "3"  # the user's choice wins
     assert _run(code, env=env)["pool"] == 3
+    del env["NUMBA_NUM_THREADS"]
+    # python-graphblas imports Numba itself (its SuiteSparse settings): the paths that load it (the loader, the threads
+    # limit every command sets) size the pool first too; without that, limit_threads_per_rank left a pool of the core
+    # count and eigs --threads 3 failed on two cores
+    for first in ("sparsewire.spgemm.graphblas_loader", "sparsewire.comm.runtime"):
+        call = "sparsewire.comm.runtime.limit_threads_per_rank(__import__('mpi4py.MPI').MPI.COMM_SELF)\n"
+        grown = code.replace("import sparsewire.kernels.numba_csr\n", f"import {first}\n" + (call if "runtime" in first else ""))
+        assert _run(grown, env=env)["pool"] >= max(64, facts["cores"]), first
 
 
 def test_no_module_imports_numba_but_the_one_that_sizes_its_pool():

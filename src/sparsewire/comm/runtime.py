@@ -108,7 +108,9 @@ def limit_threads_per_rank(comm: MPI.Comm) -> int:
     else:
         threads = default_threads(sharing)
     threadpool_limits(limits=threads)
-    import graphblas
+    from sparsewire._lib import jit  # noqa: F401 - Numba's pool sized before python-graphblas imports Numba
+
+    import graphblas  # isort: skip
 
     graphblas.ss.config["nthreads"] = threads
     return threads
