@@ -31,6 +31,15 @@ def test_real_general_with_comments_and_duplicates(tmp_path):
     np.testing.assert_array_equal(matrix.toarray(), [[2, 0, 0, 0], [0, 7, 0, 0], [0, 0, 0, -2]])
 
 
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_utf8_byte_order_mark_is_skipped(tmp_path, compress):
+    text = "\ufeff" + HEADER.format(field="integer", symmetry="general") + "2 3 2\n1 3 4\n2 1 -1\n"
+    path = tmp_path / ("bom.mtx.gz" if compress else "bom.mtx")
+    path.write_bytes(gzip.compress(text.encode()) if compress else text.encode())
+    assert path.read_bytes()[:3] == b"\xef\xbb\xbf" or compress
+    np.testing.assert_array_equal(load_matrix(str(path)).toarray(), [[0, 0, 4], [-1, 0, 0]])
+
+
 def test_pattern_symmetric_gz(tmp_path):
     text = HEADER.format(field="pattern", symmetry="symmetric") + "3 3 3\n1 1\n3 1\n3 2\n"
     matrix = load_matrix(write(tmp_path, "a.mtx.gz", text, compress=True))
@@ -67,6 +76,12 @@ def test_integer_skew_symmetric(tmp_path):
         (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 1 1e5e5\n", "line 3: two exponents"),
         (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 1 1-2\n", "line 3: a sign inside a number"),
         (HEADER.format(field="real", symmetry="general") + "2 2 1\n1 1 nana\n", "line 3: 'nana' is not a number"),
+        # a comment after the size line: its words would be counted as an entry ("the file has 3" for 2)
+        (
+            HEADER.format(field="real", symmetry="general") + "2 2 2\n1 1 1\n2 2 1\n% trailing note\n",
+            "line 5: a comment among the entries; Matrix Market allows comments only between the header and the size",
+        ),
+        (HEADER.format(field="pattern", symmetry="general") + "2 2 2\n1 1\n  %x\n2 2\n", "line 4: a comment among"),
     ],
 )
 def test_malformed_matrix_market(tmp_path, body, message):

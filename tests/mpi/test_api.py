@@ -148,6 +148,21 @@ def test_a_complex_b_is_refused_in_every_mode_and_backend_at_one_rank(comm):
     assert refused == 9
 
 
+@pytest.mark.ranks(1)
+def test_a_sparse_or_list_b_is_refused_by_name_on_both_backends(comm):
+    import scipy.sparse as sp
+
+    matrix = sparsewire.distribute(comm, "stencil2d:5")
+    for backend in ("numpy", "torch"):
+        with matrix.spmm_plan(2, strategy="column", backend=backend) as plan:
+            dense = np.ones((plan.input_rows, 2))
+            with pytest.raises(sparsewire.PlanMismatchError, match="is a csr_array, not a dense array; .*plan_spgemm"):
+                plan.multiply(sp.csr_array(dense))
+            with pytest.raises(sparsewire.PlanMismatchError, match=r"is a list, not a dense array; pass np.asarray\(b\)"):
+                plan.multiply(dense.tolist())
+            assert np.asarray(plan.multiply(dense)).sum() == matrix.local_rows.sum() * 2  # the plan still multiplies
+
+
 def resident_mb() -> float:
     with open("/proc/self/statm") as statm:  # resident pages, as the kernel counts them
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20

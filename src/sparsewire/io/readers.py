@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import zlib
 
 import numpy as np
@@ -120,7 +121,13 @@ def _load_file(path: str, *, symmetrize: bool) -> sp.csr_array:
     )
 
 
+_NEWLINE = b"\n"
+_COMMENT_LINE = re.compile(rb"(?m)^[ \t]*%")  # a line whose first field starts with %
+
+
 def _read_bytes(path: str) -> bytes:
+    """The file's bytes (decompressed for .gz), without a UTF-8 byte-order mark (editors on Windows add one; it
+    carries no data)."""
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
@@ -128,10 +135,10 @@ def _read_bytes(path: str) -> bytes:
         raise InputError(f"{path}: cannot read ({error.strerror}); check the path and its permissions") from None
     if path.lower().endswith(".gz"):
         try:
-            return gzip.decompress(raw)
+            raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error):
             raise InputError(f"{path}: not a valid gzip file; decompress it by hand to check, or drop the .gz suffix") from None
-    return raw
+    return raw.removeprefix(b"\xef\xbb\xbf")
 
 
 def read_matrix_market(path: str) -> sp.csr_array:
@@ -184,6 +191,13 @@ def read_matrix_market(path: str) -> sp.csr_array:
             "the size line or the header"
         )
     check_fits(n_rows, n_cols, n_entries * (1 if symmetry == "general" else 2), path)
+    comment = _COMMENT_LINE.search(data, end + 1)
+    if comment:  # (its words would count as an entry's fields)
+        where = line_number + 1 + data.count(_NEWLINE, end + 1, comment.start())
+        raise InputError(
+            f"{path}: line {where}: a comment among the entries; "
+            "Matrix Market allows comments only between the header and the size line: delete it or move it up"
+        )
     check_field_counts(path, data[end + 1 :], line_number + 1, _MM_FIELDS[field], n_entries, field)
     check_number_syntax(path, data[end + 1 :], line_number + 1)
 

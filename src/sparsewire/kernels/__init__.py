@@ -30,6 +30,7 @@ __all__ = [
     "backend_problem",
     "make_backend",
     "refuse_unsupported_values",
+    "refuse_non_dense",
     "compiled",
     "TorchBackend",
     "node_device",
@@ -111,3 +112,15 @@ def refuse_unsupported_values(kind: str | None, name: str, rank: int) -> None:
             f"rank {rank}: the B block's values are {name} ({what}); the kernels multiply real float32 or float64 "
             "(booleans and integers are converted). For a complex B multiply B.real and B.imag separately"
         )
+
+
+def refuse_non_dense(b, rank: int, accepted: tuple[type, ...]) -> None:
+    """Not collective. Raise PlanMismatchError for a B that is not one of the ``accepted`` dense types (a SciPy
+    sparse matrix, a list), naming what it is and what to pass instead."""
+    if not isinstance(b, accepted):
+        fix = (
+            "multiply sparse matrices with sparsewire.plan_spgemm, or pass b.toarray()"
+            if hasattr(b, "tocsr")
+            else ("pass np.asarray(b)")
+        )
+        raise PlanMismatchError(f"rank {rank}: the B block is a {type(b).__name__}, not a dense array; {fix}")

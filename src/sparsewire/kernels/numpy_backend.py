@@ -32,7 +32,7 @@ import numpy as np
 from sparsewire._lib.aligned import empty_aligned, zeros_aligned
 from sparsewire.errors import PlanMismatchError
 from sparsewire.kernels import compiled as kernels
-from sparsewire.kernels import refuse_unsupported_values
+from sparsewire.kernels import refuse_non_dense, refuse_unsupported_values
 from sparsewire.plan.modes import Mode
 
 __all__ = ["NumpyBackend"]
@@ -109,6 +109,7 @@ class NumpyBackend:
     @staticmethod
     def block(b, shape: tuple[int, int], dtype: np.dtype, rank: int) -> np.ndarray:
         """Not collective. B as a C-contiguous array of ``dtype`` (converted when it is not)."""
+        refuse_non_dense(b, rank, (np.ndarray,))
         if getattr(b, "shape", None) != shape:
             raise PlanMismatchError(
                 f"rank {rank}: the B block has shape {getattr(b, 'shape', type(b).__name__)}, expected {shape} "

@@ -35,7 +35,7 @@ import torch
 
 from sparsewire._lib.aligned import zeros_aligned
 from sparsewire.errors import PlanMismatchError
-from sparsewire.kernels import refuse_unsupported_values
+from sparsewire.kernels import refuse_non_dense, refuse_unsupported_values
 from sparsewire.kernels.compiled import balanced_bounds
 from sparsewire.plan.modes import Mode
 
@@ -302,6 +302,7 @@ class TorchBackend:
     def block(self, b, shape: tuple[int, int], dtype: np.dtype, rank: int) -> torch.Tensor:
         """Not collective. B as a contiguous tensor of ``dtype`` on the device (a NumPy array is
         wrapped without a copy where it already fits)."""
+        refuse_non_dense(b, rank, (np.ndarray, torch.Tensor))
         got = tuple(getattr(b, "shape", ()))  # a torch.Size or a NumPy shape
         if got != shape:
             raise PlanMismatchError(
