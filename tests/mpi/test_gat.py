@@ -172,20 +172,24 @@ def test_gradcheck_through_the_merge_with_attention_dropout(comm, rng, strategy)
     operator.close()
 
 
-@pytest.mark.ranks(4)
-def test_a_planted_wrong_relay_is_caught(comm, rng):
-    """Two levels at P = 4: a proxy that forwards a member the rows of its group's fetch one place off gives wrong
-    rows on that member (and nowhere else), with the same bytes."""
-    adjacency = random_graph(comm, rng, n=60, density=0.15)
-    n = adjacency.shape[0]
-    operator = operator_of(comm, adjacency, "even", "column-hier")
+def planted_layer(comm, rng, strategy, adjacency):
+    """A 2-head GATConv with PyG's weights on ``adjacency`` under ``strategy``: the operator, our layer, the features
+    every rank holds, PyG's output on them and the layer's attention plan (for the planted-fault tests to spoil)."""
+    operator = operator_of(comm, adjacency, "even", strategy)
     torch.manual_seed(5)
     reference = pyg.GATConv(6, 4, heads=2).double()
     ours = GATConv(6, 4, heads=2, dtype=torch.float64)
     ours.load_state_dict(reference.state_dict())
-    x = torch.from_numpy(comm.bcast(rng.standard_normal((n, 6))))
+    x = torch.from_numpy(comm.bcast(rng.standard_normal((adjacency.shape[0], 6))))
     expected = reference(x, edge_index(adjacency)).detach().numpy()
-    plan = operator.attention(2, 4, torch.float64)
+    return operator, ours, x, expected, operator.attention(2, 4, torch.float64)
+
+
+@pytest.mark.ranks(4)
+def test_a_planted_wrong_relay_is_caught(comm, rng):
+    """Two levels at P = 4: a proxy that forwards a member the rows of its group's fetch one place off gives wrong
+    rows on that member (and nowhere else), with the same bytes."""
+    operator, ours, x, expected, plan = planted_layer(comm, rng, "column-hier", random_graph(comm, rng, n=60, density=0.15))
     relays = comm.allgather([(member, rows.size) for member, rows in plan._relay])
     faulty = next(rank for rank, relay in enumerate(relays) if any(size >= 2 for _, size in relay))
     member = None
@@ -203,16 +207,7 @@ def test_a_planted_wrong_relay_is_caught(comm, rng):
 
 @pytest.mark.ranks(1, 3)
 def test_a_planted_wrong_source_is_caught_at_its_row(comm, rng):
-    adjacency = random_graph(comm, rng)
-    n = adjacency.shape[0]
-    operator = operator_of(comm, adjacency, "even", "joint")
-    torch.manual_seed(5)
-    reference = pyg.GATConv(6, 4, heads=2).double()
-    ours = GATConv(6, 4, heads=2, dtype=torch.float64)
-    ours.load_state_dict(reference.state_dict())
-    x = torch.from_numpy(comm.bcast(rng.standard_normal((n, 6))))
-    expected = reference(x, edge_index(adjacency)).detach().numpy()
-    plan = operator.attention(2, 4, torch.float64)
+    operator, ours, x, expected, plan = planted_layer(comm, rng, "joint", random_graph(comm, rng))
     part = plan._local
     faulty_row = comm.bcast(int(np.flatnonzero(np.diff(part.indptr) >= 2)[0]))  # rank 0's first row of two entries
     entry = part.indptr[faulty_row]
