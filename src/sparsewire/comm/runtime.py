@@ -25,6 +25,7 @@ __all__ = [
     "limit_threads_per_rank",
     "node_ids",
     "agree_on_error",
+    "agreed",
     "agree_on_values",
     "install_abort_on_error",
     "problem_from",
@@ -138,9 +139,15 @@ def agree_on_error(comm: MPI.Comm, problem: str | SparsewireError | None) -> Non
     if problems:
         name, message = problems[0]
         error_class = getattr(errors, name, InputError)
-        error = error_class(message)
-        error.agreed = True  # every rank raises it: no need to abort (see collective_errors)
-        raise error
+        raise agreed(error_class(message))
+
+
+def agreed(error: SparsewireError) -> SparsewireError:
+    """Not collective. ``error`` marked as raised on every rank alike (:func:`agree_on_error`, or a state every rank
+    shares, such as a plan closed collectively): :func:`collective_errors` lets it reach the caller instead of
+    aborting the job."""
+    error.agreed = True
+    return error
 
 
 def agree_on_values(comm: MPI.Comm, values: dict[str, object], advice: str) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, collective_errors
+from sparsewire.comm.runtime import agree_on_error, agreed, collective_errors
 from sparsewire.errors import InputError
 from sparsewire.spgemm.distributed import (
     DistributedSpgemm,
@@ -175,9 +175,7 @@ class SpgemmPlan:
 
     def _check_open(self) -> None:
         if self._closed:  # closing is collective: every rank raises here, so the job goes on (collective_errors)
-            error = InputError("this SpgemmPlan was closed; make a new one with sparsewire.plan_spgemm")
-            error.agreed = True
-            raise error
+            raise agreed(InputError("this SpgemmPlan was closed; make a new one with sparsewire.plan_spgemm"))
 
 
 def _check(a, b, algorithm: str, strategy: str, grid):

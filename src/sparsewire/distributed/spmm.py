@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, collective_errors, ranks_on_node
+from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, agreed, collective_errors, ranks_on_node
 from sparsewire.distributed.auto import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
 from sparsewire.distributed.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
 from sparsewire.errors import InputError, PlanMismatchError
@@ -425,9 +425,7 @@ class SpmmPlan:
     def _check_open(self) -> None:
         """Every rank closed the plan together (close is collective), so every rank raises here alike."""
         if self.executor._closed:
-            error = InputError("this SpmmPlan was closed; make a new one with sparsewire.plan_spmm or A.spmm_plan")
-            error.agreed = True  # raised on every rank: the caller gets it, the job goes on (collective_errors)
-            raise error
+            raise agreed(InputError("this SpmmPlan was closed; make a new one with sparsewire.plan_spmm or A.spmm_plan"))
 
     def __enter__(self) -> SpmmPlan:
         return self

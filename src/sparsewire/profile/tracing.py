@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 from sparsewire._lib.atomic import atomic_write
-from sparsewire.comm.runtime import agree_on_error
+from sparsewire.comm.runtime import agree_on_error, agreed
 from sparsewire.errors import InputError
 
 __all__ = ["trace", "region", "Tracer", "align_clocks", "write_trace", "measure_costs", "DEFAULT_EVENT_LIMIT"]
@@ -75,9 +75,7 @@ def trace(
     from sparsewire.profile.log_view import summarize
 
     if getattr(plan, "closed", False):  # closing is collective: every rank refuses alike
-        error = InputError(f"sparsewire.trace: this {type(plan).__name__} was closed; trace an open one")
-        error.agreed = True
-        raise error
+        raise agreed(InputError(f"sparsewire.trace: this {type(plan).__name__} was closed; trace an open one"))
     target = getattr(plan, "executor", plan)  # an SpmmPlan's executor; SpgemmPlan and GraphOperator trace themselves
     comm = target.comm
     if directory is not None:  # rank 0 writes the trace: every rank learns of a path it cannot write before recording
