@@ -106,7 +106,7 @@ GRAPH_MATRICES = [
 ]
 
 
-@pytest.mark.ranks(4)
+@pytest.mark.ranks(2)  # (real graphs at the rank count the 2-core machine runs without oversubscription)
 @pytest.mark.skipif(not GRAPH_MATRICES, reason="../shared/data is not present")
 @pytest.mark.parametrize("path", GRAPH_MATRICES, ids=lambda p: p.name.split(".")[0])
 def test_shared_matrices_graph_algorithms_match_references(command, path):
