@@ -86,7 +86,7 @@ class _Prefetch:
             return item.get_closest_marker("mpi") is not None
 
         first = [item for item in items if not prefetch(item) and not mpi(item)]
-        marked = [item for item in items if prefetch(item) and not mpi(item)] + [i for i in items if prefetch(i) and mpi(i)]
+        marked = sorted((item for item in items if prefetch(item)), key=mpi)  # (a stable sort: the jobs last)
         items[:] = first + marked + [item for item in items if not prefetch(item) and mpi(item)]
         # the longest first: the one-rank collective job is longer than the rest of the queue together
         self.futures = {item.nodeid: self.pool.submit(_prefetch_run(item)) for item in sorted(marked, key=mpi, reverse=True)}

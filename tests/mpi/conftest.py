@@ -13,6 +13,7 @@ import pytest
 import scipy.io
 import scipy.sparse as sp
 
+from sparsewire._lib import jit  # noqa: F401 - Numba's pool sized before a case module imports python-graphblas
 from sparsewire.testing.collective import *  # noqa: F403 - the harness's hooks and fixtures (comm, shared_tmp)
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"  # optional: cases on it are skipped without it
