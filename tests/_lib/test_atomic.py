@@ -22,8 +22,11 @@ from sparsewire._lib.atomic import PARTIAL_SUFFIX, atomic_write
 
 CHUNK = 1 << 16
 WRITER = """
-import sys, time
+import signal, sys, time
 from sparsewire._lib.atomic import atomic_write
+# Ctrl-C raises KeyboardInterrupt, as in a terminal, even where the test runs in the background (a shell starts
+# background jobs with SIGINT ignored, and Python keeps an inherited SIG_IGN)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 path, kind, chunks = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if kind.endswith("limited"):  # a full disk: writes past 5 chunks fail with EFBIG (SIGXFSZ ignored)
     import resource, signal
