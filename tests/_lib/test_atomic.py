@@ -135,8 +135,9 @@ def _writes_files(tree: ast.AST) -> list[str]:
 
 def test_every_writer_of_the_product_goes_through_the_helper():
     source = Path(atomic.__file__).resolve().parents[1]
-    allowed = {  # the helper itself; writers into a handle the helper opened; the emulator's own scratch files
-        "_lib/atomic.py", "cli/spgemm.py", "distributed/plan_file.py", "testing/emulation/cluster.py",
+    allowed = {  # the helper itself; writers into a handle the helper opened; the emulator's own scratch files;
+        # the OGB cache's files, written into a temporary folder that is renamed whole once they are synced
+        "_lib/atomic.py", "cli/spgemm.py", "distributed/plan_file.py", "testing/emulation/cluster.py", "io/ogb.py",
     }  # fmt: skip
     offenders = {}
     for path in sorted(source.rglob("*.py")):

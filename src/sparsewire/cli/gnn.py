@@ -55,6 +55,7 @@ def add_commands(commands) -> None:
     gcn.add_argument(
         "data",
         help=f"a Planetoid .npz (features, labels, split), cora (the Planetoid Cora graph that ships with sparsewire), "
+        f"an OGB node-property dataset directory (raw/ and split/ as OGB unpacks them, e.g. dataset/ogbn_arxiv), "
         f"or with --features/--classes {MATRIX_HELP}",
     )
     gcn.add_argument(
@@ -109,7 +110,12 @@ def add_commands(commands) -> None:
     )
     gcn.add_argument("--features", help="random:F: F seeded random features per node, for a matrix that is not a Planetoid file")
     gcn.add_argument("--classes", type=positive_int, help="number of classes with --features (random labels)")
-    gcn.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
+    gcn.add_argument(
+        "--symmetrize",
+        action="store_true",
+        help="edge lists: use the undirected graph max(A, A^T); an OGB directory: "
+        "PyG's to_undirected, as OGB's arxiv examples train",
+    )
     add_topology_arguments(gcn, allow_mpi=True)
     gcn.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     add_profiling_arguments(gcn, "training", "the training", "DIR/trace-gcn.json", unit="epochs", traffic_map=False)

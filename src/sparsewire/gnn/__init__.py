@@ -7,12 +7,12 @@
   destination's softmax-aggregate merged exactly from partials on the minimal-byte plan.
 - :mod:`~sparsewire.gnn.layers`: :class:`GCNConv`, :class:`SAGEConv`, :class:`GATConv` (PyG's signatures),
   the model :class:`GNN`, dropout masks from global node ids.
-- :mod:`~sparsewire.gnn.data`: Planetoid ``.npz`` graphs and synthetic features.
+- :mod:`~sparsewire.gnn.data`: Planetoid ``.npz`` graphs, OGB node-property datasets and synthetic features.
 - :mod:`~sparsewire.gnn.train`: :func:`distribute_graph` and :func:`train` (full batch, Adam).
 """
 
 from sparsewire.gnn.attention import AttentionPlan, attend
-from sparsewire.gnn.data import GraphData, load_graph, load_planetoid, synthetic_graph
+from sparsewire.gnn.data import GraphData, load_graph, load_ogb, load_planetoid, synthetic_graph
 from sparsewire.gnn.layers import GNN, GATConv, GCNConv, SAGEConv, hash_dropout
 from sparsewire.gnn.propagate import GraphOperator, gather_rows, gcn_normalize, mean_normalize, propagate, scatter_rows
 from sparsewire.gnn.train import LocalGraph, TrainResult, distribute_graph, evaluate, train
@@ -34,6 +34,7 @@ __all__ = [
     "gcn_normalize",
     "hash_dropout",
     "load_graph",
+    "load_ogb",
     "load_planetoid",
     "mean_normalize",
     "propagate",

@@ -1,8 +1,9 @@
-"""Graph data for node classification: the Planetoid ``.npz`` format and synthetic features.
+"""Graph data for node classification: the Planetoid ``.npz`` format, OGB's raw node-property datasets and
+synthetic features.
 
 :func:`load_graph` reads a Planetoid file (``../shared/data/gnn/MANIFEST.md``: CSR adjacency,
-CSR bag-of-words features, labels with -1 for unlabelled nodes, the public split) or, for any
-matrix :func:`sparsewire.load_matrix` reads, makes seeded random features and labels.
+CSR bag-of-words features, labels with -1 for unlabelled nodes, the public split), an OGB dataset directory
+(:func:`load_ogb`) or, for any matrix :func:`sparsewire.load_matrix` reads, makes seeded random features and labels.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import scipy.sparse as sp
 from sparsewire._lib.sizes import check_derived_fits, check_fits
 from sparsewire.errors import InputError
 from sparsewire.io.archives import check_compressed, open_archive
+from sparsewire.io.ogb import is_ogb_directory, open_ogb
 from sparsewire.io.readers import load_matrix
 from sparsewire.io.shipped import shipped_path
 
-__all__ = ["GraphData", "load_planetoid", "synthetic_graph", "load_graph", "PLANETOID_KEYS"]
+__all__ = ["GraphData", "load_planetoid", "load_ogb", "synthetic_graph", "load_graph", "PLANETOID_KEYS"]
 
 PLANETOID_KEYS = (
     "n",
@@ -43,7 +45,7 @@ class GraphData:
     Attributes:
         name: where it came from.
         adjacency: n x n CSR; row i holds the in-neighbours j of node i (edge j -> i).
-        features: n x F CSR (row-normalised for Planetoid).
+        features: n x F, CSR (row-normalised for Planetoid) or dense (OGB's float32 rows).
         labels: int64 (n,), class ids, -1 for unlabelled nodes.
         train_idx, val_idx, test_idx: node ids of the split (labelled nodes only).
         classes: number of classes.
@@ -51,7 +53,7 @@ class GraphData:
 
     name: str
     adjacency: sp.csr_array
-    features: sp.csr_array
+    features: sp.csr_array | np.ndarray
     labels: np.ndarray
     train_idx: np.ndarray
     val_idx: np.ndarray
@@ -117,6 +119,23 @@ def load_planetoid(path: str, *, add_raw_self_loops: bool = False) -> GraphData:
     return GraphData(os.path.basename(path), adjacency, _row_normalise(features), labels, *split, classes)
 
 
+def load_ogb(
+    directory: str, *, undirected: bool = False, add_inverse_edge: bool | None = None, split: str | None = None
+) -> GraphData:
+    """Not collective. An OGB node-property dataset from its raw files (``directory`` holds ``raw/`` and ``split/``,
+    as OGB unpacks ogbn-arxiv, ogbn-products or ogbn-papers100M), through its cache of NumPy arrays
+    (:func:`sparsewire.io.ogb.open_ogb`, which says how edges become the adjacency: ``undirected`` is PyG's
+    ``to_undirected``, as OGB's arxiv examples train). Features as stored (dense float32), labels -1 where a node
+    has none, the split's ``train``/``valid``/``test`` nodes."""
+    cache = open_ogb(directory, undirected=undirected, add_inverse_edge=add_inverse_edge, split=split)
+    whole, split_nodes = cache.rows(0, cache.n), cache.split()
+    classes = int(cache.meta["classes"])
+    check_fits(cache.n, classes, cache.n * classes, f"{directory} (the output layer's {classes} classes: largest label + 1)")
+    name = os.path.basename(os.path.normpath(directory))
+    train, valid, test = (split_nodes[part] for part in ("train", "valid", "test"))
+    return GraphData(name, whole.adjacency, whole.features, whole.labels, train, valid, test, classes)
+
+
 def synthetic_graph(spec: str, features: int, classes: int, seed: int = 0, *, symmetrize: bool = False) -> GraphData:
     """Not collective. The matrix ``spec`` (a file or generator spec) as a graph with seeded
     standard-normal features (n x ``features``), uniform labels in [0, ``classes``), and a split of
@@ -144,10 +163,13 @@ def load_graph(
     source: str, *, features: str | None = None, classes: int | None = None, seed: int = 0, symmetrize: bool = False
 ) -> GraphData:
     """Not collective. A Planetoid ``.npz`` when ``source`` is one (or ``cora``, the graph that ships with
-    the package, :mod:`~sparsewire.io.shipped`) and ``features`` is None; else the matrix ``source``
+    the package, :mod:`~sparsewire.io.shipped`) and ``features`` is None; an OGB dataset directory
+    (:func:`load_ogb`, ``symmetrize`` as its ``undirected``); else the matrix ``source``
     with ``features = "random:F"`` and ``classes`` (:func:`synthetic_graph`)."""
     if features is None and source == "cora" and not os.path.exists(source):
         source = str(shipped_path("cora"))
+    if features is None and os.path.isdir(source) and is_ogb_directory(source):
+        return load_ogb(source, undirected=symmetrize)
     if features is None:
         if not str(source).endswith(".npz"):
             raise InputError(f"{source} is not a Planetoid .npz; for another matrix give --features random:F --classes C")

@@ -135,7 +135,7 @@ def distribute_graph(
         for p in range(size):
             nodes = order[offsets[p] : offsets[p + 1]]
             pieces.append(
-                (sp.csr_array(data.features[nodes]), data.labels[nodes], {name: mask[nodes] for name, mask in masks.items()})
+                (_rows_of(data.features, nodes), data.labels[nodes], {name: mask[nodes] for name, mask in masks.items()})
             )
         header = ({name: int(mask.sum()) for name, mask in masks.items()}, data.classes)
     else:
@@ -159,7 +159,16 @@ def _data_problem(data: GraphData, allow_nonfinite: bool) -> str | None:
     """What makes ``data`` unfit to train on, or None."""
     if not allow_nonfinite:
         for what, values in (("adjacency", data.adjacency), ("features", data.features)):
-            values = sp.csr_array(values)
+            values = sp.csr_array(values) if sp.issparse(values) else values
+            if isinstance(values, np.ndarray):  # dense features (OGB's): the first row holding one
+                bad = ~np.isfinite(values)
+                if bad.any():
+                    first = int(np.flatnonzero(bad.any(axis=1))[0])
+                    return (
+                        f"the {what} holds {int(bad.sum())} NaN or infinite values (the first in row {first}); fix the "
+                        "data, or pass allow_nonfinite=True if you mean it"
+                    )
+                continue
             count = nonfinite_entries(values)
             if count:
                 first_entry = np.flatnonzero(~np.isfinite(values.data))[0]
@@ -173,8 +182,15 @@ def _data_problem(data: GraphData, allow_nonfinite: bool) -> str | None:
     return None
 
 
-def _feature_tensor(features: sp.csr_array, dtype: torch.dtype) -> torch.Tensor:
+def _rows_of(features: sp.csr_array | np.ndarray, nodes: np.ndarray) -> sp.csr_array | np.ndarray:
+    """Rows ``nodes`` of the features, sparse or dense as they are."""
+    return features[nodes] if isinstance(features, np.ndarray) else sp.csr_array(features[nodes])
+
+
+def _feature_tensor(features: sp.csr_array | np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     """Sparse COO (coalesced, ``dtype``) when at most a quarter of the entries are stored, else dense."""
+    if isinstance(features, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32 if dtype == torch.float32 else np.float64))
     features = sp.csr_array(features, dtype=np.float32 if dtype == torch.float32 else np.float64)
     if features.nnz > features.shape[0] * features.shape[1] / 4:
         return torch.from_numpy(np.ascontiguousarray(features.toarray()))
