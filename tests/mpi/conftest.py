@@ -21,7 +21,8 @@ SHARED_MATRICES = sorted(SHARED_DATA.glob("*.mtx.gz")) if SHARED_DATA.is_dir() e
 
 # The executor's case list and the transfer paths' checks live beside the drivers that also run them as scripts
 # (tests/exec/mpi_driver.py, tests/wire/transfer_driver.py); the trace format's rules beside the tracing tests.
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / folder) for folder in ("exec", "profile", "wire")]
+# The OGB fixtures are written by tests/io/ogb_files.py.
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / folder) for folder in ("exec", "profile", "wire", "io")]
 
 
 def on_rank_zero(comm, write, *args):

@@ -143,8 +143,9 @@ def run_gcn(args: argparse.Namespace) -> int:
 
     from sparsewire import trace as trace_training
     from sparsewire.comm.runtime import agree_on_error
-    from sparsewire.gnn import distribute_graph, load_graph, train
+    from sparsewire.gnn import distribute_graph, load_graph, open_ogb_cache, train
     from sparsewire.gnn.train import training_bytes
+    from sparsewire.io.ogb import is_ogb_directory
     from sparsewire.plan.strategies import parse_strategies
     from sparsewire.wire.paths import messages_per_path
 
@@ -154,7 +155,10 @@ def run_gcn(args: argparse.Namespace) -> int:
     resolve_backend_arguments(args, "torch", comm)
     rank = comm.Get_rank()
     data, problem = None, None
-    if rank == 0:
+    if args.features is None and args.partition == "even" and is_ogb_directory(args.data):
+        # each rank reads only its rows of the dataset's cache (another partitioner needs the whole graph on rank 0)
+        data = open_ogb_cache(comm, args.data, undirected=args.symmetrize)
+    elif rank == 0:
         try:
             data = load_graph(args.data, features=args.features, classes=args.classes, seed=args.seed, symmetrize=args.symmetrize)
         except InputError as error:

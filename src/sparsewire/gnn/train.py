@@ -15,36 +15,18 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 from mpi4py import MPI
 
 from sparsewire._lib.sizes import check_derived_fits
 from sparsewire.comm.runtime import agree_on_error
-from sparsewire.distributed.matrix import distribute
 from sparsewire.errors import InputError
-from sparsewire.exec import ExecOptions, exec_options
-from sparsewire.gnn.data import GraphData
+from sparsewire.gnn.distribute import LocalGraph
 from sparsewire.gnn.layers import GNN
-from sparsewire.gnn.propagate import GraphOperator, gcn_normalize, mean_normalize
-from sparsewire.io.readers import nonfinite_entries
 from sparsewire.profile.timed import timed_run
 from sparsewire.profile.tracing import region
 
-__all__ = ["TrainResult", "LocalGraph", "distribute_graph", "train", "training_bytes"]
-
-
-@dataclass
-class LocalGraph:
-    """This rank's part of a graph: the operator, its nodes' features and labels, split masks."""
-
-    operator: GraphOperator
-    features: torch.Tensor  # sparse COO when at most a quarter of the entries are nonzero
-    labels: torch.Tensor
-    masks: dict[str, torch.Tensor]
-    totals: dict[str, int]
-    classes: int
-    n: int
+__all__ = ["TrainResult", "train", "training_bytes"]
 
 
 @dataclass
@@ -57,147 +39,6 @@ class TrainResult:
     bytes_per_epoch: int = 0
     wire_bytes_per_epoch: int = 0
     model: GNN | None = None
-
-
-def distribute_graph(
-    comm: MPI.Comm,
-    data: GraphData | None,
-    model: str = "gcn",
-    *,
-    partition="even",
-    root: int = 0,
-    imbalance: float = 0.03,
-    dtype: torch.dtype = torch.float32,
-    options: ExecOptions | None = None,
-    allow_nonfinite: bool = False,
-    **option_keywords,
-) -> LocalGraph:
-    """Collective. Hand every rank its nodes: ``data`` on ``root`` (None elsewhere). The adjacency
-    is distributed by rows and normalised for the model (GCN: ``D^-1/2 (A + I) D^-1/2``; SAGE: the
-    mean over in-neighbours; GAT: kept, its pattern is what the attention plans read), features as
-    rows of ``dtype`` (float32 by default, as PyTorch trains; float64 for results that must match
-    another float64 code to 1e-6), sparse COO when mostly zero.
-    The model :func:`train` builds, and every propagation's plan, take the features' dtype.
-
-    ``options`` (:class:`~sparsewire.exec.options.ExecOptions`; by default the torch backend on the CPU
-    with one thread), with any of its fields given as keywords (``strategy=``, ``topology=``,
-    ``threads=``, ``transport=``, ``backend=``, ``device=``, ...) replacing the options', say how
-    the propagations are planned and run; the topology also guides the partitioner.
-
-    NaN or infinite values in the adjacency or the features are refused (training on them gives
-    nonsense and still reports an accuracy) unless ``allow_nonfinite``; so is an empty training
-    split.
-
-    ``threads`` (default 1) are the executor's threads per rank; give PyTorch the same
-    (``torch.set_num_threads``, as ``sparsewire gcn --threads`` does).
-
-    ``transport``: how the propagations' messages move, ``mpi`` or ``torch`` (torch.distributed).
-    ``backend`` and ``device``: what runs the propagations' local products (and the first layer's
-    sparse input): ``torch`` (default: PyTorch's sparse CSR products on ``device``, ``cpu`` or
-    ``cuda``/``cuda:N``, where the features, labels and masks are put and :func:`train` puts the
-    model; one thread pool, PyTorch's) or ``numpy`` (the compiled kernels; see :func:`sparsewire.distributed.spmm.plan_spmm`). In
-    ``bench/peers/gnn.py`` (float32, 2-core machine) their epochs take the same time, and the torch
-    backend's process never loads Numba and LLVM: at P = 1 its peak memory was 0.77-0.87x that of
-    PyG's process, the NumPy backend's 0.90-1.11x. The transfer calibration says which messages
-    are staged through host memory (:mod:`sparsewire.wire.paths`)."""
-    rank, size = comm.Get_rank(), comm.Get_size()
-    options = exec_options(options or ExecOptions(backend="torch", threads=1), **option_keywords)
-    problem = options if isinstance(options, str) else None
-    if problem:
-        pass  # named below, on every rank
-    elif dtype not in (torch.float32, torch.float64):
-        problem = f"dtype must be torch.float32 or torch.float64 (got {dtype})"
-    elif rank == root and data is None:
-        problem = f"rank {root} must pass the graph data"
-    elif model not in ("gcn", "sage", "gat"):
-        problem = f"unknown model {model!r}; choose gcn, sage or gat"
-    elif rank == root:
-        problem = _data_problem(data, allow_nonfinite)
-    agree_on_error(comm, problem)
-    matrix = distribute(
-        comm, data.adjacency if rank == root else None, partition, root=root, topology=options.topology, imbalance=imbalance
-    )
-    values = np.float32 if dtype == torch.float32 else np.float64
-    if model == "gcn":
-        matrix = gcn_normalize(matrix, values)
-    elif model == "sage":
-        matrix = mean_normalize(matrix, values)
-    offsets = matrix.row_partition.offsets
-    order = np.arange(matrix.shape[0]) if matrix.row_order is None else matrix.row_order  # position -> node id
-    pieces = None
-    if rank == root:
-        masks = {}
-        for name, nodes in (("train", data.train_idx), ("val", data.val_idx), ("test", data.test_idx)):
-            mask = np.zeros(data.n, bool)
-            mask[nodes] = True
-            masks[name] = mask
-        pieces = []
-        for p in range(size):
-            nodes = order[offsets[p] : offsets[p + 1]]
-            pieces.append(
-                (_rows_of(data.features, nodes), data.labels[nodes], {name: mask[nodes] for name, mask in masks.items()})
-            )
-        header = ({name: int(mask.sum()) for name, mask in masks.items()}, data.classes)
-    else:
-        header = None
-    totals, classes = comm.bcast(header, root=root)
-    features, labels, masks = comm.scatter(pieces, root=root)
-    operator = GraphOperator(matrix, options)
-    on = getattr(operator.kernels, "device", "cpu")  # cuda names this rank's GPU there
-    return LocalGraph(
-        operator,
-        _feature_tensor(features, dtype).to(on),
-        torch.from_numpy(labels).to(on),
-        {name: torch.from_numpy(mask).to(on) for name, mask in masks.items()},
-        totals,
-        classes,
-        matrix.shape[0],
-    )
-
-
-def _data_problem(data: GraphData, allow_nonfinite: bool) -> str | None:
-    """What makes ``data`` unfit to train on, or None."""
-    if not allow_nonfinite:
-        for what, values in (("adjacency", data.adjacency), ("features", data.features)):
-            values = sp.csr_array(values) if sp.issparse(values) else values
-            if isinstance(values, np.ndarray):  # dense features (OGB's): the first row holding one
-                bad = ~np.isfinite(values)
-                if bad.any():
-                    first = int(np.flatnonzero(bad.any(axis=1))[0])
-                    return (
-                        f"the {what} holds {int(bad.sum())} NaN or infinite values (the first in row {first}); fix the "
-                        "data, or pass allow_nonfinite=True if you mean it"
-                    )
-                continue
-            count = nonfinite_entries(values)
-            if count:
-                first_entry = np.flatnonzero(~np.isfinite(values.data))[0]
-                first = int(np.searchsorted(values.indptr, first_entry, side="right") - 1)
-                return (
-                    f"the {what} holds {count} NaN or infinite values (the first in row {first}); fix the data, "
-                    "or pass allow_nonfinite=True if you mean it"
-                )
-    if len(data.train_idx) == 0:
-        return "the training split is empty: no labelled node to train on; give train_idx (or a graph with training nodes)"
-    return None
-
-
-def _rows_of(features: sp.csr_array | np.ndarray, nodes: np.ndarray) -> sp.csr_array | np.ndarray:
-    """Rows ``nodes`` of the features, sparse or dense as they are."""
-    return features[nodes] if isinstance(features, np.ndarray) else sp.csr_array(features[nodes])
-
-
-def _feature_tensor(features: sp.csr_array | np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    """Sparse COO (coalesced, ``dtype``) when at most a quarter of the entries are stored, else dense."""
-    if isinstance(features, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32 if dtype == torch.float32 else np.float64))
-    features = sp.csr_array(features, dtype=np.float32 if dtype == torch.float32 else np.float64)
-    if features.nnz > features.shape[0] * features.shape[1] / 4:
-        return torch.from_numpy(np.ascontiguousarray(features.toarray()))
-    coo = sp.coo_array(features)
-    coo.sum_duplicates()
-    indices = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
-    return torch.sparse_coo_tensor(indices, torch.from_numpy(coo.data), features.shape, is_coalesced=True, check_invariants=False)
 
 
 def _sum_gradients(comm: MPI.Comm, model: torch.nn.Module) -> None:

@@ -12,7 +12,7 @@ with the split in ``split/NAME/{train,valid,test}.csv.gz`` (a node id a line). W
 ``add_inverse_edge`` (ogbn-products, ogbn-proteins), each stored edge ``(s, t)`` also stands for ``(t, s)``.
 
 The graph is converted once into a cache of NumPy arrays beside the raw files (:func:`open_ogb`), so that a rank
-maps only its rows (:meth:`OgbCache.rows`), as DGL and PyG partition offline; the cache is rebuilt when a raw file
+reads only its rows (:meth:`OgbCache.rows`), as DGL and PyG partition offline; the cache is rebuilt when a raw file
 or an option changes.
 """
 
@@ -66,7 +66,7 @@ class OgbRows:
 
 @dataclass(frozen=True)
 class OgbCache:
-    """An OGB graph converted once into NumPy arrays (:func:`open_ogb`), read through memory maps."""
+    """An OGB graph converted once into NumPy ``.npy`` arrays (:func:`open_ogb`), read by rows."""
 
     path: Path
     meta: dict
@@ -76,24 +76,36 @@ class OgbCache:
         """Number of nodes."""
         return int(self.meta["nodes"])
 
-    def _array(self, name: str) -> np.ndarray:
-        return np.load(self.path / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+    def _read(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Rows ``start:stop`` of the cache's array ``name``, read from the file into a new array: no memory map, so
+        the process holds the rows alone and not the pages it read them from."""
+        with open(self.path / f"{name}.npy", "rb") as handle:
+            header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            shape, fortran, dtype = header[np.lib.format.read_magic(handle)](handle)
+            if fortran:
+                raise InputError(f"{self.path}: {name}.npy is not in row order; delete the cache to convert again")
+            stop = shape[0] if stop is None else stop
+            row = int(np.prod(shape[1:], dtype=np.int64))
+            handle.seek(start * row * dtype.itemsize, os.SEEK_CUR)
+            values = np.fromfile(handle, dtype=dtype, count=(stop - start) * row)
+        if values.size != (stop - start) * row:
+            raise InputError(f"{self.path}: {name}.npy is cut short; delete the cache to convert again")
+        return values.reshape((stop - start, *shape[1:]))
 
     def rows(self, start: int, stop: int) -> OgbRows:
         """Not collective. Nodes ``start:stop``: only their bytes are read from the cache."""
         if not 0 <= start <= stop <= self.n:
             raise InputError(f"rows {start}:{stop} are outside the graph's 0:{self.n}")
-        indptr = np.array(self._array("indptr")[start : stop + 1], dtype=np.int64)
+        indptr = self._read("indptr", start, stop + 1)
         first, last = int(indptr[0]), int(indptr[-1])
-        indices = np.array(self._array("indices")[first:last])
-        weights = self._array("weights")[first:last] if self.meta["weighted"] else np.ones(last - first, np.float32)
-        adjacency = sp.csr_array((np.array(weights), indices, indptr - first), shape=(stop - start, self.n))
-        features, labels = (np.array(self._array(name)[start:stop]) for name in ("features", "labels"))
-        return OgbRows(start, adjacency, features, labels)
+        indices = self._read("indices", first, last)
+        weights = self._read("weights", first, last) if self.meta["weighted"] else np.ones(last - first, np.float32)
+        adjacency = sp.csr_array((weights, indices, indptr - first), shape=(stop - start, self.n))
+        return OgbRows(start, adjacency, self._read("features", start, stop), self._read("labels", start, stop))
 
     def split(self) -> dict[str, np.ndarray]:
         """Not collective. The split's node ids: ``train``, ``valid`` and ``test``."""
-        return {part: np.array(self._array(part)) for part in _SPLIT_PARTS}
+        return {part: self._read(part) for part in _SPLIT_PARTS}
 
 
 def open_ogb(
