@@ -39,6 +39,7 @@ from sparsewire.partition import RowPartition
 from sparsewire.plan.plan import AGGREGATE_C, LAYOUTS, Exchange, RankPlan
 from sparsewire.plan.strategies import Strategy
 from sparsewire.topology.model import Topology, parse_topology
+from sparsewire.topology.saved import topology_from_record
 
 if TYPE_CHECKING:  # for annotations only: the matrix's class imports this module's users
     from sparsewire.distributed.matrix import DistributedMatrix
@@ -244,6 +245,11 @@ def _check_meta(meta, path) -> None:
             problems = [str(error)]
         except TypeError as error:
             problems = [str(error)]
+    if not problems and meta.get("topology") is not None:
+        try:
+            topology_from_record(meta["topology"], "its topology")
+        except InputError as error:
+            problems = [str(error)]
     if problems:
         raise InputError(f"{path} has damaged plan options ({'; '.join(problems)}); plan again and save")
     checks = {
@@ -388,7 +394,8 @@ def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, run: dict
     comm = matrix.comm
     meta, plan = read_plan_file(path, matrix)
     saved = meta["options"]
-    topology = topology_named(saved["topology"], comm)
+    record = meta.get("topology")
+    topology = topology_named(saved["topology"], comm) if record is None else topology_from_record(record, str(path))
     problem = options = None
     try:
         options = ExecOptions(**{**saved, "topology": topology, **run})

@@ -28,6 +28,7 @@ from sparsewire.plan.stats import PlanStats, predicted_communication_seconds, pr
 from sparsewire.plan.transpose import send_keys_collective, transpose_rank_plan
 from sparsewire.profile.traffic import TrafficMap, measured_traffic, planned_traffic
 from sparsewire.topology.model import Topology
+from sparsewire.topology.saved import topology_record
 from sparsewire.wire import codec_choice, codecs
 from sparsewire.wire.paths import describe_paths, summarize_paths
 
@@ -369,11 +370,14 @@ class SpmmPlan:
         the partitioner's row and column orders when it reordered, the settings and every rank's
         plan arrays."""
         self._check_open()
+        topology = self.options.topology
         settings = {
             "k": self.k,
             "dtype": self.dtype.name,
             "transposed": self.transposed,
             "options": self.options.saved(),
+            # the topology itself, so that the plan loads where its file goes (MPI's nodes are the loading job's own)
+            "topology": None if topology is None or topology.name == "mpi-nodes" else topology_record(topology),
             "choice": {
                 "strategy": self.choice.strategy.value,
                 "requested": self.choice.requested,
@@ -398,7 +402,7 @@ class SpmmPlan:
     ) -> SpmmPlan:
         """Collective. The plan :meth:`save` wrote, for the same A on the same P (every rank passes
         the same path; rank 0 reads it), with its saved options (strategy, topology, proxy, mode,
-        determinism, transport) and this run's ``threads``, ``backend`` on ``device`` and
+        determinism, transport; the topology as saved, links and rates, not re-read) and this run's ``threads``, ``backend`` on ``device`` and
         ``transfer_calibration``; ``transport`` replaces the saved one when given.
 
         Raises:
