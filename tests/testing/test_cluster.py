@@ -7,6 +7,7 @@ The cluster tests need root and ``ip``/``tc`` and skip cleanly without them."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -124,6 +125,38 @@ def test_a_killed_owner_takes_its_cluster_down():
         assert len(_namespaces() - before) == 2
         owner.terminate()
         assert owner.wait(timeout=60) == 128 + 15
+    finally:
+        owner.kill()
+    assert _namespaces() == before
+
+
+SLOW_TO_END = """
+import signal, subprocess, sys, time
+from sparsewire.testing.emulation.cluster import EmulatedCluster
+stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('in', flush=True); time.sleep(120)"
+with EmulatedCluster(2, '1gbit') as cluster:
+    job = cluster.start(1, [sys.executable, '-c', stubborn], stdout=subprocess.PIPE, text=True)
+    job.stdout.readline()
+    print('up', flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.mpi
+@needs_cluster
+def test_ctrl_c_again_and_again_during_the_teardown_still_removes_the_cluster():
+    """Ctrl-C, then Ctrl-C every 50 ms while the cluster comes down (its job ignores SIGTERM, so the teardown waits
+    a second before SIGKILL): the teardown finishes, nothing is left, and the owner ends as interrupted."""
+    before = _namespaces()
+    owner = subprocess.Popen([sys.executable, "-c", SLOW_TO_END], stdout=subprocess.PIPE, text=True, env=CHILD_ENV)
+    try:
+        assert owner.stdout.readline().strip() == "up"
+        assert len(_namespaces() - before) == 2
+        deadline = time.monotonic() + 3
+        while owner.poll() is None and time.monotonic() < deadline:
+            owner.send_signal(signal.SIGINT)
+            time.sleep(0.05)
+        assert owner.wait(timeout=60) != 0
     finally:
         owner.kill()
     assert _namespaces() == before

@@ -272,9 +272,21 @@ class EmulatedCluster:
 
     def down(self) -> None:
         """Not collective. End what runs inside, stop the relay, delete the namespaces (and with them
-        every link and qdisc) and the launcher. Safe to call twice."""
+        every link and qdisc) and the launcher. Safe to call twice. Ctrl-C and SIGTERM wait until it is done
+        (blocked, then delivered): another Ctrl-C during the teardown would otherwise stop it half-way and leave
+        the namespaces."""
         if not self.is_up:
             return
+        held = {signal.SIGINT, signal.SIGTERM}
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held) if main else None
+        try:
+            self._take_down()
+        finally:
+            if previous is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+    def _take_down(self) -> None:
         self.end_processes()
         if self._relay is not None:
             self._relay.kill()
