@@ -250,3 +250,23 @@ def test_auto_picks_the_least_predicted_time_near_ties_going_to_fewer_steps(comm
         explained = chosen.explain()
         assert f"auto chose {expected}" in explained
         assert ("local work unknown" in explained) == (not topology.endswith("net.json")), explained
+
+
+@pytest.mark.ranks(2)
+def test_a_second_thread_multiplying_the_same_plan_gets_the_error_and_the_job_goes_on(comm, seed):
+    """While one thread's multiply runs (its lock held, as then), a second multiply of the same plan raises the
+    one-line PlanMismatchError to its caller on every rank instead of ending the job; the plan then multiplies
+    exactly."""
+    import threading
+
+    rng = np.random.default_rng(seed)
+    a = integer_matrix(rng, (300, 300), 0.02)
+    b = rng.integers(-3, 4, (300, 8)).astype(np.float64)
+    matrix = sparsewire.distribute(comm, a if comm.Get_rank() == 0 else None)
+    b_local = b[slice(*matrix.col_partition.range(comm.Get_rank()))]
+    with matrix.spmm_plan(8) as plan:
+        with plan.executor._running:
+            with pytest.raises(sparsewire.PlanMismatchError, match="already multiplying in another thread"):
+                plan.multiply(b_local)
+        assert comm.allreduce(1) == 2  # the job goes on
+        assert np.array_equal(gathered(comm, plan.multiply(b_local)), a @ b)

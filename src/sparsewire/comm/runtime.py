@@ -218,7 +218,8 @@ def install_abort_on_error() -> None:
 
 def collective_errors(function):
     """Decorator of collective API functions whose first argument is a communicator or has
-    ``.comm``: an exception that :func:`agree_on_error` raised on every rank passes through; any
+    ``.comm``: an exception that :func:`agree_on_error` raised on every rank passes through, and so does
+    one marked ``nothing_sent`` (raised before the call sent anything, its rank's state untouched); any
     other exception on a job of several ranks (raised on some ranks only, mid-collective) prints
     its traceback and aborts the job, so no rank hangs."""
 
@@ -227,7 +228,7 @@ def collective_errors(function):
         try:
             return function(first, *args, **kwargs)
         except BaseException as error:
-            if getattr(error, "agreed", False) or isinstance(error, KeyboardInterrupt):
+            if getattr(error, "agreed", False) or getattr(error, "nothing_sent", False) or isinstance(error, KeyboardInterrupt):
                 raise
             comm = first if isinstance(first, MPI.Comm) else getattr(first, "comm", None)
             if comm is not None and comm != MPI.COMM_NULL and comm.Get_size() > 1:

@@ -244,13 +244,14 @@ class SpmmPlan:
             InputError on every rank for a closed plan. PlanMismatchError for a wrong shape or dtype (a
             complex B, values that are not numbers); on a job of several ranks the other ranks may already
             wait for this rank's messages, so there that error aborts the job with its message instead
-            (it never hangs).
+            (it never hangs). A second thread's multiply while one runs is refused with PlanMismatchError
+            to its caller: the running one goes on.
         """
         self._check_open()
         try:
             return self.executor.multiply(b_local, out)
         except PlanMismatchError as error:  # raised before any message left this rank
-            if self.comm.Get_size() > 1:
+            if self.comm.Get_size() > 1 and not getattr(error, "nothing_sent", False):
                 abort_job(self.comm, str(error))
             raise
 
@@ -402,8 +403,9 @@ class SpmmPlan:
     ) -> SpmmPlan:
         """Collective. The plan :meth:`save` wrote, for the same A on the same P (every rank passes
         the same path; rank 0 reads it), with its saved options (strategy, topology, proxy, mode,
-        determinism, transport; the topology as saved, links and rates, not re-read) and this run's ``threads``, ``backend`` on ``device`` and
-        ``transfer_calibration``; ``transport`` replaces the saved one when given.
+        determinism, transport; the topology as saved, links and rates, not re-read) and this run's
+        ``threads``, ``backend`` on ``device`` and ``transfer_calibration``; ``transport`` replaces the saved
+        one when given.
 
         Raises:
             PlanMismatchError on every rank, in one line, when the file is for another matrix

@@ -236,11 +236,13 @@ class SpmmExecutor:
             # Two threads would share the buffers and requests (wrong C at P = 1, a raw MPI error
             # at P > 1); waiting would not help at P > 1, where ranks must multiply the same B's in
             # the same order.
-            raise PlanMismatchError(
+            refused = PlanMismatchError(
                 f"rank {rank}: this plan is already multiplying in another thread; a plan runs one multiply at a "
                 "time: call it from one thread (at P = 1 a lock around multiply will do; at P > 1 every rank must "
                 "multiply the same B's in the same order)"
             )
+            refused.nothing_sent = True  # the other thread's multiply goes on: the caller gets it, the job is not ended
+            raise refused
         try:
             self.ledger.reset()
             tracer, laps, schedule = self.tracer, self._laps, self.schedule
