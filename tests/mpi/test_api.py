@@ -257,7 +257,6 @@ def test_a_second_thread_multiplying_the_same_plan_gets_the_error_and_the_job_go
     """While one thread's multiply runs (its lock held, as then), a second multiply of the same plan raises the
     one-line PlanMismatchError to its caller on every rank instead of ending the job; the plan then multiplies
     exactly."""
-    import threading
 
     rng = np.random.default_rng(seed)
     a = integer_matrix(rng, (300, 300), 0.02)
