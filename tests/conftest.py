@@ -52,20 +52,23 @@ def pytest_ignore_collect(collection_path, config):
 
 
 def _prefetch_run(item):
-    """The call that runs ``item``'s ``prefetch`` command: ``subprocess.run`` with its arguments."""
+    """The call that runs ``item``'s ``prefetch`` command: ``subprocess.run`` with its arguments, or the command itself
+    where it is a function (a job of :func:`sparsewire.testing.run_job`)."""
     marker = item.get_closest_marker("prefetch")
-    argv = [str(arg) for arg in marker.args[0](**(item.callspec.params if hasattr(item, "callspec") else {}))]
+    command = marker.args[0](**(item.callspec.params if hasattr(item, "callspec") else {}))
+    if callable(command):
+        return command
     options = dict(capture_output=True, text=True, timeout=marker.kwargs.get("timeout", 600), env=CHILD_ENV, cwd=ROOT)
-    return functools.partial(subprocess.run, argv, **options)
+    return functools.partial(subprocess.run, [str(arg) for arg in command], **options)
 
 
 class _Prefetch:
-    """Commands that tests run in processes of their own (the analyses of the shared matrices, the fuzzers), started
-    on the second core while the session goes on on the first, one at a time. A test marked
-    ``prefetch(command, timeout=...)``, where ``command(**its parameters)`` gives the argument vector, gets the finished
-    process from the ``prefetched`` fixture. The session runs the tests that start no mpiexec first, then the
-    prefetched ones (whose processes are done by then), then those that start mpiexec: these keep both cores (their
-    links and timings are measured)."""
+    """Commands that tests run in processes of their own (the analyses of the shared matrices, the fuzzers, the
+    collective cases' one-rank job), started on the second core while the session goes on on the first, one at a
+    time. A test marked ``prefetch(command, timeout=...)``, where ``command(**its parameters)`` gives the argument
+    vector (or a function that runs the job), gets the finished process from the ``prefetched`` fixture. The session
+    runs the tests that start no mpiexec first, then the prefetched ones (whose processes are done by then), then the
+    rest of those that start mpiexec: these keep both cores (their links and timings are measured)."""
 
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
@@ -82,9 +85,11 @@ class _Prefetch:
         def mpi(item):
             return item.get_closest_marker("mpi") is not None
 
-        marked = [item for item in items if prefetch(item)]
-        items[:] = [item for item in items if not prefetch(item) and not mpi(item)] + marked + [i for i in items if mpi(i)]
-        self.futures = {item.nodeid: self.pool.submit(_prefetch_run(item)) for item in marked}
+        first = [item for item in items if not prefetch(item) and not mpi(item)]
+        marked = sorted((item for item in items if prefetch(item)), key=mpi)  # (a stable sort: the jobs last)
+        items[:] = first + marked + [item for item in items if not prefetch(item) and mpi(item)]
+        # the longest first: the one-rank collective job is longer than the rest of the queue together
+        self.futures = {item.nodeid: self.pool.submit(_prefetch_run(item)) for item in sorted(marked, key=mpi, reverse=True)}
 
     def pytest_unconfigure(self, config):
         self.pool.shutdown(cancel_futures=True)

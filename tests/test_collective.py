@@ -6,6 +6,7 @@ killed or run on the emulated cluster start their own ``mpiexec`` (``sparsewire.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -26,11 +27,15 @@ def collective_job(ranks: int) -> testing.Job:
     return testing.run_job(ranks, arguments, timeout=JOB_SECONDS, env={"SPARSEWIRE_TEST_SEED": str(_seed())}, cwd=ROOT)
 
 
+#: The one-rank job takes one core: it runs beside the tests that start no mpiexec (conftest's prefetch).
+BESIDE = pytest.mark.prefetch(lambda ranks: functools.partial(collective_job, ranks))
+
+
 @pytest.mark.mpi
 @pytest.mark.timeout(JOB_SECONDS + 60)
-@pytest.mark.parametrize("ranks", RANK_COUNTS)
-def test_collective_cases(ranks):
-    job = collective_job(ranks)
+@pytest.mark.parametrize("ranks", [pytest.param(ranks, marks=BESIDE) if ranks == 1 else ranks for ranks in RANK_COUNTS])
+def test_collective_cases(ranks, request):
+    job = request.getfixturevalue("prefetched") if ranks == 1 else collective_job(ranks)
     summary = job.stdout.strip().splitlines()[-1] if job.stdout.strip() else ""
     failures = [line for line in job.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
     # (the standard error's last 30,000 characters: every rank's stack dump where a case ran past its limit)
