@@ -133,6 +133,7 @@ def test_a_killed_owner_takes_its_cluster_down():
 SLOW_TO_END = """
 import signal, subprocess, sys, time
 from sparsewire.testing.emulation.cluster import EmulatedCluster
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal, also when the suite runs in the background
 stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('in', flush=True); time.sleep(120)"
 with EmulatedCluster(2, '1gbit') as cluster:
     job = cluster.start(1, [sys.executable, '-c', stubborn], stdout=subprocess.PIPE, text=True)
