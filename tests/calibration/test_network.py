@@ -571,6 +571,80 @@ def test_a_hand_edited_network_record_is_refused_with_the_field_and_the_rule(tmp
     assert parse_topology(str(path)).groups(4).tolist() == [0, 0, 1, 1]  # the record as written loads
 
 
+def _full_record() -> dict:
+    """A network record with every field the reader takes, each valid."""
+    record = _record([0, 0, 1, 1])
+    inter = record["links"]["inter_node"]
+    inter.update(burst_bytes=262144.0, aggregate_bandwidth_bytes_per_second=2.4e8, aggregate_burst_bytes=524288.0)
+    inter["overlap"] = {"fraction": 0.5}
+    record["local"] = {
+        "nonzero_columns_per_second": 1e9,
+        "copy_bytes_per_second": 4e9,
+        "alone_nonzero_columns_per_second": 2e9,
+        "alone_copy_bytes_per_second": 6e9,
+    }
+    return record
+
+
+#: Every number the reader takes: (path in the record, a valid value may be 0). (The aggregate and the local rates
+#: may also be null: unknown, as in records made before they were measured.)
+NUMBER_FIELDS = [
+    (("links", "intra_node", "bandwidth_bytes_per_second"), False),
+    (("links", "intra_node", "latency_seconds"), True),
+    (("links", "inter_node", "single_pair_bandwidth"), False),
+    (("links", "inter_node", "latency_seconds"), True),
+    (("links", "inter_node", "burst_bytes"), True),
+    (("links", "inter_node", "aggregate_bandwidth_bytes_per_second"), False),
+    (("links", "inter_node", "aggregate_burst_bytes"), True),
+    (("links", "inter_node", "overlap", "fraction"), True),
+    (("local", "nonzero_columns_per_second"), False),
+    (("local", "copy_bytes_per_second"), False),
+    (("local", "alone_nonzero_columns_per_second"), False),
+    (("local", "alone_copy_bytes_per_second"), False),
+    (("group_size",), False),
+]
+
+
+def test_hand_edited_network_records_from_hypothesis_are_refused_in_one_line_naming_the_field(tmp_path):
+    """Hypothesis picks a field of a full record and a value of the wrong type or out of its range (negative, 0 where
+    a rate must be positive, NaN, infinity, true, text, a list, null): the reader refuses it with one InputError
+    naming the file, the field and the command that writes a good record, never another exception; the record as
+    written loads."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(_full_record()))
+    assert parse_topology(str(path)).levels[1].link.aggregate == 2.4e8
+
+    def bad_values(zero_allowed: bool):
+        wrong = st.sampled_from([float("nan"), float("inf"), True, "fast", [1.0], None, {"value": 1}])
+        negative = st.floats(max_value=-1e-12, allow_nan=False, allow_infinity=False)
+        return st.one_of(wrong, negative) if zero_allowed else st.one_of(wrong, negative, st.just(0.0))
+
+    @settings(max_examples=80, deadline=None)
+    @given(st.data())
+    def check(data):
+        where, zero_allowed = data.draw(st.sampled_from(NUMBER_FIELDS))
+        unknown_allowed = where[0] == "local" or where[-1] == "aggregate_bandwidth_bytes_per_second"
+        bad = data.draw(bad_values(zero_allowed).filter(lambda value: value is not None or not unknown_allowed))
+        if where == ("group_size",) and isinstance(bad, float) and bad.is_integer() and bad < 0:
+            bad = int(bad)
+        record = _full_record()
+        entry = record
+        for key in where[:-1]:
+            entry = entry[key]
+        entry[where[-1]] = bad
+        path.write_text(json.dumps(record))
+        with pytest.raises(InputError) as caught:
+            parse_topology(str(path))
+        message = str(caught.value)
+        assert path.name in message and "calibrate --network" in message and "\n" not in message, message
+        assert where[-1] in message or ".".join(where[-2:]) in message, (where, message)
+
+    check()
+
+
 @pytest.mark.mpi
 @pytest.mark.skipif(unavailable_reason() is not None, reason=f"no emulated cluster: {unavailable_reason()}")
 @pytest.mark.parametrize("rate, bits", [("1gbit", 1e9), ("5gbit", 5e9)])
