@@ -145,7 +145,7 @@ def run_gcn(args: argparse.Namespace) -> int:
     from sparsewire.comm.runtime import agree_on_error
     from sparsewire.gnn import distribute_graph, load_graph, open_ogb_cache, train
     from sparsewire.gnn.train import training_bytes
-    from sparsewire.io.ogb import is_ogb_directory
+    from sparsewire.io import is_ogb_directory
     from sparsewire.plan.strategies import parse_strategies
     from sparsewire.wire.paths import messages_per_path
 
