@@ -106,7 +106,11 @@ def test_the_binary_and_csv_layouts_of_one_graph_give_the_same_arrays(tmp_path, 
 def test_the_cache_is_reused_rebuilt_when_a_file_changes_and_never_left_half_written(tmp_path, rng, monkeypatch):
     pairs, features, labels, split = random_dataset(rng)
     root = write_ogb(tmp_path / "ogbn_arxiv", pairs, features, labels, split)
-    first = open_ogb(root)
+    said = []
+    first = open_ogb(root, progress=said.append)
+    assert said[0] == f"{root}: converting the raw files into {first.path} (once)" and said[1].endswith(" s"), said
+    open_ogb(root, progress=said.append)
+    assert len(said) == 2  # reused: nothing to say
     converted = []
     original = ogb._convert
     monkeypatch.setattr(ogb, "_convert", lambda *a, **k: converted.append(1) or original(*a, **k))
@@ -190,8 +194,10 @@ def test_the_gcn_command_trains_on_an_ogb_directory(tmp_path, rng):
 
     pairs, features, labels, split = random_dataset(rng, n=80, edges=400, width=6, classes=3)
     root = write_ogb(tmp_path / "ogbn_arxiv", pairs, features, labels, split)
+    told = run_cli(["gcn", str(root), "--symmetrize", "--epochs", "1"])
+    assert told.returncode == 0 and "converting the raw files into" in told.stderr, told.stderr
     done = run_cli(["gcn", str(root), "--symmetrize", "--epochs", "3", "--dtype", "float64", "--json"])
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0 and "converting" not in done.stderr, done.stderr  # the cache of the first run
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(report["history"]) == 3 and all(np.isfinite(entry["loss"]) for entry in report["history"])
     from sparsewire.gnn import load_graph

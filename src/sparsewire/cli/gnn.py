@@ -157,7 +157,7 @@ def run_gcn(args: argparse.Namespace) -> int:
     data, problem = None, None
     if args.features is None and args.partition == "even" and is_ogb_directory(args.data):
         # each rank reads only its rows of the dataset's cache (another partitioner needs the whole graph on rank 0)
-        data = open_ogb_cache(comm, args.data, undirected=args.symmetrize)
+        data = open_ogb_cache(comm, args.data, undirected=args.symmetrize, progress=progress_printer(args))
     elif rank == 0:
         try:
             data = load_graph(args.data, features=args.features, classes=args.classes, seed=args.seed, symmetrize=args.symmetrize)

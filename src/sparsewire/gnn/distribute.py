@@ -131,16 +131,17 @@ def open_ogb_cache(
     add_inverse_edge: bool | None = None,
     split: str | None = None,
     root: int = 0,
+    progress=None,
 ) -> OgbCache:
     """Collective. The cache of the OGB dataset in ``directory`` on every rank (:func:`sparsewire.io.ogb.open_ogb`):
     ``root`` converts the raw files if no cache matches them, then every rank opens the cache (the directory must
     be one every rank sees, as the raw files). A damaged dataset is the same error on every rank. Pass the result
-    to :func:`distribute_graph`, which reads each rank's rows alone."""
+    to :func:`distribute_graph`, which reads each rank's rows alone. ``progress``: as :func:`open_ogb`'s, on ``root``."""
     options = {"undirected": undirected, "add_inverse_edge": add_inverse_edge, "split": split}
     problem = None
     if comm.Get_rank() == root:
         try:
-            open_ogb(directory, **options)
+            open_ogb(directory, **options, progress=progress)
         except Exception as error:  # (InputError, or an OSError writing the cache) raised on every rank below
             problem = error
     agree_on_error(comm, problem)

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +110,12 @@ class OgbCache:
 
 
 def open_ogb(
-    directory: str | os.PathLike, *, undirected: bool = False, add_inverse_edge: bool | None = None, split: str | None = None
+    directory: str | os.PathLike,
+    *,
+    undirected: bool = False,
+    add_inverse_edge: bool | None = None,
+    split: str | None = None,
+    progress=None,
 ) -> OgbCache:
     """Not collective. The OGB node-property dataset in ``directory`` (module docstring), converted into its cache
     ``directory/sparsewire-cache/KEY`` on first use (written whole into a temporary folder, then renamed: a run
@@ -119,7 +125,8 @@ def open_ogb(
     dataset's own flag, by the directory's name, :data:`INVERSE_EDGE_DATASETS`) adds ``(t, s)`` for each as OGB's
     reader does; ``undirected`` makes it PyG's ``to_undirected`` (both directions, each pair once), as the arxiv
     examples train. Else an edge stored twice has weight 2, as PyG's ``edge_index`` counts it twice.
-    ``split``: the folder under ``split/`` (needed only where there are several)."""
+    ``split``: the folder under ``split/`` (needed only where there are several). ``progress(text)``, where given,
+    hears when a conversion starts and how long it took (seconds at the ogbn-arxiv scale)."""
     root = Path(directory)
     if not is_ogb_directory(root):
         raise InputError(
@@ -151,6 +158,9 @@ def open_ogb(
         shutil.rmtree(cache, ignore_errors=True)
     cache.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{digest}.", suffix=".partial", dir=cache.parent))
+    started = time.perf_counter()
+    if progress is not None:
+        progress(f"{root}: converting the raw files into {cache} (once)")
     try:
         meta = _convert(root, building, binary, split_name, undirected=undirected, add_inverse_edge=add_inverse_edge)
         meta["key"] = key
@@ -165,6 +175,8 @@ def open_ogb(
                 raise
     finally:
         shutil.rmtree(building, ignore_errors=True)
+    if progress is not None:
+        progress(f"{root}: converted in {time.perf_counter() - started:.1f} s")
     return OgbCache(cache, json.loads(meta_path.read_text()))
 
 
