@@ -11,22 +11,9 @@ import pytest
 import scipy.sparse as sp
 
 import sparsewire
-from conftest import on_rank_zero
+from conftest import on_rank_zero, slow_link_topology
 from sparsewire.errors import InputError
 from sparsewire.topology import Level, LinkClass, Topology
-from sparsewire.topology.records import stamp
-
-
-def _network_record(path) -> None:
-    record = stamp("network")
-    record.update(ranks=4, rank_groups=[0, 0, 1, 1], group_size=2)
-    record["local"] = {"nonzero_columns_per_second": 1e7, "copy_bytes_per_second": 1e9}
-    record["links"] = {
-        "intra_node": {"bandwidth_bytes_per_second": 4e9, "latency_seconds": 3e-6},
-        "inter_node": {"bandwidth_bytes_per_second": 6e7, "latency_seconds": 1e-5, "single_pair_bandwidth": 1.2e8},
-    }
-    path.write_text(json.dumps(record))
-
 
 RACK = Level("rack", 2, LinkClass("rack switch", 2e10, 1e-6, 5e-7, shared=True))
 USER_BUILT = Topology("two racks", (RACK, Level("spine", None, LinkClass("spine", 3e9, 4e-6, 1e-6))))
@@ -42,7 +29,7 @@ def test_plans_under_a_measured_or_user_built_topology_load_back_exactly(comm, s
     matrix = sparsewire.distribute(comm, a if rank == 0 else None)
     b_local = b[slice(*matrix.col_partition.range(rank))]
     record = shared_tmp / "net.json"
-    on_rank_zero(comm, _network_record, record)
+    on_rank_zero(comm, slow_link_topology, record, [0, 0, 1, 1])
     for topology in (sparsewire.parse_topology(str(record)), USER_BUILT):
         path = shared_tmp / "plan.npz"
         for strategy in ("auto", "joint-hier"):

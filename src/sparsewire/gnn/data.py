@@ -168,7 +168,7 @@ def load_graph(
     with ``features = "random:F"`` and ``classes`` (:func:`synthetic_graph`)."""
     if features is None and source == "cora" and not os.path.exists(source):
         source = str(shipped_path("cora"))
-    if features is None and os.path.isdir(source) and is_ogb_directory(source):
+    if features is None and is_ogb_directory(source):
         return load_ogb(source, undirected=symmetrize)
     if features is None:
         if not str(source).endswith(".npz"):
