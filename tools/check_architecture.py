@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "gnn": 8,  # GNN layers and training on the distributed API
     "apps": 8,  # eigensolver and graph algorithms on the distributed API
     "testing": 9,  # helpers for tests and benches, the emulated cluster
+    "pyg": 9,  # PyTorch Geometric models and data on the GNN layer
     "sparsewire": 10,  # the package's face: re-exports only
     "cli": 11,  # the command line, a thin layer over the public API
     "__main__": 12,

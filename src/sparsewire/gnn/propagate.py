@@ -270,11 +270,12 @@ def _all_degrees(matrix: DistributedMatrix, local: np.ndarray) -> np.ndarray:
 
 
 @collective_errors
-def gcn_normalize(matrix: DistributedMatrix, dtype: np.dtype = np.float64) -> DistributedMatrix:
+def gcn_normalize(matrix: DistributedMatrix, dtype: np.dtype = np.float64, self_loops: float = 1.0) -> DistributedMatrix:
     """Collective. Kipf and Welling's ``D^-1/2 (A + I) D^-1/2`` with ``D = diag(rowsum(A + I))``.
 
-    Self-loops are added where a node has none; an existing self-loop keeps its weight (PyTorch
-    Geometric's ``add_remaining_self_loops``). ``D`` sums each row, the in-degree of the target, as
+    Self-loops of weight ``self_loops`` are added where a node has none (2 is PyG's ``improved``, 0 its
+    ``add_self_loops=False``); an existing self-loop keeps its weight (PyTorch Geometric's
+    ``add_remaining_self_loops``). ``D`` sums each row, the in-degree of the target, as
     PyG's ``gcn_norm`` does; every rank learns every degree once (one allgather of n values).
     Needs a square A. The weights are computed in float64 and stored in ``dtype`` (the training
     dtype: the plans then share the matrix's arrays instead of holding a converted copy).
@@ -292,8 +293,8 @@ def gcn_normalize(matrix: DistributedMatrix, dtype: np.dtype = np.float64) -> Di
     on_diagonal = coo.col == coo.row + matrix.row_offset
     diagonal = np.zeros(local.shape[0])
     np.add.at(diagonal, coo.row[on_diagonal], coo.data[on_diagonal])
-    missing = diagonal == 0
-    loops = sp.csr_array((np.ones(int(missing.sum())), (rows[missing], columns[missing])), shape=local.shape)
+    missing = diagonal == 0 if self_loops else np.zeros(local.shape[0], bool)
+    loops = sp.csr_array((np.full(int(missing.sum()), float(self_loops)), (rows[missing], columns[missing])), shape=local.shape)
     local = sp.csr_array(local + loops)
     inverse_sqrt = _inverse_power(_all_degrees(matrix, np.asarray(local.sum(axis=1)).ravel()), 0.5)
     scaled = _stored(sp.csr_array(sp.diags_array(inverse_sqrt[columns]) @ local @ sp.diags_array(inverse_sqrt)), dtype)

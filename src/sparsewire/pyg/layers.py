@@ -1,0 +1,205 @@
+"""PyG's layers, distributed: subclasses of ``GCNConv``, ``SAGEConv``, ``GATConv`` and ``torch.nn.BatchNorm1d`` with
+the same constructor, parameter names and ``state_dict``, and :func:`convert`, which swaps them into a model (as
+``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does for batch norm).
+
+Given a :class:`~sparsewire.pyg.graph.DistributedGraph` where PyG's layers take ``edge_index``, a layer computes this
+rank's rows of its output from this rank's rows of its input; given a plain ``edge_index`` it is PyG's layer. The
+propagations run on the minimal-byte SpMM plans (:func:`sparsewire.gnn.propagate`: forward ``A X``, backward
+``A^T G``), attention on the attention plans (:func:`sparsewire.gnn.attend`: the softmax over a row whose entries live
+on several ranks merged exactly from partials), batch statistics summed over the ranks.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.nn.functional as F
+import torch_geometric.nn as pyg
+from mpi4py import MPI
+from torch_geometric.nn.conv import MessagePassing
+
+from sparsewire.errors import InputError
+from sparsewire.gnn import attend, propagate
+from sparsewire.pyg.graph import DistributedGraph
+from sparsewire.pyg.training import all_reduce_sum, broadcast_parameters
+
+__all__ = ["BatchNorm1d", "GATConv", "GCNConv", "SAGEConv", "convert", "SUPPORTED"]
+
+#: What :func:`convert` swaps, and the options each takes (the others are PyG's defaults and are refused).
+SUPPORTED = (
+    "GCNConv (improved, cached, add_self_loops, normalize, bias; edge weights from distribute), "
+    "SAGEConv (aggr='mean', normalize, root_weight, project, bias), "
+    "GATConv (heads, concat, negative_slope, dropout, add_self_loops, bias, residual), "
+    "torch.nn.BatchNorm1d (also inside torch_geometric.nn.BatchNorm)"
+)
+_LAYER_IDS = itertools.count()  # salts of the attention dropout masks, one per GAT layer
+
+
+def _plain_input(layer: torch.nn.Module, x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise InputError(
+            f"{type(layer).__name__} on a distributed graph takes this rank's node features as one tensor (got "
+            f"{type(x).__name__}; bipartite inputs are not supported)"
+        )
+
+
+class GCNConv(pyg.GCNConv):
+    """PyG's ``GCNConv``; on a :class:`DistributedGraph`: ``lin(x)``, then ``D^-1/2 (A + s I) D^-1/2`` times it
+    (s = 2 with ``improved``, none without ``add_self_loops``; A itself with ``normalize=False``), then the bias.
+    Collective there."""
+
+    def forward(self, x, edge_index, edge_weight=None):
+        if not isinstance(edge_index, DistributedGraph):
+            return super().forward(x, edge_index, edge_weight)
+        _plain_input(self, x)
+        weighted = edge_index.weights(edge_weight)
+        if self.normalize:
+            loops = (2.0 if self.improved else 1.0) if self.add_self_loops else 0.0
+            operator = edge_index.operator("gcn", x.dtype, weighted=weighted, self_loops=loops)
+        else:
+            operator = edge_index.operator("adjacency", x.dtype, weighted=weighted)
+        out = propagate(operator, self.lin(x))
+        return out + self.bias if self.bias is not None else out
+
+
+class SAGEConv(pyg.SAGEConv):
+    """PyG's ``SAGEConv`` with the mean aggregator; on a :class:`DistributedGraph`:
+    ``lin_l(mean_j x_j) + lin_r(x_i)`` (x_j through ``relu(lin(x_j))`` with ``project``; L2-normalised with
+    ``normalize``). Where ``lin_l`` narrows, it is applied before the mean (``W mean = mean W``), so each propagation
+    moves the narrower width. Collective there."""
+
+    def forward(self, x, edge_index, size=None):
+        if not isinstance(edge_index, DistributedGraph):
+            return super().forward(x, edge_index, size)
+        _plain_input(self, x)
+        if size is not None:
+            raise InputError("SAGEConv on a distributed graph takes no size (the graph is square)")
+        source = self.lin(x).relu() if self.project else x
+        operator = edge_index.operator("mean", x.dtype)
+        if self.lin_l.out_channels < self.lin_l.in_channels:
+            out = propagate(operator, F.linear(source, self.lin_l.weight))
+            if self.lin_l.bias is not None:
+                out = out + self.lin_l.bias
+        else:
+            out = self.lin_l(propagate(operator, source))
+        if self.root_weight:
+            out = out + self.lin_r(x)
+        return F.normalize(out, p=2.0, dim=-1) if self.normalize else out
+
+
+class GATConv(pyg.GATConv):
+    """PyG's ``GATConv``; on a :class:`DistributedGraph` the attention runs on the attention plans
+    (:func:`sparsewire.gnn.attend`), its dropout with masks drawn from (destination, source, head, step) instead of
+    PyTorch's generator (the same rate; equal to PyG's at rate 0). Collective there."""
+
+    def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None):
+        if not isinstance(edge_index, DistributedGraph):
+            return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
+        _plain_input(self, x)
+        for name, value in (("edge_attr", edge_attr), ("size", size), ("return_attention_weights", return_attention_weights)):
+            if value is not None and value is not False:
+                raise InputError(f"GATConv on a distributed graph does not take {name}; supported: {SUPPORTED}")
+        heads, channels = self.heads, self.out_channels
+        z = self.lin(x).view(-1, heads, channels)
+        t = (z * self.att_dst).sum(dim=-1)
+        operator = edge_index.operator("adjacency", x.dtype)
+        plan = operator.attention(heads, channels, z.dtype, self.add_self_loops)
+        if self.training:
+            self._sparsewire_steps = getattr(self, "_sparsewire_steps", 0) + 1
+        if not hasattr(self, "_sparsewire_id"):
+            self._sparsewire_id = next(_LAYER_IDS)
+        salt = getattr(self, "_sparsewire_steps", 0) * 1024 + self._sparsewire_id % 1024
+        out = attend(plan, z, self.att_src.view(heads, channels), t, self.negative_slope,
+                     self.dropout if self.training else 0.0, salt)  # fmt: skip
+        out = out.reshape(-1, heads * channels) if self.concat else out.mean(dim=1)
+        if self.res is not None:
+            out = out + self.res(x)
+        return out + self.bias if self.bias is not None else out
+
+
+class BatchNorm1d(torch.nn.BatchNorm1d):
+    """``torch.nn.BatchNorm1d`` whose batch statistics are those of every rank's rows: the mean and the (biased)
+    variance from sums over the ranks (two all-reduces, differentiable), the running statistics updated with them as
+    one process updates them (unbiased variance, ``momentum``, or the cumulative mean when ``momentum`` is None).
+    Collective in training (and without running statistics); in evaluation it uses the running statistics."""
+
+    comm: MPI.Comm | None = None
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not self.training and self.track_running_stats:
+            return super().forward(input)
+        if input.dim() != 2:
+            raise InputError(f"BatchNorm1d on several ranks takes (nodes, features) (got {input.dim()} dimensions)")
+        comm = self.comm or MPI.COMM_WORLD
+        count = comm.allreduce(int(input.shape[0]), op=MPI.SUM)
+        if count < 2 and self.training:
+            raise InputError(f"batch norm needs more than one node over all ranks in training (got {count})")
+        mean = all_reduce_sum(input.sum(dim=0), comm) / count
+        centred = input - mean
+        variance = all_reduce_sum((centred * centred).sum(dim=0), comm) / count
+        if self.training and self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked += 1
+                factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+                self.running_mean.mul_(1 - factor).add_(mean.detach(), alpha=factor)
+                self.running_var.mul_(1 - factor).add_(variance.detach() * count / (count - 1), alpha=factor)
+        out = centred / torch.sqrt(variance + self.eps)
+        return out * self.weight + self.bias if self.affine else out
+
+
+_SWAPS = {pyg.GCNConv: GCNConv, pyg.SAGEConv: SAGEConv, pyg.GATConv: GATConv, torch.nn.BatchNorm1d: BatchNorm1d}
+
+
+def _refusal(module: torch.nn.Module) -> str | None:
+    """Why ``module`` cannot run distributed, or None."""
+    name = type(module).__name__
+    kind = next((base for base in _SWAPS if isinstance(module, base)), None)
+    if kind is None:
+        if isinstance(module, MessagePassing):
+            return f"{name} is not supported on a distributed graph; supported: {SUPPORTED}"
+        if type(module).__module__.startswith("torch_geometric.nn.norm") and not isinstance(module, pyg.BatchNorm):
+            return f"{name} computes statistics over the graph and is not supported; supported: {SUPPORTED}"
+        return None
+    if isinstance(module, MessagePassing):
+        if module.flow != "source_to_target":
+            return f"{name}(flow={module.flow!r}) is not supported: only flow='source_to_target'"
+        if getattr(module, "decomposed_layers", 1) != 1:
+            return f"{name}(decomposed_layers={module.decomposed_layers}) is not supported: only 1"
+        if not isinstance(module.in_channels, int):
+            return f"{name} with bipartite in_channels {module.in_channels} is not supported: give one int"
+    if kind is pyg.GCNConv and module.aggr != "add":
+        return f"GCNConv(aggr={module.aggr!r}) is not supported: only aggr='add'"
+    if kind is pyg.SAGEConv and module.aggr != "mean":
+        return f"SAGEConv(aggr={module.aggr!r}) is not supported: only aggr='mean'"
+    if kind is pyg.GATConv:
+        if module.edge_dim is not None:
+            return f"GATConv(edge_dim={module.edge_dim}) is not supported: edge features are not distributed"
+        if module.aggr != "add":
+            return f"GATConv(aggr={module.aggr!r}) is not supported: only aggr='add'"
+    return None
+
+
+def convert(model: torch.nn.Module, comm: MPI.Comm | None = None, *, broadcast: bool = True) -> torch.nn.Module:
+    """Collective (with ``broadcast``). Swap every ``GCNConv``, ``SAGEConv``, ``GATConv`` and ``torch.nn.BatchNorm1d``
+    of ``model`` (the model itself too) for its distributed subclass in place, keeping every parameter and buffer, so
+    the model's forward is unchanged and a ``state_dict`` saved on one process loads into it and back. Any other
+    message-passing layer, a graph-wide norm, or an option the subclasses do not take is refused with one
+    :class:`~sparsewire.errors.InputError` naming it and the supported set, before anything changes. With
+    ``broadcast`` every rank then takes rank 0's weights (:func:`~sparsewire.pyg.training.broadcast_parameters`).
+    Returns the model."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    modules = list(model.modules())
+    for module in modules:
+        problem = _refusal(module)
+        if problem:
+            raise InputError(problem)
+    for module in modules:
+        for base, swap in _SWAPS.items():
+            if type(module) is base:
+                module.__class__ = swap
+                if swap is BatchNorm1d:
+                    module.comm = comm
+    if broadcast:
+        broadcast_parameters(model, comm)
+    return model
