@@ -12,7 +12,8 @@ import torch
 from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, problem_from
-from sparsewire.distributed.matrix import DistributedMatrix, distribute as distribute_matrix
+from sparsewire.distributed.matrix import DistributedMatrix
+from sparsewire.distributed.matrix import distribute as distribute_matrix
 from sparsewire.errors import InputError
 from sparsewire.exec import ExecOptions, exec_options
 from sparsewire.gnn import GraphData, GraphOperator, gcn_normalize, mean_normalize
@@ -248,6 +249,7 @@ class LocalData:
         raise AttributeError(f"this rank's data has no attribute {name!r} (it has {sorted(attributes)})")
 
     def keys(self) -> list[str]:
+        """Not collective. The node attributes' names."""
         return sorted(self._attributes)
 
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:

@@ -47,15 +47,18 @@ def _plain_input(layer: torch.nn.Module, x) -> None:
 class GCNConv(pyg.GCNConv):
     """PyG's ``GCNConv``; on a :class:`DistributedGraph`: ``lin(x)``, then ``D^-1/2 (A + s I) D^-1/2`` times it
     (s = 2 with ``improved``, none without ``add_self_loops``; A itself with ``normalize=False``), then the bias.
-    Collective there."""
+    As PyG's ``gcn_norm`` on an ``edge_index``: ``improved`` acts only with edge weights (without them every
+    self-loop weighs 1), and a stored self-loop keeps its weight. Collective there."""
 
     def forward(self, x, edge_index, edge_weight=None):
+        """Collective on a :class:`DistributedGraph` (this rank's rows of the output); on an ``edge_index``, PyG's
+        forward, not collective."""
         if not isinstance(edge_index, DistributedGraph):
             return super().forward(x, edge_index, edge_weight)
         _plain_input(self, x)
         weighted = edge_index.weights(edge_weight)
         if self.normalize:
-            loops = (2.0 if self.improved else 1.0) if self.add_self_loops else 0.0
+            loops = (2.0 if self.improved and weighted else 1.0) if self.add_self_loops else 0.0
             operator = edge_index.operator("gcn", x.dtype, weighted=weighted, self_loops=loops)
         else:
             operator = edge_index.operator("adjacency", x.dtype, weighted=weighted)
@@ -70,6 +73,8 @@ class SAGEConv(pyg.SAGEConv):
     moves the narrower width. Collective there."""
 
     def forward(self, x, edge_index, size=None):
+        """Collective on a :class:`DistributedGraph` (this rank's rows of the output); on an ``edge_index``, PyG's
+        forward, not collective."""
         if not isinstance(edge_index, DistributedGraph):
             return super().forward(x, edge_index, size)
         _plain_input(self, x)
@@ -94,6 +99,8 @@ class GATConv(pyg.GATConv):
     PyTorch's generator (the same rate; equal to PyG's at rate 0). Collective there."""
 
     def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None):
+        """Collective on a :class:`DistributedGraph` (this rank's rows of the output); on an ``edge_index``, PyG's
+        forward, not collective."""
         if not isinstance(edge_index, DistributedGraph):
             return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
         _plain_input(self, x)
@@ -127,6 +134,7 @@ class BatchNorm1d(torch.nn.BatchNorm1d):
     comm: MPI.Comm | None = None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """Collective in training: the rows normalised with the statistics of every rank's rows."""
         if not self.training and self.track_running_stats:
             return super().forward(input)
         if input.dim() != 2:

@@ -1,0 +1,199 @@
+"""PyG models converted by sparsewire.pyg on every rank of one job: 100 epochs of the same script with GCNConv,
+SAGEConv, GATConv and BatchNorm1d in their options give the per-epoch losses of PyG on one process (float64, no
+dropout) at every P and partition; a state_dict moves between the single-process and the converted model both ways;
+the converted layers on a plain edge_index are PyG's; an integer-valued case is exact; the handle's node ids and
+gather put every row back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_geometric")
+
+import torch.nn.functional as F  # noqa: E402
+from torch_geometric.data import Data  # noqa: E402
+from torch_geometric.nn import GATConv, GCNConv, SAGEConv  # noqa: E402
+from torch_geometric.utils import coalesce  # noqa: E402
+
+import sparsewire.pyg as sw  # noqa: E402
+
+torch.set_num_threads(1)
+
+#: Each model's partitioner, layers and options; together they cover every option sparsewire.pyg supports.
+MODELS = {
+    "gcn improved, batch norm, sage projected, gat 3 heads": (
+        "even",
+        [
+            ("gcn", dict(improved=True)),
+            ("bn", {}),
+            ("sage", dict(project=True)),
+            ("gat", dict(heads=3, concat=True)),
+        ],
+    ),
+    "gcn without self-loops, gat averaged with residual, sage normalised": (
+        "rcm",
+        [
+            ("gcn", dict(add_self_loops=False, cached=True)),
+            ("gat", dict(heads=2, concat=False, residual=True)),
+            ("sage", dict(normalize=True, root_weight=False)),
+        ],
+    ),
+    "gcn on edge weights unnormalised, gat without self-loops, bn without affine, gcn weighted improved": (
+        "nnz",
+        [
+            ("gcn-weighted", dict(normalize=False)),
+            ("bn", dict(affine=False, momentum=None)),
+            ("gat", dict(heads=2, add_self_loops=False, bias=False)),
+            ("gcn-weighted", dict(improved=True)),
+        ],
+    ),
+}
+
+
+class Net(torch.nn.Module):
+    """A stack of the named layers, ReLU between them, the last one's width the classes."""
+
+    def __init__(self, layers, widths):
+        super().__init__()
+        self.kinds, self.layers = [], torch.nn.ModuleList()
+        width = widths[0]
+        for index, (kind, options) in enumerate(layers):
+            out = widths[index + 1]
+            if kind == "bn":
+                self.layers.append(torch.nn.BatchNorm1d(width, **options))
+                out = width
+            elif kind.startswith("gcn"):
+                self.layers.append(GCNConv(width, out, **options))
+            elif kind == "sage":
+                self.layers.append(SAGEConv(width, out, **options))
+            else:
+                heads = options.get("heads", 1)
+                self.layers.append(GATConv(width, out // heads if options.get("concat", True) else out, **options))
+            self.kinds.append(kind)
+            width = out
+        self.classes = width
+
+    def forward(self, x, edge_index, edge_weight=None):
+        for index, (kind, layer) in enumerate(zip(self.kinds, self.layers)):
+            if kind == "bn":
+                x = layer(x)
+            else:
+                x = layer(x, edge_index, edge_weight) if kind == "gcn-weighted" else layer(x, edge_index)
+                if index < len(self.layers) - 1:
+                    x = x.relu()
+        return x
+
+
+def random_data(comm, rng, n=36, edges=200, features=5, classes=3) -> Data:
+    """A directed random graph with self-loops among its edges, positive edge weights, features and labels: the same on
+    every rank."""
+    arrays = comm.bcast(
+        (
+            rng.integers(0, n, (2, edges)),
+            rng.standard_normal((n, features)),
+            rng.integers(0, classes, n),
+            rng.random(n) < 0.6,
+            rng.random(edges) + 0.5,
+        )  # fmt: skip
+    )
+    edge_index, weight = coalesce(torch.from_numpy(arrays[0]), torch.from_numpy(arrays[4]), n)
+    x = torch.from_numpy(arrays[1])
+    return Data(x=x, edge_index=edge_index, edge_weight=weight, y=torch.from_numpy(arrays[2]),
+                train_mask=torch.from_numpy(arrays[3]), num_nodes=n)  # fmt: skip
+
+
+def widths_of(layers, features, classes) -> list[int]:
+    return [features] + [6] * (len(layers) - 1) + [classes]
+
+
+@pytest.mark.ranks(1, 2, 3, 4)
+@pytest.mark.parametrize("name", list(MODELS))
+def test_converted_models_train_with_pyg_losses_epoch_by_epoch(comm, rng, name):
+    data = random_data(comm, rng)
+    partition, layers = MODELS[name]
+    widths = widths_of(layers, data.x.shape[1], 3)
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    reference = Net(layers, widths).double()
+    initial = {k: v.clone() for k, v in reference.state_dict().items()}
+    optimizer = torch.optim.Adam(reference.parameters(), lr=0.01)
+    expected = []
+    for _ in range(100):
+        optimizer.zero_grad()
+        out = reference(data.x, data.edge_index, data.edge_weight)
+        loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
+        loss.backward()
+        optimizer.step()
+        expected.append(loss.item())
+
+    model = Net(layers, widths).double()  # other initial weights on each rank: convert takes rank 0's
+    if comm.Get_rank() == 0:
+        model.load_state_dict(initial)
+    model = sw.convert(model, comm)
+    local = sw.distribute(data, partition=partition, comm=comm)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(100):
+        optimizer.zero_grad()
+        out = model(local.x, local.edge_index, local.edge_weight)
+        loss = sw.cross_entropy(out[local.train_mask], local.y[local.train_mask], comm)
+        loss.backward()
+        sw.allreduce_gradients(model, comm)
+        optimizer.step()
+        losses.append(loss.item())
+    np.testing.assert_allclose(losses, expected, rtol=0, atol=1e-5)
+    assert max(abs(a - b) for a, b in zip(losses, expected)) < 1e-9  # float64: rounding only
+    for key, value in reference.state_dict().items():
+        np.testing.assert_allclose(model.state_dict()[key].numpy(), value.numpy(), rtol=0, atol=1e-8, err_msg=key)
+    model.eval()
+    with torch.no_grad():
+        predicted = local.gather(model(local.x, local.edge_index, local.edge_weight))
+        reference.eval()
+        np.testing.assert_allclose(predicted.numpy(), reference(data.x, data.edge_index, data.edge_weight).numpy(),
+                                   rtol=0, atol=1e-8)  # fmt: skip
+    local.edge_index.close()
+
+
+@pytest.mark.ranks(1, 3)
+def test_a_state_dict_moves_between_one_process_and_the_converted_model_and_plain_edges_run_pyg(comm, rng):
+    data = random_data(comm, rng)
+    layers = MODELS["gcn improved, batch norm, sage projected, gat 3 heads"][1]
+    widths = widths_of(layers, data.x.shape[1], 3)
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    single = Net(layers, widths).double()
+    converted = sw.convert(Net(layers, widths).double(), comm, broadcast=False)
+    assert [type(layer).__module__ for layer in converted.layers] == ["sparsewire.pyg.layers"] * len(layers)
+    converted.load_state_dict(single.state_dict())
+    back = Net(layers, widths).double()
+    back.load_state_dict(converted.state_dict())
+    assert list(converted.state_dict()) == list(single.state_dict())
+    for key, value in single.state_dict().items():
+        assert torch.equal(back.state_dict()[key], value), key
+    single.eval(), converted.eval()
+    with torch.no_grad():  # a plain edge_index: the converted layers are PyG's, bit for bit
+        assert torch.equal(converted(data.x, data.edge_index), single(data.x, data.edge_index))
+
+
+@pytest.mark.ranks(1, 2, 4)
+def test_an_integer_valued_graph_propagates_exactly_and_gather_restores_the_node_order(comm, rng):
+    """A path 0 -> 1 -> ... -> 9 with weights k + 1 on edge k and integer features: GCNConv(normalize=False) with an
+    integer weight matrix gives A X W^T exactly, at any P and under a reordering partitioner."""
+    n = 10
+    source = torch.arange(n - 1)
+    data = Data(x=torch.arange(2 * n, dtype=torch.float64).view(n, 2), edge_index=torch.stack([source, source + 1]),
+                edge_weight=(source + 1).double(), num_nodes=n)  # fmt: skip
+    layer = sw.convert(GCNConv(2, 3, normalize=False, bias=False).double(), comm)
+    with torch.no_grad():
+        layer.lin.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, -1.0]]))
+    local = sw.distribute(data, partition="rcm", comm=comm)
+    assert sorted(comm.allgather(local.n_id.tolist()) and sum(comm.allgather(local.n_id.tolist()), [])) == list(range(n))
+    out = local.gather(layer(local.x, local.edge_index, local.edge_weight))
+    expected = np.zeros((n, 3))
+    for k in range(n - 1):  # node k + 1 receives (k + 1) * x_k
+        x = data.x[k].numpy()
+        expected[k + 1] = (k + 1) * np.array([x[0], x[1], 2 * x[0] - x[1]])
+    np.testing.assert_array_equal(out.numpy(), expected)
+    unweighted = local.gather(layer(local.x, local.edge_index))  # no edge_weight: PyG's ones
+    np.testing.assert_array_equal(unweighted.numpy()[1:], expected[1:] / np.arange(1, n)[:, None])
+    local.edge_index.close()
