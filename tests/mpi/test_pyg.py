@@ -2,7 +2,7 @@
 SAGEConv, GATConv and BatchNorm1d in their options give the per-epoch losses of PyG on one process (float64, no
 dropout) at every P and partition; a state_dict moves between the single-process and the converted model both ways;
 the converted layers on a plain edge_index are PyG's; an integer-valued case is exact; the handle's node ids and
-gather put every row back."""
+gather put every row back; layers run through the halo move the bytes the halo's formula gives."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ pytest.importorskip("torch_geometric")
 
 import torch.nn.functional as F  # noqa: E402
 from torch_geometric.data import Data  # noqa: E402
-from torch_geometric.nn import GATConv, GCNConv, SAGEConv  # noqa: E402
+from torch_geometric.nn import EdgeConv, GATConv, GCNConv, GINConv, SAGEConv  # noqa: E402
 from torch_geometric.utils import coalesce  # noqa: E402
 
 import sparsewire.pyg as sw  # noqa: E402
@@ -68,6 +68,10 @@ class Net(torch.nn.Module):
                 self.layers.append(GCNConv(width, out, **options))
             elif kind == "sage":
                 self.layers.append(SAGEConv(width, out, **options))
+            elif kind == "gin":
+                self.layers.append(GINConv(torch.nn.Linear(width, out)))
+            elif kind == "edge":
+                self.layers.append(EdgeConv(torch.nn.Linear(2 * width, out), aggr="max"))
             else:
                 heads = options.get("heads", 1)
                 self.layers.append(GATConv(width, out // heads if options.get("concat", True) else out, **options))
@@ -196,4 +200,25 @@ def test_an_integer_valued_graph_propagates_exactly_and_gather_restores_the_node
     np.testing.assert_array_equal(out.numpy(), expected)
     unweighted = local.gather(layer(local.x, local.edge_index))  # no edge_weight: PyG's ones
     np.testing.assert_array_equal(unweighted.numpy()[1:], expected[1:] / np.arange(1, n)[:, None])
+    local.edge_index.close()
+
+
+@pytest.mark.ranks(1, 2, 3, 4)
+def test_the_halo_moves_each_foreign_source_row_once_per_reading_rank_each_way(comm, rng):
+    """Bytes MPI delivered to the halo's fetches (forward and backward of one GINConv) against ``2 b F sum_q |H_q|``
+    counted here from the whole graph: the distinct sources of rank q's in-edges that another rank owns."""
+    data = random_data(comm, rng, n=30, edges=120)
+    layer = sw.convert(GINConv(torch.nn.Linear(5, 3)).double(), comm)
+    local = sw.distribute(data, partition="rcm", comm=comm)
+    x = local.x.clone().requires_grad_(True)
+    layer(x, local.edge_index).sum().backward()
+    counted = comm.allreduce(local.edge_index.bytes)
+    position = np.empty(data.num_nodes, np.int64)
+    position[np.concatenate(comm.allgather(local.n_id.numpy()))] = np.arange(data.num_nodes)
+    offsets = np.cumsum([0] + comm.allgather(int(local.x.shape[0])))
+    owner = np.searchsorted(offsets, position, side="right") - 1
+    source, target = data.edge_index.numpy()
+    halo = {(owner[t], s) for s, t in zip(source, target) if owner[s] != owner[t]}
+    assert counted == 2 * 8 * 5 * len(halo)
+    assert comm.Get_size() == 1 or counted > 0
     local.edge_index.close()

@@ -17,6 +17,7 @@ from sparsewire.distributed.matrix import distribute as distribute_matrix
 from sparsewire.errors import InputError
 from sparsewire.exec import ExecOptions, exec_options
 from sparsewire.gnn import GraphData, GraphOperator, gcn_normalize, mean_normalize
+from sparsewire.pyg.halo import Halo
 
 __all__ = ["PygGraph", "DistributedGraph", "EdgeWeights", "LocalData", "from_pyg", "distribute"]
 
@@ -149,7 +150,7 @@ class DistributedGraph:
 
     def __init__(self, matrix: DistributedMatrix, weighted: bool, options: ExecOptions):
         self.matrix, self.comm, self.weighted, self.options = matrix, matrix.comm, weighted, options
-        self._pattern = None
+        self._pattern = self._halo = None
         self.operators: dict[tuple, GraphOperator] = {}
 
     def __repr__(self) -> str:
@@ -157,6 +158,19 @@ class DistributedGraph:
             f"DistributedGraph({self.num_nodes} nodes, {self.matrix.nnz} edges, rank {self.comm.Get_rank()} of "
             f"{self.comm.Get_size()} holding {self.local_nodes} nodes)"
         )
+
+    def __getattr__(self, name: str):
+        # A layer treating the handle as an edge_index tensor (edge_index[1], .size(), ...) outside propagate.
+        if name.startswith("__") or name in ("matrix", "comm", "weighted", "options", "operators", "_pattern", "_halo"):
+            raise AttributeError(name)
+        raise _outside_propagate(f"edge_index.{name}")
+
+    def __getitem__(self, key):
+        raise _outside_propagate("edge_index[...]")
+
+    @classmethod
+    def __torch_function__(cls, function, types, args=(), kwargs=None):
+        raise _outside_propagate(f"torch.{getattr(function, '__name__', function)}(edge_index)")
 
     @property
     def num_nodes(self) -> int:
@@ -213,16 +227,32 @@ class DistributedGraph:
             self.operators[key] = GraphOperator(matrix, self.options)
         return self.operators[key]
 
+    def halo(self) -> Halo:
+        """Collective on first use. The halo exchange that runs other message-passing layers (:mod:`sparsewire.pyg.halo`)."""
+        if self._halo is None:
+            self._halo = Halo(self._matrix(False))
+        return self._halo
+
     @property
     def bytes(self) -> int:
-        """Bytes MPI delivered to this rank by every propagation and attention so far (forward and backward)."""
-        return sum(op.bytes_forward + op.bytes_backward for op in self.operators.values())
+        """Bytes MPI delivered to this rank by every propagation, attention and halo fetch so far (forward and
+        backward)."""
+        fetched = self._halo.bytes_received if self._halo is not None else 0
+        return fetched + sum(op.bytes_forward + op.bytes_backward for op in self.operators.values())
 
     def close(self) -> None:
         """Collective. Free every operator's plans."""
         for operator in self.operators.values():
             operator.close()
         self.operators = {}
+
+
+def _outside_propagate(what: str) -> InputError:
+    return InputError(
+        f"a layer used {what} outside propagate: on a distributed graph a layer reads edge_index only through "
+        "propagate (convert's layers, or a message-passing layer whose messages read node rows); compute it before "
+        "distribute, or use a supported layer"
+    )
 
 
 class LocalData:

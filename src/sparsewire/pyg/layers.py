@@ -22,16 +22,15 @@ from torch_geometric.nn.conv import MessagePassing
 from sparsewire.errors import InputError
 from sparsewire.gnn import attend, propagate
 from sparsewire.pyg.graph import DistributedGraph
+from sparsewire.pyg.halo import halo_hook, halo_problem
 from sparsewire.pyg.training import all_reduce_sum, broadcast_parameters
 
 __all__ = ["BatchNorm1d", "GATConv", "GCNConv", "SAGEConv", "convert", "SUPPORTED"]
 
 #: What :func:`convert` swaps, and the options each takes (the others are PyG's defaults and are refused).
 SUPPORTED = (
-    "GCNConv (improved, cached, add_self_loops, normalize, bias; edge weights from distribute), "
-    "SAGEConv (aggr='mean', normalize, root_weight, project, bias), "
-    "GATConv (heads, concat, negative_slope, dropout, add_self_loops, bias, residual), "
-    "torch.nn.BatchNorm1d (also inside torch_geometric.nn.BatchNorm)"
+    "GCNConv, SAGEConv, GATConv, BatchNorm1d, and message-passing layers whose messages read only node rows "
+    "(*_i, *_j) through the halo; docs/pyg.md lists their options"
 )
 _LAYER_IDS = itertools.count()  # salts of the attention dropout masks, one per GAT layer
 
@@ -67,15 +66,16 @@ class GCNConv(pyg.GCNConv):
 
 
 class SAGEConv(pyg.SAGEConv):
-    """PyG's ``SAGEConv`` with the mean aggregator; on a :class:`DistributedGraph`:
+    """PyG's ``SAGEConv``; on a :class:`DistributedGraph` with the mean aggregator:
     ``lin_l(mean_j x_j) + lin_r(x_i)`` (x_j through ``relu(lin(x_j))`` with ``project``; L2-normalised with
     ``normalize``). Where ``lin_l`` narrows, it is applied before the mean (``W mean = mean W``), so each propagation
-    moves the narrower width. Collective there."""
+    moves the narrower width. Another aggregator (``max``, ``min``, ``lstm``, a list, ...) runs PyG's forward through
+    the halo (:mod:`sparsewire.pyg.halo`). Collective there."""
 
     def forward(self, x, edge_index, size=None):
         """Collective on a :class:`DistributedGraph` (this rank's rows of the output); on an ``edge_index``, PyG's
         forward, not collective."""
-        if not isinstance(edge_index, DistributedGraph):
+        if not isinstance(edge_index, DistributedGraph) or self.aggr != "mean":
             return super().forward(x, edge_index, size)
         _plain_input(self, x)
         if size is not None:
@@ -163,23 +163,17 @@ def _refusal(module: torch.nn.Module) -> str | None:
     """Why ``module`` cannot run distributed, or None."""
     name = type(module).__name__
     kind = next((base for base in _SWAPS if isinstance(module, base)), None)
-    if kind is None:
+    if kind is None or (kind is pyg.SAGEConv and module.aggr != "mean"):
         if isinstance(module, MessagePassing):
-            return f"{name} is not supported on a distributed graph; supported: {SUPPORTED}"
+            problem = _options_problem(module) or halo_problem(module)
+            return f"{problem}; supported: {SUPPORTED}" if problem else None
         if type(module).__module__.startswith("torch_geometric.nn.norm") and not isinstance(module, pyg.BatchNorm):
             return f"{name} computes statistics over the graph and is not supported; supported: {SUPPORTED}"
         return None
-    if isinstance(module, MessagePassing):
-        if module.flow != "source_to_target":
-            return f"{name}(flow={module.flow!r}) is not supported: only flow='source_to_target'"
-        if getattr(module, "decomposed_layers", 1) != 1:
-            return f"{name}(decomposed_layers={module.decomposed_layers}) is not supported: only 1"
-        if not isinstance(module.in_channels, int):
-            return f"{name} with bipartite in_channels {module.in_channels} is not supported: give one int"
+    if isinstance(module, MessagePassing) and _options_problem(module):
+        return _options_problem(module)
     if kind is pyg.GCNConv and module.aggr != "add":
         return f"GCNConv(aggr={module.aggr!r}) is not supported: only aggr='add'"
-    if kind is pyg.SAGEConv and module.aggr != "mean":
-        return f"SAGEConv(aggr={module.aggr!r}) is not supported: only aggr='mean'"
     if kind is pyg.GATConv:
         if module.edge_dim is not None:
             return f"GATConv(edge_dim={module.edge_dim}) is not supported: edge features are not distributed"
@@ -188,11 +182,25 @@ def _refusal(module: torch.nn.Module) -> str | None:
     return None
 
 
+def _options_problem(module: MessagePassing) -> str | None:
+    name = type(module).__name__
+    if module.flow != "source_to_target":
+        return f"{name}(flow={module.flow!r}) is not supported: only flow='source_to_target'"
+    if getattr(module, "decomposed_layers", 1) != 1:
+        return f"{name}(decomposed_layers={module.decomposed_layers}) is not supported: only 1"
+    channels = getattr(module, "in_channels", 1)
+    if channels is not None and not isinstance(channels, int):
+        return f"{name} with bipartite in_channels {channels} is not supported: give one int"
+    return None
+
+
 def convert(model: torch.nn.Module, comm: MPI.Comm | None = None, *, broadcast: bool = True) -> torch.nn.Module:
     """Collective (with ``broadcast``). Swap every ``GCNConv``, ``SAGEConv``, ``GATConv`` and ``torch.nn.BatchNorm1d``
     of ``model`` (the model itself too) for its distributed subclass in place, keeping every parameter and buffer, so
     the model's forward is unchanged and a ``state_dict`` saved on one process loads into it and back. Any other
-    message-passing layer, a graph-wide norm, or an option the subclasses do not take is refused with one
+    message-passing layer runs PyG's own forward through the halo (:mod:`sparsewire.pyg.halo`) where its messages read
+    only node rows; one that reads edge tensors, a graph-wide norm, or an option the layers do not take is refused
+    with one
     :class:`~sparsewire.errors.InputError` naming it and the supported set, before anything changes. With
     ``broadcast`` every rank then takes rank 0's weights (:func:`~sparsewire.pyg.training.broadcast_parameters`).
     Returns the model."""
@@ -208,6 +216,11 @@ def convert(model: torch.nn.Module, comm: MPI.Comm | None = None, *, broadcast: 
                 module.__class__ = swap
                 if swap is BatchNorm1d:
                     module.comm = comm
+        if isinstance(module, MessagePassing) and not getattr(module, "_sparsewire_halo", False):
+            # Inert on a plain edge_index; on a distributed graph, the layers that do not propagate themselves.
+            module.register_propagate_forward_pre_hook(halo_hook)
+            module.register_edge_update_forward_pre_hook(halo_hook)
+            module._sparsewire_halo = True
     if broadcast:
         broadcast_parameters(model, comm)
     return model
