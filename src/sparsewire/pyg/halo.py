@@ -131,8 +131,9 @@ def _forward_problem(kind: type) -> str | None:
         return f"{kind.__name__}'s forward has no readable source, so its use of edge_index cannot be checked"
     handed = set()
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("propagate", "edge_updater")
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"):  # fmt: skip
+        function = getattr(node, "func", None)
+        if (isinstance(node, ast.Call) and isinstance(function, ast.Attribute) and function.attr in ("propagate", "edge_updater")
+                and isinstance(function.value, ast.Name) and function.value.id == "self"):  # fmt: skip
             handed.update(id(a) for a in [*node.args[:1], *(k.value for k in node.keywords if k.arg == "edge_index")])
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id == "edge_index" and isinstance(node.ctx, ast.Load) and id(node) not in handed:
