@@ -58,3 +58,28 @@ def test_a_cache_on_some_ranks_only_another_partitioner_and_nan_features_are_ref
     on_rank_zero(comm, write_ogb, broken, pairs[:, :5] + 1000, features, labels, split)
     with pytest.raises(InputError, match="an edge names a node outside 0..39"):
         open_ogb_cache(comm, str(broken))
+
+
+@pytest.mark.ranks(1, 3)
+def test_a_pyg_model_reads_its_rows_from_the_cache_as_from_the_whole_graph(comm, shared_tmp, seed):
+    """sparsewire.pyg.distribute of the cache (each rank its rows) against the whole graph on rank 0: the same
+    nodes' attributes, and a converted GCN gives the same output."""
+    pytest.importorskip("torch_geometric")
+    import sparsewire.pyg as sw
+    from torch_geometric.nn import GCNConv
+
+    rng = np.random.default_rng(seed)
+    pairs, features, labels, split = random_dataset(rng, n=50, edges=200, width=4, classes=3)
+    root = on_rank_zero(comm, write_ogb, shared_tmp / "ogbn_arxiv", pairs, features, labels, split)
+    from_rows = sw.distribute(open_ogb_cache(comm, str(root), undirected=True), comm=comm)
+    whole = sw.distribute(load_ogb(str(root), undirected=True) if comm.Get_rank() == 0 else None, comm=comm)
+    start, stop = even_rows(50, comm.Get_size()).range(comm.Get_rank())
+    assert from_rows.n_id.tolist() == whole.n_id.tolist() == list(range(start, stop))
+    for name in ("x", "y", "train_mask", "val_mask", "test_mask"):
+        assert torch.equal(getattr(from_rows, name), getattr(whole, name).to(getattr(from_rows, name).dtype)), name
+    torch.manual_seed(seed)
+    layer = sw.convert(GCNConv(4, 2), comm)
+    np.testing.assert_allclose(layer(from_rows.x, from_rows.edge_index).detach().numpy(),
+                               layer(whole.x, whole.edge_index).detach().numpy(), rtol=0, atol=1e-6)  # fmt: skip
+    with pytest.raises(InputError, match="with partition='even'"):
+        sw.distribute(open_ogb_cache(comm, str(root)), partition="rcm", comm=comm)

@@ -113,8 +113,7 @@ def test_the_layers_refuse_per_edge_tensors_and_options_they_do_not_take_on_a_di
         local.edge_index[1]  # noqa: B018
     with pytest.raises(InputError, match=r"torch.cat\(edge_index\) outside propagate"):
         torch.cat([local.edge_index])
-    with pytest.raises(AttributeError, match="no attribute 'edge_attr'"):
-        local.edge_attr  # noqa: B018
+    assert local.edge_attr is None  # as PyG's Data, an attribute the graph lacks
     with pytest.raises(InputError, match="rank 0 must pass the graph"):
         sw.distribute(None)
     data = small_data()
@@ -160,3 +159,6 @@ def test_sparsewires_own_graphs_distribute_with_pyg_attribute_names():
     assert local.train_mask.tolist() == [True, False, False] and local.val_mask.tolist() == [False, True, False]
     assert local.edge_weight is None and local.num_nodes == 3
     local.edge_index.close()
+    plain = sw.to_pyg(data)  # for the same script on one process
+    assert plain.edge_index.tolist() == [[1, 2, 0], [0, 1, 2]] and plain.x.dtype == torch.float32
+    assert plain.test_mask.sum() == 0 and plain.y.tolist() == [0, 1, -1]

@@ -20,7 +20,7 @@ from sparsewire.io.ogb import OgbCache, open_ogb
 from sparsewire.io.readers import nonfinite_entries
 from sparsewire.partition import even_rows
 
-__all__ = ["LocalGraph", "distribute_graph", "open_ogb_cache"]
+__all__ = ["LocalGraph", "distribute_graph", "open_ogb_cache", "rows_from_cache"]
 
 
 @dataclass
@@ -102,7 +102,7 @@ def distribute_graph(
         problem = _data_problem(data, allow_nonfinite)
     agree_on_error(comm, problem)
     if all(from_cache):
-        matrix, features, labels, masks, totals, classes = _rows_from_cache(comm, data, allow_nonfinite)
+        matrix, features, labels, masks, totals, classes = rows_from_cache(comm, data, allow_nonfinite)
     else:
         matrix, features, labels, masks, totals, classes = _scattered(comm, data, partition, root, options, imbalance)
     values = np.float32 if dtype == torch.float32 else np.float64
@@ -177,8 +177,10 @@ def _scattered(comm: MPI.Comm, data: GraphData | None, partition, root: int, opt
     return matrix, features, labels, masks, totals, classes
 
 
-def _rows_from_cache(comm: MPI.Comm, cache: OgbCache, allow_nonfinite: bool):
-    """This rank's equal share of rows read from ``cache``: the matrix and its rows, no rank holding more."""
+def rows_from_cache(comm: MPI.Comm, cache: OgbCache, allow_nonfinite: bool = False):
+    """Collective. This rank's equal share of rows read from ``cache``, no rank holding more: the distributed
+    adjacency, this rank's features, labels and split masks (``train``, ``val``, ``test``), each split's total and
+    the classes. NaN or infinite values and an empty training split are one error on every rank."""
     rank, size = comm.Get_rank(), comm.Get_size()
     offsets = even_rows(cache.n, size).offsets
     start, stop = int(offsets[rank]), int(offsets[rank + 1])

@@ -11,7 +11,7 @@ that stands in for ``edge_index``), :func:`convert` its model (``GCNConv``, ``SA
 - :mod:`~sparsewire.pyg.training`: losses, accuracy, gradients and initial weights over the ranks.
 """
 
-from sparsewire.pyg.graph import DistributedGraph, EdgeWeights, LocalData, PygGraph, distribute, from_pyg
+from sparsewire.pyg.graph import DistributedGraph, EdgeWeights, LocalData, PygGraph, distribute, from_pyg, to_pyg
 from sparsewire.pyg.layers import SUPPORTED, BatchNorm1d, GATConv, GCNConv, SAGEConv, convert
 from sparsewire.pyg.training import (
     accuracy,
@@ -21,6 +21,8 @@ from sparsewire.pyg.training import (
     cross_entropy,
     mean_loss,
     nll_loss,
+    rank,
+    world_size,
 )
 
 __all__ = [
@@ -43,4 +45,7 @@ __all__ = [
     "from_pyg",
     "mean_loss",
     "nll_loss",
+    "rank",
+    "to_pyg",
+    "world_size",
 ]

@@ -17,9 +17,11 @@ from sparsewire.distributed.matrix import distribute as distribute_matrix
 from sparsewire.errors import InputError
 from sparsewire.exec import ExecOptions, exec_options
 from sparsewire.gnn import GraphData, GraphOperator, gcn_normalize, mean_normalize
+from sparsewire.gnn.distribute import rows_from_cache
+from sparsewire.io.ogb import OgbCache
 from sparsewire.pyg.halo import Halo
 
-__all__ = ["PygGraph", "DistributedGraph", "EdgeWeights", "LocalData", "from_pyg", "distribute"]
+__all__ = ["PygGraph", "DistributedGraph", "EdgeWeights", "LocalData", "from_pyg", "to_pyg", "distribute"]
 
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 _EDGE_INDEX_FIX = "coalesce it first (torch_geometric.utils.coalesce)"
@@ -115,8 +117,22 @@ def from_pyg(data=None, *, allow_nonfinite: bool = False, **tensors) -> PygGraph
     return PygGraph(n, adjacency, weight is not None, node_attributes, left)
 
 
+def to_pyg(data: GraphData):
+    """Not collective. sparsewire's :class:`~sparsewire.gnn.data.GraphData` (:func:`sparsewire.gnn.load_graph`:
+    Planetoid, the shipped ``cora``, OGB) as a PyG ``Data``: ``x`` (dense float32), ``y``, ``edge_index`` (edge
+    j -> i for ``A[i, j]``), ``train_mask``, ``val_mask``, ``test_mask``, for a script that trains on one process."""
+    from torch_geometric.data import Data
+
+    graph = _from_graph_data(data)
+    coo = sp.coo_array(graph.adjacency)
+    edge_index = torch.from_numpy(np.vstack([coo.col, coo.row]).astype(np.int64))
+    attributes = dict(graph.node_attributes)
+    attributes["x"] = attributes["x"].float()
+    return Data(edge_index=edge_index, num_nodes=graph.num_nodes, **attributes)
+
+
 def _from_graph_data(data: GraphData) -> PygGraph:
-    """sparsewire's own :class:`~sparsewire.gnn.data.GraphData` (Planetoid, OGB) as node attributes PyG's names."""
+    """sparsewire's own :class:`~sparsewire.gnn.data.GraphData` (Planetoid, OGB) with PyG's attribute names."""
     features = data.features if isinstance(data.features, np.ndarray) else data.features.toarray()
     masks = {}
     for name, nodes in (("train_mask", data.train_idx), ("val_mask", data.val_idx), ("test_mask", data.test_idx)):
@@ -276,7 +292,9 @@ class LocalData:
             raise AttributeError(
                 f"edge attribute {name!r} is not distributed: only edge_index and edge_weight travel with the graph"
             )
-        raise AttributeError(f"this rank's data has no attribute {name!r} (it has {sorted(attributes)})")
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return None  # as PyG's Data: an attribute the graph does not have (edge_attr of Cora) is None
 
     def keys(self) -> list[str]:
         """Not collective. The node attributes' names."""
@@ -312,7 +330,9 @@ def distribute(
 
     ``data``: a PyG ``Data``, a :class:`PygGraph` (:func:`from_pyg`) or sparsewire's
     :class:`~sparsewire.gnn.data.GraphData` (:func:`sparsewire.gnn.load_ogb`, Planetoid), on ``root``; the other ranks
-    may pass the same (a script that loads the dataset on every rank) or None: only ``root``'s is read.
+    may pass the same (a script that loads the dataset on every rank) or None: only ``root``'s is read. Or an OGB
+    dataset's cache on every rank (:func:`sparsewire.gnn.open_ogb_cache`), from which each rank reads its own equal
+    share of rows (``partition="even"``), so that no rank holds the whole graph.
     ``partition``: as :func:`sparsewire.distribute` (``even``, ``nnz``, ``metis``, ``rcm``, ...); a reordering one
     keeps the original ids in ``n_id``. ``options`` and the keywords (``strategy=``, ``threads=``, ``topology=``, ...)
     say how the propagations are planned and run (:class:`~sparsewire.exec.options.ExecOptions`; by default the torch
@@ -320,6 +340,11 @@ def distribute(
     comm = MPI.COMM_WORLD if comm is None else comm
     rank = comm.Get_rank()
     options = exec_options(options or ExecOptions(backend="torch", threads=1), **option_keywords)
+    from_cache = comm.allgather(isinstance(data, OgbCache))
+    if any(from_cache):
+        agree_on_error(comm, None if all(from_cache) and partition == "even" else (
+            "an OGB cache is read by equal rows on every rank: pass it on every rank, with partition='even'"))  # fmt: skip
+        return _from_cache(comm, data, options, allow_nonfinite)
     whole, problem = None, options if isinstance(options, str) else None
     if problem is None and rank == root:
         try:
@@ -346,3 +371,12 @@ def distribute(
     graph = DistributedGraph(matrix, weighted, options)
     on = torch.device(options.device)  # where the propagations run (cuda: this rank's GPU)
     return LocalData(graph, {key: value.to(on) for key, value in attributes.items()}, edge_attributes)
+
+
+def _from_cache(comm: MPI.Comm, cache: OgbCache, options: ExecOptions, allow_nonfinite: bool) -> LocalData:
+    """This rank's rows of an OGB dataset read from its cache, with PyG's attribute names."""
+    matrix, features, labels, masks, _, _ = rows_from_cache(comm, cache, allow_nonfinite)
+    on = torch.device(options.device)
+    attributes = {"x": torch.from_numpy(np.ascontiguousarray(features)), "y": torch.from_numpy(labels)}
+    attributes.update({f"{name}_mask": torch.from_numpy(mask) for name, mask in masks.items()})
+    return LocalData(DistributedGraph(matrix, False, options), {k: v.to(on) for k, v in attributes.items()}, ())

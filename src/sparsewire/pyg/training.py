@@ -15,11 +15,31 @@ from mpi4py import MPI
 
 from sparsewire.errors import InputError
 
-__all__ = ["accuracy", "all_reduce_sum", "allreduce_gradients", "broadcast_parameters", "cross_entropy", "mean_loss", "nll_loss"]
+__all__ = [
+    "accuracy",
+    "all_reduce_sum",
+    "allreduce_gradients",
+    "broadcast_parameters",
+    "cross_entropy",
+    "mean_loss",
+    "nll_loss",
+    "rank",
+    "world_size",
+]
 
 
 def _comm(comm: MPI.Comm | None) -> MPI.Comm:
     return MPI.COMM_WORLD if comm is None else comm
+
+
+def rank(comm: MPI.Comm | None = None) -> int:
+    """Not collective. This process's rank (0 prints)."""
+    return _comm(comm).Get_rank()
+
+
+def world_size(comm: MPI.Comm | None = None) -> int:
+    """Not collective. The number of ranks."""
+    return _comm(comm).Get_size()
 
 
 class _AllReduceSum(torch.autograd.Function):
