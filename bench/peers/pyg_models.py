@@ -113,7 +113,6 @@ def pyg(path: str, model: str, threads: int, epochs: int) -> None:
 
 def ours(directory: str, model: str, threads: int, epochs: int, strategy: str) -> None:
     import torch
-    import torch.nn.functional as F
     from mpi4py import MPI
 
     import sparsewire.pyg as sw
@@ -203,10 +202,11 @@ def main() -> None:
                      theirs["seconds_per_epoch"], "pyg_peak_mib": theirs["peak_mib_per_rank"],
                      "halo_bytes_per_epoch": halo["bytes_per_epoch"] if halo else None}  # fmt: skip
             results.append(entry)
-            rows.append([model, f"{ranks} x {threads}", f"{theirs['seconds_per_epoch']:.3f}", f"{mine['seconds_per_epoch']:.3f}",
-                         f"{mine['seconds_per_epoch'] / theirs['seconds_per_epoch']:.2f}", f"{theirs['peak_mib_per_rank']:.0f}",
-                         f"{mine['peak_mib_per_rank']:.0f}", f"{mine['peak_mib_per_rank'] / theirs['peak_mib_per_rank']:.2f}",
-                         f"{mine['bytes_per_epoch'] / 1e6:.1f}", f"{halo['bytes_per_epoch'] / 1e6:.1f}" if halo else "-"])  # fmt: skip
+            seconds, peak = mine["seconds_per_epoch"], mine["peak_mib_per_rank"]
+            rows.append([model, f"{ranks} x {threads}", f"{theirs['seconds_per_epoch']:.3f}", f"{seconds:.3f}",
+                         f"{seconds / theirs['seconds_per_epoch']:.2f}", f"{theirs['peak_mib_per_rank']:.0f}", f"{peak:.0f}",
+                         f"{peak / theirs['peak_mib_per_rank']:.2f}", f"{mine['bytes_per_epoch'] / 1e6:.1f}",
+                         f"{halo['bytes_per_epoch'] / 1e6:.1f}" if halo else "-"])  # fmt: skip
     print(format_table(["model", "P x T", "PyG s/epoch", "ours s/epoch", "ours/PyG", "PyG MiB", "ours MiB/rank",
                         "ours/PyG", "ours MB/epoch", "halo MB/epoch"], rows))  # fmt: skip
     out = ROOT / "bench" / "results" / "pyg_models.json"

@@ -65,8 +65,9 @@ def test_a_pyg_model_reads_its_rows_from_the_cache_as_from_the_whole_graph(comm,
     """sparsewire.pyg.distribute of the cache (each rank its rows) against the whole graph on rank 0: the same
     nodes' attributes, and a converted GCN gives the same output."""
     pytest.importorskip("torch_geometric")
-    import sparsewire.pyg as sw
     from torch_geometric.nn import GCNConv
+
+    import sparsewire.pyg as sw
 
     rng = np.random.default_rng(seed)
     pairs, features, labels, split = random_dataset(rng, n=50, edges=200, width=4, classes=3)
