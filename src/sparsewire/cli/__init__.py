@@ -40,11 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _is_root() -> bool:
     """Rank 0 of the job, also before MPI is initialised (argument errors): then the launcher's
     rank variable tells (MPICH/Hydra: PMI_RANK, Open MPI: OMPI_COMM_WORLD_RANK)."""
+    from sparsewire._lib.launcher import launched_by_torchrun, launcher_rank
+
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and not launched_by_torchrun():
         return mpi.COMM_WORLD.Get_rank() == 0
-    launcher_rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
-    return launcher_rank == "0"
+    return launcher_rank() == 0
 
 
 def show_warnings_on_one_line() -> None:

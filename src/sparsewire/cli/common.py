@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 
+from sparsewire._lib.launcher import launched_by_torchrun
 from sparsewire.errors import InputError
 from sparsewire.exec.transports import transport_help, transport_names
 from sparsewire.kernels import BACKENDS
@@ -309,7 +310,10 @@ def add_transport_argument(parser: argparse.ArgumentParser) -> None:
     from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT, MIN_WAIT_TIMEOUT
 
     parser.add_argument(
-        "--transport", choices=transport_names(), default="mpi", help=f"how messages move: {transport_help()} (default: mpi)"
+        "--transport",
+        choices=transport_names(),
+        default="torch" if launched_by_torchrun() else "mpi",
+        help=f"how messages move: {transport_help()} (default: mpi; torch in a job torchrun started)",
     )
     parser.add_argument(
         "--wait-timeout",

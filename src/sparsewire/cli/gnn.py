@@ -139,10 +139,9 @@ def run_gcn(args: argparse.Namespace) -> int:
         import torch
     except ImportError:
         raise InputError("sparsewire gcn needs PyTorch; install it with 'pip install -r requirements.lock'") from None
-    from mpi4py import MPI
 
     from sparsewire import trace as trace_training
-    from sparsewire.comm.runtime import agree_on_error
+    from sparsewire.comm.runtime import agree_on_error, world
     from sparsewire.gnn import distribute_graph, load_graph, open_ogb_cache, train
     from sparsewire.gnn.train import training_bytes
     from sparsewire.io import is_ogb_directory
@@ -150,7 +149,7 @@ def run_gcn(args: argparse.Namespace) -> int:
     from sparsewire.wire.paths import messages_per_path
 
     torch.set_num_threads(args.threads)  # one pool per rank at the executor's size (see distribute_graph)
-    comm = MPI.COMM_WORLD
+    comm = world()
     agree_on_arguments(comm, args)
     resolve_backend_arguments(args, "torch", comm)
     rank = comm.Get_rank()

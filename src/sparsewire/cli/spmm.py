@@ -175,11 +175,11 @@ def run_spmm(args: argparse.Namespace) -> int:
         topology_from_args(args)  # reject an unknown preset before MPI starts
 
     check_profiling_arguments(args)
-    MPI = start_mpi(modes, args.threads)
+    start_mpi(modes, args.threads)
 
-    from sparsewire.comm.runtime import limit_threads_per_rank
+    from sparsewire.comm.runtime import limit_threads_per_rank, world
 
-    comm = MPI.COMM_WORLD
+    comm = world()
     agree_on_arguments(comm, args)
     resolve_backend_arguments(args, "numpy", comm)
     topology = topology_from_args(args, comm)
@@ -309,11 +309,11 @@ def run_eigs(args: argparse.Namespace) -> int:
     if not args.tol > 0:
         raise InputError(f"--tol must be positive (got {args.tol})")
     check_profiling_arguments(args)
-    MPI = start_mpi(modes, args.threads)
+    start_mpi(modes, args.threads)
 
-    from sparsewire.comm.runtime import limit_threads_per_rank
+    from sparsewire.comm.runtime import limit_threads_per_rank, world
 
-    comm = MPI.COMM_WORLD
+    comm = world()
     agree_on_arguments(comm, args)
     limit_threads_per_rank(comm)
     report = eigs_session(

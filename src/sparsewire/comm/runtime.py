@@ -21,6 +21,11 @@ from sparsewire._lib.cores import default_threads
 from sparsewire.errors import InputError, SparsewireError
 
 __all__ = [
+    "world",
+    "is_communicator",
+    "on_mpi",
+    "mpi_messages_problem",
+    "native_transport",
     "ranks_on_node",
     "limit_threads_per_rank",
     "node_ids",
@@ -68,6 +73,44 @@ def wait_any(requests: list, status: MPI.Status, *, yielding: bool = False) -> i
         if done:
             return index
         os.sched_yield()
+
+
+def world():
+    """Collective on first use. Every process of this job as one communicator: MPI's ``COMM_WORLD`` under
+    ``mpiexec`` (or a plain start), the torch.distributed group under ``torchrun``
+    (:class:`~sparsewire.comm.torch_world.TorchComm`), where the processes share no MPI world."""
+    from sparsewire.comm.torch_world import launched_by_torchrun, torch_world
+
+    return torch_world() if launched_by_torchrun() else MPI.COMM_WORLD
+
+
+def is_communicator(value) -> bool:
+    """Not collective. Whether ``value`` is a communicator the library takes (mpi4py's, or a TorchComm)."""
+    from sparsewire.comm.torch_world import TorchComm
+
+    return isinstance(value, (MPI.Comm, TorchComm))
+
+
+def on_mpi(comm) -> bool:
+    """Not collective. Whether ``comm``'s ranks can exchange MPI messages (not a job that ``torchrun`` started)."""
+    return isinstance(comm, MPI.Comm)
+
+
+def native_transport(comm) -> str:
+    """Not collective. The transport that connects ``comm``'s ranks by default: ``mpi``, or ``torch`` in a job that
+    ``torchrun`` started."""
+    return "mpi" if on_mpi(comm) else "torch"
+
+
+def mpi_messages_problem(comm, what: str) -> str | None:
+    """Not collective. The line that refuses ``what`` (which sends its own MPI messages) on a communicator without
+    MPI between its ranks (a job ``torchrun`` started), or None."""
+    if on_mpi(comm):
+        return None
+    return (
+        f"{what} sends its messages over MPI, and this job's processes share no MPI world (torchrun started them); "
+        "start it with mpiexec"
+    )
 
 
 def node_ids(comm: MPI.Comm) -> np.ndarray:
@@ -230,7 +273,7 @@ def collective_errors(function):
         except BaseException as error:
             if getattr(error, "agreed", False) or getattr(error, "nothing_sent", False) or isinstance(error, KeyboardInterrupt):
                 raise
-            comm = first if isinstance(first, MPI.Comm) else getattr(first, "comm", None)
+            comm = first if is_communicator(first) else getattr(first, "comm", None)
             if comm is not None and comm != MPI.COMM_NULL and comm.Get_size() > 1:
                 traceback.print_exc()
                 abort_job(comm, f"{type(error).__name__}: {error}")

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, collective_errors
+from sparsewire.comm.runtime import agree_on_error, collective_errors, is_communicator
 from sparsewire.errors import InputError
 from sparsewire.exec.options import UNSET
 from sparsewire.io.readers import load_matrix
@@ -334,7 +334,7 @@ def distribute(
     Raises:
         InputError on every rank: unreadable file, wrong shapes, offsets that do not fit.
     """
-    if not isinstance(comm, MPI.Comm):
+    if not is_communicator(comm):
         raise InputError(
             f"distribute takes the communicator first, then the matrix (got a {type(comm).__name__} as comm); "
             "call sparsewire.distribute(MPI.COMM_WORLD, A)"

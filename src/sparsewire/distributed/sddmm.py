@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, agree_on_values, collective_errors
+from sparsewire.comm.runtime import agree_on_error, agree_on_values, collective_errors, mpi_messages_problem
 from sparsewire.kernels.sampled import sampled_dots
 from sparsewire.plan.sddmm import SDDMM_STRATEGIES, sddmm_blocks, way_bytes
 
@@ -183,8 +183,10 @@ def plan_sddmm(matrix: DistributedMatrix, d: int, dtype=np.float64, strategy: st
     ``column`` fetches each off-diagonal block's Y rows, ``row`` sends its X rows out and its values back, ``auto``
     takes the way of fewer bytes per block (:mod:`sparsewire.plan.sddmm`). Every rank must give the same
     arguments."""
-    problem = None
-    if strategy not in SDDMM_STRATEGIES:
+    problem = mpi_messages_problem(matrix.comm, "SDDMM")
+    if problem:
+        pass
+    elif strategy not in SDDMM_STRATEGIES:
         problem = f"unknown SDDMM strategy {strategy!r}; choose one of {', '.join(SDDMM_STRATEGIES)}"
     elif not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
         problem = f"d, the width of X and Y, must be a positive integer (got {d!r})"

@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, agreed, collective_errors
+from sparsewire.comm.runtime import agree_on_error, agreed, collective_errors, mpi_messages_problem
 from sparsewire.errors import InputError
 from sparsewire.spgemm.distributed import (
     DistributedSpgemm,
@@ -263,7 +263,7 @@ def plan_spgemm(
         topology=topology,
     )
     comm = a.comm
-    problem, chosen_grid = (chosen if isinstance(chosen, str) else None), None
+    problem, chosen_grid = (chosen if isinstance(chosen, str) else mpi_messages_problem(comm, "SpGEMM")), None
     if problem is None:
         options = chosen
         problem, chosen_grid = _check(a, b, options.algorithm, options.strategy, options.grid)

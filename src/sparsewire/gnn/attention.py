@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, agree_on_values, collective_errors, ranks_on_node
+from sparsewire.comm.runtime import agree_on_error, agree_on_values, collective_errors, mpi_messages_problem, ranks_on_node
 from sparsewire.kernels.attention import attend_backward, attend_forward, merge_gradients, merge_partials, source_order
 from sparsewire.kernels.compiled import run_threaded, set_threads
 from sparsewire.plan.attention import (
@@ -415,9 +415,11 @@ def make_attention_plan(
 ) -> AttentionPlan:  # fmt: skip
     """Collective. Check the arguments on every rank, then plan (:class:`AttentionPlan`); ``groups``: each rank's group,
     which ``column-hier`` needs."""
-    problem = None
+    problem = mpi_messages_problem(matrix.comm, "graph attention (GATConv)")
     size = matrix.comm.Get_size()
-    if strategy not in ATTENTION_STRATEGIES:
+    if problem:
+        pass
+    elif strategy not in ATTENTION_STRATEGIES:
         problem = f"unknown attention strategy {strategy!r}; choose one of {', '.join(ATTENTION_STRATEGIES)}"
     elif matrix.shape[0] != matrix.shape[1] or not np.array_equal(matrix.row_partition.offsets, matrix.col_partition.offsets):
         problem = f"attention needs a square graph whose rows and columns are split alike (got {matrix.shape})"

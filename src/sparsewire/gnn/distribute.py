@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import torch
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error
+from sparsewire.comm.runtime import agree_on_error, native_transport
 from sparsewire.distributed.matrix import distribute
 from sparsewire.exec import ExecOptions, exec_options
 from sparsewire.gnn.data import GraphData
@@ -80,7 +80,9 @@ def distribute_graph(
     PyG's process, the NumPy backend's 0.90-1.11x. The transfer calibration says which messages
     are staged through host memory (:mod:`sparsewire.wire.paths`)."""
     rank = comm.Get_rank()
-    options = exec_options(options or ExecOptions(backend="torch", threads=1), **option_keywords)
+    options = exec_options(
+        options or ExecOptions(backend="torch", threads=1, transport=native_transport(comm)), **option_keywords
+    )
     from_cache = comm.allgather(isinstance(data, OgbCache))
     problem = options if isinstance(options, str) else None
     if problem:

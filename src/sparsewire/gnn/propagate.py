@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import torch
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, collective_errors, node_ids
+from sparsewire.comm.runtime import agree_on_error, collective_errors, mpi_messages_problem, native_transport, node_ids
 from sparsewire.distributed.matrix import DistributedMatrix
 from sparsewire.distributed.spmm import SpmmPlan, plan_spmm
 from sparsewire.errors import InputError
@@ -55,7 +55,7 @@ class GraphOperator:
     def __init__(self, matrix: DistributedMatrix, options: ExecOptions | None = None):
         """Not collective (plans are made later, collectively, per width)."""
         self.matrix, self.comm = matrix, matrix.comm
-        self.options = options or ExecOptions(backend="torch", threads=1)
+        self.options = options or ExecOptions(backend="torch", threads=1, transport=native_transport(self.comm))
         self.threads = self.options.threads
         self.kernels = make_backend(
             self.options.backend, self.options.device
@@ -129,6 +129,7 @@ class GraphOperator:
             except InputError as error:
                 strategy, problem = None, error
             options = self.options
+            problem = mpi_messages_problem(self.comm, "graph attention (GATConv)") or problem
             if problem is None and (options.transport != "mpi" or options.compress != "none" or options.device != "cpu"):
                 problem = (
                     f"attention layers run on the MPI transport, uncompressed, on the CPU (got transport {options.transport}, "

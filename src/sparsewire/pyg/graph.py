@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import torch
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, problem_from
+from sparsewire.comm.runtime import agree_on_error, native_transport, problem_from, world
 from sparsewire.distributed.matrix import DistributedMatrix
 from sparsewire.distributed.matrix import distribute as distribute_matrix
 from sparsewire.errors import InputError
@@ -19,9 +19,9 @@ from sparsewire.exec import ExecOptions, exec_options
 from sparsewire.gnn import GraphData, GraphOperator, gcn_normalize, mean_normalize
 from sparsewire.gnn.distribute import rows_from_cache
 from sparsewire.io.ogb import OgbCache
-from sparsewire.pyg.halo import Halo
+from sparsewire.pyg.halo import Halo, through_halo
 
-__all__ = ["PygGraph", "DistributedGraph", "EdgeWeights", "LocalData", "from_pyg", "to_pyg", "distribute"]
+__all__ = ["PygGraph", "DistributedGraph", "EdgeWeights", "LocalData", "from_pyg", "to_pyg", "distribute", "halo_hook"]
 
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 _EDGE_INDEX_FIX = "coalesce it first (torch_geometric.utils.coalesce)"
@@ -263,6 +263,16 @@ class DistributedGraph:
         self.operators = {}
 
 
+def halo_hook(module, inputs):
+    """Not collective (the fetch it sets up is). PyG's ``propagate`` and ``edge_updater`` pre-hook that
+    :func:`~sparsewire.pyg.convert` registers: inert on an ``edge_index``; on a :class:`DistributedGraph`, the layer's
+    inputs through the graph's halo (:func:`~sparsewire.pyg.halo.through_halo`)."""
+    edge_index, size, kwargs = inputs
+    if not isinstance(edge_index, DistributedGraph):
+        return None
+    return through_halo(module, edge_index.halo(), size, kwargs)
+
+
 def _outside_propagate(what: str) -> InputError:
     return InputError(
         f"a layer used {what} outside propagate: on a distributed graph a layer reads edge_index only through "
@@ -337,9 +347,11 @@ def distribute(
     keeps the original ids in ``n_id``. ``options`` and the keywords (``strategy=``, ``threads=``, ``topology=``, ...)
     say how the propagations are planned and run (:class:`~sparsewire.exec.options.ExecOptions`; by default the torch
     backend on the CPU, one thread). ``comm``: MPI's world by default."""
-    comm = MPI.COMM_WORLD if comm is None else comm
+    comm = world() if comm is None else comm
     rank = comm.Get_rank()
-    options = exec_options(options or ExecOptions(backend="torch", threads=1), **option_keywords)
+    options = exec_options(
+        options or ExecOptions(backend="torch", threads=1, transport=native_transport(comm)), **option_keywords
+    )
     from_cache = comm.allgather(isinstance(data, OgbCache))
     if any(from_cache):
         agree_on_error(comm, None if all(from_cache) and partition == "even" else (

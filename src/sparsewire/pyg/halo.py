@@ -26,7 +26,7 @@ import torch
 from sparsewire.comm.runtime import mpi_datatype
 from sparsewire.errors import InputError
 
-__all__ = ["Halo", "halo_hook", "halo_problem"]
+__all__ = ["Halo", "halo_problem", "through_halo"]
 
 
 class Halo:
@@ -144,23 +144,17 @@ def _forward_problem(kind: type) -> str | None:
     return None
 
 
-def halo_hook(module, inputs):
-    """Not collective (the fetch it sets up is). PyG's propagate and edge_updater pre-hook: on a
-    :class:`~sparsewire.pyg.graph.DistributedGraph`, the local edge list, the extended size, and every node tensor a
-    ``*_j`` argument reads extended by the halo's rows (as ``(extended, own)`` where ``*_i`` reads it too)."""
-    from sparsewire.pyg.graph import DistributedGraph  # (graph imports this module's users)
-
-    edge_index, size, kwargs = inputs
-    if not isinstance(edge_index, DistributedGraph):
-        return None
+def through_halo(module, halo: Halo, size, kwargs: dict):
+    """Collective (the fetches). What PyG's propagate (or edge_updater) runs on instead of a distributed graph: the
+    local edge list, the extended size, and every node tensor a ``*_j`` argument reads extended by the halo's rows
+    (as ``(extended, own)`` where ``*_i`` reads it too)."""
     if size is not None:
         raise InputError(f"{type(module).__name__} on a distributed graph takes no size (the graph is square)")
-    halo = edge_index.halo()
     arguments = list(module._user_args) + list(module._edge_user_args)
     sources = {name[:-2] for name in arguments if name.endswith("_j")}
     targets = {name[:-2] for name in arguments if name.endswith("_i")}
     kwargs = dict(kwargs)
-    for name in sources:
+    for name in sorted(sources):  # the same order on every rank: each extension is a collective
         value = kwargs.get(name)
         if isinstance(value, (tuple, list)):
             kwargs[name] = (_extended(module, halo, value[0]), value[1])

@@ -19,10 +19,11 @@ import torch_geometric.nn as pyg
 from mpi4py import MPI
 from torch_geometric.nn.conv import MessagePassing
 
+from sparsewire.comm.runtime import world
 from sparsewire.errors import InputError
 from sparsewire.gnn import attend, propagate
-from sparsewire.pyg.graph import DistributedGraph
-from sparsewire.pyg.halo import halo_hook, halo_problem
+from sparsewire.pyg.graph import DistributedGraph, halo_hook
+from sparsewire.pyg.halo import halo_problem
 from sparsewire.pyg.training import all_reduce_sum, broadcast_parameters
 
 __all__ = ["BatchNorm1d", "GATConv", "GCNConv", "SAGEConv", "convert", "SUPPORTED"]
@@ -139,7 +140,7 @@ class BatchNorm1d(torch.nn.BatchNorm1d):
             return super().forward(input)
         if input.dim() != 2:
             raise InputError(f"BatchNorm1d on several ranks takes (nodes, features) (got {input.dim()} dimensions)")
-        comm = self.comm or MPI.COMM_WORLD
+        comm = self.comm or world()
         count = comm.allreduce(int(input.shape[0]), op=MPI.SUM)
         if count < 2 and self.training:
             raise InputError(f"batch norm needs more than one node over all ranks in training (got {count})")
@@ -204,7 +205,7 @@ def convert(model: torch.nn.Module, comm: MPI.Comm | None = None, *, broadcast: 
     :class:`~sparsewire.errors.InputError` naming it and the supported set, before anything changes. With
     ``broadcast`` every rank then takes rank 0's weights (:func:`~sparsewire.pyg.training.broadcast_parameters`).
     Returns the model."""
-    comm = MPI.COMM_WORLD if comm is None else comm
+    comm = world() if comm is None else comm
     modules = list(model.modules())
     for module in modules:
         problem = _refusal(module)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
+from sparsewire.comm.runtime import world
 from sparsewire.errors import InputError
 
 __all__ = [
@@ -29,7 +30,7 @@ __all__ = [
 
 
 def _comm(comm: MPI.Comm | None) -> MPI.Comm:
-    return MPI.COMM_WORLD if comm is None else comm
+    return world() if comm is None else comm
 
 
 def rank(comm: MPI.Comm | None = None) -> int:

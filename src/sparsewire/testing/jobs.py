@@ -80,9 +80,11 @@ def run_job(
     env: dict | None = None,
     cwd: str | os.PathLike | None = None,
     settle: float = 0.0,
+    launcher: str = "mpiexec",
 ) -> Job:
-    """Not collective (it starts the job). Run ``mpiexec -n RANKS python ARGS`` and wait at most
-    ``timeout`` seconds; then, after ``settle`` seconds, kill whatever of the job is left (found by its
+    """Not collective (it starts the job). Run ``mpiexec -n RANKS python ARGS`` (``launcher="torchrun"``:
+    ``torchrun --standalone --nproc-per-node RANKS ARGS``, its processes joined by torch.distributed alone) and wait
+    at most ``timeout`` seconds; then, after ``settle`` seconds, kill whatever of the job is left (found by its
     token) and report it in :attr:`Job.left_behind`.
 
     Raises:
@@ -92,8 +94,12 @@ def run_job(
     environment = {**os.environ, **JOB_ENVIRONMENT, **(env or {}), TOKEN_VARIABLE: token}
     started = time.perf_counter()
     try:
+        if launcher == "torchrun":
+            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks), *args]
+        else:
+            command = [mpiexec_path(), "-n", str(ranks), sys.executable, *args]
         completed = subprocess.run(
-            [mpiexec_path(), "-n", str(ranks), sys.executable, *args],
+            command,
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -1,0 +1,211 @@
+"""A communicator over torch.distributed, for jobs that ``torchrun`` starts: the collectives the planner, the
+distribution, the error agreement and training use (mpi4py's names and calling conventions), on a Gloo process group,
+so that a job plans, runs and reports without MPI between its processes.
+
+Why a second communicator rather than MPI under ``torchrun``: there, each process's MPI world has one rank (MPI's
+singleton start; no ``mpiexec`` runs), so only torch.distributed connects the processes. The objects the library
+hands to :class:`TorchComm` are those it hands to mpi4py (picklable values for the lower-case collectives, NumPy
+buffers for ``Allreduce`` and ``Alltoallv``), so the code above ``comm/`` is the same for both. Non-blocking
+collectives complete before they return (``MPI.REQUEST_NULL``: a wait on it returns at once). Point-to-point
+messages and one-sided operations are not provided: the executor's messages go over the torch transport
+(``transport="torch"``), and graph attention, SDDMM and SpGEMM, which send their own MPI messages, refuse such a
+communicator.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from functools import reduce
+
+import numpy as np
+from mpi4py import MPI
+
+from sparsewire._lib.launcher import launched_by_torchrun
+
+__all__ = ["TorchComm", "launched_by_torchrun", "torch_world"]
+
+#: The torch.distributed reduction of each MPI reduction on buffers.
+_BUFFER_OPS = {"SUM": "SUM", "MAX": "MAX", "MIN": "MIN", "PROD": "PRODUCT"}
+
+
+def torch_world() -> TorchComm:
+    """Collective on first use. Every process ``torchrun`` started, as one communicator (the default Gloo process
+    group, initialised from the launcher's environment when the caller has not)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    return TorchComm(None)
+
+
+def _name(op) -> str:
+    for name in ("SUM", "MAX", "MIN", "PROD", "LAND", "LOR", "BAND", "BOR"):
+        if op == getattr(MPI, name):
+            return name
+    raise NotImplementedError(f"the reduction {op} is not provided over torch.distributed")
+
+
+def _combine(name: str, a, b):
+    if name == "SUM":
+        return a + b
+    if name == "PROD":
+        return a * b
+    if name == "MAX":
+        return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
+    if name == "MIN":
+        return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
+    if name in ("LAND", "BAND"):
+        return np.logical_and(a, b) if name == "LAND" and isinstance(a, np.ndarray) else (a and b if name == "LAND" else a & b)
+    return np.logical_or(a, b) if name == "LOR" and isinstance(a, np.ndarray) else (a or b if name == "LOR" else a | b)
+
+
+def _spec(buffer):
+    """(array, counts, displacements) of an mpi4py buffer spec ``[array, counts, type]`` or
+    ``[array, (counts, displacements), type]``, in elements."""
+    array, layout = buffer[0], buffer[1]
+    if isinstance(layout, tuple):
+        counts, displacements = (np.asarray(v, np.int64) for v in layout)
+    else:
+        counts = np.asarray(layout, np.int64)
+        displacements = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    return np.asarray(array), counts, displacements
+
+
+class TorchComm:
+    """mpi4py's ``Comm`` over a torch.distributed group (None: the default group): ranks, the lower-case
+    collectives on picklable values, ``Allreduce``, ``Alltoall`` and ``Alltoallv`` on NumPy buffers, barriers,
+    ``Split``, ``Split_type`` (nodes from ``torchrun``'s ``GROUP_RANK``, else host names), ``Dup`` and ``Abort``."""
+
+    def __init__(self, group):
+        import torch.distributed as dist
+
+        self._dist, self.group = dist, group
+        self._rank, self._size = dist.get_rank(group), dist.get_world_size(group)
+
+    def __repr__(self) -> str:
+        return f"TorchComm(rank {self._rank} of {self._size})"
+
+    # -- ranks
+    def Get_rank(self) -> int:
+        """Not collective. This rank in the group."""
+        return self._rank
+
+    def Get_size(self) -> int:
+        """Not collective. The ranks of the group."""
+        return self._size
+
+    def _global(self, rank: int) -> int:
+        return rank if self.group is None else self._dist.get_global_rank(self.group, rank)
+
+    # -- collectives on picklable values
+    def allgather(self, value) -> list:
+        """Collective. Every rank's picklable ``value``, in rank order."""
+        gathered = [None] * self._size
+        self._dist.all_gather_object(gathered, value, group=self.group)
+        return gathered
+
+    def bcast(self, value, root: int = 0):
+        """Collective. ``root``'s ``value`` on every rank."""
+        box = [value if self._rank == root else None]
+        self._dist.broadcast_object_list(box, src=self._global(root), group=self.group)
+        return box[0]
+
+    def gather(self, value, root: int = 0):
+        """Collective. Every rank's ``value`` on ``root`` (None elsewhere)."""
+        gathered = self.allgather(value)
+        return gathered if self._rank == root else None
+
+    def scatter(self, values, root: int = 0):
+        """Collective. Rank r gets ``values[r]`` of ``root``'s list."""
+        box = [None]
+        self._dist.scatter_object_list(box, values if self._rank == root else None, src=self._global(root), group=self.group)
+        return box[0]
+
+    def alltoall(self, values: list) -> list:
+        """Collective. Rank r gets every rank's ``values[r]``, in rank order."""
+        every = self.allgather(list(values))
+        return [every[peer][self._rank] for peer in range(self._size)]
+
+    def allreduce(self, value, op=MPI.SUM):
+        """Collective. ``op`` (``MPI.SUM``, ``MAX``, ``MIN``, ``PROD``, ``LAND``, ``LOR``, ...) over every rank's value."""
+        return reduce(lambda a, b: _combine(_name(op), a, b), self.allgather(value))
+
+    def Barrier(self) -> None:
+        """Collective. Returns when every rank has entered."""
+        self._dist.barrier(group=self.group)
+
+    barrier = Barrier
+
+    def Ibarrier(self):
+        """Collective. A barrier, completed before it returns (``MPI.REQUEST_NULL``)."""
+        self.Barrier()
+        return MPI.REQUEST_NULL
+
+    # -- collectives on NumPy buffers
+    def Allreduce(self, send, receive, op=MPI.SUM) -> None:
+        """Collective. ``op`` over every rank's buffer into ``receive`` (``send`` may be ``MPI.IN_PLACE``)."""
+        import torch
+
+        target = np.asarray(receive[0] if isinstance(receive, (list, tuple)) else receive)
+        if send is not MPI.IN_PLACE:
+            target[...] = np.asarray(send[0] if isinstance(send, (list, tuple)) else send)
+        name = _name(op)
+        if name in _BUFFER_OPS and target.dtype != np.bool_:
+            tensor = torch.from_numpy(target.reshape(-1)) if target.flags.c_contiguous else torch.from_numpy(target.copy())
+            self._dist.all_reduce(tensor, op=getattr(self._dist.ReduceOp, _BUFFER_OPS[name]), group=self.group)
+            if not target.flags.c_contiguous:
+                target[...] = tensor.numpy().reshape(target.shape)
+        else:
+            target[...] = self.allreduce(target.copy(), op)
+
+    def Iallreduce(self, send, receive, op=MPI.SUM):
+        """Collective. :meth:`Allreduce`, completed before it returns (``MPI.REQUEST_NULL``)."""
+        self.Allreduce(send, receive, op)
+        return MPI.REQUEST_NULL
+
+    def Alltoall(self, send, receive) -> None:
+        """Collective. Block r of ``send`` to rank r, rank q's block into block q of ``receive``."""
+        send_array, receive_array = (
+            np.asarray(send[0] if isinstance(send, list) else send),
+            np.asarray(receive[0] if isinstance(receive, list) else receive),
+        )
+        block = send_array.size // self._size
+        pieces = self.alltoall([send_array.reshape(-1)[p * block : (p + 1) * block].copy() for p in range(self._size)])
+        receive_array.reshape(-1)[...] = np.concatenate(pieces)
+
+    def Alltoallv(self, send, receive) -> None:
+        """Collective. mpi4py's ``Alltoallv`` on buffer specs ``[array, (counts, displacements), type]``."""
+        send_array, send_counts, send_displacements = _spec(send)
+        receive_array, receive_counts, receive_displacements = _spec(receive)
+        flat_send, flat_receive = send_array.reshape(-1), receive_array.reshape(-1)
+        pieces = self.alltoall([flat_send[d : d + c].copy() for c, d in zip(send_counts, send_displacements)])
+        for piece, count, displacement in zip(pieces, receive_counts, receive_displacements):
+            flat_receive[displacement : displacement + count] = piece[:count]
+
+    # -- communicators
+    def Split(self, color: int, key: int = 0) -> TorchComm:
+        """Collective. The ranks of each ``color`` as one communicator, ordered by ``key``."""
+        members = self.allgather((int(color), int(key), self._global(self._rank)))
+        mine = sorted((k, g) for c, k, g in members if c == color)
+        group = self._dist.new_group([g for _, g in mine], use_local_synchronization=True)
+        return TorchComm(group)
+
+    def Split_type(self, split_type, key: int = 0, info=None) -> TorchComm:
+        """Collective. The ranks on this rank's node (``torchrun``'s ``GROUP_RANK``, else the host name)."""
+        node = os.environ.get("GROUP_RANK")
+        name = f"node {node}" if node is not None else socket.gethostname()
+        names = sorted(set(self.allgather(name)))
+        return self.Split(names.index(name), self._rank)
+
+    def Dup(self) -> TorchComm:
+        """Not collective. The same group (its collectives carry no tags to keep apart)."""
+        return TorchComm(self.group)
+
+    def Free(self) -> None:
+        """Not collective. Nothing to free: groups live as long as the process group."""
+        pass
+
+    def Abort(self, errorcode: int = 1) -> None:
+        """Not collective. End this process with ``errorcode`` (torchrun then ends the others)."""
+        os._exit(errorcode)

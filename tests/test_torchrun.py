@@ -1,0 +1,68 @@
+"""Jobs that ``torchrun`` starts: their processes share no MPI world, and sparsewire plans, runs and reports over
+torch.distributed alone. At P = 1 to 4 one job (tests/torchrun_job.py) runs ``sparsewire spmm --check`` for every
+strategy (C exact against SciPy), ``sparsewire gcn cora`` (the losses of the same command under ``mpiexec``), and a
+PyG model converted by sparsewire.pyg (the single process's losses for 100 epochs); no rank has ``mpiexec`` or its
+proxy among its ancestors, and each rank's MPI world is itself alone. The ancestry check fails on a planted fault:
+the same job under ``mpiexec``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT, _seed, run_mpi
+from sparsewire import testing
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_geometric")
+
+JOB = str(ROOT / "tests" / "torchrun_job.py")
+MPI_LAUNCHERS = ("mpiexec", "mpiexec.hydra", "hydra_pmi_proxy", "mpirun", "orterun", "prterun")
+
+
+def parts(job: testing.Job) -> dict:
+    """Rank 0's JSON object per part, and every rank's LAUNCH record."""
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-6000:]
+    found = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1]) for line in job.stdout.splitlines() if " {" in line}
+    found["launch"] = [json.loads(line[len("LAUNCH ") :]) for line in job.stderr.splitlines() if line.startswith("LAUNCH ")]
+    return found
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_a_torchrun_job_plans_runs_and_trains_without_mpi(ranks):
+    seed = _seed() % 10_000
+    found = parts(testing.run_job(ranks, [JOB, str(seed)], timeout=540, launcher="torchrun"))
+    launch = found["launch"]
+    assert sorted(record["rank"] for record in launch) == list(range(ranks))
+    for record in launch:
+        assert record["mpi_world"] == 1, record
+        assert not set(record["ancestors"]) & set(MPI_LAUNCHERS), record
+    spmm = found["spmm"]
+    assert spmm["ranks"] == ranks and spmm["transport"] == "torch"
+    assert {run["strategy"] for run in spmm["runs"]} >= {"block", "column", "row", "joint"}
+    for run in spmm["runs"]:
+        assert run["max_abs_error"] == 0.0 and run["check_passed"], run["strategy"]
+    gcn = found["gcn"]
+    assert gcn["ranks"] == ranks and gcn["transport"] == "torch"
+    reference = run_mpi(ranks, ["-m", "sparsewire", "gcn", "cora", "--epochs", "4", "--json"], timeout=300)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    expected = json.loads(reference.stdout.strip().splitlines()[-1])
+    losses = [entry["loss"] for entry in gcn["history"]]
+    assert losses == pytest.approx([entry["loss"] for entry in expected["history"]], abs=1e-6)
+    pyg = found["pyg"]
+    assert pyg["epochs"] == 100 and pyg["largest_difference"] < 1e-9
+    assert "share no MPI world (torchrun started them); start it with mpiexec" in pyg["gat"]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_the_ancestry_check_sees_mpiexec_when_it_started_the_job():
+    """The planted fault: under mpiexec, the job's ranks name Hydra's proxy among their ancestors and share a world."""
+    job = run_mpi(2, [JOB, "3"], timeout=240)
+    launch = parts(job)["launch"]
+    assert len(launch) == 2
+    for record in launch:
+        assert set(record["ancestors"]) & set(MPI_LAUNCHERS) and record["mpi_world"] == 2, record

@@ -1,0 +1,129 @@
+"""One job of tests/test_torchrun.py, run by ``torchrun`` (or, for the planted fault, by ``mpiexec``).
+
+    torchrun --standalone --nproc-per-node P tests/torchrun_job.py SEED
+
+Each rank first writes one line ``LAUNCH {...}`` to standard error: its launcher's rank, the size of its MPI world,
+and the names of its ancestor processes (read from ``/proc``), so that the test can see that no ``mpiexec`` (or
+its proxy) started it. Then, on every rank: ``sparsewire spmm --check --json`` (all strategies) and ``sparsewire gcn
+cora --json`` through the command line's own entry, and a PyG model (GCN, batch norm, SAGE mean and max, GIN)
+converted by sparsewire.pyg and trained 100 epochs in float64 beside the same model on one process (each rank
+computes that reference itself); a converted GAT is tried and its refusal written. Rank 0 writes one JSON object
+per part to standard output, each on a line of its own starting with the part's name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+
+import numpy as np
+
+
+def ancestors() -> list[str]:
+    """The command names of this process's ancestors, nearest first."""
+    names, pid = [], os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read()
+        names.append(fields[fields.index("(") + 1 : fields.rindex(")")])
+        pid = int(fields[fields.rindex(")") + 2 :].split()[1])
+    return names
+
+
+def command(*args: str) -> dict:
+    """``sparsewire ARGS`` in this process, its JSON (rank 0's standard output; {} elsewhere)."""
+    from sparsewire.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(list(args))
+    if status:
+        raise SystemExit(f"sparsewire {' '.join(args)} ended with {status}")
+    text = out.getvalue().strip()
+    return json.loads(text) if text else {}
+
+
+def pyg_losses(seed: int) -> dict:
+    """Per-epoch losses of a converted model against the same model on one process, and GAT's refusal."""
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.data import Data
+    from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
+    from torch_geometric.utils import coalesce
+
+    import sparsewire.pyg as sw
+    from sparsewire.errors import InputError
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(seed)  # the same graph on every rank: same seed
+    n = 40
+    edge_index = coalesce(torch.from_numpy(rng.integers(0, n, (2, 220))), num_nodes=n)
+    data = Data(x=torch.from_numpy(rng.standard_normal((n, 5))), edge_index=edge_index,
+                y=torch.from_numpy(rng.integers(0, 3, n)), train_mask=torch.from_numpy(rng.random(n) < 0.6))  # fmt: skip
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gcn, self.norm = GCNConv(5, 6), torch.nn.BatchNorm1d(6)
+            self.sage, self.max = SAGEConv(6, 6), SAGEConv(6, 6, aggr="max")
+            self.gin = GINConv(torch.nn.Linear(6, 3))
+
+        def forward(self, x, edge_index):
+            x = self.norm(self.gcn(x, edge_index)).relu()
+            x = self.max(self.sage(x, edge_index).relu(), edge_index).relu()
+            return self.gin(x, edge_index)
+
+    def trained(model, x, graph, y, mask, loss, reduce_gradients) -> list[float]:
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        losses = []
+        for _ in range(100):
+            optimizer.zero_grad()
+            value = loss(model(x, graph)[mask], y[mask])
+            value.backward()
+            reduce_gradients(model)
+            optimizer.step()
+            losses.append(float(value.detach()))
+        return losses
+
+    torch.manual_seed(seed)
+    reference = Net().double()
+    initial = {k: v.clone() for k, v in reference.state_dict().items()}
+    expected = trained(reference, data.x, data.edge_index, data.y, data.train_mask, F.cross_entropy, lambda m: None)
+    model = Net().double()
+    model.load_state_dict(initial)
+    model = sw.convert(model)
+    local = sw.distribute(data, partition="rcm")
+    losses = trained(model, local.x, local.edge_index, local.y, local.train_mask, sw.cross_entropy, sw.allreduce_gradients)
+    refusal = None
+    try:
+        sw.convert(GATConv(5, 2)).double()(local.x, local.edge_index)
+    except InputError as error:
+        refusal = str(error)
+    return {"largest_difference": max(abs(a - b) for a, b in zip(losses, expected)), "epochs": len(losses), "gat": refusal}
+
+
+def main() -> None:
+    seed = int(sys.argv[1])
+    from mpi4py import MPI
+
+    from sparsewire._lib.launcher import launcher_rank
+
+    record = {"rank": launcher_rank(), "mpi_world": MPI.COMM_WORLD.Get_size(), "ancestors": ancestors()}
+    print("LAUNCH " + json.dumps(record), file=sys.stderr, flush=True)
+    parts = {
+        "spmm": command("spmm", f"rmat:9:8:{seed % 100}", "--strategy", "all", "--repeat", "2", "--check", "--json"),
+        "gcn": command("gcn", "cora", "--epochs", "4", "--json"),
+        "pyg": pyg_losses(seed),
+    }
+    from sparsewire.pyg import rank
+
+    if rank() == 0:
+        for name, result in parts.items():
+            print(f"{name} {json.dumps(result)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
