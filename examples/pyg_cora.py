@@ -71,6 +71,7 @@ def main() -> None:
         model = GAT(data.x.shape[1], 8, classes)
         optimizer = torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4)
     model = sw.convert(model)  # sparsewire: rank 0's initial weights on every rank
+    torch.manual_seed(args.seed + 1000 * sw.rank())  # sparsewire: each rank its own dropout masks
 
     def train() -> float:
         model.train()
