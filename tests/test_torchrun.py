@@ -55,6 +55,10 @@ def test_a_torchrun_job_plans_runs_and_trains_without_mpi(ranks):
     pyg = found["pyg"]
     assert pyg["epochs"] == 100 and pyg["largest_difference"] < 1e-9
     assert "share no MPI world (torchrun started them); start it with mpiexec" in pyg["gat"]
+    refused = found["refusals"]
+    for name in ("sddmm", "spgemm"):
+        assert refused[name].startswith(f"{name.upper() if name == 'sddmm' else 'SpGEMM'} sends its messages over MPI"), refused
+    assert "use transport 'torch'" in refused["mpi transport"], refused
 
 
 @pytest.mark.mpi

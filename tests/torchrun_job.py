@@ -7,7 +7,8 @@ and the names of its ancestor processes (read from ``/proc``), so that the test 
 its proxy) started it. Then, on every rank: ``sparsewire spmm --check --json`` (all strategies) and ``sparsewire gcn
 cora --json`` through the command line's own entry, and a PyG model (GCN, batch norm, SAGE mean and max, GIN)
 converted by sparsewire.pyg and trained 100 epochs in float64 beside the same model on one process (each rank
-computes that reference itself); a converted GAT is tried and its refusal written. Rank 0 writes one JSON object
+computes that reference itself); a converted GAT, SDDMM, SpGEMM and the MPI transport are tried and their refusals
+written. Rank 0 writes one JSON object
 per part to standard output, each on a line of its own starting with the part's name.
 """
 
@@ -105,6 +106,29 @@ def pyg_losses(seed: int) -> dict:
     return {"largest_difference": max(abs(a - b) for a, b in zip(losses, expected)), "epochs": len(losses), "gat": refusal}
 
 
+def refusals() -> dict:
+    """What sends its own MPI messages, tried on the torchrun job's communicator: each refusal's line."""
+    import sparsewire
+    from sparsewire.comm import world
+    from sparsewire.errors import InputError
+
+    comm = world()
+    matrix = sparsewire.distribute(comm, "stencil2d:6")
+    found = {}
+    attempts = {
+        "sddmm": lambda: sparsewire.plan_sddmm(matrix, 4),
+        "spgemm": lambda: sparsewire.plan_spgemm(matrix, matrix),
+        "mpi transport": lambda: sparsewire.plan_spmm(matrix, 4, options=sparsewire.ExecOptions(transport="mpi")),
+    }
+    for name, attempt in attempts.items():
+        try:
+            attempt().close()
+            found[name] = None
+        except InputError as error:
+            found[name] = str(error)
+    return found
+
+
 def main() -> None:
     seed = int(sys.argv[1])
     from mpi4py import MPI
@@ -117,6 +141,7 @@ def main() -> None:
         "spmm": command("spmm", f"rmat:9:8:{seed % 100}", "--strategy", "all", "--repeat", "2", "--check", "--json"),
         "gcn": command("gcn", "cora", "--epochs", "4", "--json"),
         "pyg": pyg_losses(seed),
+        "refusals": refusals(),
     }
     from sparsewire.pyg import rank
 

@@ -44,7 +44,7 @@ from mpi4py import MPI
 from sparsewire._lib.cores import default_threads, oversubscribed
 from sparsewire._lib.sizes import check_dense_fits
 from sparsewire.comm.lifetime import admit, free_communicators, release_now, track
-from sparsewire.comm.runtime import agree_on_error, node_ids, on_mpi
+from sparsewire.comm.runtime import agree_on_error, agreed, node_ids, on_mpi
 from sparsewire.comm.watchdog import Watchdog
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import BufferNeeds, build_buffers
@@ -93,10 +93,12 @@ class SpmmExecutor:
                 "the executor runs one mode: choose it first (ExecOptions(mode=...); plan_spmm chooses 'auto' for you)"
             )
         mode = Mode(options.mode)
-        if options.transport == "mpi" and not on_mpi(comm):
-            raise InputError(
-                "this job's processes share no MPI world (torchrun started them): use transport 'torch' "
-                "(--transport torch, ExecOptions(transport='torch'))"
+        if options.transport == "mpi" and not on_mpi(comm):  # (every rank's communicator alike: raised on all)
+            raise agreed(
+                InputError(
+                    "this job's processes share no MPI world (torchrun started them): use transport 'torch' "
+                    "(--transport torch, ExecOptions(transport='torch'))"
+                )
             )
         transport_class = transport_entry(options.transport).transport_class(mode, comm, options.device)
         self.stages_messages = transport_class.stages_messages
