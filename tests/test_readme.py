@@ -16,7 +16,11 @@ from conftest import CHILD_ENV, ROOT, mpiexec_path
 README = (ROOT / "README.md").read_text()
 SETUP = "python3 -m venv .venv && .venv/bin/pip install -q -r requirements.lock -e . && "
 #: What a test may shrink so that the command runs in seconds here (the same command, a smaller input).
-SMALLER = {"rmat:16:8:1": "rmat:11:8:1", "pyg_cora.py --model gat": "pyg_cora.py --model gat --epochs 3"}
+SMALLER = {
+    "rmat:16:8:1": "rmat:11:8:1",
+    "pyg_cora.py --model gat": "pyg_cora.py --model gat --epochs 3",
+    "3 examples/pyg_cora.py": "3 examples/pyg_cora.py --epochs 3",
+}
 
 
 def _commands() -> list[str]:
