@@ -1,7 +1,8 @@
 """Jobs that ``torchrun`` starts: their processes share no MPI world, and sparsewire plans, runs and reports over
 torch.distributed alone. At P = 1 to 4 one job (tests/torchrun_job.py) runs ``sparsewire spmm --check`` for every
 strategy (C exact against SciPy), ``sparsewire gcn cora`` (the losses of the same command under ``mpiexec``), and a
-PyG model converted by sparsewire.pyg (the single process's losses for 100 epochs); no rank has ``mpiexec`` or its
+PyG model with GCN, SAGE, GIN, GAT and batch norm converted by sparsewire.pyg (the single process's losses for 100
+epochs); no rank has ``mpiexec`` or its
 proxy among its ancestors, and each rank's MPI world is itself alone. The ancestry check fails on a planted fault:
 the same job under ``mpiexec``."""
 
@@ -53,8 +54,7 @@ def test_a_torchrun_job_plans_runs_and_trains_without_mpi(ranks):
     losses = [entry["loss"] for entry in gcn["history"]]
     assert losses == pytest.approx([entry["loss"] for entry in expected["history"]], abs=1e-6)
     pyg = found["pyg"]
-    assert pyg["epochs"] == 100 and pyg["largest_difference"] < 1e-9
-    assert "share no MPI world (torchrun started them); start it with mpiexec" in pyg["gat"]
+    assert pyg["epochs"] == 100 and pyg["largest_difference"] < 1e-8  # float64: rounding only (1e-5 asked)
     refused = found["refusals"]
     for name in ("sddmm", "spgemm"):
         assert refused[name].startswith(f"{name.upper() if name == 'sddmm' else 'SpGEMM'} sends its messages over MPI"), refused

@@ -5,11 +5,10 @@
 Each rank first writes one line ``LAUNCH {...}`` to standard error: its launcher's rank, the size of its MPI world,
 and the names of its ancestor processes (read from ``/proc``), so that the test can see that no ``mpiexec`` (or
 its proxy) started it. Then, on every rank: ``sparsewire spmm --check --json`` (all strategies) and ``sparsewire gcn
-cora --json`` through the command line's own entry, and a PyG model (GCN, batch norm, SAGE mean and max, GIN)
+cora --json`` through the command line's own entry, and a PyG model (GCN, batch norm, SAGE mean and max, GIN, GAT)
 converted by sparsewire.pyg and trained 100 epochs in float64 beside the same model on one process (each rank
-computes that reference itself); a converted GAT, SDDMM, SpGEMM and the MPI transport are tried and their refusals
-written. Rank 0 writes one JSON object
-per part to standard output, each on a line of its own starting with the part's name.
+computes that reference itself); SDDMM, SpGEMM and the MPI transport are tried and their refusals written. Rank 0
+writes one JSON object per part to standard output, each on a line of its own starting with the part's name.
 """
 
 from __future__ import annotations
@@ -56,7 +55,6 @@ def pyg_losses(seed: int) -> dict:
     from torch_geometric.utils import coalesce
 
     import sparsewire.pyg as sw
-    from sparsewire.errors import InputError
 
     torch.set_num_threads(1)
     rng = np.random.default_rng(seed)  # the same graph on every rank: same seed
@@ -70,12 +68,13 @@ def pyg_losses(seed: int) -> dict:
             super().__init__()
             self.gcn, self.norm = GCNConv(5, 6), torch.nn.BatchNorm1d(6)
             self.sage, self.max = SAGEConv(6, 6), SAGEConv(6, 6, aggr="max")
-            self.gin = GINConv(torch.nn.Linear(6, 3))
+            self.gin = GINConv(torch.nn.Linear(6, 6))
+            self.gat = GATConv(6, 3, heads=2, concat=False)
 
         def forward(self, x, edge_index):
             x = self.norm(self.gcn(x, edge_index)).relu()
             x = self.max(self.sage(x, edge_index).relu(), edge_index).relu()
-            return self.gin(x, edge_index)
+            return self.gat(self.gin(x, edge_index).relu(), edge_index)
 
     def trained(model, x, graph, y, mask, loss, reduce_gradients) -> list[float]:
         optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -98,12 +97,7 @@ def pyg_losses(seed: int) -> dict:
     model = sw.convert(model)
     local = sw.distribute(data, partition="rcm")
     losses = trained(model, local.x, local.edge_index, local.y, local.train_mask, sw.cross_entropy, sw.allreduce_gradients)
-    refusal = None
-    try:
-        sw.convert(GATConv(5, 2)).double()(local.x, local.edge_index)
-    except InputError as error:
-        refusal = str(error)
-    return {"largest_difference": max(abs(a - b) for a, b in zip(losses, expected)), "epochs": len(losses), "gat": refusal}
+    return {"largest_difference": max(abs(a - b) for a, b in zip(losses, expected)), "epochs": len(losses)}
 
 
 def refusals() -> dict:

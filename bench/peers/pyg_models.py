@@ -191,7 +191,8 @@ def main() -> None:
             cores = ranks * threads
             if cores not in references:
                 print(f"{model}: PyG on {cores} thread(s) ...", file=sys.stderr, flush=True)
-                references[cores] = run_json([sys.executable, __file__, *epochs, "--worker", "pyg", str(plain), model, str(cores), "-"])
+                worker = ["--worker", "pyg", str(plain), model, str(cores), "-"]
+                references[cores] = run_json([sys.executable, __file__, *epochs, *worker])
             print(f"{model}: ours {ranks} x {threads} ...", file=sys.stderr, flush=True)
             mine = run_json(job(ranks, __file__, *epochs, "--worker", "ours", directory, model, threads, "auto"))
             halo = None

@@ -88,4 +88,4 @@ def test_gcn_model_gat_takes_pyg_example_settings_and_moves_the_planned_bytes(co
 @pytest.mark.ranks(2)
 def test_gcn_model_gat_refuses_the_torch_transport(command):
     status, out, err = command("gcn", "cora", "--model", "gat", "--epochs", "1", "--transport", "torch")
-    assert status != 0 and "attention layers run on the MPI transport" in err, err[-2000:]
+    assert status != 0 and "attention layers run on the mpi transport" in err, err[-2000:]

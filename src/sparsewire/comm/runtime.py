@@ -38,6 +38,8 @@ __all__ = [
     "abort_job",
     "mpi_datatype",
     "wait_all",
+    "wait_messages",
+    "message_statuses",
     "wait_any",
     "THREADS_ENVIRONMENT_VARIABLE",
 ]
@@ -61,6 +63,22 @@ def wait_all(requests: list, statuses: list | None = None, *, yielding: bool = F
         return
     while not MPI.Request.Testall(requests, statuses):
         os.sched_yield()
+
+
+def message_statuses(requests: list) -> list:
+    """Not collective. Statuses for :func:`wait_messages` to fill: ``MPI.Status`` objects for MPI's requests; for
+    torch.distributed's, the requests themselves (each says its bytes once waited for)."""
+    return [request if not isinstance(request, MPI.Request) else MPI.Status() for request in requests]
+
+
+def wait_messages(requests: list, statuses: list | None = None) -> None:
+    """Not collective. ``MPI_Waitall`` on MPI's requests, or each torch.distributed request waited for in turn (a
+    communicator of a job ``torchrun`` started): code that sends its own messages runs on either."""
+    if all(isinstance(request, MPI.Request) for request in requests):
+        MPI.Request.Waitall(requests, statuses)
+        return
+    for request in requests:
+        request.Wait()
 
 
 def wait_any(requests: list, status: MPI.Status, *, yielding: bool = False) -> int:

@@ -8,8 +8,8 @@ hands to :class:`TorchComm` are those it hands to mpi4py (picklable values for t
 buffers for ``Allreduce`` and ``Alltoallv``), so the code above ``comm/`` is the same for both. Non-blocking
 collectives complete before they return (``MPI.REQUEST_NULL``: a wait on it returns at once). Point-to-point
 messages and one-sided operations are not provided: the executor's messages go over the torch transport
-(``transport="torch"``), and graph attention, SDDMM and SpGEMM, which send their own MPI messages, refuse such a
-communicator.
+(``transport="torch"``); graph attention's own messages go over Gloo's ``isend``/``irecv`` (:class:`TorchRequest`);
+SDDMM and SpGEMM, which send their own MPI messages, refuse such a communicator.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from mpi4py import MPI
 
 from sparsewire._lib.launcher import launched_by_torchrun
 
-__all__ = ["TorchComm", "launched_by_torchrun", "torch_world"]
+__all__ = ["TorchComm", "TorchRequest", "launched_by_torchrun", "torch_world"]
 
 #: The torch.distributed reduction of each MPI reduction on buffers.
 _BUFFER_OPS = {"SUM": "SUM", "MAX": "MAX", "MIN": "MIN", "PROD": "PRODUCT"}
@@ -72,9 +72,26 @@ def _spec(buffer):
     return np.asarray(array), counts, displacements
 
 
+class TorchRequest:
+    """A message in flight over torch.distributed; after :meth:`Wait`, also its status (:meth:`Get_count`: the bytes
+    of the buffer, torch.distributed reports no receive status)."""
+
+    def __init__(self, work, buffer: np.ndarray):
+        self.work, self.buffer = work, buffer
+
+    def Wait(self, status=None) -> None:
+        """Not collective. Until the message is sent or received."""
+        self.work.wait()
+
+    def Get_count(self, datatype=None) -> int:
+        """Not collective. The buffer's bytes (``datatype`` ignored: only bytes are asked for)."""
+        return int(self.buffer.nbytes)
+
+
 class TorchComm:
     """mpi4py's ``Comm`` over a torch.distributed group (None: the default group): ranks, the lower-case
     collectives on picklable values, ``Allreduce``, ``Alltoall`` and ``Alltoallv`` on NumPy buffers, barriers,
+    ``Isend`` and ``Irecv`` on NumPy buffers,
     ``Split``, ``Split_type`` (nodes from ``torchrun``'s ``GROUP_RANK``, else host names), ``Dup`` and ``Abort``."""
 
     def __init__(self, group):
@@ -182,6 +199,24 @@ class TorchComm:
         pieces = self.alltoall([flat_send[d : d + c].copy() for c, d in zip(send_counts, send_displacements)])
         for piece, count, displacement in zip(pieces, receive_counts, receive_displacements):
             flat_receive[displacement : displacement + count] = piece[:count]
+
+    # -- point-to-point, on NumPy buffers (graph attention's messages)
+    def Isend(self, buffer, dest: int, tag: int = 0) -> TorchRequest:
+        """Not collective. Send a contiguous NumPy array to ``dest`` (Gloo's ``isend``); complete it with
+        :func:`~sparsewire.comm.runtime.wait_messages`."""
+        import torch
+
+        array = np.ascontiguousarray(buffer)
+        return TorchRequest(self._dist.isend(torch.from_numpy(array), self._global(dest), group=self.group, tag=tag), array)
+
+    def Irecv(self, buffer, source: int, tag: int = 0) -> TorchRequest:
+        """Not collective. Receive into a contiguous NumPy array from ``source`` (Gloo's ``irecv``: the sender's
+        count must be the buffer's, as the plans that use it agree at setup)."""
+        import torch
+
+        if not buffer.flags.c_contiguous:
+            raise ValueError("a receive buffer over torch.distributed must be contiguous")
+        return TorchRequest(self._dist.irecv(torch.from_numpy(buffer), self._global(source), group=self.group, tag=tag), buffer)
 
     # -- communicators
     def Split(self, color: int, key: int = 0) -> TorchComm:

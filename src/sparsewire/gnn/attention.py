@@ -16,7 +16,14 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, agree_on_values, collective_errors, mpi_messages_problem, ranks_on_node
+from sparsewire.comm.runtime import (
+    agree_on_error,
+    agree_on_values,
+    collective_errors,
+    message_statuses,
+    ranks_on_node,
+    wait_messages,
+)
 from sparsewire.kernels.attention import attend_backward, attend_forward, merge_gradients, merge_partials, source_order
 from sparsewire.kernels.compiled import run_threaded, set_threads
 from sparsewire.plan.attention import (
@@ -260,10 +267,10 @@ class AttentionPlan:
         bytes received."""
         comm = self._comm
         requests = [comm.Irecv(buffer, peer, tag) for peer, buffer, tag in receives]
-        statuses = [MPI.Status() for _ in requests]
+        statuses = message_statuses(requests)
         sent = [comm.Isend(np.ascontiguousarray(array), peer, tag) for peer, array, tag in sends]
-        MPI.Request.Waitall(requests, statuses)
-        MPI.Request.Waitall(sent)
+        wait_messages(requests, statuses)
+        wait_messages(sent)
         self._count([peer for peer, _, _ in receives], statuses, "forward")
 
     def forward(self, z: np.ndarray, att_src: np.ndarray, t: np.ndarray, slope: float, dropout: float, salt: int):
@@ -321,7 +328,7 @@ class AttentionPlan:
         receives += [(peer, buffer, _Z_GRAD) for peer, buffer in z_grads_in.items()]
         receives += [(peer, buffer, _T_GRAD) for peer, buffer in t_grads_in.items()]
         requests = [comm.Irecv(buffer, peer, tag) for peer, buffer, tag in receives]
-        statuses = [MPI.Status() for _ in requests]
+        statuses = message_statuses(requests)
         sent = []
         for peer, rows in self._row_blocks:
             gV, gL = partial_gradients(weights[peer], saved["remote"][peer][1], rows)
@@ -339,12 +346,12 @@ class AttentionPlan:
         g_table = gz + gs[:, :, None] * att_src
         sent += [comm.Isend(g_table[rows], sender, _Z_GRAD_RELAY) for sender, rows, tag in self._fetch if tag == _Z_RELAY]
         relays = slice(len(grads_in), len(grads_in) + len(relay_grads_in))
-        MPI.Request.Waitall(requests[relays], statuses[relays])
+        wait_messages(requests[relays], statuses[relays])
         for (_, rows), buffer in zip(self._relay, relay_grads_in):
             g_table[rows] += buffer
         sent += [comm.Isend(g_table[rows], sender, _Z_GRAD) for sender, rows, tag in self._fetch if tag == _Z]
         # Round two: aggregate the gradients of the partials made here; send those of t back.
-        MPI.Request.Waitall(requests[: len(grads_in)], statuses[: len(grads_in)])
+        wait_messages(requests[: len(grads_in)], statuses[: len(grads_in)])
         s_own, gz_own, gs_own = s_table[:n], gz[:n], gs[:n]
         for peer, part in self._served:
             buffer = grads_in[peer]
@@ -353,8 +360,8 @@ class AttentionPlan:
             gt_p = part.backward(z, s_own, saved["t_in"][peer], slope, dropout, salt, softmax, V_p,
                                  np.ascontiguousarray(gV_in), np.ascontiguousarray(gL_in), gz_own, gs_own)  # fmt: skip
             sent.append(comm.Isend(gt_p, peer, _T_GRAD))
-        MPI.Request.Waitall(requests[relays.stop :], statuses[relays.stop :])
-        MPI.Request.Waitall(sent)
+        wait_messages(requests[relays.stop :], statuses[relays.stop :])
+        wait_messages(sent)
         self._count([peer for peer, _, _ in receives], statuses, "backward")
         d_att += np.einsum("mh,mhc->hc", gs_own, z)
         dz = gz_own + gs_own[:, :, None] * att_src
@@ -415,11 +422,9 @@ def make_attention_plan(
 ) -> AttentionPlan:  # fmt: skip
     """Collective. Check the arguments on every rank, then plan (:class:`AttentionPlan`); ``groups``: each rank's group,
     which ``column-hier`` needs."""
-    problem = mpi_messages_problem(matrix.comm, "graph attention (GATConv)")
+    problem = None
     size = matrix.comm.Get_size()
-    if problem:
-        pass
-    elif strategy not in ATTENTION_STRATEGIES:
+    if strategy not in ATTENTION_STRATEGIES:
         problem = f"unknown attention strategy {strategy!r}; choose one of {', '.join(ATTENTION_STRATEGIES)}"
     elif matrix.shape[0] != matrix.shape[1] or not np.array_equal(matrix.row_partition.offsets, matrix.col_partition.offsets):
         problem = f"attention needs a square graph whose rows and columns are split alike (got {matrix.shape})"

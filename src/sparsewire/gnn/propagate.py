@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import torch
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, collective_errors, mpi_messages_problem, native_transport, node_ids
+from sparsewire.comm.runtime import agree_on_error, collective_errors, native_transport, node_ids
 from sparsewire.distributed.matrix import DistributedMatrix
 from sparsewire.distributed.spmm import SpmmPlan, plan_spmm
 from sparsewire.errors import InputError
@@ -129,11 +129,11 @@ class GraphOperator:
             except InputError as error:
                 strategy, problem = None, error
             options = self.options
-            problem = mpi_messages_problem(self.comm, "graph attention (GATConv)") or problem
-            if problem is None and (options.transport != "mpi" or options.compress != "none" or options.device != "cpu"):
+            native = native_transport(self.comm)  # attention sends its own messages: MPI's, or torch.distributed's
+            if problem is None and (options.transport != native or options.compress != "none" or options.device != "cpu"):
                 problem = (
-                    f"attention layers run on the MPI transport, uncompressed, on the CPU (got transport {options.transport}, "
-                    f"compress {options.compress}, device {options.device}); use those for GAT"
+                    f"attention layers run on the {native} transport, uncompressed, on the CPU (got transport "
+                    f"{options.transport}, compress {options.compress}, device {options.device}); use those for GAT"
                 )
             agree_on_error(self.comm, problem)
             topology = options.topology
