@@ -2,8 +2,10 @@
 accuracy at the best validation accuracy, per seed and their mean, in one run.
 
     .venv/bin/python bench/peers/pyg_cora.py [--models gcn,gat] [--seeds 5] [--ranks 3] [--epochs 200]
+        [--launcher torchrun|mpiexec]
 
-Ours: ``mpiexec -n RANKS python examples/pyg_cora.py --model M --seed S --json``. PyG: the same models (imported
+Ours: ``torchrun --nproc-per-node RANKS examples/pyg_cora.py --model M --seed S --json`` (or under ``mpiexec -n
+RANKS``). PyG: the same models (imported
 from that script) trained by a plain PyG loop (``F.cross_entropy``, local accuracy, no sparsewire call) in this
 process, ``torch.manual_seed(S)`` before the weights. Dropout draws other masks on P ranks (each rank's own
 generator; GAT's attention dropout from hashed masks), so single seeds differ; the means over the seeds are what
@@ -69,16 +71,20 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=3, help="ranks of our run (default: 3)")
     parser.add_argument("--epochs", type=int, default=200, help="epochs (default: 200)")
     parser.add_argument("--threads", type=int, default=2, help="PyG's torch threads (default: 2)")
+    parser.add_argument("--launcher", choices=["torchrun", "mpiexec"], default="torchrun", help="ours (default: torchrun)")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
     rows = []
-    print(f"{'model':6} {'seed':>4} {'PyG, 1 process':>15} {f'ours, P = {args.ranks}':>13}")
+    print(f"{'model':6} {'seed':>4} {'PyG, 1 process':>15} {f'ours, P = {args.ranks}':>13}  ({args.launcher})")
     for model in args.models.split(","):
         for seed in range(args.seeds):
             theirs = plain(model, seed, args.epochs)
-            command = job(args.ranks, EXAMPLE, "--model", model, "--seed", seed, "--epochs", args.epochs, "--json")
+            arguments = [EXAMPLE, "--model", model, "--seed", seed, "--epochs", args.epochs, "--json"]
+            command = job(args.ranks, *arguments) if args.launcher == "mpiexec" else [
+                sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.ranks),
+                *map(str, arguments)]  # fmt: skip
             mine = run_json(command, timeout=1800)["test_accuracy"]
             rows.append({"model": model, "seed": seed, "pyg": theirs, "ours": mine})
             print(f"{model:6} {seed:4d} {theirs:15.4f} {mine:13.4f}", flush=True)
@@ -90,7 +96,7 @@ def main() -> None:
               f"{100 * (mine - theirs):+.2f} points")  # fmt: skip
     out = ROOT / "bench" / "results" / "pyg_cora.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"ranks": args.ranks, "epochs": args.epochs, "rows": rows}, indent=1))
+    out.write_text(json.dumps({"ranks": args.ranks, "epochs": args.epochs, "launcher": args.launcher, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

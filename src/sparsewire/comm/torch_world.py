@@ -6,10 +6,12 @@ Why a second communicator rather than MPI under ``torchrun``: there, each proces
 singleton start; no ``mpiexec`` runs), so only torch.distributed connects the processes. The objects the library
 hands to :class:`TorchComm` are those it hands to mpi4py (picklable values for the lower-case collectives, NumPy
 buffers for ``Allreduce`` and ``Alltoallv``), so the code above ``comm/`` is the same for both. Non-blocking
-collectives complete before they return (``MPI.REQUEST_NULL``: a wait on it returns at once). Point-to-point
-messages and one-sided operations are not provided: the executor's messages go over the torch transport
-(``transport="torch"``); graph attention's own messages go over Gloo's ``isend``/``irecv`` (:class:`TorchRequest`);
-SDDMM and SpGEMM, which send their own MPI messages, refuse such a communicator.
+collectives complete before they return (``MPI.REQUEST_NULL``: a wait on it returns at once). The all-to-alls go
+through an all-gather of each rank's pieces (every rank receives all of them: simple and exact, O(P) more traffic
+than MPI's, which matters for setup at large P, not for a multiply). The executor's messages go over the torch
+transport (``transport="torch"``); graph attention's own messages over Gloo's ``isend``/``irecv``
+(:meth:`TorchComm.Isend`, :class:`TorchRequest`); SDDMM and SpGEMM, which send MPI messages of their own, refuse
+such a communicator.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from mpi4py import MPI
 from sparsewire._lib.launcher import launched_by_torchrun
 
 __all__ = ["TorchComm", "TorchRequest", "launched_by_torchrun", "torch_world"]
+
+#: The process groups :meth:`TorchComm.Split` made, by their members' global ranks in order.
+_GROUPS: dict[tuple[int, ...], object] = {}
 
 #: The torch.distributed reduction of each MPI reduction on buffers.
 _BUFFER_OPS = {"SUM": "SUM", "MAX": "MAX", "MIN": "MIN", "PROD": "PRODUCT"}
@@ -91,8 +96,8 @@ class TorchRequest:
 class TorchComm:
     """mpi4py's ``Comm`` over a torch.distributed group (None: the default group): ranks, the lower-case
     collectives on picklable values, ``Allreduce``, ``Alltoall`` and ``Alltoallv`` on NumPy buffers, barriers,
-    ``Isend`` and ``Irecv`` on NumPy buffers,
-    ``Split``, ``Split_type`` (nodes from ``torchrun``'s ``GROUP_RANK``, else host names), ``Dup`` and ``Abort``."""
+    ``Isend`` and ``Irecv`` on NumPy buffers, ``Split``, ``Split_type`` (nodes from ``torchrun``'s ``GROUP_RANK``,
+    else host names), ``Dup`` and ``Abort``."""
 
     def __init__(self, group):
         import torch.distributed as dist
@@ -222,9 +227,10 @@ class TorchComm:
     def Split(self, color: int, key: int = 0) -> TorchComm:
         """Collective. The ranks of each ``color`` as one communicator, ordered by ``key``."""
         members = self.allgather((int(color), int(key), self._global(self._rank)))
-        mine = sorted((k, g) for c, k, g in members if c == color)
-        group = self._dist.new_group([g for _, g in mine], use_local_synchronization=True)
-        return TorchComm(group)
+        ranks = tuple(g for _, g in sorted((k, g) for c, k, g in members if c == color))
+        if ranks not in _GROUPS:  # made once per member list (every member asks at the same call): Gloo groups are costly
+            _GROUPS[ranks] = self._dist.new_group(list(ranks), use_local_synchronization=True)
+        return TorchComm(_GROUPS[ranks])
 
     def Split_type(self, split_type, key: int = 0, info=None) -> TorchComm:
         """Collective. The ranks on this rank's node (``torchrun``'s ``GROUP_RANK``, else the host name)."""
