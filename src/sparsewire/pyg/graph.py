@@ -251,8 +251,8 @@ class DistributedGraph:
 
     @property
     def bytes(self) -> int:
-        """Bytes MPI delivered to this rank by every propagation, attention and halo fetch so far (forward and
-        backward)."""
+        """Bytes delivered to this rank by every propagation, attention and halo fetch so far, forward and backward
+        (MPI's receive statuses; under ``torchrun`` the sizes of the buffers received into)."""
         fetched = self._halo.bytes_received if self._halo is not None else 0
         return fetched + sum(op.bytes_forward + op.bytes_backward for op in self.operators.values())
 
