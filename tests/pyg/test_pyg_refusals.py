@@ -157,7 +157,7 @@ def test_sparsewires_own_graphs_distribute_with_pyg_attribute_names():
     local = sw.distribute(data)
     assert local.keys() == ["test_mask", "train_mask", "val_mask", "x", "y"]
     assert local.train_mask.tolist() == [True, False, False] and local.val_mask.tolist() == [False, True, False]
-    assert local.edge_weight is None and local.num_nodes == 3
+    assert local.edge_weight is None and local.num_nodes == 3 and local.num_features == 3
     local.edge_index.close()
     plain = sw.to_pyg(data)  # for the same script on one process
     assert plain.edge_index.tolist() == [[1, 2, 0], [0, 1, 2]] and plain.x.dtype == torch.float32

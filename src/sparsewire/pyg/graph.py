@@ -306,6 +306,12 @@ class LocalData:
             raise AttributeError(name)
         return None  # as PyG's Data: an attribute the graph does not have (edge_attr of Cora) is None
 
+    @property
+    def num_features(self) -> int:
+        """Not collective. The width of ``x`` (PyG's ``Data.num_features``), 0 without features."""
+        x = self._attributes.get("x")
+        return 0 if x is None else (1 if x.dim() == 1 else int(x.shape[1]))
+
     def keys(self) -> list[str]:
         """Not collective. The node attributes' names."""
         return sorted(self._attributes)
