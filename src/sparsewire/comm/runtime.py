@@ -97,7 +97,8 @@ def world():
     """Collective on first use. Every process of this job as one communicator: MPI's ``COMM_WORLD`` under
     ``mpiexec`` (or a plain start), the torch.distributed group under ``torchrun``
     (:class:`~sparsewire.comm.torch_world.TorchComm`), where the processes share no MPI world."""
-    from sparsewire.comm.torch_world import launched_by_torchrun, torch_world
+    from sparsewire._lib.launcher import launched_by_torchrun
+    from sparsewire.comm.torch_world import torch_world
 
     return torch_world() if launched_by_torchrun() else MPI.COMM_WORLD
 

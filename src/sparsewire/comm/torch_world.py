@@ -23,9 +23,7 @@ from functools import reduce
 import numpy as np
 from mpi4py import MPI
 
-from sparsewire._lib.launcher import launched_by_torchrun
-
-__all__ = ["TorchComm", "TorchRequest", "launched_by_torchrun", "torch_world"]
+__all__ = ["TorchComm", "TorchRequest", "torch_world"]
 
 #: The process groups :meth:`TorchComm.Split` made, by their members' global ranks in order.
 _GROUPS: dict[tuple[int, ...], object] = {}
