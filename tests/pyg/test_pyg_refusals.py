@@ -38,6 +38,7 @@ def small_data(n=6, weighted=False) -> Data:
         (lambda: pyg.GATConv((3, 5), 4), "bipartite in_channels (3, 5)"),
         (lambda: pyg.GCNConv(3, 4, flow="target_to_source"), "flow='target_to_source'"),
         (lambda: pyg.GraphNorm(4), "GraphNorm computes statistics over the graph"),
+        (lambda: type("LocalNorm", (torch.nn.BatchNorm1d,), {})(4), "LocalNorm, a subclass of BatchNorm1d, is not converted"),
     ],
 )
 def test_convert_refuses_what_it_cannot_distribute_in_one_line_and_changes_nothing(layer, named):
@@ -53,6 +54,7 @@ def test_convert_refuses_what_it_cannot_distribute_in_one_line_and_changes_nothi
 
 
 def test_convert_swaps_every_supported_layer_keeping_its_parameters():
+    assert isinstance(sw.convert(sw.convert(pyg.GCNConv(3, 4))), sw.GCNConv)  # converting twice is converting once
     model = torch.nn.ModuleList([pyg.GCNConv(3, 4), pyg.SAGEConv(4, 4), pyg.GATConv(4, 2, heads=2), pyg.BatchNorm(4),
                                  torch.nn.Linear(4, 2), pyg.GINConv(torch.nn.Linear(4, 4))])  # fmt: skip
     parameters = [id(p) for p in model.parameters()]

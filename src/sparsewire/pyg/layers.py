@@ -171,6 +171,8 @@ def _refusal(module: torch.nn.Module) -> str | None:
         if type(module).__module__.startswith("torch_geometric.nn.norm") and not isinstance(module, pyg.BatchNorm):
             return f"{name} computes statistics over the graph and is not supported; supported: {SUPPORTED}"
         return None
+    if type(module) not in (kind, _SWAPS[kind]):  # its own forward would run on local rows (batch norm) or fail
+        return f"{name}, a subclass of {kind.__name__}, is not converted; supported: {SUPPORTED}"
     if isinstance(module, MessagePassing) and _options_problem(module):
         return _options_problem(module)
     if kind is pyg.GCNConv and module.aggr != "add":
@@ -200,9 +202,9 @@ def convert(model: torch.nn.Module, comm: MPI.Comm | None = None, *, broadcast: 
     of ``model`` (the model itself too) for its distributed subclass in place, keeping every parameter and buffer, so
     the model's forward is unchanged and a ``state_dict`` saved on one process loads into it and back. Any other
     message-passing layer runs PyG's own forward through the halo (:mod:`sparsewire.pyg.halo`) where its messages read
-    only node rows; one that reads edge tensors, a graph-wide norm, or an option the layers do not take is refused
-    with one
-    :class:`~sparsewire.errors.InputError` naming it and the supported set, before anything changes. With
+    only node rows; one that reads edge tensors, a graph-wide norm, a subclass of a swapped layer, or an option the
+    layers do not take is refused with one :class:`~sparsewire.errors.InputError` naming it and the supported set,
+    before anything changes. With
     ``broadcast`` every rank then takes rank 0's weights (:func:`~sparsewire.pyg.training.broadcast_parameters`).
     Returns the model."""
     comm = world() if comm is None else comm
