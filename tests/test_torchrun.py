@@ -55,6 +55,15 @@ def test_a_torchrun_job_plans_runs_and_trains_without_mpi(ranks):
     assert losses == pytest.approx([entry["loss"] for entry in expected["history"]], abs=1e-6)
     pyg = found["pyg"]
     assert pyg["epochs"] == 100 and pyg["largest_difference"] < 1e-8  # float64: rounding only (1e-5 asked)
+    assert found["reductions"] == {
+        "sum": ranks * (ranks + 1) // 2,
+        "max": ranks - 1,
+        "min": [0, 1 - ranks],
+        "lor": True,
+        "buffer max": [float(ranks), 0.0],
+        "refused": found["reductions"]["refused"],
+    }
+    assert "TorchComm reduces with SUM, PROD, MAX, MIN, LOR" in found["reductions"]["refused"]
     refused = found["refusals"]
     for name in ("sddmm", "spgemm"):
         assert refused[name].startswith(f"{name.upper() if name == 'sddmm' else 'SpGEMM'} sends its messages over MPI"), refused

@@ -100,6 +100,30 @@ def pyg_losses(seed: int) -> dict:
     return {"largest_difference": max(abs(a - b) for a, b in zip(losses, expected)), "epochs": len(losses)}
 
 
+def reductions() -> dict:
+    """Each reduction over the ranks, on values rank r makes from r alone (the answers are known in closed form)."""
+    from mpi4py import MPI
+
+    from sparsewire.comm import world
+
+    comm = world()
+    r = comm.Get_rank()
+    buffer = np.array([r + 1.0, -r], np.float64)
+    comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.MAX)
+    found = {
+        "sum": comm.allreduce(r + 1, op=MPI.SUM),
+        "max": comm.allreduce(r, op=MPI.MAX),
+        "min": comm.allreduce(np.array([r, -r]), op=MPI.MIN).tolist(),
+        "lor": bool(comm.allreduce(r == comm.Get_size() - 1, op=MPI.LOR)),
+        "buffer max": buffer.tolist(),
+    }
+    try:
+        comm.allreduce(r, op=MPI.BXOR)
+    except ValueError as error:
+        found["refused"] = str(error)
+    return found
+
+
 def refusals() -> dict:
     """What sends its own MPI messages, tried on the torchrun job's communicator: each refusal's line."""
     import sparsewire
@@ -136,6 +160,7 @@ def main() -> None:
         "gcn": command("gcn", "cora", "--epochs", "4", "--json"),
         "pyg": pyg_losses(seed),
         "refusals": refusals(),
+        "reductions": reductions(),
     }
     from sparsewire.pyg import rank
 

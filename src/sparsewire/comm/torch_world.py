@@ -28,9 +28,6 @@ __all__ = ["TorchComm", "TorchRequest", "torch_world"]
 #: The process groups :meth:`TorchComm.Split` made, by their members' global ranks in order.
 _GROUPS: dict[tuple[int, ...], object] = {}
 
-#: The torch.distributed reduction of each MPI reduction on buffers.
-_BUFFER_OPS = {"SUM": "SUM", "MAX": "MAX", "MIN": "MIN", "PROD": "PRODUCT"}
-
 
 def torch_world() -> TorchComm:
     """Collective on first use. Every process ``torchrun`` started, as one communicator (the default Gloo process
@@ -42,25 +39,29 @@ def torch_world() -> TorchComm:
     return TorchComm(None)
 
 
-def _name(op) -> str:
-    for name in ("SUM", "MAX", "MIN", "PROD", "LAND", "LOR", "BAND", "BOR"):
+def _either(pick, a, b):
+    """``pick`` (NumPy's elementwise function) on arrays; on plain values the builtin, so ints stay ints."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return pick(a, b)
+    return {np.maximum: max, np.minimum: min, np.logical_or: lambda x, y: x or y}[pick](a, b)
+
+
+#: The reductions the library uses, by MPI's name: (how two values combine, torch.distributed's buffer reduction).
+_REDUCTIONS = {
+    "SUM": (lambda a, b: a + b, "SUM"),
+    "PROD": (lambda a, b: a * b, "PRODUCT"),
+    "MAX": (lambda a, b: _either(np.maximum, a, b), "MAX"),
+    "MIN": (lambda a, b: _either(np.minimum, a, b), "MIN"),
+    "LOR": (lambda a, b: _either(np.logical_or, a, b), None),
+}
+
+
+def _reduction(op):
+    """(name, combine, buffer reduction or None) of an MPI reduction ``op``."""
+    for name, (combine, on_buffers) in _REDUCTIONS.items():
         if op == getattr(MPI, name):
-            return name
-    raise NotImplementedError(f"the reduction {op} is not provided over torch.distributed")
-
-
-def _combine(name: str, a, b):
-    if name == "SUM":
-        return a + b
-    if name == "PROD":
-        return a * b
-    if name == "MAX":
-        return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
-    if name == "MIN":
-        return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
-    if name in ("LAND", "BAND"):
-        return np.logical_and(a, b) if name == "LAND" and isinstance(a, np.ndarray) else (a and b if name == "LAND" else a & b)
-    return np.logical_or(a, b) if name == "LOR" and isinstance(a, np.ndarray) else (a or b if name == "LOR" else a | b)
+            return name, combine, on_buffers
+    raise ValueError(f"TorchComm reduces with {', '.join(_REDUCTIONS)} (the reductions sparsewire uses), not {op}")
 
 
 def _spec(buffer):
@@ -148,14 +149,12 @@ class TorchComm:
         return [every[peer][self._rank] for peer in range(self._size)]
 
     def allreduce(self, value, op=MPI.SUM):
-        """Collective. ``op`` (``MPI.SUM``, ``MAX``, ``MIN``, ``PROD``, ``LAND``, ``LOR``, ...) over every rank's value."""
-        return reduce(lambda a, b: _combine(_name(op), a, b), self.allgather(value))
+        """Collective. ``op`` (``MPI.SUM``, ``PROD``, ``MAX``, ``MIN`` or ``LOR``) over every rank's value."""
+        return reduce(_reduction(op)[1], self.allgather(value))
 
     def Barrier(self) -> None:
         """Collective. Returns when every rank has entered."""
         self._dist.barrier(group=self.group)
-
-    barrier = Barrier
 
     def Ibarrier(self):
         """Collective. A barrier, completed before it returns (``MPI.REQUEST_NULL``)."""
@@ -170,10 +169,10 @@ class TorchComm:
         target = np.asarray(receive[0] if isinstance(receive, (list, tuple)) else receive)
         if send is not MPI.IN_PLACE:
             target[...] = np.asarray(send[0] if isinstance(send, (list, tuple)) else send)
-        name = _name(op)
-        if name in _BUFFER_OPS and target.dtype != np.bool_:
+        _, _, on_buffers = _reduction(op)
+        if on_buffers is not None and target.dtype != np.bool_:
             tensor = torch.from_numpy(target.reshape(-1)) if target.flags.c_contiguous else torch.from_numpy(target.copy())
-            self._dist.all_reduce(tensor, op=getattr(self._dist.ReduceOp, _BUFFER_OPS[name]), group=self.group)
+            self._dist.all_reduce(tensor, op=getattr(self._dist.ReduceOp, on_buffers), group=self.group)
             if not target.flags.c_contiguous:
                 target[...] = tensor.numpy().reshape(target.shape)
         else:
