@@ -26,7 +26,7 @@ from sparsewire.gnn.layers import GNN
 from sparsewire.profile.timed import timed_run
 from sparsewire.profile.tracing import region
 
-__all__ = ["TrainResult", "train", "training_bytes"]
+__all__ = ["TrainResult", "sum_gradients", "train", "training_bytes"]
 
 
 @dataclass
@@ -41,12 +41,19 @@ class TrainResult:
     model: GNN | None = None
 
 
-def _sum_gradients(comm: MPI.Comm, model: torch.nn.Module) -> None:
+def sum_gradients(comm: MPI.Comm, model: torch.nn.Module) -> None:
+    """Collective. Each trainable parameter's gradient summed over the ranks, in place (one all-reduce per
+    parameter). A parameter this rank's rows did not reach gets a zero gradient and takes part all the same: every
+    rank must enter every all-reduce, in the same order."""
+    if comm.Get_size() == 1:
+        return
     for parameter in model.parameters():
-        if parameter.grad is not None and comm.Get_size() > 1:
-            host = parameter.grad.cpu()  # the gradient itself on the CPU; a copy from a GPU
+        if parameter.requires_grad:
+            if parameter.grad is None:
+                parameter.grad = torch.zeros_like(parameter)
+            host = parameter.grad.detach().cpu().contiguous()  # the gradient itself on the CPU; a copy from a GPU
             comm.Allreduce(MPI.IN_PLACE, host.numpy(), op=MPI.SUM)
-            if parameter.grad.device.type != "cpu":
+            if host.data_ptr() != parameter.grad.data_ptr():
                 parameter.grad.copy_(host)
 
 
@@ -165,7 +172,7 @@ def train(
             graph.totals["train"], 1
         )
         loss.backward()
-        _sum_gradients(comm, network)
+        sum_gradients(comm, network)
         optimizer.step()
         return loss
 

@@ -15,6 +15,7 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import world
 from sparsewire.errors import InputError
+from sparsewire.gnn.train import sum_gradients
 
 __all__ = [
     "accuracy",
@@ -84,17 +85,7 @@ def allreduce_gradients(model: torch.nn.Module, comm: MPI.Comm | None = None) ->
     """Collective. Each parameter's gradient summed over the ranks (call it between ``loss.backward()`` and
     ``optimizer.step()``). Sum, not mean: each rank's loss from :func:`mean_loss` is its share of the global mean.
     Under ``DistributedDataParallel``, which averages, multiply the loss by the number of ranks instead."""
-    comm = _comm(comm)
-    if comm.Get_size() == 1:
-        return
-    for parameter in model.parameters():
-        if parameter.requires_grad:
-            if parameter.grad is None:  # a rank whose rows did not reach this parameter still takes part
-                parameter.grad = torch.zeros_like(parameter)
-            host = parameter.grad.detach().cpu().contiguous()
-            comm.Allreduce(MPI.IN_PLACE, host.numpy(), op=MPI.SUM)
-            if host.data_ptr() != parameter.grad.data_ptr():
-                parameter.grad.copy_(host)
+    sum_gradients(_comm(comm), model)
 
 
 def mean_loss(function, input: torch.Tensor, target: torch.Tensor, comm: MPI.Comm | None = None, **keywords) -> torch.Tensor:
