@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, job, run_json  # noqa: E402
+from gnn import peak_mib  # noqa: E402  (the GCN bench's memory probe)
 from ogb_memory import write_dataset  # noqa: E402  (the arxiv-scale dataset)
 
 HIDDEN, HEADS = 64, 4
@@ -65,10 +65,6 @@ def build(model: str, features: int, classes: int):
 
     torch.manual_seed(0)
     return Net()
-
-
-def peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def epochs_timed(step, epochs: int, barrier=None) -> float:
