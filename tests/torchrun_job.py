@@ -151,7 +151,7 @@ def main() -> None:
     seed = int(sys.argv[1])
     from mpi4py import MPI
 
-    from sparsewire._lib.launcher import launcher_rank
+    from sparsewire._lib.launcher import launched_by_torchrun, launcher_rank
 
     record = {"rank": launcher_rank(), "mpi_world": MPI.COMM_WORLD.Get_size(), "ancestors": ancestors()}
     print("LAUNCH " + json.dumps(record), file=sys.stderr, flush=True)
@@ -160,8 +160,9 @@ def main() -> None:
         "gcn": command("gcn", "cora", "--epochs", "4", "--json"),
         "pyg": pyg_losses(seed),
         "refusals": refusals(),
-        "reductions": reductions(),
     }
+    if launched_by_torchrun():  # TorchComm's own reductions (under mpiexec these are MPI's)
+        parts["reductions"] = reductions()
     from sparsewire.pyg import rank
 
     if rank() == 0:
