@@ -154,10 +154,14 @@ def pytest_report_header(config):
     return f"sparsewire test seed: {_seed()} (set SPARSEWIRE_TEST_SEED to reproduce)"
 
 
+# The session seed, drawn once at import in the main thread: a prefetch thread that drew it while run_cli put
+# the environment back would have changed it halfway through the session.
+os.environ.setdefault("SPARSEWIRE_TEST_SEED", str(np.random.SeedSequence().entropy % 2**31))
+_SESSION_SEED = int(os.environ["SPARSEWIRE_TEST_SEED"])
+
+
 def _seed() -> int:
-    if "SPARSEWIRE_TEST_SEED" not in os.environ:
-        os.environ["SPARSEWIRE_TEST_SEED"] = str(np.random.SeedSequence().entropy % 2**31)
-    return int(os.environ["SPARSEWIRE_TEST_SEED"])
+    return _SESSION_SEED
 
 
 @pytest.fixture
@@ -225,8 +229,13 @@ def run_cli(args: list[str]) -> subprocess.CompletedProcess:
         except Exception:
             traceback.print_exc()
             status = 1
-    os.environ.clear()
-    os.environ.update(environment)
+    # Only what the command changed is put back: the prefetch thread reads the environment meanwhile (a job's
+    # variables), and a cleared one would hand it nothing.
+    for name in set(os.environ) - set(environment):
+        del os.environ[name]
+    for name, value in environment.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
     sys.excepthook = hook
     for number, handler in handlers.items():
         signal.signal(number, handler)

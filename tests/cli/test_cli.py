@@ -388,3 +388,29 @@ def test_spgemm_output_is_written_to_exactly_the_path_given(tmp_path):
     assert target.exists() and not (tmp_path / "c.txt.npz").exists()
     a = load_matrix("stencil2d:6")
     np.testing.assert_array_equal(sp.load_npz(target).toarray(), (a @ a).toarray())
+
+
+def test_run_cli_never_empties_the_environment_another_thread_reads():
+    """run_cli puts the environment back after a command while the prefetch thread reads it (a job's variables, the
+    session seed): no variable the command left alone may vanish meanwhile, even for a moment."""
+    import os
+    import threading
+
+    watched, missing, done = ("PATH", "SPARSEWIRE_TEST_SEED"), [], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            missing.extend(name for name in watched if name not in os.environ)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can: a short window shows
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for _ in range(20):
+            assert run_cli(["--version"]).returncode == 0
+    finally:
+        done.set()
+        watcher.join()
+        sys.setswitchinterval(interval)
+    assert not missing, f"another thread saw {sorted(set(missing))} missing while run_cli ran"
