@@ -154,14 +154,16 @@ def pytest_report_header(config):
     return f"sparsewire test seed: {_seed()} (set SPARSEWIRE_TEST_SEED to reproduce)"
 
 
-# The session seed, drawn once at import in the main thread: a prefetch thread that drew it while run_cli put
-# the environment back would have changed it halfway through the session.
-os.environ.setdefault("SPARSEWIRE_TEST_SEED", str(np.random.SeedSequence().entropy % 2**31))
-_SESSION_SEED = int(os.environ["SPARSEWIRE_TEST_SEED"])
+_SESSION_SEED: list[int] = []
 
 
 def _seed() -> int:
-    return _SESSION_SEED
+    # Read (or drawn) once, by the report header in the main thread: after a collective job's ranks agreed on it,
+    # before any prefetch thread starts; kept, so nothing that changes the environment later can change it.
+    if not _SESSION_SEED:
+        os.environ.setdefault("SPARSEWIRE_TEST_SEED", str(np.random.SeedSequence().entropy % 2**31))
+        _SESSION_SEED.append(int(os.environ["SPARSEWIRE_TEST_SEED"]))
+    return _SESSION_SEED[0]
 
 
 @pytest.fixture

@@ -269,3 +269,54 @@ def test_a_second_thread_multiplying_the_same_plan_gets_the_error_and_the_job_go
                 plan.multiply(b_local)
         assert comm.allreduce(1) == 2  # the job goes on
         assert np.array_equal(gathered(comm, plan.multiply(b_local)), a @ b)
+
+
+@pytest.mark.ranks(1, 3, 4)
+def test_a_plan_at_another_width_shares_the_operands_and_multiplies_exactly(comm, seed):
+    """``plan.with_width(k)``, narrower and wider, in every mode (ordered too) on both backends: A @ B and A.T @ G
+    exact against SciPy with the plans multiplied in turn (the narrower one in the wider one's buffers), the bytes MPI
+    delivered k / k0 of the plan's; the narrower plan holds no sparse operand or dense buffer of its own, the wider
+    one its own buffers; the transposes are the same rank plan; both multiply one at a time (one lock)."""
+    import torch
+
+    from sparsewire.errors import InputError
+
+    rank = comm.Get_rank()
+    rng = np.random.default_rng(seed)
+    a = integer_matrix(rng, (67, 59), 0.09)
+    matrix = sparsewire.distribute(comm, a if rank == 0 else None)
+    cols, rows = slice(*matrix.col_partition.range(rank)), slice(*matrix.row_partition.range(rank))
+    checked = 0
+    for mode, deterministic in (("bulk", False), ("overlap", False), ("early", True), ("pipelined", False)):
+        for backend in ("numpy", "torch"):
+            base = matrix.spmm_plan(6, mode=mode, backend=backend, deterministic=deterministic, strategy="joint")
+            narrow, wide = base.with_width(2), base.with_width(9)
+            plans = (base, narrow, wide, narrow, base)
+            for turn, plan in enumerate(plans):
+                b = rng.integers(-3, 4, (a.shape[1], plan.k)).astype(np.float64)
+                g = rng.integers(-3, 4, (a.shape[0], plan.k)).astype(np.float64)
+                b_local, g_local = (torch.from_numpy(v) for v in (b[cols], g[rows])) if backend == "torch" else (b[cols], g[rows])
+                got, got_t = plan.multiply(b_local), plan.transpose().multiply(g_local)
+                got, got_t = (np.asarray(v) for v in (got, got_t))
+                assert np.array_equal(gathered(comm, got), a @ b), (mode, backend, turn, plan.k)
+                assert np.array_equal(gathered(comm, got_t), a.T @ g), (mode, backend, plan.k)
+                delivered = comm.allreduce(plan.bytes_received, op=MPI.SUM)
+                assert delivered == plan.stats.total_bytes == base.stats.total_bytes * plan.k // 6, (mode, backend)
+            assert narrow.transpose().rank_plan is base.transpose().rank_plan and narrow.transpose().transpose() is narrow
+            for other, shares in ((narrow, True), (wide, False)):
+                ours, theirs = other.executor.buffers, base.executor.buffers
+                assert ours.diagonal is theirs.diagonal and ours.plan is theirs.plan
+                for mine, its in zip(ours.exchanges, theirs.exchanges):
+                    assert mine.unpack is its.unpack and mine.pack_b is its.pack_b
+                    together = np.shares_memory(np.asarray(mine.send_buffer), np.asarray(its.send_buffer))
+                    assert together == (shares and mine.send_buffer.shape[0] > 0), (mode, backend)
+            with base.executor._running:
+                with pytest.raises(sparsewire.PlanMismatchError, match="already multiplying in another thread"):
+                    narrow.multiply(b_local[:, :2] if backend == "numpy" else b_local[:, :2].contiguous())
+            for plan in (narrow, wide, base):
+                plan.close()
+            checked += 1
+    assert checked == 8
+    with matrix.spmm_plan(3) as plan:
+        with pytest.raises(InputError, match="k must be a positive integer"):
+            plan.with_width(0)

@@ -184,12 +184,15 @@ class SpmmPlan:
         choice: StrategyChoice,
         *,
         transposed: bool = False,
+        like: SpmmPlan | None = None,
     ) -> None:
-        """Collective (makes the executor). Use :func:`plan_spmm` or ``matrix.spmm_plan``."""
+        """Collective (makes the executor). Use :func:`plan_spmm`, ``matrix.spmm_plan`` or :meth:`with_width`."""
         self.matrix, self.comm = matrix, matrix.comm
         self.rank_plan, self.stats = rank_plan, stats
         self.k, self.dtype, self.choice, self.transposed = int(k), np.dtype(dtype), choice, transposed
-        self.executor = SpmmExecutor(rank_plan, self.comm, self.k, self.dtype, options)
+        self._like = like  # the plan of the same rank plan at another width, whose operands the executor shares
+        operands = like.executor if like is not None else None
+        self.executor = SpmmExecutor(rank_plan, self.comm, self.k, self.dtype, options, operands_of=operands)
         self.options = self.executor.options  # threads filled in
         self._steps_in_flight = self.options.mode.steps_in_flight if self.executor.transport.sends_message_by_message else 1
         self.transfer_summary = summarize_paths(self.comm, self.executor.buffers, options.topology)
@@ -325,15 +328,28 @@ class SpmmPlan:
         ``plan.transpose().transpose()`` is ``plan``."""
         self._check_open()
         if self._transpose is None:
-            send_keys = send_keys_collective(self.comm, self.rank_plan)
-            plan = transpose_rank_plan(self.rank_plan, send_keys)
-            model = self.topology or Topology.flat()
-            stats = collective_stats(self.comm, plan, self.k, self.dtype.itemsize, model)
-            self._transpose = SpmmPlan(
-                self.matrix, plan, stats, self.k, self.dtype, self.options, self.choice, transposed=not self.transposed
-            )
+            if self._like is not None:  # the transpose of the plan of the same rank plan, at this width
+                self._transpose = self._like.transpose().with_width(self.k)
+            else:
+                plan = transpose_rank_plan(self.rank_plan, send_keys_collective(self.comm, self.rank_plan))
+                stats = collective_stats(self.comm, plan, self.k, self.dtype.itemsize, self.topology or Topology.flat())
+                self._transpose = SpmmPlan(
+                    self.matrix, plan, stats, self.k, self.dtype, self.options, self.choice, transposed=not self.transposed
+                )
             self._transpose._transpose = self
         return self._transpose
+
+    @collective_errors
+    def with_width(self, k: int) -> SpmmPlan:
+        """Collective. The plan of the same rank plan (strategy, messages, mode, threads) for blocks of ``k`` columns,
+        planned no further: its executor shares this one's sparse operands (the diagonal block, every pack and unpack)
+        where whole messages make them independent of k, so another width costs its dense buffers; its
+        :meth:`transpose` is this plan's transpose at ``k``. ``auto`` chose the strategy for this plan's width."""
+        self._check_open()
+        agree_on_error(self.comm, _check_arguments(self.matrix, k, self.dtype, self.options))
+        stats = collective_stats(self.comm, self.rank_plan, int(k), self.dtype.itemsize, self.topology or Topology.flat())
+        return SpmmPlan(self.matrix, self.rank_plan, stats, int(k), self.dtype, self.options, self.choice,
+                        transposed=self.transposed, like=self)  # fmt: skip
 
     def explain(self) -> str:
         """Not collective (every rank holds the same text; the transfer paths were summed over the
@@ -379,13 +395,7 @@ class SpmmPlan:
             "options": self.options.saved(),
             # the topology itself, so that the plan loads where its file goes (MPI's nodes are the loading job's own)
             "topology": None if topology is None or topology.name == "mpi-nodes" else topology_record(topology),
-            "choice": {
-                "strategy": self.choice.strategy.value,
-                "requested": self.choice.requested,
-                "model": self.choice.model,
-                "candidates": self.choice.candidates,
-                "steps": self.choice.steps,
-            },
+            "choice": {**vars(self.choice), "strategy": self.choice.strategy.value},  # every field, the strategy by name
         }
         write_plan_file(path, self.matrix, self.rank_plan, settings)
 

@@ -23,6 +23,7 @@ in the schedule's own state.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -199,6 +200,7 @@ def _exchange_buffers(
     needs: BufferNeeds,
     backend,
     rule,
+    shared: ExchangeBuffers | None = None,
 ) -> ExchangeBuffers:
     n_b = plan.local_shape[1]
     if exchange.input is not None and not 0 <= exchange.input < index:
@@ -212,41 +214,48 @@ def _exchange_buffers(
     send_rows_map, recv_rows_map = row_map(plain_send, send_offsets), row_map(plain_recv, recv_offsets)
     n_send, n_recv = int(send_offsets[-1]), int(recv_offsets[-1])
 
-    # Send side: a gather where every row is one B row, else a CSR product (+ the input part).
-    send = sp.csr_array(exchange.send_matrix)
-    from_b = sp.csr_array(send[:, :n_b])
-    pack_gather = pack_b = pack_input = input_matrix = None
-    if exchange.input is None and _is_selection(from_b):
-        index_rows = np.zeros(n_send, np.int64)
-        index_rows[send_rows_map] = from_b.indices
-        pack_gather = backend.gather_operand(index_rows, threads)
+    if shared is not None:  # the same rank plan at another k: every operand is the same (whole messages)
+        pack_gather, pack_b, pack_input, receive, unpack, unpack_columns, dependencies = (
+            getattr(shared, name) for name in _OPERANDS
+        )
     else:
-        pack_b = backend.csr(_move_rows(from_b, send_rows_map, n_send), dtype, threads)
-        if source is not None:
-            from_input = _move_columns(sp.csr_array(send[:, n_b:]), source.recv_rows_map, int(source.recv_offsets[-1]))
-            input_matrix = _move_rows(from_input, send_rows_map, n_send)
-            input_matrix.sum_duplicates()
-            pack_input = backend.csr(input_matrix, dtype, threads)
+        # Send side: a gather where every row is one B row, else a CSR product (+ the input part).
+        send = sp.csr_array(exchange.send_matrix)
+        from_b = sp.csr_array(send[:, :n_b])
+        pack_gather = pack_b = pack_input = input_matrix = None
+        if exchange.input is None and _is_selection(from_b):
+            index_rows = np.zeros(n_send, np.int64)
+            index_rows[send_rows_map] = from_b.indices
+            pack_gather = backend.gather_operand(index_rows, threads)
+        else:
+            pack_b = backend.csr(_move_rows(from_b, send_rows_map, n_send), dtype, threads)
+            if source is not None:
+                from_input = _move_columns(sp.csr_array(send[:, n_b:]), source.recv_rows_map, int(source.recv_offsets[-1]))
+                input_matrix = _move_rows(from_input, send_rows_map, n_send)
+                input_matrix.sum_duplicates()
+                pack_input = backend.csr(input_matrix, dtype, threads)
 
-    # Receive side, in padded buffer positions (the ordered combine reads receive_matrix).
+        # Receive side, in padded buffer positions (the ordered combine reads receive_matrix).
+        receive = _move_columns(sp.csr_array(exchange.receive_matrix), recv_rows_map, n_recv)
+        unpack = unpack_columns = None
+        if needs.unpack == "exchange":
+            unpack = backend.csr(receive, dtype, threads)
+        elif needs.unpack == "message":
+            unpack_columns = backend.columns(receive, dtype, row_bounds)
+
+        needed: list[list[int]] = [[] for _ in exchange.send_ranks]
+        if input_matrix is not None and needs.dependencies:
+            rows = np.repeat(np.arange(input_matrix.shape[0]), np.diff(input_matrix.indptr))
+            message_of_row = np.searchsorted(send_offsets, rows, side="right") - 1
+            message_of_col = np.searchsorted(source.recv_offsets, input_matrix.indices, side="right") - 1
+            for message, reads in np.unique(np.stack([message_of_row, message_of_col]), axis=1).T.tolist():
+                needed[message].append(reads)
+        dependencies = tuple(tuple(d) for d in needed)
+
     if receive_storage is None:
-        receive_storage = backend.zeros((n_recv, k), dtype)
-    receive = _move_columns(sp.csr_array(exchange.receive_matrix), recv_rows_map, n_recv)
-    unpack = unpack_columns = None
-    if needs.unpack == "exchange":
-        unpack = backend.csr(receive, dtype, threads)
-    elif needs.unpack == "message":
-        unpack_columns = backend.columns(receive, dtype, row_bounds)
-
-    dependencies: list[list[int]] = [[] for _ in exchange.send_ranks]
-    if input_matrix is not None and needs.dependencies:
-        rows = np.repeat(np.arange(input_matrix.shape[0]), np.diff(input_matrix.indptr))
-        message_of_row = np.searchsorted(send_offsets, rows, side="right") - 1
-        message_of_col = np.searchsorted(source.recv_offsets, input_matrix.indices, side="right") - 1
-        for message, needed in np.unique(np.stack([message_of_row, message_of_col]), axis=1).T.tolist():
-            dependencies[message].append(needed)
-
-    send_buffer, receive_buffer = backend.zeros((n_send, k), dtype), receive_storage[:n_recv]
+        receive_storage = _zeros(backend, n_recv, k, dtype, shared.receive_buffer if shared is not None else None)
+    send_buffer = _zeros(backend, n_send, k, dtype, shared.send_buffer if shared is not None else None)
+    receive_buffer = receive_storage[:n_recv]
     send_elements, recv_elements = np.diff(send_offsets) * k, np.diff(recv_offsets) * k
     direct = TransferRule(0, "no staging")
     send_paths, recv_paths = ((rule or direct).paths(elements * dtype.itemsize) for elements in (send_elements, recv_elements))
@@ -280,7 +289,7 @@ def _exchange_buffers(
         receive_matrix=receive,
         unpack=unpack,
         unpack_columns=unpack_columns,
-        dependencies=tuple(tuple(d) for d in dependencies),
+        dependencies=dependencies,
         send_paths=send_paths,
         recv_paths=recv_paths,
         send_stage=backend.stage_zeros(n_send * k, dtype) if WirePath.STAGED in send_paths else None,
@@ -288,6 +297,10 @@ def _exchange_buffers(
         send_device=backend.flat(send_buffer),
         recv_device=backend.flat(receive_buffer),
     )
+
+
+#: The fields of :class:`ExchangeBuffers` that do not depend on k where messages are whole (one partition).
+_OPERANDS = ("pack_gather", "pack_b", "pack_input", "receive_matrix", "unpack", "unpack_columns", "dependencies")
 
 
 def _merged_operand(plan: RankPlan, exchanges: tuple[ExchangeBuffers, ...], stack_rows: int, dtype, threads: int, backend):
@@ -322,15 +335,27 @@ def _merged_operand(plan: RankPlan, exchanges: tuple[ExchangeBuffers, ...], stac
 
 
 def build_buffers(
-    plan: RankPlan, k: int, dtype, threads: int, needs: BufferNeeds, backend=None, rule: TransferRule | None = None
+    plan: RankPlan,
+    k: int,
+    dtype,
+    threads: int,
+    needs: BufferNeeds,
+    backend=None,
+    rule: TransferRule | None = None,
+    shared: Buffers | None = None,
 ) -> Buffers:
     """Not collective. Every buffer and operand of ``plan`` for blocks of ``k`` columns of
     ``dtype`` on ``threads`` threads, as ``needs`` asks (see the module docstring), of ``backend``
     (:mod:`sparsewire.kernels`; default NumPy); with ``rule``, host memory for the messages
-    it stages (None: none is)."""
+    it stages (None: none is). ``shared``: the buffers of the same plan at another k, whose sparse operands
+    (the diagonal block, every pack and unpack) are taken instead of made again where they cannot differ (same
+    dtype, threads, needs and backend, whole messages), and whose dense buffers hold these where this k is not
+    wider: the two must then never multiply at once (their executors share one lock)."""
     dtype = np.dtype(dtype)
     backend = NumpyBackend() if backend is None else backend
-    diagonal = backend.csr(plan.diagonal, dtype, threads)
+    if shared is not None and not _same_operands(shared, plan, dtype, threads, needs, backend):
+        shared = None
+    diagonal = shared.diagonal if shared is not None else backend.csr(plan.diagonal, dtype, threads)
     row_bounds = diagonal.bounds
     storage: list[np.ndarray | None]
     stack = None
@@ -339,7 +364,7 @@ def build_buffers(
         # CSR product over it reads B rows and received rows.
         rows = [int(padded_rows(e.recv_counts, k, needs.partitions).sum()) for e in plan.exchanges]
         head = plan.local_shape[1]
-        stack = backend.zeros((head + sum(rows), k), dtype)
+        stack = _zeros(backend, head + sum(rows), k, dtype, shared.stack if shared is not None else None)
         bounds = head + offsets(np.array(rows, np.int64))
         storage = [stack[bounds[i] : bounds[i + 1]] for i in range(len(plan.exchanges))]
     else:
@@ -348,12 +373,17 @@ def build_buffers(
             if exchange.receive_slot is not None:
                 rows_here = int(padded_rows(exchange.recv_counts, k, needs.partitions).sum())
                 slot_rows[exchange.receive_slot] = max(slot_rows.get(exchange.receive_slot, 0), rows_here)
-        slots = {slot: backend.zeros((rows_here, k), dtype) for slot, rows_here in slot_rows.items()}
+        slots = {
+            slot: _zeros(backend, rows_here, k, dtype, _slot_like(shared, plan, slot)) for slot, rows_here in slot_rows.items()
+        }
         storage = [slots.get(e.receive_slot) if e.receive_slot is not None else None for e in plan.exchanges]
     built: list[ExchangeBuffers] = []
     for index, exchange in enumerate(plan.exchanges):
+        like = shared.exchanges[index] if shared is not None else None
         built.append(
-            _exchange_buffers(index, exchange, built, storage[index], plan, k, dtype, threads, row_bounds, needs, backend, rule)
+            _exchange_buffers(
+                index, exchange, built, storage[index], plan, k, dtype, threads, row_bounds, needs, backend, rule, like
+            )
         )
     exchanges = tuple(built)
 
@@ -369,7 +399,11 @@ def build_buffers(
         )
         for step in step_numbers
     )
-    merged = _merged_operand(plan, exchanges, stack.shape[0], dtype, threads, backend) if needs.ordered else None
+    merged = None
+    if needs.ordered:
+        merged = (
+            shared.merged if shared is not None else _merged_operand(plan, exchanges, stack.shape[0], dtype, threads, backend)
+        )
     return Buffers(
         plan=plan,
         k=int(k),
@@ -385,3 +419,30 @@ def build_buffers(
         stack=stack,
         merged=merged,
     )
+
+
+def _same_operands(shared: Buffers, plan: RankPlan, dtype: np.dtype, threads: int, needs: BufferNeeds, backend) -> bool:
+    """Whether ``shared``'s operands serve ``plan`` at another k: nothing they hold depends on k where every message
+    is whole (padding for partitions moves rows by k)."""
+    same = (shared.dtype, shared.threads, shared.needs, type(shared.kernels), getattr(shared.kernels, "device", 0))
+    return (
+        shared.plan is plan
+        and needs.partitions == 1
+        and same == (dtype, threads, needs, type(backend), getattr(backend, "device", 0))
+    )
+
+
+def _zeros(backend, rows: int, k: int, dtype, like=None):
+    """A zeroed (rows, k) buffer: the first rows x k elements of ``like`` (the buffer of the same role in the shared
+    buffers, at a wider k) where it holds that many, else new memory."""
+    if like is not None and math.prod(like.shape) >= rows * k:
+        view = like.reshape(-1)[: rows * k].reshape(rows, k)
+        view[...] = 0
+        return view
+    return backend.zeros((rows, k), dtype)
+
+
+def _slot_like(shared: Buffers | None, plan: RankPlan, slot: int):
+    """The shared buffers' memory of receive slot ``slot``: the receive buffer of most rows among its exchanges."""
+    buffers = [ex.receive_buffer for ex, e in zip(shared.exchanges if shared else (), plan.exchanges) if e.receive_slot == slot]
+    return max(buffers, key=lambda buffer: buffer.shape[0], default=None)

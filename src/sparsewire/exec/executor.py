@@ -67,7 +67,7 @@ class SpmmExecutor:
 
     Args:
         plan: this rank's plan (layout ``pipelined`` for the pipelined mode, ``merged`` otherwise).
-        comm: the communicator the plan was built for (planning and setup always run on MPI).
+        comm: the communicator the plan was built for (MPI's, or a ``TorchComm`` under torchrun).
         k: columns of B.
         dtype: float32 or float64 (A's values are cast once).
         options: how it runs (:class:`~sparsewire.exec.options.ExecOptions`, its mode chosen): the mode,
@@ -76,6 +76,9 @@ class SpmmExecutor:
             registered name), the kernel backend on its device (with ``torch``, :meth:`multiply`
             takes and returns tensors; a NumPy B is wrapped) and the transfer calibration whose
             threshold picks the messages staged through host memory (:mod:`sparsewire.wire.paths`).
+        operands_of: an executor of the same ``plan`` at another k, whose sparse operands (and, at a k not wider,
+            dense buffers) this one shares (:func:`~sparsewire.exec.buffers.build_buffers`); the two multiply one at
+            a time (one lock: a multiply on either while the other runs is refused).
 
     Attributes:
         options: the options it runs with (threads filled in).
@@ -86,7 +89,16 @@ class SpmmExecutor:
         bytes_received_from, delivery_problems: the transport's byte ledger.
     """
 
-    def __init__(self, plan: RankPlan, comm: MPI.Comm, k: int, dtype=np.float64, options: ExecOptions | None = None) -> None:
+    def __init__(
+        self,
+        plan: RankPlan,
+        comm: MPI.Comm,
+        k: int,
+        dtype=np.float64,
+        options: ExecOptions | None = None,
+        *,
+        operands_of: SpmmExecutor | None = None,
+    ) -> None:
         options = options or ExecOptions(mode=Mode.OVERLAP)
         if options.mode is None:
             raise InputError(
@@ -158,7 +170,8 @@ class SpmmExecutor:
         self.threads, self.deterministic = int(threads), options.deterministic
         self.dtype = np.dtype(dtype)
         self._closed = False
-        self._running = threading.Lock()  # held during a multiply: a second thread is refused
+        # Held during a multiply: a second thread is refused (also on an executor whose buffers this one shares).
+        self._running = operands_of._running if operands_of is not None else threading.Lock()
         needs = BufferNeeds(
             partitions=self.threads if mode.partitions_per_thread else 1,
             unpack=None if self.deterministic else ("message" if mode.per_message else "exchange"),
@@ -167,9 +180,9 @@ class SpmmExecutor:
             codec=options.codec,
             codec_peers=self._codec_peers(options, comm),
         )
-        self.buffers = build_buffers(
-            plan, self.k, self.dtype, self.threads, needs, self.kernels, self.transfer_rule if self.stages_messages else None
-        )
+        rule = self.transfer_rule if self.stages_messages else None
+        shared = operands_of.buffers if operands_of is not None else None
+        self.buffers = build_buffers(plan, self.k, self.dtype, self.threads, needs, self.kernels, rule, shared)
         self.ledger = ByteLedger(plan.rank, plan.n_ranks, self.dtype.itemsize)
         self.transport = transport_class(self.comm, self.buffers, self.ledger)
         busy = oversubscribed(sharing, self.threads)

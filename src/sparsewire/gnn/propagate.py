@@ -90,12 +90,18 @@ class GraphOperator:
         return self.matrix.local_rows.shape[0]
 
     def plan(self, width: int, dtype: torch.dtype) -> SpmmPlan:
-        """Collective on first use of (width, dtype). The plan for features of this width."""
+        """Collective on first use of (width, dtype). The plan for features of this width: the first width of a dtype
+        is planned, the others reuse its rank plan and sparse operands (:meth:`SpmmPlan.with_width`), so a model's
+        second width costs its dense buffers, not another copy of the graph."""
         key = (int(width), str(dtype))
         if key not in self.plans:
             if dtype not in _NUMPY:
                 raise TypeError(f"features must be float32 or float64 tensors (got {dtype})")
-            self.plans[key] = plan_spmm(self.matrix, int(width), _NUMPY[dtype], options=self.options)
+            first = next((plan for (_, kind), plan in self.plans.items() if kind == str(dtype)), None)
+            if first is None:
+                self.plans[key] = plan_spmm(self.matrix, int(width), _NUMPY[dtype], options=self.options)
+            else:
+                self.plans[key] = first.with_width(int(width))
         return self.plans[key]
 
     def attention_strategy(self) -> str:
