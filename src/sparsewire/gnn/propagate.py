@@ -35,7 +35,8 @@ class GraphOperator:
     """A distributed sparse operator for message passing, with one SpMM plan per feature width.
 
     Plans are made on first use of a width (Collective: every rank must propagate the same widths
-    in the same order, as full-batch training does) and kept; :meth:`close` frees them.
+    in the same order, as full-batch training does) and kept, each after a dtype's first derived from
+    it (:meth:`~sparsewire.distributed.spmm.SpmmPlan.with_width`); :meth:`close` frees them.
 
     Args:
         matrix: the (normalised) adjacency, rows = targets, from :func:`sparsewire.distribute`.

@@ -159,7 +159,7 @@ class DistributedGraph:
 
     It holds this rank's rows of the adjacency (targets) and makes, on a layer's first use, the operator that layer
     needs: GCN's normalisation for its self-loop rule, the mean over in-neighbours, or the plain (weighted) adjacency
-    for GAT and ``normalize=False``; each operator plans once per feature width
+    for GAT and ``normalize=False``; each operator plans its first feature width and derives the others
     (:class:`~sparsewire.gnn.propagate.GraphOperator`). Collective where a layer's forward is: every rank runs the
     same layers in the same order.
     """
