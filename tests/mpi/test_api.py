@@ -273,10 +273,12 @@ def test_a_second_thread_multiplying_the_same_plan_gets_the_error_and_the_job_go
 
 @pytest.mark.ranks(1, 3, 4)
 def test_a_plan_at_another_width_shares_the_operands_and_multiplies_exactly(comm, seed):
-    """``plan.with_width(k)``, narrower and wider, in every mode (ordered too) on both backends: A @ B and A.T @ G
-    exact against SciPy with the plans multiplied in turn (the narrower one in the wider one's buffers), the bytes MPI
-    delivered k / k0 of the plan's; the narrower plan holds no sparse operand or dense buffer of its own, the wider
-    one its own buffers; the transposes are the same rank plan; both multiply one at a time (one lock)."""
+    """``plan.with_width(k)``, narrower and wider, in every mode (ordered too) on both backends, the transposes with
+    and without ``share_buffers``: A @ B and A.T @ G exact against SciPy with the plans and transposes multiplied in
+    turn (the narrower one in the wider one's buffers, a shared transpose in its forward's), the bytes MPI delivered
+    k / k0 of the plan's; the narrower plan holds no sparse operand or dense buffer of its own, a transpose the
+    forward's buffers only where shared; the transposes are the same rank plan; plans that share memory multiply one
+    at a time (one lock)."""
     import torch
 
     from sparsewire.errors import InputError
@@ -291,6 +293,8 @@ def test_a_plan_at_another_width_shares_the_operands_and_multiplies_exactly(comm
         for backend in ("numpy", "torch"):
             base = matrix.spmm_plan(6, mode=mode, backend=backend, deterministic=deterministic, strategy="joint")
             narrow, wide = base.with_width(2), base.with_width(9)
+            share = (mode, backend) in (("bulk", "torch"), ("overlap", "numpy"), ("early", "torch"), ("pipelined", "numpy"))
+            base.transpose(share_buffers=share)
             plans = (base, narrow, wide, narrow, base)
             for turn, plan in enumerate(plans):
                 b = rng.integers(-3, 4, (a.shape[1], plan.k)).astype(np.float64)
@@ -303,13 +307,26 @@ def test_a_plan_at_another_width_shares_the_operands_and_multiplies_exactly(comm
                 delivered = comm.allreduce(plan.bytes_received, op=MPI.SUM)
                 assert delivered == plan.stats.total_bytes == base.stats.total_bytes * plan.k // 6, (mode, backend)
             assert narrow.transpose().rank_plan is base.transpose().rank_plan and narrow.transpose().transpose() is narrow
-            for other, shares in ((narrow, True), (wide, False)):
+
+            def lent(plan, source):
+                """Per dense buffer of ``plan`` (but empty ones): whether it lies in ``source``'s buffers' memory."""
+                held = source.executor.buffers
+                memory = [np.asarray(b) for ex in held.exchanges for b in (ex.send_buffer, ex.receive_buffer)]
+                memory += [np.asarray(held.stack)] if held.stack is not None else []
+                buffers = [b for ex in plan.executor.buffers.exchanges for b in (ex.send_buffer, ex.receive_buffer) if b.shape[0]]
+                return [any(np.shares_memory(np.asarray(b), m) for m in memory) for b in buffers]
+
+            for other in (narrow, wide):
                 ours, theirs = other.executor.buffers, base.executor.buffers
                 assert ours.diagonal is theirs.diagonal and ours.plan is theirs.plan
                 for mine, its in zip(ours.exchanges, theirs.exchanges):
                     assert mine.unpack is its.unpack and mine.pack_b is its.pack_b
-                    together = np.shares_memory(np.asarray(mine.send_buffer), np.asarray(its.send_buffer))
-                    assert together == (shares and mine.send_buffer.shape[0] > 0), (mode, backend)
+            # Unordered, a narrower plan's buffers and the adjoint's (the forward's sizes swapped) all lie in the
+            # forward's memory where shared, none where not; ordered, the stacks' sizes differ: what fits is lent.
+            ok = all(lent(narrow, base))  # (a wider one's buffers lie wherever one fits)
+            ok &= (all(lent(base.transpose(), base)) or deterministic) if share else not any(lent(base.transpose(), base))
+            assert comm.allreduce(ok, op=MPI.LAND), (mode, backend, share)
+            assert (base.transpose().executor._running is base.executor._running) == share
             with base.executor._running:
                 with pytest.raises(sparsewire.PlanMismatchError, match="already multiplying in another thread"):
                     narrow.multiply(b_local[:, :2] if backend == "numpy" else b_local[:, :2].contiguous())

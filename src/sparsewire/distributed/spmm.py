@@ -185,14 +185,15 @@ class SpmmPlan:
         *,
         transposed: bool = False,
         like: SpmmPlan | None = None,
+        memory: SpmmPlan | None = None,
     ) -> None:
         """Collective (makes the executor). Use :func:`plan_spmm`, ``matrix.spmm_plan`` or :meth:`with_width`."""
         self.matrix, self.comm = matrix, matrix.comm
         self.rank_plan, self.stats = rank_plan, stats
         self.k, self.dtype, self.choice, self.transposed = int(k), np.dtype(dtype), choice, transposed
-        self._like = like  # the plan of the same rank plan at another width, whose operands the executor shares
-        operands = like.executor if like is not None else None
-        self.executor = SpmmExecutor(rank_plan, self.comm, self.k, self.dtype, options, operands_of=operands)
+        self._like, memory = like, like or memory  # (the plan of the same rank plan at another width: all is shared)
+        self.executor = SpmmExecutor(rank_plan, self.comm, self.k, self.dtype, options, operands_of=like and like.executor,
+                                     memory_of=memory and memory.executor)  # fmt: skip
         self.options = self.executor.options  # threads filled in
         self._steps_in_flight = self.options.mode.steps_in_flight if self.executor.transport.sends_message_by_message else 1
         self.transfer_summary = summarize_paths(self.comm, self.executor.buffers, options.topology)
@@ -320,31 +321,30 @@ class SpmmPlan:
         return self.executor.transport.counts_measured
 
     @collective_errors
-    def transpose(self) -> SpmmPlan:
-        """Collective. The plan of ``A.T @ G`` on the same partitions (G rows under A's row
-        partition, result rows under A's column partition), with the same k, dtype, mode and
-        threads. It is the adjoint of this plan (:mod:`sparsewire.plan.transpose`): every message
-        reversed with the same rows, so its bytes equal this plan's; on the same transport. Made once and cached;
-        ``plan.transpose().transpose()`` is ``plan``."""
+    def transpose(self, share_buffers: bool = False) -> SpmmPlan:
+        """Collective. The plan of ``A.T @ G`` on the same partitions (G rows under A's row partition, result rows under
+        A's column partition), same k, dtype, mode and threads: the adjoint of this plan (:mod:`sparsewire.plan.transpose`),
+        every message reversed with the same rows, so its bytes equal this plan's; on the same transport. Made once and
+        cached (the first call decides); ``plan.transpose().transpose()`` is ``plan``. ``share_buffers``: its dense buffers
+        are this plan's (the adjoint's sizes), for a forward and backward that never multiply at once, as in training."""
         self._check_open()
         if self._transpose is None:
-            if self._like is not None:  # the transpose of the plan of the same rank plan, at this width
-                self._transpose = self._like.transpose().with_width(self.k)
+            if self._like is not None:  # (the transpose of the plan of the same rank plan, at this width)
+                self._transpose = self._like.transpose(share_buffers).with_width(self.k)
             else:
                 plan = transpose_rank_plan(self.rank_plan, send_keys_collective(self.comm, self.rank_plan))
                 stats = collective_stats(self.comm, plan, self.k, self.dtype.itemsize, self.topology or Topology.flat())
-                self._transpose = SpmmPlan(
-                    self.matrix, plan, stats, self.k, self.dtype, self.options, self.choice, transposed=not self.transposed
-                )
+                self._transpose = SpmmPlan(self.matrix, plan, stats, self.k, self.dtype, self.options, self.choice,
+                                           transposed=not self.transposed, memory=self if share_buffers else None)  # fmt: skip
             self._transpose._transpose = self
         return self._transpose
 
     @collective_errors
     def with_width(self, k: int) -> SpmmPlan:
         """Collective. The plan of the same rank plan (strategy, messages, mode, threads) for blocks of ``k`` columns,
-        planned no further: its executor shares this one's sparse operands (the diagonal block, every pack and unpack)
-        where whole messages make them independent of k, so another width costs its dense buffers; its
-        :meth:`transpose` is this plan's transpose at ``k``. ``auto`` chose the strategy for this plan's width."""
+        planned no further (``auto`` chose for this width): its executor shares this one's sparse operands (where
+        whole messages make them independent of k) and dense buffers where they fit; the two then multiply one at a
+        time. Its :meth:`transpose` is this plan's transpose at ``k``."""
         self._check_open()
         agree_on_error(self.comm, _check_arguments(self.matrix, k, self.dtype, self.options))
         stats = collective_stats(self.comm, self.rank_plan, int(k), self.dtype.itemsize, self.topology or Topology.flat())

@@ -23,13 +23,13 @@ in the schedule's own state.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.errors import PlanMismatchError
+from sparsewire.exec.sharing import MemoryPool, same_operands
 from sparsewire.kernels.numpy_backend import NumpyBackend
 from sparsewire.plan.plan import AGGREGATE_C, DIRECT_C, Exchange, RankPlan
 from sparsewire.wire.paths import TransferRule, WirePath
@@ -200,7 +200,8 @@ def _exchange_buffers(
     needs: BufferNeeds,
     backend,
     rule,
-    shared: ExchangeBuffers | None = None,
+    shared: ExchangeBuffers | None,
+    memory: MemoryPool,
 ) -> ExchangeBuffers:
     n_b = plan.local_shape[1]
     if exchange.input is not None and not 0 <= exchange.input < index:
@@ -253,8 +254,8 @@ def _exchange_buffers(
         dependencies = tuple(tuple(d) for d in needed)
 
     if receive_storage is None:
-        receive_storage = _zeros(backend, n_recv, k, dtype, shared.receive_buffer if shared is not None else None)
-    send_buffer = _zeros(backend, n_send, k, dtype, shared.send_buffer if shared is not None else None)
+        receive_storage = memory.zeros(n_recv, k)
+    send_buffer = memory.zeros(n_send, k)
     receive_buffer = receive_storage[:n_recv]
     send_elements, recv_elements = np.diff(send_offsets) * k, np.diff(recv_offsets) * k
     direct = TransferRule(0, "no staging")
@@ -343,19 +344,22 @@ def build_buffers(
     backend=None,
     rule: TransferRule | None = None,
     shared: Buffers | None = None,
+    memory: Buffers | None = None,
 ) -> Buffers:
     """Not collective. Every buffer and operand of ``plan`` for blocks of ``k`` columns of
     ``dtype`` on ``threads`` threads, as ``needs`` asks (see the module docstring), of ``backend``
     (:mod:`sparsewire.kernels`; default NumPy); with ``rule``, host memory for the messages
     it stages (None: none is). ``shared``: the buffers of the same plan at another k, whose sparse operands
     (the diagonal block, every pack and unpack) are taken instead of made again where they cannot differ (same
-    dtype, threads, needs and backend, whole messages), and whose dense buffers hold these where this k is not
-    wider: the two must then never multiply at once (their executors share one lock)."""
+    dtype, threads, needs and backend, whole messages). ``memory``: other buffers (of any plan) whose dense arrays
+    hold these where they fit, each lent to one buffer here: the two must then never multiply at once (their
+    executors share one lock)."""
     dtype = np.dtype(dtype)
     backend = NumpyBackend() if backend is None else backend
-    if shared is not None and not _same_operands(shared, plan, dtype, threads, needs, backend):
+    if shared is not None and not same_operands(shared, plan, dtype, threads, needs, backend):
         shared = None
     diagonal = shared.diagonal if shared is not None else backend.csr(plan.diagonal, dtype, threads)
+    pool = MemoryPool(memory, dtype, backend)
     row_bounds = diagonal.bounds
     storage: list[np.ndarray | None]
     stack = None
@@ -364,7 +368,7 @@ def build_buffers(
         # CSR product over it reads B rows and received rows.
         rows = [int(padded_rows(e.recv_counts, k, needs.partitions).sum()) for e in plan.exchanges]
         head = plan.local_shape[1]
-        stack = _zeros(backend, head + sum(rows), k, dtype, shared.stack if shared is not None else None)
+        stack = pool.zeros(head + sum(rows), k)
         bounds = head + offsets(np.array(rows, np.int64))
         storage = [stack[bounds[i] : bounds[i + 1]] for i in range(len(plan.exchanges))]
     else:
@@ -373,16 +377,14 @@ def build_buffers(
             if exchange.receive_slot is not None:
                 rows_here = int(padded_rows(exchange.recv_counts, k, needs.partitions).sum())
                 slot_rows[exchange.receive_slot] = max(slot_rows.get(exchange.receive_slot, 0), rows_here)
-        slots = {
-            slot: _zeros(backend, rows_here, k, dtype, _slot_like(shared, plan, slot)) for slot, rows_here in slot_rows.items()
-        }
+        slots = {slot: pool.zeros(rows_here, k) for slot, rows_here in slot_rows.items()}
         storage = [slots.get(e.receive_slot) if e.receive_slot is not None else None for e in plan.exchanges]
     built: list[ExchangeBuffers] = []
     for index, exchange in enumerate(plan.exchanges):
         like = shared.exchanges[index] if shared is not None else None
         built.append(
             _exchange_buffers(
-                index, exchange, built, storage[index], plan, k, dtype, threads, row_bounds, needs, backend, rule, like
+                index, exchange, built, storage[index], plan, k, dtype, threads, row_bounds, needs, backend, rule, like, pool
             )
         )
     exchanges = tuple(built)
@@ -419,30 +421,3 @@ def build_buffers(
         stack=stack,
         merged=merged,
     )
-
-
-def _same_operands(shared: Buffers, plan: RankPlan, dtype: np.dtype, threads: int, needs: BufferNeeds, backend) -> bool:
-    """Whether ``shared``'s operands serve ``plan`` at another k: nothing they hold depends on k where every message
-    is whole (padding for partitions moves rows by k)."""
-    same = (shared.dtype, shared.threads, shared.needs, type(shared.kernels), getattr(shared.kernels, "device", 0))
-    return (
-        shared.plan is plan
-        and needs.partitions == 1
-        and same == (dtype, threads, needs, type(backend), getattr(backend, "device", 0))
-    )
-
-
-def _zeros(backend, rows: int, k: int, dtype, like=None):
-    """A zeroed (rows, k) buffer: the first rows x k elements of ``like`` (the buffer of the same role in the shared
-    buffers, at a wider k) where it holds that many, else new memory."""
-    if like is not None and math.prod(like.shape) >= rows * k:
-        view = like.reshape(-1)[: rows * k].reshape(rows, k)
-        view[...] = 0
-        return view
-    return backend.zeros((rows, k), dtype)
-
-
-def _slot_like(shared: Buffers | None, plan: RankPlan, slot: int):
-    """The shared buffers' memory of receive slot ``slot``: the receive buffer of most rows among its exchanges."""
-    buffers = [ex.receive_buffer for ex, e in zip(shared.exchanges if shared else (), plan.exchanges) if e.receive_slot == slot]
-    return max(buffers, key=lambda buffer: buffer.shape[0], default=None)

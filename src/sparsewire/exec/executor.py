@@ -76,9 +76,10 @@ class SpmmExecutor:
             registered name), the kernel backend on its device (with ``torch``, :meth:`multiply`
             takes and returns tensors; a NumPy B is wrapped) and the transfer calibration whose
             threshold picks the messages staged through host memory (:mod:`sparsewire.wire.paths`).
-        operands_of: an executor of the same ``plan`` at another k, whose sparse operands (and, at a k not wider,
-            dense buffers) this one shares (:func:`~sparsewire.exec.buffers.build_buffers`); the two multiply one at
-            a time (one lock: a multiply on either while the other runs is refused).
+        operands_of: an executor of the same ``plan`` at another k, whose sparse operands this one shares
+            (:func:`~sparsewire.exec.buffers.build_buffers`).
+        memory_of: an executor whose dense buffers hold this one's where they fit; the two then multiply one at a
+            time (one lock: a multiply on either while the other runs is refused).
 
     Attributes:
         options: the options it runs with (threads filled in).
@@ -98,6 +99,7 @@ class SpmmExecutor:
         options: ExecOptions | None = None,
         *,
         operands_of: SpmmExecutor | None = None,
+        memory_of: SpmmExecutor | None = None,
     ) -> None:
         options = options or ExecOptions(mode=Mode.OVERLAP)
         if options.mode is None:
@@ -171,7 +173,7 @@ class SpmmExecutor:
         self.dtype = np.dtype(dtype)
         self._closed = False
         # Held during a multiply: a second thread is refused (also on an executor whose buffers this one shares).
-        self._running = operands_of._running if operands_of is not None else threading.Lock()
+        self._running = memory_of._running if memory_of is not None else threading.Lock()
         needs = BufferNeeds(
             partitions=self.threads if mode.partitions_per_thread else 1,
             unpack=None if self.deterministic else ("message" if mode.per_message else "exchange"),
@@ -181,8 +183,8 @@ class SpmmExecutor:
             codec_peers=self._codec_peers(options, comm),
         )
         rule = self.transfer_rule if self.stages_messages else None
-        shared = operands_of.buffers if operands_of is not None else None
-        self.buffers = build_buffers(plan, self.k, self.dtype, self.threads, needs, self.kernels, rule, shared)
+        shared, memory = (other.buffers if other is not None else None for other in (operands_of, memory_of))
+        self.buffers = build_buffers(plan, self.k, self.dtype, self.threads, needs, self.kernels, rule, shared, memory)
         self.ledger = ByteLedger(plan.rank, plan.n_ranks, self.dtype.itemsize)
         self.transport = transport_class(self.comm, self.buffers, self.ledger)
         busy = oversubscribed(sharing, self.threads)

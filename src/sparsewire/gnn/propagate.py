@@ -174,8 +174,8 @@ class GraphOperator:
 
     def _run(self, x: torch.Tensor, transposed: bool) -> torch.Tensor:
         plan = self.plan(x.shape[1], x.dtype)
-        if transposed:
-            plan = plan.transpose()
+        if transposed:  # (its buffers the forward's: the backward never runs while the forward does)
+            plan = plan.transpose(share_buffers=True)
         tracer = self.tracer
         if tracer is not None and plan.executor.tracer is None:
             plan.executor.start_tracing(tracer)
