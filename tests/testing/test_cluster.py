@@ -7,6 +7,7 @@ The cluster tests need root and ``ip``/``tc`` and skip cleanly without them."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -110,6 +111,25 @@ def test_ranks_on_different_nodes_talk_over_the_link_and_nothing_is_left(nodes):
         assert json.loads(lines["RNDV"]) == ["get_zcopy"] * (nodes * per_node), lines  # both directions stream
         assert result.left_running == []
     assert _namespaces() == before
+
+
+@pytest.mark.mpi
+@needs_cluster
+@pytest.mark.skipif(shutil.which("ompi_info") is None, reason="no system Open MPI (the peers' MPI; bench/README.md)")
+def test_open_mpi_jobs_see_each_namespace_as_a_node_of_its_own():
+    """``launcher="openmpi"`` (the peers' MPI): 2 nodes x 2 ranks, each rank on the host its namespace is named after,
+    ranks 0-1 on node 0; nothing is left behind."""
+    with EmulatedCluster(2, "1gbit") as cluster:
+        result = cluster.run(2, ["/bin/sh", "-c", "echo $OMPI_COMM_WORLD_RANK $(hostname)"], launcher="openmpi", timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
+        hosts = dict(line.split() for line in result.stdout.splitlines())
+        assert hosts == {str(rank): cluster.namespaces[rank // 2] for rank in range(4)}, result.stdout
+        assert result.left_running == []
+
+
+def test_an_unknown_launcher_is_refused_by_name():
+    with pytest.raises(InputError, match="launcher 'srun' is not one of mpich"):
+        EmulatedCluster(2, "1gbit").mpiexec_command(1, ["true"], launcher="srun")
 
 
 @pytest.mark.mpi

@@ -68,8 +68,16 @@ case "$host" in
   {subnet}.*) ns={prefix}-n$(( ${{host##*.}} - 1 ));;
   *) echo "sparsewire emulated cluster: unknown host '$host'" >&2; exit 1;;
 esac
-exec ip netns exec "$ns" /bin/sh -c "exec $*"
+exec ip netns exec "$ns" {uts}/bin/sh -c "{hostname}exec $*"
 """
+
+#: Open MPI (the peers' MPI, Debian's): ob1 over TCP on the emulated links only, shared memory in a node, 4 MB socket
+#: buffers and yielding when idle: the peers at their best on these shared cores (bench/cluster/vs_peers.py).
+OPENMPI_OPTIONS = (
+    "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp",
+    "--mca", "btl_tcp_if_include", INTERFACE, "--mca", "oob_tcp_if_include", INTERFACE, "--mca", "btl_tcp_sndbuf", "4194304",
+    "--mca", "btl_tcp_rcvbuf", "4194304", "--mca", "mpi_yield_when_idle", "1", "-x", "OMP_NUM_THREADS=1",
+)  # fmt: skip
 
 
 #: The largest burst ``tc``'s tbf accepts (a 32-bit byte count).
@@ -232,9 +240,11 @@ class EmulatedCluster:
             self._relay = subprocess.Popen(command + [str(self.delay_us), *ports], stdin=subprocess.DEVNULL)
         self._wait_until_running()
         self._folder = tempfile.TemporaryDirectory(prefix="sparsewire-emulated-")
-        launcher = Path(self._folder.name) / "launch"
-        launcher.write_text(_LAUNCHER.format(prefix=self.prefix, subnet=_SUBNET))
-        launcher.chmod(0o755)
+        # Open MPI tells nodes apart by host name: its launcher gives each namespace its own (a UTS namespace).
+        for name, uts, hostname in (("launch", "", ""), ("launch-openmpi", "unshare --uts ", "hostname $ns; ")):
+            launcher = Path(self._folder.name) / name
+            launcher.write_text(_LAUNCHER.format(prefix=self.prefix, subnet=_SUBNET, uts=uts, hostname=hostname))
+            launcher.chmod(0o755)
 
     def _wait_until_running(self) -> None:
         # UCX skips an interface that is not operationally up yet
@@ -314,9 +324,14 @@ class EmulatedCluster:
             NODE_CORES_VARIABLE: f"{self.cores_per_node:g}",
         }
 
-    def mpiexec_command(self, ranks_per_node: int, command: Sequence[str], *, nodes: int | None = None) -> list[str]:
+    def mpiexec_command(
+        self, ranks_per_node: int, command: Sequence[str], *, nodes: int | None = None, launcher: str = "mpich"
+    ) -> list[str]:
         """Not collective. The command line that runs ``command`` as ``ranks_per_node`` ranks on each of
-        the first ``nodes`` nodes (all by default), from inside node 0 (ranks 0.. on node 0 first)."""
+        the first ``nodes`` nodes (all by default), from inside node 0 (ranks 0.. on node 0 first): by our MPICH's
+        ``mpiexec``, or with ``launcher="openmpi"`` by the system Open MPI's ``mpirun`` (:data:`OPENMPI_OPTIONS`)."""
+        if launcher not in ("mpich", "openmpi"):
+            raise InputError(f"launcher {launcher!r} is not one of mpich (our mpiexec) and openmpi (the system's mpirun)")
         if not self.is_up:
             raise InputError("the emulated cluster is not up; use it inside 'with EmulatedCluster(...)'")
         nodes = self.nodes if nodes is None else nodes
@@ -324,6 +339,11 @@ class EmulatedCluster:
             raise InputError(f"need 1..{self.nodes} nodes and at least 1 rank per node (got {nodes} x {ranks_per_node})")
         mpiexec = str(Path(sys.executable).with_name("mpiexec"))
         hosts = ",".join(f"{address}:{ranks_per_node}" for address in self.addresses()[:nodes])
+        if launcher == "openmpi":
+            agent, ns = str(Path(self._folder.name) / "launch-openmpi"), self.namespaces[0]
+            mpirun = [*OPENMPI_OPTIONS, "--mca", "plm_rsh_agent", agent, "--host", hosts, "-n", str(nodes * ranks_per_node)]
+            return ["ip", "netns", "exec", ns, "unshare", "--uts", "/bin/sh", "-c", f'hostname {ns}; exec "$@"', "sh",
+                    "mpirun", *mpirun, *command]  # fmt: skip
         variables = [item for name, value in self.mpi_environment().items() for item in ("-genv", name, value)]
         launcher = str(Path(self._folder.name) / "launch")
         return [
@@ -331,13 +351,16 @@ class EmulatedCluster:
             "-hosts", hosts, *variables, "-n", str(nodes * ranks_per_node), *command,
         ]  # fmt: skip
 
-    def start(self, ranks_per_node: int, command: Sequence[str], *, nodes: int | None = None, **popen) -> subprocess.Popen:
-        """Not collective. Start an MPI job (:meth:`mpiexec_command`) in a session of its own and
+    def start(
+        self, ranks_per_node: int, command: Sequence[str], *, nodes: int | None = None, launcher: str = "mpich", **popen
+    ) -> subprocess.Popen:
+        """Not collective. Start an MPI job (:meth:`mpiexec_command`, by ``launcher``) in a session of its own and
         return it; ``popen`` goes to :class:`subprocess.Popen` (``env``, ``stdout``, ...). End it
         with :meth:`finish`."""
         env = dict(popen.pop("env", None) or os.environ)
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        arguments = self.mpiexec_command(ranks_per_node, command, nodes=nodes)
+        if launcher == "mpich":
+            env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        arguments = self.mpiexec_command(ranks_per_node, command, nodes=nodes, launcher=launcher)
         return subprocess.Popen(arguments, env=env, start_new_session=True, **popen)
 
     def finish(self, process: subprocess.Popen, timeout: float = 600, grace: float = 0.0) -> subprocess.CompletedProcess:
@@ -363,8 +386,8 @@ class EmulatedCluster:
     def run(
         self, ranks_per_node: int, command: Sequence[str], *, timeout: float = 600, nodes: int | None = None, **popen
     ) -> subprocess.CompletedProcess:
-        """Not collective. :meth:`start` then :meth:`finish`; output captured as text unless ``popen``
-        says otherwise."""
+        """Not collective. :meth:`start` then :meth:`finish` (``launcher=`` goes to :meth:`start`); output captured
+        as text unless ``popen`` says otherwise."""
         popen.setdefault("stdout", subprocess.PIPE)
         popen.setdefault("stderr", subprocess.PIPE)
         popen.setdefault("text", True)
