@@ -1,30 +1,35 @@
-"""sparsewire's default SpMM beside PETSc's ``MatMatMult`` over the emulated cluster's links, in one run.
+"""Ours beside the peers over the emulated cluster's links, in one run: SpMM against PETSc's ``MatMatMult``, SpGEMM
+against CombBLAS's Sparse SUMMA.
 
-    sudo .venv/bin/python bench/cluster/vs_peers.py [--matrices M,...] [--layouts 2x2,4x1] [--rates 1gbit,5gbit]
-        [--k 32] [--repeat 10] [--rounds 3]
+    sudo .venv/bin/python bench/cluster/vs_peers.py [--kinds spmm,spgemm] [--matrices M,...] [--layouts 2x2,4x1]
+        [--rates 1gbit,5gbit] [--k 32] [--semirings plus_times,min_plus] [--repeat 10] [--rounds 3]
 
 Per layout (``2x2``: 2 nodes x 2 ranks; ``4x1``) and rate: the cluster up and measured (``sparsewire calibrate
---network``, as ``emulated.py`` does); then per matrix, the two sides taking turns ``--rounds`` times (a machine
-that drifts slows both alike):
+--network``, as ``emulated.py`` does); then per matrix (and semiring), the two sides taking turns ``--rounds`` times
+(a machine that drifts slows both alike):
 
-- ours: ``sparsewire spmm M --topology network.json --k K --repeat R --json``, our default flags (the partition,
-  strategy and mode chosen for the user), under our MPICH over the links;
-- PETSc: ``bench/peers/petsc_worker.py`` (MPIAIJ x MPIDense, even rows, the same B) under Debian's Open MPI over the
-  same links (``EmulatedCluster``'s ``OPENMPI_OPTIONS``: TCP only between nodes, shared memory inside one,
-  4 MB socket buffers, yielding when idle); install steps in bench/README.md.
+- SpMM: ours ``sparsewire spmm M --topology network.json --k K --repeat R --json``, our default flags (the partition,
+  strategy and mode chosen for the user), under our MPICH over the links; PETSc ``bench/peers/petsc_worker.py``
+  (MPIAIJ x MPIDense, even rows, the same B);
+- SpGEMM (square rank counts: CombBLAS's grid): ours ``sparsewire spgemm M --values random:1 --semiring S --repeat R
+  --json`` with no other flag; CombBLAS ``bench/peers/combblas_spgemm.cpp`` (``Mult_AnXBn_Synch``, built as
+  ``vs_combblas.py`` builds it) on the same values, one OpenMP thread per rank.
 
-Per side: the median of its rounds' median seconds per multiply, the checksum (sum of C; the two must agree), and
-the bytes the links' kernel counters saw over its whole run (planning, warm-up and setup included) divided by the
-multiplies of the run (ours R + 1, PETSc R + 2): an upper bound of its inter-node bytes per multiply, beside ours
-from the plan and MPI's receive statuses. ``bound``: the busiest node's bytes per multiply (sent or received, the
-larger) over the calibrated inter-node rate of every node at once; ``time / bound`` says how close a side comes
-to its own bytes. 4 ranks on the 2-core machine are oversubscribed (both sides alike). Writes
-bench/results/vs_peers.json.
+The peers run under Debian's Open MPI over the same links (``EmulatedCluster``'s ``OPENMPI_OPTIONS``: TCP only
+between nodes, shared memory inside one, 4 MB socket buffers, yielding when idle); install steps in
+bench/README.md. Per side: the median of its rounds' median seconds per multiply; the checksums (sum of C; for
+SpGEMM also nnz(C)) must agree; the bytes the links' kernel counters saw over its whole run (planning, warm-up and
+setup included) over the multiplies of the run: an upper bound of its inter-node bytes per multiply, beside ours as
+MPI delivered them (SpMM: between nodes; SpGEMM: every byte moved). ``bound``: the busiest node's counted bytes per
+multiply (sent or received, the larger) over the calibrated inter-node rate of every node at once; ``time / bound``
+says how close a side comes to its own bytes. 4 ranks on the 2-core machine are oversubscribed (both sides alike).
+Writes bench/results/vs_peers.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -33,15 +38,19 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import scipy.io
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # emulated.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))  # vs_combblas.py
 from common import ROOT, short_name  # noqa: E402
 from emulated import DEFAULT_MATRICES, calibrated_cluster, run_json  # noqa: E402
+from vs_combblas import VALUES, build_peer  # noqa: E402
 
 from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition  # noqa: E402
 from sparsewire.profile import format_table  # noqa: E402
+from sparsewire.spgemm import load_operand  # noqa: E402
 
 PETSC_DIR = "/usr/lib/petscdir/petsc3.18/x86_64-linux-gnu-real"
 WORKER = ROOT / "bench" / "peers" / "petsc_worker.py"
@@ -82,67 +91,123 @@ def petsc(cluster, per_node: int, directory: str, k: int, repeat: int) -> dict:
             "busiest_node_bytes_per_multiply": busiest / multiplies}  # fmt: skip
 
 
+def ours_spgemm(cluster, per_node: int, matrix: str, semiring: str, repeat: int) -> dict:
+    before = cluster.counters()
+    command = ["spgemm", matrix, "--values", VALUES, "--semiring", semiring, "--repeat", str(repeat), "--json"]
+    report = run_json(cluster, per_node, command, 1800)
+    total, busiest = link_bytes(cluster, before)
+    multiplies = repeat + 1
+    return {"seconds": report["median_seconds"], "checksum": (report["nnz_out"], report["checksum_sum"]),
+            "strategy": report["algorithm"], "mode": report["grid"] or "1d", "mpi_inter_bytes": report["bytes_moved"],
+            "link_bytes_per_multiply": total / multiplies, "busiest_node_bytes_per_multiply": busiest / multiplies}  # fmt: skip
+
+
+def combblas(cluster, per_node: int, binary: Path, path: str, semiring: str, repeat: int) -> dict:
+    before = cluster.counters()
+    completed = cluster.run(per_node, [str(binary), path, semiring, str(repeat)], launcher="openmpi", timeout=1800)
+    if completed.returncode != 0:
+        raise SystemExit(f"CombBLAS failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
+    total, busiest = link_bytes(cluster, before)
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    multiplies = repeat + 1
+    return {"seconds": float(np.median(report["seconds"])), "checksum": (report["nnz"], report["checksum"]),
+            "link_bytes_per_multiply": total / multiplies, "busiest_node_bytes_per_multiply": busiest / multiplies}  # fmt: skip
+
+
+def taking_turns(label: str, rounds: int, sides: dict) -> dict[str, dict]:
+    """Each side's first run with the median of its rounds' seconds, the sides run in turn ``rounds`` times."""
+    turns: dict[str, list] = {name: [] for name in sides}
+    for turn in range(rounds):
+        print(f"{label}: turn {turn + 1} of {rounds}", file=sys.stderr, flush=True)
+        for name, run in sides.items():
+            turns[name].append(run())
+    return {name: {**runs[0], "seconds": float(np.median([r["seconds"] for r in runs]))} for name, runs in turns.items()}
+
+
+def cases(cluster, per_node: int, network: str, layout: str, matrix: str, folder: Path, binary, args) -> list[tuple]:
+    """(kind, peer, case, {"ours": run, "peer": run}) of one matrix: SpMM against PETSc, SpGEMM against CombBLAS
+    per semiring (where the ranks make a square grid)."""
+    ranks, found = math.prod(int(x) for x in layout.split("x")), []
+    directory = folder / short_name(matrix)
+    directory.mkdir(exist_ok=True)
+    if "spmm" in args.kinds.split(","):
+        a = load_matrix(matrix)
+        np.save(directory / "indptr.npy", a.indptr.astype(np.int64))
+        np.save(directory / "indices.npy", a.indices.astype(np.int64))
+        np.save(directory / "offsets.npy", partition(a, ranks, "even").partitions[0].offsets)
+        mine = functools.partial(ours, cluster, per_node, matrix, network, args.k, args.repeat)
+        found.append(("spmm", "PETSc", f"k = {args.k}", {"ours": mine, "peer": functools.partial(petsc, cluster, per_node,
+                      str(directory), args.k, args.repeat)}))  # fmt: skip
+    if "spgemm" in args.kinds.split(",") and math.isqrt(ranks) ** 2 == ranks:
+        path = str(directory / "operand.mtx")
+        scipy.io.mmwrite(path, load_operand(matrix, VALUES), field="real", symmetry="general")
+        for semiring in args.semirings.split(","):
+            mine = functools.partial(ours_spgemm, cluster, per_node, matrix, semiring, args.repeat)
+            theirs = functools.partial(combblas, cluster, per_node, binary, path, semiring, args.repeat)
+            found.append(("spgemm", "CombBLAS", semiring, {"ours": mine, "peer": theirs}))
+    return found
+
+
+def row_of(entry: dict) -> list:
+    """The table's row of one comparison."""
+    mine, theirs, speed = entry["ours"], entry["peer_run"], entry["inter_node_bytes_per_second"]
+    bound = {side: run["busiest_node_bytes_per_multiply"] / speed for side, run in (("ours", mine), ("peer", theirs))}
+    return [entry["kind"], entry["peer"], entry["layout"], entry["rate"], entry["matrix"], entry["case"],
+            f"{mine['strategy']}/{mine['mode']}", f"{theirs['seconds'] * 1e3:.2f}", f"{mine['seconds'] * 1e3:.2f}",
+            f"{entry['ratio']:.2f}", f"{theirs['link_bytes_per_multiply'] / 1e6:.2f}",
+            f"{mine['link_bytes_per_multiply'] / 1e6:.2f}", f"{(mine['mpi_inter_bytes'] or 0) / 1e6:.2f}",
+            f"{theirs['seconds'] / bound['peer']:.2f}", f"{mine['seconds'] / bound['ours']:.2f}",
+            "yes" if entry["checksums_agree"] else "NO"]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--matrices", default=",".join([m for m in DEFAULT_MATRICES if Path(m).exists()] + ["rmat:16:8:1"]))
     parser.add_argument("--layouts", default="2x2,4x1")
     parser.add_argument("--rates", default="1gbit,5gbit")
+    parser.add_argument("--kinds", default="spmm,spgemm", help="of spmm (against PETSc), spgemm (against CombBLAS)")
     parser.add_argument("--k", type=int, default=32)
+    parser.add_argument("--semirings", default="plus_times,min_plus", help="SpGEMM's semirings (default: plus_times,min_plus)")
     parser.add_argument("--repeat", type=int, default=10, help="timed multiplies per run (default: 10)")
     parser.add_argument("--rounds", type=int, default=3, help="turns of both sides (default: 3)")
     args = parser.parse_args()
     if not Path("/usr/bin/python3").exists() or not Path(PETSC_DIR).exists():
         raise SystemExit("bench/cluster/vs_peers.py needs Debian's python3-petsc4py and Open MPI; see bench/README.md")
-    results, rows = [], []
+    results = []
+    kinds = args.kinds.split(",")
+    binary = build_peer() if "spgemm" in kinds else None
     with tempfile.TemporaryDirectory() as folder:
         for layout in args.layouts.split(","):
-            ranks = math.prod(int(x) for x in layout.split("x"))
             for rate in args.rates.split(","):
                 with calibrated_cluster(layout, rate) as (cluster, per_node, network, record):
                     speed = record["links"]["inter_node"]["aggregate_bandwidth_bytes_per_second"]
                     for matrix in args.matrices.split(","):
-                        a = load_matrix(matrix)
-                        directory = Path(folder) / short_name(matrix)
-                        directory.mkdir(exist_ok=True)
-                        np.save(directory / "indptr.npy", a.indptr.astype(np.int64))
-                        np.save(directory / "indices.npy", a.indices.astype(np.int64))
-                        np.save(directory / "offsets.npy", partition(a, ranks, "even").partitions[0].offsets)
-                        turns = {"ours": [], "petsc": []}
-                        for turn in range(args.rounds):
-                            print(
-                                f"{layout} {rate} {short_name(matrix)}: turn {turn + 1} of {args.rounds}",
-                                file=sys.stderr,
-                                flush=True,
-                            )
-                            turns["ours"].append(ours(cluster, per_node, matrix, network, args.k, args.repeat))
-                            turns["petsc"].append(petsc(cluster, per_node, str(directory), args.k, args.repeat))
-                        mine, theirs = ({**t[0], "seconds": float(np.median([r["seconds"] for r in t]))} for t in turns.values())
-                        agree = math.isclose(mine["checksum"], theirs["checksum"], rel_tol=1e-9, abs_tol=1e-6)
-                        entry = {"layout": layout, "rate": rate, "matrix": short_name(matrix), "k": args.k, "ours": mine,
-                                 "petsc": theirs, "ratio": mine["seconds"] / theirs["seconds"], "checksums_agree": agree,
-                                 "inter_node_bytes_per_second": speed}  # fmt: skip
-                        results.append(entry)
-                        bound = {side: entry[side]["busiest_node_bytes_per_multiply"] / speed for side in ("ours", "petsc")}
-                        rows.append([layout, rate, short_name(matrix), f"{mine['strategy']}/{mine['mode']}",
-                                     f"{theirs['seconds'] * 1e3:.2f}", f"{mine['seconds'] * 1e3:.2f}", f"{entry['ratio']:.2f}",
-                                     f"{theirs['link_bytes_per_multiply'] / 1e6:.2f}",
-                                     f"{mine['link_bytes_per_multiply'] / 1e6:.2f}",
-                                     f"{(mine['mpi_inter_bytes'] or 0) / 1e6:.2f}", f"{theirs['seconds'] / bound['petsc']:.2f}",
-                                     f"{mine['seconds'] / bound['ours']:.2f}", "yes" if agree else "NO"])  # fmt: skip
-    print(format_table(["layout", "rate", "matrix", "ours (strategy/mode)", "PETSc ms", "ours ms", "ours/PETSc",
-                        "PETSc link MB", "ours link MB", "ours MPI inter MB", "PETSc time/bound", "ours time/bound",
+                        for kind, peer, case, sides in cases(
+                            cluster, per_node, network, layout, matrix, Path(folder), binary, args
+                        ):
+                            label = f"{layout} {rate} {kind} {short_name(matrix)} {case}"
+                            mine, theirs = taking_turns(label, args.rounds, sides).values()
+                            if kind == "spmm":
+                                agree = math.isclose(mine["checksum"], theirs["checksum"], rel_tol=1e-9, abs_tol=1e-6)
+                            else:
+                                agree = mine["checksum"] == theirs["checksum"]
+                            results.append({"kind": kind, "peer": peer, "layout": layout, "rate": rate,
+                                            "matrix": short_name(matrix), "case": case, "ours": mine, "peer_run": theirs,
+                                            "ratio": mine["seconds"] / theirs["seconds"], "checksums_agree": agree,
+                                            "inter_node_bytes_per_second": speed})  # fmt: skip
+    rows = [row_of(entry) for entry in results]
+    print(format_table(["kind", "peer", "layout", "rate", "matrix", "case", "ours", "peer ms", "ours ms", "ours/peer",
+                        "peer link MB", "ours link MB", "ours MPI MB", "peer time/bound", "ours time/bound",
                         "checksums agree"], rows))  # fmt: skip
-    for layout in args.layouts.split(","):
-        for rate in args.rates.split(","):
-            ratios = [e["ratio"] for e in results if e["layout"] == layout and e["rate"] == rate]
-            if ratios:
-                mean = math.exp(np.mean(np.log(ratios)))
-                print(f"{layout} at {rate}: geometric mean ours/PETSc {mean:.3f}, worst {max(ratios):.2f}")
+    for kind, layout, rate, case in sorted({(e["kind"], e["layout"], e["rate"], e["case"]) for e in results}):
+        ratios = [e["ratio"] for e in results if (e["kind"], e["layout"], e["rate"], e["case"]) == (kind, layout, rate, case)]
+        mean = math.exp(np.mean(np.log(ratios)))
+        print(f"{kind} {case} on {layout} at {rate}: geometric mean ours/peer {mean:.3f}, worst {max(ratios):.2f}")
     out = ROOT / "bench" / "results" / "vs_peers.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
     if not all(e["checksums_agree"] for e in results):
-        sys.exit("checksums differ between sparsewire and PETSc")
+        sys.exit("checksums differ between sparsewire and a peer")
 
 
 if __name__ == "__main__":
