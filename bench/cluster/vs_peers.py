@@ -18,11 +18,14 @@ Per layout (``2x2``: 2 nodes x 2 ranks; ``4x1``) and rate: the cluster up and me
 The peers run under Debian's Open MPI over the same links (``EmulatedCluster``'s ``OPENMPI_OPTIONS``: TCP only
 between nodes, shared memory inside one, 4 MB socket buffers, yielding when idle); install steps in
 bench/README.md. Per side: the median of its rounds' median seconds per multiply; the checksums (sum of C; for
-SpGEMM also nnz(C)) must agree; the bytes the links' kernel counters saw over its whole run (planning, warm-up and
-setup included) over the multiplies of the run: an upper bound of its inter-node bytes per multiply, beside ours as
-MPI delivered them (SpMM: between nodes; SpGEMM: every byte moved). ``bound``: the busiest node's counted bytes per
-multiply (sent or received, the larger) over the calibrated inter-node rate of every node at once; ``time / bound``
-says how close a side comes to its own bytes. 4 ranks on the 2-core machine are oversubscribed (both sides alike).
+SpGEMM also nnz(C)) must agree; the bytes the links' kernel counters saw over its whole run (planning and setup
+included) over the multiplies of the run (each side's first product, warm-up and timed ones): an upper bound of its
+inter-node bytes per multiply, beside ours as MPI delivered them (SpMM: between nodes; SpGEMM: every byte moved).
+``bound``: the busiest node's counted bytes per multiply (sent or received, the larger) over the calibrated
+inter-node rate of every node at once; ``time / bound`` says how close a side comes to its own bytes. SpMM also
+gives each side's time to the first product (``first ms``): ours planning and a first multiply, PETSc A's assembly
+and the first ``matMult`` (symbolic and numeric). 4 ranks on the 2-core machine are oversubscribed (both sides
+alike).
 Writes bench/results/vs_peers.json.
 """
 
@@ -70,9 +73,10 @@ def ours(cluster, per_node: int, matrix: str, network: str, k: int, repeat: int)
         cluster, per_node, ["spmm", matrix, "--topology", network, "--k", str(k), "--repeat", str(repeat), "--json"], 1800
     )
     total, busiest = link_bytes(cluster, before)
-    multiplies = repeat + 1
+    multiplies = repeat + 2  # the first product, the warm-up, the timed ones
     return {"seconds": report["median_seconds"], "checksum": report["checksum_sum"], "strategy": report["strategy"],
-            "mode": report["mode"], "planned_inter_bytes": report.get("inter_group_bytes"),
+            "mode": report["mode"], "first_product_seconds": report["first_product_seconds"],
+            "planned_inter_bytes": report.get("inter_group_bytes"),
             "mpi_inter_bytes": report.get("measured_inter_group_bytes"), "link_bytes_per_multiply": total / multiplies,
             "busiest_node_bytes_per_multiply": busiest / multiplies}  # fmt: skip
 
@@ -88,7 +92,8 @@ def petsc(cluster, per_node: int, directory: str, k: int, repeat: int) -> dict:
     entry = json.loads(completed.stdout.strip().splitlines()[-1])
     multiplies = repeat + 2
     return {"seconds": entry["median_seconds"], "checksum": entry["checksum_sum"], "link_bytes_per_multiply": total / multiplies,
-            "busiest_node_bytes_per_multiply": busiest / multiplies}  # fmt: skip
+            "busiest_node_bytes_per_multiply": busiest / multiplies,
+            "first_product_seconds": entry["first_product_seconds"]}  # fmt: skip
 
 
 def ours_spgemm(cluster, per_node: int, matrix: str, semiring: str, repeat: int) -> dict:
@@ -157,6 +162,7 @@ def row_of(entry: dict) -> list:
             f"{entry['ratio']:.2f}", f"{theirs['link_bytes_per_multiply'] / 1e6:.2f}",
             f"{mine['link_bytes_per_multiply'] / 1e6:.2f}", f"{(mine['mpi_inter_bytes'] or 0) / 1e6:.2f}",
             f"{theirs['seconds'] / bound['peer']:.2f}", f"{mine['seconds'] / bound['ours']:.2f}",
+            *(f"{run['first_product_seconds'] * 1e3:.0f}" if "first_product_seconds" in run else "-" for run in (theirs, mine)),
             "yes" if entry["checksums_agree"] else "NO"]  # fmt: skip
 
 
@@ -198,7 +204,7 @@ def main() -> None:
     rows = [row_of(entry) for entry in results]
     print(format_table(["kind", "peer", "layout", "rate", "matrix", "case", "ours", "peer ms", "ours ms", "ours/peer",
                         "peer link MB", "ours link MB", "ours MPI MB", "peer time/bound", "ours time/bound",
-                        "checksums agree"], rows))  # fmt: skip
+                        "peer first ms", "ours first ms", "checksums agree"], rows))  # fmt: skip
     for kind, layout, rate, case in sorted({(e["kind"], e["layout"], e["rate"], e["case"]) for e in results}):
         ratios = [e["ratio"] for e in results if (e["kind"], e["layout"], e["rate"], e["case"]) == (kind, layout, rate, case)]
         mean = math.exp(np.mean(np.log(ratios)))

@@ -197,6 +197,8 @@ def test_spmm_runs_as_a_single_process():
     assert report["ranks"] == 1 and report["planned_bytes"] == report["measured_bytes"] == 0
     assert report["max_abs_error"] <= 1e-9
     assert np.isfinite(report["checksum_fro"])
+    # the time to the first C: planning, then a first multiply (timed apart from the warm-up and the timed ones)
+    assert report["first_product_seconds"] > report["plan_seconds"] > 0
 
 
 def test_spmm_rounds_time_every_run_in_each_turn():
