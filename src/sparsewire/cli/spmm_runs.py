@@ -159,12 +159,7 @@ def spmm_session(
                     out = torch.from_numpy(result).to(device)  # on the CPU the same memory
                     b_in = torch.from_numpy(b_local).to(device)  # uploaded once, outside the timing
                 # What a user waits for before the first C: planning, then the first multiply (MPI's connections too).
-                comm.Barrier()
-                started = MPI.Wtime()
-                plan.multiply(b_in, out=out)
-                if options.backend == "torch" and out.device.type == "cuda":
-                    torch.cuda.synchronize(out.device)
-                first = plan_seconds + comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
+                first = plan_seconds + time_plan(plan, b_in, out, 1, warmup=0).seconds[0]
                 opened[index] = (plan, plan_seconds, first, result, out, b_in, [])
             plan, plan_seconds, first, result, out, b_in, seconds = opened[index]
             traced = contextlib.nullcontext()
