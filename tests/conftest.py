@@ -96,6 +96,7 @@ class _Prefetch:
 
 
 def pytest_configure(config):
+    _seed()  # in the main thread, after a collective job's ranks agreed on it, before any prefetch thread starts
     config.addinivalue_line("markers", "prefetch(command, timeout=600): run command(**params) in the background first")
     config.pluginmanager.register(_Prefetch(), "sparsewire-prefetch")
 
@@ -158,8 +159,8 @@ _SESSION_SEED: list[int] = []
 
 
 def _seed() -> int:
-    # Read (or drawn) once, by the report header in the main thread: after a collective job's ranks agreed on it,
-    # before any prefetch thread starts; kept, so nothing that changes the environment later can change it.
+    # Read (or drawn) once, at configure (pytest -q shows no header), and kept: nothing that changes the environment
+    # later can change it.
     if not _SESSION_SEED:
         os.environ.setdefault("SPARSEWIRE_TEST_SEED", str(np.random.SeedSequence().entropy % 2**31))
         _SESSION_SEED.append(int(os.environ["SPARSEWIRE_TEST_SEED"]))
