@@ -59,64 +59,55 @@ PETSC_DIR = "/usr/lib/petscdir/petsc3.18/x86_64-linux-gnu-real"
 WORKER = ROOT / "bench" / "peers" / "petsc_worker.py"
 
 
-def link_bytes(cluster, before) -> tuple[int, int]:
-    """Bytes the links' counters saw since ``before``: the sum over nodes of what they sent, and the busiest node's
-    larger direction."""
-    after = cluster.counters()
-    deltas = [(tx - tx0, rx - rx0) for (tx, rx), (tx0, rx0) in zip(after, before)]
-    return sum(tx for tx, _ in deltas), max(max(pair) for pair in deltas)
+def counted(cluster, run, multiplies: int) -> tuple:
+    """``run()``'s result, and the bytes the links' counters saw meanwhile per multiply of it: the sum over nodes of
+    what they sent, and the busiest node's larger direction."""
+    before = cluster.counters()
+    result = run()
+    deltas = [(tx - tx0, rx - rx0) for (tx, rx), (tx0, rx0) in zip(cluster.counters(), before)]
+    total, busiest = sum(tx for tx, _ in deltas), max(max(pair) for pair in deltas)
+    return result, {"link_bytes_per_multiply": total / multiplies, "busiest_node_bytes_per_multiply": busiest / multiplies}
+
+
+def peer_report(cluster, per_node: int, name: str, command: list[str], env=None) -> dict:
+    """The last JSON line of a peer's job under Open MPI over the links."""
+    completed = cluster.run(per_node, command, launcher="openmpi", env=env, timeout=1800)
+    if completed.returncode != 0:
+        raise SystemExit(f"{name} failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def ours(cluster, per_node: int, matrix: str, network: str, k: int, repeat: int) -> dict:
-    before = cluster.counters()
-    report = run_json(
-        cluster, per_node, ["spmm", matrix, "--topology", network, "--k", str(k), "--repeat", str(repeat), "--json"], 1800
-    )
-    total, busiest = link_bytes(cluster, before)
-    multiplies = repeat + 2  # the first product, the warm-up, the timed ones
+    command = ["spmm", matrix, "--topology", network, "--k", str(k), "--repeat", str(repeat), "--json"]
+    # the first product, the warm-up, the timed ones
+    report, link = counted(cluster, lambda: run_json(cluster, per_node, command, 1800), repeat + 2)
     return {"seconds": report["median_seconds"], "checksum": report["checksum_sum"], "strategy": report["strategy"],
             "mode": report["mode"], "first_product_seconds": report["first_product_seconds"],
             "planned_inter_bytes": report.get("inter_group_bytes"),
-            "mpi_inter_bytes": report.get("measured_inter_group_bytes"), "link_bytes_per_multiply": total / multiplies,
-            "busiest_node_bytes_per_multiply": busiest / multiplies}  # fmt: skip
+            "mpi_inter_bytes": report.get("measured_inter_group_bytes"), **link}  # fmt: skip
 
 
 def petsc(cluster, per_node: int, directory: str, k: int, repeat: int) -> dict:
     environment = {**os.environ, "PETSC_DIR": os.environ.get("PETSC_DIR", PETSC_DIR)}
-    before = cluster.counters()
     command = ["/usr/bin/python3", str(WORKER), directory, str(k), str(repeat)]
-    completed = cluster.run(per_node, command, launcher="openmpi", env=environment, timeout=1800)
-    if completed.returncode != 0:
-        raise SystemExit(f"PETSc failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
-    total, busiest = link_bytes(cluster, before)
-    entry = json.loads(completed.stdout.strip().splitlines()[-1])
-    multiplies = repeat + 2
-    return {"seconds": entry["median_seconds"], "checksum": entry["checksum_sum"], "link_bytes_per_multiply": total / multiplies,
-            "busiest_node_bytes_per_multiply": busiest / multiplies,
-            "first_product_seconds": entry["first_product_seconds"]}  # fmt: skip
+    # the first product (symbolic and numeric), the warm-up, the timed ones
+    entry, link = counted(cluster, lambda: peer_report(cluster, per_node, "PETSc", command, environment), repeat + 2)
+    return {"seconds": entry["median_seconds"], "checksum": entry["checksum_sum"],
+            "first_product_seconds": entry["first_product_seconds"], **link}  # fmt: skip
 
 
 def ours_spgemm(cluster, per_node: int, matrix: str, semiring: str, repeat: int) -> dict:
-    before = cluster.counters()
     command = ["spgemm", matrix, "--values", VALUES, "--semiring", semiring, "--repeat", str(repeat), "--json"]
-    report = run_json(cluster, per_node, command, 1800)
-    total, busiest = link_bytes(cluster, before)
-    multiplies = repeat + 1
+    report, link = counted(cluster, lambda: run_json(cluster, per_node, command, 1800), repeat + 1)
     return {"seconds": report["median_seconds"], "checksum": (report["nnz_out"], report["checksum_sum"]),
             "strategy": report["algorithm"], "mode": report["grid"] or "1d", "mpi_inter_bytes": report["bytes_moved"],
-            "link_bytes_per_multiply": total / multiplies, "busiest_node_bytes_per_multiply": busiest / multiplies}  # fmt: skip
+            **link}  # fmt: skip
 
 
 def combblas(cluster, per_node: int, binary: Path, path: str, semiring: str, repeat: int) -> dict:
-    before = cluster.counters()
-    completed = cluster.run(per_node, [str(binary), path, semiring, str(repeat)], launcher="openmpi", timeout=1800)
-    if completed.returncode != 0:
-        raise SystemExit(f"CombBLAS failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
-    total, busiest = link_bytes(cluster, before)
-    report = json.loads(completed.stdout.strip().splitlines()[-1])
-    multiplies = repeat + 1
-    return {"seconds": float(np.median(report["seconds"])), "checksum": (report["nnz"], report["checksum"]),
-            "link_bytes_per_multiply": total / multiplies, "busiest_node_bytes_per_multiply": busiest / multiplies}  # fmt: skip
+    command = [str(binary), path, semiring, str(repeat)]
+    report, link = counted(cluster, lambda: peer_report(cluster, per_node, "CombBLAS", command), repeat + 1)
+    return {"seconds": float(np.median(report["seconds"])), "checksum": (report["nnz"], report["checksum"]), **link}
 
 
 def taking_turns(label: str, rounds: int, sides: dict) -> dict[str, dict]:
