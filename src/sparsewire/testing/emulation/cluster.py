@@ -17,6 +17,11 @@ it): under UCX's default over TCP a node that sent while it received took much l
 direction alone (the protocol, not the link), with ``get_zcopy`` (the receiver reads the data) about as long
 (``bench/cluster/link_directions.py``; docs/design-decisions.md, "UCX's get_zcopy rendezvous over TCP").
 
+The peers' MPI. ``launcher="openmpi"`` runs a job under the system's Open MPI instead (Debian's, which PETSc and
+CombBLAS are built on): ``mpirun`` inside node 0's namespace with a launch agent that enters each node's namespace
+under a host name of its own (Open MPI tells nodes apart by name), ob1 over TCP on the emulated links only and
+shared memory inside a node (:data:`OPENMPI_OPTIONS`).
+
 Rate. ``tbf`` with a burst of at least 256 KiB or 1 ms of the rate (a smaller burst splits 64 KiB
 segments and loses throughput). The payload rates each link rate gives, and where the CPU rather than the
 link sets the limit, are in docs/cli.md ("sparsewire emulate").
@@ -337,17 +342,17 @@ class EmulatedCluster:
         nodes = self.nodes if nodes is None else nodes
         if not 1 <= nodes <= self.nodes or ranks_per_node < 1:
             raise InputError(f"need 1..{self.nodes} nodes and at least 1 rank per node (got {nodes} x {ranks_per_node})")
-        mpiexec = str(Path(sys.executable).with_name("mpiexec"))
         hosts = ",".join(f"{address}:{ranks_per_node}" for address in self.addresses()[:nodes])
         if launcher == "openmpi":
             agent, ns = str(Path(self._folder.name) / "launch-openmpi"), self.namespaces[0]
             mpirun = [*OPENMPI_OPTIONS, "--mca", "plm_rsh_agent", agent, "--host", hosts, "-n", str(nodes * ranks_per_node)]
             return ["ip", "netns", "exec", ns, "unshare", "--uts", "/bin/sh", "-c", f'hostname {ns}; exec "$@"', "sh",
                     "mpirun", *mpirun, *command]  # fmt: skip
+        mpiexec = str(Path(sys.executable).with_name("mpiexec"))
         variables = [item for name, value in self.mpi_environment().items() for item in ("-genv", name, value)]
-        launcher = str(Path(self._folder.name) / "launch")
+        agent = str(Path(self._folder.name) / "launch")
         return [
-            "ip", "netns", "exec", self.namespaces[0], mpiexec, "-launcher", "ssh", "-launcher-exec", launcher,
+            "ip", "netns", "exec", self.namespaces[0], mpiexec, "-launcher", "ssh", "-launcher-exec", agent,
             "-hosts", hosts, *variables, "-n", str(nodes * ranks_per_node), *command,
         ]  # fmt: skip
 
