@@ -154,7 +154,9 @@ def main() -> None:
     from sparsewire._lib.launcher import launched_by_torchrun, launcher_rank
 
     record = {"rank": launcher_rank(), "mpi_world": MPI.COMM_WORLD.Get_size(), "ancestors": ancestors()}
-    print("LAUNCH " + json.dumps(record), file=sys.stderr, flush=True)
+    # One write of the whole line (under PIPE_BUF, so atomic): the ranks share standard error, and print's separate
+    # write of the newline let two ranks' records run together on one line.
+    os.write(2, f"LAUNCH {json.dumps(record)}\n".encode())
     parts = {
         "spmm": command("spmm", f"rmat:9:8:{seed % 100}", "--strategy", "all", "--repeat", "2", "--check", "--json"),
         "gcn": command("gcn", "cora", "--epochs", "4", "--json"),
