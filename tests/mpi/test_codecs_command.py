@@ -80,8 +80,8 @@ def test_only_the_messages_between_groups_are_coded_with_inter(command):
 
 @pytest.mark.ranks(3)
 def test_auto_codes_only_the_links_where_the_wire_time_saved_exceeds_the_codec_time(command, comm, shared_tmp):
-    """P = 3, ranks 0 and 1 on one node: under a measured topology whose link between nodes runs at 1 Gbit/s, auto
-    codes the messages between the nodes (bf16's saving there, 6 ns a byte, is above any codec's measured cost)
+    """P = 3, ranks 0 and 1 on one node: under a measured topology whose link between nodes runs at 100 Mbit/s, auto
+    codes the messages between the nodes (bf16's saving there, 60 ns a byte, is above any codec's measured cost)
     and not those inside a node (50 GB/s: 0.015 ns a byte saved); with the assumed 12.5 GB/s network of -G 2 it
     codes nothing, bitwise as none."""
     topology = str(on_rank_zero(comm, slow_link_topology, shared_tmp / "slow.json", [0, 0, 1]))
@@ -152,7 +152,7 @@ def test_spgemm_with_coded_indices_is_bit_identical(command):
     ],
 )
 def test_auto_codes_the_indices_of_the_slow_links_only(command, comm, shared_tmp, algorithm, groups):
-    """Under a measured topology of two nodes joined at 1 Gbit/s, ``--compress auto`` codes the messages between the
+    """Under a measured topology of two nodes joined at 100 Mbit/s, ``--compress auto`` codes the messages between the
     nodes (a coded integer saves nanoseconds there, more than coding costs) and not those inside a node (50 GB/s);
     so the integers' wire bytes lie strictly between every link coded and none (SUMMA's 2 x 2 grid: a grid row
     inside a node, a grid column across, whose sub-communicators' ranks the decision must translate). With every

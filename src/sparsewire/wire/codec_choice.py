@@ -5,7 +5,7 @@ time, so compression never slows a fast link (deal.II removed its compression be
 Per payload byte, a coded message saves ``(1 - wire / payload) / bandwidth`` seconds on the wire and costs
 ``encode + decode`` seconds of CPU (both ends, one after the other on the message's path). The codec's cost
 is measured when the executor is built, on the plan's own k and dtype (:func:`codec_seconds_per_byte`:
-median of five encode + decode round trips of a 512-row block of random rows), and the ranks take the
+the fastest of five encode + decode round trips of a 512-row block of random rows), and the ranks take the
 largest (one figure on every rank, so both ends of each link decide alike). A link's bandwidth is the
 execution options' topology's (``--topology measured.json`` from ``sparsewire calibrate --network``, a
 preset, ``nodes:G``), else MPI's nodes with the assumed constants of :mod:`sparsewire.topology.links`;
@@ -29,7 +29,8 @@ _ROWS = 512
 
 
 def codec_seconds_per_byte(name: str, k: int, dtype, repeat: int = 5) -> float:
-    """Not collective. Median seconds of one encode plus one decode of a ``512 x k`` block of standard normal
+    """Not collective. The fastest of ``repeat`` timings (the codec's own cost: a slower one measures another
+    process's use of the core) of one encode plus one decode of a ``512 x k`` block of standard normal
     rows of ``dtype``, per payload byte (after one untimed round trip, which compiles the kernels)."""
     rng = np.random.default_rng(43)
     rows = rng.standard_normal((_ROWS, k)).astype(dtype)
@@ -42,7 +43,7 @@ def codec_seconds_per_byte(name: str, k: int, dtype, repeat: int = 5) -> float:
         codecs.decode(name, wire[:size], out)
         if attempt:
             times.append(time.perf_counter() - started)
-    return float(np.median(times)) / rows.nbytes
+    return min(times) / rows.nbytes
 
 
 def wire_ratio(name: str, k: int, itemsize: int) -> float:
