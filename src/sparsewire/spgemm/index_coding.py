@@ -91,9 +91,9 @@ def decode_indices(message: np.ndarray, listed: int, itype, entries: int) -> np.
 def coding_cost(rows: sp.csr_array, itype, value_bytes: int, repeat: int = 5) -> tuple[float, float]:
     """Not collective. What coding costs and saves on messages like ``rows`` (a rank's own block of A, whose
     structure its messages share): the fewest seconds (another process's use of the core only adds) of one
-    :func:`encode_indices` plus one :func:`decode_indices` of its integer array (``[rows, lengths, columns]`` in ``itype``) per byte of the
-    message's payload (integers and ``value_bytes`` per entry), after one untimed round trip that compiles the
-    kernels; and wire bytes over payload bytes. An empty block measures a one-entry message."""
+    :func:`encode_indices` plus one :func:`decode_indices` of its integer array (``[rows, lengths, columns]`` in
+    ``itype``) per byte of the message's payload (integers and ``value_bytes`` per entry), after one untimed round
+    trip that compiles the kernels; and wire bytes over payload bytes. An empty block measures a one-entry message."""
     rows = sp.csr_array(rows)
     if rows.nnz == 0:
         rows = sp.csr_array(([1], [0], [0, 1]), shape=(1, 1))
