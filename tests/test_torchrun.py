@@ -2,8 +2,8 @@
 torch.distributed alone. At P = 1 to 4 one job (tests/torchrun_job.py) runs ``sparsewire spmm --check`` for every
 strategy (C exact against SciPy), ``sparsewire gcn cora`` (the losses of the same command under ``mpiexec``), and a
 PyG model with GCN, SAGE, GIN, GAT and batch norm converted by sparsewire.pyg (the single process's losses for 100
-epochs); no rank has ``mpiexec`` or its
-proxy among its ancestors, and each rank's MPI world is itself alone. The ancestry check fails on a planted fault:
+epochs); no rank has ``mpiexec`` or its proxy among its ancestors, each rank's MPI world is itself alone, and no
+rank's torch.distributed process group outlives sparsewire's exit handler. The ancestry check fails on a planted fault:
 the same job under ``mpiexec``."""
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ MPI_LAUNCHERS = ("mpiexec", "mpiexec.hydra", "hydra_pmi_proxy", "mpirun", "orter
 
 
 def parts(job: testing.Job) -> dict:
-    """Rank 0's JSON object per part, and every rank's LAUNCH record."""
+    """Rank 0's JSON object per part, and every rank's LAUNCH and EXIT records."""
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-6000:]
     found = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1]) for line in job.stdout.splitlines() if " {" in line}
-    found["launch"] = [json.loads(line[len("LAUNCH ") :]) for line in job.stderr.splitlines() if line.startswith("LAUNCH ")]
+    for record in ("launch", "exit"):
+        prefix = f"{record.upper()} "
+        found[record] = [json.loads(line[len(prefix) :]) for line in job.stderr.splitlines() if line.startswith(prefix)]
     return found
 
 
@@ -41,6 +43,9 @@ def test_a_torchrun_job_plans_runs_and_trains_without_mpi(ranks):
     for record in launch:
         assert record["mpi_world"] == 1, record
         assert not set(record["ancestors"]) & set(MPI_LAUNCHERS), record
+    # every rank's process groups were destroyed at exit while the interpreter still ran (left to its teardown, Gloo's
+    # threads can abort a rank after its work is done)
+    assert found["exit"] == [{"initialized": False}] * ranks, found["exit"]
     spmm = found["spmm"]
     assert spmm["ranks"] == ranks and spmm["transport"] == "torch"
     assert {run["strategy"] for run in spmm["runs"]} >= {"block", "column", "row", "joint"}

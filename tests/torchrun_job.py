@@ -4,7 +4,8 @@
 
 Each rank first writes one line ``LAUNCH {...}`` to standard error: its launcher's rank, the size of its MPI world,
 and the names of its ancestor processes (read from ``/proc``), so that the test can see that no ``mpiexec`` (or
-its proxy) started it. Then, on every rank: ``sparsewire spmm --check --json`` (all strategies) and ``sparsewire gcn
+its proxy) started it, and at exit one line ``EXIT {...}``: whether a torch.distributed process group outlived
+sparsewire's exit handler. Then, on every rank: ``sparsewire spmm --check --json`` (all strategies) and ``sparsewire gcn
 cora --json`` through the command line's own entry, and a PyG model (GCN, batch norm, SAGE mean and max, GIN, GAT)
 converted by sparsewire.pyg and trained 100 epochs in float64 beside the same model on one process (each rank
 computes that reference itself); SDDMM, SpGEMM and the MPI transport are tried and their refusals written. Rank 0
@@ -14,6 +15,7 @@ writes one JSON object per part to standard output, each on a line of its own st
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import io
 import json
 import os
@@ -147,7 +149,20 @@ def refusals() -> dict:
     return found
 
 
+def report_groups_at_exit() -> None:
+    """At exit, after sparsewire's own exit handler (atexit runs the last registered first, and this one is registered
+    before sparsewire makes a group): one line ``EXIT {...}`` on standard error, whether torch.distributed still has
+    a process group."""
+    import atexit
+
+    import torch.distributed as dist
+
+    atexit.register(lambda: os.write(2, f"EXIT {json.dumps({'initialized': dist.is_initialized()})}\n".encode()))
+
+
 def main() -> None:
+    faulthandler.enable(all_threads=True)  # a rank that aborts shows where each of its threads was
+    report_groups_at_exit()
     seed = int(sys.argv[1])
     from mpi4py import MPI
 

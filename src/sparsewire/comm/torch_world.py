@@ -16,6 +16,7 @@ such a communicator.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 from functools import reduce
@@ -23,7 +24,7 @@ from functools import reduce
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["TorchComm", "TorchRequest", "torch_world"]
+__all__ = ["TorchComm", "TorchRequest", "torch_world", "shut_down_at_exit"]
 
 #: The process groups :meth:`TorchComm.Split` made, by their members' global ranks in order.
 _GROUPS: dict[tuple[int, ...], object] = {}
@@ -36,7 +37,29 @@ def torch_world() -> TorchComm:
 
     if not dist.is_initialized():
         dist.init_process_group("gloo")
+        shut_down_at_exit()
     return TorchComm(None)
+
+
+def shut_down_at_exit() -> None:
+    """Not collective. Once per process: at exit, while the interpreter still runs, destroy the process groups
+    :meth:`TorchComm.Split` made and the default group (called where sparsewire initialised it). Gloo's worker and
+    transport threads, left to the interpreter's teardown, can end the process with SIGABRT ("terminate called without
+    an active exception", pytorch/pytorch#190489) after the job's work is done."""
+    if not getattr(shut_down_at_exit, "registered", False):
+        shut_down_at_exit.registered = True
+        atexit.register(_destroy_groups)
+
+
+def _destroy_groups() -> None:
+    import torch.distributed as dist
+
+    groups = list(_GROUPS.values())
+    _GROUPS.clear()
+    if dist.is_initialized():
+        for group in groups:
+            dist.destroy_process_group(group)
+        dist.destroy_process_group()
 
 
 def _either(pick, a, b):

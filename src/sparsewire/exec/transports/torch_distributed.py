@@ -43,6 +43,7 @@ import socket
 from mpi4py import MPI
 
 from sparsewire.comm.runtime import agree_on_error, ranks_on_node
+from sparsewire.comm.torch_world import shut_down_at_exit
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.exec.transports.base import ByteLedger, MessageTransport
@@ -125,6 +126,7 @@ def process_group_ranks(comm: MPI.Comm, device=None) -> list[int]:
         dist.init_process_group(
             backend, init_method=f"tcp://{address}", rank=comm.Get_rank(), world_size=comm.Get_size(), timeout=_timeout()
         )
+        shut_down_at_exit()
     ranks = comm.allgather(dist.get_rank())
     agree_on_error(
         comm,
