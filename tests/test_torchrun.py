@@ -59,7 +59,8 @@ def test_a_torchrun_job_plans_runs_and_trains_without_mpi(ranks):
     losses = [entry["loss"] for entry in gcn["history"]]
     assert losses == pytest.approx([entry["loss"] for entry in expected["history"]], abs=1e-6)
     pyg = found["pyg"]
-    assert pyg["epochs"] == 100 and pyg["largest_difference"] < 1e-8  # float64: rounding only (1e-5 asked)
+    # float64: rounding only, which Adam's normalised step raises to 2e-8 at worst seen (a gradient near zero)
+    assert pyg["epochs"] == 100 and pyg["largest_difference"] < 1e-6  # (1e-5 asked)
     assert found["reductions"] == {
         "sum": ranks * (ranks + 1) // 2,
         "max": ranks - 1,
