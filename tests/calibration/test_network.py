@@ -670,13 +670,14 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     # nonzero-column, a copy of 0.1 to 10 GB/s), read back into the topology
     # the burst the tbf bucket passes at once (256 KiB at 1 Gbit/s, 1 ms of the rate at 5), over the flows out of
     # rank 0's node, after idle against right after: measured 0.62-0.95 of the bucket at 1 Gbit/s; without the idle
-    # 0.04-0.07. At 5 Gbit/s the bucket drains in 1 ms, inside the jitter of two busy cores: measured 0.06-1.09, so
-    # only the upper bound holds there
+    # 0.04-0.07. At 5 Gbit/s the bucket drains in 1 ms, inside the jitter of two busy cores: measured 0.06-1.09, and
+    # the timed burst after idle once 1% slower than right after, so only the upper bound holds there
     burst = inter["burst"]
     assert burst["flows"] == [[0, 2], [0, 3], [1, 2], [1, 3]] and burst["repeat"] == 40, burst
     lowest = 0.1 if bits == 1e9 else 0.0
     assert lowest * bucket_bytes(rate) <= inter["burst_bytes"] <= 1.4 * bucket_bytes(rate), inter
-    assert burst["idle_seconds"] < burst["busy_seconds"], burst
+    if bits == 1e9:
+        assert burst["idle_seconds"] < burst["busy_seconds"], burst
     assert topology.levels[1].link.burst == inter["burst_bytes"]
     # every node at once after idle: at most both links' buckets (the links set the aggregate here)
     assert 0 <= inter["aggregate_burst_bytes"] <= 1.4 * 2 * bucket_bytes(rate), inter
