@@ -9,7 +9,8 @@ rank 0 prints one line starting with ``OK``.
   the executor on the torch transport raises PlanMismatchError on every rank, naming the pair,
   within 30 s (Gloo itself would complete such a message silently or hang).
 * ``own_group``: the caller initialises torch.distributed first, with the ranks in reverse order
-  of MPI's; the executor uses that group, addressing every peer by its torch rank.
+  of MPI's; the executor uses that group, addressing every peer by its torch rank; sparsewire's exit
+  handler leaves that group to the caller.
 * ``backend``: plans on ``backend="torch"`` (B and C tensors): forward and transposed products
   exact against SciPy (square and rectangular A); ``explain()`` names the backend; a saved plan
   loads on it; with ``deterministic=True`` and random values, C is bitwise the same in every mode,
@@ -138,6 +139,12 @@ def own_group(seed: int) -> str:
         with matrix.spmm_plan(4, strategy="joint", mode=mode, transport="torch") as plan:
             assert np.array_equal(gathered(comm, plan.multiply(b_local)), a @ b), mode
     assert dist.get_rank() == size - 1 - rank
+    from sparsewire.comm.torch_world import _EXIT, _destroy_groups
+
+    assert _EXIT == {"registered": False, "default_group": False}, _EXIT  # sparsewire made no group here
+    _destroy_groups()  # what sparsewire's exit handler does: the caller's group is the caller's to destroy
+    assert dist.is_initialized()
+    dist.destroy_process_group()
     return f"OK own_group {size}"
 
 

@@ -29,6 +29,9 @@ __all__ = ["TorchComm", "TorchRequest", "torch_world", "shut_down_at_exit"]
 #: The process groups :meth:`TorchComm.Split` made, by their members' global ranks in order.
 _GROUPS: dict[tuple[int, ...], object] = {}
 
+#: Whether the exit handler is registered, and whether it destroys the default group too (sparsewire made it).
+_EXIT = {"registered": False, "default_group": False}
+
 
 def torch_world() -> TorchComm:
     """Collective on first use. Every process ``torchrun`` started, as one communicator (the default Gloo process
@@ -37,17 +40,19 @@ def torch_world() -> TorchComm:
 
     if not dist.is_initialized():
         dist.init_process_group("gloo")
-        shut_down_at_exit()
+        shut_down_at_exit(default_group=True)
     return TorchComm(None)
 
 
-def shut_down_at_exit() -> None:
+def shut_down_at_exit(*, default_group: bool = False) -> None:
     """Not collective. Once per process: at exit, while the interpreter still runs, destroy the process groups
-    :meth:`TorchComm.Split` made and the default group (called where sparsewire initialised it). Gloo's worker and
-    transport threads, left to the interpreter's teardown, can end the process with SIGABRT ("terminate called without
-    an active exception", pytorch/pytorch#190489) after the job's work is done."""
-    if not getattr(shut_down_at_exit, "registered", False):
-        shut_down_at_exit.registered = True
+    :meth:`TorchComm.Split` made, and the default group when ``default_group`` (sparsewire initialised it; a group the
+    caller made is the caller's to destroy). Gloo's worker and transport threads, left to the interpreter's teardown,
+    can end the process with SIGABRT ("terminate called without an active exception", pytorch/pytorch#190489) after
+    the job's work is done."""
+    _EXIT["default_group"] = _EXIT["default_group"] or default_group
+    if not _EXIT["registered"]:
+        _EXIT["registered"] = True
         atexit.register(_destroy_groups)
 
 
@@ -59,7 +64,8 @@ def _destroy_groups() -> None:
     if dist.is_initialized():
         for group in groups:
             dist.destroy_process_group(group)
-        dist.destroy_process_group()
+        if _EXIT["default_group"]:
+            dist.destroy_process_group()
 
 
 def _either(pick, a, b):
@@ -250,6 +256,7 @@ class TorchComm:
         ranks = tuple(g for _, g in sorted((k, g) for c, k, g in members if c == color))
         if ranks not in _GROUPS:  # made once per member list (every member asks at the same call): Gloo groups are costly
             _GROUPS[ranks] = self._dist.new_group(list(ranks), use_local_synchronization=True)
+            shut_down_at_exit()
         return TorchComm(_GROUPS[ranks])
 
     def Split_type(self, split_type, key: int = 0, info=None) -> TorchComm:

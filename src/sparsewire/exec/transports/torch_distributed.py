@@ -126,7 +126,7 @@ def process_group_ranks(comm: MPI.Comm, device=None) -> list[int]:
         dist.init_process_group(
             backend, init_method=f"tcp://{address}", rank=comm.Get_rank(), world_size=comm.Get_size(), timeout=_timeout()
         )
-        shut_down_at_exit()
+        shut_down_at_exit(default_group=True)
     ranks = comm.allgather(dist.get_rank())
     agree_on_error(
         comm,
