@@ -57,6 +57,24 @@ def test_torch_products_equal_the_compiled_kernels(rng, dtype):
         np.testing.assert_array_equal(added.numpy(), start + a[:, c0:c1] @ x[c0:c1])
 
 
+def test_the_torch_csr_shares_the_plans_32_bit_indices_and_widens_only_past_them(rng):
+    """A pattern whose entries and columns fit in int32 becomes a CSR tensor on the very arrays given (no int64 copy:
+    the plan's diagonal block is held once), multiplied exactly; one with 2**31 columns gets int64 indices (PyTorch
+    takes both int32 or both int64)."""
+    backend = make_backend("torch", "cpu")
+    a = integer_matrix(rng, (40, 30), 0.2)
+    a.indices, a.indptr = a.indices.astype(np.int32), a.indptr.astype(np.int32)
+    operand = backend.csr(a, np.float64, 1)
+    assert operand.matrix.col_indices().dtype == operand.matrix.crow_indices().dtype == torch.int32
+    assert operand.indices.data_ptr() == a.indices.ctypes.data and operand.indptr.data_ptr() == a.indptr.ctypes.data
+    x = rng.integers(-4, 5, (30, 3)).astype(np.float64)
+    out = torch.zeros(40, 3, dtype=torch.float64)
+    backend.multiply(operand, torch.from_numpy(x), out)
+    assert np.array_equal(out.numpy(), a @ x)
+    wide = sp.csr_array(([2.0], [2**31 - 1 + 1], [0, 1]), shape=(1, 2**31 + 1))
+    assert backend.csr(wide, np.float64, 1).matrix.col_indices().dtype == torch.int64
+
+
 def test_a_product_that_overwrites_ignores_what_was_in_out():
     backend = make_backend("torch", "cpu")
     a = sp.csr_array(np.array([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0]]))

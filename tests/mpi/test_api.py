@@ -43,7 +43,10 @@ def test_public_program_multiplies_transposes_saves_and_loads_exactly(comm, seed
         g = rng.integers(-3, 4, (shape[0], k)).astype(np.float64)
         whole = sparsewire.distribute(comm, a if rank == 0 else None)
         offsets = whole.row_partition.offsets
-        own = sparsewire.distribute(comm, a[offsets[rank] : offsets[rank + 1]], row_offsets=offsets)
+        rows = a[offsets[rank] : offsets[rank + 1]]  # with 64-bit indices, as readers and caches give them
+        rows = sp.csr_array((rows.data, rows.indices.astype(np.int64), rows.indptr.astype(np.int64)), shape=rows.shape)
+        own = sparsewire.distribute(comm, rows, row_offsets=offsets)
+        assert own.local_rows.indices.dtype == own.local_rows.indptr.dtype == np.int32  # held at 32 bits
         for matrix in (whole, own):
             assert matrix.shape == shape and matrix.nnz == a.nnz
             assert (matrix.gather() != a).nnz == 0 if rank == 0 else matrix.gather() is None

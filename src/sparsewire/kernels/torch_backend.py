@@ -64,6 +64,14 @@ def node_device(comm) -> str:
     return f"cuda:{index}"
 
 
+def _csr_index(csr: sp.csr_array, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The row pointer and column indices of a torch CSR tensor: int32 where both fit (PyTorch takes both int32 or both
+    int64), which halves their memory and, on the CPU, shares the plan's own int32 arrays; else int64."""
+    itype = np.int32 if csr.nnz < 2**31 and csr.shape[1] < 2**31 else np.int64
+    indptr, indices = (torch.from_numpy(np.ascontiguousarray(a, dtype=itype)).to(device) for a in (csr.indptr, csr.indices))
+    return indptr, indices
+
+
 def _csr_tensor(indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     with warnings.catch_warnings():  # "sparse CSR support is in beta": the products used here are stable
         warnings.simplefilter("ignore", UserWarning)
@@ -153,7 +161,7 @@ class TorchBackend:
         if not keep_order:
             csr.sum_duplicates()
         row_starts = csr.indptr.astype(np.int64)
-        indptr, indices = _index(row_starts, self.device), _index(csr.indices, self.device)
+        indptr, indices = _csr_index(csr, self.device)
         values = self._values(csr.data, np.dtype(dtype))
         return TorchCsr(
             _csr_tensor(indptr, indices, values, csr.shape),
