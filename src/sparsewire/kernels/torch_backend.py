@@ -44,8 +44,8 @@ __all__ = ["TorchBackend", "TorchCsr", "TorchGather", "TorchColumns", "node_devi
 _TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
 
 
-def _index(values: np.ndarray, device: torch.device) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(device)
+def _index(values: np.ndarray, device: torch.device, itype=np.int64) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=itype)).to(device)
 
 
 def node_device(comm) -> str:
@@ -68,8 +68,7 @@ def _csr_index(csr: sp.csr_array, device: torch.device) -> tuple[torch.Tensor, t
     """The row pointer and column indices of a torch CSR tensor: int32 where both fit (PyTorch takes both int32 or both
     int64), which halves their memory and, on the CPU, shares the plan's own int32 arrays; else int64."""
     itype = np.int32 if csr.nnz < 2**31 and csr.shape[1] < 2**31 else np.int64
-    indptr, indices = (torch.from_numpy(np.ascontiguousarray(a, dtype=itype)).to(device) for a in (csr.indptr, csr.indices))
-    return indptr, indices
+    return _index(csr.indptr, device, itype), _index(csr.indices, device, itype)
 
 
 def _csr_tensor(indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
