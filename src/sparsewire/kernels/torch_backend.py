@@ -14,8 +14,8 @@ device memory: MPI is given the tensors themselves (:meth:`TorchBackend.mpi_memo
 direct; every other message is staged (:mod:`sparsewire.wire.paths`) through pinned host
 memory, copied asynchronously on a stream of its own (:meth:`~TorchBackend.copy_out`,
 :meth:`~TorchBackend.copy_in`); NCCL moves the tensors for the torch transport. The CUDA-only
-lines are the branches on ``self._copies`` beside their CPU twins; without a GPU only the CPU
-branches have run.
+lines are the branches on ``self._copies`` beside their CPU twins (``tests/exec/test_devices.py``
+runs them where PyTorch sees a GPU).
 
 Runs the bulk, overlap, pipelined and early modes (the partitioned mode's per-thread element
 ranges are the compiled kernels' own). Every product on the CPU sums each C row in one thread in

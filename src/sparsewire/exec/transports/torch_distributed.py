@@ -29,7 +29,7 @@ exchange's receives are held until its sends are issued and all go in one NCCL g
 need (not the early mode, :func:`device_mode_problem`). NCCL needs one GPU per rank
 (:func:`process_group_ranks` sets each rank's device before the group is made and refuses ranks
 that share one) and every rank of the group in its first operation, so the communicator must be
-the whole group. Without a GPU none of the CUDA lines has run.
+the whole group. Two or more GPUs, one per rank, are needed to run it past P = 1.
 """
 
 from __future__ import annotations
