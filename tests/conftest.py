@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 
 from sparsewire import testing
+from sparsewire.testing.jobs import JOB_ENVIRONMENT
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 SHARED_MATRICES = sorted(SHARED_DATA.glob("*.mtx.gz")) if SHARED_DATA.is_dir() else []
 
-# One BLAS/OpenMP thread per rank: busy-waiting BLAS threads starve MPI progress when ranks
+# One BLAS/OpenMP thread per rank, idle OpenMP threads asleep: busy-waiting threads starve MPI progress when ranks
 # outnumber cores.
-CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+CHILD_ENV = {**os.environ, **JOB_ENVIRONMENT}
 
 
 #: The warning filters the interpreter started with (before any test's): what a command run in a process of its

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -79,3 +81,49 @@ def test_the_executor_yields_exactly_where_its_node_is_oversubscribed(monkeypatc
     with matrix.spmm_plan(3, threads=threads) as plan:
         assert plan.executor.transport.yield_while_waiting is yields
         np.testing.assert_array_equal(plan.multiply(matrix.rows_of(b)), matrix.gather() @ b)
+
+
+LAYER_PROBE = """
+import os, sys
+if sys.argv[1] == "torch":
+    import torch  # loads PyTorch's libgomp, which reads the environment's OMP_WAIT_POLICY now
+import numpy as np
+from sparsewire._lib.jit import numba
+from sparsewire.kernels.compiled import run_threaded, set_threads
+
+@numba.njit(parallel=True)
+def total(values):
+    result = 0.0
+    for i in numba.prange(values.size):
+        result += values[i]
+    return result
+
+set_threads(2, ranks_on_node=int(sys.argv[2]))
+run_threaded(total, np.ones(64))
+print(numba.threading_layer(), os.environ.get("OMP_WAIT_POLICY"))
+"""
+
+
+def _layer_probe(policy: str) -> list[str]:
+    """The probe on a 2-core node with 2 ranks of 2 threads, PyTorch imported first, OMP_WAIT_POLICY ``policy`` (or
+    none set)."""
+    settings = [f"{NODE_CORES_VARIABLE}=2", "NUMBA_NUM_THREADS=4"] + ([f"OMP_WAIT_POLICY={policy}"] if policy else [])
+    return ["env", "-u", "OMP_WAIT_POLICY", *settings, sys.executable, "-c", LAYER_PROBE, "torch", "2"]
+
+
+@pytest.mark.prefetch(_layer_probe, timeout=120)
+@pytest.mark.parametrize("policy", ["", "passive"])
+def test_oversubscribed_threads_sleep_when_pytorch_loaded_a_spinning_openmp_first(policy, prefetched):
+    """A rank of 2 threads with 2 ranks on a 2-core node is oversubscribed: its idle threads must sleep. Where
+    PyTorch loaded its libgomp before any wait policy was set, Numba's pool takes the workqueue layer (whose idle
+    threads sleep) instead of spinning on that OpenMP; a policy the user set keeps OpenMP. (Without PyTorch,
+    OMP_WAIT_POLICY=PASSIVE is set before Numba loads OpenMP.)"""
+    pytest.importorskip("torch")
+    assert prefetched.returncode == 0, prefetched.stderr[-3000:]
+    layer, wait_policy = prefetched.stdout.split()
+    if policy:
+        assert (layer, wait_policy) in (("omp", "passive"), ("workqueue", "passive")), prefetched.stdout
+        if layer == "workqueue":
+            pytest.skip("Numba has no OpenMP layer here")
+    else:
+        assert (layer, wait_policy) == ("workqueue", "PASSIVE"), prefetched.stdout

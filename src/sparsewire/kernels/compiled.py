@@ -58,12 +58,19 @@ def set_threads(threads: int, ranks_on_node: int = 1) -> None:
 
     When ``threads * ranks_on_node`` exceeds the cores, idle OpenMP threads must sleep rather than
     spin, or they take the cores the other ranks need (a multiply then ran many times slower).
-    ``OMP_WAIT_POLICY`` is read when the OpenMP runtime
-    loads, at the first threaded kernel, so this must run before it (a value the user set wins).
+    ``OMP_WAIT_POLICY`` is read when the OpenMP runtime loads, at the first threaded kernel, so this
+    must run before it (a value the user set wins). Where PyTorch was imported first, its libgomp
+    has loaded already and read no such setting, and Numba's OpenMP threads would share it and spin:
+    then Numba's pool, not yet launched, takes its ``workqueue`` layer, whose idle threads sleep
+    (a two-level plan's test at P = 3 on 2 cores: 7.9-8.4 s spinning, 4.1 s on ``workqueue``, 2.4-3.0 s
+    with ``OMP_WAIT_POLICY=PASSIVE`` in the environment at start; docs/design-decisions.md, "Numba and
+    PyTorch in one process").
     """
     from sparsewire._lib.jit import numba
 
     if oversubscribed(ranks_on_node, threads):
+        if "OMP_WAIT_POLICY" not in os.environ and _openmp_loaded() and not _pool_launched():
+            numba.config.THREADING_LAYER = "workqueue"
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if threads < 1:
         raise InputError(f"threads must be at least 1 (got {threads})")
@@ -77,6 +84,18 @@ def set_threads(threads: int, ranks_on_node: int = 1) -> None:
 
 
 _OPENMP: tuple | None = None  # (omp_get_max_threads, omp_set_num_threads) of the global scope
+
+
+def _openmp_loaded() -> bool:
+    """Whether an OpenMP runtime is in the process's global symbol scope (PyTorch's libgomp, once imported)."""
+    return hasattr(ctypes.CDLL(None), "omp_get_max_threads")
+
+
+def _pool_launched() -> bool:
+    """Whether Numba has launched its thread pool (its threading layer is fixed from then on)."""
+    from sparsewire._lib.jit import numba
+
+    return bool(numba.np.ufunc.parallel._is_initialized)
 
 
 def run_threaded(kernel, *args) -> None:

@@ -26,8 +26,10 @@ __all__ = ["JOB_ENVIRONMENT", "TOKEN_VARIABLE", "Job", "mpiexec_path", "run_job"
 #: The environment variable that holds a job's token.
 TOKEN_VARIABLE = "SPARSEWIRE_JOB_TOKEN"
 
-#: The environment every job's ranks start with, beside the caller's: one BLAS/OpenMP thread per rank.
-JOB_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: The environment every job's ranks start with, beside the caller's: one BLAS/OpenMP thread per rank, and idle
+#: OpenMP threads that sleep (a test job's ranks share the cores; a rank that imports PyTorch loads its OpenMP before
+#: sparsewire could ask for that, and spinning threads made a two-level plan's test at P = 3 on 2 cores 3x slower).
+JOB_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 @dataclass(frozen=True)
