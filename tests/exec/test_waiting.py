@@ -84,9 +84,8 @@ def test_the_executor_yields_exactly_where_its_node_is_oversubscribed(monkeypatc
 
 
 LAYER_PROBE = """
-import os, sys
-if sys.argv[1] == "torch":
-    import torch  # loads PyTorch's libgomp, which reads the environment's OMP_WAIT_POLICY now
+import os
+import torch  # loads PyTorch's libgomp, which reads the environment's OMP_WAIT_POLICY now
 import numpy as np
 from sparsewire._lib.jit import numba
 from sparsewire.kernels.compiled import run_threaded, set_threads
@@ -98,7 +97,7 @@ def total(values):
         result += values[i]
     return result
 
-set_threads(2, ranks_on_node=int(sys.argv[2]))
+set_threads(2, ranks_on_node=2)
 run_threaded(total, np.ones(64))
 print(numba.threading_layer(), os.environ.get("OMP_WAIT_POLICY"))
 """
@@ -108,7 +107,7 @@ def _layer_probe(policy: str) -> list[str]:
     """The probe on a 2-core node with 2 ranks of 2 threads, PyTorch imported first, OMP_WAIT_POLICY ``policy`` (or
     none set)."""
     settings = [f"{NODE_CORES_VARIABLE}=2", "NUMBA_NUM_THREADS=4"] + ([f"OMP_WAIT_POLICY={policy}"] if policy else [])
-    return ["env", "-u", "OMP_WAIT_POLICY", *settings, sys.executable, "-c", LAYER_PROBE, "torch", "2"]
+    return ["env", "-u", "OMP_WAIT_POLICY", *settings, sys.executable, "-c", LAYER_PROBE]
 
 
 @pytest.mark.prefetch(_layer_probe, timeout=120)

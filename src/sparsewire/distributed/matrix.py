@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from sparsewire._lib.distinct import csr_index_type
 from sparsewire.comm.runtime import agree_on_error, collective_errors, is_communicator
 from sparsewire.errors import InputError
 from sparsewire.exec.options import UNSET
@@ -389,9 +390,10 @@ def _from_local_rows(comm: MPI.Comm, local, row_offsets) -> DistributedMatrix:
             raise InputError(f"rank {rank}'s rows have dtype {local.dtype}; give a real matrix")
         local = sp.csr_array(local, dtype=np.float64)
         local.sum_duplicates()
-        if local.indices.dtype != np.int32 and local.nnz < 2**31 and local.shape[1] < 2**31:
+        itype = csr_index_type(*local.shape, local.nnz)
+        if local.indices.dtype != itype:
             # 32-bit indices where they fit, as SciPy gives rows cut from a whole matrix (readers and caches give 64)
-            local = sp.csr_array((local.data, local.indices.astype(np.int32), local.indptr.astype(np.int32)), shape=local.shape)
+            local = sp.csr_array((local.data, local.indices.astype(itype), local.indptr.astype(itype)), shape=local.shape)
         expected = row_partition.range(rank)[1] - row_partition.range(rank)[0]
         if local.shape[0] != expected:
             raise InputError(

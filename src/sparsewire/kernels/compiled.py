@@ -69,7 +69,7 @@ def set_threads(threads: int, ranks_on_node: int = 1) -> None:
     from sparsewire._lib.jit import numba
 
     if oversubscribed(ranks_on_node, threads):
-        if "OMP_WAIT_POLICY" not in os.environ and _openmp_loaded() and not _pool_launched():
+        if "OMP_WAIT_POLICY" not in os.environ and _global_openmp() is not None and not _pool_launched():
             numba.config.THREADING_LAYER = "workqueue"
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if threads < 1:
@@ -86,9 +86,15 @@ def set_threads(threads: int, ranks_on_node: int = 1) -> None:
 _OPENMP: tuple | None = None  # (omp_get_max_threads, omp_set_num_threads) of the global scope
 
 
-def _openmp_loaded() -> bool:
-    """Whether an OpenMP runtime is in the process's global symbol scope (PyTorch's libgomp, once imported)."""
-    return hasattr(ctypes.CDLL(None), "omp_get_max_threads")
+def _global_openmp() -> tuple | None:
+    """``(omp_get_max_threads, omp_set_num_threads)`` of the OpenMP runtime in the process's global symbol scope
+    (PyTorch's libgomp, once imported), or None while there is none."""
+    global _OPENMP
+    if _OPENMP is None:
+        scope = ctypes.CDLL(None)
+        if hasattr(scope, "omp_get_max_threads") and hasattr(scope, "omp_set_num_threads"):
+            _OPENMP = (scope.omp_get_max_threads, scope.omp_set_num_threads)
+    return _OPENMP
 
 
 def _pool_launched() -> bool:
@@ -110,19 +116,15 @@ def run_threaded(kernel, *args) -> None:
     first did; docs/design-decisions.md, "Numba and PyTorch in one process"). Restoring the team size
     after each threaded kernel (two calls into libgomp) costs under a microsecond. Without an OpenMP
     runtime in the global scope (no PyTorch) there is nothing to restore."""
-    global _OPENMP
-    if _OPENMP is None:
-        scope = ctypes.CDLL(None)
-        if hasattr(scope, "omp_get_max_threads") and hasattr(scope, "omp_set_num_threads"):
-            _OPENMP = (scope.omp_get_max_threads, scope.omp_set_num_threads)
-    if _OPENMP is None:
+    openmp = _global_openmp()
+    if openmp is None:
         kernel(*args)
         return
-    team = _OPENMP[0]()
+    team = openmp[0]()
     try:
         kernel(*args)
     finally:
-        _OPENMP[1](team)
+        openmp[1](team)
 
 
 def balanced_bounds(indptr: np.ndarray, parts: int) -> np.ndarray:

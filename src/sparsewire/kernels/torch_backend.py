@@ -34,6 +34,7 @@ import scipy.sparse as sp
 import torch
 
 from sparsewire._lib.aligned import zeros_aligned
+from sparsewire._lib.distinct import csr_index_type
 from sparsewire.errors import PlanMismatchError
 from sparsewire.kernels import refuse_non_dense, refuse_unsupported_values
 from sparsewire.kernels.compiled import balanced_bounds
@@ -67,7 +68,7 @@ def node_device(comm) -> str:
 def _csr_index(csr: sp.csr_array, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The row pointer and column indices of a torch CSR tensor: int32 where both fit (PyTorch takes both int32 or both
     int64), which halves their memory and, on the CPU, shares the plan's own int32 arrays; else int64."""
-    itype = np.int32 if csr.nnz < 2**31 and csr.shape[1] < 2**31 else np.int64
+    itype = csr_index_type(*csr.shape, csr.nnz)
     return _index(csr.indptr, device, itype), _index(csr.indices, device, itype)
 
 
