@@ -383,7 +383,11 @@ def eigs_session(
         operator.eliminate_zeros()
         # A zero matrix's eigenvalues are all 0; ARPACK cannot start on it ("starting vector is zero").
         reference = eigsh(operator, k=nev, which="LM", return_eigenvectors=False, tol=1e-12) if operator.nnz else np.zeros(nev)
-        reference = reference[np.argsort(-np.abs(reference), kind="stable")]
+        # Paired with ours by value, not by magnitude: +x and -x tie in magnitude up to rounding, so each solver may list
+        # either first (a rank-2 matrix's +-403.346 came out in opposite orders).
+        aligned = np.empty_like(reference)
+        aligned[np.argsort(result.eigenvalues, kind="stable")] = np.sort(reference)
+        reference = aligned
         report["reference_eigenvalues"] = reference.tolist()
         report["max_difference"] = float(np.max(np.abs(result.eigenvalues - reference)))
         allowed = eigenvalues_allowed(reference, matrix.shape[0])
