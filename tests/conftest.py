@@ -15,6 +15,12 @@ import pytest
 from sparsewire import testing
 from sparsewire.testing.jobs import JOB_ENVIRONMENT
 
+# The processes the tests start keep their bytecode: where the caller's environment says not to write it
+# (PYTHONDONTWRITEBYTECODE), every rank compiled sparsewire and rewrote the collective cases anew, 3 s of each
+# rank's start in a suite that starts several hundred.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 SHARED_MATRICES = sorted(SHARED_DATA.glob("*.mtx.gz")) if SHARED_DATA.is_dir() else []
@@ -35,7 +41,7 @@ FUZZ_LINES: list[str] = []
 
 
 #: What starts ``mpiexec`` in a test's own source: such a test is marked ``mpi`` at collection.
-_MPI_CALLS = ("run_mpi(", "mpiexec_path(", "run_faulty(", "driver_json(")
+_MPI_CALLS = ("run_mpi(", "mpiexec_path(", "run_faulty(", "driver_json(", "job_of(")
 _CURRENT: list = [None]  # the test running now (run_mpi refuses to start mpiexec for one not marked mpi)
 
 
@@ -252,3 +258,19 @@ def run_mpi(ranks: int, args: list[str], timeout: float = 180, env: dict | None 
     may call it."""
     _require_mpi_marker()
     return testing.run_job(ranks, args, timeout=timeout, env=env, cwd=ROOT)
+
+
+def one_rank_beside(args, timeout: float = 180, launcher: str = "mpiexec"):
+    """The parameter ``ranks = 1`` of a test whose job is ``ARGS`` on one rank, started on the second core while
+    the tests that start no mpiexec run (``prefetch``); the test takes it from :func:`job_of`."""
+    job = functools.partial(testing.run_job, 1, [str(arg) for arg in args], timeout=timeout, cwd=ROOT, launcher=launcher)
+    return pytest.param(1, marks=pytest.mark.prefetch(lambda ranks: job))
+
+
+def job_of(request, ranks: int, args, timeout: float = 180, launcher: str = "mpiexec") -> testing.Job:
+    """The job of ``ARGS`` on ``ranks`` ranks: the one started beside the other tests where the case is
+    :func:`one_rank_beside`'s, else started now."""
+    if request.node.get_closest_marker("prefetch") is not None:
+        return request.getfixturevalue("prefetched")
+    _require_mpi_marker()
+    return testing.run_job(ranks, [str(arg) for arg in args], timeout=timeout, cwd=ROOT, launcher=launcher)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import sparsewire
-from conftest import ROOT, run_mpi
+from conftest import ROOT, job_of, one_rank_beside, run_mpi
 from oracles import random_integer_matrix, replay_plan
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
 from sparsewire.plan.transpose import transpose_comm_plan
@@ -129,9 +129,9 @@ def test_error_classes_derive_from_the_matching_builtins():
     assert issubclass(sparsewire.InputError, sparsewire.SparsewireError)
 
 
-@pytest.mark.parametrize("ranks", [1, 3])
-def test_examples_run_under_mpiexec(ranks):
-    power = run_mpi(ranks, [str(ROOT / "examples" / "power_iteration.py")], timeout=180)
+@pytest.mark.parametrize("ranks", [one_rank_beside([ROOT / "examples" / "power_iteration.py"]), 3])
+def test_examples_run_under_mpiexec(ranks, request):
+    power = job_of(request, ranks, [ROOT / "examples" / "power_iteration.py"])
     assert power.returncode == 0, power.stderr
     lines = power.stdout.splitlines()
     estimate = float(lines[-2].rsplit(":", 1)[1])

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, _seed, run_mpi
+from conftest import ROOT, _seed, job_of, one_rank_beside, run_mpi
 from sparsewire import testing
 
 torch = pytest.importorskip("torch")
@@ -32,12 +32,14 @@ def parts(job: testing.Job) -> dict:
     return found
 
 
+JOB_ARGUMENTS = [JOB, str(_seed() % 10_000)]
+
+
 @pytest.mark.mpi
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
-def test_a_torchrun_job_plans_runs_and_trains_without_mpi(ranks):
-    seed = _seed() % 10_000
-    found = parts(testing.run_job(ranks, [JOB, str(seed)], timeout=540, launcher="torchrun"))
+@pytest.mark.parametrize("ranks", [one_rank_beside(JOB_ARGUMENTS, timeout=540, launcher="torchrun"), 2, 3, 4])
+def test_a_torchrun_job_plans_runs_and_trains_without_mpi(ranks, request):
+    found = parts(job_of(request, ranks, JOB_ARGUMENTS, timeout=540, launcher="torchrun"))
     launch = found["launch"]
     assert sorted(record["rank"] for record in launch) == list(range(ranks))
     for record in launch:
@@ -67,8 +69,16 @@ def test_a_torchrun_job_plans_runs_and_trains_without_mpi(ranks):
         "min": [0, 1 - ranks],
         "lor": True,
         "buffer max": [float(ranks), 0.0],
+        "float sum": 0.25 * ranks * (ranks + 1),
+        "int64 max": ranks - 1,
+        "array sum": [ranks * (ranks - 1) // 2, ranks],
+        "big": 2**62 + ranks - 1,
+        "types": ["float", "int64", "int", "int32"],
+        "alltoallv": found["reductions"]["alltoallv"],
         "refused": found["reductions"]["refused"],
     }
+    # rank 0 receives 1 value from each rank q (q * 10), each followed by the untouched gap
+    assert found["reductions"]["alltoallv"] == [v for q in range(ranks) for v in (q * 10, 999)]
     assert "TorchComm reduces with SUM, PROD, MAX, MIN, LOR" in found["reductions"]["refused"]
     refused = found["refusals"]
     for name in ("sddmm", "spgemm"):

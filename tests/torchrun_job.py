@@ -118,7 +118,25 @@ def reductions() -> dict:
         "min": comm.allreduce(np.array([r, -r]), op=MPI.MIN).tolist(),
         "lor": bool(comm.allreduce(r == comm.Get_size() - 1, op=MPI.LOR)),
         "buffer max": buffer.tolist(),
+        # reduced as tensors: each result of its value's own type
+        "float sum": comm.allreduce(0.5 * (r + 1)),
+        "int64 max": comm.allreduce(np.int64(r), op=MPI.MAX),
+        "array sum": comm.allreduce(np.array([r, 1], np.int32)),
+        "big": comm.allreduce(2**62 + r, op=MPI.MAX),  # past what a sum over the ranks keeps in int64: the pickled way
     }
+    found["types"] = [type(found[key]).__name__ for key in ("float sum", "int64 max", "big")] + [str(found["array sum"].dtype)]
+    found["array sum"] = found["array sum"].tolist()
+    found["int64 max"] = int(found["int64 max"])
+    # an Alltoallv of a dtype Gloo does not reduce (moved as bytes), rank r sending q + 1 values r * 10 + q to rank q,
+    # each rank's pieces received at displacements with a gap of one element between them
+    size = comm.Get_size()
+    counts = np.arange(1, size + 1)
+    send = np.repeat(r * 10 + np.arange(size, dtype=np.uint32), counts).astype(np.uint32)
+    receive_counts = np.full(size, r + 1)
+    receive_displacements = np.arange(size) * (r + 2)
+    receive = np.full(size * (r + 2), 999, np.uint32)
+    comm.Alltoallv([send, counts, MPI.UINT32_T], [receive, (receive_counts, receive_displacements), MPI.UINT32_T])
+    found["alltoallv"] = receive.tolist()
     try:
         comm.allreduce(r, op=MPI.BXOR)
     except ValueError as error:

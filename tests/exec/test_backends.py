@@ -12,7 +12,7 @@ import scipy.sparse as sp
 torch = pytest.importorskip("torch")
 
 
-from conftest import _seed, run_mpi  # noqa: E402
+from conftest import _seed, job_of, one_rank_beside, run_mpi  # noqa: E402
 from sparsewire.errors import InputError  # noqa: E402
 from sparsewire.kernels import backend_problem, make_backend  # noqa: E402
 from sparsewire.kernels.numpy_backend import NumpyBackend  # noqa: E402
@@ -99,9 +99,13 @@ def test_an_empty_operand_overwrites_with_zeros_and_adds_nothing(rng):
     assert torch.equal(out, before)
 
 
-@pytest.mark.parametrize("ranks", [1, 3])
-def test_torch_backend_plans_transpose_and_stay_deterministic(ranks):
-    completed = run_mpi(ranks, ["tests/exec/torch_driver.py", "backend", str(_seed())], timeout=300)
+BACKEND_JOB = ["tests/exec/torch_driver.py", "backend", str(_seed())]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [one_rank_beside(BACKEND_JOB, timeout=300), 3])
+def test_torch_backend_plans_transpose_and_stay_deterministic(ranks, request):
+    completed = job_of(request, ranks, BACKEND_JOB, timeout=300)
     assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
     assert completed.stdout.startswith("OK"), completed.stdout
 

@@ -9,12 +9,15 @@ import pytest
 
 pytest.importorskip("torch")
 
-from conftest import _seed, run_mpi  # noqa: E402
+from conftest import _seed, job_of, one_rank_beside, run_mpi  # noqa: E402
+
+ROUNDTRIP_JOB = ["tests/exec/torch_driver.py", "roundtrip", str(_seed())]
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3])
-def test_torch_transport_transposed_saved_and_deterministic_plans(ranks):
-    completed = run_mpi(ranks, ["tests/exec/torch_driver.py", "roundtrip", str(_seed())], timeout=300)
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [one_rank_beside(ROUNDTRIP_JOB, timeout=300), 2, 3])
+def test_torch_transport_transposed_saved_and_deterministic_plans(ranks, request):
+    completed = job_of(request, ranks, ROUNDTRIP_JOB, timeout=300)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert completed.stdout.strip() == "OK roundtrip 2"
 

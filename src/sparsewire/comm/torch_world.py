@@ -6,10 +6,11 @@ Why a second communicator rather than MPI under ``torchrun``: there, each proces
 singleton start; no ``mpiexec`` runs), so only torch.distributed connects the processes. The objects the library
 hands to :class:`TorchComm` are those it hands to mpi4py (picklable values for the lower-case collectives, NumPy
 buffers for ``Allreduce`` and ``Alltoallv``), so the code above ``comm/`` is the same for both. Non-blocking
-collectives complete before they return (``MPI.REQUEST_NULL``: a wait on it returns at once). The all-to-alls go
-through an all-gather of each rank's pieces (every rank receives all of them: simple and exact, O(P) more traffic
-than MPI's, which matters for setup at large P, not for a multiply). The executor's messages go over the torch
-transport (``transport="torch"``); graph attention's own messages over Gloo's ``isend``/``irecv``
+collectives complete before they return (``MPI.REQUEST_NULL``: a wait on it returns at once). Numbers and numeric
+arrays are reduced as tensors (one ``all_reduce``) and the all-to-alls of buffers move their bytes in one
+``all_to_all_single``: a collective costs a time slice on a node with more ranks than cores, and the pickled path
+(an all-gather of sizes, then of the pickles) takes two; other values go through that path. The executor's messages
+go over the torch transport (``transport="torch"``); graph attention's own messages over Gloo's ``isend``/``irecv``
 (:meth:`TorchComm.Isend`, :class:`TorchRequest`); SDDMM and SpGEMM, which send MPI messages of their own, refuse
 such a communicator.
 """
@@ -91,6 +92,24 @@ def _reduction(op):
         if op == getattr(MPI, name):
             return name, combine, on_buffers
     raise ValueError(f"TorchComm reduces with {', '.join(_REDUCTIONS)} (the reductions sparsewire uses), not {op}")
+
+
+#: The dtypes :meth:`TorchComm.allreduce` reduces as tensors (Gloo's reductions on CPU tensors).
+_TENSOR_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8))
+
+
+def _reducible(value, size: int) -> np.ndarray | None:
+    """``value`` as a fresh array a tensor reduction takes, or None where it must go the pickled way (booleans, objects,
+    dtypes Gloo does not reduce, integers whose sum over ``size`` ranks could leave int64)."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, int):
+        return np.array(value, np.int64) if abs(value) <= (2**62) // max(size, 1) else None
+    if isinstance(value, float):
+        return np.array(value, np.float64)
+    if isinstance(value, (np.ndarray, np.generic)) and np.dtype(value.dtype) in _TENSOR_DTYPES:
+        return np.array(value, copy=True, order="C")
+    return None
 
 
 def _spec(buffer):
@@ -178,8 +197,20 @@ class TorchComm:
         return [every[peer][self._rank] for peer in range(self._size)]
 
     def allreduce(self, value, op=MPI.SUM):
-        """Collective. ``op`` (``MPI.SUM``, ``PROD``, ``MAX``, ``MIN`` or ``LOR``) over every rank's value."""
-        return reduce(_reduction(op)[1], self.allgather(value))
+        """Collective. ``op`` (``MPI.SUM``, ``PROD``, ``MAX``, ``MIN`` or ``LOR``) over every rank's value: a number or
+        a numeric array in one ``all_reduce`` of a tensor (the result of the value's own type), anything else (the
+        same kind of value on every rank) combined from an all-gather."""
+        _, combine, on_buffers = _reduction(op)
+        array = _reducible(value, self._size) if on_buffers is not None else None
+        if array is None:
+            return reduce(combine, self.allgather(value))
+        import torch
+
+        tensor = torch.from_numpy(array)
+        self._dist.all_reduce(tensor, op=getattr(self._dist.ReduceOp, on_buffers), group=self.group)
+        if isinstance(value, np.ndarray):
+            return array
+        return array[()] if isinstance(value, np.generic) else type(value)(array[()])
 
     def Barrier(self) -> None:
         """Collective. Returns when every rank has entered."""
@@ -218,18 +249,37 @@ class TorchComm:
             np.asarray(send[0] if isinstance(send, list) else send),
             np.asarray(receive[0] if isinstance(receive, list) else receive),
         )
-        block = send_array.size // self._size
-        pieces = self.alltoall([send_array.reshape(-1)[p * block : (p + 1) * block].copy() for p in range(self._size)])
-        receive_array.reshape(-1)[...] = np.concatenate(pieces)
+        send_counts = np.full(self._size, send_array.size // self._size, np.int64)
+        arrived = np.empty(receive_array.size, receive_array.dtype)
+        self._all_to_all(send_array.reshape(-1), send_counts, arrived, np.full(self._size, arrived.size // self._size))
+        receive_array[...] = arrived.reshape(receive_array.shape)
 
     def Alltoallv(self, send, receive) -> None:
         """Collective. mpi4py's ``Alltoallv`` on buffer specs ``[array, (counts, displacements), type]``."""
         send_array, send_counts, send_displacements = _spec(send)
         receive_array, receive_counts, receive_displacements = _spec(receive)
         flat_send, flat_receive = send_array.reshape(-1), receive_array.reshape(-1)
-        pieces = self.alltoall([flat_send[d : d + c].copy() for c, d in zip(send_counts, send_displacements)])
-        for piece, count, displacement in zip(pieces, receive_counts, receive_displacements):
-            flat_receive[displacement : displacement + count] = piece[:count]
+        packed = np.concatenate([flat_send[d : d + c] for c, d in zip(send_counts, send_displacements)])
+        arrived = np.empty(int(receive_counts.sum()), flat_receive.dtype)
+        self._all_to_all(packed, send_counts, arrived, receive_counts)
+        starts = np.concatenate([[0], np.cumsum(receive_counts)[:-1]])
+        for start, count, displacement in zip(starts, receive_counts, receive_displacements):
+            flat_receive[displacement : displacement + count] = arrived[start : start + count]
+
+    def _all_to_all(self, send: np.ndarray, send_counts, receive: np.ndarray, receive_counts) -> None:
+        """Collective. ``send_counts[r]`` elements of the contiguous ``send`` to rank r, in rank order, and rank q's
+        into ``receive`` at ``sum(receive_counts[:q])``: one ``all_to_all_single`` of the bytes (any dtype moves)."""
+        import torch
+
+        outgoing = torch.from_numpy(np.ascontiguousarray(send).view(np.uint8))
+        incoming = torch.from_numpy(receive.view(np.uint8))
+        self._dist.all_to_all_single(
+            incoming,
+            outgoing,
+            [int(c) * receive.itemsize for c in receive_counts],
+            [int(c) * send.itemsize for c in send_counts],
+            group=self.group,
+        )
 
     # -- point-to-point, on NumPy buffers (graph attention's messages)
     def Isend(self, buffer, dest: int, tag: int = 0) -> TorchRequest:

@@ -93,12 +93,14 @@ def mean_loss(function, input: torch.Tensor, target: torch.Tensor, comm: MPI.Com
     value is the global mean on every rank (what one process prints), its gradient this rank's share
     ``sum_local / N`` (N the rows of all ranks), which :func:`allreduce_gradients` sums."""
     comm = _comm(comm)
-    count = comm.allreduce(int(input.shape[0]), op=MPI.SUM)
+    local = function(input, target, reduction="sum", **keywords)
+    # the sum and the rows in one all-reduce (exact counts: float64 holds integers to 2**53)
+    totals = comm.allreduce(np.array([float(local.detach()), float(input.shape[0])]), op=MPI.SUM)
+    count = int(totals[1])
     if count == 0:
         raise InputError("the loss is taken over no node on any rank: the mask selects none")
-    share = function(input, target, reduction="sum", **keywords) / count
-    total = _summed(comm, share.detach())
-    return share + (total - share.detach())
+    share = local / count
+    return share + (local.new_tensor(totals[0] / count) - share.detach())
 
 
 def cross_entropy(input: torch.Tensor, target: torch.Tensor, comm: MPI.Comm | None = None, **keywords) -> torch.Tensor:
