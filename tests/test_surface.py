@@ -107,3 +107,25 @@ def test_python_graphblas_which_imports_numba_loads_after_the_pool_is_sized(firs
     assert _run(code, env=env)["pool"] >= 64
     planted = code.replace(f"import {first}", f"import graphblas; graphblas.binary; import {first}")
     assert _run(planted, env=env)["pool"] == os.cpu_count()  # the fault it guards against
+
+
+@pytest.mark.parametrize("graphblas_first", [False, True])
+def test_graphblas_runs_the_threads_the_rank_chose_whether_it_loads_before_or_after_the_limit(graphblas_first):
+    """The threads limit leaves python-graphblas unloaded (SpMM and training never use it) and the package's loader
+    gives it the rank's thread count when it loads later; loaded before, the limit sets it at once."""
+    import os
+
+    env = {**os.environ, "SPARSEWIRE_THREADS_PER_RANK": "3"}
+    code = (
+        "import json, sys\n"
+        + ("import sparsewire.spgemm.graphblas_loader\n" if graphblas_first else "")
+        + "import sparsewire.comm.runtime as runtime\n"
+        "threads = runtime.limit_threads_per_rank(__import__('mpi4py.MPI').MPI.COMM_SELF)\n"
+        "loaded = 'graphblas' in sys.modules\n"
+        "from sparsewire.spgemm.graphblas_loader import graphblas\n"
+        "print(json.dumps({'threads': threads, 'loaded': loaded, 'nthreads': graphblas.ss.config['nthreads']}))\n"
+    )
+    facts = _run(code, env=env)
+    assert facts == {"threads": 3, "loaded": graphblas_first, "nthreads": 3}, facts
+    env["SPARSEWIRE_THREADS_PER_RANK"] = "1"
+    assert _run(code, env=env)["nthreads"] == 1

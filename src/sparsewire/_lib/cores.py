@@ -61,6 +61,11 @@ def default_threads(ranks_on_node: int) -> int:
     return max(1, node_cores() // max(1, ranks_on_node))
 
 
+#: The thread count a rank chose for SuiteSparse:GraphBLAS (:func:`sparsewire.comm.runtime.limit_threads_per_rank`), applied
+#: where the package loads python-graphblas (``spgemm/graphblas_loader.py``) if it had not loaded yet.
+GRAPHBLAS_THREADS: list[int] = []
+
+
 def oversubscribed(ranks_on_node: int, threads: int) -> bool:
     """Not collective. Whether ``ranks_on_node`` ranks of ``threads`` threads each need more cores than the node has
     (:func:`node_core_share`, so one rank on half a core is): then what waits must not spin (idle OpenMP threads
