@@ -90,7 +90,7 @@ def test_a_torchrun_job_plans_runs_and_trains_without_mpi(ranks, request):
 @pytest.mark.timeout(300)
 def test_the_ancestry_check_sees_mpiexec_when_it_started_the_job():
     """The planted fault: under mpiexec, the job's ranks name Hydra's proxy among their ancestors and share a world."""
-    job = run_mpi(2, [JOB, "3"], timeout=240)
+    job = run_mpi(2, [JOB, "3", "--launch-only"], timeout=240)
     launch = parts(job)["launch"]
     assert len(launch) == 2
     for record in launch:

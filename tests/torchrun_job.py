@@ -1,6 +1,6 @@
 """One job of tests/test_torchrun.py, run by ``torchrun`` (or, for the planted fault, by ``mpiexec``).
 
-    torchrun --standalone --nproc-per-node P tests/torchrun_job.py SEED
+    torchrun --standalone --nproc-per-node P tests/torchrun_job.py SEED [--launch-only]
 
 Each rank first writes one line ``LAUNCH {...}`` to standard error: its launcher's rank, the size of its MPI world,
 and the names of its ancestor processes (read from ``/proc``), so that the test can see that no ``mpiexec`` (or
@@ -190,6 +190,8 @@ def main() -> None:
     # One write of the whole line (under PIPE_BUF, so atomic): the ranks share standard error, and print's separate
     # write of the newline let two ranks' records run together on one line.
     os.write(2, f"LAUNCH {json.dumps(record)}\n".encode())
+    if sys.argv[2:] == ["--launch-only"]:  # (the planted fault: only the record is asked for)
+        return
     parts = {
         "spmm": command("spmm", f"rmat:9:8:{seed % 100}", "--strategy", "all", "--repeat", "2", "--check", "--json"),
         "gcn": command("gcn", "cora", "--epochs", "4", "--json"),

@@ -4,7 +4,7 @@ Each rank holds its nodes' rows of the features, labels and split masks, and the
 weights. Per epoch: forward on this rank's rows, loss = sum of the negative log-likelihoods of this
 rank's training nodes / the number of training nodes of the whole graph (so the ranks' losses add
 up to the mean loss), backward (the propagations' gradients run on the transposed plans), the
-weight gradients summed over the ranks (one allreduce per parameter), one Adam step with the same
+weight gradients summed over the ranks (one allreduce per dtype), one Adam step with the same
 result on every rank. Then an evaluation forward (no dropout) counts correct predictions per split,
 summed over the ranks.
 """
