@@ -141,12 +141,13 @@ class BatchNorm1d(torch.nn.BatchNorm1d):
         if input.dim() != 2:
             raise InputError(f"BatchNorm1d on several ranks takes (nodes, features) (got {input.dim()} dimensions)")
         comm = self.comm or world()
-        # the column sums and the rows in one all-reduce
-        sums = all_reduce_sum(torch.cat([input.sum(dim=0), input.new_tensor([input.shape[0]])]), comm)
+        # the column sums and the rows in one all-reduce, in float64 (float32 counts rows exactly only to 2**24)
+        rows = torch.tensor([input.shape[0]], dtype=torch.float64, device=input.device)
+        sums = all_reduce_sum(torch.cat([input.sum(dim=0).double(), rows]), comm)
         count = int(sums[-1])
         if count < 2 and self.training:
             raise InputError(f"batch norm needs more than one node over all ranks in training (got {count})")
-        mean = sums[:-1] / count
+        mean = (sums[:-1] / count).to(input.dtype)
         centred = input - mean
         variance = all_reduce_sum((centred * centred).sum(dim=0), comm) / count
         if self.training and self.track_running_stats:
