@@ -2,9 +2,10 @@
 torch.distributed alone. At P = 1 to 4 one job (tests/torchrun_job.py) runs ``sparsewire spmm --check`` for every
 strategy (C exact against SciPy), ``sparsewire gcn cora`` (the losses of the same command under ``mpiexec``), and a
 PyG model with GCN, SAGE, GIN, GAT and batch norm converted by sparsewire.pyg (the single process's losses for 100
-epochs); no rank has ``mpiexec`` or its proxy among its ancestors, each rank's MPI world is itself alone, and no
-rank's torch.distributed process group outlives sparsewire's exit handler. The ancestry check fails on a planted fault:
-the same job under ``mpiexec``."""
+epochs), and TorchComm's reductions (each result of its value's type) and an ``Alltoallv`` of uint32 with gaps
+between its pieces, against closed-form answers; no rank has ``mpiexec`` or its proxy among its ancestors, each rank's
+MPI world is itself alone, and no rank's torch.distributed process group outlives sparsewire's exit handler. The
+ancestry check fails on a planted fault: the same job under ``mpiexec``, run to its launch record."""
 
 from __future__ import annotations
 
