@@ -252,12 +252,12 @@ def run_cli(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["sparsewire", *map(str, args)], status, out.getvalue(), err.getvalue())
 
 
-def run_mpi(ranks: int, args: list[str], timeout: float = 180, env: dict | None = None) -> testing.Job:
-    """``mpiexec -n RANKS python ARGS`` through :func:`sparsewire.testing.run_job`: a deadlock becomes a
-    TimeoutExpired failure, not a hang, and nothing of the job is left behind. Only a test marked ``mpi``
+def run_mpi(ranks: int, args: list[str], timeout: float = 180, env: dict | None = None, launcher: str = "mpiexec") -> testing.Job:
+    """``mpiexec -n RANKS python ARGS`` (or ``torchrun``'s) through :func:`sparsewire.testing.run_job`: a deadlock
+    becomes a TimeoutExpired failure, not a hang, and nothing of the job is left behind. Only a test marked ``mpi``
     may call it."""
     _require_mpi_marker()
-    return testing.run_job(ranks, args, timeout=timeout, env=env, cwd=ROOT)
+    return testing.run_job(ranks, args, timeout=timeout, env=env, cwd=ROOT, launcher=launcher)
 
 
 def one_rank_beside(args, timeout: float = 180, launcher: str = "mpiexec"):
@@ -272,5 +272,4 @@ def job_of(request, ranks: int, args, timeout: float = 180, launcher: str = "mpi
     :func:`one_rank_beside`'s, else started now."""
     if request.node.get_closest_marker("prefetch") is not None:
         return request.getfixturevalue("prefetched")
-    _require_mpi_marker()
-    return testing.run_job(ranks, [str(arg) for arg in args], timeout=timeout, cwd=ROOT, launcher=launcher)
+    return run_mpi(ranks, [str(arg) for arg in args], timeout=timeout, launcher=launcher)

@@ -95,7 +95,8 @@ def mean_loss(function, input: torch.Tensor, target: torch.Tensor, comm: MPI.Com
     comm = _comm(comm)
     local = function(input, target, reduction="sum", **keywords)
     # the sum and the rows in one all-reduce (exact counts: float64 holds integers to 2**53)
-    totals = comm.allreduce(np.array([float(local.detach()), float(input.shape[0])]), op=MPI.SUM)
+    totals = np.array([float(local.detach()), float(input.shape[0])])
+    comm.Allreduce(MPI.IN_PLACE, totals, op=MPI.SUM)
     count = int(totals[1])
     if count == 0:
         raise InputError("the loss is taken over no node on any rank: the mask selects none")
