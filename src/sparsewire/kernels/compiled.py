@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,13 +85,17 @@ def set_threads(threads: int, ranks_on_node: int = 1) -> None:
 
 
 _OPENMP: tuple | None = None  # (omp_get_max_threads, omp_set_num_threads) of the global scope
+_MODULES_SEEN = -1  # len(sys.modules) when the global scope last had no OpenMP runtime
 
 
 def _global_openmp() -> tuple | None:
     """``(omp_get_max_threads, omp_set_num_threads)`` of the OpenMP runtime in the process's global symbol scope
     (PyTorch's libgomp, once imported), or None while there is none."""
-    global _OPENMP
-    if _OPENMP is None:
+    global _OPENMP, _MODULES_SEEN
+    # A runtime enters the global scope with a module's import (PyTorch's): look again only when modules were
+    # imported since the last look (a look costs 13 us, and every threaded kernel asks).
+    if _OPENMP is None and len(sys.modules) != _MODULES_SEEN:
+        _MODULES_SEEN = len(sys.modules)
         scope = ctypes.CDLL(None)
         if hasattr(scope, "omp_get_max_threads") and hasattr(scope, "omp_set_num_threads"):
             _OPENMP = (scope.omp_get_max_threads, scope.omp_set_num_threads)
