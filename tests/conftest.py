@@ -75,13 +75,10 @@ class _Prefetch:
     time. A test marked ``prefetch(command, timeout=...)``, where ``command(**its parameters)`` gives the argument
     vector (or a function that runs the job), gets the finished process from the ``prefetched`` fixture. The session
     runs the tests that start no mpiexec first, then the prefetched ones (whose processes are done by then), then the
-    rest of those that start mpiexec: these keep both cores (their links and timings are measured). A job marked
-    ``waits=True`` spends most of its time waiting on a clock (a link held down, a peer's time limit): it runs in a
-    lane of its own, beside the others, and its bounds allow for the cores it shares."""
+    rest of those that start mpiexec: these keep both cores (their links and timings are measured)."""
 
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
-        self.waiting = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch-waiting")
         self.futures: dict = {}
 
     @pytest.hookimpl(trylast=True)  # after -k and -m have deselected: only what runs is started
@@ -99,20 +96,15 @@ class _Prefetch:
         marked = sorted((item for item in items if prefetch(item)), key=mpi)  # (a stable sort: the jobs last)
         items[:] = first + marked + [item for item in items if not prefetch(item) and mpi(item)]
         # the longest first: the one-rank collective job is longer than the rest of the queue together
-        for item in sorted(marked, key=mpi, reverse=True):
-            waits = item.get_closest_marker("prefetch").kwargs.get("waits", False)
-            self.futures[item.nodeid] = (self.waiting if waits else self.pool).submit(_prefetch_run(item))
+        self.futures = {item.nodeid: self.pool.submit(_prefetch_run(item)) for item in sorted(marked, key=mpi, reverse=True)}
 
     def pytest_unconfigure(self, config):
         self.pool.shutdown(cancel_futures=True)
-        self.waiting.shutdown(cancel_futures=True)
 
 
 def pytest_configure(config):
     _seed()  # in the main thread, after a collective job's ranks agreed on it, before any prefetch thread starts
-    config.addinivalue_line(
-        "markers", "prefetch(command, timeout=600, waits=False): run command(**params) in the background first"
-    )
+    config.addinivalue_line("markers", "prefetch(command, timeout=600): run command(**params) in the background first")
     config.pluginmanager.register(_Prefetch(), "sparsewire-prefetch")
 
 

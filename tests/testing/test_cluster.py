@@ -6,7 +6,6 @@ The cluster tests need root and ``ip``/``tc`` and skip cleanly without them."""
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
 import signal
@@ -250,22 +249,11 @@ def _run_with_link_fault(transport: str, down_seconds: float | None, multiplies:
             return result, out.read(), err.read(), ended_after
 
 
-#: The link-fault jobs wait on clocks (a link held down, the ranks' wait bound) most of their time: they run in the
-#: background lane for such jobs while the tests that start no mpiexec run (conftest's prefetch).
-DOWN_FOR_GOOD = pytest.mark.prefetch(
-    lambda transport: functools.partial(_run_with_link_fault, transport, None, 10**7), waits=True
-)
-DOWN_AND_BACK = pytest.mark.prefetch(
-    lambda transport: functools.partial(_run_with_link_fault, transport, 5.0, 3000, wait_timeout=30.0), waits=True
-)
-
-
 @pytest.mark.mpi
 @needs_cluster
-@DOWN_FOR_GOOD
 @pytest.mark.parametrize("transport", ["mpi", "torch"])
-def test_a_link_down_for_good_ends_the_job_naming_the_rank_peer_link_and_bytes(transport, prefetched):
-    result, out, err, ended_after = prefetched
+def test_a_link_down_for_good_ends_the_job_naming_the_rank_peer_link_and_bytes(transport):
+    result, out, err, ended_after = _run_with_link_fault(transport, None, multiplies=10**7)
     EXIT_TIMES.append(
         f"emulated link down for good, {transport}: every process on the nodes ended {ended_after:.1f} s after "
         f"(bound {WAIT_TIMEOUT:g} s)"
@@ -286,13 +274,12 @@ def test_a_link_down_for_good_ends_the_job_naming_the_rank_peer_link_and_bytes(t
 
 @pytest.mark.mpi
 @needs_cluster
-@DOWN_AND_BACK
 @pytest.mark.parametrize("transport", ["mpi", "torch"])
-def test_a_link_down_for_5_seconds_and_back_lets_the_run_finish_exact(transport, prefetched):
+def test_a_link_down_for_5_seconds_and_back_lets_the_run_finish_exact(transport):
     # After 5 s without a link, TCP's doubling retransmission timer (0.2, 0.4, ... 3.2, 6.4 s) can
     # leave it silent up to about 6 s more: a 10 s wait bound ended this run once in CI (10.3 s).
     # The bound here is 30 s; the dead-link test above keeps 10.
-    result, out, err, ended_after = prefetched
+    result, out, err, ended_after = _run_with_link_fault(transport, 5.0, multiplies=3000, wait_timeout=30.0)
     assert result.returncode == 0 and not result.timed_out, err[-3000:]
     assert "CHECK passed" in out, out + err[-3000:]
     assert ended_after > 5.0  # the multiplies were still running when the link went down

@@ -42,7 +42,6 @@ that skip.
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import shutil
@@ -61,7 +60,6 @@ from sparsewire.errors import InputError
 __all__ = ["EmulatedCluster", "parse_rate", "bucket_bytes", "unavailable_reason", "INTERFACE"]
 
 INTERFACE = "swemu0"  # each node's link, inside its namespace
-_CLUSTERS = itertools.count()  # this process's clusters, numbered in their namespaces' names
 _SUBNET = "10.200.0"
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gbit|mbit|kbit)\s*$", re.IGNORECASE)
 _UNITS = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}
@@ -157,7 +155,7 @@ class EmulatedCluster:
         self.rate_bits = parse_rate(rate)
         self.delay_us = delay_us
         self.mtu = mtu
-        self.prefix = f"swe{os.getpid()}-{next(_CLUSTERS)}"  # (two clusters of one process may be up at once)
+        self.prefix = f"swe{os.getpid()}"
         self.namespaces = [f"{self.prefix}-n{i}" for i in range(nodes)]
         self.switch = f"{self.prefix}-sw" if nodes > 2 or delay_us is not None else None
         # The nodes share this machine's cores: each counts its share, so a rank's default
