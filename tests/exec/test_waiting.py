@@ -88,18 +88,22 @@ import os
 import torch  # loads PyTorch's libgomp, which reads the environment's OMP_WAIT_POLICY now
 import numpy as np
 from sparsewire._lib.jit import numba
+from sparsewire.kernels import compiled
 from sparsewire.kernels.compiled import run_threaded, set_threads
 
 @numba.njit(parallel=True)
-def total(values):
+def total(values, out):
     result = 0.0
     for i in numba.prange(values.size):
         result += values[i]
-    return result
+    out[0] = result
 
 set_threads(2, ranks_on_node=2)
-run_threaded(total, np.ones(64))
-print(numba.threading_layer(), os.environ.get("OMP_WAIT_POLICY"))
+sums = np.zeros(2)
+run_threaded(total, np.ones(64), sums[:1])
+set_threads(1, ranks_on_node=2)  # one thread: on the workqueue layer, the kernel's serial compilation
+run_threaded(total, np.arange(64.0), sums[1:])
+print(numba.threading_layer(), os.environ.get("OMP_WAIT_POLICY"), compiled._serial.cache_info().currsize, *sums)
 """
 
 
@@ -116,13 +120,18 @@ def test_oversubscribed_threads_sleep_when_pytorch_loaded_a_spinning_openmp_firs
     """A rank of 2 threads with 2 ranks on a 2-core node is oversubscribed: its idle threads must sleep. Where
     PyTorch loaded its libgomp before any wait policy was set, Numba's pool takes the workqueue layer (whose idle
     threads sleep) instead of spinning on that OpenMP; a policy the user set keeps OpenMP. (Without PyTorch,
-    OMP_WAIT_POLICY=PASSIVE is set before Numba loads OpenMP.)"""
+    OMP_WAIT_POLICY=PASSIVE is set before Numba loads OpenMP.) At one thread, workqueue runs the kernel serially.
+    Both sums exact."""
     pytest.importorskip("torch")
     assert prefetched.returncode == 0, prefetched.stderr[-3000:]
-    layer, wait_policy = prefetched.stdout.split()
+    layer, wait_policy, serial, *sums = prefetched.stdout.split()
+    assert [float(value) for value in sums] == [64.0, 63 * 64 / 2], prefetched.stdout
     if policy:
         assert (layer, wait_policy) in (("omp", "passive"), ("workqueue", "passive")), prefetched.stdout
         if layer == "workqueue":
             pytest.skip("Numba has no OpenMP layer here")
+        assert serial == "0", prefetched.stdout  # OpenMP runs a team of one in the calling thread already
     else:
         assert (layer, wait_policy) == ("workqueue", "PASSIVE"), prefetched.stdout
+        # a launch on workqueue wakes a pool thread and waits for it (0.55 ms): one thread runs the serial compilation
+        assert serial == "1", prefetched.stdout

@@ -199,8 +199,12 @@ def agree_on_error(comm: MPI.Comm, problem: str | SparsewireError | None) -> Non
         problem = (type(problem).__name__, str(problem) or type(problem).__name__)
     elif problem is not None:
         problem = ("InputError", str(problem) or "an error without a message")
-    problems = [p for p in comm.allgather(problem or None) if p]
-    if problems:
+    # Whether any rank has one, in a one-integer all-reduce (the check runs on every propagation of a training step;
+    # gathering every rank's problem is two collectives of pickles); the problems are gathered only then.
+    found = np.array([problem is not None], np.int32)
+    comm.Allreduce(MPI.IN_PLACE, found, op=MPI.MAX)
+    if found[0]:
+        problems = [p for p in comm.allgather(problem) if p]
         name, message = problems[0]
         error_class = getattr(errors, name, InputError)
         raise agreed(error_class(message))
