@@ -224,3 +224,39 @@ def test_the_halo_moves_each_foreign_source_row_once_per_reading_rank_each_way(c
     assert counted == 2 * 8 * 5 * len(halo)
     assert comm.Get_size() == 1 or counted > 0
     local.edge_index.close()
+
+
+@pytest.mark.ranks(1, 2, 3)
+def test_sage_reuses_the_mean_of_constant_features_until_they_change(comm, rng):
+    """A first SAGEConv (5 -> 4 features: their mean moves no more columns than projecting first, forward and backward)
+    on features that take no gradient: the first step propagates them, the second moves no byte (MPI's count), and an
+    in-place change to the features propagates them again; each step's output and gradients equal PyG's on one
+    process."""
+    import copy
+
+    data = random_data(comm, rng, n=30, edges=120)
+    torch.manual_seed(3)
+    reference = SAGEConv(5, 4).double()
+    layer = sw.convert(copy.deepcopy(reference), comm)
+    local = sw.distribute(data, partition="rcm", comm=comm)
+    whole = data.x.clone()
+    moved = []
+    for step in range(3):
+        if step == 2:
+            local.x.mul_(3.0)  # the same tensor, changed: its mean is stale
+            whole.mul_(3.0)
+        before = local.edge_index.bytes
+        layer.zero_grad()
+        reference.zero_grad()
+        out = layer(local.x, local.edge_index)
+        (out * out).sum().backward()
+        sw.allreduce_gradients(layer)
+        moved.append(comm.allreduce(local.edge_index.bytes - before))
+        expected = reference(whole, data.edge_index)
+        (expected * expected).sum().backward()
+        np.testing.assert_allclose(local.gather(out.detach()).numpy(), expected.detach().numpy(), rtol=0, atol=1e-12)
+        for name, parameter in layer.named_parameters():
+            np.testing.assert_allclose(parameter.grad.numpy(), reference.get_parameter(name).grad.numpy(), rtol=0, atol=1e-10)
+    if comm.Get_size() > 1:
+        assert moved[0] > 0 and moved[1] == 0 and moved[2] == moved[0], moved
+    local.edge_index.close()

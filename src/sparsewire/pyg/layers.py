@@ -12,7 +12,9 @@ on several ranks merged exactly from partials), batch statistics summed over the
 from __future__ import annotations
 
 import itertools
+import weakref
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg
@@ -70,8 +72,9 @@ class SAGEConv(pyg.SAGEConv):
     """PyG's ``SAGEConv``; on a :class:`DistributedGraph` with the mean aggregator:
     ``lin_l(mean_j x_j) + lin_r(x_i)`` (x_j through ``relu(lin(x_j))`` with ``project``; L2-normalised with
     ``normalize``). Where ``lin_l`` narrows, it is applied before the mean (``W mean = mean W``), so each propagation
-    moves the narrower width. Another aggregator (``max``, ``min``, ``lstm``, a list, ...) runs PyG's forward through
-    the halo (:mod:`sparsewire.pyg.halo`). Collective there."""
+    moves the narrower width; the mean of inputs that take no gradient in training (a first layer's features), where
+    ``in <= 2 out``, is computed once and reused while they stay the same. Another aggregator (``max``, ``min``,
+    ``lstm``, a list, ...) runs PyG's forward through the halo (:mod:`sparsewire.pyg.halo`). Collective there."""
 
     def forward(self, x, edge_index, size=None):
         """Collective on a :class:`DistributedGraph` (this rank's rows of the output); on an ``edge_index``, PyG's
@@ -83,7 +86,10 @@ class SAGEConv(pyg.SAGEConv):
             raise InputError("SAGEConv on a distributed graph takes no size (the graph is square)")
         source = self.lin(x).relu() if self.project else x
         operator = edge_index.operator("mean", x.dtype)
-        if self.lin_l.out_channels < self.lin_l.in_channels:
+        narrow = 2 * self.lin_l.out_channels < self.lin_l.in_channels
+        if not source.requires_grad and torch.is_grad_enabled() and not narrow:
+            out = self.lin_l(_mean_of_constant(self, operator, source))
+        elif self.lin_l.out_channels < self.lin_l.in_channels:
             out = propagate(operator, F.linear(source, self.lin_l.weight))
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
@@ -92,6 +98,25 @@ class SAGEConv(pyg.SAGEConv):
         if self.root_weight:
             out = out + self.lin_r(x)
         return F.normalize(out, p=2.0, dim=-1) if self.normalize else out
+
+
+#: Each SAGE layer's mean of constant inputs: (the inputs, their version, the operator, the mean). Outside the module,
+#: so that a copy of the model (copy.deepcopy) copies no operator.
+_MEANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _mean_of_constant(layer: torch.nn.Module, operator, x: torch.Tensor) -> torch.Tensor:
+    """Collective. ``mean_j x_j`` of features that take no gradient (a first layer's inputs in training), computed once
+    and reused while every rank passes the same tensor unchanged (its ``_version``), as PyG's ``cached`` keeps GCN's
+    normalisation. Projecting first would propagate ``out`` columns forward and again backward (the weight's gradient
+    needs it); the mean of the inputs propagates ``in`` columns forward only, at most as many where ``in <= 2 out``,
+    and none while the features stay the same."""
+    held = _MEANS.get(layer)
+    same = np.array([held is not None and held[0]() is x and held[1] == x._version and held[2] is operator], np.int32)
+    operator.comm.Allreduce(MPI.IN_PLACE, same, op=MPI.MIN)  # (a rank that propagates alone would wait for ever)
+    if not same[0]:
+        held = _MEANS[layer] = (weakref.ref(x), x._version, operator, propagate(operator, x))
+    return held[3]
 
 
 class GATConv(pyg.GATConv):
