@@ -19,7 +19,6 @@ import hashlib
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -91,21 +90,9 @@ def pytest_collection_modifyitems(config, items) -> None:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
     digest = hashlib.sha256("\n".join(item.nodeid for item in items).encode()).hexdigest()
-    digests = _agree(digest)
+    digests = _JOB["harness"].allgather(digest)
     if len(set(digests)) != 1:
         raise pytest.UsageError(f"the ranks collected different cases (digests {digests}); give every rank the same arguments")
-
-
-def _agree(value):
-    """Collective: every rank's ``value``, in rank order, on the harness's communicator. A rank that arrives first
-    waits asleep, not in MPI's busy poll: where ranks outnumber the cores, its spinning took the core of a rank
-    still working on the case (the P = 3 job of tests/mpi on 2 cores: 114 s spinning, 102 s asleep)."""
-    harness = _JOB["harness"]
-    arrived, pause = harness.Ibarrier(), 5e-5
-    while not arrived.Test():
-        time.sleep(pause)
-        pause = min(2 * pause, 2e-3)
-    return harness.allgather(value)
 
 
 def _timed(item):
@@ -145,7 +132,7 @@ def pytest_runtest_makereport(item, call):
     report names the ranks and holds their tracebacks."""
     outcome = yield
     report = outcome.get_result()
-    everyone = _agree((report.failed, str(report.longrepr) if report.failed else ""))
+    everyone = _JOB["harness"].allgather((report.failed, str(report.longrepr) if report.failed else ""))
     failing = [rank for rank, (failed, _) in enumerate(everyone) if failed]
     if failing:
         report.outcome = "failed"
@@ -167,7 +154,7 @@ def shared_tmp() -> Path:
     harness = _JOB["harness"]
     path = Path(harness.bcast(tempfile.mkdtemp(prefix="sparsewire-collective-") if _JOB["rank"] == 0 else None))
     yield path
-    _agree(None)
+    harness.Barrier()
     if _JOB["rank"] == 0:
         shutil.rmtree(path, ignore_errors=True)
 
