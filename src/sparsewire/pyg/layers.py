@@ -86,8 +86,9 @@ class SAGEConv(pyg.SAGEConv):
             raise InputError("SAGEConv on a distributed graph takes no size (the graph is square)")
         source = self.lin(x).relu() if self.project else x
         operator = edge_index.operator("mean", x.dtype)
-        narrow = 2 * self.lin_l.out_channels < self.lin_l.in_channels
-        if not source.requires_grad and torch.is_grad_enabled() and not narrow:
+        # projecting first moves fewer columns than the mean of the inputs only where 2 out < in (forward and backward)
+        projecting_pays = 2 * self.lin_l.out_channels < self.lin_l.in_channels
+        if not source.requires_grad and torch.is_grad_enabled() and not projecting_pays:
             out = self.lin_l(_mean_of_constant(self, operator, source))
         elif self.lin_l.out_channels < self.lin_l.in_channels:
             out = propagate(operator, F.linear(source, self.lin_l.weight))
