@@ -227,16 +227,17 @@ def test_the_halo_moves_each_foreign_source_row_once_per_reading_rank_each_way(c
 
 
 @pytest.mark.ranks(1, 2, 3)
-def test_sage_reuses_the_mean_of_constant_features_until_they_change(comm, rng):
-    """A first SAGEConv (5 -> 4 features: their mean moves no more columns than projecting first, forward and backward)
-    on features that take no gradient: the first step propagates them, the second moves no byte (MPI's count), and an
-    in-place change to the features propagates them again; each step's output and gradients equal PyG's on one
-    process."""
+@pytest.mark.parametrize("kind", ["sage", "gcn"])
+def test_a_first_layer_reuses_its_propagated_constant_features_until_they_change(comm, rng, kind):
+    """A first SAGEConv or GCNConv (5 -> 4 features: propagating them moves no more columns than projecting first,
+    forward and backward) on features that take no gradient: the first step propagates them, the second moves no byte
+    (MPI's count), and an in-place change to the features propagates them again; each step's output and gradients
+    equal PyG's on one process."""
     import copy
 
     data = random_data(comm, rng, n=30, edges=120)
     torch.manual_seed(3)
-    reference = SAGEConv(5, 4).double()
+    reference = (SAGEConv if kind == "sage" else GCNConv)(5, 4).double()
     layer = sw.convert(copy.deepcopy(reference), comm)
     local = sw.distribute(data, partition="rcm", comm=comm)
     whole = data.x.clone()

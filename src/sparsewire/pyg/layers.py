@@ -49,8 +49,10 @@ def _plain_input(layer: torch.nn.Module, x) -> None:
 class GCNConv(pyg.GCNConv):
     """PyG's ``GCNConv``; on a :class:`DistributedGraph`: ``lin(x)``, then ``D^-1/2 (A + s I) D^-1/2`` times it
     (s = 2 with ``improved``, none without ``add_self_loops``; A itself with ``normalize=False``), then the bias.
-    As PyG's ``gcn_norm`` on an ``edge_index``: ``improved`` acts only with edge weights (without them every
-    self-loop weighs 1), and a stored self-loop keeps its weight. Collective there."""
+    Inputs that take no gradient in training (a first layer's features), where ``in <= 2 out``, are propagated once
+    and reused while they stay the same, then projected (``(A x) W``, as SAGEConv keeps its mean). As PyG's
+    ``gcn_norm`` on an ``edge_index``: ``improved`` acts only with edge weights (without them every self-loop weighs
+    1), and a stored self-loop keeps its weight. Collective there."""
 
     def forward(self, x, edge_index, edge_weight=None):
         """Collective on a :class:`DistributedGraph` (this rank's rows of the output); on an ``edge_index``, PyG's
@@ -64,6 +66,11 @@ class GCNConv(pyg.GCNConv):
             operator = edge_index.operator("gcn", x.dtype, weighted=weighted, self_loops=loops)
         else:
             operator = edge_index.operator("adjacency", x.dtype, weighted=weighted)
+        # (A x) W = A (x W): where projecting first does not halve the columns, inputs that take no gradient in
+        # training (a first layer's features) are propagated once and kept, as SAGEConv keeps their mean
+        projecting_pays = 2 * self.out_channels < self.in_channels
+        if not x.requires_grad and torch.is_grad_enabled() and not projecting_pays:
+            return F.linear(_propagated_constant(self, operator, x), self.lin.weight, self.bias)  # (the bias in the GEMM)
         out = propagate(operator, self.lin(x))
         return out + self.bias if self.bias is not None else out
 
@@ -89,34 +96,36 @@ class SAGEConv(pyg.SAGEConv):
         # projecting first moves fewer columns than the mean of the inputs only where 2 out < in (forward and backward)
         projecting_pays = 2 * self.lin_l.out_channels < self.lin_l.in_channels
         if not source.requires_grad and torch.is_grad_enabled() and not projecting_pays:
-            out = self.lin_l(_mean_of_constant(self, operator, source))
+            out = self.lin_l(_propagated_constant(self, operator, source))
         elif self.lin_l.out_channels < self.lin_l.in_channels:
             out = propagate(operator, F.linear(source, self.lin_l.weight))
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
             out = self.lin_l(propagate(operator, source))
-        if self.root_weight:
+        if self.root_weight and self.lin_r.bias is None:
+            out = torch.addmm(out, x, self.lin_r.weight.t())  # (the sum in the GEMM: no pass of its own over the rows)
+        elif self.root_weight:
             out = out + self.lin_r(x)
         return F.normalize(out, p=2.0, dim=-1) if self.normalize else out
 
 
-#: Each SAGE layer's mean of constant inputs: (the inputs, their version, the operator, the mean). Outside the module,
+#: Each layer's propagated constant inputs: (the inputs, their version, the operator, the product). Outside the module,
 #: so that a copy of the model (copy.deepcopy) copies no operator.
-_MEANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _mean_of_constant(layer: torch.nn.Module, operator, x: torch.Tensor) -> torch.Tensor:
-    """Collective. ``mean_j x_j`` of features that take no gradient (a first layer's inputs in training), computed once
-    and reused while every rank passes the same tensor unchanged (its ``_version``), as PyG's ``cached`` keeps GCN's
-    normalisation. Projecting first would propagate ``out`` columns forward and again backward (the weight's gradient
-    needs it); the mean of the inputs propagates ``in`` columns forward only, at most as many where ``in <= 2 out``,
-    and none while the features stay the same."""
-    held = _MEANS.get(layer)
+def _propagated_constant(layer: torch.nn.Module, operator, x: torch.Tensor) -> torch.Tensor:
+    """Collective. ``operator @ x`` for features that take no gradient (a first layer's inputs in training: SAGE's mean,
+    GCN's normalised sum), computed once and reused while every rank passes the same tensor unchanged (its
+    ``_version``), as PyG's ``cached`` keeps GCN's normalisation. Projecting first would propagate ``out`` columns
+    forward and again backward (the weight's gradient needs it); propagating the inputs moves ``in`` columns forward
+    only, at most as many where ``in <= 2 out``, and none while the features stay the same."""
+    held = _KEPT.get(layer)
     same = np.array([held is not None and held[0]() is x and held[1] == x._version and held[2] is operator], np.int32)
     operator.comm.Allreduce(MPI.IN_PLACE, same, op=MPI.MIN)  # (a rank that propagates alone would wait for ever)
     if not same[0]:
-        held = _MEANS[layer] = (weakref.ref(x), x._version, operator, propagate(operator, x))
+        held = _KEPT[layer] = (weakref.ref(x), x._version, operator, propagate(operator, x))
     return held[3]
 
 
