@@ -260,4 +260,7 @@ def test_a_first_layer_reuses_its_propagated_constant_features_until_they_change
             np.testing.assert_allclose(parameter.grad.numpy(), reference.get_parameter(name).grad.numpy(), rtol=0, atol=1e-10)
     if comm.Get_size() > 1:
         assert moved[0] > 0 and moved[1] == 0 and moved[2] == moved[0], moved
+    # the kept product went in blocks of at most out = 4 columns: no plan (whose dense buffers the others share) is 5 wide
+    widths = {width for operator in local.edge_index.operators.values() for width, _ in operator.plans}
+    assert max(widths) <= 4, widths
     local.edge_index.close()

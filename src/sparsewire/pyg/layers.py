@@ -70,7 +70,8 @@ class GCNConv(pyg.GCNConv):
         # training (a first layer's features) are propagated once and kept, as SAGEConv keeps their mean
         projecting_pays = 2 * self.out_channels < self.in_channels
         if not x.requires_grad and torch.is_grad_enabled() and not projecting_pays:
-            return F.linear(_propagated_constant(self, operator, x), self.lin.weight, self.bias)  # (the bias in the GEMM)
+            kept = _propagated_constant(self, operator, x, self.out_channels)
+            return F.linear(kept, self.lin.weight, self.bias)  # (the bias added inside the GEMM)
         out = propagate(operator, self.lin(x))
         return out + self.bias if self.bias is not None else out
 
@@ -96,7 +97,7 @@ class SAGEConv(pyg.SAGEConv):
         # projecting first moves fewer columns than the mean of the inputs only where 2 out < in (forward and backward)
         projecting_pays = 2 * self.lin_l.out_channels < self.lin_l.in_channels
         if not source.requires_grad and torch.is_grad_enabled() and not projecting_pays:
-            out = self.lin_l(_propagated_constant(self, operator, source))
+            out = self.lin_l(_propagated_constant(self, operator, source, self.lin_l.out_channels))
         elif self.lin_l.out_channels < self.lin_l.in_channels:
             out = propagate(operator, F.linear(source, self.lin_l.weight))
             if self.lin_l.bias is not None:
@@ -115,17 +116,22 @@ class SAGEConv(pyg.SAGEConv):
 _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _propagated_constant(layer: torch.nn.Module, operator, x: torch.Tensor) -> torch.Tensor:
+def _propagated_constant(layer: torch.nn.Module, operator, x: torch.Tensor, out: int) -> torch.Tensor:
     """Collective. ``operator @ x`` for features that take no gradient (a first layer's inputs in training: SAGE's mean,
     GCN's normalised sum), computed once and reused while every rank passes the same tensor unchanged (its
     ``_version``), as PyG's ``cached`` keeps GCN's normalisation. Projecting first would propagate ``out`` columns
     forward and again backward (the weight's gradient needs it); propagating the inputs moves ``in`` columns forward
-    only, at most as many where ``in <= 2 out``, and none while the features stay the same."""
+    only, at most as many where ``in <= 2 out``, and none while the features stay the same. They go in blocks of at
+    most ``out`` columns: the operator's plans share dense buffers as wide as the widest width propagated, and this
+    one-off product would otherwise keep them ``in`` columns wide."""
     held = _KEPT.get(layer)
     same = np.array([held is not None and held[0]() is x and held[1] == x._version and held[2] is operator], np.int32)
     operator.comm.Allreduce(MPI.IN_PLACE, same, op=MPI.MIN)  # (a rank that propagates alone would wait for ever)
     if not same[0]:
-        held = _KEPT[layer] = (weakref.ref(x), x._version, operator, propagate(operator, x))
+        blocks = -(-x.shape[1] // max(out, 1))
+        pieces = torch.tensor_split(x, blocks, dim=1) if blocks > 1 else (x,)
+        product = torch.cat([propagate(operator, piece) for piece in pieces], dim=1) if blocks > 1 else propagate(operator, x)
+        held = _KEPT[layer] = (weakref.ref(x), x._version, operator, product)
     return held[3]
 
 
