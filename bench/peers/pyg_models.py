@@ -1,7 +1,7 @@
 """PyG models converted by sparsewire.pyg against the same models in PyG full batch on one process, at the ogbn-arxiv
 scale, in one run: epoch time, peak memory per rank, and the bytes of our plans against the halo exchange.
 
-    .venv/bin/python bench/peers/pyg_models.py [--configs 1x2,2x1] [--models gcn,sage,gat] [--epochs 6]
+    .venv/bin/python bench/peers/pyg_models.py [--configs 1x2,2x1] [--models gcn,sage,gat] [--epochs 6] [--rounds 3]
         [--directory /tmp/ogbn_arxiv_scale] [--nodes 169343] [--edges 1166243] [--features 128] [--classes 40]
 
 The graph: the OGB-layout dataset of ``ogb_memory.py`` (written there if ``--directory`` holds none: 169,343 nodes,
@@ -16,7 +16,8 @@ PyG's OGB examples run them), GAT on ``edge_index`` (``GATConv`` has no fused pa
 threads per rank (the propagations and PyTorch), the same model class converted by ``sparsewire.pyg.convert``, each
 rank reading its rows from the dataset's cache (``open_ogb_cache``), strategy ``auto``. Per run: the median seconds
 of a training step (zero_grad, forward, loss, backward, Adam; ours the slowest rank, the gradient all-reduce
-included) over the epochs after the first, and the peak resident memory per rank (``ru_maxrss``, the largest rank).
+included) over the epochs after the first, and the peak resident memory per rank (``ru_maxrss``, the largest rank);
+each the median over ``--rounds`` runs of each side, the sides taking turns (PyG, then ours at each layout).
 At P = 2, ours is also run under strategy ``column`` (the halo exchange of SAR, DistGNN, CAGNET's 1D) for its bytes
 per epoch. P x T above the cores oversubscribes the 2-core reference machine. Writes
 bench/results/pyg_models.json.
@@ -137,6 +138,11 @@ def ours(directory: str, model: str, threads: int, epochs: int, strategy: str) -
         print(json.dumps({"seconds_per_epoch": slowest, "peak_mib_per_rank": peak, "bytes_per_epoch": int(moved)}))
 
 
+def median_run(runs: list[dict]) -> dict:
+    """Each measured field's median over the runs of one side (time and memory separately)."""
+    return {key: float(np.median([run[key] for run in runs])) for key in runs[0]}
+
+
 def export(directory: str, path: Path) -> None:
     """The dataset as a plain .npz for the PyG process (undirected, as ours reads it)."""
     import scipy.sparse as sp
@@ -157,6 +163,7 @@ def main() -> None:
     parser.add_argument("--configs", default="1x2,2x1", help="ranks x threads (default: 1x2,2x1)")
     parser.add_argument("--models", default="gcn,sage,gat", help="of gcn, sage, gat (default: all)")
     parser.add_argument("--epochs", type=int, default=6, help="timed epochs per run (default: 6)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each side, taking turns; medians (default: 3)")
     parser.add_argument("--directory", default="/tmp/ogbn_arxiv_scale", help="the OGB-layout dataset (written if absent)")
     parser.add_argument("--nodes", type=int, default=169343)
     parser.add_argument("--edges", type=int, default=1166243)
@@ -182,21 +189,24 @@ def main() -> None:
     results, rows = [], []
     epochs = ["--epochs", str(args.epochs)]
     for model in args.models.split(","):
-        references = {}
+        runs = {}  # (side, ranks, threads) -> the runs' JSON objects, the sides taking turns in every round
+        for round_ in range(args.rounds):
+            for ranks, threads in configs:
+                cores = ranks * threads
+                if len(runs.get(("pyg", cores, 1), [])) == round_:
+                    print(f"{model}: PyG on {cores} thread(s), round {round_ + 1} ...", file=sys.stderr, flush=True)
+                    worker = ["--worker", "pyg", str(plain), model, str(cores), "-"]
+                    runs.setdefault(("pyg", cores, 1), []).append(run_json([sys.executable, __file__, *epochs, *worker]))
+                print(f"{model}: ours {ranks} x {threads}, round {round_ + 1} ...", file=sys.stderr, flush=True)
+                mine = run_json(job(ranks, __file__, *epochs, "--worker", "ours", directory, model, threads, "auto"))
+                runs.setdefault(("ours", ranks, threads), []).append(mine)
         for ranks, threads in configs:
-            cores = ranks * threads
-            if cores not in references:
-                print(f"{model}: PyG on {cores} thread(s) ...", file=sys.stderr, flush=True)
-                worker = ["--worker", "pyg", str(plain), model, str(cores), "-"]
-                references[cores] = run_json([sys.executable, __file__, *epochs, *worker])
-            print(f"{model}: ours {ranks} x {threads} ...", file=sys.stderr, flush=True)
-            mine = run_json(job(ranks, __file__, *epochs, "--worker", "ours", directory, model, threads, "auto"))
+            theirs, mine = median_run(runs[("pyg", ranks * threads, 1)]), median_run(runs[("ours", ranks, threads)])
             halo = None
             if ranks == 2:
                 halo = run_json(job(ranks, __file__, "--epochs", "2", "--worker", "ours", directory, model, threads, "column"))
-            theirs = references[cores]
-            entry = {"model": model, "ranks": ranks, "threads": threads, **mine, "pyg_seconds_per_epoch":
-                     theirs["seconds_per_epoch"], "pyg_peak_mib": theirs["peak_mib_per_rank"],
+            entry = {"model": model, "ranks": ranks, "threads": threads, "rounds": args.rounds, **mine,
+                     "pyg_seconds_per_epoch": theirs["seconds_per_epoch"], "pyg_peak_mib": theirs["peak_mib_per_rank"],
                      "halo_bytes_per_epoch": halo["bytes_per_epoch"] if halo else None}  # fmt: skip
             results.append(entry)
             seconds, peak = mine["seconds_per_epoch"], mine["peak_mib_per_rank"]
