@@ -23,12 +23,12 @@ torch.set_num_threads(1)
 
 #: Each model's partitioner, layers and options; together they cover every option sparsewire.pyg supports.
 MODELS = {
-    "gcn improved, batch norm, sage projected, gat 3 heads": (
+    "gcn improved, batch norm, sage projected without bias, gat 3 heads": (
         "even",
         [
             ("gcn", dict(improved=True)),
             ("bn", {}),
-            ("sage", dict(project=True)),
+            ("sage", dict(project=True, bias=False)),
             ("gat", dict(heads=3, concat=True)),
         ],
     ),
@@ -164,7 +164,7 @@ def test_converted_models_train_with_pyg_losses_epoch_by_epoch(comm, rng, name):
 @pytest.mark.ranks(1, 3)
 def test_a_state_dict_moves_between_one_process_and_the_converted_model_and_plain_edges_run_pyg(comm, rng):
     data = random_data(comm, rng)
-    layers = MODELS["gcn improved, batch norm, sage projected, gat 3 heads"][1]
+    layers = MODELS["gcn improved, batch norm, sage projected without bias, gat 3 heads"][1]
     widths = widths_of(layers, data.x.shape[1], 3)
     torch.manual_seed(int(rng.integers(1 << 30)))
     single = Net(layers, widths).double()

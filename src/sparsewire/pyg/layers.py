@@ -128,9 +128,8 @@ def _propagated_constant(layer: torch.nn.Module, operator, x: torch.Tensor, out:
     same = np.array([held is not None and held[0]() is x and held[1] == x._version and held[2] is operator], np.int32)
     operator.comm.Allreduce(MPI.IN_PLACE, same, op=MPI.MIN)  # (a rank that propagates alone would wait for ever)
     if not same[0]:
-        blocks = -(-x.shape[1] // max(out, 1))
-        pieces = torch.tensor_split(x, blocks, dim=1) if blocks > 1 else (x,)
-        product = torch.cat([propagate(operator, piece) for piece in pieces], dim=1) if blocks > 1 else propagate(operator, x)
+        pieces = torch.tensor_split(x, max(-(-x.shape[1] // max(out, 1)), 1), dim=1)
+        product = propagate(operator, x) if len(pieces) == 1 else torch.cat([propagate(operator, p) for p in pieces], dim=1)
         held = _KEPT[layer] = (weakref.ref(x), x._version, operator, product)
     return held[3]
 
