@@ -12,6 +12,7 @@ on several ranks merged exactly from partials), batch statistics summed over the
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 
 import numpy as np
@@ -66,10 +67,7 @@ class GCNConv(pyg.GCNConv):
             operator = edge_index.operator("gcn", x.dtype, weighted=weighted, self_loops=loops)
         else:
             operator = edge_index.operator("adjacency", x.dtype, weighted=weighted)
-        # (A x) W = A (x W): where projecting first does not halve the columns, inputs that take no gradient in
-        # training (a first layer's features) are propagated once and kept, as SAGEConv keeps their mean
-        projecting_pays = 2 * self.out_channels < self.in_channels
-        if not x.requires_grad and torch.is_grad_enabled() and not projecting_pays:
+        if _keeps_product(x, self.in_channels, self.out_channels):  # ((A x) W = A (x W))
             kept = _propagated_constant(self, operator, x, self.out_channels)
             return F.linear(kept, self.lin.weight, self.bias)  # (the bias added inside the GEMM)
         out = propagate(operator, self.lin(x))
@@ -94,9 +92,7 @@ class SAGEConv(pyg.SAGEConv):
             raise InputError("SAGEConv on a distributed graph takes no size (the graph is square)")
         source = self.lin(x).relu() if self.project else x
         operator = edge_index.operator("mean", x.dtype)
-        # projecting first moves fewer columns than the mean of the inputs only where 2 out < in (forward and backward)
-        projecting_pays = 2 * self.lin_l.out_channels < self.lin_l.in_channels
-        if not source.requires_grad and torch.is_grad_enabled() and not projecting_pays:
+        if _keeps_product(source, self.lin_l.in_channels, self.lin_l.out_channels):
             out = self.lin_l(_propagated_constant(self, operator, source, self.lin_l.out_channels))
         elif self.lin_l.out_channels < self.lin_l.in_channels:
             out = propagate(operator, F.linear(source, self.lin_l.weight))
@@ -116,6 +112,13 @@ class SAGEConv(pyg.SAGEConv):
 _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _keeps_product(x: torch.Tensor, in_channels: int, out_channels: int) -> bool:
+    """Not collective. Whether a layer propagates its inputs once and keeps the product (:func:`_propagated_constant`):
+    inputs that take no gradient, in training, where projecting first would not halve the columns (``in <= 2 out``:
+    projecting moves ``out`` columns forward and again backward every step)."""
+    return not x.requires_grad and torch.is_grad_enabled() and in_channels <= 2 * out_channels
+
+
 def _propagated_constant(layer: torch.nn.Module, operator, x: torch.Tensor, out: int) -> torch.Tensor:
     """Collective. ``operator @ x`` for features that take no gradient (a first layer's inputs in training: SAGE's mean,
     GCN's normalised sum), computed once and reused while every rank passes the same tensor unchanged (its
@@ -128,8 +131,9 @@ def _propagated_constant(layer: torch.nn.Module, operator, x: torch.Tensor, out:
     same = np.array([held is not None and held[0]() is x and held[1] == x._version and held[2] is operator], np.int32)
     operator.comm.Allreduce(MPI.IN_PLACE, same, op=MPI.MIN)  # (a rank that propagates alone would wait for ever)
     if not same[0]:
-        pieces = torch.tensor_split(x, max(-(-x.shape[1] // max(out, 1)), 1), dim=1)
-        product = propagate(operator, x) if len(pieces) == 1 else torch.cat([propagate(operator, p) for p in pieces], dim=1)
+        pieces = torch.tensor_split(x, max(math.ceil(x.shape[1] / max(out, 1)), 1), dim=1)
+        blocks = [propagate(operator, piece) for piece in pieces]
+        product = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
         held = _KEPT[layer] = (weakref.ref(x), x._version, operator, product)
     return held[3]
 
