@@ -49,6 +49,7 @@ MODELS = {
             ("gcn-weighted", dict(improved=True)),
         ],
     ),
+    "gin, sage max, edge conv (the halo)": ("metis", [("gin", {}), ("sage", dict(aggr="max")), ("edge", {})]),
 }
 
 
@@ -112,21 +113,29 @@ def widths_of(layers, features, classes) -> list[int]:
     return [features] + [6] * (len(layers) - 1) + [classes]
 
 
+#: The devices the converted models train on: CUDA only where PyTorch sees a GPU (ranks then share GPU 0), without GAT.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA absent"))]
+
+
 @pytest.mark.ranks(1, 2, 3, 4)
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", list(MODELS))
-def test_converted_models_train_with_pyg_losses_epoch_by_epoch(comm, rng, name):
+def test_converted_models_train_with_pyg_losses_epoch_by_epoch(comm, rng, name, device):
     data = random_data(comm, rng)
     partition, layers = MODELS[name]
+    if device == "cuda":  # attention layers run on the CPU only; on a GPU they are refused with one line
+        layers = [(kind, options) for kind, options in layers if kind != "gat"]
     widths = widths_of(layers, data.x.shape[1], 3)
     torch.manual_seed(int(rng.integers(1 << 30)))
     reference = Net(layers, widths).double()
     initial = {k: v.clone() for k, v in reference.state_dict().items()}
+    reference, whole = reference.to(device), data.to(device)
     optimizer = torch.optim.Adam(reference.parameters(), lr=0.01)
     expected = []
     for _ in range(100):
         optimizer.zero_grad()
-        out = reference(data.x, data.edge_index, data.edge_weight)
-        loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
+        out = reference(whole.x, whole.edge_index, whole.edge_weight)
+        loss = F.cross_entropy(out[whole.train_mask], whole.y[whole.train_mask])
         loss.backward()
         optimizer.step()
         expected.append(loss.item())
@@ -134,8 +143,9 @@ def test_converted_models_train_with_pyg_losses_epoch_by_epoch(comm, rng, name):
     model = Net(layers, widths).double()  # other initial weights on each rank: convert takes rank 0's
     if comm.Get_rank() == 0:
         model.load_state_dict(initial)
-    model = sw.convert(model, comm)
-    local = sw.distribute(data, partition=partition, comm=comm)
+    model = sw.convert(model.to(device), comm)
+    local = sw.distribute(data, partition=partition, comm=comm, device=device)
+    assert local.x.device.type == device and all(p.device.type == device for p in model.parameters())
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     losses = []
     for _ in range(100):
@@ -151,12 +161,12 @@ def test_converted_models_train_with_pyg_losses_epoch_by_epoch(comm, rng, name):
     # (2e-8 seen in a torchrun job of the same model): 1e-6, a tenth of what is asked
     assert max(abs(a - b) for a, b in zip(losses, expected)) < 1e-6
     for key, value in reference.state_dict().items():
-        np.testing.assert_allclose(model.state_dict()[key].numpy(), value.numpy(), rtol=0, atol=1e-7, err_msg=key)
+        np.testing.assert_allclose(model.state_dict()[key].cpu().numpy(), value.cpu().numpy(), rtol=0, atol=1e-7, err_msg=key)
     model.eval()
     with torch.no_grad():
         predicted = local.gather(model(local.x, local.edge_index, local.edge_weight))
         reference.eval()
-        np.testing.assert_allclose(predicted.numpy(), reference(data.x, data.edge_index, data.edge_weight).numpy(),
+        np.testing.assert_allclose(predicted.cpu().numpy(), reference(whole.x, whole.edge_index, whole.edge_weight).cpu().numpy(),
                                    rtol=0, atol=1e-7)  # fmt: skip
     local.edge_index.close()
 
