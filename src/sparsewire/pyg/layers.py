@@ -71,7 +71,7 @@ class GCNConv(pyg.GCNConv):
             kept = _propagated_constant(self, operator, x, self.out_channels)
             return F.linear(kept, self.lin.weight, self.bias)  # (the bias added inside the GEMM)
         out = propagate(operator, self.lin(x))
-        return out + self.bias if self.bias is not None else out
+        return out.add_(self.bias) if self.bias is not None else out  # (in place: the propagation's output is ours)
 
 
 class SAGEConv(pyg.SAGEConv):
@@ -97,7 +97,7 @@ class SAGEConv(pyg.SAGEConv):
         elif self.lin_l.out_channels < self.lin_l.in_channels:
             out = propagate(operator, F.linear(source, self.lin_l.weight))
             if self.lin_l.bias is not None:
-                out = out + self.lin_l.bias
+                out = out.add_(self.lin_l.bias)
         else:
             out = self.lin_l(propagate(operator, source))
         if self.root_weight and self.lin_r.bias is None:
@@ -131,9 +131,19 @@ def _propagated_constant(layer: torch.nn.Module, operator, x: torch.Tensor, out:
     same = np.array([held is not None and held[0]() is x and held[1] == x._version and held[2] is operator], np.int32)
     operator.comm.Allreduce(MPI.IN_PLACE, same, op=MPI.MIN)  # (a rank that propagates alone would wait for ever)
     if not same[0]:
+        _KEPT.pop(layer, None)  # (the stale product freed before its successor is made)
         pieces = torch.tensor_split(x, max(math.ceil(x.shape[1] / max(out, 1)), 1), dim=1)
-        blocks = [propagate(operator, piece) for piece in pieces]
-        product = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
+        product, start = None, 0
+        for piece in pieces:  # each block written into the product as it comes, not all held for one concatenation
+            block = propagate(operator, piece)
+            if len(pieces) == 1:
+                product = block
+                break
+            if product is None:
+                product = block.new_empty((block.shape[0], x.shape[1]))
+            product[:, start : start + block.shape[1]] = block
+            start += block.shape[1]
+            del block
         held = _KEPT[layer] = (weakref.ref(x), x._version, operator, product)
     return held[3]
 
