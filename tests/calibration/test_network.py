@@ -508,7 +508,8 @@ def test_spmm_prices_local_work_at_the_matrix_own_rate(tmp_path):
         assert run["predicted_seconds"] == pytest.approx(nonzeros * 4 / run["local_rate"], rel=1e-9)
         reports[choice] = run
     assert (reports["topology"]["local_rate"], reports["topology"]["local_rate_matrix"]) == (1e3, "rmat:16:8:1")
-    assert reports["matrix"]["local_rate_matrix"] == "rmat:9:8:1" and reports["matrix"]["local_rate"] > 1e6
+    # measured, not the file's 1e3: above 1e6 nonzero columns a second alone, 0.86e6 once beside other jobs
+    assert reports["matrix"]["local_rate_matrix"] == "rmat:9:8:1" and reports["matrix"]["local_rate"] > 1e4
 
 
 def test_a_damaged_or_foreign_record_is_refused_with_the_command_that_writes_one(tmp_path):
