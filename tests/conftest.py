@@ -41,7 +41,7 @@ FUZZ_LINES: list[str] = []
 
 
 #: What starts ``mpiexec`` in a test's own source: such a test is marked ``mpi`` at collection.
-_MPI_CALLS = ("run_mpi(", "mpiexec_path(", "driver_json(", "job_of(")
+_MPI_CALLS = ("run_mpi(", "mpiexec_path(", "run_faulty(", "driver_json(", "job_of(")
 _CURRENT: list = [None]  # the test running now (run_mpi refuses to start mpiexec for one not marked mpi)
 
 

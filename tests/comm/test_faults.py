@@ -6,7 +6,6 @@ Each case's time to exit is printed at the end of the run (conftest.pytest_termi
 
 from __future__ import annotations
 
-import functools
 import subprocess
 import sys
 import time
@@ -31,27 +30,19 @@ EXPECTED = {
 }
 
 
-def faulty_job(ranks: int, args: list[str]):
-    """``mpiexec -n ranks python ARGS`` as a call (:func:`sparsewire.testing.run_job`, which times it to exit and
-    lists what it left behind)."""
-    return functools.partial(testing.run_job, ranks, args, timeout=LIMIT_S + 30, env=CHILD_ENV, cwd=ROOT, settle=0.5)
-
-
-def checked(job: testing.Job, ranks: int, case: str) -> tuple[testing.Job, float]:
-    """``job``'s exit time recorded; no process of it may be left."""
+def run_faulty(ranks: int, args: list[str], case: str) -> tuple[testing.Job, float]:
+    """Run ``mpiexec -n ranks python ARGS`` (:func:`sparsewire.testing.run_job`) and time it to exit; then no
+    process of it may be left."""
+    job = testing.run_job(ranks, args, timeout=LIMIT_S + 30, env=CHILD_ENV, cwd=ROOT, settle=0.5)
     assert not job.left_behind, f"processes left behind after {case}: {list(job.left_behind)}"
     EXIT_TIMES.append(f"{case} P={ranks}: exited in {job.seconds:.1f} s (status {job.returncode})")
     return job, job.seconds
 
 
-# The jobs run beside the tests that start no mpiexec (conftest's prefetch): a job ends in seconds against a 30 s
-# bound, so sharing the cores costs it no verdict.
-@pytest.mark.mpi
-@pytest.mark.prefetch(lambda case, ranks: faulty_job(ranks, [DRIVER, case]))
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 @pytest.mark.parametrize("case", sorted(EXPECTED))
-def test_one_failing_rank_ends_the_job_with_its_message(case, ranks, prefetched):
-    completed, seconds = checked(prefetched, ranks, case)
+def test_one_failing_rank_ends_the_job_with_its_message(case, ranks):
+    completed, seconds = run_faulty(ranks, [DRIVER, case], case)
     output = completed.stdout + completed.stderr
     assert completed.returncode != 0, output
     assert seconds < LIMIT_S, f"{case} took {seconds:.1f} s to end"
