@@ -97,7 +97,7 @@ class SAGEConv(pyg.SAGEConv):
         elif self.lin_l.out_channels < self.lin_l.in_channels:
             out = propagate(operator, F.linear(source, self.lin_l.weight))
             if self.lin_l.bias is not None:
-                out = out.add_(self.lin_l.bias)
+                out = out + self.lin_l.bias
         else:
             out = self.lin_l(propagate(operator, source))
         if self.root_weight and self.lin_r.bias is None:
