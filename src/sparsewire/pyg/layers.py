@@ -131,7 +131,8 @@ def _propagated_constant(layer: torch.nn.Module, operator, x: torch.Tensor, out:
     same = np.array([held is not None and held[0]() is x and held[1] == x._version and held[2] is operator], np.int32)
     operator.comm.Allreduce(MPI.IN_PLACE, same, op=MPI.MIN)  # (a rank that propagates alone would wait for ever)
     if not same[0]:
-        _KEPT.pop(layer, None)  # (the stale product freed before its successor is made)
+        del held  # (with the entry, the stale product is freed before its successor is made)
+        _KEPT.pop(layer, None)
         pieces = torch.tensor_split(x, max(math.ceil(x.shape[1] / max(out, 1)), 1), dim=1)
         product, start = None, 0
         for piece in pieces:  # each block written into the product as it comes, not all held for one concatenation
