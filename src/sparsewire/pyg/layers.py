@@ -134,17 +134,13 @@ def _propagated_constant(layer: torch.nn.Module, operator, x: torch.Tensor, out:
         del held  # (with the entry, the stale product is freed before its successor is made)
         _KEPT.pop(layer, None)
         pieces = torch.tensor_split(x, max(math.ceil(x.shape[1] / max(out, 1)), 1), dim=1)
-        product, start = None, 0
-        for piece in pieces:  # each block written into the product as it comes, not all held for one concatenation
-            block = propagate(operator, piece)
-            if len(pieces) == 1:
-                product = block
-                break
-            if product is None:
-                product = block.new_empty((block.shape[0], x.shape[1]))
-            product[:, start : start + block.shape[1]] = block
-            start += block.shape[1]
-            del block
+        if len(pieces) == 1:
+            product = propagate(operator, x)
+        else:  # each block written into the product as it comes, not all held for one concatenation
+            product, start = x.new_empty((operator.local_nodes, x.shape[1])), 0
+            for piece in pieces:
+                product[:, start : start + piece.shape[1]] = propagate(operator, piece)
+                start += piece.shape[1]
         held = _KEPT[layer] = (weakref.ref(x), x._version, operator, product)
     return held[3]
 
