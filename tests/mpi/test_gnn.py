@@ -20,6 +20,7 @@ from sparsewire.gnn import (  # noqa: E402
     gather_rows,
     gcn_normalize,
     load_planetoid,
+    mean_normalize,
     propagate,
     scatter_rows,
     train,
@@ -62,6 +63,32 @@ def test_gradcheck_through_the_distributed_propagation_on_a_directed_graph(comm,
         operator.close()
         checked += 1
     assert checked == 4
+
+
+@pytest.mark.ranks(1, 3, 4)
+def test_the_backward_of_an_undirected_graphs_operators_runs_on_the_forward_plan(comm, seed):
+    """An undirected graph (A = A^T): the gradient through A itself (scale 1, integers: exact) and through the mean
+    ``D^-1 A`` (scale: the degrees) is A^T G computed on the forward plan, and no transposed plan is made; a scale
+    given for a directed graph would be wrong (the directed test above)."""
+    rng = np.random.default_rng(seed)
+    n = 23
+    upper = sp.random_array((n, n), density=0.1, rng=rng, format="csr")
+    upper.data = rng.integers(1, 4, upper.nnz).astype(float)
+    adjacency = sp.csr_array(upper + upper.T)
+    for partition in ("even", "rcm"):
+        matrix = sparsewire.distribute(comm, adjacency if comm.Get_rank() == 0 else None, partition)
+        degrees = np.diff(matrix.local_rows.indptr)
+        for operator_matrix, scale, exact in ((matrix, np.ones(degrees.size), True), (mean_normalize(matrix), degrees, False)):
+            operator = GraphOperator(operator_matrix, symmetric_scale=scale)
+            whole = operator_matrix.gather(root=0)
+            dense = torch.from_numpy(comm.bcast(whole.toarray() if comm.Get_rank() == 0 else None, root=0))
+            x = torch.from_numpy(rng.integers(-3, 4, (n, 3)).astype(float)).requires_grad_(True)
+            weights = torch.from_numpy(rng.integers(-3, 4, (n, 3)).astype(float))
+            (gather_rows(operator, propagate(operator, scatter_rows(operator, x))) * weights).sum().backward()
+            expected = dense.T @ weights
+            assert torch.equal(x.grad, expected) if exact else torch.allclose(x.grad, expected, rtol=0, atol=1e-12)
+            assert [plan._transpose for plan in operator.plans.values()] == [None]
+            operator.close()
 
 
 def losses(

@@ -1,8 +1,9 @@
 """PyG models converted by sparsewire.pyg on every rank of one job: 100 epochs of the same script with GCNConv,
 SAGEConv, GATConv and BatchNorm1d in their options give the per-epoch losses of PyG on one process (float64, no
-dropout) at every P and partition; a state_dict moves between the single-process and the converted model both ways;
-the converted layers on a plain edge_index are PyG's; an integer-valued case is exact; the handle's node ids and
-gather put every row back; layers run through the halo move the bytes the halo's formula gives."""
+dropout) at every P and partition, on directed and undirected graphs; a state_dict moves between the single-process
+and the converted model both ways; the converted layers on a plain edge_index are PyG's; an integer-valued case is
+exact; the handle's node ids and gather put every row back; layers run through the halo move the bytes the halo's
+formula gives."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ pytest.importorskip("torch_geometric")
 import torch.nn.functional as F  # noqa: E402
 from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.nn import EdgeConv, GATConv, GCNConv, GINConv, SAGEConv  # noqa: E402
-from torch_geometric.utils import coalesce  # noqa: E402
+from torch_geometric.utils import coalesce, to_undirected  # noqa: E402
 
 import sparsewire.pyg as sw  # noqa: E402
 
@@ -51,6 +52,9 @@ MODELS = {
     ),
     "gin, sage max, edge conv (the halo)": ("metis", [("gin", {}), ("sage", dict(aggr="max")), ("edge", {})]),
 }
+
+#: The models trained on an undirected graph.
+UNDIRECTED = {"gcn improved, batch norm, sage projected without bias, gat 3 heads"}
 
 
 class Net(torch.nn.Module):
@@ -91,9 +95,10 @@ class Net(torch.nn.Module):
         return x
 
 
-def random_data(comm, rng, n=36, edges=200, features=5, classes=3) -> Data:
+def random_data(comm, rng, n=36, edges=200, features=5, classes=3, undirected=False) -> Data:
     """A directed random graph with self-loops among its edges, positive edge weights, features and labels: the same on
-    every rank."""
+    every rank. ``undirected``: each edge both ways, the weights of a pair summed (its operators' backward then runs on
+    their forward plans)."""
     arrays = comm.bcast(
         (
             rng.integers(0, n, (2, edges)),
@@ -104,6 +109,8 @@ def random_data(comm, rng, n=36, edges=200, features=5, classes=3) -> Data:
         )  # fmt: skip
     )
     edge_index, weight = coalesce(torch.from_numpy(arrays[0]), torch.from_numpy(arrays[4]), n)
+    if undirected:
+        edge_index, weight = to_undirected(edge_index, weight, n)
     x = torch.from_numpy(arrays[1])
     return Data(x=x, edge_index=edge_index, edge_weight=weight, y=torch.from_numpy(arrays[2]),
                 train_mask=torch.from_numpy(arrays[3]), num_nodes=n)  # fmt: skip
@@ -121,7 +128,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", list(MODELS))
 def test_converted_models_train_with_pyg_losses_epoch_by_epoch(comm, rng, name, device):
-    data = random_data(comm, rng)
+    data = random_data(comm, rng, undirected=name in UNDIRECTED)
     partition, layers = MODELS[name]
     if device == "cuda":  # attention layers run on the CPU only; on a GPU they are refused with one line
         layers = [(kind, options) for kind, options in layers if kind != "gat"]

@@ -164,3 +164,59 @@ def test_sparsewires_own_graphs_distribute_with_pyg_attribute_names():
     plain = sw.to_pyg(data)  # for the same script on one process
     assert plain.edge_index.tolist() == [[1, 2, 0], [0, 1, 2]] and plain.x.dtype == torch.float32
     assert plain.test_mask.sum() == 0 and plain.y.tolist() == [0, 1, -1]
+
+
+def undirected(rng, n: int, edges: int, values) -> torch.Tensor:
+    """A random undirected graph's ``edge_index`` (each pair both ways) and ``values(pairs)`` as symmetric weights."""
+    pairs = np.unique(np.sort(rng.integers(0, n, (edges, 2)), axis=1), axis=0)
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    weights = values(len(pairs))
+    edge_index = torch.from_numpy(np.concatenate([pairs, pairs[:, ::-1]]).T.copy())
+    return edge_index, torch.from_numpy(np.concatenate([weights, weights]))
+
+
+@pytest.mark.parametrize("graph", ["undirected", "directed", "symmetric pattern, asymmetric weights"])
+def test_an_undirected_graph_runs_each_backward_on_the_forward_plan_with_pyg_gradients(rng, graph):
+    """The handle finds whether A (and its pattern) is symmetric; where the operator is, its backward runs on the forward
+    plan (no transposed plan is made) and the gradients are PyG's: exactly on integers, to rounding for the normalised
+    operators (GCN's and the mean, whose backward scales by the degrees)."""
+    n = 30
+    edge_index, weight = undirected(rng, n, 70, lambda m: rng.integers(1, 5, m).astype(float))
+    if graph == "directed":
+        keep = torch.from_numpy(rng.random(edge_index.shape[1]) < 0.7)
+        keep[0], keep[edge_index.shape[1] // 2] = True, False  # (the first pair one way only)
+        edge_index, weight = edge_index[:, keep], weight[keep]
+    elif graph != "undirected":
+        weight = weight.clone()
+        weight[0] += 1
+    data = Data(x=torch.from_numpy(rng.integers(-3, 4, (n, 4)).astype(float)), edge_index=edge_index, edge_weight=weight,
+                num_nodes=n)  # fmt: skip
+    local = sw.distribute(data)
+    handle = local.edge_index
+    assert (handle.symmetric_pattern, handle.symmetric) == {"undirected": (True, True), "directed": (False, False)}.get(
+        graph, (True, False)
+    )
+    cases = [
+        (lambda: pyg.GCNConv(4, 3, normalize=False, bias=False), True, True),  # A itself: integers throughout
+        (lambda: pyg.GCNConv(4, 3), True, False),
+        (lambda: pyg.SAGEConv(4, 3), False, False),
+    ]
+    for make, weighted, exact in cases:
+        torch.manual_seed(0)
+        plain = make().double()
+        if exact:
+            plain.lin.weight.data = torch.from_numpy(rng.integers(-2, 3, (3, 4)).astype(float))
+        ours = sw.convert(make().double())
+        ours.load_state_dict(plain.state_dict())
+        x, y = data.x.clone().requires_grad_(True), local.x.clone().requires_grad_(True)
+        target = torch.from_numpy(rng.integers(-2, 3, (n, 3)).astype(float))
+        (plain(x, edge_index, weight) if weighted else plain(x, edge_index)).mul(target).sum().backward()
+        (ours(y, handle, local.edge_weight) if weighted else ours(y, handle)).mul(target).sum().backward()
+        compare = torch.equal if exact else lambda a, b: torch.allclose(a, b, rtol=0, atol=1e-12)
+        assert compare(y.grad, x.grad), (graph, make)
+        for name, parameter in ours.named_parameters():
+            assert compare(parameter.grad, dict(plain.named_parameters())[name].grad), (graph, make, name)
+    symmetric = {"undirected": 3, "directed": 0}.get(graph, 1)  # (there only the mean's, which reads the pattern)
+    plans = [plan for operator in handle.operators.values() for plan in operator.plans.values()]
+    assert sum(plan._transpose is None for plan in plans) == symmetric and len(plans) == 3
+    handle.close()

@@ -24,7 +24,6 @@ from sparsewire.comm.runtime import (
     ranks_on_node,
     wait_messages,
 )
-from sparsewire.kernels.attention import attend_backward, attend_forward, merge_gradients, merge_partials, source_order
 from sparsewire.kernels.compiled import run_threaded, set_threads
 from sparsewire.plan.attention import (
     ATTENTION_STRATEGIES,
@@ -36,6 +35,14 @@ from sparsewire.plan.attention import (
 from sparsewire.plan.hierarchy import local_proxies
 
 __all__ = ["AttentionPlan", "attend", "attention_pattern", "make_attention_plan"]
+
+
+def _kernels():
+    """The attention kernels, imported at first use: training without attention never loads Numba (55 MiB a rank)."""
+    from sparsewire.kernels import attention
+
+    return attention
+
 
 _Z, _T, _PARTIAL, _PARTIAL_GRAD, _Z_GRAD, _T_GRAD, _Z_RELAY, _Z_GRAD_RELAY = range(1, 9)  # message tags, one per kind
 
@@ -49,7 +56,8 @@ class _Part:
         np.cumsum(np.bincount(rows, minlength=n_rows), out=self.indptr[1:])
         index = np.int32 if max(n_rows, n_sources, rows.size) < 2**31 else np.int64  # half the memory where it fits
         self.source = np.ascontiguousarray(source, index)
-        self.by_source, self.source_ptr, self.row_by_source = source_order(self.source, np.asarray(rows, index), n_sources)
+        by_source = _kernels().source_order(self.source, np.asarray(rows, index), n_sources)
+        self.by_source, self.source_ptr, self.row_by_source = by_source
         self.dst_ids = np.ascontiguousarray(dst_ids, np.int64)
         self.src_ids = np.ascontiguousarray(src_ids, np.int64)
 
@@ -59,14 +67,15 @@ class _Part:
         L = np.empty((self.n_rows, heads), z.dtype)
         V = np.empty((self.n_rows, heads, channels), z.dtype)
         run_threaded(
-            attend_forward, self.indptr, self.source, z, s, t, slope, dropout, self.dst_ids, self.src_ids, salt, softmax, L, V
-        )
+            _kernels().attend_forward, self.indptr, self.source, z, s, t, slope, dropout, self.dst_ids, self.src_ids, salt,
+            softmax, L, V,
+        )  # fmt: skip
         return softmax, L, V
 
     def backward(self, z, s, t, slope, dropout, salt, softmax, V, gV, gL, gz, gs):
         gt = np.empty((self.n_rows, z.shape[1]), z.dtype)
         run_threaded(
-            attend_backward, self.indptr, self.source, self.by_source, self.source_ptr, self.row_by_source,
+            _kernels().attend_backward, self.indptr, self.source, self.by_source, self.source_ptr, self.row_by_source,
             z, s, t, slope, dropout, self.dst_ids, self.src_ids, salt, softmax, V, gV, gL, gz, gs, gt,
         )  # fmt: skip
         return gt
@@ -303,7 +312,7 @@ class AttentionPlan:
         remote = {
             peer: (buffer[:, :heads], buffer[:, heads:].reshape(-1, heads, channels)) for peer, buffer in partial_in.items()
         }
-        out, _, merged = merge_partials(local[1], local[2], [(rows, *remote[peer]) for peer, rows in self._row_blocks])
+        out, _, merged = _kernels().merge_partials(local[1], local[2], [(rows, *remote[peer]) for peer, rows in self._row_blocks])
         weights = {None: merged[0], **{peer: w for (peer, _), w in zip(self._row_blocks, merged[1:])}}
         return out, {"table": table, "s": s_table, "t": t, "t_in": t_in, "local": local, "served": served,
                      "remote": remote, "out": out, "weights": weights}  # fmt: skip
@@ -314,7 +323,7 @@ class AttentionPlan:
         out, weights, table, s_table, t = saved["out"], saved["weights"], saved["table"], saved["s"], saved["t"]
 
         def partial_gradients(w, V, rows):
-            return merge_gradients(G, out, w, V, rows)
+            return _kernels().merge_gradients(G, out, w, V, rows)
 
         # Round one: the gradients of the peers' partials out; the fetched rows' gradients once the local part is done
         # (a proxy's once its members' have been added).

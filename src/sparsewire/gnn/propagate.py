@@ -15,7 +15,8 @@ import scipy.sparse as sp
 import torch
 from mpi4py import MPI
 
-from sparsewire.comm.runtime import agree_on_error, collective_errors, native_transport, node_ids
+from sparsewire._lib.heap import release_free_heap
+from sparsewire.comm.runtime import agree_on_error, collective_errors, native_transport, node_ids, ranks_on_node
 from sparsewire.distributed.matrix import DistributedMatrix
 from sparsewire.distributed.spmm import SpmmPlan, plan_spmm
 from sparsewire.errors import InputError
@@ -52,10 +53,27 @@ class GraphOperator:
     """
 
     trace_unit = "epoch"  # sparsewire.trace's window counts training epochs (gnn.train begins each)
+    #: Whether each propagation on the CPU first gives the C heap's free pages back to the operating system
+    #: (:func:`~sparsewire._lib.heap.release_free_heap`; the same on every rank): training frees and allocates tensors
+    #: of the features' size every step, and glibc keeps the freed ones resident. None (the default): where this rank
+    #: shares its node with other ranks, whose memory it would hold idle; a rank alone on its node keeps them, as the
+    #: pages it gives back are faulted in again (about a quarter of a GraphSAGE step's time on the reference machine).
+    release_heap: bool | None = None
 
-    def __init__(self, matrix: DistributedMatrix, options: ExecOptions | None = None):
-        """Not collective (plans are made later, collectively, per width)."""
+    def __init__(
+        self, matrix: DistributedMatrix, options: ExecOptions | None = None, *, symmetric_scale: np.ndarray | None = None
+    ):
+        """Not collective (plans are made later, collectively, per width). ``symmetric_scale``: where
+        ``A = diag(s)^+ M`` with M symmetric, this rank's rows of s (all ones where A itself is symmetric, as GCN's
+        normalisation of an undirected graph; the degrees for the mean over its neighbours); the backward then runs
+        ``A^T G = M diag(s)^+ G = diag(s) A diag(s)^+ G`` on A's own plan, and no transposed plan is made (its sparse
+        operands are about as large as the forward's). None: the backward runs on the transposed plan."""
         self.matrix, self.comm = matrix, matrix.comm
+        self._scale = None if symmetric_scale is None else np.asarray(symmetric_scale, np.float64)
+        if self._scale is not None and self._scale.shape != (matrix.local_rows.shape[0],):
+            raise ValueError(f"symmetric_scale holds {self._scale.shape} values; give one per row of this rank")
+        self._scales: dict = {}  # (dtype, device) -> (s, s^+) as column tensors, None where s is all ones
+        self._shares_node: bool | None = None  # whether other ranks share this rank's node (at the first propagation)
         self.options = options or ExecOptions(backend="torch", threads=1, transport=native_transport(self.comm))
         self.threads = self.options.threads
         self.kernels = make_backend(
@@ -172,27 +190,54 @@ class GraphOperator:
         """Not collective (after :meth:`start_tracing`). Whether ``peer`` shares this rank's node (shared memory) or not."""
         return "same node" if self._nodes[peer] == self._nodes[self.comm.Get_rank()] else "another node"
 
+    def release_free_memory(self, device: torch.device) -> None:
+        """Collective on first use. Give the C heap's free pages back where :attr:`release_heap` says so (on the CPU):
+        every propagation does, and a layer that reuses a kept product instead."""
+        if self._shares_node is None:
+            self._shares_node = ranks_on_node(self.comm) > 1
+        if (self._shares_node if self.release_heap is None else self.release_heap) and device.type == "cpu":
+            release_free_heap()
+
     def _run(self, x: torch.Tensor, transposed: bool) -> torch.Tensor:
+        self.release_free_memory(x.device)  # (autograd's freed temporaries: module docstring of sparsewire._lib.heap)
         plan = self.plan(x.shape[1], x.dtype)
-        if transposed:  # (its buffers the forward's: the backward never runs while the forward does)
+        on_forward_plan = transposed and self._scale is not None
+        if transposed and not on_forward_plan:  # (its buffers the forward's: the backward never runs while the forward does)
             plan = plan.transpose(share_buffers=True)
         tracer = self.tracer
         if tracer is not None and plan.executor.tracer is None:
             plan.executor.start_tracing(tracer)
             self._traced.append(plan)
         source = x.detach()
+        scale = self._adjoint_scales(x) if on_forward_plan else None
+        if scale is not None:
+            source = source * scale[1]  # diag(s)^+ G, a new tensor (G may be another function's too)
         if not source.is_contiguous():
             source = source.contiguous()
         out = torch.empty((plan.output_rows, x.shape[1]), dtype=x.dtype, device=source.device)
         # The backend's arrays of the same memory (NumPy views, or the tensors themselves).
         with region(tracer, "propagate backward" if transposed else "propagate forward", width=int(x.shape[1])):
             plan.multiply(self.kernels.from_torch(source), out=self.kernels.from_torch(out))
+        if scale is not None:
+            out.mul_(scale[0])
         if transposed:
             self.bytes_backward += plan.bytes_received
         else:
             self.bytes_forward += plan.bytes_received
         self.wire_bytes += plan.wire_bytes_received
         return out
+
+    def _adjoint_scales(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(s, s^+)`` as column tensors of ``x``'s dtype and device (0 where s is), or None where s is all ones."""
+        key = (x.dtype, x.device)
+        if key not in self._scales:
+            scale = self._scale
+            if np.all(scale == 1):
+                self._scales[key] = None
+            else:
+                inverse = np.divide(1.0, scale, out=np.zeros_like(scale), where=scale != 0)
+                self._scales[key] = tuple(torch.from_numpy(v[:, None]).to(x.device, x.dtype) for v in (scale, inverse))
+        return self._scales[key]
 
     def close(self) -> None:
         """Collective. Free every plan."""
@@ -321,11 +366,13 @@ def gcn_normalize(matrix: DistributedMatrix, dtype: np.dtype = np.float64, self_
 def mean_normalize(matrix: DistributedMatrix, dtype: np.dtype = np.float64) -> DistributedMatrix:
     """Collective. ``D^-1 P`` with P the pattern of A (ones) and D its row sums: the mean over
     in-neighbours, GraphSAGE's mean aggregator (edge values are ignored, as in PyG's ``SAGEConv``);
-    rows without neighbours stay zero. Computed in float64, stored in ``dtype``."""
-    local = sp.csr_array(matrix.local_rows, dtype=np.float64, copy=True)
-    local.data[:] = 1.0
-    inverse = _inverse_power(np.asarray(local.sum(axis=1)).ravel(), 1.0)
-    scaled = _stored(sp.csr_array(sp.diags_array(inverse) @ local), dtype)
+    rows without neighbours stay zero. Computed in float64, stored in ``dtype``; the result shares A's column
+    indices and row pointers where they are sorted (the operator's pattern is A's)."""
+    local = matrix.local_rows
+    counts = np.diff(local.indptr)
+    values = np.repeat(_inverse_power(counts.astype(np.float64), 1.0), counts).astype(dtype)
+    indices = local.indices if local.has_sorted_indices else local.indices.copy()  # (sorting must not reorder A's)
+    scaled = _stored(sp.csr_array((values, indices, local.indptr), shape=local.shape), dtype)
     return DistributedMatrix(
         matrix.comm, scaled, matrix.row_partition, matrix.col_partition, matrix.nnz, matrix.row_order, matrix.col_order
     )

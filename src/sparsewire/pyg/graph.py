@@ -25,6 +25,10 @@ __all__ = ["PygGraph", "DistributedGraph", "EdgeWeights", "LocalData", "from_pyg
 
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 _EDGE_INDEX_FIX = "coalesce it first (torch_geometric.utils.coalesce)"
+#: The handle's own attributes (any other is a layer reading edge_index outside propagate).
+_OWN_ATTRIBUTES = frozenset(
+    {"matrix", "comm", "weighted", "options", "operators", "_pattern", "_halo", "symmetric", "symmetric_pattern"}
+)
 
 
 @dataclass
@@ -164,8 +168,15 @@ class DistributedGraph:
     same layers in the same order.
     """
 
-    def __init__(self, matrix: DistributedMatrix, weighted: bool, options: ExecOptions):
+    def __init__(
+        self, matrix: DistributedMatrix, weighted: bool, options: ExecOptions, symmetric: tuple[bool, bool] = (False, False)
+    ):
+        """Not collective. ``symmetric``: whether A's pattern, and A itself, equal their transposes (an undirected
+        graph): the operators' backward then runs on their forward plans (:class:`~sparsewire.gnn.propagate.GraphOperator`)."""
         self.matrix, self.comm, self.weighted, self.options = matrix, matrix.comm, weighted, options
+        self.symmetric_pattern, self.symmetric = symmetric
+        if not weighted:  # (every value is 1: exact in float32, half the bytes, and float32 operators share them)
+            matrix.local_rows.data = np.ones(matrix.local_rows.nnz, np.float32)
         self._pattern = self._halo = None
         self.operators: dict[tuple, GraphOperator] = {}
 
@@ -177,7 +188,7 @@ class DistributedGraph:
 
     def __getattr__(self, name: str):
         # A layer treating the handle as an edge_index tensor (edge_index[1], .size(), ...) outside propagate.
-        if name.startswith("__") or name in ("matrix", "comm", "weighted", "options", "operators", "_pattern", "_halo"):
+        if name.startswith("__") or name in _OWN_ATTRIBUTES:
             raise AttributeError(name)
         raise _outside_propagate(f"edge_index.{name}")
 
@@ -234,13 +245,16 @@ class DistributedGraph:
         key = (kind, str(dtype), bool(weighted), float(self_loops))
         if key not in self.operators:
             matrix = self._matrix(weighted and kind != "mean")
+            symmetric = self.symmetric or (self.symmetric_pattern and not (weighted and self.weighted and kind != "mean"))
+            scale = np.ones(self.local_nodes) if symmetric else None  # (A^T = A: GCN's normalisation keeps it so)
             if kind == "gcn":
                 matrix = gcn_normalize(matrix, _NUMPY[dtype], self_loops=self_loops)
             elif kind == "mean":
+                scale = np.diff(matrix.local_rows.indptr) if symmetric else None  # (D^-1 P, P symmetric)
                 matrix = mean_normalize(matrix, _NUMPY[dtype])
             elif kind != "adjacency":
                 raise ValueError(f"unknown operator kind {kind!r}")
-            self.operators[key] = GraphOperator(matrix, self.options)
+            self.operators[key] = GraphOperator(matrix, self.options, symmetric_scale=scale)
         return self.operators[key]
 
     def halo(self) -> Halo:
@@ -383,10 +397,10 @@ def distribute(
         for p in range(comm.Get_size()):
             nodes = torch.from_numpy(np.asarray(order[offsets[p] : offsets[p + 1]], np.int64))
             pieces.append({key: value[nodes].clone() for key, value in whole.node_attributes.items()})
-        header = (whole.weighted, whole.edge_attributes)
-    weighted, edge_attributes = comm.bcast(header, root=root)
+        header = (whole.weighted, whole.edge_attributes, _symmetry(whole.adjacency))
+    weighted, edge_attributes, symmetric = comm.bcast(header, root=root)
     attributes = comm.scatter(pieces, root=root)
-    graph = DistributedGraph(matrix, weighted, options)
+    graph = DistributedGraph(matrix, weighted, options, symmetric)
     on = torch.device(options.device)  # where the propagations run (cuda: this rank's GPU)
     return LocalData(graph, {key: value.to(on) for key, value in attributes.items()}, edge_attributes)
 
@@ -397,4 +411,15 @@ def _from_cache(comm: MPI.Comm, cache: OgbCache, options: ExecOptions, allow_non
     on = torch.device(options.device)
     attributes = {"x": torch.from_numpy(np.ascontiguousarray(features)), "y": torch.from_numpy(labels)}
     attributes.update({f"{name}_mask": torch.from_numpy(mask) for name, mask in masks.items()})
-    return LocalData(DistributedGraph(matrix, False, options), {k: v.to(on) for k, v in attributes.items()}, ())
+    key = cache.meta.get("key", {})
+    symmetric = bool(key.get("undirected") or key.get("add_inverse_edge"))  # (E and its reverse: equal counts both ways)
+    graph = DistributedGraph(matrix, False, options, (symmetric, symmetric))
+    return LocalData(graph, {k: v.to(on) for k, v in attributes.items()}, ())
+
+
+def _symmetry(adjacency: sp.csr_array) -> tuple[bool, bool]:
+    """Whether the pattern of ``adjacency``, and ``adjacency`` itself, equal their transposes."""
+    pattern = sp.csr_array((np.ones(adjacency.nnz), adjacency.indices, adjacency.indptr), shape=adjacency.shape)
+    if (pattern != pattern.T).nnz:
+        return False, False
+    return True, not (adjacency != adjacency.T).nnz

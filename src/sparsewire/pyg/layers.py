@@ -142,6 +142,8 @@ def _propagated_constant(layer: torch.nn.Module, operator, x: torch.Tensor, out:
                 product[:, start : start + piece.shape[1]] = propagate(operator, piece)
                 start += piece.shape[1]
         held = _KEPT[layer] = (weakref.ref(x), x._version, operator, product)
+    else:  # (a step's first layer: the last step's backward freed its temporaries)
+        operator.release_free_memory(x.device)
     return held[3]
 
 
