@@ -220,3 +220,33 @@ def test_an_undirected_graph_runs_each_backward_on_the_forward_plan_with_pyg_gra
     plans = [plan for operator in handle.operators.values() for plan in operator.plans.values()]
     assert sum(plan._transpose is None for plan in plans) == symmetric and len(plans) == 3
     handle.close()
+
+
+def test_an_ogb_cache_keeps_its_multi_edge_counts_and_says_whether_it_is_symmetric(rng, tmp_path):
+    """Read from an OGB cache, a directed graph's stored multi-edges keep their counts (GCN weighs them as PyG weighs
+    repeated edges) and the handle is not symmetric; read undirected, its values are ones and it is."""
+    import sys
+    from pathlib import Path
+
+    from mpi4py import MPI
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "io"))
+    from ogb_files import random_dataset, write_ogb
+
+    from sparsewire.gnn import open_ogb_cache
+
+    pairs, features, labels, split = random_dataset(rng, n=40, edges=160)
+    root = write_ogb(tmp_path / "ogbn_arxiv", pairs, features, labels, split)
+    counts = sp.csr_array((np.ones(pairs.shape[1]), (pairs[1], pairs[0])), shape=(40, 40))  # row: target
+    assert counts.max() > 1  # (the fixture stores some edges twice)
+    for undirected in (False, True):
+        local = sw.distribute(open_ogb_cache(MPI.COMM_WORLD, str(root), undirected=undirected))
+        handle = local.edge_index
+        held = handle.matrix.local_rows.toarray()
+        if undirected:
+            assert (handle.symmetric_pattern, handle.symmetric) == (True, True)
+            assert np.array_equal(held, ((counts + counts.T) > 0).toarray().astype(float))
+        else:
+            assert (handle.symmetric_pattern, handle.symmetric) == (False, False)
+            assert np.array_equal(held, counts.toarray())
+        handle.close()

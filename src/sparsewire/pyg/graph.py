@@ -175,8 +175,9 @@ class DistributedGraph:
         graph): the operators' backward then runs on their forward plans (:class:`~sparsewire.gnn.propagate.GraphOperator`)."""
         self.matrix, self.comm, self.weighted, self.options = matrix, matrix.comm, weighted, options
         self.symmetric_pattern, self.symmetric = symmetric
-        if not weighted:  # (every value is 1: exact in float32, half the bytes, and float32 operators share them)
-            matrix.local_rows.data = np.ones(matrix.local_rows.nnz, np.float32)
+        local = matrix.local_rows
+        if not weighted and local.dtype != np.float32 and np.all(local.data == 1):  # (an OGB cache's multi-edges count)
+            local.data = np.ones(local.nnz, np.float32)  # (exact: half the bytes, and float32 operators share them)
         self._pattern = self._halo = None
         self.operators: dict[tuple, GraphOperator] = {}
 
