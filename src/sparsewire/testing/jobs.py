@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["JOB_ENVIRONMENT", "TOKEN_VARIABLE", "Job", "mpiexec_path", "run_job", "left_behind"]
+__all__ = ["JOB_ENVIRONMENT", "TOKEN_VARIABLE", "Job", "mpiexec_path", "run_job", "left_behind", "is_running"]
 
 #: The environment variable that holds a job's token.
 TOKEN_VARIABLE = "SPARSEWIRE_JOB_TOKEN"
@@ -65,8 +65,8 @@ def left_behind(token: str) -> list[int]:
     return found
 
 
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie waiting for its parent does not)."""
+def is_running(pid: int) -> bool:
+    """Not collective. Whether process ``pid`` still runs (a zombie waiting for its parent does not)."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
             return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
@@ -86,7 +86,7 @@ def run_job(
 ) -> Job:
     """Not collective (it starts the job). Run ``mpiexec -n RANKS python ARGS`` (``launcher="torchrun"``:
     ``torchrun --standalone --nproc-per-node RANKS ARGS``, its processes joined by torch.distributed alone) and wait
-    at most ``timeout`` seconds; then, after ``settle`` seconds, kill whatever of the job is left (found by its
+    at most ``timeout`` seconds; then kill whatever of the job is still there ``settle`` seconds later (found by its
     token) and report it in :attr:`Job.left_behind`.
 
     Raises:
@@ -110,14 +110,17 @@ def run_job(
         )
     finally:
         seconds = time.perf_counter() - started
-        time.sleep(settle)
         left = left_behind(token)
+        settled = time.monotonic() + settle
+        while left and time.monotonic() < settled:  # (those that end within ``settle`` are not left behind)
+            time.sleep(0.02)
+            left = left_behind(token)
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 5
-        while left and time.monotonic() < deadline and any(_running(pid) for pid in left):
+        while left and time.monotonic() < deadline and any(is_running(pid) for pid in left):
             time.sleep(0.05)  # SIGKILL is delivered asynchronously: wait until they are gone
     return Job(completed.returncode, completed.stdout, completed.stderr, seconds, tuple(left))

@@ -56,6 +56,7 @@ from pathlib import Path
 
 from sparsewire._lib.cores import NODE_CORES_VARIABLE, node_core_share
 from sparsewire.errors import InputError
+from sparsewire.testing.jobs import is_running
 
 __all__ = ["EmulatedCluster", "parse_rate", "bucket_bytes", "unavailable_reason", "INTERFACE"]
 
@@ -269,20 +270,24 @@ class EmulatedCluster:
         return pids
 
     def end_processes(self) -> list[int]:
-        """Not collective. End (SIGTERM, then SIGKILL after 1 s) every process still inside the nodes'
-        namespaces: only this cluster's jobs run there. The ids ended."""
+        """Not collective. End (SIGTERM, then SIGKILL to those still there 1 s later) every process still inside the
+        nodes' namespaces: only this cluster's jobs run there. The ids ended."""
         ended = self._pids()
+        alive = ended
         for signal_number in (signal.SIGTERM, signal.SIGKILL):
-            alive = []
-            for pid in ended:
+            sent = []
+            for pid in alive:
                 try:
                     os.kill(pid, signal_number)
-                    alive.append(pid)
+                    sent.append(pid)
                 except ProcessLookupError:
                     pass
-            if not alive or signal_number == signal.SIGKILL:
+            if not sent or signal_number == signal.SIGKILL:
                 break
-            time.sleep(1.0)
+            deadline = time.monotonic() + 1.0
+            while alive and time.monotonic() < deadline:  # (most end at once: the second is a bound, not a pause)
+                time.sleep(0.02)
+                alive = [pid for pid in sent if is_running(pid)]
         return ended
 
     def down(self) -> None:
