@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -46,6 +49,23 @@ _CURRENT: list = [None]  # the test running now (run_mpi refuses to start mpiexe
 
 
 COLLECTIVE = ROOT / "tests" / "mpi"
+
+_RESULTS: list[Path] = []
+_RESULTS_LOCK = threading.Lock()
+
+
+def results_folder() -> Path:
+    """The session's folder for what its collective jobs leave for other tests (tests/session_results.py), made at
+    the first call (from the prefetch thread or the main one) and removed at the session's end."""
+    with _RESULTS_LOCK:
+        if not _RESULTS:
+            _RESULTS.append(Path(tempfile.mkdtemp(prefix="sparsewire-session-results-")))
+        return _RESULTS[0]
+
+
+def pytest_unconfigure(config):
+    for folder in _RESULTS:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -10,8 +10,9 @@ import functools
 import re
 
 import pytest
+from session_results import RESULTS_VARIABLE
 
-from conftest import ROOT, _seed, run_mpi
+from conftest import ROOT, _seed, results_folder, run_mpi
 from sparsewire import testing
 
 #: The rank counts the collective cases run at; each case says which of them it needs (``@pytest.mark.ranks``).
@@ -21,10 +22,12 @@ JOB_SECONDS = 1500
 
 
 def collective_job(ranks: int) -> testing.Job:
-    """``mpiexec -n RANKS python -m pytest tests/mpi`` with the seed the whole run prints."""
+    """``mpiexec -n RANKS python -m pytest tests/mpi`` with the seed the whole run prints, and the session's folder
+    for what its cases leave for other tests."""
     # (no case uses Hypothesis: its plugin's import at the end cost 3 s of each rank's time)
     arguments = ["-m", "pytest", "tests/mpi", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
-    return testing.run_job(ranks, arguments, timeout=JOB_SECONDS, env={"SPARSEWIRE_TEST_SEED": str(_seed())}, cwd=ROOT)
+    environment = {"SPARSEWIRE_TEST_SEED": str(_seed()), RESULTS_VARIABLE: str(results_folder())}
+    return testing.run_job(ranks, arguments, timeout=JOB_SECONDS, env=environment, cwd=ROOT)
 
 
 #: The one-rank job takes one core: it runs beside the tests that start no mpiexec (conftest's prefetch).

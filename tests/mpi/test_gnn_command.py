@@ -5,6 +5,8 @@ refusals end their jobs and run in jobs of their own (tests/gnn/test_gnn.py)."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +15,10 @@ import scipy.sparse as sp
 pytest.importorskip("torch")
 
 from planetoid_files import write_planetoid  # noqa: E402
+from session_results import RESULTS_VARIABLE, gcn_cora_losses_name  # noqa: E402
 
 from conftest import SHARED_DATA, on_rank_zero  # noqa: E402
+from sparsewire._lib.atomic import atomic_write  # noqa: E402
 
 CORA = SHARED_DATA / "gnn" / "cora.npz"
 needs_cora = pytest.mark.skipif(not CORA.exists(), reason="../shared/data/gnn/cora.npz is not present")
@@ -89,3 +93,16 @@ def test_gcn_model_gat_takes_pyg_example_settings_and_moves_the_planned_bytes(co
 def test_gcn_model_gat_refuses_the_torch_transport(command):
     status, out, err = command("gcn", "cora", "--model", "gat", "--epochs", "1", "--transport", "torch")
     assert status != 0 and "attention layers run on the mpi transport" in err, err[-2000:]
+
+
+@pytest.mark.ranks(1, 2, 3, 4)
+def test_gcn_on_cora_leaves_its_losses_for_the_torchrun_jobs(command, comm):
+    """``sparsewire gcn cora --epochs 4`` as ``mpiexec -n P`` runs it: the losses that tests/test_torchrun.py's job at
+    this P must equal. Rank 0 leaves them in the folder the launcher names (``SPARSEWIRE_TEST_RESULTS``, where the
+    suite started this job), so that the torchrun test need not start the same mpiexec run again."""
+    report = gcn_report(command, "cora", "--epochs", "4")
+    assert report["ranks"] == comm.Get_size() and [entry["epoch"] for entry in report["history"]] == [1, 2, 3, 4]
+    folder = os.environ.get(RESULTS_VARIABLE)
+    if folder and comm.Get_rank() == 0:
+        with atomic_write(Path(folder) / gcn_cora_losses_name(comm.Get_size()), "w") as handle:
+            json.dump([entry["loss"] for entry in report["history"]], handle)
