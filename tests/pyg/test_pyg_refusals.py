@@ -5,6 +5,9 @@ integer propagation) are in tests/mpi/test_pyg.py."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -16,6 +19,9 @@ from torch_geometric.data import Data  # noqa: E402
 
 import sparsewire.pyg as sw  # noqa: E402
 from sparsewire.errors import InputError  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "io"))
+from ogb_files import random_dataset, write_ogb  # noqa: E402
 
 
 def small_data(n=6, weighted=False) -> Data:
@@ -225,13 +231,7 @@ def test_an_undirected_graph_runs_each_backward_on_the_forward_plan_with_pyg_gra
 def test_an_ogb_cache_keeps_its_multi_edge_counts_and_says_whether_it_is_symmetric(rng, tmp_path):
     """Read from an OGB cache, a directed graph's stored multi-edges keep their counts (GCN weighs them as PyG weighs
     repeated edges) and the handle is not symmetric; read undirected, its values are ones and it is."""
-    import sys
-    from pathlib import Path
-
     from mpi4py import MPI
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "io"))
-    from ogb_files import random_dataset, write_ogb
 
     from sparsewire.gnn import open_ogb_cache
 
