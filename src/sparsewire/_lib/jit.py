@@ -16,8 +16,8 @@ if "numba" not in sys.modules:
     os.environ.setdefault("NUMBA_NUM_THREADS", str(max(64, os.cpu_count() or 1)))
 
 import numba  # noqa: E402
-from numba import njit, prange  # noqa: E402
+from numba import literally, njit, prange  # noqa: E402
 from numba.core import cgutils, types  # noqa: E402
 from numba.extending import intrinsic, models, register_model  # noqa: E402
 
-__all__ = ["numba", "njit", "prange", "cgutils", "types", "intrinsic", "models", "register_model"]
+__all__ = ["numba", "njit", "prange", "literally", "cgutils", "types", "intrinsic", "models", "register_model"]

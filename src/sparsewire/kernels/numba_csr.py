@@ -18,11 +18,18 @@ With ``prefetch``, the CSR product prefetches the B rows of the nonzeros :data:`
 ahead. With ``stream``, C rows are written with non-temporal stores (no read of C into the cache
 first) when ``out`` is aligned to the cache line. The caller decides both
 (:mod:`sparsewire.kernels.compiled`).
+
+Compile time: the pieces run once per row (a block of registers, a pair of rows, a prefetch) are
+inlined into the loop over rows that calls them (a call per row cost 7% of the product's time at
+k = 8), and each loop over rows (whole registers, half a register, any width) is a function of its
+own, called once per range. Numba inlines by copying a function's IR into its caller and analysing
+the caller again, so one function holding every loop took 1.7x the compiler's CPU time (10 s against
+6 s for a dtype's ``csr_dense_range``, the mean of five fresh caches).
 """
 
 from __future__ import annotations
 
-from sparsewire._lib.jit import njit, prange
+from sparsewire._lib.jit import literally, njit, prange
 from sparsewire.kernels.atomics import fetch_add
 from sparsewire.kernels.simd import (
     LINE_BYTES,
@@ -32,9 +39,9 @@ from sparsewire.kernels.simd import (
     lanes_fma,
     lanes_in,
     lanes_load,
+    lanes_put,
     lanes_scale,
     lanes_store,
-    lanes_stream,
     lanes_zero,
     store_fence,
 )
@@ -47,14 +54,6 @@ PREFETCH_DISTANCE = 16
 #: Cache lines of a B row prefetched (the hardware's own prefetcher takes the rest of a long row).
 PREFETCH_LINES = 4
 _CONTRACT = {"contract"}
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _put(out, i, c, value, stream):
-    if stream:
-        lanes_stream(out, i, c, value)
-    else:
-        lanes_store(out, i, c, value)
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -77,10 +76,10 @@ def _row_block4(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream)
         t0, t1 = lanes_fma(t0, v, lanes_load(x, j, c)), lanes_fma(t1, v, lanes_load(x, j, c1))
         t2, t3 = lanes_fma(t2, v, lanes_load(x, j, c2)), lanes_fma(t3, v, lanes_load(x, j, c3))
         p += 1
-    _put(out, i, c, t0, stream)
-    _put(out, i, c1, t1, stream)
-    _put(out, i, c2, t2, stream)
-    _put(out, i, c3, t3, stream)
+    lanes_put(out, i, c, t0, stream)
+    lanes_put(out, i, c1, t1, stream)
+    lanes_put(out, i, c2, t2, stream)
+    lanes_put(out, i, c3, t3, stream)
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -99,8 +98,8 @@ def _row_block2(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream)
         j, v = element(indices, p), element(data, p)
         t0, t1 = lanes_fma(t0, v, lanes_load(x, j, c)), lanes_fma(t1, v, lanes_load(x, j, c1))
         p += 1
-    _put(out, i, c, t0, stream)
-    _put(out, i, c1, t1, stream)
+    lanes_put(out, i, c, t0, stream)
+    lanes_put(out, i, c1, t1, stream)
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -116,7 +115,7 @@ def _row_block1(indices, data, x, out, i, p, stop, c, accumulate, stream):
     while p < stop:
         t0 = lanes_fma(t0, element(data, p), lanes_load(x, element(indices, p), c))
         p += 1
-    _put(out, i, c, t0, stream)
+    lanes_put(out, i, c, t0, stream)
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -159,8 +158,8 @@ def _two_rows_block1(indices, data, x, out, i, p0, s0, p1, s1, stream):
     while p1 < s1:
         t1 = lanes_fma(t1, element(data, p1), lanes_load(x, element(indices, p1), 0))
         p1 += 1
-    _put(out, i, 0, t0, stream)
-    _put(out, i + 1, 0, t1, stream)
+    lanes_put(out, i, 0, t0, stream)
+    lanes_put(out, i + 1, 0, t1, stream)
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -200,15 +199,16 @@ def _prefetch_ahead(indices, p, stop, last, base, row_bytes, lines):
             _prefetch(address + LINE_BYTES * line)
 
 
-@njit(nogil=True, cache=True, inline="always")
+@njit(nogil=True, cache=True, fastmath=_CONTRACT, no_cpython_wrapper=True)
 def _rows_of_one_block(
     indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, registers, last, base, row_bytes
 ):
     """Rows [row_start, row_stop) when a C row is exactly ``registers`` (4, 2 or 1) registers:
-    ``registers`` is a constant at each call site, so the block and the prefetch of that many lines
-    compile without loops over blocks or lines (a copy of this loop timed at k = 32 on 2 threads
-    took 0.76-0.98 of the time of the general loop below, which works out each row's blocks at run
-    time)."""
+    ``registers`` is a compile-time constant (``literally``: one compiled copy per count), so the
+    block and the prefetch of that many lines compile without loops over blocks or lines (a copy of
+    this loop timed at k = 32 on 2 threads took 0.76-0.98 of the time of :func:`_rows_of_any_width`,
+    which works out each row's blocks at run time)."""
+    literally(registers)
     lanes = lanes_in(out)
     i = row_start
     if registers == 1 and not accumulate:  # rows in pairs: one register is one FMA chain, too short alone
@@ -232,7 +232,70 @@ def _rows_of_one_block(
             _row_block1(indices, data, x, out, i, p, stop, 0, accumulate, stream)
 
 
-@njit(nogil=True, cache=True, fastmath=_CONTRACT)
+@njit(nogil=True, cache=True, fastmath=_CONTRACT, no_cpython_wrapper=True)
+def _rows_of_half(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, last, base, row_bytes):
+    """Rows [row_start, row_stop) when a C row is half a register (k = 8 in float32, 4 in float64):
+    the general loop would take each of the row's columns in turn (7x MKL's time at k = 8 in
+    float32)."""
+    i = row_start
+    if not accumulate:  # rows in pairs, as for one register
+        while i + 1 < row_stop:
+            p, middle, stop = element(indptr, i), element(indptr, i + 1), element(indptr, i + 2)
+            if prefetch:
+                _prefetch_ahead(indices, p, stop, last, base, row_bytes, 1)
+            _two_rows_half(indices, data, x, out, i, p, middle, middle, stop)
+            i += 2
+    for i in range(i, row_stop):  # noqa: B020 - goes on from the row the pairs stopped at
+        p, stop = element(indptr, i), element(indptr, i + 1)
+        if accumulate and p == stop:
+            continue
+        if prefetch:
+            _prefetch_ahead(indices, p, stop, last, base, row_bytes, 1)
+        _row_half(indices, data, x, out, i, p, stop, 0, accumulate)
+
+
+@njit(nogil=True, cache=True, fastmath=_CONTRACT, no_cpython_wrapper=True)
+def _rows_of_any_width(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, last, base, row_bytes):
+    """Rows [row_start, row_stop) for any k: each row cut into blocks of 4, 2 and 1 registers, a
+    half register, then one scalar loop per column left."""
+    k = out.shape[1]
+    lanes = lanes_in(out)
+    k4 = k - k % (4 * lanes)
+    k2 = k - k % (2 * lanes)
+    k1 = k - k % lanes
+    kh = k - k % (lanes // 2)  # one half register after the whole ones when half a register is left
+    lines = min(PREFETCH_LINES, (k * x.itemsize + LINE_BYTES - 1) // LINE_BYTES)
+    for i in range(row_start, row_stop):
+        p, stop = element(indptr, i), element(indptr, i + 1)
+        if accumulate and p == stop:
+            continue
+        if prefetch:
+            _prefetch_ahead(indices, p, stop, last, base, row_bytes, lines)
+        for c in range(0, k4, 4 * lanes):
+            _row_block4(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream)
+        for c in range(k4, k2, 2 * lanes):
+            _row_block2(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream)
+        for c in range(k2, k1, lanes):
+            _row_block1(indices, data, x, out, i, p, stop, c, accumulate, stream)
+        for c in range(k1, kh, lanes // 2):
+            _row_half(indices, data, x, out, i, p, stop, c, accumulate)
+        for c in range(kh, k):
+            q = p
+            if accumulate:
+                t = out[i, c]
+            elif q < stop:
+                t = element(data, q) * x[element(indices, q), c]
+                q += 1
+            else:
+                out[i, c] = 0.0
+                continue
+            while q < stop:  # t keeps out's dtype: float32 sums round in float32
+                t += element(data, q) * x[element(indices, q), c]
+                q += 1
+            out[i, c] = t
+
+
+@njit(nogil=True, cache=True)
 def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream):
     """Rows [row_start, row_stop) of ``out (+)= A @ x`` (A in CSR), each row summed in stored order.
 
@@ -244,10 +307,6 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
     non-temporal stores, fenced before returning."""
     k = out.shape[1]
     lanes = lanes_in(out)
-    k4 = k - k % (4 * lanes)
-    k2 = k - k % (2 * lanes)
-    k1 = k - k % lanes
-    kh = k - k % (lanes // 2)  # one half register after the whole ones when half a register is left
     stream = stream and not accumulate and out.ctypes.data % LINE_BYTES == 0 and out.strides[0] % LINE_BYTES == 0
     base, row_bytes = x.ctypes.data, x.strides[0]
     last = element(indptr, row_stop) if prefetch else 0
@@ -264,53 +323,11 @@ def csr_dense_range(indptr, indices, data, x, out, row_start, row_stop, accumula
             indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, 1, last, base, row_bytes
         )
     elif 2 * k == lanes:
-        # Half a register (k = 8 in float32, 4 in float64): the scalar loop below would take
-        # each of the row's columns in turn (7x MKL's time at k = 8 in float32).
-        i = row_start
-        if not accumulate:  # rows in pairs, as for one register
-            while i + 1 < row_stop:
-                p, middle, stop = element(indptr, i), element(indptr, i + 1), element(indptr, i + 2)
-                if prefetch:
-                    _prefetch_ahead(indices, p, stop, last, base, row_bytes, 1)
-                _two_rows_half(indices, data, x, out, i, p, middle, middle, stop)
-                i += 2
-        for i in range(i, row_stop):  # noqa: B020 - goes on from the row the pairs stopped at
-            p, stop = element(indptr, i), element(indptr, i + 1)
-            if accumulate and p == stop:
-                continue
-            if prefetch:
-                _prefetch_ahead(indices, p, stop, last, base, row_bytes, 1)
-            _row_half(indices, data, x, out, i, p, stop, 0, accumulate)
+        _rows_of_half(indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, last, base, row_bytes)
     else:
-        lines = min(PREFETCH_LINES, (k * x.itemsize + LINE_BYTES - 1) // LINE_BYTES)
-        for i in range(row_start, row_stop):
-            p, stop = element(indptr, i), element(indptr, i + 1)
-            if accumulate and p == stop:
-                continue
-            if prefetch:
-                _prefetch_ahead(indices, p, stop, last, base, row_bytes, lines)
-            for c in range(0, k4, 4 * lanes):
-                _row_block4(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream)
-            for c in range(k4, k2, 2 * lanes):
-                _row_block2(indices, data, x, out, i, p, stop, c, lanes, accumulate, stream)
-            for c in range(k2, k1, lanes):
-                _row_block1(indices, data, x, out, i, p, stop, c, accumulate, stream)
-            for c in range(k1, kh, lanes // 2):
-                _row_half(indices, data, x, out, i, p, stop, c, accumulate)
-            for c in range(kh, k):
-                q = p
-                if accumulate:
-                    t = out[i, c]
-                elif q < stop:
-                    t = element(data, q) * x[element(indices, q), c]
-                    q += 1
-                else:
-                    out[i, c] = 0.0
-                    continue
-                while q < stop:  # t keeps out's dtype: float32 sums round in float32
-                    t += element(data, q) * x[element(indices, q), c]
-                    q += 1
-                out[i, c] = t
+        _rows_of_any_width(
+            indptr, indices, data, x, out, row_start, row_stop, accumulate, prefetch, stream, last, base, row_bytes
+        )
     if stream:
         store_fence()
 

@@ -125,6 +125,26 @@ def lanes_stream(typingctx, array, row, column, value):
 
 
 @intrinsic
+def lanes_put(typingctx, array, row, column, value, stream):
+    """:func:`lanes_stream` where ``stream`` is true, else :func:`lanes_store`: one branch in the
+    generated code, where a Numba function choosing between the two would be inlined (its IR
+    copied and typed again) at each of the CSR product's stores."""
+
+    def codegen(context, builder, sig, args):
+        address = _element_address(context, builder, sig.args[0], *args[:3])
+        pointer = builder.inttoptr(address, args[3].type.as_pointer())
+        with builder.if_else(args[4]) as (streamed, cached):
+            with streamed:
+                store = builder.store(args[3], pointer, align=LINE_BYTES)
+                store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+            with cached:
+                builder.store(args[3], pointer, align=array.dtype.bitwidth // 8)
+        return context.get_dummy_value()
+
+    return types.void(array, types.intp, types.intp, value, types.boolean), codegen
+
+
+@intrinsic
 def lanes_zero(typingctx, array):
     """A register of zeros of ``array``'s dtype."""
     lanes = Lanes(array.dtype)
