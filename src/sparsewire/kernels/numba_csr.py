@@ -20,11 +20,10 @@ first) when ``out`` is aligned to the cache line. The caller decides both
 (:mod:`sparsewire.kernels.compiled`).
 
 Compile time: the pieces run once per row (a block of registers, a pair of rows, a prefetch) are
-inlined into the loop over rows that calls them (a call per row cost 7% of the product's time at
-k = 8), and each loop over rows (whole registers, half a register, any width) is a function of its
-own, called once per range. Numba inlines by copying a function's IR into its caller and analysing
-the caller again, so one function holding every loop took 1.7x the compiler's CPU time (10 s against
-6 s for a dtype's ``csr_dense_range``, the mean of five fresh caches).
+inlined into the loop over rows that calls them, and each loop over rows (whole registers, half a
+register, any width) is a function of its own, called once per range: Numba inlines by copying IR
+into the caller and analysing the caller again, which costs more the larger the caller
+(docs/design-decisions.md, "Local kernels").
 """
 
 from __future__ import annotations
