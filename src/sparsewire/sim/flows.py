@@ -110,8 +110,9 @@ def _compact(active, ids, flow_offsets, flow_links, sizes, left):
         offsets[i + 1] = offsets[i] + flow_offsets[f + 1] - flow_offsets[f]
     links = np.empty(offsets[-1], np.int64)
     for i in range(keep.size):
-        f = keep[i]
-        links[offsets[i] : offsets[i + 1]] = flow_links[flow_offsets[f] : flow_offsets[f + 1]]
+        start = flow_offsets[keep[i]]
+        for q in range(offsets[i + 1] - offsets[i]):  # (a slice assignment compiles Numba's shape-mismatch message: 3 s)
+            links[offsets[i] + q] = flow_links[start + q]
     return ids[keep].copy(), offsets, links, sizes[keep].copy(), left[keep].copy()
 
 
