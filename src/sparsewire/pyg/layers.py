@@ -97,7 +97,7 @@ class SAGEConv(pyg.SAGEConv):
         elif self.lin_l.out_channels < self.lin_l.in_channels:
             out = propagate(operator, F.linear(source, self.lin_l.weight))
             if self.lin_l.bias is not None:
-                out = out + self.lin_l.bias
+                out = out.add_(self.lin_l.bias)  # (in place, as GCNConv's bias: the propagation's output is ours)
         else:
             out = self.lin_l(propagate(operator, source))
         if self.root_weight and self.lin_r.bias is None:
