@@ -115,6 +115,20 @@ def test_semiring_errors():
         get_semiring("plus.frobnicate")
 
 
+def test_a_user_multiplication_that_does_not_compile_is_refused_naming_why():
+    with pytest.raises(InputError, match=r"does not compile for float64 values \(Unknown attribute 'norm' of type float64"):
+        user_semiring("bad_attribute", "plus", lambda x, y: x.norm + y)
+    with pytest.raises(InputError, match=r"does not compile for float64 values \(Unknown dtype"):
+        user_semiring("bad_result", "plus", lambda x, y: "text")
+    with pytest.raises(InputError, match="the plus monoid cannot add"):  # compiles, to a bool
+        user_semiring("comparison", "plus", lambda x, y: x < y)
+    # compiled for the semiring's own type only: bool under lor
+    semiring = user_semiring("both", "lor", lambda x, y: x and y, np.bool_)
+    a = sp.csr_array(np.array([[True, False], [True, True]]))
+    assert semiring.dtype == np.bool_
+    assert reference_product(a, a, semiring).toarray().tolist() == [[True, False], [True, True]]
+
+
 def test_summa_stages_common_refinement():
     # A's columns in 2 blocks, B's rows in 3: the stages are the union of both boundaries.
     stages = summa_stages(RowPartition(np.array([0, 5, 10])), RowPartition(np.array([0, 3, 7, 10])))

@@ -168,8 +168,19 @@ def get_semiring(name: str) -> Semiring:
 
 def user_semiring(name: str, add: str, multiply: Callable[[float, float], float], dtype=np.float64) -> Semiring:
     """Not collective. A semiring from a monoid name and a Python function ``multiply(a, b)``, compiled by Numba
-    through python-graphblas. Its multiplication is assumed not to commute (never exploited)."""
+    through python-graphblas, here, for ``dtype`` only (``is_udt``: compiling it for every built-in type of GraphBLAS
+    took 5 s). Its multiplication is assumed not to commute (never exploited)."""
     if add not in MONOIDS:
         raise InputError(f"unknown monoid {add!r}; choose from {', '.join(MONOIDS)}")
-    operator = binary.register_anonymous(multiply, name=f"{name}_multiply")
-    return _build(name, add, operator, dtype)
+    operator = binary.register_anonymous(multiply, name=f"{name}_multiply", is_udt=True)
+    try:
+        return _build(name, add, operator, dtype)
+    except InputError:
+        raise
+    except Exception as error:  # Numba's typing and lowering errors, or a result type GraphBLAS has not
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = next((line for line in lines if not line.startswith("Failed in")), type(error).__name__)
+        raise InputError(
+            f"semiring {name!r}: the multiplication does not compile for {np.dtype(dtype)} values ({reason}); write it "
+            "with arithmetic and comparisons Numba's nopython mode supports, returning a number"
+        ) from error
