@@ -181,10 +181,17 @@ def _is_selection(matrix: sp.csr_array) -> bool:
 # its offsets or its column indices, without a pass through COO and a sort (a millisecond per small message matrix).
 
 
+def _canonical(matrix: sp.csr_array) -> sp.csr_array:
+    """``matrix``, or a copy with its duplicates summed and rows sorted by column where it has either."""
+    if matrix.has_canonical_format:
+        return matrix
+    matrix = matrix.copy()
+    matrix.sum_duplicates()
+    return matrix
+
+
 def _move_rows(matrix: sp.csr_array, rows_map: np.ndarray, n_rows: int) -> sp.csr_array:
-    if not matrix.has_canonical_format:
-        matrix = matrix.copy()
-        matrix.sum_duplicates()
+    matrix = _canonical(matrix)
     counts = np.zeros(n_rows + 1, np.int64)
     counts[rows_map + 1] = np.diff(matrix.indptr)
     indptr = np.cumsum(counts)
@@ -192,9 +199,7 @@ def _move_rows(matrix: sp.csr_array, rows_map: np.ndarray, n_rows: int) -> sp.cs
 
 
 def _move_columns(matrix: sp.csr_array, columns_map: np.ndarray, n_cols: int) -> sp.csr_array:
-    if not matrix.has_canonical_format:
-        matrix = matrix.copy()
-        matrix.sum_duplicates()
+    matrix = _canonical(matrix)
     return sp.csr_array((matrix.data, columns_map[matrix.indices], matrix.indptr), shape=(matrix.shape[0], n_cols))
 
 

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["JOB_ENVIRONMENT", "TOKEN_VARIABLE", "Job", "mpiexec_path", "run_job", "left_behind", "is_running"]
+__all__ = ["JOB_ENVIRONMENT", "TOKEN_VARIABLE", "Job", "mpiexec_path", "run_job", "left_behind", "still_running"]
 
 #: The environment variable that holds a job's token.
 TOKEN_VARIABLE = "SPARSEWIRE_JOB_TOKEN"
@@ -65,13 +65,24 @@ def left_behind(token: str) -> list[int]:
     return found
 
 
-def is_running(pid: int) -> bool:
-    """Not collective. Whether process ``pid`` still runs (a zombie waiting for its parent does not)."""
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie waiting for its parent does not)."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
             return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+def still_running(pids: list[int], within: float) -> list[int]:
+    """Not collective. Those of ``pids`` still running after at most ``within`` seconds, polled every 20 ms: a bound,
+    not a pause (signals are delivered asynchronously, and most processes end at once)."""
+    deadline = time.monotonic() + within
+    alive = [pid for pid in pids if _running(pid)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [pid for pid in alive if _running(pid)]
+    return alive
 
 
 def run_job(
@@ -120,7 +131,5 @@ def run_job(
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + 5
-        while left and time.monotonic() < deadline and any(is_running(pid) for pid in left):
-            time.sleep(0.05)  # SIGKILL is delivered asynchronously: wait until they are gone
+        still_running(left, 5.0)  # until the killed are gone
     return Job(completed.returncode, completed.stdout, completed.stderr, seconds, tuple(left))

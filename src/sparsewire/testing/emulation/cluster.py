@@ -56,7 +56,7 @@ from pathlib import Path
 
 from sparsewire._lib.cores import NODE_CORES_VARIABLE, node_core_share
 from sparsewire.errors import InputError
-from sparsewire.testing.jobs import is_running
+from sparsewire.testing.jobs import still_running
 
 __all__ = ["EmulatedCluster", "parse_rate", "bucket_bytes", "unavailable_reason", "INTERFACE"]
 
@@ -284,10 +284,7 @@ class EmulatedCluster:
                     pass
             if not sent or signal_number == signal.SIGKILL:
                 break
-            deadline = time.monotonic() + 1.0
-            while alive and time.monotonic() < deadline:  # (most end at once: the second is a bound, not a pause)
-                time.sleep(0.02)
-                alive = [pid for pid in sent if is_running(pid)]
+            alive = still_running(sent, 1.0)
         return ended
 
     def down(self) -> None:
