@@ -111,7 +111,7 @@ def _compact(active, ids, flow_offsets, flow_links, sizes, left):
     links = np.empty(offsets[-1], np.int64)
     for i in range(keep.size):
         start = flow_offsets[keep[i]]
-        for q in range(offsets[i + 1] - offsets[i]):  # (a slice assignment compiles Numba's shape-mismatch message: 3 s)
+        for q in range(offsets[i + 1] - offsets[i]):  # (a slice assignment compiles Numba's shape-mismatch message: 4 s)
             links[offsets[i] + q] = flow_links[start + q]
     return ids[keep].copy(), offsets, links, sizes[keep].copy(), left[keep].copy()
 

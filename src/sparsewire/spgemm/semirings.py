@@ -169,7 +169,7 @@ def get_semiring(name: str) -> Semiring:
 def user_semiring(name: str, add: str, multiply: Callable[[float, float], float], dtype=np.float64) -> Semiring:
     """Not collective. A semiring from a monoid name and a Python function ``multiply(a, b)``, compiled by Numba
     through python-graphblas, here, for ``dtype`` only (``is_udt``: compiling it for every built-in type of GraphBLAS
-    took 5 s). Its multiplication is assumed not to commute (never exploited)."""
+    took 2-2.5 s). Its multiplication is assumed not to commute (never exploited)."""
     if add not in MONOIDS:
         raise InputError(f"unknown monoid {add!r}; choose from {', '.join(MONOIDS)}")
     operator = binary.register_anonymous(multiply, name=f"{name}_multiply", is_udt=True)
