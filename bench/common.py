@@ -61,9 +61,11 @@ def extract_baseline(ref: str) -> str:
     return str(target / "src")
 
 
-def run_json(command: list[str], timeout: float = 1800, cwd: Path | None = None) -> dict:
-    """Run a worker command; the JSON object on its last stdout line (exits with its stderr when it fails)."""
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+def run_json(command: list[str], timeout: float = 1800, cwd: Path | None = None, env: dict | None = None) -> dict:
+    """Run a worker command (``env``: variables added to this process's environment); the JSON object on its last
+    stdout line (exits with its stderr when it fails)."""
+    environment = None if env is None else {**os.environ, **env}
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=environment)
     if completed.returncode != 0:
         raise SystemExit(f"{' '.join(command[-8:])} failed: {completed.stderr[-2000:]}")
     return json.loads(completed.stdout.strip().splitlines()[-1])

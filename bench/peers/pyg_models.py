@@ -17,7 +17,10 @@ threads per rank (the propagations and PyTorch), the same model class converted 
 rank reading its rows from the dataset's cache (``open_ogb_cache``), strategy ``auto``. Per run: the median seconds
 of a training step (zero_grad, forward, loss, backward, Adam; ours the slowest rank, the gradient all-reduce
 included) over the epochs after the first, and the peak resident memory per rank (``ru_maxrss``, the largest rank);
-each the median over ``--rounds`` runs of each side, the sides taking turns (PyG, then ours at each layout).
+each the median over ``--rounds`` runs of each side, the sides taking turns (PyG, then ours at each layout). A rank
+alone on its node has the C heap keep freed blocks, large ones too (``sparsewire._lib.heap.keep_freed_heap``); PyG
+is also run with glibc told the same (``MALLOC_MMAP_MAX_=0``, ``MALLOC_TRIM_THRESHOLD_``: the "kept heap" columns),
+so that the ratio without that setting can be read too.
 At P = 2, ours is also run under strategy ``column`` (the halo exchange of SAR, DistGNN, CAGNET's 1D) for its bytes
 per epoch. P x T above the cores oversubscribes the 2-core reference machine. Writes
 bench/results/pyg_models.json.
@@ -41,6 +44,8 @@ from gnn import peak_mib  # noqa: E402  (the GCN bench's memory probe)
 from ogb_memory import write_dataset  # noqa: E402  (the arxiv-scale dataset)
 
 HIDDEN, HEADS = 64, 4
+#: glibc's environment for what keep_freed_heap sets by mallopt: every block from the heap, freed pages kept.
+KEPT_HEAP = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
 
 
 def build(model: str, features: int, classes: int):
@@ -195,27 +200,32 @@ def main() -> None:
                 cores = ranks * threads
                 if len(runs.get(("pyg", cores, 1), [])) == round_:
                     print(f"{model}: PyG on {cores} thread(s), round {round_ + 1} ...", file=sys.stderr, flush=True)
-                    worker = ["--worker", "pyg", str(plain), model, str(cores), "-"]
-                    runs.setdefault(("pyg", cores, 1), []).append(run_json([sys.executable, __file__, *epochs, *worker]))
+                    worker = [sys.executable, __file__, *epochs, "--worker", "pyg", str(plain), model, str(cores), "-"]
+                    runs.setdefault(("pyg", cores, 1), []).append(run_json(worker))
+                    runs.setdefault(("pyg kept heap", cores, 1), []).append(run_json(worker, env=KEPT_HEAP))
                 print(f"{model}: ours {ranks} x {threads}, round {round_ + 1} ...", file=sys.stderr, flush=True)
                 mine = run_json(job(ranks, __file__, *epochs, "--worker", "ours", directory, model, threads, "auto"))
                 runs.setdefault(("ours", ranks, threads), []).append(mine)
         for ranks, threads in configs:
             theirs, mine = median_run(runs[("pyg", ranks * threads, 1)]), median_run(runs[("ours", ranks, threads)])
+            kept = median_run(runs[("pyg kept heap", ranks * threads, 1)])
             halo = None
             if ranks == 2:
                 halo = run_json(job(ranks, __file__, "--epochs", "2", "--worker", "ours", directory, model, threads, "column"))
             entry = {"model": model, "ranks": ranks, "threads": threads, "rounds": args.rounds, **mine,
                      "pyg_seconds_per_epoch": theirs["seconds_per_epoch"], "pyg_peak_mib": theirs["peak_mib_per_rank"],
+                     "pyg_kept_heap_seconds_per_epoch": kept["seconds_per_epoch"],
+                     "pyg_kept_heap_peak_mib": kept["peak_mib_per_rank"],
                      "halo_bytes_per_epoch": halo["bytes_per_epoch"] if halo else None}  # fmt: skip
             results.append(entry)
             seconds, peak = mine["seconds_per_epoch"], mine["peak_mib_per_rank"]
             rows.append([model, f"{ranks} x {threads}", f"{theirs['seconds_per_epoch']:.3f}", f"{seconds:.3f}",
-                         f"{seconds / theirs['seconds_per_epoch']:.2f}", f"{theirs['peak_mib_per_rank']:.0f}", f"{peak:.0f}",
+                         f"{seconds / theirs['seconds_per_epoch']:.2f}", f"{kept['seconds_per_epoch']:.3f}",
+                         f"{seconds / kept['seconds_per_epoch']:.2f}", f"{theirs['peak_mib_per_rank']:.0f}", f"{peak:.0f}",
                          f"{peak / theirs['peak_mib_per_rank']:.2f}", f"{mine['bytes_per_epoch'] / 1e6:.1f}",
                          f"{halo['bytes_per_epoch'] / 1e6:.1f}" if halo else "-"])  # fmt: skip
-    print(format_table(["model", "P x T", "PyG s/epoch", "ours s/epoch", "ours/PyG", "PyG MiB", "ours MiB/rank",
-                        "ours/PyG", "ours MB/epoch", "halo MB/epoch"], rows))  # fmt: skip
+    print(format_table(["model", "P x T", "PyG s/epoch", "ours s/epoch", "ours/PyG", "PyG kept heap s/epoch", "ours/kept",
+                        "PyG MiB", "ours MiB/rank", "ours/PyG", "ours MB/epoch", "halo MB/epoch"], rows))  # fmt: skip
     out = ROOT / "bench" / "results" / "pyg_models.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=1))

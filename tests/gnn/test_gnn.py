@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 
 from planetoid_files import write_planetoid  # noqa: E402
 
+import sparsewire  # noqa: E402
 from conftest import ROOT, run_mpi  # noqa: E402
 from sparsewire import testing  # noqa: E402
 
@@ -199,3 +200,35 @@ def test_gcn_refuses_nan_in_the_graph_unless_allowed(tmp_path):
     assert "the adjacency holds 1 NaN or infinite values (the first in row 2)" in refused.stderr, refused.stderr
     allowed = run_mpi(2, [*command, "--allow-nonfinite"], timeout=120)
     assert allowed.returncode == 0, allowed.stderr
+
+
+@pytest.mark.parametrize(
+    "ranks_on_node, setting, expected",
+    [(1, None, "keep"), (2, None, "release"), (2, False, "keep"), (1, True, "release"), (3, True, "release")],
+)
+def test_a_rank_alone_on_its_node_keeps_freed_heap_and_one_sharing_it_gives_pages_back(
+    monkeypatch, ranks_on_node, setting, expected
+):
+    """What a propagation on the CPU does with the C heap's freed pages, by the ranks on this rank's node and
+    ``GraphOperator.release_heap``: give them back (memory other ranks of the node can use) or keep them, large blocks
+    too (the next step's temporaries reuse them); exact, and the same over the propagation's products."""
+    import importlib
+
+    from mpi4py import MPI
+
+    module = importlib.import_module("sparsewire.gnn.propagate")  # (the module: the package exports its function)
+
+    calls = []
+    monkeypatch.setattr(module, "keep_freed_heap", lambda: calls.append("keep"))
+    monkeypatch.setattr(module, "release_free_heap", lambda: calls.append("release"))
+    monkeypatch.setattr(module, "ranks_on_node", lambda comm: ranks_on_node)
+    adjacency = sp.csr_array(np.array([[0, 1, 2], [1, 0, 0], [2, 0, 1]], dtype=float))
+    operator = module.GraphOperator(sparsewire.distribute(MPI.COMM_WORLD, adjacency, "even"))
+    operator.release_heap = setting
+    x = torch.tensor([[1.0], [2.0], [3.0]], requires_grad=True)
+    y = module.propagate(operator, x)
+    y.backward(torch.ones_like(y))
+    assert y.detach().flatten().tolist() == [8.0, 1.0, 5.0] and x.grad.flatten().tolist() == [3.0, 1.0, 3.0]
+    assert calls == [expected, expected]
+    operator.release_free_memory(torch.device("meta"))  # not the CPU's heap: neither
+    assert calls == [expected, expected]

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import torch
 from mpi4py import MPI
 
-from sparsewire._lib.heap import release_free_heap
+from sparsewire._lib.heap import keep_freed_heap, release_free_heap
 from sparsewire.comm.runtime import agree_on_error, collective_errors, native_transport, node_ids, ranks_on_node
 from sparsewire.distributed.matrix import DistributedMatrix
 from sparsewire.distributed.spmm import SpmmPlan, plan_spmm
@@ -57,7 +57,8 @@ class GraphOperator:
     #: (:func:`~sparsewire._lib.heap.release_free_heap`; the same on every rank): training frees and allocates tensors
     #: of the features' size every step, and glibc keeps the freed ones resident. None (the default): where this rank
     #: shares its node with other ranks, whose memory it would hold idle; a rank alone on its node keeps them, as the
-    #: pages it gives back are faulted in again (about a quarter of a GraphSAGE step's time on the reference machine).
+    #: pages it gives back are faulted in again, and has the process's allocator keep the large ones too (which glibc
+    #: would otherwise unmap when freed and fault in page by page at the next step: ``keep_freed_heap``).
     release_heap: bool | None = None
 
     def __init__(
@@ -192,11 +193,16 @@ class GraphOperator:
 
     def release_free_memory(self, device: torch.device) -> None:
         """Collective on first use. Give the C heap's free pages back where :attr:`release_heap` says so (on the CPU):
-        every propagation does, and a layer that reuses a kept product instead."""
+        every propagation does, and a layer that reuses a kept product instead. Where it says not to, the process's
+        allocator keeps freed blocks, large ones too, for the next step (:func:`~sparsewire._lib.heap.keep_freed_heap`)."""
         if self._shares_node is None:
             self._shares_node = ranks_on_node(self.comm) > 1
-        if (self._shares_node if self.release_heap is None else self.release_heap) and device.type == "cpu":
+        if device.type != "cpu":
+            return
+        if self._shares_node if self.release_heap is None else self.release_heap:
             release_free_heap()
+        else:
+            keep_freed_heap()
 
     def _run(self, x: torch.Tensor, transposed: bool) -> torch.Tensor:
         self.release_free_memory(x.device)  # (autograd's freed temporaries: module docstring of sparsewire._lib.heap)
