@@ -103,8 +103,10 @@ def attend_forward(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, sa
     for i in prange(indptr.size - 1):
         start, stop = indptr[i], indptr[i + 1]
         if start == stop:
-            flat_v[i] = 0.0
-            L[i] = -np.inf
+            for k in range(width):  # (loops, not slice assignments: Numba compiles a shape check's message for those)
+                flat_v[i, k] = 0.0
+            for h in range(heads):
+                L[i, h] = -np.inf
             continue
         top = np.full(heads, -np.inf, softmax.dtype)
         for e in range(start, stop):
@@ -136,7 +138,8 @@ def attend_forward(indptr, source, z, s, t, slope, dropout, dst_ids, src_ids, sa
                     weights[h * channels + c] = weight
             for k in range(width):
                 acc[k] += weights[k] * flat_z[j, k]
-        flat_v[i] = acc
+        for k in range(width):
+            flat_v[i, k] = acc[k]
 
 
 @njit(nogil=True, parallel=True, cache=True)
