@@ -130,6 +130,13 @@ def _outgoing_flows(nodes: np.ndarray) -> list[tuple[int, int]]:
     return [(a, b) for a, b in _crossing_flows(nodes) if nodes[a] == nodes[0]]
 
 
+def _idle(seconds: float) -> None:
+    """Wait ``seconds`` without giving up the core (a busy loop), as a rank polling MPI would."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def _burst(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, latency: float, repeat: int) -> dict:
     """Bytes the links of ``flows`` pass at once after idle (a rate limiter's token bucket), on every rank: every
     flow sends its share of ``nbytes`` at once after 50 ms of idle, and again right after (the bucket then empty);
@@ -141,7 +148,10 @@ def _burst(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, latency: f
     messages leave a node, and ``nbytes`` a few times a bucket. Why the two transfers: on the emulated cluster at
     5 Gbit/s (a bucket of 625 KB) one flow's single 4 MiB message against the stream's rate had measured 0-446 KB
     over twelve calibrations, and the node's flows against their stream's rate 347-816 KB, as that rate came out
-    602-638 MB/s from one measurement to the next."""
+    602-638 MB/s from one measurement to the next. Why the idle spins (:func:`_idle`) rather than sleeps: on the
+    emulated cluster (2 nodes x 2 ranks on two cores) ranks woken from 50 ms of sleep were slow enough to hide the
+    bucket at 1 Gbit/s: the idle transfer gained 0.1-0.9 ms on the busy one, and the 10th to 90th percentile of its
+    time spread over 10 ms; spinning, in the same jobs, it gained 1.35-1.6 ms within a spread of 1-2 ms."""
     rank = comm.Get_rank()
     share = max(1, nbytes // len(flows))
     message = np.ones(share, np.uint8)
@@ -149,7 +159,7 @@ def _burst(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, latency: f
     idle, busy = [], []
     for i in range(repeat + 1):
         comm.Barrier()
-        time.sleep(0.05)
+        _idle(0.05)
         after_idle = _timed_flows(comm, flows, message, receives, 1, _TAG + 3)
         right_after = _timed_flows(comm, flows, message, receives, 1, _TAG + 3)
         if i:  # the first also makes the connections
