@@ -150,8 +150,9 @@ def _burst(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, latency: f
     over twelve calibrations, and the node's flows against their stream's rate 347-816 KB, as that rate came out
     602-638 MB/s from one measurement to the next. Why the idle spins (:func:`_idle`) rather than sleeps: on the
     emulated cluster (2 nodes x 2 ranks on two cores) ranks woken from 50 ms of sleep were slow enough to hide the
-    bucket at 1 Gbit/s: the idle transfer gained 0.1-0.9 ms on the busy one, and the 10th to 90th percentile of its
-    time spread over 10 ms; spinning, in the same jobs, it gained 1.35-1.6 ms within a spread of 1-2 ms."""
+    bucket at 1 Gbit/s: the idle transfer's median gained 0.15-0.96 ms on the busy one's, and the 10th to 90th
+    percentile of its time spread over 10 ms; spinning, in the same jobs, it gained 1.21-1.36 ms within a spread of
+    1-2 ms (with a busy loop running beside the ranks: -0.08 and 0.51 ms sleeping, 1.06 and 1.13 ms spinning)."""
     rank = comm.Get_rank()
     share = max(1, nbytes // len(flows))
     message = np.ones(share, np.uint8)
