@@ -21,8 +21,12 @@ bench/README.md. Per side: the median of its rounds' median seconds per multiply
 SpGEMM also nnz(C)) must agree; the bytes the links' kernel counters saw over its whole run (planning and setup
 included) over the multiplies of the run (each side's first product, warm-up and timed ones): an upper bound of its
 inter-node bytes per multiply, beside ours as MPI delivered them (SpMM: between nodes; SpGEMM: every byte moved).
-``bound``: the busiest node's counted bytes per multiply (sent or received, the larger) over the calibrated
-inter-node rate of every node at once; ``time / bound`` says how close a side comes to its own bytes. SpMM also
+``bound``: the bytes through the busiest node's link per multiply, in its busier direction, over that link's
+calibrated rate one way (``calibrate --network``'s rate per rank with every rank of a node sending out at once,
+times the ranks of a node); ``time / bound`` says how close a side comes to its own bytes. Our SpMM's are the
+payload bytes MPI delivered between nodes (the run's traffic, whose every message MPI's receive statuses
+confirmed); the peers' and our SpGEMM's are what the counters saw over the whole run per multiply: an upper bound
+(set-up and the packets' headers included), so that time / bound is a lower bound of how close a side comes. SpMM also
 gives each side's time to the first product (``first ms``): ours planning and a first multiply, PETSc A's assembly
 and the first ``matMult`` (symbolic and numeric). 4 ranks on the 2-core machine are oversubscribed (both sides
 alike).
@@ -84,7 +88,22 @@ def ours(cluster, per_node: int, matrix: str, network: str, k: int, repeat: int)
     return {"seconds": report["median_seconds"], "checksum": report["checksum_sum"], "strategy": report["strategy"],
             "mode": report["mode"], "first_product_seconds": report["first_product_seconds"],
             "planned_inter_bytes": report.get("inter_group_bytes"),
-            "mpi_inter_bytes": report.get("measured_inter_group_bytes"), **link}  # fmt: skip
+            "mpi_inter_bytes": report.get("measured_inter_group_bytes"), **link,
+            "busiest_node_bytes_per_multiply": busiest_node_bytes(report, json.loads(Path(network).read_text()))}  # fmt: skip
+
+
+def busiest_node_bytes(report: dict, network: dict) -> float:
+    """The payload bytes one multiply of an ``spmm --json`` report moves through the busiest node's link, in its
+    busier direction: from the run's traffic (``traffic.bytes[sender][receiver]``) and each rank's node as the
+    calibration record found it (``rank_groups``)."""
+    if report.get("traffic_differences"):
+        raise SystemExit(f"MPI delivered other bytes than planned: {report['traffic_differences'][:3]}")
+    traffic = np.asarray(report["traffic"]["bytes"], dtype=float)
+    node = np.asarray(network["rank_groups"])
+    crossing = np.where(node[:, None] != node[None, :], traffic, 0.0)
+    out = np.bincount(node, weights=crossing.sum(axis=1))
+    into = np.bincount(node, weights=crossing.sum(axis=0))
+    return float(max(out.max(), into.max()))
 
 
 def petsc(cluster, per_node: int, directory: str, k: int, repeat: int) -> dict:
@@ -177,7 +196,8 @@ def main() -> None:
         for layout in args.layouts.split(","):
             for rate in args.rates.split(","):
                 with calibrated_cluster(layout, rate) as (cluster, per_node, network, record):
-                    speed = record["links"]["inter_node"]["aggregate_bandwidth_bytes_per_second"]
+                    # one node's link, one way: every rank of the node sending out at once
+                    speed = record["links"]["inter_node"]["bandwidth_bytes_per_second"] * per_node
                     for matrix in args.matrices.split(","):
                         for kind, peer, case, sides in cases(
                             cluster, per_node, network, layout, matrix, Path(folder), binary, args
