@@ -211,3 +211,75 @@ def test_the_diagonal_in_pieces_lets_the_transport_progress_between_them(monkeyp
     calls = []
     StreamingCombine(_one_rank_buffers(matrix, k, threads=2)).diagonal(b, out, lambda: calls.append(1))
     assert calls == [] and np.array_equal(out, matrix @ b)
+
+
+class _PostingTransport:
+    """Records each post: the message (or ``None`` for a whole exchange) and its rows of the send buffer then."""
+
+    sends_message_by_message = True
+
+    def __init__(self) -> None:
+        self.posted = []
+
+    def start_send(self, ex, message: int) -> None:
+        start, stop = int(ex.send_offsets[message]), int(ex.send_offsets[message + 1])
+        self.posted.append((message, ex.send_buffer[start:stop].copy()))
+
+    def start_sends(self, ex) -> None:
+        self.posted.append((None, ex.send_buffer.copy()))
+
+
+def _posts(buffers, ex, b):
+    from sparsewire.exec.schedules.messages import OverlapSchedule
+
+    transport = _PostingTransport()
+    ex.send_buffer[:] = 0.0
+    OverlapSchedule(buffers, transport, StreamingCombine(buffers))._send_exchange(ex, b)
+    return transport.posted
+
+
+def test_messages_over_the_slower_link_are_packed_and_posted_first(cases, rng):
+    """Hand-made: a dense 8 x 8 on 4 ranks, column: rank 0 sends B rows to ranks 1, 2 and 3; with 2 and 3 on another
+    node their messages are packed and posted first, each whole when posted. Then every random case with a random set
+    of other-node ranks: an exchange that reads no input and sends to both kinds, on one thread, posts the other-node
+    messages first (in rank order), each fully packed when posted; any other exchange, and every exchange on two
+    threads, is packed whole and posted at once."""
+    kernels.set_threads(1)
+    matrix = sp.csr_array(np.arange(1, 65, dtype=np.float64).reshape(8, 8))
+    rows, cols = partition(matrix, 4, "even").partitions
+    column = next(strategy for strategy in EXECUTABLE_STRATEGIES if strategy.value == "column")
+    plan = build_plan(matrix, rows, cols, column, None).ranks[0]
+    buffers = build_buffers(plan, 3, np.float64, 1, BufferNeeds(first_peers=frozenset({2, 3})))
+    (ex,) = buffers.exchanges
+    assert ex.send_ranks == (1, 2, 3) and ex.send_order == (1, 2, 0)
+    b = np.arange(6, dtype=np.float64).reshape(2, 3)
+    posts = _posts(buffers, ex, b)
+    assert [message for message, _ in posts] == [1, 2, 0]
+    assert all(np.array_equal(rows_then, b) for _, rows_then in posts)  # rank 0's two B rows to every rank
+    ordered = 0
+    for label, _, whole in cases:
+        for rank_plan in whole.ranks:
+            others = [q for q in range(rank_plan.n_ranks) if q != rank_plan.rank]
+            first = frozenset(q for q in others if rng.random() < 0.5)
+            k = int(rng.integers(1, 5))
+            b = rng.integers(-3, 4, (rank_plan.local_shape[1], k)).astype(np.float64)
+            one, two = (build_buffers(rank_plan, k, np.float64, t, BufferNeeds(first_peers=first)) for t in (1, 2))
+            for ex, on_two in zip(one.exchanges, two.exchanges):
+                assert on_two.send_order is None, label
+                if ex.input is not None:
+                    assert ex.send_order is None, label
+                    continue
+                to_first = [m for m, q in enumerate(ex.send_ranks) if q in first]
+                if not 0 < len(to_first) < len(ex.send_ranks):
+                    assert ex.send_order is None, label
+                    continue
+                rest = [m for m in range(len(ex.send_ranks)) if m not in to_first]
+                assert ex.send_order == tuple(to_first + rest), label
+                expected = sp.csr_array(ex.exchange.send_matrix) @ b
+                posts = _posts(one, ex, b)
+                assert [message for message, _ in posts] == list(ex.send_order), label
+                plain = np.concatenate([[0], np.cumsum(ex.exchange.send_counts)])
+                for message, rows_then in posts:
+                    assert np.array_equal(rows_then, expected[plain[message] : plain[message + 1]]), f"{label}: {message}"
+                ordered += 1
+    assert ordered > 0

@@ -12,7 +12,9 @@ rows of B,
   per message or per partition;
 * message offsets in rows, padded where messages are cut into T partitions (whole padding rows,
   so ``rows * k`` divides by T; the row maps say where every plan row moved);
-* for relays sent message by message, which input messages each sent message reads.
+* for relays sent message by message, which input messages each sent message reads;
+* the order in which an exchange's messages are packed and posted one at a time: those to ranks over the
+  slower link first (``send_order``), so that link starts moving while the rest are packed.
 
 With ``ordered`` (the deterministic combine) the receive buffers are one stack behind a copy of
 B_p, and one CSR operand ``merged`` over that stack sums every C row in a fixed order.
@@ -50,6 +52,8 @@ class BufferNeeds:
             operand over it.
         codec: the payload codec (:mod:`~sparsewire.wire.codecs`; ``none``: every message sent as it is).
         codec_peers: the ranks whose messages (both ways) go through it; None: every rank.
+        first_peers: the ranks over the slower link (another node): an exchange that reads no input and sends to
+            some of them and to others, on one thread, packs and posts theirs first (``send_order``).
     """
 
     partitions: int = 1
@@ -58,6 +62,7 @@ class BufferNeeds:
     ordered: bool = False
     codec: str = "none"
     codec_peers: frozenset[int] | None = None
+    first_peers: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,6 +108,7 @@ class ExchangeBuffers:
     recv_stage: np.ndarray | None = None
     send_device: object = None
     recv_device: object = None
+    send_order: tuple[int, ...] | None = None
 
     def payload_bytes(self, itemsize: int) -> np.ndarray:
         """Not collective. Bytes of each sent message's payload: the plan's rows (the partitioned mode's padding
@@ -283,6 +289,10 @@ def _exchange_buffers(
             return tuple(WirePath.ENCODED if peers is None or rank in peers else path for rank, path in zip(ranks, paths))
 
         send_paths, recv_paths = coded(exchange.send_ranks.tolist(), send_paths), coded(exchange.recv_ranks.tolist(), recv_paths)
+    # (one thread only: a message's rows are packed on the calling thread, the whole exchange on all of them)
+    first = [m for m, rank in enumerate(exchange.send_ranks.tolist()) if rank in needs.first_peers]
+    ordered = exchange.input is None and threads == 1 and needs.partitions == 1 and 0 < len(first) < len(exchange.send_ranks)
+    rest = [m for m in range(len(exchange.send_ranks)) if m not in first]
     return ExchangeBuffers(
         index=index,
         exchange=exchange,
@@ -313,6 +323,7 @@ def _exchange_buffers(
         recv_stage=backend.stage_zeros(n_recv * k, dtype) if WirePath.STAGED in recv_paths else None,
         send_device=backend.flat(send_buffer),
         recv_device=backend.flat(receive_buffer),
+        send_order=tuple(first + rest) if ordered else None,
     )
 
 

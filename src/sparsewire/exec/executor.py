@@ -181,6 +181,9 @@ class SpmmExecutor:
             ordered=self.deterministic,
             codec=options.codec,
             codec_peers=self._codec_peers(options, comm),
+            # Messages to another node leave first: the slow link starts while the rest are packed (2 nodes x 2
+            # ranks at 1 Gbit/s: docs/design-decisions.md, "Slow links first").
+            first_peers=self._other_groups(options, comm),
         )
         rule = self.transfer_rule if self.stages_messages else None
         shared, memory = (other.buffers if other is not None else None for other in (operands_of, memory_of))
@@ -217,6 +220,11 @@ class SpmmExecutor:
             peers, self.codec_choice = choose_coded_peers(comm, codec, self.k, self.dtype, options.topology)
             self.codes_messages = bool(comm.allreduce(len(peers), op=MPI.MAX))
             return peers
+        return self._other_groups(options, comm)
+
+    def _other_groups(self, options: ExecOptions, comm) -> frozenset[int]:
+        """The ranks in another group than this one: the topology's groups where it has them, else MPI's
+        shared-memory nodes."""
         topology = options.topology
         groups = topology.groups(comm.Get_size()) if topology is not None and len(topology.levels) > 1 else self._nodes
         return frozenset(np.flatnonzero(groups != groups[comm.Get_rank()]).tolist())

@@ -34,12 +34,17 @@ class Packer:
             kernels.multiply(ex.pack_input, self.buffers.exchanges[ex.input].receive_buffer, ex.send_buffer, accumulate=True)
 
     def message(self, ex: ExchangeBuffers, message: int, b: np.ndarray) -> None:
-        """Not collective. The rows of one destination only (a relay sent message by message); serial, small."""
+        """Not collective. The rows of one destination only (a relay, or a message over the slower link sent
+        first: ``ex.send_order``), on the calling thread."""
         start, stop = int(ex.send_offsets[message]), int(ex.send_offsets[message + 1])
-        self.kernels.multiply_rows(ex.pack_b, b, ex.send_buffer, start, stop)
-        self.kernels.multiply_rows(
-            ex.pack_input, self.buffers.exchanges[ex.input].receive_buffer, ex.send_buffer, start, stop, accumulate=True
-        )
+        kernels = self.kernels
+        if ex.pack_gather is not None:
+            kernels.gather_rows(ex.pack_gather, b, ex.send_buffer, start, stop)
+            return
+        kernels.multiply_rows(ex.pack_b, b, ex.send_buffer, start, stop)
+        if ex.pack_input is not None:
+            source = self.buffers.exchanges[ex.input].receive_buffer
+            kernels.multiply_rows(ex.pack_input, source, ex.send_buffer, start, stop, accumulate=True)
 
     def elements(self, ex: ExchangeBuffers, b: np.ndarray, start: int, stop: int) -> None:
         """Not collective (one thread's partition). Elements ``start:stop`` of ``ex``'s flat send buffer

@@ -41,6 +41,7 @@ __all__ = [
     "multiply",
     "multiply_rows",
     "gather",
+    "gather_rows",
     "apply_columns",
     "copy",
     "streams",
@@ -353,6 +354,11 @@ def gather(operand: GatherOperand, x: np.ndarray, out: np.ndarray) -> None:
         _compiled().gather_range(operand.index, x, out, 0, operand.index.size)
     else:
         run_threaded(_compiled().gather_threads, operand.index, x, out, operand.bounds)
+
+
+def gather_rows(operand: GatherOperand, x: np.ndarray, out: np.ndarray, start: int, stop: int) -> None:
+    """Not collective. Rows [start, stop) of :func:`gather`, on the calling thread."""
+    _compiled().gather_range(operand.index, x, out, start, stop)
 
 
 def gather_elements(operand: GatherOperand, x: np.ndarray, out_flat: np.ndarray, start: int, stop: int) -> None:

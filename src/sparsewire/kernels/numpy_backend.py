@@ -11,7 +11,7 @@ point (``buffers.kernels``):
   ``flat(buffer)``, ``stage_zeros``, ``copy_out``, ``copy_in``: a message staged through host
   memory (:mod:`~sparsewire.wire.paths`); ``synchronize()``: every queued kernel and
   copy done (a no-op on the CPU), before MPI touches that memory;
-* ``multiply``, ``multiply_rows``, ``gather``, ``apply_columns`` (and, NumPy only, the per-thread
+* ``multiply``, ``multiply_rows``, ``gather``, ``gather_rows``, ``apply_columns`` (and, NumPy only, the per-thread
   element ranges of the partitioned mode): the products;
 * ``block(b, shape, dtype)``, ``output(out, shape, dtype)``: the caller's B and C checked and in
   the backend's array type.
@@ -52,6 +52,7 @@ class NumpyBackend:
     multiply = staticmethod(kernels.multiply)
     multiply_rows = staticmethod(kernels.multiply_rows)
     gather = staticmethod(kernels.gather)
+    gather_rows = staticmethod(kernels.gather_rows)
     apply_columns = staticmethod(kernels.apply_columns)
     apply_elements = staticmethod(kernels.apply_elements)
     gather_elements = staticmethod(kernels.gather_elements)

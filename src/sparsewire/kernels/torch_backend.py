@@ -293,6 +293,12 @@ class TorchBackend:
         if operand.index.numel():
             torch.index_select(x, 0, operand.index, out=out)
 
+    @staticmethod
+    def gather_rows(operand: TorchGather, x: torch.Tensor, out: torch.Tensor, start: int, stop: int) -> None:
+        """Not collective. Rows [start, stop) of :meth:`gather`."""
+        if stop > start:
+            torch.index_select(x, 0, operand.index[start:stop], out=out[start:stop])
+
     def apply_columns(
         self, operand: TorchColumns, buffer: torch.Tensor, out: torch.Tensor, col_start: int, col_stop: int
     ) -> None:

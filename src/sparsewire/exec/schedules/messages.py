@@ -45,14 +45,21 @@ class _Schedule:
     ) -> None:
         self.buffers, self.transport, self.combine = buffers, transport, combine
         self.packer = packer or Packer(buffers)
+        self.laps = laps
         self.push, self.clock = (laps.push, laps.clock) if laps is not None else (None, None)
 
     def close(self) -> None:
         """Release what the schedule holds (threads)."""
 
     def _send_exchange(self, ex, b: np.ndarray) -> None:
-        """Pack every message of exchange ``ex`` and post its sends (a ``pack`` and a ``post sends`` lap)."""
+        """Pack every message of exchange ``ex`` and post its sends (a ``pack`` and a ``post sends`` lap); where the
+        buffers give a ``send_order``, one message at a time in that order (a ``pack`` and a ``post send`` lap each):
+        the messages over the slower link leave before the others are packed."""
         push = self.push
+        if ex.send_order is not None and self.transport.sends_message_by_message:
+            for message in ex.send_order:
+                _send_message(self.packer, self.transport, self.laps, ex, message, b)
+            return
         self.packer.exchange(ex, b)
         if push:
             push((PACK, self.clock()))
@@ -107,13 +114,7 @@ class _MessageRelays:
             self.arrive(*arrival, b)
 
     def _send(self, ex, message: int, b: np.ndarray) -> None:
-        push = self.push
-        self.packer.message(ex, message, b)
-        if push:
-            push((PACK, self.clock()))
-        self.transport.start_send(ex, message)
-        if push:
-            push((self.laps.send_code(ex, message), self.clock()))
+        _send_message(self.packer, self.transport, self.laps, ex, message, b)
 
 
 class BulkSchedule(_Schedule):
@@ -293,6 +294,16 @@ class EarlySchedule(_Schedule):
             self.combine.message_arrived(self.buffers.exchanges[index], message, out)
             if push:
                 push((EARLY, self.clock()))
+
+
+def _send_message(packer: Packer, transport: MessageTransport, laps: Laps | None, ex, message: int, b: np.ndarray) -> None:
+    """Pack one message of ``ex`` and post its send (a ``pack`` and a ``post send`` lap)."""
+    packer.message(ex, message, b)
+    if laps is not None:
+        laps.push((PACK, laps.clock()))
+    transport.start_send(ex, message)
+    if laps is not None:
+        laps.push((laps.send_code(ex, message), laps.clock()))
 
 
 def _relays_message_by_message(buffers: Buffers, transport: MessageTransport) -> bool:
