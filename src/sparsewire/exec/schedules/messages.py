@@ -20,6 +20,9 @@ Each schedule is made once per executor from the buffers, a transport and a comb
   arriving message is combined at once, after the relayed messages whose inputs it completes, which are
   packed and sent as soon as the input messages they read have arrived.
 * :class:`~sparsewire.exec.schedules.partitioned.PartitionedSchedule` (sec. 3.3, Algs. 3-5): T threads.
+
+Where the buffers give an exchange a ``send_order`` (messages to another node first), the first three pack and post
+its messages one at a time in that order instead of packing the whole exchange before posting any.
 """
 
 from __future__ import annotations
