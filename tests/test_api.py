@@ -46,17 +46,31 @@ def test_wrong_b_shape_on_one_rank_aborts_the_job_quickly():
     assert "OK wrong_shape" not in completed.stdout
 
 
-# At P > 1 a refused multiply ends the job: one run per combination, spread over P = 2, 3, 4.
-_SPREAD = [
-    (2 + i % 3, f"{mode}/{backend}")
-    for i, (mode, backend) in enumerate(
-        [(m, b) for m in ("bulk", "overlap", "pipelined", "early") for b in ("numpy", "torch")] + [("partitioned", "numpy")]
-    )
-]
+#: Every mode and backend that runs it: a complex B is refused before any mode's schedule runs (the backends' B check).
+COMBINATIONS = [f"{m}/{b}" for m in ("bulk", "overlap", "pipelined", "early") for b in ("numpy", "torch")] + ["partitioned/numpy"]
 
 
-@pytest.mark.parametrize("ranks, combination", _SPREAD)
-def test_a_complex_b_is_refused_not_multiplied_as_its_real_part(ranks, combination):
+@pytest.mark.parametrize("combination", COMBINATIONS)
+def test_a_complex_b_is_refused_not_multiplied_as_its_real_part(combination):
+    """In-process (one rank): the refusal names the dtype in every mode and backend, and the plan then multiplies a
+    real B exactly."""
+    from mpi4py import MPI
+
+    mode, backend = combination.split("/")
+    if backend == "torch":
+        pytest.importorskip("torch")
+    matrix = sparsewire.distribute(MPI.COMM_SELF, "stencil2d:12")
+    expected = matrix.gather() @ np.ones((matrix.shape[1], 2))
+    with matrix.spmm_plan(2, mode=mode, backend=backend) as plan:
+        with pytest.raises(sparsewire.PlanMismatchError, match=r"the B block's values are complex128 \(complex\)"):
+            plan.multiply(np.ones((plan.input_rows, 2)) * (1 + 2j))
+        c = plan.multiply(np.ones((plan.input_rows, 2)))
+        assert np.array_equal(c.numpy() if backend == "torch" else c, expected)
+
+
+# At P > 1 a refused multiply ends the job (the same check, then the job's end, whatever the mode): one job per backend.
+@pytest.mark.parametrize("ranks, combination", [(3, "overlap/numpy"), (4, "early/torch")])
+def test_a_complex_b_on_several_ranks_ends_the_job_with_the_error(ranks, combination):
     completed = run_mpi(ranks, [DRIVER, "complex_b", combination], timeout=120)
     assert completed.returncode != 0 and "should not have" not in completed.stdout, completed.stdout
     assert "the B block's values are complex128 (complex)" in completed.stderr, completed.stderr
