@@ -183,14 +183,16 @@ def test_propagate_refuses_features_of_another_shape_on_every_rank(comm, rng):
 
 @pytest.mark.ranks(3)  # (every P trains alike to 1e-9: the dropout test above)
 def test_gcn_on_cora_matches_pytorch_geometric_epoch_by_epoch(comm):
+    """Kipf and Welling's GCN on Cora in float64 without dropout: the per-epoch losses of 3 ranks and of PyG within
+    1e-5 for 100 epochs (the loss falls from about 1.95 to 0.3 in them)."""
     pytest.importorskip("torch_geometric")
     cora = str(shipped_path("cora"))
-    ours = losses(comm, 7, 200, 0.0, "gcn", cora)
+    ours = losses(comm, 7, 100, 0.0, "gcn", cora)
     if comm.Get_rank() == 0:
         data = load_planetoid(cora)
         torch.manual_seed(7)
         state = GNN("gcn", [data.features.shape[1], 16, data.classes], dropout=0.0, seed=7).state_dict()
-        np.testing.assert_allclose(ours["losses"], pyg_gcn_losses(data, state, 200), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(ours["losses"], pyg_gcn_losses(data, state, 100), rtol=0, atol=1e-5)
 
 
 def pyg_gat_losses(data, state: dict, epochs: int, heads: int, lr=0.005, weight_decay=5e-4) -> list[float]:
