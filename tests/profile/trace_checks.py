@@ -9,7 +9,8 @@ receive may complete before its send was posted on the aligned clock. Each rank'
 stand-in running ``rank`` seconds ahead (plus the real one): the alignment must find that offset
 within 10 microseconds. A planted fault (one arrival record dropped) must break the rules. The same
 window summarised alone (the schedule's laps, no proxies) must count every phase and message as the
-trace did, and every relayed message posted alone (all modes but partitioned).
+trace did, and every relayed message posted alone (all modes but partitioned), as is every message of an exchange
+that sends to another group first (``send_order``).
 Returns ``OK N`` (N traces checked) and the largest residual."""
 
 from __future__ import annotations
@@ -67,11 +68,15 @@ def check(seed: int, directory: str) -> str:
                     plan.multiply(b)
             messages = plan.stats.messages
             relayed = sum(len(ex.send_ranks) for ex in plan.rank_plan.exchanges if ex.input is not None)
+            # (an exchange sending to another group and to its own posts the other group's messages first, one by one)
+            ordered = sum(len(ex.send_order) for ex in plan.executor.buffers.exchanges if ex.send_order is not None)
         same_as_the_trace(tracer, alone, (strategy, mode, transport, rank), threads)
         # Every mode but partitioned sends a relayed message alone, as soon as its inputs are in (bulk and
-        # pipelined too: a two-level plan's second hop does not wait for the whole first one).
+        # pipelined too: a two-level plan's second hop does not wait for the whole first one), and each message of an
+        # exchange with a send order.
         alone_sends = alone.phases.get("post send", [0])[0]
-        assert alone_sends == (0 if mode == "partitioned" else 2 * relayed), (strategy, mode, transport, alone_sends, relayed)
+        expected = 0 if mode == "partitioned" else 2 * (relayed + ordered)
+        assert alone_sends == expected, (strategy, mode, transport, alone_sends, relayed, ordered)
         case = (strategy, mode, transport)
         if checked == 0:  # a second trace of one plan inside the first is refused, on every rank alike
             with matrix.spmm_plan(3, strategy=strategy, mode=mode, topology=chosen) as again:
