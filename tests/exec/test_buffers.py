@@ -1,7 +1,8 @@
 """The executor's buffers in-process (no MPI): packing and unpacking maps against the plan's
 matrices on random patterns, padded offsets, relay dependencies, and every rank's product
 assembled by hand-delivering the messages between the ranks' buffers (streaming and ordered
-combine), exact against SciPy on integer data."""
+combine), exact against SciPy on integer data; and the order in which an exchange's messages to another group are
+packed and posted first."""
 
 from __future__ import annotations
 
