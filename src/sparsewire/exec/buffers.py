@@ -290,9 +290,8 @@ def _exchange_buffers(
 
         send_paths, recv_paths = coded(exchange.send_ranks.tolist(), send_paths), coded(exchange.recv_ranks.tolist(), recv_paths)
     # (one thread only: a message's rows are packed on the calling thread, the whole exchange on all of them)
-    first = [m for m, rank in enumerate(exchange.send_ranks.tolist()) if rank in needs.first_peers]
-    ordered = exchange.input is None and threads == 1 and needs.partitions == 1 and 0 < len(first) < len(exchange.send_ranks)
-    rest = [m for m in range(len(exchange.send_ranks)) if m not in first]
+    to_first = [rank in needs.first_peers for rank in exchange.send_ranks.tolist()]
+    ordered = exchange.input is None and threads == 1 and needs.partitions == 1 and 0 < sum(to_first) < len(to_first)
     return ExchangeBuffers(
         index=index,
         exchange=exchange,
@@ -323,7 +322,7 @@ def _exchange_buffers(
         recv_stage=backend.stage_zeros(n_recv * k, dtype) if WirePath.STAGED in recv_paths else None,
         send_device=backend.flat(send_buffer),
         recv_device=backend.flat(receive_buffer),
-        send_order=tuple(first + rest) if ordered else None,
+        send_order=tuple(sorted(range(len(to_first)), key=lambda m: not to_first[m])) if ordered else None,  # stable
     )
 
 
