@@ -19,7 +19,7 @@ def eigs_json(command, matrix, *extra):
     return json.loads(out.strip().splitlines()[-1])
 
 
-@pytest.mark.ranks(1, 3, 4)
+@pytest.mark.ranks(1, 3)
 def test_grid_laplacian_eigenvalues_are_the_analytic_ones(command, comm):
     # 5-point Laplacian on a 30 x 17 grid: 4 - 2 cos(pi i / 31) - 2 cos(pi j / 18).
     i, j = np.meshgrid(np.arange(1, 31), np.arange(1, 18))

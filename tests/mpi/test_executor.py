@@ -83,7 +83,7 @@ def planned_deterministic_checks() -> int:
     )
 
 
-@pytest.mark.ranks(1, 3, 4)
+@pytest.mark.ranks(1, 3)
 def test_deterministic_mode_is_bitwise_identical(comm, seed):
     """Random (non-integer) values; with ``deterministic=True`` C is bitwise identical for every mode and thread
     count of a strategy that ran one plan (the pipelined mode runs a plan of its own layout), and for ``block``,

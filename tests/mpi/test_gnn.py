@@ -31,7 +31,7 @@ from sparsewire.topology import Topology  # noqa: E402
 torch.set_num_threads(1)
 
 
-@pytest.mark.ranks(1, 3, 4)
+@pytest.mark.ranks(1, 3)
 def test_gradcheck_through_the_distributed_propagation_on_a_directed_graph(comm, seed):
     """torch.autograd.gradcheck (float64) through scatter_rows -> propagate -> gather_rows on a directed random graph
     (A != A.T), for the GCN-normalised and the raw operator, with the even and the rcm partition."""

@@ -13,7 +13,7 @@ from sparsewire.partition import PARTITIONERS
 from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
 
 
-@pytest.mark.ranks(1, 3, 4)
+@pytest.mark.ranks(1, 3)
 def test_every_partitioner_and_strategy_gives_c_in_the_original_order(comm, seed, shared_tmp):
     rank = comm.Get_rank()
     path = shared_tmp / "plan.npz"

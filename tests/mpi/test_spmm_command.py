@@ -197,7 +197,7 @@ def test_cli_spmm_check_passes_on_values_near_1e12(command, comm, rng, shared_tm
     assert report["check_passed"], report
 
 
-@pytest.mark.ranks(3)  # (C in the original order at P = 1, 3 and 4: test_partitions.py)
+@pytest.mark.ranks(3)  # (C in the original order at P = 1 and 3: test_partitions.py)
 @pytest.mark.parametrize("method", PARTITIONERS)
 def test_cli_spmm_check_for_every_partitioner_and_strategy(command, method):
     args = ["--partition", method, "--group-size", "2", "--strategy", "all", "--mode", "bulk", "--repeat", "1", "--check"]

@@ -16,7 +16,7 @@ from sparsewire.calibration.transfer import crossover
 from sparsewire.wire.transfer_records import load_transfer_rule
 
 
-@pytest.mark.ranks(1, 3, 4)
+@pytest.mark.ranks(1, 3)
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 def test_staged_messages_follow_a_planted_threshold_and_give_the_same_c(comm, seed, shared_tmp, backend):
     if backend == "torch":
