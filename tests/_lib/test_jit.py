@@ -38,8 +38,8 @@ import kernel
 compile_now = kernel.weighted_sum._compiler.compile
 
 
-def compile_slowly(*args):  # a kernel that takes half a second to compile: the processes overlap however loaded the machine
-    time.sleep(0.5)
+def compile_slowly(*args):  # a kernel that takes a second to compile: the processes overlap however loaded the machine
+    time.sleep(1.0)
     return compile_now(*args)
 
 
@@ -55,14 +55,16 @@ print(json.dumps({"value": value, "misses": sum(stats.cache_misses.values()), "h
 """
 
 
-def compile_together(tmp_path, processes: int, planted: bool) -> list[dict]:
-    """``processes`` processes that each import a new cached kernel and call it at the same moment."""
-    (tmp_path / "kernel.py").write_text(KERNEL)
-    barrier = tmp_path / "barrier"
+def start_together(folder, processes: int, planted: bool) -> list[subprocess.Popen]:
+    """``processes`` processes that each import a new cached kernel (in ``folder``, its cache there too) and call it
+    at the same moment."""
+    folder.mkdir()
+    (folder / "kernel.py").write_text(KERNEL)
+    barrier = folder / "barrier"
     barrier.mkdir()
-    environment = {**CHILD_ENV, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
-    arguments = [str(tmp_path), str(barrier), str(processes), "planted" if planted else "locked"]
-    started = [
+    environment = {**CHILD_ENV, "NUMBA_CACHE_DIR": str(folder / "cache")}
+    arguments = [str(folder), str(barrier), str(processes), "planted" if planted else "locked"]
+    return [
         subprocess.Popen(
             [sys.executable, "-c", textwrap.dedent(PROCESS), *arguments],
             stdout=subprocess.PIPE,
@@ -73,23 +75,23 @@ def compile_together(tmp_path, processes: int, planted: bool) -> list[dict]:
         )  # fmt: skip
         for _ in range(processes)
     ]
-    results = []
+
+
+def results(started: list[subprocess.Popen]) -> list[dict]:
+    found = []
     for process in started:
         out, err = process.communicate(timeout=120)
         assert process.returncode == 0, err[-3000:]
-        results.append(json.loads(out))
-    return results
+        found.append(json.loads(out))
+    return found
 
 
-def test_processes_that_need_a_new_kernel_at_once_compile_it_once(tmp_path):
-    results = compile_together(tmp_path, 2, planted=False)
+def test_processes_that_need_a_new_kernel_at_once_compile_it_once_and_without_the_lock_each_compiles(tmp_path):
+    """Two processes with the lock, and beside them two with Numba's compile alone (the planted fault)."""
+    locked, planted = start_together(tmp_path / "locked", 2, False), start_together(tmp_path / "planted", 2, True)
+    locked, planted = results(locked), results(planted)
     expected = float(sum(v * (1.0 if i % 2 == 0 else 2.0) for i, v in enumerate(range(7))))  # 0 + 2 + 2 + 6 + 4 + 10 + 6
-    assert [r["value"] for r in results] == [expected, expected] == [30.0, 30.0]
-    assert sorted(r["misses"] for r in results) == [0, 1]  # one compiled; the one that waited loaded its result
-    assert sorted(r["hits"] for r in results) == [0, 1]
-
-
-def test_without_the_lock_every_process_compiles(tmp_path):
-    """The planted fault: Numba's compile alone, and the processes each compile the kernel."""
-    results = compile_together(tmp_path, 2, planted=True)
-    assert [r["misses"] for r in results] == [1, 1]
+    assert [r["value"] for r in locked + planted] == [expected] * 4 == [30.0] * 4
+    assert sorted(r["misses"] for r in locked) == [0, 1]  # one compiled; the one that waited loaded its result
+    assert sorted(r["hits"] for r in locked) == [0, 1]
+    assert [r["misses"] for r in planted] == [1, 1]
