@@ -13,11 +13,11 @@ start together and each would compile the same kernels, P times the work on the 
 compiling while the others wait and then load its result from Numba's cache costs the time of one.
 """
 
+import contextlib
 import fcntl
 import functools
 import os
 import sys
-import threading
 
 if "numba" not in sys.modules:
     os.environ.setdefault("NUMBA_NUM_THREADS", str(max(64, os.cpu_count() or 1)))
@@ -52,26 +52,24 @@ def _one_process_compiles(dispatcher):
     except AttributeError:  # no disk cache (cache=False): nothing another process could load
         return dispatcher
     compile_here = dispatcher.compile
-    held = threading.local()
+    holding = [False]  # (one thread at a time gets here: Numba's compiler lock is held)
 
     @functools.wraps(compile_here)
     def compile_once(signature):
         with global_compiler_lock:  # (Numba's own, taken first: one thread of this process at a time waits)
-            if getattr(held, "depth", 0):  # a recompile inside this compile (literal arguments): the lock is held
+            if holding[0]:  # a compile of this kernel inside its own compile: the lock is already held
                 return compile_here(signature)
             try:
                 lock = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)  # (nothing is written: the file is the lock)
             except OSError:
                 return compile_here(signature)
             try:
-                try:
+                with contextlib.suppress(OSError):  # a file system without locks: compile as Numba would
                     fcntl.flock(lock, fcntl.LOCK_EX)
-                except OSError:  # a file system without locks: compile as Numba would
-                    pass
-                held.depth = 1
+                holding[0] = True
                 return compile_here(signature)
             finally:
-                held.depth = 0
+                holding[0] = False
                 os.close(lock)  # (closing releases the lock)
 
     dispatcher.compile = compile_once
