@@ -91,11 +91,13 @@ def _prefetch_run(item):
 
 class _Prefetch:
     """Commands that tests run in processes of their own (the analyses of the shared matrices, the fuzzers, the
-    collective cases' one-rank job), started on the second core while the session goes on on the first, one at a
-    time. A test marked ``prefetch(command, timeout=...)``, where ``command(**its parameters)`` gives the argument
-    vector (or a function that runs the job), gets the finished process from the ``prefetched`` fixture. The session
-    runs the tests that start no mpiexec first, then the prefetched ones (whose processes are done by then), then the
-    rest of those that start mpiexec: these keep both cores (their links and timings are measured)."""
+    collective cases' jobs), started in the background while the session goes on, one at a time, in the order the
+    session needs them. A test marked ``prefetch(command, timeout=...)``, where ``command(**its parameters)`` gives
+    the argument vector (or a function that runs the job), gets the finished process from the ``prefetched`` fixture.
+    The session runs the tests that start no mpiexec first, then the prefetched ones (whose processes are done by
+    then), then those that start mpiexec themselves, then the prefetched ones marked ``prefetch(..., last=True)``
+    (the collective jobs at P > 1, run in the background meanwhile: the mpiexec tests leave a core idle for much of
+    their time), and last those marked ``alone``: they time links or a job's end, so nothing runs beside them."""
 
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
@@ -112,11 +114,20 @@ class _Prefetch:
         def mpi(item):
             return item.get_closest_marker("mpi") is not None
 
+        def last(item):
+            return prefetch(item) and item.get_closest_marker("prefetch").kwargs.get("last", False)
+
+        def alone(item):
+            return item.get_closest_marker("alone") is not None
+
         first = [item for item in items if not prefetch(item) and not mpi(item)]
-        marked = sorted((item for item in items if prefetch(item)), key=mpi)  # (a stable sort: the jobs last)
-        items[:] = first + marked + [item for item in items if not prefetch(item) and mpi(item)]
-        # the longest first: the one-rank collective job is longer than the rest of the queue together
-        self.futures = {item.nodeid: self.pool.submit(_prefetch_run(item)) for item in sorted(marked, key=mpi, reverse=True)}
+        marked = sorted((item for item in items if prefetch(item) and not last(item)), key=mpi)  # (stable: the jobs last)
+        own = [item for item in items if not prefetch(item) and mpi(item)]
+        late = [item for item in items if last(item)]
+        items[:] = first + marked + [item for item in own if not alone(item)] + late + [item for item in own if alone(item)]
+        # the longest first: the one-rank collective job is longer than the rest of the queue before the mpiexec tests
+        queue = sorted(marked, key=mpi, reverse=True) + late
+        self.futures = {item.nodeid: self.pool.submit(_prefetch_run(item)) for item in queue}
 
     def pytest_unconfigure(self, config):
         self.pool.shutdown(cancel_futures=True)
@@ -124,7 +135,8 @@ class _Prefetch:
 
 def pytest_configure(config):
     _seed()  # in the main thread, after a collective job's ranks agreed on it, before any prefetch thread starts
-    config.addinivalue_line("markers", "prefetch(command, timeout=600): run command(**params) in the background first")
+    config.addinivalue_line("markers", "prefetch(command, timeout=600, last=False): run command(**params) in the background")
+    config.addinivalue_line("markers", "alone: runs after the background commands have ended (it times links or a job)")
     config.pluginmanager.register(_Prefetch(), "sparsewire-prefetch")
 
 
@@ -274,10 +286,11 @@ def run_cli(args: list[str]) -> subprocess.CompletedProcess:
 
 def run_mpi(ranks: int, args: list[str], timeout: float = 180, env: dict | None = None, launcher: str = "mpiexec") -> testing.Job:
     """``mpiexec -n RANKS python ARGS`` (or ``torchrun``'s) through :func:`sparsewire.testing.run_job`: a deadlock
-    becomes a TimeoutExpired failure, not a hang, and nothing of the job is left behind. Only a test marked ``mpi``
-    may call it."""
+    becomes a TimeoutExpired failure, not a hang, and nothing of the job is left behind. Its waiting ranks sleep
+    (``SLEEPING_WAITS``: the collective jobs run beside it). Only a test marked ``mpi`` may call it."""
     _require_mpi_marker()
-    return testing.run_job(ranks, args, timeout=timeout, env=env, cwd=ROOT, launcher=launcher)
+    environment = {**testing.SLEEPING_WAITS, **(env or {})}
+    return testing.run_job(ranks, args, timeout=timeout, env=environment, cwd=ROOT, launcher=launcher)
 
 
 def one_rank_beside(args, timeout: float = 180, launcher: str = "mpiexec"):

@@ -27,18 +27,22 @@ def collective_job(ranks: int) -> testing.Job:
     # (no case uses Hypothesis: its plugin's import at the end cost 3 s of each rank's time)
     arguments = ["-m", "pytest", "tests/mpi", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
     environment = {"SPARSEWIRE_TEST_SEED": str(_seed()), RESULTS_VARIABLE: str(results_folder())}
+    # (their ranks share the cores with the session's other tests: those that wait sleep instead of spinning)
+    environment.update(testing.SLEEPING_WAITS)
     return testing.run_job(ranks, arguments, timeout=JOB_SECONDS, env=environment, cwd=ROOT)
 
 
-#: The one-rank job takes one core: it runs beside the tests that start no mpiexec (conftest's prefetch).
-BESIDE = pytest.mark.prefetch(lambda ranks: functools.partial(collective_job, ranks))
+def beside(ranks: int):
+    """The jobs run in the background (conftest's prefetch): the one-rank job beside the tests that start no mpiexec,
+    the others beside those that start their own."""
+    return pytest.mark.prefetch(lambda ranks: functools.partial(collective_job, ranks), last=ranks > 1)
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(JOB_SECONDS + 60)
-@pytest.mark.parametrize("ranks", [pytest.param(ranks, marks=BESIDE) if ranks == 1 else ranks for ranks in RANK_COUNTS])
+@pytest.mark.parametrize("ranks", [pytest.param(ranks, marks=beside(ranks)) for ranks in RANK_COUNTS])
 def test_collective_cases(ranks, request):
-    job = request.getfixturevalue("prefetched") if ranks == 1 else collective_job(ranks)
+    job = request.getfixturevalue("prefetched")
     summary = job.stdout.strip().splitlines()[-1] if job.stdout.strip() else ""
     failures = [line for line in job.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
     # (the standard error's last 30,000 characters: every rank's stack dump where a case ran past its limit)

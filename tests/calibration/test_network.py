@@ -26,6 +26,9 @@ from sparsewire.topology.records import stamp
 
 TCP_PAYLOAD = 0.956  # the share of a link's bits that is TCP payload at MTU 1500 (shared/research/emulated-cluster)
 
+#: The calibration on the emulated cluster times its links: nothing runs beside them (conftest).
+pytestmark = pytest.mark.alone
+
 
 def _record(groups, intra=(4e9, 3e-6), inter=(6e7, 9e-6), node_link=1.2e8) -> dict:
     record = stamp("network")

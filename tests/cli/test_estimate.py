@@ -78,9 +78,9 @@ def test_analyze_estimates_a_long_run_before_it_starts_and_says_how_it_went():
 
 
 def test_netsparse_estimates_only_when_asked():
-    asked = run_cli(["netsparse", "rmat:12:8", "--nodes", "8", "--rack", "4", "--estimate"])
+    asked = run_cli(["netsparse", "rmat:10:8", "--nodes", "8", "--rack", "4", "--estimate"])
     assert asked.returncode == 0, asked.stderr
     assert "estimate: the simulation will take about" in asked.stderr and "(estimated " in asked.stderr
-    plain = run_cli(["netsparse", "rmat:12:8", "--nodes", "8", "--rack", "4"])
+    plain = run_cli(["netsparse", "rmat:10:8", "--nodes", "8", "--rack", "4"])
     assert plain.returncode == 0 and "estimate" not in plain.stderr
     assert plain.stdout.splitlines()[:-1] == asked.stdout.splitlines()[:-1]  # the same report but its elapsed time

@@ -29,6 +29,9 @@ ENDED_WITHIN = WAIT_TIMEOUT + 10.5
 
 needs_cluster = pytest.mark.skipif(unavailable_reason() is not None, reason=f"no emulated cluster: {unavailable_reason()}")
 
+#: The tests on the emulated cluster time its links and how fast a job ends: nothing runs beside them (conftest).
+pytestmark = pytest.mark.alone
+
 
 def test_rates_are_parsed_and_bad_ones_refused():
     assert parse_rate("1gbit") == 1e9 and parse_rate("500mbit") == 5e8 and parse_rate(" 2.5GBIT ") == 2.5e9

@@ -8,7 +8,7 @@ rate-limited links; needs root)."""
 
 from sparsewire.io.generators import deterministic_dense, deterministic_dense_rows
 from sparsewire.testing.emulation.cluster import EmulatedCluster, unavailable_reason
-from sparsewire.testing.jobs import Job, left_behind, mpiexec_path, run_job
+from sparsewire.testing.jobs import SLEEPING_WAITS, Job, left_behind, mpiexec_path, run_job
 
 __all__ = [
     "deterministic_dense",
@@ -17,6 +17,7 @@ __all__ = [
     "unavailable_reason",
     "Job",
     "run_job",
+    "SLEEPING_WAITS",
     "left_behind",
     "mpiexec_path",
 ]

@@ -21,7 +21,16 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["JOB_ENVIRONMENT", "TOKEN_VARIABLE", "Job", "mpiexec_path", "run_job", "left_behind", "still_running"]
+__all__ = [
+    "JOB_ENVIRONMENT",
+    "SLEEPING_WAITS",
+    "TOKEN_VARIABLE",
+    "Job",
+    "mpiexec_path",
+    "run_job",
+    "left_behind",
+    "still_running",
+]
 
 #: The environment variable that holds a job's token.
 TOKEN_VARIABLE = "SPARSEWIRE_JOB_TOKEN"
@@ -30,6 +39,12 @@ TOKEN_VARIABLE = "SPARSEWIRE_JOB_TOKEN"
 #: OpenMP threads that sleep (a test job's ranks share the cores; a rank that imports PyTorch loads its OpenMP before
 #: sparsewire could ask for that, and spinning threads made a two-level plan's test at P = 3 on 2 cores 3x slower).
 JOB_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+#: MPICH's waiting for a job whose ranks share the cores with more processes than there are cores: a rank that has
+#: polled 100 times for a message without one sleeps (nanosleep) instead of yielding, so a rank with work gets a whole
+#: core. (Three ranks on 2 cores, two of them waiting: the one computing ran at 0.6 of a core, at 1.0 with these.)
+#: Each wait costs about 0.1 ms more, so a job that times its messages leaves these out.
+SLEEPING_WAITS = {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1", "MPIR_CVAR_POLLS_BEFORE_YIELD": "100"}
 
 
 @dataclass(frozen=True)
