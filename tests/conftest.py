@@ -287,9 +287,12 @@ def run_cli(args: list[str]) -> subprocess.CompletedProcess:
 def run_mpi(ranks: int, args: list[str], timeout: float = 180, env: dict | None = None, launcher: str = "mpiexec") -> testing.Job:
     """``mpiexec -n RANKS python ARGS`` (or ``torchrun``'s) through :func:`sparsewire.testing.run_job`: a deadlock
     becomes a TimeoutExpired failure, not a hang, and nothing of the job is left behind. Its waiting ranks sleep
-    (``SLEEPING_WAITS``: the collective jobs run beside it). Only a test marked ``mpi`` may call it."""
+    (``SLEEPING_WAITS``: the collective jobs run beside it), but for a test marked ``alone``, which times its
+    messages. Only a test marked ``mpi`` may call it."""
     _require_mpi_marker()
-    environment = {**testing.SLEEPING_WAITS, **(env or {})}
+    node = _CURRENT[0]
+    timed = node is not None and node.get_closest_marker("alone") is not None
+    environment = {**({} if timed else testing.SLEEPING_WAITS), **(env or {})}
     return testing.run_job(ranks, args, timeout=timeout, env=environment, cwd=ROOT, launcher=launcher)
 
 

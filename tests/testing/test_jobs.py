@@ -50,3 +50,32 @@ def test_a_planted_orphan_is_found_and_killed(tmp_path):
     pid = job.left_behind[0]
     # killed (gone, or a zombie until its parent, the launcher's, reaps it)
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] in ("Z", "X")
+
+
+WAITER = """
+import time
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+comm.Barrier()
+cpu = time.process_time()
+if comm.Get_rank() == 0:
+    time.sleep(1.0)
+comm.Barrier()  # rank 1 waits here for a second
+if comm.Get_rank() == 1:
+    print(f"{time.process_time() - cpu:.3f}", flush=True)
+"""
+
+
+@pytest.mark.alone  # (the spinning rank's share of a core is what is measured: nothing beside it)
+def test_with_sleeping_waits_a_waiting_rank_sleeps_and_without_them_it_spins(tmp_path):
+    """Rank 1 waits a second in a barrier for rank 0: with ``SLEEPING_WAITS`` its CPU time in that second, as the
+    kernel counts it, is under a third of it (0.1 s here); with MPICH's own settings (the planted fault) the rank
+    spins, over 0.6 s of it (1.0 s here)."""
+    script = tmp_path / "waiter.py"
+    script.write_text(WAITER)
+    sleeping = testing.run_job(2, [str(script)], timeout=120, env=testing.SLEEPING_WAITS)
+    spinning = testing.run_job(2, [str(script)], timeout=120)
+    assert sleeping.returncode == 0 and spinning.returncode == 0, sleeping.stderr + spinning.stderr
+    assert float(sleeping.stdout) < 0.3, sleeping.stdout
+    assert float(spinning.stdout) > 0.6, spinning.stdout
