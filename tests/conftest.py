@@ -136,7 +136,7 @@ class _Prefetch:
 def pytest_configure(config):
     _seed()  # in the main thread, after a collective job's ranks agreed on it, before any prefetch thread starts
     config.addinivalue_line("markers", "prefetch(command, timeout=600, last=False): run command(**params) in the background")
-    config.addinivalue_line("markers", "alone: runs after the background commands have ended (it times links or a job)")
+    config.addinivalue_line("markers", "alone: an mpiexec test run last, nothing beside it (it times links or messages)")
     config.pluginmanager.register(_Prefetch(), "sparsewire-prefetch")
 
 

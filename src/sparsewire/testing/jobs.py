@@ -40,10 +40,10 @@ TOKEN_VARIABLE = "SPARSEWIRE_JOB_TOKEN"
 #: sparsewire could ask for that, and spinning threads made a two-level plan's test at P = 3 on 2 cores 3x slower).
 JOB_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
-#: MPICH's waiting for a job whose ranks share the cores with more processes than there are cores: a rank that has
-#: polled 100 times for a message without one sleeps (nanosleep) instead of yielding, so a rank with work gets a whole
-#: core. (Three ranks on 2 cores, two of them waiting: the one computing ran at 0.6 of a core, at 1.0 with these.)
-#: Each wait costs about 0.1 ms more, so a job that times its messages leaves these out.
+#: MPICH's settings for a job whose processes outnumber the cores: a rank that has polled 100 times for a message
+#: without one sleeps (nanosleep) instead of spinning, so a rank with work gets a whole core (three ranks on 2 cores,
+#: two of them waiting: the one computing ran at 0.6 of a core, at 1.0 with these). Each wait then lasts about 0.1 ms
+#: longer, so a job that times its messages leaves these out.
 SLEEPING_WAITS = {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1", "MPIR_CVAR_POLLS_BEFORE_YIELD": "100"}
 
 
