@@ -52,12 +52,13 @@ def _one_process_compiles(dispatcher):
     except AttributeError:  # no disk cache (cache=False): nothing another process could load
         return dispatcher
     compile_here = dispatcher.compile
-    holding = [False]  # (one thread at a time gets here: Numba's compiler lock is held)
+    holding = False  # (one thread at a time reads it: Numba's compiler lock is held)
 
     @functools.wraps(compile_here)
     def compile_once(signature):
+        nonlocal holding
         with global_compiler_lock:  # (Numba's own, taken first: one thread of this process at a time waits)
-            if holding[0]:  # a compile of this kernel inside its own compile: the lock is already held
+            if holding:  # a compile of this kernel inside its own compile: the lock is already held
                 return compile_here(signature)
             try:
                 lock = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)  # (nothing is written: the file is the lock)
@@ -66,10 +67,10 @@ def _one_process_compiles(dispatcher):
             try:
                 with contextlib.suppress(OSError):  # a file system without locks: compile as Numba would
                     fcntl.flock(lock, fcntl.LOCK_EX)
-                holding[0] = True
+                holding = True
                 return compile_here(signature)
             finally:
-                holding[0] = False
+                holding = False
                 os.close(lock)  # (closing releases the lock)
 
     dispatcher.compile = compile_once
