@@ -97,11 +97,25 @@ class _Prefetch:
     The session runs the tests that start no mpiexec first, then the prefetched ones (whose processes are done by
     then), then those that start mpiexec themselves, then the prefetched ones marked ``prefetch(..., last=True)``
     (the collective jobs at P > 1, run in the background meanwhile: the mpiexec tests leave a core idle for much of
-    their time), and last those marked ``alone``: they time links or a job's end, so nothing runs beside them."""
+    their time), and last those marked ``alone``: they time links or a job's end, so nothing runs beside them. Jobs
+    marked ``prefetch(..., side=True)`` mostly wait (a failing job's end): they run in a lane of their own, one at a
+    time beside everything else from the first mpiexec test on, and their tests come with the ``last`` ones."""
 
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+        self.side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch-side")
         self.futures: dict = {}
+        self.waiting: list = []  # the side lane's items, until the first mpiexec test starts them
+        self.second_phase: set = set()  # the node ids from the first mpiexec test on
+
+    def start_side(self) -> None:
+        """Start the side lane's jobs (once)."""
+        waiting, self.waiting = self.waiting, []
+        self.futures.update({item.nodeid: self.side.submit(_prefetch_run(item)) for item in waiting})
+
+    def pytest_runtest_setup(self, item):
+        if item.nodeid in self.second_phase:
+            self.start_side()
 
     @pytest.hookimpl(trylast=True)  # after -k and -m have deselected: only what runs is started
     def pytest_collection_modifyitems(self, config, items):
@@ -117,25 +131,34 @@ class _Prefetch:
         def last(item):
             return prefetch(item) and item.get_closest_marker("prefetch").kwargs.get("last", False)
 
+        def side(item):
+            return prefetch(item) and item.get_closest_marker("prefetch").kwargs.get("side", False)
+
         def alone(item):
             return item.get_closest_marker("alone") is not None
 
         first = [item for item in items if not prefetch(item) and not mpi(item)]
-        marked = sorted((item for item in items if prefetch(item) and not last(item)), key=mpi)  # (stable: the jobs last)
+        marked = sorted((item for item in items if prefetch(item) and not last(item) and not side(item)), key=mpi)
         own = [item for item in items if not prefetch(item) and mpi(item)]
         late = [item for item in items if last(item)]
-        items[:] = first + marked + [item for item in own if not alone(item)] + late + [item for item in own if alone(item)]
+        self.waiting = [item for item in items if side(item)]
+        second = [item for item in own if not alone(item)] + late + self.waiting
+        items[:] = first + marked + second + [item for item in own if alone(item)]
+        self.second_phase = {item.nodeid for item in second}
         # the longest first: the one-rank collective job is longer than the rest of the queue before the mpiexec tests
         queue = sorted(marked, key=mpi, reverse=True) + late
         self.futures = {item.nodeid: self.pool.submit(_prefetch_run(item)) for item in queue}
 
     def pytest_unconfigure(self, config):
         self.pool.shutdown(cancel_futures=True)
+        self.side.shutdown(cancel_futures=True)
 
 
 def pytest_configure(config):
     _seed()  # in the main thread, after a collective job's ranks agreed on it, before any prefetch thread starts
-    config.addinivalue_line("markers", "prefetch(command, timeout=600, last=False): run command(**params) in the background")
+    config.addinivalue_line(
+        "markers", "prefetch(command, timeout=600, last=False, side=False): run command(**params) in the background"
+    )
     config.addinivalue_line("markers", "alone: an mpiexec test run last, nothing beside it (it times links or messages)")
     config.pluginmanager.register(_Prefetch(), "sparsewire-prefetch")
 
@@ -143,7 +166,9 @@ def pytest_configure(config):
 @pytest.fixture
 def prefetched(request) -> subprocess.CompletedProcess:
     """The finished process of this test's ``prefetch`` command (run now where it was not started first)."""
-    future = request.config.pluginmanager.get_plugin("sparsewire-prefetch").futures.pop(request.node.nodeid, None)
+    plugin = request.config.pluginmanager.get_plugin("sparsewire-prefetch")
+    plugin.start_side()
+    future = plugin.futures.pop(request.node.nodeid, None)
     return future.result() if future is not None else _prefetch_run(request.node)()
 
 

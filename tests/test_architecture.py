@@ -117,12 +117,11 @@ WITHOUT_MPI_IMPORT = (
 
 
 @pytest.mark.parametrize("folder", check_architecture.WITHOUT_MPI)
-def test_the_lower_layers_import_without_mpi_torch_or_graphblas(folder):
+@pytest.mark.prefetch(lambda folder: [sys.executable, "-c", WITHOUT_MPI_IMPORT.format(folder=folder)], timeout=120)
+def test_the_lower_layers_import_without_mpi_torch_or_graphblas(folder, prefetched):
     """Every module of the folders below the communicator imports with mpi4py, torch and
     python-graphblas blocked (a module that imports one at module level fails here)."""
-    completed = subprocess.run(
-        [sys.executable, "-c", WITHOUT_MPI_IMPORT.format(folder=folder)], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
+    completed = prefetched
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.strip() == "[]"
 

@@ -20,6 +20,7 @@ SMALLER = {
     "rmat:16:8:1": "rmat:11:8:1",
     "pyg_cora.py --model gat": "pyg_cora.py --model gat --epochs 3",
     "3 examples/pyg_cora.py": "3 examples/pyg_cora.py --epochs 3",
+    "sparsewire gcn cora": "sparsewire gcn cora --epochs 10",
 }
 
 

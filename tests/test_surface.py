@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -30,6 +31,12 @@ def _run(code: str, env=None) -> dict:
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def _run_each(*calls: tuple[str, dict]) -> list[dict]:
+    """:func:`_run` of each ``(code, env)``, two interpreters at a time (each is mostly its imports)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda call: _run(*call), calls))
 
 
 def test_the_top_level_names_are_few_and_all_resolve():
@@ -69,18 +76,21 @@ def test_numba_gets_a_pool_for_more_threads_than_cores_where_the_package_imports
         "import numba\n"
         "print(json.dumps({'pool': numba.config.NUMBA_NUM_THREADS, 'cores': os.cpu_count()}))\n"
     )
-    facts = _run(code, env=env)
-    assert facts["pool"] >= max(64, facts["cores"])
-    env["NUMBA_NUM_THREADS"] = "3"  # the user's choice wins
-    assert _run(code, env=env)["pool"] == 3
-    del env["NUMBA_NUM_THREADS"]
     # python-graphblas imports Numba itself (its SuiteSparse settings): the paths that load it (the loader, the threads
     # limit every command sets) size the pool first too; without that, limit_threads_per_rank left a pool of the core
     # count and eigs --threads 3 failed on two cores
+    grown = []
     for first in ("sparsewire.spgemm.graphblas_loader", "sparsewire.comm.runtime"):
         call = "sparsewire.comm.runtime.limit_threads_per_rank(__import__('mpi4py.MPI').MPI.COMM_SELF)\n"
-        grown = code.replace("import sparsewire.kernels.numba_csr\n", f"import {first}\n" + (call if "runtime" in first else ""))
-        assert _run(grown, env=env)["pool"] >= max(64, facts["cores"]), first
+        grown.append(
+            code.replace("import sparsewire.kernels.numba_csr\n", f"import {first}\n" + (call if "runtime" in first else ""))
+        )
+    chosen = {**env, "NUMBA_NUM_THREADS": "3"}  # the user's choice wins
+    facts, user, *loaders = _run_each((code, env), (code, chosen), *((each, env) for each in grown))
+    assert facts["pool"] >= max(64, facts["cores"])
+    assert user["pool"] == 3
+    for first, found in zip(("graphblas_loader", "runtime"), loaders):
+        assert found["pool"] >= max(64, facts["cores"]), first
 
 
 def test_no_module_imports_numba_but_the_one_that_sizes_its_pool():
@@ -104,9 +114,10 @@ def test_python_graphblas_which_imports_numba_loads_after_the_pool_is_sized(firs
 
     env = {key: value for key, value in os.environ.items() if key != "NUMBA_NUM_THREADS"}
     code = f"import json, os\nimport {first}\nimport numba\nprint(json.dumps({{'pool': numba.config.NUMBA_NUM_THREADS}}))\n"
-    assert _run(code, env=env)["pool"] >= 64
     planted = code.replace(f"import {first}", f"import graphblas; graphblas.binary; import {first}")
-    assert _run(planted, env=env)["pool"] == os.cpu_count()  # the fault it guards against
+    found, fault = _run_each((code, env), (planted, env))
+    assert found["pool"] >= 64
+    assert fault["pool"] == os.cpu_count()  # the fault it guards against
 
 
 @pytest.mark.parametrize("graphblas_first", [False, True])
@@ -125,7 +136,6 @@ def test_graphblas_runs_the_threads_the_rank_chose_whether_it_loads_before_or_af
         "from sparsewire.spgemm.graphblas_loader import graphblas\n"
         "print(json.dumps({'threads': threads, 'loaded': loaded, 'nthreads': graphblas.ss.config['nthreads']}))\n"
     )
-    facts = _run(code, env=env)
+    facts, one = _run_each((code, env), (code, {**env, "SPARSEWIRE_THREADS_PER_RANK": "1"}))
     assert facts == {"threads": 3, "loaded": graphblas_first, "nthreads": 3}, facts
-    env["SPARSEWIRE_THREADS_PER_RANK"] = "1"
-    assert _run(code, env=env)["nthreads"] == 1
+    assert one["nthreads"] == 1

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -73,28 +74,38 @@ def whole(content: bytes, chunks: int) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["kill", "term", "int"])
 def test_a_killed_rewrite_leaves_the_old_file_or_the_whole_new_one(tmp_path, sig):
     chunks = 12
-    for stop_after in (0, 5, chunks - 1):  # at the start, in the middle, after the last write (before the rename)
-        content, left = rewrite(tmp_path, "atomic", chunks, stop_after, sig)
+    stops = (0, 5, chunks - 1, None)  # at the start, in the middle, after the last write (before the rename); never
+    folders = [tmp_path / str(stop) for stop in stops]
+    for folder in folders:
+        folder.mkdir()
+    with ThreadPoolExecutor(max_workers=2) as pool:  # (each writer in a folder of its own, two at a time)
+        results = list(pool.map(lambda folder, stop: rewrite(folder, "atomic", chunks, stop, sig), folders, stops))
+    for stop_after, (content, left) in zip(stops[:-1], results):
         assert content == b"old file\n" * 1000, (stop_after, len(content))
         if sig == signal.SIGINT:  # KeyboardInterrupt: the temporary file is removed
             assert not left, left
         else:  # only the temporary file can stay, never a damaged target
             assert all(name.startswith(".target.") and name.endswith(PARTIAL_SUFFIX) for name in left), left
-        for name in left:
-            (tmp_path / name).unlink()
-    content, left = rewrite(tmp_path, "atomic", chunks, None, None)
+    content, left = results[-1]
     assert content == new_content(chunks) and not left
 
 
 def test_the_kill_check_catches_a_plain_writer(tmp_path):
     content, _ = rewrite(tmp_path, "plain", 12, 5, signal.SIGKILL)
-    assert not whole(content, 12) and len(content) == 6 * CHUNK  # the planted fault: half a file, the old one gone
+    # the planted fault: part of a file, the old one gone (6 chunks, or more where the kill came after the writer's
+    # 3 ms pause: seen once on a loaded machine)
+    assert not whole(content, 12) and 6 * CHUNK <= len(content) < 12 * CHUNK, len(content) / CHUNK
 
 
 def test_a_full_disk_leaves_the_old_file_and_nothing_else_and_the_check_catches_a_plain_writer(tmp_path):
-    content, left = rewrite(tmp_path, "limited", 12, None, None)
+    (tmp_path / "helper").mkdir()
+    (tmp_path / "plain").mkdir()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        helper = pool.submit(rewrite, tmp_path / "helper", "limited", 12, None, None)
+        plain = pool.submit(rewrite, tmp_path / "plain", "plain-limited", 12, None, None)
+    content, left = helper.result()
     assert content == b"old file\n" * 1000 and not left, (len(content), left)
-    content, left = rewrite(tmp_path, "plain-limited", 12, None, None)
+    content, left = plain.result()
     assert not whole(content, 12) and len(content) == 5 * CHUNK  # the planted fault: the old file cut to what fitted
 
 

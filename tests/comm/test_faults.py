@@ -6,6 +6,7 @@ Each case's time to exit is printed at the end of the run (conftest.pytest_termi
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import time
@@ -39,10 +40,13 @@ def run_faulty(ranks: int, args: list[str], case: str) -> tuple[testing.Job, flo
     return job, job.seconds
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 @pytest.mark.parametrize("case", sorted(EXPECTED))
-def test_one_failing_rank_ends_the_job_with_its_message(case, ranks):
-    completed, seconds = run_faulty(ranks, [DRIVER, case], case)
+# (in the background, one job at a time: a failing job mostly waits for its ranks to end)
+@pytest.mark.prefetch(lambda case, ranks: functools.partial(run_faulty, ranks, [DRIVER, case], case), side=True)
+def test_one_failing_rank_ends_the_job_with_its_message(case, ranks, prefetched):
+    completed, seconds = prefetched
     output = completed.stdout + completed.stderr
     assert completed.returncode != 0, output
     assert seconds < LIMIT_S, f"{case} took {seconds:.1f} s to end"
