@@ -147,7 +147,8 @@ class _Prefetch:
         self.second_phase = {item.nodeid for item in second}
         # the longest first: the one-rank collective job is longer than the rest of the queue before the mpiexec tests
         queue = sorted(marked, key=mpi, reverse=True) + late
-        self.futures = {item.nodeid: self.pool.submit(_prefetch_run(item)) for item in queue}
+        runs = [(item.nodeid, _prefetch_run(item)) for item in queue]  # (every command made before the first starts)
+        self.futures = {nodeid: self.pool.submit(run) for nodeid, run in runs}
 
     def pytest_unconfigure(self, config):
         self.pool.shutdown(cancel_futures=True)

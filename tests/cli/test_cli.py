@@ -6,6 +6,7 @@ import functools
 import json
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -22,9 +23,45 @@ def load_matrix(spec: str):
     return _load_matrix(spec)
 
 
-def analyze_command(matrix: str, ranks: int, *extra: str) -> list[str]:
-    """``sparsewire analyze MATRIX --ranks RANKS --json EXTRA`` in a process of its own."""
-    return [sys.executable, "-m", "sparsewire", "analyze", matrix, "--ranks", str(ranks), "--json", *extra]
+#: Every command line given to :func:`analysis` so far, with its finished process once it ran.
+_ANALYSES: dict[tuple[str, ...], subprocess.CompletedProcess | None] = {}
+_ANALYSES_LOCK = threading.Lock()
+
+#: Runs each command line of the JSON list in ``argv[1]`` through the command line's own entry, in this one process,
+#: and prints ``[status, stdout, stderr]`` of each as the last line.
+ANALYSES_IN_ONE_PROCESS = """
+import contextlib, io, json, sys
+from sparsewire.cli import main
+results = []
+for args in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(args)
+    results.append([status, out.getvalue(), err.getvalue()])
+print(json.dumps(results))
+"""
+
+
+def analysis(matrix: str, ranks: int, *extra: str):
+    """The ``prefetch`` command of ``sparsewire analyze MATRIX --ranks RANKS --json EXTRA``: a function that returns
+    its finished process. The first call runs every analysis asked for by then, in one process of its own (one
+    interpreter's start-up for all of them, not one each)."""
+    key = ("analyze", matrix, "--ranks", str(ranks), "--json", *extra)
+    with _ANALYSES_LOCK:
+        _ANALYSES.setdefault(key, None)
+
+    def finished() -> subprocess.CompletedProcess:
+        with _ANALYSES_LOCK:
+            pending = [args for args, done in _ANALYSES.items() if done is None]
+            if pending:
+                command = [sys.executable, "-c", ANALYSES_IN_ONE_PROCESS, json.dumps(pending)]
+                batch = subprocess.run(command, capture_output=True, text=True, timeout=900, env=CHILD_ENV, cwd=ROOT)
+                assert batch.returncode == 0, batch.stderr[-3000:]
+                results = json.loads(batch.stdout.strip().splitlines()[-1])
+                _ANALYSES.update({args: subprocess.CompletedProcess(args, *result) for args, result in zip(pending, results)})
+            return _ANALYSES[key]
+
+    return finished
 
 
 def report_of(completed: subprocess.CompletedProcess) -> dict:
@@ -79,7 +116,7 @@ def test_analyze_json_contract():
 SHARED_AT_RANKS = [(path, (8, 32)[i % 2]) for i, path in enumerate(SHARED_MATRICES)]
 
 
-@pytest.mark.prefetch(lambda path, ranks: analyze_command(str(path), ranks))
+@pytest.mark.prefetch(lambda path, ranks: analysis(str(path), ranks))
 @pytest.mark.parametrize("path, ranks", SHARED_AT_RANKS, ids=lambda value: getattr(value, "name", str(value)))
 def test_analyze_volumes_equal_formulas_on_shared_data(path, ranks, prefetched):
     expected = expected_volumes(str(path), ranks, 32, 4)
@@ -109,7 +146,7 @@ INTER_GROUP = ("--group-size", "4", "--strategies", "column-hier,joint-hier,join
 
 
 @pytest.mark.skipif(not SHARED_MATRICES, reason="../shared/data is not present")
-@pytest.mark.prefetch(lambda path: analyze_command(str(path), 16, *INTER_GROUP))
+@pytest.mark.prefetch(lambda path: analysis(str(path), 16, *INTER_GROUP))
 @pytest.mark.parametrize("path", SHARED_MATRICES, ids=lambda p: p.name)
 def test_analyze_inter_group_bytes_equal_formulas_on_shared_data(path, prefetched):
     matrix = load_matrix(str(path))

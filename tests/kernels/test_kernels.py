@@ -318,7 +318,7 @@ def test_unchecked_element_reads_contiguous_and_strided_arrays_alike():
         return out
 
     rng = np.random.default_rng()
-    for dtype in (np.int32, np.int64, np.float32, np.float64):
+    for dtype in (np.int32, np.float64):  # (4- and 8-byte elements; each dtype and layout is a compile of its own)
         base = rng.integers(-1000, 1000, 301).astype(dtype)
         for array in (base, base[::3], base[5:200:7]):
             positions = rng.integers(0, array.size, 50)
