@@ -81,7 +81,7 @@ register_transport(
 )
 register_transport(
     "mpi-p2p-partitions",
-    modes=tuple(Mode),
+    modes=(Mode.PARTITIONED,),  # (the only mode it changes: the others are MPI's transport, run by the collective cases)
     summary="MPI, partitions on point-to-point requests (tests)",
     select=lambda mode, comm, device: mpi_transports.select(mode, comm, device, partitioned=False),
     replace=True,

@@ -13,6 +13,11 @@ pytestmark = pytest.mark.mpi  # every test here starts mpiexec
 def test_partitioned_fallback_to_point_to_point():
     completed = run_mpi(3, ["tests/exec/mpi_driver.py", str(_seed()), "2", "mpi-p2p-partitions"], timeout=400)
     assert completed.returncode == 0, completed.stdout + completed.stderr
+    from mpi_driver import planned_runs
+
+    # every case of the driver in the partitioned mode (the one mode this transport changes), exact, on each rank
+    runs = planned_runs([2], "mpi-p2p-partitions") * 3
+    assert runs > 0 and completed.stdout.split()[:2] == ["OK", str(runs)], completed.stdout
     # A library user (the driver) sees Python's own warning, once for the job.
     notices = [line.split(": ", 1)[1] for line in completed.stderr.splitlines() if "FallbackWarning" in line]
     assert notices == [
