@@ -1,11 +1,15 @@
 """The public API on every rank of one job (``import sparsewire`` only): distribute, plan, multiply, transpose,
 save and load, exact against SciPy on integer data; ``out`` aliasing B; complex B refused; dropped and open plans;
-``auto`` choosing the least predicted time. The cases that must end the job (a wrong B shape, a complex B at P > 1)
-run in jobs of their own (tests/test_api.py with tests/api_driver.py)."""
+``auto`` choosing the least predicted time; the programs of docs/api.md and examples/. The cases that must end the
+job (a wrong B shape, a complex B at P > 1) run in jobs of their own (tests/test_api.py with tests/api_driver.py)."""
 
 from __future__ import annotations
 
 import os
+import re
+import runpy
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -364,3 +368,38 @@ def test_a_plan_at_another_width_shares_the_operands_and_multiplies_exactly(comm
     with matrix.spmm_plan(3) as plan:
         with pytest.raises(InputError, match="k must be a positive integer"):
             plan.with_width(0)
+
+
+#: The programs of docs/api.md, each a whole program as a user runs it under ``mpiexec -n 2``.
+API_DOC_PROGRAMS = re.findall(r"```python\n(.*?)```", (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text(), re.S)
+
+
+@pytest.mark.ranks(2)
+@pytest.mark.parametrize("index", range(len(API_DOC_PROGRAMS)), ids=lambda index: f"example {index + 1}")
+def test_docs_api_example_runs_on_every_rank(index, comm):
+    """The program as ``mpiexec -n 2 python program.py`` runs it (its own globals, ``__name__`` "__main__"), here on
+    every rank of this job; its own asserts are the checks."""
+    program = compile(API_DOC_PROGRAMS[index], f"docs/api.md example {index + 1}", "exec")
+    exec(program, {"__name__": "__main__"})
+    comm.Barrier()  # (every rank ended it before the next case)
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.ranks(1, 3)
+def test_examples_run_on_every_rank(comm, capsys, monkeypatch):
+    """examples/power_iteration.py (its estimate against the stencil's exact largest eigenvalue) and
+    examples/bfs_spgemm.py (levels checked against SciPy by the example itself), as ``mpiexec -n P python SCRIPT``
+    runs them, here on every rank of this job; rank 0 prints."""
+
+    def run(script: str, *args: str) -> list[str]:
+        monkeypatch.setattr(sys, "argv", [str(EXAMPLES / script), *args])
+        capsys.readouterr()
+        runpy.run_path(str(EXAMPLES / script), run_name="__main__")
+        return comm.bcast(capsys.readouterr().out.splitlines() if comm.Get_rank() == 0 else None)
+
+    lines = run("power_iteration.py")
+    estimate, exact = (float(line.rsplit(":", 1)[1]) for line in lines[-2:])
+    assert abs(estimate - exact) < 1e-8 * exact, lines
+    assert "SciPy agrees" in "\n".join(run("bfs_spgemm.py", "delaunay:300:2", "--source", "5"))
