@@ -91,31 +91,21 @@ def _prefetch_run(item):
 
 class _Prefetch:
     """Commands that tests run in processes of their own (the analyses of the shared matrices, the fuzzers, the
-    collective cases' jobs), started in the background while the session goes on, one at a time, in the order the
-    session needs them. A test marked ``prefetch(command, timeout=...)``, where ``command(**its parameters)`` gives
-    the argument vector (or a function that runs the job), gets the finished process from the ``prefetched`` fixture.
-    The session runs the tests that start no mpiexec first, then the prefetched ones (whose processes are done by
-    then), then those that start mpiexec themselves, then the prefetched ones marked ``prefetch(..., last=True)``
-    (the collective jobs at P > 1, run in the background meanwhile: the mpiexec tests leave a core idle for much of
-    their time), and last those marked ``alone``: they time links or a job's end, so nothing runs beside them. Jobs
-    marked ``prefetch(..., side=True)`` mostly wait (a failing job's end): they run in a lane of their own, one at a
-    time beside everything else from the first mpiexec test on, and their tests come with the ``last`` ones."""
+    collective cases' jobs), started in the background while the session goes on, in two lanes of one job at a
+    time each, in the order the session needs them. A test marked ``prefetch(command, timeout=...)``, where
+    ``command(**its parameters)`` gives the argument vector (or a function that runs the job), gets the finished
+    process from the ``prefetched`` fixture. The session runs the tests that start no mpiexec first, then the
+    prefetched ones (whose processes are done by then), then those that start mpiexec themselves, then the
+    prefetched ones marked ``prefetch(..., last=True)`` or ``side=True``, and last those marked ``alone``: they time
+    links or a job's end, so nothing runs beside them. One lane runs the jobs that start mpiexec (the one-rank jobs,
+    then the collective jobs marked ``last``, beside the mpiexec tests: those leave a core idle for much of their
+    time); the other runs the commands without mpiexec first, then the jobs marked ``side`` (the fault jobs, which
+    mostly wait for a failing job to end, and the four-rank collective job). Where no job starts mpiexec (the fast
+    tier), the two lanes share the commands, a module's to one lane."""
 
     def __init__(self) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
-        self.side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch-side")
+        self.lanes = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"prefetch-{lane}") for lane in ("mpi", "side")]
         self.futures: dict = {}
-        self.waiting: list = []  # the side lane's items, until the first mpiexec test starts them
-        self.second_phase: set = set()  # the node ids from the first mpiexec test on
-
-    def start_side(self) -> None:
-        """Start the side lane's jobs (once)."""
-        waiting, self.waiting = self.waiting, []
-        self.futures.update({item.nodeid: self.side.submit(_prefetch_run(item)) for item in waiting})
-
-    def pytest_runtest_setup(self, item):
-        if item.nodeid in self.second_phase:
-            self.start_side()
 
     @pytest.hookimpl(trylast=True)  # after -k and -m have deselected: only what runs is started
     def pytest_collection_modifyitems(self, config, items):
@@ -128,31 +118,30 @@ class _Prefetch:
         def mpi(item):
             return item.get_closest_marker("mpi") is not None
 
-        def last(item):
-            return prefetch(item) and item.get_closest_marker("prefetch").kwargs.get("last", False)
-
-        def side(item):
-            return prefetch(item) and item.get_closest_marker("prefetch").kwargs.get("side", False)
+        def marked(item, name):
+            return prefetch(item) and item.get_closest_marker("prefetch").kwargs.get(name, False)
 
         def alone(item):
             return item.get_closest_marker("alone") is not None
 
         first = [item for item in items if not prefetch(item) and not mpi(item)]
-        marked = sorted((item for item in items if prefetch(item) and not last(item) and not side(item)), key=mpi)
+        soon = [item for item in items if prefetch(item) and not marked(item, "last") and not marked(item, "side")]
         own = [item for item in items if not prefetch(item) and mpi(item)]
-        late = [item for item in items if last(item)]
-        self.waiting = [item for item in items if side(item)]
-        second = [item for item in own if not alone(item)] + late + self.waiting
-        items[:] = first + marked + second + [item for item in own if alone(item)]
-        self.second_phase = {item.nodeid for item in second}
-        # the longest first: the one-rank collective job is longer than the rest of the queue before the mpiexec tests
-        queue = sorted(marked, key=mpi, reverse=True) + late
-        runs = [(item.nodeid, _prefetch_run(item)) for item in queue]  # (every command made before the first starts)
-        self.futures = {nodeid: self.pool.submit(run) for nodeid, run in runs}
+        late = [item for item in items if marked(item, "last")]
+        side = [item for item in items if marked(item, "side")]
+        soon.sort(key=mpi)  # (stable: the tests of the one-rank jobs, the longest, after the others)
+        items[:] = first + soon + [item for item in own if not alone(item)] + late + side + [item for item in own if alone(item)]
+        queues = ([item for item in soon if mpi(item)] + late, [item for item in soon if not mpi(item)] + side)
+        if not queues[0]:  # no job starts mpiexec (the fast tier): each lane takes every other module's commands
+            modules = list(dict.fromkeys(item.module for item in queues[1]))
+            queues = tuple([item for item in queues[1] if modules.index(item.module) % 2 == lane] for lane in (0, 1))
+        for lane, queue in zip(self.lanes, queues):
+            runs = [(item.nodeid, _prefetch_run(item)) for item in queue]  # (every command made before the first starts)
+            self.futures.update({nodeid: lane.submit(run) for nodeid, run in runs})
 
     def pytest_unconfigure(self, config):
-        self.pool.shutdown(cancel_futures=True)
-        self.side.shutdown(cancel_futures=True)
+        for lane in self.lanes:
+            lane.shutdown(cancel_futures=True)
 
 
 def pytest_configure(config):
@@ -167,9 +156,7 @@ def pytest_configure(config):
 @pytest.fixture
 def prefetched(request) -> subprocess.CompletedProcess:
     """The finished process of this test's ``prefetch`` command (run now where it was not started first)."""
-    plugin = request.config.pluginmanager.get_plugin("sparsewire-prefetch")
-    plugin.start_side()
-    future = plugin.futures.pop(request.node.nodeid, None)
+    future = request.config.pluginmanager.get_plugin("sparsewire-prefetch").futures.pop(request.node.nodeid, None)
     return future.result() if future is not None else _prefetch_run(request.node)()
 
 

@@ -4,7 +4,9 @@ for ``threads=T`` where the package imports it."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -66,10 +68,14 @@ def test_a_planted_side_effect_is_seen(tmp_path):
     assert facts["environment_changed"] == [["LEAKED", "1"]] and facts["showwarning_changed"] is True
 
 
-def test_numba_gets_a_pool_for_more_threads_than_cores_where_the_package_imports_it():
-    import os
+def _without_pool_size() -> dict:
+    return {key: value for key, value in os.environ.items() if key != "NUMBA_NUM_THREADS"}
 
-    env = {key: value for key, value in os.environ.items() if key != "NUMBA_NUM_THREADS"}
+
+def _pool_size_runs() -> list[tuple[str, dict]]:
+    """The pool Numba gets where the package imports it: as the package imports it, the user's size, and the two
+    paths that load python-graphblas first."""
+    env = _without_pool_size()
     code = (
         "import json, os\n"
         "import sparsewire.kernels.numba_csr\n"
@@ -86,7 +92,12 @@ def test_numba_gets_a_pool_for_more_threads_than_cores_where_the_package_imports
             code.replace("import sparsewire.kernels.numba_csr\n", f"import {first}\n" + (call if "runtime" in first else ""))
         )
     chosen = {**env, "NUMBA_NUM_THREADS": "3"}  # the user's choice wins
-    facts, user, *loaders = _run_each((code, env), (code, chosen), *((each, env) for each in grown))
+    return [(code, env), (code, chosen), *((each, env) for each in grown)]
+
+
+@pytest.mark.prefetch(lambda: functools.partial(_run_each, *_pool_size_runs()))  # (interpreters: in the background)
+def test_numba_gets_a_pool_for_more_threads_than_cores_where_the_package_imports_it(prefetched):
+    facts, user, *loaders = prefetched
     assert facts["pool"] >= max(64, facts["cores"])
     assert user["pool"] == 3
     for first, found in zip(("graphblas_loader", "runtime"), loaders):
@@ -106,26 +117,26 @@ def test_no_module_imports_numba_but_the_one_that_sizes_its_pool():
     assert found == [], f"import Numba through sparsewire._lib.jit: {found}"
 
 
-@pytest.mark.parametrize("first", ["sparsewire.spgemm.semirings", "sparsewire.apps.graphs", "sparsewire.distributed.spgemm"])
-def test_python_graphblas_which_imports_numba_loads_after_the_pool_is_sized(first):
-    """python-graphblas imports Numba: loaded first, it fixed the pool at the core count, and a plan with more threads
-    than cores then failed; every module loads it through spgemm/graphblas_loader.py."""
-    import os
-
-    env = {key: value for key, value in os.environ.items() if key != "NUMBA_NUM_THREADS"}
+def _graphblas_first_runs(first: str) -> list[tuple[str, dict]]:
+    """The pool where ``first`` is the first module imported, and where python-graphblas is (the planted fault)."""
+    env = _without_pool_size()
     code = f"import json, os\nimport {first}\nimport numba\nprint(json.dumps({{'pool': numba.config.NUMBA_NUM_THREADS}}))\n"
     planted = code.replace(f"import {first}", f"import graphblas; graphblas.binary; import {first}")
-    found, fault = _run_each((code, env), (planted, env))
+    return [(code, env), (planted, env)]
+
+
+@pytest.mark.parametrize("first", ["sparsewire.spgemm.semirings", "sparsewire.apps.graphs", "sparsewire.distributed.spgemm"])
+@pytest.mark.prefetch(lambda first: functools.partial(_run_each, *_graphblas_first_runs(first)))
+def test_python_graphblas_which_imports_numba_loads_after_the_pool_is_sized(first, prefetched):
+    """python-graphblas imports Numba: loaded first, it fixed the pool at the core count, and a plan with more threads
+    than cores then failed; every module loads it through spgemm/graphblas_loader.py."""
+    found, fault = prefetched
     assert found["pool"] >= 64
     assert fault["pool"] == os.cpu_count()  # the fault it guards against
 
 
-@pytest.mark.parametrize("graphblas_first", [False, True])
-def test_graphblas_runs_the_threads_the_rank_chose_whether_it_loads_before_or_after_the_limit(graphblas_first):
-    """The threads limit leaves python-graphblas unloaded (SpMM and training never use it) and the package's loader
-    gives it the rank's thread count when it loads later; loaded before, the limit sets it at once."""
-    import os
-
+def _graphblas_threads_runs(graphblas_first: bool) -> list[tuple[str, dict]]:
+    """The threads python-graphblas runs at 3 and at 1 thread per rank, loaded before or after the limit."""
     env = {**os.environ, "SPARSEWIRE_THREADS_PER_RANK": "3"}
     code = (
         "import json, sys\n"
@@ -136,6 +147,14 @@ def test_graphblas_runs_the_threads_the_rank_chose_whether_it_loads_before_or_af
         "from sparsewire.spgemm.graphblas_loader import graphblas\n"
         "print(json.dumps({'threads': threads, 'loaded': loaded, 'nthreads': graphblas.ss.config['nthreads']}))\n"
     )
-    facts, one = _run_each((code, env), (code, {**env, "SPARSEWIRE_THREADS_PER_RANK": "1"}))
+    return [(code, env), (code, {**env, "SPARSEWIRE_THREADS_PER_RANK": "1"})]
+
+
+@pytest.mark.parametrize("graphblas_first", [False, True])
+@pytest.mark.prefetch(lambda graphblas_first: functools.partial(_run_each, *_graphblas_threads_runs(graphblas_first)))
+def test_graphblas_runs_the_threads_the_rank_chose_whether_it_loads_before_or_after_the_limit(graphblas_first, prefetched):
+    """The threads limit leaves python-graphblas unloaded (SpMM and training never use it) and the package's loader
+    gives it the rank's thread count when it loads later; loaded before, the limit sets it at once."""
+    facts, one = prefetched
     assert facts == {"threads": 3, "loaded": graphblas_first, "nthreads": 3}, facts
     assert one["nthreads"] == 1
