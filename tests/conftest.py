@@ -91,21 +91,31 @@ def _prefetch_run(item):
 
 class _Prefetch:
     """Commands that tests run in processes of their own (the analyses of the shared matrices, the fuzzers, the
-    collective cases' jobs), started in the background while the session goes on, in two lanes of one job at a
-    time each, in the order the session needs them. A test marked ``prefetch(command, timeout=...)``, where
-    ``command(**its parameters)`` gives the argument vector (or a function that runs the job), gets the finished
-    process from the ``prefetched`` fixture. The session runs the tests that start no mpiexec first, then the
-    prefetched ones (whose processes are done by then), then those that start mpiexec themselves, then the
-    prefetched ones marked ``prefetch(..., last=True)`` or ``side=True``, and last those marked ``alone``: they time
-    links or a job's end, so nothing runs beside them. One lane runs the jobs that start mpiexec (the one-rank jobs,
-    then the collective jobs marked ``last``, beside the mpiexec tests: those leave a core idle for much of their
-    time); the other runs the commands without mpiexec first, then the jobs marked ``side`` (the fault jobs, which
-    mostly wait for a failing job to end, and the four-rank collective job). Where no job starts mpiexec (the fast
-    tier), the two lanes share the commands, a module's to one lane."""
+    collective cases' jobs), started in the background while the session goes on, one at a time, in the order the
+    session needs them. A test marked ``prefetch(command, timeout=...)``, where ``command(**its parameters)`` gives
+    the argument vector (or a function that runs the job), gets the finished process from the ``prefetched`` fixture.
+    The session runs the tests that start no mpiexec first, then the prefetched ones (whose processes are done by
+    then), then those that start mpiexec themselves, then the prefetched ones marked ``prefetch(..., last=True)``
+    (the collective jobs at P = 2 and 3, run in the background meanwhile: the mpiexec tests leave a core idle for
+    much of their time) or ``side=True``, and last those marked ``alone``: they time links or a job's end, so nothing
+    runs beside them. The jobs marked ``side`` (the fault jobs, which mostly wait for a failing job to end, then the
+    four-rank collective job) run in a second lane, one at a time, from the first mpiexec test on."""
 
     def __init__(self) -> None:
-        self.lanes = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"prefetch-{lane}") for lane in ("mpi", "side")]
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+        self.side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch-side")
         self.futures: dict = {}
+        self.waiting: list = []  # the second lane's items, until the first mpiexec test starts them
+        self.second_phase: set = set()  # the node ids from the first mpiexec test on
+
+    def start_side(self) -> None:
+        """Start the second lane's jobs (once)."""
+        waiting, self.waiting = self.waiting, []
+        self.futures.update({item.nodeid: self.side.submit(_prefetch_run(item)) for item in waiting})
+
+    def pytest_runtest_setup(self, item):
+        if item.nodeid in self.second_phase:
+            self.start_side()
 
     @pytest.hookimpl(trylast=True)  # after -k and -m have deselected: only what runs is started
     def pytest_collection_modifyitems(self, config, items):
@@ -126,22 +136,21 @@ class _Prefetch:
 
         first = [item for item in items if not prefetch(item) and not mpi(item)]
         soon = [item for item in items if prefetch(item) and not marked(item, "last") and not marked(item, "side")]
+        soon.sort(key=mpi)  # (stable: the tests of the one-rank jobs after the others)
         own = [item for item in items if not prefetch(item) and mpi(item)]
         late = [item for item in items if marked(item, "last")]
-        side = [item for item in items if marked(item, "side")]
-        soon.sort(key=mpi)  # (stable: the tests of the one-rank jobs, the longest, after the others)
-        items[:] = first + soon + [item for item in own if not alone(item)] + late + side + [item for item in own if alone(item)]
-        queues = ([item for item in soon if mpi(item)] + late, [item for item in soon if not mpi(item)] + side)
-        if not queues[0]:  # no job starts mpiexec (the fast tier): each lane takes every other module's commands
-            modules = list(dict.fromkeys(item.module for item in queues[1]))
-            queues = tuple([item for item in queues[1] if modules.index(item.module) % 2 == lane] for lane in (0, 1))
-        for lane, queue in zip(self.lanes, queues):
-            runs = [(item.nodeid, _prefetch_run(item)) for item in queue]  # (every command made before the first starts)
-            self.futures.update({nodeid: lane.submit(run) for nodeid, run in runs})
+        self.waiting = [item for item in items if marked(item, "side")]
+        second = [item for item in own if not alone(item)] + late + self.waiting
+        items[:] = first + soon + second + [item for item in own if alone(item)]
+        self.second_phase = {item.nodeid for item in second}
+        # the longest first: the one-rank collective job is longer than the rest of the queue before the mpiexec tests
+        queue = sorted(soon, key=mpi, reverse=True) + late
+        runs = [(item.nodeid, _prefetch_run(item)) for item in queue]  # (every command made before the first starts)
+        self.futures = {nodeid: self.pool.submit(run) for nodeid, run in runs}
 
     def pytest_unconfigure(self, config):
-        for lane in self.lanes:
-            lane.shutdown(cancel_futures=True)
+        self.pool.shutdown(cancel_futures=True)
+        self.side.shutdown(cancel_futures=True)
 
 
 def pytest_configure(config):
@@ -156,7 +165,9 @@ def pytest_configure(config):
 @pytest.fixture
 def prefetched(request) -> subprocess.CompletedProcess:
     """The finished process of this test's ``prefetch`` command (run now where it was not started first)."""
-    future = request.config.pluginmanager.get_plugin("sparsewire-prefetch").futures.pop(request.node.nodeid, None)
+    plugin = request.config.pluginmanager.get_plugin("sparsewire-prefetch")
+    plugin.start_side()  # (a test of the second lane run alone, or before the first mpiexec test)
+    future = plugin.futures.pop(request.node.nodeid, None)
     return future.result() if future is not None else _prefetch_run(request.node)()
 
 
