@@ -166,7 +166,8 @@ def pytest_configure(config):
 def prefetched(request) -> subprocess.CompletedProcess:
     """The finished process of this test's ``prefetch`` command (run now where it was not started first)."""
     plugin = request.config.pluginmanager.get_plugin("sparsewire-prefetch")
-    plugin.start_side()  # (a test of the second lane run alone, or before the first mpiexec test)
+    if request.node.get_closest_marker("prefetch").kwargs.get("side", False):
+        plugin.start_side()  # (a test of the second lane where no mpiexec test ran before it)
     future = plugin.futures.pop(request.node.nodeid, None)
     return future.result() if future is not None else _prefetch_run(request.node)()
 

@@ -108,7 +108,7 @@ def test_advise_reports_every_row_and_recommends_the_least_predicted_time(tmp_pa
 
 #: The nonzeros of the most loaded of 32 ranks over the mean, per shared matrix and partitioner, as one JSON object.
 IMBALANCES_AT_32 = f"""
-import json, sys
+import json
 from pathlib import Path
 import sparsewire
 from sparsewire.partition import nnz_imbalance, partition
