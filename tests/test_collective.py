@@ -34,8 +34,8 @@ def collective_job(ranks: int) -> testing.Job:
 
 def beside(ranks: int):
     """The jobs run in the background (conftest's prefetch): the one-rank job beside the tests that start no mpiexec,
-    the others beside those that start their own, the four-rank one in the second lane (after the fault jobs)."""
-    return pytest.mark.prefetch(lambda ranks: functools.partial(collective_job, ranks), last=ranks in (2, 3), side=ranks == 4)
+    the others beside those that start their own."""
+    return pytest.mark.prefetch(lambda ranks: functools.partial(collective_job, ranks), last=ranks > 1)
 
 
 @pytest.mark.mpi

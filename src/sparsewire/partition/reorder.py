@@ -27,6 +27,7 @@ nonzeros (ties: the lowest part; empty columns spread evenly), so a B row lives 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -122,8 +123,29 @@ def _metis(graph: sp.csr_array, parts: int, weights: np.ndarray, imbalance: floa
         return np.minimum(np.searchsorted(bounds, np.arange(graph.shape[0]), side="right"), parts - 1).astype(np.int64)
     options = pymetis.Options(ufactor=max(1, int(round(imbalance * 1000))), seed=seed)
     adjacency = pymetis.CSRAdjacency(graph.indptr.astype(np.int64), graph.indices.astype(np.int64))
-    _, membership = pymetis.part_graph(parts, adjacency, vweights=weights.astype(np.int64), tpwgts=targets, options=options)
+    with _c_stdout_to_stderr():
+        _, membership = pymetis.part_graph(parts, adjacency, vweights=weights.astype(np.int64), tpwgts=targets, options=options)
     return np.asarray(membership, np.int64)
+
+
+@contextlib.contextmanager
+def _c_stdout_to_stderr():
+    """METIS prints its complaints with C's ``printf`` (a part left without vertices: "Cannot bisect a graph with 0
+    vertices"), which would land in a command's ``--json`` output: while it runs, file descriptor 1 is standard
+    error, and C's buffers are flushed before it is put back."""
+    import ctypes
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        ctypes.CDLL(None).fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _row_membership(method: str, matrix: sp.csr_array, parts: int, imbalance: float, seed: int, topology) -> np.ndarray:
