@@ -96,10 +96,10 @@ class _Prefetch:
     the argument vector (or a function that runs the job), gets the finished process from the ``prefetched`` fixture.
     The session runs the tests that start no mpiexec first, then the prefetched ones (whose processes are done by
     then), then those that start mpiexec themselves, then the prefetched ones marked ``prefetch(..., last=True)``
-    (the collective jobs at P = 2 and 3, run in the background meanwhile: the mpiexec tests leave a core idle for
+    (the collective jobs at P > 1, run in the background meanwhile: the mpiexec tests leave a core idle for
     much of their time) or ``side=True``, and last those marked ``alone``: they time links or a job's end, so nothing
-    runs beside them. The jobs marked ``side`` (the fault jobs, which mostly wait for a failing job to end, then the
-    four-rank collective job) run in a second lane, one at a time, from the first mpiexec test on."""
+    runs beside them. The jobs marked ``side`` (the fault jobs, which mostly wait for a failing job to end) run in a
+    second lane, one at a time, from the first mpiexec test on."""
 
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
