@@ -28,6 +28,9 @@ nonzeros (ties: the lowest part; empty columns spread evenly), so a B row lives 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -133,10 +136,6 @@ def _c_stdout_to_stderr():
     """METIS prints its complaints with C's ``printf`` (a part left without vertices: "Cannot bisect a graph with 0
     vertices"), which would land in a command's ``--json`` output: while it runs, file descriptor 1 is standard
     error, and C's buffers are flushed before it is put back."""
-    import ctypes
-    import os
-    import sys
-
     sys.stdout.flush()
     saved = os.dup(1)
     os.dup2(2, 1)
