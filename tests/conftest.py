@@ -164,12 +164,15 @@ def pytest_configure(config):
 
 @pytest.fixture
 def prefetched(request) -> subprocess.CompletedProcess:
-    """The finished process of this test's ``prefetch`` command (run now where it was not started first)."""
+    """The finished process of this test's ``prefetch`` command: run now, here, where its lane has not started it
+    yet (the lane goes on with the next one instead of this test waiting for those before it)."""
     plugin = request.config.pluginmanager.get_plugin("sparsewire-prefetch")
     if request.node.get_closest_marker("prefetch").kwargs.get("side", False):
         plugin.start_side()  # (a test of the second lane where no mpiexec test ran before it)
     future = plugin.futures.pop(request.node.nodeid, None)
-    return future.result() if future is not None else _prefetch_run(request.node)()
+    if future is None or future.cancel():  # (cancel() succeeds only for a command not started)
+        return _prefetch_run(request.node)()
+    return future.result()
 
 
 def pytest_collection_modifyitems(config, items):

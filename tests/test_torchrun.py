@@ -50,7 +50,8 @@ def mpiexec_gcn_losses(ranks: int) -> list[float]:
 
 @pytest.mark.mpi
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("ranks", [one_rank_beside(JOB_ARGUMENTS, timeout=540, launcher="torchrun"), 2, 3, 4])
+# (in the order of tests/test_collective.py's jobs, which leave the losses of mpiexec's runs)
+@pytest.mark.parametrize("ranks", [one_rank_beside(JOB_ARGUMENTS, timeout=540, launcher="torchrun"), 2, 4, 3])
 def test_a_torchrun_job_plans_runs_and_trains_without_mpi(ranks, request):
     found = parts(job_of(request, ranks, JOB_ARGUMENTS, timeout=540, launcher="torchrun"))
     launch = found["launch"]

@@ -14,6 +14,7 @@ import scipy.io
 import scipy.sparse as sp
 
 from sparsewire._lib import jit  # noqa: F401 - Numba's pool sized before a case module imports python-graphblas
+from sparsewire.testing import collective as harness
 from sparsewire.testing.collective import *  # noqa: F403 - the harness's hooks and fixtures (comm, shared_tmp)
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"  # optional: cases on it are skipped without it
@@ -23,6 +24,16 @@ SHARED_MATRICES = sorted(SHARED_DATA.glob("*.mtx.gz")) if SHARED_DATA.is_dir() e
 # (tests/exec/mpi_driver.py, tests/wire/transfer_driver.py); the trace format's rules beside the tracing tests.
 # The OGB fixtures are written by tests/io/ogb_files.py.
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / folder) for folder in ("exec", "profile", "wire", "io")]
+
+
+#: Run first in every job: tests/test_torchrun.py reads the losses it leaves while the rest of this job may still run.
+FIRST = "test_gcn_on_cora_leaves_its_losses_for_the_torchrun_jobs"
+
+
+def pytest_collection_modifyitems(config, items):
+    """:data:`FIRST` first, then the harness's own hook (the cases of this P, the same on every rank)."""
+    items.sort(key=lambda item: getattr(item, "originalname", "") != FIRST)
+    harness.pytest_collection_modifyitems(config, items)
 
 
 def on_rank_zero(comm, write, *args):

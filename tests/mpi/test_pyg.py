@@ -136,16 +136,9 @@ def test_converted_models_train_with_pyg_losses_epoch_by_epoch(comm, rng, name, 
     torch.manual_seed(int(rng.integers(1 << 30)))
     reference = Net(layers, widths).double()
     initial = {k: v.clone() for k, v in reference.state_dict().items()}
-    reference, whole = reference.to(device), data.to(device)
-    optimizer = torch.optim.Adam(reference.parameters(), lr=0.01)
-    expected = []
-    for _ in range(100):
-        optimizer.zero_grad()
-        out = reference(whole.x, whole.edge_index, whole.edge_weight)
-        loss = F.cross_entropy(out[whole.train_mask], whole.y[whole.train_mask])
-        loss.backward()
-        optimizer.step()
-        expected.append(loss.item())
+    # (PyG on one process, on rank 0 alone: the other ranks would train the same model again on the same cores)
+    single = one_process_run(reference.to(device), data.to(device)) if comm.Get_rank() == 0 else None
+    expected, trained, predicted_whole = comm.bcast(single)
 
     model = Net(layers, widths).double()  # other initial weights on each rank: convert takes rank 0's
     if comm.Get_rank() == 0:
@@ -167,15 +160,30 @@ def test_converted_models_train_with_pyg_losses_epoch_by_epoch(comm, rng, name, 
     # float64: rounding only, which Adam's normalised step raises over 100 epochs where a gradient is near zero
     # (2e-8 seen in a torchrun job of the same model): 1e-6, a tenth of what is asked
     assert max(abs(a - b) for a, b in zip(losses, expected)) < 1e-6
-    for key, value in reference.state_dict().items():
-        np.testing.assert_allclose(model.state_dict()[key].cpu().numpy(), value.cpu().numpy(), rtol=0, atol=1e-7, err_msg=key)
+    for key, value in trained.items():
+        np.testing.assert_allclose(model.state_dict()[key].cpu().numpy(), value, rtol=0, atol=1e-7, err_msg=key)
     model.eval()
     with torch.no_grad():
         predicted = local.gather(model(local.x, local.edge_index, local.edge_weight))
-        reference.eval()
-        np.testing.assert_allclose(predicted.cpu().numpy(), reference(whole.x, whole.edge_index, whole.edge_weight).cpu().numpy(),
-                                   rtol=0, atol=1e-7)  # fmt: skip
+        np.testing.assert_allclose(predicted.cpu().numpy(), predicted_whole, rtol=0, atol=1e-7)
     local.edge_index.close()
+
+
+def one_process_run(reference, whole) -> tuple[list[float], dict, np.ndarray]:
+    """PyG's 100 epochs of ``reference`` on the whole graph: the losses, the trained weights and the evaluated output."""
+    optimizer = torch.optim.Adam(reference.parameters(), lr=0.01)
+    losses = []
+    for _ in range(100):
+        optimizer.zero_grad()
+        out = reference(whole.x, whole.edge_index, whole.edge_weight)
+        loss = F.cross_entropy(out[whole.train_mask], whole.y[whole.train_mask])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    reference.eval()
+    with torch.no_grad():
+        output = reference(whole.x, whole.edge_index, whole.edge_weight).cpu().numpy()
+    return losses, {key: value.cpu().numpy() for key, value in reference.state_dict().items()}, output
 
 
 @pytest.mark.ranks(1, 3)

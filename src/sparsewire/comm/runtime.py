@@ -134,19 +134,35 @@ def mpi_messages_problem(comm, what: str) -> str | None:
 
 def node_ids(comm: MPI.Comm) -> np.ndarray:
     """Collective. For every rank of ``comm``, the lowest rank of ``comm`` on its node (the ranks
-    sharing its memory, ``MPI_COMM_TYPE_SHARED``): equal ids, same node."""
+    sharing its memory, ``MPI_COMM_TYPE_SHARED``): equal ids, same node.
+
+    An MPI communicator keeps the answer as an attribute of its own (``MPI_Comm_set_attr``, as PETSc keeps its inner
+    communicator): its ranks never change node, and every plan and executor asks again; finding it is three
+    collectives (a split, a reduction, a gather of P ids), the largest part of making a small plan. MPI drops the
+    attribute when the communicator is freed; a duplicate finds it anew."""
+    keyval = _node_ids_keyval() if isinstance(comm, MPI.Comm) else None
+    cached = comm.Get_attr(keyval) if keyval is not None else None
+    if cached is not None:
+        return cached.copy()
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     leader = node.allreduce(comm.Get_rank(), op=MPI.MIN)
     node.Free()
-    return np.asarray(comm.allgather(leader), np.int64)
+    ids = np.asarray(comm.allgather(leader), np.int64)
+    if keyval is not None:
+        comm.Set_attr(keyval, ids.copy())
+    return ids
+
+
+@functools.cache
+def _node_ids_keyval() -> int:
+    """The attribute key under which an MPI communicator keeps its :func:`node_ids`."""
+    return MPI.Comm.Create_keyval()
 
 
 def ranks_on_node(comm: MPI.Comm) -> int:
     """Collective. How many ranks of ``comm`` share this rank's node (its shared memory)."""
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    size = node.Get_size()
-    node.Free()
-    return size
+    ids = node_ids(comm)
+    return int((ids == ids[comm.Get_rank()]).sum())
 
 
 def limit_threads_per_rank(comm: MPI.Comm) -> int:
