@@ -9,11 +9,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+from session_results import RESULTS_VARIABLE
 
 from sparsewire import testing
 from sparsewire.testing.jobs import JOB_ENVIRONMENT
@@ -78,6 +79,23 @@ def pytest_ignore_collect(collection_path, config):
     return None if named else True
 
 
+#: The collective job that starts before collection (:meth:`_Prefetch.pytest_sessionstart`).
+HEAD_START = "tests/test_collective.py::test_collective_cases[1]"
+#: Seconds one collective job may take: every case at that P in turn (each case has pytest-timeout's 300 s as well).
+COLLECTIVE_JOB_SECONDS = 1500
+
+
+def collective_job(ranks: int) -> testing.Job:
+    """``mpiexec -n RANKS python -m pytest tests/mpi`` (tests/test_collective.py) with the seed the whole run prints,
+    and the session's folder for what its cases leave for other tests."""
+    # (no case uses Hypothesis: its plugin's import at the end cost 3 s of each rank's time)
+    arguments = ["-m", "pytest", "tests/mpi", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+    environment = {"SPARSEWIRE_TEST_SEED": str(_seed()), RESULTS_VARIABLE: str(results_folder())}
+    # (their ranks share the cores with the session's other tests: those that wait sleep instead of spinning)
+    environment.update(testing.SLEEPING_WAITS)
+    return testing.run_job(ranks, arguments, timeout=COLLECTIVE_JOB_SECONDS, env=environment, cwd=ROOT)
+
+
 def _prefetch_run(item):
     """The call that runs ``item``'s ``prefetch`` command: ``subprocess.run`` with its arguments, or the command itself
     where it is a function (a job of :func:`sparsewire.testing.run_job`)."""
@@ -89,24 +107,62 @@ def _prefetch_run(item):
     return functools.partial(subprocess.run, [str(arg) for arg in command], **options)
 
 
+def _run_here(item) -> Future:
+    """``item``'s command run in this thread, as a finished future."""
+    done = Future()
+    try:
+        done.set_result(_prefetch_run(item)())
+    except Exception as error:  # (raised again where its test asks for the result)
+        done.set_exception(error)
+    return done
+
+
 class _Prefetch:
     """Commands that tests run in processes of their own (the analyses of the shared matrices, the fuzzers, the
-    collective cases' jobs), started in the background while the session goes on, one at a time, in the order the
-    session needs them. A test marked ``prefetch(command, timeout=...)``, where ``command(**its parameters)`` gives
-    the argument vector (or a function that runs the job), gets the finished process from the ``prefetched`` fixture.
-    The session runs the tests that start no mpiexec first, then the prefetched ones (whose processes are done by
-    then), then those that start mpiexec themselves, then the prefetched ones marked ``prefetch(..., last=True)``
-    (the collective jobs at P > 1, run in the background meanwhile: the mpiexec tests leave a core idle for
-    much of their time) or ``side=True``, and last those marked ``alone``: they time links or a job's end, so nothing
-    runs beside them. The jobs marked ``side`` (the fault jobs, which mostly wait for a failing job to end) run in a
-    second lane, one at a time, from the first mpiexec test on."""
+    collective cases' jobs), started in the background while the session goes on, one at a time (a test that needs
+    one the lane has not started runs it itself, and one that waits for the lane runs the lane's next ones). A test
+    marked ``prefetch(command, timeout=...)``, where ``command(**its parameters)`` gives the argument vector (or a
+    function that runs the job), gets the finished process from the ``prefetched`` fixture. The session runs the
+    tests that start no mpiexec first, then the prefetched ones (whose processes are done by then), then those that
+    start mpiexec themselves, then the prefetched ones marked ``prefetch(..., last=True)`` (the collective jobs at P
+    > 1, run in the background meanwhile: the mpiexec tests leave a core idle for much of their time) or
+    ``side=True``, and last those marked ``alone``: they time links or a job's end, so nothing runs beside them. The
+    jobs marked ``side`` (the fault jobs, which mostly wait for a failing job to end) run in a second lane, one at a
+    time, from the first mpiexec test on."""
 
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
         self.side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch-side")
         self.futures: dict = {}
+        self.groups: dict = {}  # node id: "soon" or "late" (what a waiting test may run of the lane's queue)
+        self.items: dict = {}  # node id: item, for the commands of the lane
         self.waiting: list = []  # the second lane's items, until the first mpiexec test starts them
         self.second_phase: set = set()  # the node ids from the first mpiexec test on
+
+    def pytest_sessionstart(self, session):
+        """The one-rank collective job starts now, before collection, where the session runs the whole suite (no
+        paths, -k or -m given): the longest of the first commands, on a core that collection leaves idle."""
+        config = session.config
+        whole = config.args_source is pytest.Config.ArgsSource.TESTPATHS and not config.option.keyword
+        if whole and not config.option.markexpr and not config.option.collectonly and not config.option.lf:
+            self.futures[HEAD_START] = self.pool.submit(collective_job, 1)
+
+    def result(self, item):
+        """The finished process of ``item``'s command: run here if the lane has not started it; else, while the lane
+        runs it, the lane's next commands of the same group not yet started are run here (their processes kept for
+        their tests), so that neither core waits while work is queued."""
+        future = self.futures.pop(item.nodeid, None)
+        if future is None or future.cancel():  # (cancel() succeeds only for a command not started)
+            return _prefetch_run(item)()
+        group = self.groups.get(item.nodeid)
+        while group is not None and not future.done():
+            queued = [node for node, other in self.futures.items() if self.groups.get(node) == group and not other.running()]
+            queued = [node for node in queued if not self.futures[node].done()]
+            if not queued:
+                break
+            if self.futures[queued[0]].cancel():
+                self.futures[queued[0]] = _run_here(self.items[queued[0]])
+        return future.result()
 
     def start_side(self) -> None:
         """Start the second lane's jobs (once)."""
@@ -143,10 +199,15 @@ class _Prefetch:
         second = [item for item in own if not alone(item)] + late + self.waiting
         items[:] = first + soon + second + [item for item in own if alone(item)]
         self.second_phase = {item.nodeid for item in second}
-        # the longest first: the one-rank collective job is longer than the rest of the queue before the mpiexec tests
-        queue = sorted(soon, key=mpi, reverse=True) + late
-        runs = [(item.nodeid, _prefetch_run(item)) for item in queue]  # (every command made before the first starts)
-        self.futures = {nodeid: self.pool.submit(run) for nodeid, run in runs}
+        # in the order the session needs them (after the head start)
+        queue = soon + late
+        self.items = {item.nodeid: item for item in queue}
+        self.groups = {item.nodeid: "soon" for item in soon} | {item.nodeid: "late" for item in late}
+        started = {nodeid: future for nodeid, future in self.futures.items() if nodeid in {item.nodeid for item in items}}
+        for nodeid in set(self.futures) - set(started):  # (a head start that collection left out: not needed)
+            self.futures[nodeid].cancel()
+        runs = [(item.nodeid, _prefetch_run(item)) for item in queue if item.nodeid not in started]
+        self.futures = started | {nodeid: self.pool.submit(run) for nodeid, run in runs}  # (commands made before any)
 
     def pytest_unconfigure(self, config):
         self.pool.shutdown(cancel_futures=True)
@@ -164,15 +225,11 @@ def pytest_configure(config):
 
 @pytest.fixture
 def prefetched(request) -> subprocess.CompletedProcess:
-    """The finished process of this test's ``prefetch`` command: run now, here, where its lane has not started it
-    yet (the lane goes on with the next one instead of this test waiting for those before it)."""
+    """The finished process of this test's ``prefetch`` command (:meth:`_Prefetch.result`)."""
     plugin = request.config.pluginmanager.get_plugin("sparsewire-prefetch")
     if request.node.get_closest_marker("prefetch").kwargs.get("side", False):
         plugin.start_side()  # (a test of the second lane where no mpiexec test ran before it)
-    future = plugin.futures.pop(request.node.nodeid, None)
-    if future is None or future.cancel():  # (cancel() succeeds only for a command not started)
-        return _prefetch_run(request.node)()
-    return future.result()
+    return plugin.result(request.node)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -10,28 +10,13 @@ import functools
 import re
 
 import pytest
-from session_results import RESULTS_VARIABLE
 
-from conftest import ROOT, _seed, results_folder, run_mpi
-from sparsewire import testing
+from conftest import COLLECTIVE_JOB_SECONDS, collective_job, run_mpi
 
 #: The rank counts the collective cases run at; each case says which of them it needs (``@pytest.mark.ranks``).
 #: (P = 4 before the longest, P = 3: each job leaves the losses that tests/test_torchrun.py's job at its P is
 #: held to, and the torchrun tests run while these jobs run, in this order)
 RANK_COUNTS = (1, 2, 4, 3)
-#: Seconds one job may take: every case at that P in turn (each case has pytest-timeout's 300 s as well).
-JOB_SECONDS = 1500
-
-
-def collective_job(ranks: int) -> testing.Job:
-    """``mpiexec -n RANKS python -m pytest tests/mpi`` with the seed the whole run prints, and the session's folder
-    for what its cases leave for other tests."""
-    # (no case uses Hypothesis: its plugin's import at the end cost 3 s of each rank's time)
-    arguments = ["-m", "pytest", "tests/mpi", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
-    environment = {"SPARSEWIRE_TEST_SEED": str(_seed()), RESULTS_VARIABLE: str(results_folder())}
-    # (their ranks share the cores with the session's other tests: those that wait sleep instead of spinning)
-    environment.update(testing.SLEEPING_WAITS)
-    return testing.run_job(ranks, arguments, timeout=JOB_SECONDS, env=environment, cwd=ROOT)
 
 
 def beside(ranks: int):
@@ -41,7 +26,7 @@ def beside(ranks: int):
 
 
 @pytest.mark.mpi
-@pytest.mark.timeout(JOB_SECONDS + 60)
+@pytest.mark.timeout(COLLECTIVE_JOB_SECONDS + 60)
 @pytest.mark.parametrize("ranks", [pytest.param(ranks, marks=beside(ranks)) for ranks in RANK_COUNTS])
 def test_collective_cases(ranks, request):
     job = request.getfixturevalue("prefetched")

@@ -74,6 +74,26 @@ def command(comm, capsys):
     return run
 
 
+@pytest.fixture
+def refusal(comm, capsys):
+    """The error line of ``sparsewire ARGS`` refused as ``mpiexec -n P sparsewire ARGS`` refuses it, run in this
+    process on every rank of this job: asserts the exit status 2 on every rank and one ``sparsewire: error:`` line in
+    all, printed by rank 0 alone (a job of its own: tests/exec/test_executor_mpi.py, tests/spgemm/test_spgemm_mpi.py)."""
+    from sparsewire.cli import main
+
+    def run(*args: str) -> str:
+        capsys.readouterr()
+        status = main(list(args))
+        _, err = capsys.readouterr()
+        statuses = comm.allgather(status)
+        errors = comm.allgather([line for line in err.splitlines() if line.startswith("sparsewire: error:")])
+        assert statuses == [2] * comm.Get_size(), f"{args}: statuses {statuses}, {err[-2000:]}"
+        assert len(errors[0]) == 1 and not any(errors[1:]), f"{args}: error lines by rank {errors}"
+        return errors[0][0]
+
+    return run
+
+
 def slow_link_topology(path: Path, rank_groups: list[int]) -> Path:
     """A measured-network record (``sparsewire calibrate --network``'s format) at ``path``: the ranks in the groups
     ``rank_groups``, 50 GB/s inside a group and 100 Mbit/s (12.5 MB/s) between groups (slow enough that coding pays there
