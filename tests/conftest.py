@@ -85,11 +85,11 @@ HEAD_START = "tests/test_collective.py::test_collective_cases[1]"
 COLLECTIVE_JOB_SECONDS = 1500
 
 
-def collective_job(ranks: int) -> testing.Job:
-    """``mpiexec -n RANKS python -m pytest tests/mpi`` (tests/test_collective.py) with the seed the whole run prints,
-    and the session's folder for what its cases leave for other tests."""
+def collective_job(ranks: int, files: tuple[str, ...] = ("tests/mpi",)) -> testing.Job:
+    """``mpiexec -n RANKS python -m pytest FILES`` (tests/test_collective.py: the cases of tests/mpi, or of some of its
+    files) with the seed the whole run prints, and the session's folder for what its cases leave for other tests."""
     # (no case uses Hypothesis: its plugin's import at the end cost 3 s of each rank's time)
-    arguments = ["-m", "pytest", "tests/mpi", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+    arguments = ["-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
     environment = {"SPARSEWIRE_TEST_SEED": str(_seed()), RESULTS_VARIABLE: str(results_folder())}
     # (their ranks share the cores with the session's other tests: those that wait sleep instead of spinning)
     environment.update(testing.SLEEPING_WAITS)

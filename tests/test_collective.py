@@ -11,29 +11,44 @@ import re
 
 import pytest
 
-from conftest import COLLECTIVE_JOB_SECONDS, collective_job, run_mpi
+from conftest import COLLECTIVE, COLLECTIVE_JOB_SECONDS, collective_job, run_mpi
 
 #: The rank counts the collective cases run at; each case says which of them it needs (``@pytest.mark.ranks``).
 #: (P = 4 before the longest, P = 3: each job leaves the losses that tests/test_torchrun.py's job at its P is
 #: held to, and the torchrun tests run while these jobs run, in this order)
 RANK_COUNTS = (1, 2, 4, 3)
+#: P = 3, the last and longest job, runs as two: the cases of these files in the second, so that the session, waiting
+#: for the first at its end, runs the second meanwhile (conftest's prefetch) and both cores work.
+SECOND_AT_THREE = ("test_executor.py", "test_spgemm.py", "test_partitions.py", "test_transfer_paths.py", "test_sddmm.py")
+
+
+def jobs() -> list:
+    """``(ranks, files)`` of each collective job, as test parameters (``3`` and ``3-second`` at P = 3)."""
+    second = tuple(f"tests/mpi/{name}" for name in SECOND_AT_THREE)
+    first = tuple(f"tests/mpi/{path.name}" for path in sorted(COLLECTIVE.glob("test_*.py")) if path.name not in SECOND_AT_THREE)
+    parts = [(ranks, ("tests/mpi",), str(ranks)) for ranks in RANK_COUNTS if ranks != 3] + [
+        (3, first, "3"),
+        (3, second, "3-second"),
+    ]
+    return [pytest.param(ranks, files, id=name, marks=beside(ranks)) for ranks, files, name in parts]
 
 
 def beside(ranks: int):
     """The jobs run in the background (conftest's prefetch): the one-rank job beside the tests that start no mpiexec,
     the others beside those that start their own."""
-    return pytest.mark.prefetch(lambda ranks: functools.partial(collective_job, ranks), last=ranks > 1)
+    return pytest.mark.prefetch(lambda ranks, files: functools.partial(collective_job, ranks, files), last=ranks > 1)
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(COLLECTIVE_JOB_SECONDS + 60)
-@pytest.mark.parametrize("ranks", [pytest.param(ranks, marks=beside(ranks)) for ranks in RANK_COUNTS])
-def test_collective_cases(ranks, request):
+@pytest.mark.parametrize("ranks, files", jobs())
+def test_collective_cases(ranks, files, request):
     job = request.getfixturevalue("prefetched")
     summary = job.stdout.strip().splitlines()[-1] if job.stdout.strip() else ""
     failures = [line for line in job.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
     # (the standard error's last 30,000 characters: every rank's stack dump where a case ran past its limit)
-    assert job.returncode == 0, "\n".join([f"P = {ranks}: {summary}", *failures, job.stdout[-12000:], job.stderr[-30000:]])
+    where = f"P = {ranks}, {' '.join(files)}"
+    assert job.returncode == 0, "\n".join([f"{where}: {summary}", *failures, job.stdout[-12000:], job.stderr[-30000:]])
     passed = re.search(r"(\d+) passed", summary)
     assert passed and int(passed.group(1)) > 0, job.stdout[-3000:]
     assert "failed" not in summary and "error" not in summary, summary
