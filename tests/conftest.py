@@ -156,8 +156,8 @@ class _Prefetch:
             return _prefetch_run(item)()
         group = self.groups.get(item.nodeid)
         while group is not None and not future.done():
-            queued = [node for node, other in self.futures.items() if self.groups.get(node) == group and not other.running()]
-            queued = [node for node in queued if not self.futures[node].done()]
+            queued = [node for node, other in self.futures.items() if self.groups.get(node) == group and not other.done()]
+            queued = [node for node in queued if not self.futures[node].running()]
             if not queued:
                 break
             if self.futures[queued[0]].cancel():
@@ -204,7 +204,7 @@ class _Prefetch:
         self.items = {item.nodeid: item for item in queue}
         self.groups = {item.nodeid: "soon" for item in soon} | {item.nodeid: "late" for item in late}
         started = {nodeid: future for nodeid, future in self.futures.items() if nodeid in {item.nodeid for item in items}}
-        for nodeid in set(self.futures) - set(started):  # (a head start that collection left out: not needed)
+        for nodeid in set(self.futures) - set(started):  # (a head start collection left out: dropped if not yet started)
             self.futures[nodeid].cancel()
         runs = [(item.nodeid, _prefetch_run(item)) for item in queue if item.nodeid not in started]
         self.futures = started | {nodeid: self.pool.submit(run) for nodeid, run in runs}  # (commands made before any)

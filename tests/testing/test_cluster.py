@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -227,6 +228,20 @@ def test_every_strategy_and_mode_is_exact_across_nodes_and_the_links_carry_what_
     assert inter_node > 0 and grown >= inter_node, (grown, inter_node)
 
 
+_BOTH: dict = {}
+
+
+def _both_transports(down_seconds: float | None, multiplies: int, wait_timeout: float = WAIT_TIMEOUT) -> dict:
+    """:func:`_run_with_link_fault` on the MPI and the torch transport at once, each on a cluster of its own (the runs
+    mostly wait, for the link or the wait's bound), made by the first test that asks and kept for the other."""
+    key = (down_seconds, multiplies, wait_timeout)
+    if key not in _BOTH:
+        with ThreadPoolExecutor(2) as pool:
+            runs = {t: pool.submit(_run_with_link_fault, t, down_seconds, multiplies, wait_timeout) for t in ("mpi", "torch")}
+            _BOTH[key] = {transport: run.result() for transport, run in runs.items()}
+    return _BOTH[key]
+
+
 def _run_with_link_fault(transport: str, down_seconds: float | None, multiplies: int, wait_timeout: float = WAIT_TIMEOUT):
     """Start the driver on 2 nodes x 2 ranks at 1 Gbit/s, take node 1's link down once the
     multiplies run (for good when ``down_seconds`` is None), and finish the job."""
@@ -259,7 +274,7 @@ def _run_with_link_fault(transport: str, down_seconds: float | None, multiplies:
 @needs_cluster
 @pytest.mark.parametrize("transport", ["mpi", "torch"])
 def test_a_link_down_for_good_ends_the_job_naming_the_rank_peer_link_and_bytes(transport):
-    result, out, err, ended_after = _run_with_link_fault(transport, None, multiplies=10**7)
+    result, out, err, ended_after = _both_transports(None, multiplies=10**7)[transport]
     EXIT_TIMES.append(
         f"emulated link down for good, {transport}: every process on the nodes ended {ended_after:.1f} s after "
         f"(the wait's bound {WAIT_TIMEOUT:g} s; the test's limit {ENDED_WITHIN:g} s)"
@@ -285,7 +300,7 @@ def test_a_link_down_for_5_seconds_and_back_lets_the_run_finish_exact(transport)
     # After 5 s without a link, TCP's doubling retransmission timer (0.2, 0.4, ... 3.2, 6.4 s) can
     # leave it silent up to about 6 s more: a 10 s wait bound ended this run once in CI (10.3 s).
     # The bound here is 30 s; the dead-link test above keeps 10.
-    result, out, err, ended_after = _run_with_link_fault(transport, 5.0, multiplies=1500, wait_timeout=30.0)
+    result, out, err, ended_after = _both_transports(5.0, multiplies=1500, wait_timeout=30.0)[transport]
     assert result.returncode == 0 and not result.timed_out, err[-3000:]
     assert "CHECK passed" in out, out + err[-3000:]
     assert ended_after > 5.0  # the multiplies were still running when the link went down

@@ -42,6 +42,7 @@ that skip.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -62,6 +63,7 @@ __all__ = ["EmulatedCluster", "parse_rate", "bucket_bytes", "unavailable_reason"
 
 INTERFACE = "swemu0"  # each node's link, inside its namespace
 _SUBNET = "10.200.0"
+_CLUSTERS = itertools.count()
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gbit|mbit|kbit)\s*$", re.IGNORECASE)
 _UNITS = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}
 
@@ -122,7 +124,7 @@ def unavailable_reason() -> str | None:
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
             return f"the '{tool}' command is missing (Debian: apt-get install iproute2)"
-    probe = f"swprobe{os.getpid()}"
+    probe = f"swprobe{os.getpid()}-{next(_CLUSTERS)}"  # (clusters made at once in one process probe apart)
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode != 0:
         return f"'ip netns add' failed: {made.stderr.strip() or made.returncode}"
@@ -156,7 +158,7 @@ class EmulatedCluster:
         self.rate_bits = parse_rate(rate)
         self.delay_us = delay_us
         self.mtu = mtu
-        self.prefix = f"swe{os.getpid()}"
+        self.prefix = f"swe{os.getpid()}-{next(_CLUSTERS)}"  # (one process may hold several clusters at once)
         self.namespaces = [f"{self.prefix}-n{i}" for i in range(nodes)]
         self.switch = f"{self.prefix}-sw" if nodes > 2 or delay_us is not None else None
         # The nodes share this machine's cores: each counts its share, so a rank's default
