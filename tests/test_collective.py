@@ -1,4 +1,5 @@
-"""The collective cases of tests/mpi, one job per rank count: ``mpiexec -n P python -m pytest tests/mpi``.
+"""The collective cases of tests/mpi, one job per rank count (two at P = 3, by file): ``mpiexec -n P python -m
+pytest tests/mpi``.
 
 A failing case is named in the job's summary (``FAILED tests/mpi/...::case``) with the ranks it failed on;
 one case runs alone as ``mpiexec -n P python -m pytest tests/mpi/FILE::CASE``. Jobs that must fail, be

@@ -1,5 +1,6 @@
 """The collective cases run on every rank of one job per rank count: tests/test_collective.py starts
-``mpiexec -n P python -m pytest tests/mpi`` for P = 1 to 4, and one case runs alone as
+``mpiexec -n P python -m pytest tests/mpi`` for P = 1 to 4 (at P = 3 as two jobs, each with some of the files), and
+one case runs alone as
 ``mpiexec -n 3 python -m pytest tests/mpi/test_api.py::test_roundtrip`` (the harness:
 :mod:`sparsewire.testing.collective`)."""
 
