@@ -649,13 +649,19 @@ def test_hand_edited_network_records_from_hypothesis_are_refused_in_one_line_nam
     check()
 
 
+#: The calibration's repetitions and streamed message size here: half its defaults' (10, 4 MiB), a quarter of the bytes
+#: through the links (half a message is still more than the token bucket passes at once at 5 Gbit/s).
+REPEAT = 5
+SMALL_CALIBRATION = ["--repeat", str(REPEAT), "--message-bytes", str(2 << 20)]
+
+
 @pytest.mark.mpi
 @pytest.mark.skipif(unavailable_reason() is not None, reason=f"no emulated cluster: {unavailable_reason()}")
 @pytest.mark.parametrize("rate, bits", [("1gbit", 1e9), ("5gbit", 5e9)])
 def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, bits, tmp_path):
     path = tmp_path / "net.json"
     with EmulatedCluster(2, rate) as cluster:
-        command = [sys.executable, "-m", "sparsewire", "calibrate", "--network", "--output", str(path), "--repeat", "10"]
+        command = [sys.executable, "-m", "sparsewire", "calibrate", "--network", "--output", str(path), *SMALL_CALIBRATION]
         result = cluster.run(2, command, timeout=300, env=CHILD_ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads(path.read_text())
@@ -677,7 +683,7 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     # through the idle instead of spinning: 0-0.6); without the idle 0.04-0.07. At 5 Gbit/s the bucket drains in 1 ms,
     # inside the jitter of two busy cores: measured 0-0.6, so only the upper bound holds there
     burst = inter["burst"]
-    assert burst["flows"] == [[0, 2], [0, 3], [1, 2], [1, 3]] and burst["repeat"] == 40, burst
+    assert burst["flows"] == [[0, 2], [0, 3], [1, 2], [1, 3]] and burst["repeat"] == 4 * REPEAT, burst
     lowest = 0.1 if bits == 1e9 else 0.0
     assert lowest * bucket_bytes(rate) <= inter["burst_bytes"] <= 1.4 * bucket_bytes(rate), inter
     if bits == 1e9:
@@ -688,7 +694,8 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     # full suite, against 1.75 MB of buckets): 2 ms of both links' rate more there
     jitter = 0.0 if bits == 1e9 else 2 * 0.002 * bits / 8
     assert 0 <= inter["aggregate_burst_bytes"] <= 1.4 * 2 * bucket_bytes(rate) + jitter, inter
-    assert inter["aggregate_burst"]["repeat"] == 40 and topology.levels[1].link.aggregate_burst == inter["aggregate_burst_bytes"]
+    assert inter["aggregate_burst"]["repeat"] == 4 * REPEAT
+    assert topology.levels[1].link.aggregate_burst == inter["aggregate_burst_bytes"]
     # every rank to every rank of the other node at once, both ways: at 1 Gbit/s the link's rate each way (the
     # cores keep up), at 5 Gbit/s no more than that (measured 0.87-0.99 GB/s of the 1.2 both ways on this 2-core VM)
     assert inter["aggregate_flows"] == [[0, 2], [0, 3], [1, 2], [1, 3], [2, 0], [2, 1], [3, 0], [3, 1]]
@@ -714,6 +721,6 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     # how much of a stream every node sends at once hides behind the kernel: a fraction, from its three medians
     overlap = inter["overlap"]
     assert 0 <= overlap["fraction"] <= 1 and topology.overlap == overlap["fraction"], overlap
-    assert overlap["repeat"] == 20 and overlap["message_bytes"] >= 1 << 16, overlap
+    assert overlap["repeat"] == 2 * REPEAT and overlap["message_bytes"] >= 1 << 16, overlap
     times = (overlap["stream_seconds"], overlap["work_seconds"], overlap["together_seconds"])
     assert overlap["fraction"] == hidden_fraction(*times) and min(times) > 0, overlap

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -228,23 +229,36 @@ def test_every_strategy_and_mode_is_exact_across_nodes_and_the_links_carry_what_
     assert inter_node > 0 and grown >= inter_node, (grown, inter_node)
 
 
-_BOTH: dict = {}
+#: The link faults each test checks: (the seconds the link stays down, None for good; multiplies; the wait's bound).
+DOWN_FOR_GOOD = (None, 10**7, WAIT_TIMEOUT)
+# (After 5 s without a link, TCP's doubling retransmission timer (0.2, 0.4, ... 3.2, 6.4 s) can leave it silent up
+# to about 6 s more: a 10 s wait bound ended this run once in CI (10.3 s). The bound there is 30 s.)
+DOWN_AND_BACK = (5.0, 1500, 30.0)
+_FAULT_RUNS: dict = {}
 
 
-def _both_transports(down_seconds: float | None, multiplies: int, wait_timeout: float = WAIT_TIMEOUT) -> dict:
-    """:func:`_run_with_link_fault` on the MPI and the torch transport at once, each on a cluster of its own (the runs
-    mostly wait, for the link or the wait's bound), made by the first test that asks and kept for the other."""
-    key = (down_seconds, multiplies, wait_timeout)
-    if key not in _BOTH:
-        with ThreadPoolExecutor(2) as pool:
-            runs = {t: pool.submit(_run_with_link_fault, t, down_seconds, multiplies, wait_timeout) for t in ("mpi", "torch")}
-            _BOTH[key] = {transport: run.result() for transport, run in runs.items()}
-    return _BOTH[key]
+def _link_fault_run(fault: tuple, transport: str):
+    """:func:`_run_with_link_fault` of ``fault`` on ``transport``, each on a cluster of its own. The first test that
+    asks runs all four: both transports' links down for good at once, and once both links are down (the runs then
+    wait out the wait's bound) both transports' links down and back. Started all at once, 16 ranks on the 2 cores
+    starved the torch transport's ranks past the 10 s bound before the link went down."""
+    if not _FAULT_RUNS:
+        with ThreadPoolExecutor(4) as pool:
+            down = {name: threading.Event() for name in ("mpi", "torch")}
+            runs = {(DOWN_FOR_GOOD, name): pool.submit(_run_with_link_fault, name, *DOWN_FOR_GOOD, down[name]) for name in down}
+            for name, event in down.items():
+                while not event.wait(0.2) and not runs[DOWN_FOR_GOOD, name].done():
+                    pass
+            runs |= {(DOWN_AND_BACK, name): pool.submit(_run_with_link_fault, name, *DOWN_AND_BACK) for name in down}
+            _FAULT_RUNS.update({key: run.result() for key, run in runs.items()})
+    return _FAULT_RUNS[fault, transport]
 
 
-def _run_with_link_fault(transport: str, down_seconds: float | None, multiplies: int, wait_timeout: float = WAIT_TIMEOUT):
+def _run_with_link_fault(
+    transport: str, down_seconds: float | None, multiplies: int, wait_timeout: float, went: threading.Event | None = None
+):
     """Start the driver on 2 nodes x 2 ranks at 1 Gbit/s, take node 1's link down once the
-    multiplies run (for good when ``down_seconds`` is None), and finish the job."""
+    multiplies run (for good when ``down_seconds`` is None; ``went`` is set then), and finish the job."""
     with EmulatedCluster(2, "1gbit") as cluster, open("/dev/null") as nothing:
         import tempfile
 
@@ -258,6 +272,8 @@ def _run_with_link_fault(transport: str, down_seconds: float | None, multiplies:
             time.sleep(1.0)
             cluster.set_link(1, False)
             went_down = time.monotonic()
+            if went is not None:
+                went.set()
             if down_seconds is not None:
                 time.sleep(down_seconds)
                 cluster.set_link(1, True)
@@ -274,13 +290,15 @@ def _run_with_link_fault(transport: str, down_seconds: float | None, multiplies:
 @needs_cluster
 @pytest.mark.parametrize("transport", ["mpi", "torch"])
 def test_a_link_down_for_good_ends_the_job_naming_the_rank_peer_link_and_bytes(transport):
-    result, out, err, ended_after = _both_transports(None, multiplies=10**7)[transport]
+    result, out, err, ended_after = _link_fault_run(DOWN_FOR_GOOD, transport)
     EXIT_TIMES.append(
         f"emulated link down for good, {transport}: every process on the nodes ended {ended_after:.1f} s after "
         f"(the wait's bound {WAIT_TIMEOUT:g} s; the test's limit {ENDED_WITHIN:g} s)"
     )
     assert not result.timed_out, err[-3000:]
     assert result.returncode != 0 and ended_after <= ENDED_WITHIN, (result.returncode, ended_after, err[-3000:])
+    # ended by the wait's bound after the link went down, not by anything before it
+    assert ended_after >= WAIT_TIMEOUT - 1, (ended_after, err[-3000:])
     assert result.left_running == [], "processes still running on the emulated nodes at the bound + 10 s"
     messages = [line for line in err.splitlines() if "no message arrived for" in line]
     assert messages, err[-3000:]
@@ -297,10 +315,7 @@ def test_a_link_down_for_good_ends_the_job_naming_the_rank_peer_link_and_bytes(t
 @needs_cluster
 @pytest.mark.parametrize("transport", ["mpi", "torch"])
 def test_a_link_down_for_5_seconds_and_back_lets_the_run_finish_exact(transport):
-    # After 5 s without a link, TCP's doubling retransmission timer (0.2, 0.4, ... 3.2, 6.4 s) can
-    # leave it silent up to about 6 s more: a 10 s wait bound ended this run once in CI (10.3 s).
-    # The bound here is 30 s; the dead-link test above keeps 10.
-    result, out, err, ended_after = _both_transports(5.0, multiplies=1500, wait_timeout=30.0)[transport]
+    result, out, err, ended_after = _link_fault_run(DOWN_AND_BACK, transport)
     assert result.returncode == 0 and not result.timed_out, err[-3000:]
     assert "CHECK passed" in out, out + err[-3000:]
     assert ended_after > 5.0  # the multiplies were still running when the link went down
