@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CHILD_ENV, ROOT, mpiexec_path
+from sparsewire import testing
 
 README = (ROOT / "README.md").read_text()
 SETUP = "python3 -m venv .venv && .venv/bin/pip install -q --no-compile -r requirements.lock -e . && "
@@ -36,6 +37,9 @@ def _commands() -> list[str]:
 
 
 COMMANDS = [command for command in _commands() if "pytest" not in command]
+#: The commands' environment: their waiting ranks sleep, as the suite's other jobs' do (the collective jobs run
+#: beside them; a rank that spins takes the core from one with work).
+ENVIRONMENT = {**CHILD_ENV, **testing.SLEEPING_WAITS}
 
 
 def test_the_readme_is_short_and_names_no_data_outside_the_repository():
@@ -69,7 +73,7 @@ def test_every_readme_command_runs_on_a_fresh_clone(command, tmp_path):
     import subprocess
 
     completed = subprocess.run(
-        _runnable(command), capture_output=True, text=True, timeout=400, cwd=tmp_path, env={**CHILD_ENV, "MPLBACKEND": "Agg"}
+        _runnable(command), capture_output=True, text=True, timeout=400, cwd=tmp_path, env={**ENVIRONMENT, "MPLBACKEND": "Agg"}
     )
     assert completed.returncode == 0, f"{command}\n{completed.stdout[-2000:]}\n{completed.stderr[-3000:]}"
 
@@ -86,7 +90,7 @@ def test_the_quickstart_program_runs_under_mpiexec(tmp_path):
         text=True,
         timeout=300,
         cwd=tmp_path,
-        env=CHILD_ENV,
+        env=ENVIRONMENT,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "strategy" in completed.stdout  # rank 0 printed the plan's explanation
