@@ -240,8 +240,8 @@ _FAULT_RUNS: dict = {}
 def _link_fault_run(fault: tuple, transport: str):
     """:func:`_run_with_link_fault` of ``fault`` on ``transport``, each on a cluster of its own. The first test that
     asks runs all four: both transports' links down for good at once, and once both links are down (the runs then
-    wait out the wait's bound) both transports' links down and back. Started all at once, 16 ranks on the 2 cores
-    starved the torch transport's ranks past the 10 s bound before the link went down."""
+    wait out the wait's bound) both transports' links down and back. Started all at once (sixteen ranks on the 2
+    cores), the torch run's ranks waited past the 10 s bound before its link went down, and its job ended then."""
     if not _FAULT_RUNS:
         with ThreadPoolExecutor(4) as pool:
             down = {name: threading.Event() for name in ("mpi", "torch")}
