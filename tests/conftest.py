@@ -156,8 +156,12 @@ class _Prefetch:
             return _prefetch_run(item)()
         group = self.groups.get(item.nodeid)
         while group is not None and not future.done():
-            queued = [node for node, other in self.futures.items() if self.groups.get(node) == group and not other.done()]
-            queued = [node for node in queued if not self.futures[node].running()]
+            # (a future neither running nor done has not started)
+            queued = [
+                node
+                for node, other in self.futures.items()
+                if self.groups.get(node) == group and not (other.running() or other.done())
+            ]
             if not queued:
                 break
             if self.futures[queued[0]].cancel():
