@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import shutil
 import subprocess
@@ -216,6 +217,14 @@ class _Prefetch:
     def pytest_unconfigure(self, config):
         self.pool.shutdown(cancel_futures=True)
         self.side.shutdown(cancel_futures=True)
+
+
+def pytest_collection_finish(session):
+    """What the process holds once the tests are collected (PyTorch, SciPy, the test modules: most of its objects)
+    lives until the session ends, so the garbage collector's full passes stop walking it (``gc.freeze``): they cost
+    every test process about 2 s of CPU, on a machine whose cores the suite keeps busy."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_configure(config):
