@@ -4,11 +4,7 @@ are in tests/mpi/test_gnn.py and tests/mpi/test_gnn_command.py."""
 
 from __future__ import annotations
 
-import functools
-import json
 import re
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +15,7 @@ torch = pytest.importorskip("torch")
 from planetoid_files import write_planetoid  # noqa: E402
 
 import sparsewire  # noqa: E402
-from conftest import ROOT, run_mpi  # noqa: E402
-from sparsewire import testing  # noqa: E402
+from conftest import run_mpi  # noqa: E402
 
 
 def test_planetoid_reader_handles_unlabelled_and_isolated_nodes_and_row_normalises(tmp_path):
@@ -101,31 +96,6 @@ def test_sparse_linear_matches_dense_products_and_gradients(rng, dtype):
         x.coalesce().indices(), torch.tensor([0.0, 4.0, 3.0], dtype=dtype), x.shape, check_invariants=True
     ).coalesce()
     assert sparse_linear(dropped, torch.ones((1, 3), dtype=dtype)).flatten().tolist() == [4.0, 3.0]
-
-
-def gcn_losses_on_a_star(ranks: int) -> list[float]:
-    """``sparsewire gcn`` at P = ``ranks`` on a 40-node star (node 1 the hub), ``--partition nnz``, 5 epochs: each
-    epoch's loss."""
-    n = 40
-    with tempfile.TemporaryDirectory() as folder:
-        star = Path(folder) / "star.mtx"
-        star.write_text(
-            "%%MatrixMarket matrix coordinate pattern symmetric\n"
-            + f"{n} {n} {n - 1}\n"
-            + "".join(f"{i + 1} 1\n" for i in range(1, n))
-        )
-        options = ["--features", "random:4", "--classes", "2", "--epochs", "5", "--partition", "nnz", "--dtype", "float64"]
-        completed = testing.run_job(ranks, ["-m", "sparsewire", "gcn", str(star), *options, "--json"], timeout=300, cwd=ROOT)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return [entry["loss"] for entry in json.loads(completed.stdout.strip().splitlines()[-1])["history"]]
-
-
-@pytest.mark.mpi
-@pytest.mark.prefetch(lambda: functools.partial(gcn_losses_on_a_star, 1))  # (P = 1 beside the tests without mpiexec)
-def test_gcn_with_a_rank_without_nodes_trains_as_on_one_rank(prefetched):
-    """--partition nnz on a star graph at P = 4 leaves a rank without rows (the normalisation
-    used to fail there: "truth value of an array is ambiguous"); the losses equal P = 1's."""
-    np.testing.assert_allclose(gcn_losses_on_a_star(4), prefetched, rtol=0, atol=1e-9)
 
 
 def test_planetoid_files_are_validated_before_use(tmp_path):

@@ -1,5 +1,6 @@
 """``sparsewire gcn`` on every rank of one job, as ``mpiexec -n P sparsewire gcn`` runs it: the paper's settings on
-Cora, float32 by default, graphs with isolated and unlabelled nodes, generated graphs with synthetic features. Its
+Cora, float32 by default, graphs with isolated and unlabelled nodes, a rank without nodes, generated graphs with
+synthetic features. Its
 refusals end their jobs and run in jobs of their own (tests/gnn/test_gnn.py)."""
 
 from __future__ import annotations
@@ -72,6 +73,38 @@ def test_gcn_command_on_a_generated_graph_with_synthetic_features(command):
     args = ["rmat:8:4:1", "--features", "random:12", "--classes", "4", "--model", "sage", "--epochs", "5"]
     report = gcn_report(command, *args)
     assert report["model"] == "sage" and len(report["history"]) == 5
+
+
+#: ``sparsewire gcn`` on the star graph below: ``--partition nnz``, 5 epochs.
+STAR_OPTIONS = ["--features", "random:4", "--classes", "2", "--epochs", "5", "--partition", "nnz", "--dtype", "float64"]
+
+
+@pytest.mark.ranks(4)
+def test_gcn_with_a_rank_without_nodes_trains_as_on_one_rank(command, comm, shared_tmp, monkeypatch, capsys):
+    """--partition nnz on a 40-node star (node 1 the hub) at P = 4 leaves a rank without rows (the normalisation
+    used to fail there: "truth value of an array is ambiguous"); the losses equal those of the same command on rank 0
+    alone (its world one process: ``MPI.COMM_SELF``)."""
+    from mpi4py import MPI
+
+    from sparsewire.comm import runtime
+
+    n = 40
+    star = shared_tmp / "star.mtx"
+    edges = "".join(f"{i + 1} 1\n" for i in range(1, n))
+    text = f"%%MatrixMarket matrix coordinate pattern symmetric\n{n} {n} {n - 1}\n{edges}"
+    on_rank_zero(comm, star.write_text, text)
+    together = [entry["loss"] for entry in gcn_report(command, str(star), *STAR_OPTIONS)["history"]]
+    if comm.Get_rank() == 0:
+        from sparsewire.cli import main
+
+        monkeypatch.setattr(runtime, "world", lambda: MPI.COMM_SELF)
+        capsys.readouterr()
+        status = main(["gcn", str(star), *STAR_OPTIONS, "--json"])
+        out, err = capsys.readouterr()
+        assert status == 0, err[-3000:]
+        alone = [entry["loss"] for entry in json.loads(out.strip().splitlines()[-1])["history"]]
+        assert len(together) == 5
+        np.testing.assert_allclose(together, alone, rtol=0, atol=1e-9)
 
 
 @pytest.mark.ranks(1, 3)
