@@ -1,7 +1,6 @@
 """``sparsewire gcn`` on every rank of one job, as ``mpiexec -n P sparsewire gcn`` runs it: the paper's settings on
 Cora, float32 by default, graphs with isolated and unlabelled nodes, a rank without nodes, generated graphs with
-synthetic features. Its
-refusals end their jobs and run in jobs of their own (tests/gnn/test_gnn.py)."""
+synthetic features. Its refusals end their jobs and run in jobs of their own (tests/gnn/test_gnn.py)."""
 
 from __future__ import annotations
 
