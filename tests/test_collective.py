@@ -20,7 +20,14 @@ from conftest import COLLECTIVE, COLLECTIVE_JOB_SECONDS, collective_job, run_mpi
 RANK_COUNTS = (1, 2, 4, 3)
 #: P = 3, the last and longest job, runs as two: the cases of these files in the second, so that the session, waiting
 #: for the first at its end, runs the second meanwhile (conftest's prefetch) and both cores work.
-SECOND_AT_THREE = ("test_executor.py", "test_spgemm.py", "test_partitions.py", "test_transfer_paths.py", "test_sddmm.py")
+SECOND_AT_THREE = (
+    "test_executor.py",
+    "test_spgemm.py",
+    "test_partitions.py",
+    "test_transfer_paths.py",
+    "test_sddmm.py",
+    "test_torch_plans.py",
+)
 
 
 def jobs() -> list:

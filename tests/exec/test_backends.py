@@ -1,7 +1,8 @@
 """Kernel backends: the torch backend (tensors on the CPU device, PyTorch's sparse products) gives
 the same C as the NumPy backend. Its products are checked one by one against the compiled
 kernels here, and whole multiplies under ``mpiexec -n P`` (every strategy and mode it runs, flat and
-hierarchical, P = 1..4; the commands on it) in tests/mpi/test_executor.py and tests/mpi/test_torch_command.py."""
+hierarchical, P = 1..4; plans transposed, saved and deterministic; the commands on it) in tests/mpi/test_executor.py,
+tests/mpi/test_torch_plans.py and tests/mpi/test_torch_command.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import scipy.sparse as sp
 torch = pytest.importorskip("torch")
 
 
-from conftest import _seed, job_of, one_rank_beside, run_mpi  # noqa: E402
+from conftest import run_mpi  # noqa: E402
 from sparsewire.errors import InputError  # noqa: E402
 from sparsewire.kernels import backend_problem, make_backend  # noqa: E402
 from sparsewire.kernels.numpy_backend import NumpyBackend  # noqa: E402
@@ -97,17 +98,6 @@ def test_an_empty_operand_overwrites_with_zeros_and_adds_nothing(rng):
     out.copy_(before)
     backend.multiply(empty, x, out, accumulate=True)
     assert torch.equal(out, before)
-
-
-BACKEND_JOB = ["tests/exec/torch_driver.py", "backend", str(_seed())]
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [one_rank_beside(BACKEND_JOB, timeout=300), 3])
-def test_torch_backend_plans_transpose_and_stay_deterministic(ranks, request):
-    completed = job_of(request, ranks, BACKEND_JOB, timeout=300)
-    assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
-    assert completed.stdout.startswith("OK"), completed.stdout
 
 
 def test_backend_problems_name_the_fix():

@@ -1,5 +1,6 @@
 """The torch.distributed transport under ``mpiexec -n P python tests/exec/torch_driver.py CASE SEED``;
-rank 0 prints one line starting with ``OK``.
+rank 0 prints one line starting with ``OK``. ``roundtrip`` and ``backend`` also run as collective cases
+(tests/mpi/test_torch_plans.py); ``mismatch`` and ``own_group`` need a process of their own.
 
 * ``roundtrip``: plans on ``transport="torch"`` (auto, and joint/early deterministic): forward and
   transposed products exact against SciPy on integer data, a square and a rectangular A != A.T;
@@ -59,12 +60,13 @@ def gathered(comm, block):
     return np.vstack(comm.allgather(block))
 
 
-def roundtrip(seed: int) -> str:
-    comm = MPI.COMM_WORLD
+def roundtrip(seed: int, comm=MPI.COMM_WORLD, folder: str | None = None) -> str:
+    """Collective on ``comm``. The ``roundtrip`` case; the plan is saved in ``folder`` (one every rank sees; by default a
+    new one in the system's temporary directory)."""
     rank = comm.Get_rank()
     rng = np.random.default_rng(seed)
     checked = 0
-    path = comm.bcast(tempfile.mkdtemp() if rank == 0 else None) + "/plan.npz"
+    path = f"{folder or comm.bcast(tempfile.mkdtemp() if rank == 0 else None)}/plan.npz"
     for shape in [(61, 61), (47, 73)]:
         a, k, b, g, matrix, b_local, g_local = integer_problem(comm, rng, shape)
         with matrix.spmm_plan(k, transport="torch") as plan:
@@ -148,13 +150,13 @@ def own_group(seed: int) -> str:
     return f"OK own_group {size}"
 
 
-def backend(seed: int) -> str:
+def backend(seed: int, comm=MPI.COMM_WORLD, folder: str | None = None) -> str:
+    """Collective on ``comm``. The ``backend`` case; the plan is saved in ``folder`` (as for :func:`roundtrip`)."""
     import torch
 
-    comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     rng = np.random.default_rng(seed)
-    path = comm.bcast(tempfile.mkdtemp() if rank == 0 else None) + "/plan.npz"
+    path = f"{folder or comm.bcast(tempfile.mkdtemp() if rank == 0 else None)}/plan.npz"
     checked = 0
     for shape in [(61, 61), (47, 73)]:
         a, k, b, g, matrix, b_local, g_local = integer_problem(comm, rng, shape)
