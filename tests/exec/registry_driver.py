@@ -1,13 +1,10 @@
-"""A transport registered from outside the library, under ``mpiexec -n P python
-tests/exec/registry_driver.py SEED``: the tests' ``recording`` transport (tests/exec/extra_transports.py,
-one class and one registration) runs every mode it declares, on flat and grouped strategies, with C
-exact against SciPy (integer data), the bytes MPI delivered equal to the plan's, and every received
-message of every multiply seen by the recorder exactly once. Rank 0 prints one JSON line."""
+"""A transport registered from outside the library: the tests' ``recording`` transport
+(tests/exec/extra_transports.py, one class and one registration) runs every mode it declares, on flat and grouped
+strategies, with C exact against SciPy (integer data), the bytes MPI delivered equal to the plan's, and every
+received message of every multiply seen by the recorder exactly once. :func:`recorded_runs` is a collective case's
+body (tests/mpi/test_executor.py)."""
 
 from __future__ import annotations
-
-import json
-import sys
 
 import extra_transports
 import numpy as np
@@ -18,10 +15,12 @@ import sparsewire
 from sparsewire.exec.transports import transport_names
 
 
-def main() -> None:
-    comm = MPI.COMM_WORLD
+def recorded_runs(comm, seed: int) -> tuple[int, dict]:
+    """Collective on ``comm``. Every run above (asserting as it goes); returns their count and this rank's recorder's
+    calls by name."""
     rank, size = comm.Get_rank(), comm.Get_size()
-    rng = np.random.default_rng([int(sys.argv[1]), size])
+    extra_transports.CALLS.clear()
+    rng = np.random.default_rng([seed, size])
     assert "recording" in transport_names()
     shape = (int(rng.integers(40, 90)), int(rng.integers(40, 90)))
     a = sp.random_array(shape, density=0.08, rng=rng, format="csr")
@@ -54,10 +53,4 @@ def main() -> None:
                     f"{strategy}/{mode}: {received} bytes delivered, {plan.stats.total_bytes} planned"
                 )
                 runs += 1
-    calls = comm.gather(dict(extra_transports.CALLS), root=0)
-    if rank == 0:
-        print(json.dumps({"runs": runs, "calls": calls}))
-
-
-if __name__ == "__main__":
-    main()
+    return runs, dict(extra_transports.CALLS)

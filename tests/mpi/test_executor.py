@@ -11,6 +11,7 @@ import pytest
 import scipy.sparse as sp
 from mpi4py import MPI
 from mpi_driver import one_row_fewer_to_rank_one, planned_runs, run_cases
+from registry_driver import recorded_runs
 
 from sparsewire.exec import combine
 from sparsewire.exec.executor import SpmmExecutor
@@ -193,3 +194,14 @@ def test_corrupted_plan_fails_the_bytes_check(comm):
         assert delivered == planned - k * 8, f"{mode}: MPI delivered {delivered} bytes, expected one row less than {planned}"
         assert len(problems[1]) == 1 and not problems[0], f"{mode}: {problems}"
         assert "received 33 elements from rank 0 in exchange 0 but its plan expects 36" in problems[1][0], problems
+
+
+@pytest.mark.ranks(2, 3)
+def test_a_transport_registered_in_the_tests_runs_every_mode_it_declares(comm, seed):
+    """The tests' ``recording`` transport (one class, one registration) on every mode it declares, flat and grouped
+    strategies: C exact, bytes as planned, every arrival recorded once (tests/exec/registry_driver.py); each rank's
+    recorder saw the schedules' calls, the early mode's receives completed one at a time."""
+    runs, calls = recorded_runs(comm, seed)
+    assert runs == 12
+    assert calls["post_receives"] > 0 and calls["start_sends"] > 0 and calls["wait_sends"] > 0
+    assert calls["wait_any"] > 0
