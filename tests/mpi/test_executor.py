@@ -1,6 +1,7 @@
 """The executor on every rank of one job: every strategy, topology, mode and thread count exact with the bytes as
 planned (the cases of tests/exec/mpi_driver.py, which the emulated cluster and the device tests run as a script);
-bitwise determinism; allocation after the first multiply; a corrupted plan caught by the bytes check."""
+bitwise determinism; allocation after the first multiply; a corrupted plan caught by the bytes check; the tests'
+registered ``recording`` transport (tests/exec/registry_driver.py)."""
 
 from __future__ import annotations
 
