@@ -16,8 +16,8 @@ from sparsewire.exec.transports import transport_names
 
 
 def recorded_runs(comm, seed: int) -> tuple[int, dict]:
-    """Collective on ``comm``. Every run above (asserting as it goes); returns their count and this rank's recorder's
-    calls by name."""
+    """Collective on ``comm``. Every run the module docstring names (asserting as it goes); returns their count and
+    this rank's recorder's calls by name."""
     rank, size = comm.Get_rank(), comm.Get_size()
     extra_transports.CALLS.clear()
     rng = np.random.default_rng([seed, size])
