@@ -235,21 +235,22 @@ def start_mpi(modes: list[str], threads: int | None):
 PARTITION_HELP = (
     "even (equal rows), nnz (balanced nonzeros), metis (METIS k-way, weights = row nonzeros), rcm (reverse "
     "Cuthill-McKee, split by nonzeros), community (Louvain communities laid out contiguously), metis-hier "
-    "(METIS into the topology's groups, then into their ranks); the reordering ones are undone on output "
-    "(default: even)"
+    "(METIS into the topology's groups, then into their ranks), auto (even, or METIS where it cuts the B rows "
+    "that cross the slowest links, between the topology's groups or else between ranks, by at least 10%%); the "
+    "reordering ones are undone on output"
 )
 
 
-def add_partition_arguments(parser: argparse.ArgumentParser) -> None:
-    """--partition (every partitioner of sparsewire.partition) and --imbalance."""
-    from sparsewire.partition import PARTITIONERS
+def add_partition_arguments(parser: argparse.ArgumentParser, default: str = "even") -> None:
+    """--partition (every partitioner of sparsewire.partition, and auto) and --imbalance."""
+    from sparsewire.partition import PARTITION_CHOICES
 
-    parser.add_argument("--partition", choices=PARTITIONERS, default="even", help=PARTITION_HELP)
+    parser.add_argument("--partition", choices=PARTITION_CHOICES, default=default, help=f"{PARTITION_HELP} (default: {default})")
     parser.add_argument(
         "--imbalance",
         type=number(0.0),
         default=0.03,
-        help="metis, metis-hier: allowed excess of nonzeros per rank over the mean (default: 0.03)",
+        help="metis, metis-hier, auto: allowed excess of nonzeros per rank over the mean (default: 0.03)",
     )
 
 

@@ -100,7 +100,7 @@ def add_commands(commands) -> None:
         "--repeat timed multiplies each turn, so a machine whose speed drifts slows every run alike (medians over "
         "ROUNDS x REPEAT multiplies; every plan is held at once; default: 1, each run whole before the next)",
     )
-    add_partition_arguments(spmm)
+    add_partition_arguments(spmm, default="auto")
     spmm.add_argument("--symmetrize", action="store_true", help="edge lists only: use the undirected graph max(A, A^T)")
     add_topology_arguments(spmm, allow_mpi=True)
     spmm.add_argument(

@@ -22,7 +22,7 @@ from sparsewire.comm.runtime import agree_on_error, collective_errors, is_commun
 from sparsewire.errors import InputError
 from sparsewire.exec.options import UNSET
 from sparsewire.io.readers import load_matrix
-from sparsewire.partition import PARTITIONERS, Partitioning, RowPartition, even_rows
+from sparsewire.partition import PARTITION_CHOICES, Partitioning, RowPartition, even_rows
 from sparsewire.partition import partition as choose_partitioning
 
 __all__ = ["DistributedMatrix", "distribute"]
@@ -43,6 +43,10 @@ class DistributedMatrix:
             partitioner reordered (:mod:`sparsewire.partition`), else None. :meth:`row_ids`
             and :meth:`input_ids` give this rank's original indices; :meth:`gather` and
             :meth:`gather_dense` return original order.
+        partitioned_by: the partitioner that made the row partition (a passed :class:`Partitioning`'s
+            method; ``given`` for a :class:`RowPartition` or ``row_offsets``).
+        partition_seconds: the partitioner's time on the root.
+        partition_reason: with ``auto``, which partitioner it chose and why; else empty.
     """
 
     def __init__(
@@ -54,6 +58,9 @@ class DistributedMatrix:
         nnz: int,
         row_order: np.ndarray | None = None,
         col_order: np.ndarray | None = None,
+        partitioned_by: str = "given",
+        partition_seconds: float = 0.0,
+        partition_reason: str = "",
     ) -> None:
         """Not collective. Prefer :func:`distribute`, which checks the pieces fit together."""
         self.comm = comm
@@ -62,6 +69,7 @@ class DistributedMatrix:
         self.shape = (int(row_partition.n), int(col_partition.n))
         self.nnz = int(nnz)
         self.row_order, self.col_order = row_order, col_order
+        self.partitioned_by, self.partition_seconds, self.partition_reason = partitioned_by, partition_seconds, partition_reason
 
     def __repr__(self) -> str:
         return (
@@ -286,9 +294,9 @@ def _partition_of(partition, matrix: sp.csr_array, n_parts: int, topology, imbal
                 f"matrix has {n_cols} columns and the communicator {n_parts} ranks"
             )
         return partition
-    if partition not in PARTITIONERS:
+    if partition not in PARTITION_CHOICES:
         raise InputError(
-            f"unknown partition {partition!r}; give one of {', '.join(PARTITIONERS)}, a RowPartition or a Partitioning"
+            f"unknown partition {partition!r}; give one of {', '.join(PARTITION_CHOICES)}, a RowPartition or a Partitioning"
         )
     return choose_partitioning(matrix, n_parts, partition, topology=topology, imbalance=imbalance)
 
@@ -316,7 +324,9 @@ def distribute(
             - this rank's rows (SciPy sparse, global column indices), with ``row_offsets``.
         partition: a partitioner of :mod:`sparsewire.partition` (``even``: equal rows,
             ``nnz``: balanced nonzeros, ``metis``, ``rcm``, ``community``, ``metis-hier``; the
-            reordering ones keep their order in ``row_order`` / ``col_order``) or a
+            reordering ones keep their order in ``row_order`` / ``col_order``; ``auto``: ``even``
+            or METIS, whichever sends fewer B rows over the slowest links,
+            :func:`~sparsewire.partition.choose_partitioning`) or a
             :class:`~sparsewire.partition.RowPartition` of the rows, or a
             :class:`~sparsewire.partition.Partitioning` (rows, columns and their orders; its
             ``cols`` may be None: the rows' when square, else even), such as
@@ -325,7 +335,7 @@ def distribute(
         root: the rank that reads or holds the whole matrix.
         row_offsets: with local rows: P + 1 global row offsets, rank p holding rows
             [row_offsets[p], row_offsets[p+1]) (the same on every rank).
-        topology: the groups ``metis-hier`` partitions into first.
+        topology: the groups ``metis-hier`` partitions into first (and ``auto`` counts the rows between).
         imbalance: METIS's allowed excess of nonzeros per rank over the mean (0.03 = 3%).
 
     Returns:
@@ -364,14 +374,17 @@ def distribute(
             chosen = _partition_of(partition, matrix, size, topology, imbalance)
             matrix = chosen.permute(matrix) if chosen.row_order is not None or chosen.col_order is not None else matrix
             header = (chosen.rows.offsets, chosen.cols.offsets, matrix.nnz, chosen.row_order, chosen.col_order)
+            header += (chosen.method, chosen.seconds, chosen.reason)
         except Exception as error:  # raised on every rank by agree_on_error
             problem = error if isinstance(error, InputError) else InputError(f"{type(error).__name__}: {error}")
     agree_on_error(comm, problem)
-    row_offsets_, col_offsets, nnz, row_order, col_order = comm.bcast(header, root=root)
+    row_offsets_, col_offsets, nnz, row_order, col_order, method, seconds, reason = comm.bcast(header, root=root)
     row_partition, col_partition = RowPartition(row_offsets_), RowPartition(col_offsets)
     pieces = [matrix[slice(*row_partition.range(p))] for p in range(size)] if rank == root else None
     local = comm.scatter(pieces, root=root)
-    return DistributedMatrix(comm, sp.csr_array(local), row_partition, col_partition, nnz, row_order, col_order)
+    return DistributedMatrix(
+        comm, sp.csr_array(local), row_partition, col_partition, nnz, row_order, col_order, method, seconds, reason
+    )
 
 
 def _from_local_rows(comm: MPI.Comm, local, row_offsets) -> DistributedMatrix:

@@ -18,6 +18,9 @@ Methods (``PARTITIONERS``):
 - ``metis-hier``: group-aware METIS: first into the topology's groups (part weights proportional
   to the groups' rank counts), then each group's rows into its ranks, so the cut between groups
   (the slow links) is what the first level minimises.
+- ``auto`` (:func:`choose_partitioning`): the original order split evenly, or METIS (``metis-hier`` where the
+  topology has several groups of several ranks) where that cuts the B rows crossing the slowest links
+  (:func:`crossing_rows`) by at least ``AUTO_MIN_CUT``.
 
 Square A: rows and columns get one order, so C can be fed back as B. Rectangular A: the row
 methods run on the bipartite graph of rows and columns (edges = nonzeros; METIS with weight
@@ -32,7 +35,7 @@ import ctypes
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -40,9 +43,23 @@ import scipy.sparse as sp
 from sparsewire.errors import InputError
 from sparsewire.partition.rows import RowPartition, balanced_nnz, even_rows, split_in_order
 
-__all__ = ["PARTITIONERS", "Partitioning", "partition", "nnz_imbalance"]
+__all__ = [
+    "AUTO_MIN_CUT",
+    "PARTITIONERS",
+    "PARTITION_CHOICES",
+    "Partitioning",
+    "choose_partitioning",
+    "crossing_rows",
+    "nnz_imbalance",
+    "partition",
+]
 
 PARTITIONERS = ("even", "nnz", "metis", "rcm", "community", "metis-hier")
+#: What ``partition`` accepts: the partitioners and ``auto``, which picks one of them.
+PARTITION_CHOICES = ("auto", *PARTITIONERS)
+#: ``auto`` reorders only where METIS cuts the crossing B rows by at least this fraction: a reordering costs the
+#: partitioner's time and leaves the user's rows in another order on each rank, so a small gain is not worth it.
+AUTO_MIN_CUT = 0.1
 
 
 @dataclass(frozen=True)
@@ -55,7 +72,8 @@ class Partitioning:
             partitioning handed to ``distribute``: the columns then follow the rows when the
             matrix is square, else an even split in the original order).
         row_order, col_order: position -> original index (None: the original order).
-        seconds: time the partitioner took.
+        seconds: time the partitioner took (with ``auto``: every candidate's and the comparison).
+        reason: with ``auto``, one sentence: the method chosen and why; else empty.
     """
 
     method: str
@@ -64,6 +82,7 @@ class Partitioning:
     row_order: np.ndarray | None
     col_order: np.ndarray | None
     seconds: float = 0.0
+    reason: str = ""
 
     @property
     def partitions(self) -> tuple[RowPartition, RowPartition | None]:
@@ -231,12 +250,14 @@ def partition(
     Returns:
         :class:`Partitioning`.
     """
-    if method not in PARTITIONERS:
-        raise InputError(f"unknown partition {method!r}; choose one of {', '.join(PARTITIONERS)}")
+    if method not in PARTITION_CHOICES:
+        raise InputError(f"unknown partition {method!r}; choose one of {', '.join(PARTITION_CHOICES)}")
     if parts < 1:
         raise InputError(f"the number of parts must be at least 1 (got {parts})")
     if not 0 < imbalance < 1:
         raise InputError(f"imbalance {imbalance} must be in (0, 1), e.g. 0.03 for 3%")
+    if method == "auto":
+        return choose_partitioning(matrix, parts, topology=topology, imbalance=imbalance, seed=seed)
     started = time.perf_counter()
     csr = sp.csr_array(matrix)
     m, n = csr.shape
@@ -259,3 +280,62 @@ def partition(
     col_order, col_offsets = _order_by_parts(col_part, parts)
     cols = RowPartition(col_offsets) if n else even_rows(0, parts)
     return Partitioning(method, rows, cols, row_order, col_order, time.perf_counter() - started)
+
+
+def _owners(partition_: RowPartition, order: np.ndarray | None) -> np.ndarray:
+    """The part of every original index under a partition of the reordered indices."""
+    by_position = np.repeat(np.arange(partition_.n_parts), np.diff(partition_.offsets))
+    if order is None:
+        return by_position
+    owners = np.empty_like(by_position)
+    owners[order] = by_position
+    return owners
+
+
+def crossing_rows(matrix: sp.sparray, partitioning: Partitioning, groups: np.ndarray | None = None) -> int:
+    """Not collective. The B rows that cross between ranks in ``C = A @ B`` when every rank receives each B row its
+    rows of A name once from the rank that owns it (the ``column`` strategy's volume, V_FC of CoLa sec. 3.1.2; what PETSc's
+    ``MatMatMult`` sends), counted once per group with ``groups`` (the group of every rank):
+    ``|{(g(p(i)), j) : a_ij != 0, g(q(j)) != g(p(i))}|``, p and q the owners of A's row i and B's row j, g the group
+    (the rank itself without ``groups``). Times k x the element's size, the bytes over the links between groups
+    when each group fetches a remote row once; the other strategies move at most this many."""
+    csr = sp.csr_array(matrix)
+    cols = partitioning.cols if partitioning.cols is not None else partitioning.rows
+    row_owner = _owners(partitioning.rows, partitioning.row_order)
+    col_owner = _owners(cols, partitioning.col_order if partitioning.cols is not None else partitioning.row_order)
+    if groups is not None:
+        row_owner, col_owner = np.asarray(groups)[row_owner], np.asarray(groups)[col_owner]
+    entry_rows = np.repeat(row_owner, np.diff(csr.indptr))
+    remote = col_owner[csr.indices] != entry_rows
+    keys = entry_rows[remote].astype(np.int64) * csr.shape[1] + csr.indices[remote]
+    return int(np.unique(keys).size)
+
+
+def choose_partitioning(matrix: sp.sparray, parts: int, *, topology=None, imbalance: float = 0.03, seed: int = 0) -> Partitioning:
+    """Not collective. The ``auto`` partitioner: the original order split evenly (``even``) or METIS (``metis-hier``
+    where the topology has several groups of several ranks, else ``metis``), whichever sends fewer B rows over the
+    slowest links (:func:`crossing_rows` between the topology's groups, or between ranks where every rank is its own
+    group or there is no topology); METIS only where it cuts them by at least ``AUTO_MIN_CUT``. Meshes and graphs
+    with locality that their file order hides gain most (CoLa sec. 5.2 reorders for the same reason). The result's
+    ``reason`` says which and why; its ``seconds`` include every candidate's."""
+    started = time.perf_counter()
+    csr = sp.csr_array(matrix)
+    even = partition(csr, parts, "even")
+    if parts == 1 or csr.nnz == 0:
+        why = "one rank" if parts == 1 else "no nonzeros"
+        return replace(even, seconds=time.perf_counter() - started, reason=f"auto kept the original order ({why})")
+    groups = topology.groups(parts) if topology is not None else None
+    n_groups = int(groups.max()) + 1 if groups is not None else parts
+    grouped = 1 < n_groups < parts
+    metis = partition(csr, parts, "metis-hier" if grouped else "metis", topology=topology, imbalance=imbalance, seed=seed)
+    between = groups if grouped else None
+    where = "between groups" if grouped else "between ranks"
+    kept, cut = crossing_rows(csr, even, between), crossing_rows(csr, metis, between)
+    chosen = metis if cut <= (1 - AUTO_MIN_CUT) * kept else even
+    verdict = (
+        f"auto chose {chosen.method}: {cut} B rows cross {where} per multiply against {kept} in the original order"
+        if chosen is metis
+        else f"auto kept the original order (even): {kept} B rows cross {where} per multiply against {cut} with "
+        f"{metis.method}, which saves less than {AUTO_MIN_CUT:.0%}"
+    )
+    return replace(chosen, seconds=time.perf_counter() - started, reason=verdict)
