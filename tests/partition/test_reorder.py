@@ -1,4 +1,5 @@
-"""Partitioners that reorder (metis, rcm, community, metis-hier): valid orders and balance, the advisor, and the
+"""Partitioners that reorder (metis, rcm, community, metis-hier) and auto's choice: valid orders and balance, the
+crossing B rows auto compares against the planner's bytes, the advisor, and the
 balance criterion on ../shared/data. C in the original order at every P, and the commands' ``--check`` with every
 partitioner, are collective cases (tests/mpi/test_partitions.py, tests/mpi/test_spmm_command.py)."""
 
@@ -14,11 +15,19 @@ import scipy.sparse as sp
 import sparsewire
 from conftest import SHARED_DATA, run_cli
 from oracles import random_integer_matrix
-from sparsewire.partition import PARTITIONERS, RowPartition, nnz_imbalance, partition
+from sparsewire.partition import (
+    AUTO_MIN_CUT,
+    PARTITION_CHOICES,
+    PARTITIONERS,
+    RowPartition,
+    crossing_rows,
+    nnz_imbalance,
+    partition,
+)
 from sparsewire.plan.stats import strategy_stats
 
 
-@pytest.mark.parametrize("method", PARTITIONERS)
+@pytest.mark.parametrize("method", PARTITION_CHOICES)
 @pytest.mark.parametrize("shape", [(300, 300), (240, 370)])
 def test_orders_are_permutations_and_partitions_cover_the_matrix(rng, method, shape):
     matrix = random_integer_matrix(rng, *shape, 0.02)
@@ -151,3 +160,53 @@ def test_metis_complaints_go_to_standard_error_not_into_json():
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.count("\n") == 1 and isinstance(json.loads(completed.stdout), dict), completed.stdout[:500]
     assert "Cannot bisect a graph with 0 vertices" in completed.stderr  # (METIS did complain: the case is the fuzzer's)
+
+
+@pytest.mark.parametrize("method", ["even", "metis", "rcm"])
+@pytest.mark.parametrize("shape", [(300, 300), (240, 370)])
+def test_crossing_rows_are_the_column_plans_bytes(rng, method, shape):
+    # The planner counts the column strategy's messages row by row: an independent count of the same volume.
+    matrix = random_integer_matrix(rng, *shape, 0.02)
+    topology = sparsewire.Topology.nodes(2)
+    chosen = partition(matrix, 6, method, topology=topology)
+    permuted = chosen.permute(matrix)
+    column = strategy_stats(permuted, chosen.rows, chosen.cols, "column", 4, 8)
+    assert crossing_rows(matrix, chosen) * 4 * 8 == column.total_bytes
+    hier = strategy_stats(permuted, chosen.rows, chosen.cols, "column-hier", 4, 8, topology)
+    assert crossing_rows(matrix, chosen, topology.groups(6)) * 4 * 8 == hier.class_totals()["inter_group_bytes"]
+
+
+def test_crossing_rows_of_a_hand_made_matrix():
+    # Rows 0 and 2 name each other, as do 1 and 3: in the original order every rank needs both of the other's rows.
+    matrix = sp.csr_array(np.array([[1, 0, 1, 0], [0, 1, 0, 1], [1, 0, 1, 0], [0, 1, 0, 1]], dtype=np.float64))
+    even = partition(matrix, 2, "even")
+    assert crossing_rows(matrix, even) == 4
+    paired = sparsewire.partition.Partitioning("given", RowPartition(np.array([0, 2, 4])), None, np.array([0, 2, 1, 3]), None)
+    assert crossing_rows(matrix, paired) == 0
+    chosen = partition(matrix, 2, "auto")
+    assert chosen.method == "metis" and crossing_rows(matrix, chosen) == 0
+    assert "auto chose metis: 0 B rows cross between ranks per multiply against 4" in chosen.reason
+
+
+def test_auto_reorders_only_where_metis_cuts_the_crossing_rows(rng):
+    # A scrambled mesh: METIS finds what the file order hides. A block-diagonal matrix in its own order: nothing crosses,
+    # so nothing is gained by reordering it. One rank: nothing to cut.
+    mesh = sparsewire.load_matrix("delaunay:3000:7")
+    scrambled = rng.permutation(mesh.shape[0])
+    mesh = sp.csr_array(mesh[scrambled][:, scrambled])
+    chosen = partition(mesh, 4, "auto")
+    kept = crossing_rows(mesh, partition(mesh, 4, "even"))
+    assert chosen.method == "metis" and crossing_rows(mesh, chosen) <= (1 - AUTO_MIN_CUT) * kept
+    blocks = sp.csr_array(sp.block_diag([random_integer_matrix(rng, 50, 50, 0.2) for _ in range(4)]))
+    kept_order = partition(blocks, 4, "auto")
+    assert kept_order.method == "even" and kept_order.row_order is None
+    assert "auto kept the original order (even): 0 B rows cross" in kept_order.reason
+    assert partition(mesh, 1, "auto").method == "even"
+
+
+def test_auto_counts_the_rows_between_groups_and_uses_metis_hier():
+    mesh = sparsewire.load_matrix("delaunay:3000:7")
+    topology = sparsewire.Topology.nodes(2)
+    chosen = partition(mesh, 4, "auto", topology=topology)
+    assert chosen.method == "metis-hier" and "between groups" in chosen.reason
+    assert partition(mesh, 4, "auto", topology=sparsewire.Topology.nodes(1)).method == "metis"  # a rank per group

@@ -331,7 +331,7 @@ def choose_partitioning(matrix: sp.sparray, parts: int, *, topology=None, imbala
     between = groups if grouped else None
     where = "between groups" if grouped else "between ranks"
     kept, cut = crossing_rows(csr, even, between), crossing_rows(csr, metis, between)
-    chosen = metis if cut <= (1 - AUTO_MIN_CUT) * kept else even
+    chosen = metis if cut < kept and cut <= (1 - AUTO_MIN_CUT) * kept else even
     verdict = (
         f"auto chose {chosen.method}: {cut} B rows cross {where} per multiply against {kept} in the original order"
         if chosen is metis
