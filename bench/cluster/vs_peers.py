@@ -58,6 +58,7 @@ from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition  # noqa: E402
 from sparsewire.profile import format_table  # noqa: E402
 from sparsewire.spgemm import load_operand  # noqa: E402
+from sparsewire.topology.model import Topology  # noqa: E402
 
 PETSC_DIR = "/usr/lib/petscdir/petsc3.18/x86_64-linux-gnu-real"
 WORKER = ROOT / "bench" / "peers" / "petsc_worker.py"
@@ -87,6 +88,7 @@ def ours(cluster, per_node: int, matrix: str, network: str, k: int, repeat: int)
     report, link = counted(cluster, lambda: run_json(cluster, per_node, command, 1800), repeat + 2)
     return {"seconds": report["median_seconds"], "checksum": report["checksum_sum"], "strategy": report["strategy"],
             "mode": report["mode"], "first_product_seconds": report["first_product_seconds"],
+            "partition": report["partition"], "partition_seconds": report["partition_seconds"],
             "planned_inter_bytes": report.get("inter_group_bytes"),
             "mpi_inter_bytes": report.get("measured_inter_group_bytes"), **link,
             "busiest_node_bytes_per_multiply": busiest_node_bytes(report, json.loads(Path(network).read_text()))}  # fmt: skip
@@ -147,12 +149,15 @@ def cases(cluster, per_node: int, network: str, layout: str, matrix: str, folder
     directory.mkdir(exist_ok=True)
     if "spmm" in args.kinds.split(","):
         a = load_matrix(matrix)
-        np.save(directory / "indptr.npy", a.indptr.astype(np.int64))
-        np.save(directory / "indices.npy", a.indices.astype(np.int64))
-        np.save(directory / "offsets.npy", partition(a, ranks, "even").partitions[0].offsets)
+        write_pattern(directory, a, partition(a, ranks, "even"))
+        # our default's partition (the same call on the same topology as the command's): PETSc given it too
+        ours_partition = partition(a, ranks, "auto", topology=Topology.from_record(json.loads(Path(network).read_text())))
+        write_pattern(directory / "ours", a, ours_partition)
         mine = functools.partial(ours, cluster, per_node, matrix, network, args.k, args.repeat)
-        found.append(("spmm", "PETSc", f"k = {args.k}", {"ours": mine, "peer": functools.partial(petsc, cluster, per_node,
-                      str(directory), args.k, args.repeat)}))  # fmt: skip
+        sides = {"ours": mine, "peer": functools.partial(petsc, cluster, per_node, str(directory), args.k, args.repeat),
+                 "peer_our_partition": functools.partial(petsc, cluster, per_node, str(directory / "ours"), args.k,
+                                                         args.repeat)}  # fmt: skip
+        found.append(("spmm", "PETSc", f"k = {args.k}", sides))
     if "spgemm" in args.kinds.split(",") and math.isqrt(ranks) ** 2 == ranks:
         path = str(directory / "operand.mtx")
         scipy.io.mmwrite(path, load_operand(matrix, VALUES), field="real", symmetry="general")
@@ -161,6 +166,18 @@ def cases(cluster, per_node: int, network: str, layout: str, matrix: str, folder
             theirs = functools.partial(combblas, cluster, per_node, binary, path, semiring, args.repeat)
             found.append(("spgemm", "CombBLAS", semiring, {"ours": mine, "peer": theirs}))
     return found
+
+
+def write_pattern(directory: Path, a, chosen) -> None:
+    """The files of ``petsc_worker.py``: A's pattern in the partitioning's order, its row offsets and (reordered) the
+    order."""
+    directory.mkdir(exist_ok=True)
+    permuted = chosen.permute(a) if chosen.row_order is not None else a
+    np.save(directory / "indptr.npy", permuted.indptr.astype(np.int64))
+    np.save(directory / "indices.npy", permuted.indices.astype(np.int64))
+    np.save(directory / "offsets.npy", chosen.rows.offsets)
+    if chosen.row_order is not None:
+        np.save(directory / "order.npy", np.asarray(chosen.row_order, np.int64))
 
 
 def row_of(entry: dict) -> list:
@@ -173,7 +190,17 @@ def row_of(entry: dict) -> list:
             f"{mine['link_bytes_per_multiply'] / 1e6:.2f}", f"{(mine['mpi_inter_bytes'] or 0) / 1e6:.2f}",
             f"{theirs['seconds'] / bound['peer']:.2f}", f"{mine['seconds'] / bound['ours']:.2f}",
             *(f"{run['first_product_seconds'] * 1e3:.0f}" if "first_product_seconds" in run else "-" for run in (theirs, mine)),
+            mine.get("partition", "-"), *same_partition_cells(entry, speed),
             "yes" if entry["checksums_agree"] else "NO"]  # fmt: skip
+
+
+def same_partition_cells(entry: dict, speed: float) -> list[str]:
+    """PETSc on our partition: its time, ours over it, and its time over its byte bound (SpMM only)."""
+    run = entry.get("peer_our_partition_run")
+    if run is None:
+        return ["-", "-", "-"]
+    bound = run["busiest_node_bytes_per_multiply"] / speed
+    return [f"{run['seconds'] * 1e3:.2f}", f"{entry['ours']['seconds'] / run['seconds']:.2f}", f"{run['seconds'] / bound:.2f}"]
 
 
 def main() -> None:
@@ -203,23 +230,33 @@ def main() -> None:
                             cluster, per_node, network, layout, matrix, Path(folder), binary, args
                         ):
                             label = f"{layout} {rate} {kind} {short_name(matrix)} {case}"
-                            mine, theirs = taking_turns(label, args.rounds, sides).values()
+                            runs = taking_turns(label, args.rounds, sides)
+                            mine, theirs = runs["ours"], runs["peer"]
                             if kind == "spmm":
-                                agree = math.isclose(mine["checksum"], theirs["checksum"], rel_tol=1e-9, abs_tol=1e-6)
+                                agree = all(math.isclose(mine["checksum"], run["checksum"], rel_tol=1e-9, abs_tol=1e-6)
+                                            for name, run in runs.items() if name != "ours")  # fmt: skip
                             else:
                                 agree = mine["checksum"] == theirs["checksum"]
                             results.append({"kind": kind, "peer": peer, "layout": layout, "rate": rate,
                                             "matrix": short_name(matrix), "case": case, "ours": mine, "peer_run": theirs,
+                                            "peer_our_partition_run": runs.get("peer_our_partition"),
                                             "ratio": mine["seconds"] / theirs["seconds"], "checksums_agree": agree,
                                             "inter_node_bytes_per_second": speed})  # fmt: skip
     rows = [row_of(entry) for entry in results]
     print(format_table(["kind", "peer", "layout", "rate", "matrix", "case", "ours", "peer ms", "ours ms", "ours/peer",
                         "peer link MB", "ours link MB", "ours MPI MB", "peer time/bound", "ours time/bound",
-                        "peer first ms", "ours first ms", "checksums agree"], rows))  # fmt: skip
+                        "peer first ms", "ours first ms", "ours partition", "PETSc on ours' partition ms",
+                        "ours / that", "that time/bound", "checksums agree"], rows))  # fmt: skip
     for kind, layout, rate, case in sorted({(e["kind"], e["layout"], e["rate"], e["case"]) for e in results}):
         ratios = [e["ratio"] for e in results if (e["kind"], e["layout"], e["rate"], e["case"]) == (kind, layout, rate, case)]
         mean = math.exp(np.mean(np.log(ratios)))
         print(f"{kind} {case} on {layout} at {rate}: geometric mean ours/peer {mean:.3f}, worst {max(ratios):.2f}")
+        same = [e["ours"]["seconds"] / e["peer_our_partition_run"]["seconds"] for e in results
+                if (e["kind"], e["layout"], e["rate"], e["case"]) == (kind, layout, rate, case)
+                and e["peer_our_partition_run"]]  # fmt: skip
+        if same:
+            mean = math.exp(np.mean(np.log(same)))
+            print(f"  against PETSc on our partition: geometric mean {mean:.3f}, worst {max(same):.2f}")
     out = ROOT / "bench" / "results" / "vs_peers.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))

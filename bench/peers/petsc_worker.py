@@ -4,7 +4,9 @@ system ``mpirun``; needs only NumPy and petsc4py, never sparsewire.
     mpirun -n P python3 bench/peers/petsc_worker.py DIR K1,K2,... REPEAT
 
 DIR holds ``indptr.npy``, ``indices.npy`` (the CSR pattern, values 1) and ``offsets.npy`` (the row
-partition, the same as sparsewire's). B is the same hash as ``sparsewire.io.generators.deterministic_dense``.
+partition, the same as sparsewire's), and for a reordered matrix ``order.npy`` (position -> original index:
+the pattern is then ``A[order][:, order]``). B is the same hash as ``sparsewire.io.generators.deterministic_dense``
+of the original row indices, so the checksum is the same in any order.
 Per k: ``C = A.matMult(B)`` once (symbolic + numeric; with A's assembly, the time to the first product), one
 untimed ``matMult(B, result=C)``, then
 REPEAT timed ``matMult(B, result=C)`` (numeric phase only, MAT_REUSE_MATRIX), each between two barriers
@@ -15,6 +17,7 @@ Prints one JSON line per k on rank 0.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -22,9 +25,9 @@ import numpy as np
 from petsc4py import PETSc
 
 
-def hash_block(row_start: int, row_stop: int, k: int) -> np.ndarray:
+def hash_rows(ids: np.ndarray, k: int) -> np.ndarray:
     mask, shift, multiplier = np.uint64(0xFFFFFFFF), np.uint64(16), np.uint64(0x45D9F3B)
-    rows = np.arange(row_start, row_stop, dtype=np.uint64)[:, None]
+    rows = np.asarray(ids, dtype=np.uint64)[:, None]
     cols = np.arange(k, dtype=np.uint64)[None, :]
     x = (rows * np.uint64(2654435761) + cols * np.uint64(40503) + np.uint64(1)) & mask
     x = (((x >> shift) ^ x) * multiplier) & mask
@@ -40,9 +43,11 @@ def main() -> None:
     indptr = np.load(f"{directory}/indptr.npy", mmap_mode="r")
     indices = np.load(f"{directory}/indices.npy", mmap_mode="r")
     offsets = np.load(f"{directory}/offsets.npy")
+    order = np.load(f"{directory}/order.npy") if os.path.exists(f"{directory}/order.npy") else None
     assert offsets.size == size + 1, "row partition made for another rank count"
     n = int(indptr.size - 1)
     start, stop = int(offsets[rank]), int(offsets[rank + 1])
+    ids = np.arange(start, stop) if order is None else order[start:stop]  # original indices of this rank's rows
     local_indptr = np.asarray(indptr[start : stop + 1] - indptr[start], dtype=PETSc.IntType)
     local_indices = np.asarray(indices[indptr[start] : indptr[stop]], dtype=PETSc.IntType)
     values = np.ones(local_indices.size, dtype=PETSc.ScalarType)
@@ -53,9 +58,7 @@ def main() -> None:
     comm.barrier()
     assembly = time.perf_counter() - started
     for k in ks:
-        b = PETSc.Mat().createDense(
-            ((stop - start, n), (PETSc.DECIDE, k)), array=np.asfortranarray(hash_block(start, stop, k)), comm=comm
-        )
+        b = PETSc.Mat().createDense(((stop - start, n), (PETSc.DECIDE, k)), array=np.asfortranarray(hash_rows(ids, k)), comm=comm)
         b.assemble()
         comm.barrier()
         started = time.perf_counter()
