@@ -62,7 +62,7 @@ def main() -> None:
             for index, matrix in enumerate(args.matrices.split(",")):
                 if args.command == "spmm":
                     common = ["spmm", matrix, "--topology", network, "--strategy", args.strategy, "--mode", args.mode]
-                    common += ["--k", str(args.k)]
+                    common += ["--k", str(args.k), "--partition", "even"]  # the original order: the link matters most
                 else:
                     common = ["spgemm", matrix]
                 common += ["--repeat", str(args.repeat), "--check", "--json", "--log-view"]

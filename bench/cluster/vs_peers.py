@@ -10,7 +10,10 @@ Per layout (``2x2``: 2 nodes x 2 ranks; ``4x1``) and rate: the cluster up and me
 
 - SpMM: ours ``sparsewire spmm M --topology network.json --k K --repeat R --json``, our default flags (the partition,
   strategy and mode chosen for the user), under our MPICH over the links; PETSc ``bench/peers/petsc_worker.py``
-  (MPIAIJ x MPIDense, even rows, the same B);
+  (MPIAIJ x MPIDense, the same B) twice: on even rows in the original order, as a PETSc user hands it the matrix
+  (``ours / peer``), and on our default's partition (``partition(A, P, "auto")`` under the same topology: the
+  reordered pattern and its rows; ``ours / that``), so the table shows what the partition gives and what the
+  plan gives;
 - SpGEMM (square rank counts: CombBLAS's grid): ours ``sparsewire spgemm M --values random:1 --semiring S --repeat R
   --json`` with no other flag; CombBLAS ``bench/peers/combblas_spgemm.cpp`` (``Mult_AnXBn_Synch``, built as
   ``vs_combblas.py`` builds it) on the same values, one OpenMP thread per rank.

@@ -42,6 +42,8 @@ def run(ranks: int, matrix: str, k: int, dtype: str, mode: str, threads: int, re
         "--backend",
         backend,
         "--json",
+        "--partition",
+        "even",  # the backends compared on one partition, the original order
     )
     return run_json(command, timeout=1200, cwd=ROOT)
 

@@ -27,7 +27,7 @@ from common import ROOT, default_matrices, geometric_mean, job, short_name  # no
 def run(matrix: str, codec: str, args) -> dict:
     command = job(args.ranks, "-m", "sparsewire", "spmm")
     command += [matrix, "--compress", codec, "--strategy", args.strategy, "--mode", args.mode, "--k", str(args.k)]
-    command += ["--repeat", str(args.repeat), "--check", "--json"]
+    command += ["--repeat", str(args.repeat), "--check", "--json", "--partition", "even"]  # the codecs on one partition
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
     if completed.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(command)} failed:\n{completed.stderr[-3000:]}")

@@ -5,8 +5,9 @@ matrices, same row partition, same B, same P, in one run.
 
 For every matrix and k: P = 1, 2, 4 with one thread per rank (P = 4 oversubscribes the 2 cores of
 the reference machine: reported, not compared) and P x T = 1 x 2 (our threads; PETSc at P = 2 on
-the same two cores). Ours runs ``mpiexec -n P sparsewire spmm M --json`` with no strategy, mode or
-thread flag but ``--threads 1`` where T = 1 is asked (the defaults are what a user gets); PETSc runs
+the same two cores). Ours runs ``mpiexec -n P sparsewire spmm M --json --partition even`` with no strategy, mode
+or thread flag but ``--threads 1`` where T = 1 is asked (the defaults are what a user gets, but for PETSc's row
+partition: ``bench/cluster/vs_peers.py`` compares our default partition too); PETSc runs
 ``bench/peers/petsc_worker.py`` under the system ``mpirun`` with the system Python (see bench/README.md).
 Prints a table of medians and ratios (ours / PETSc; below 1 is faster) with the geometric means,
 compares checksums (sum of C), and writes bench/results/vs_petsc.json.
@@ -59,6 +60,7 @@ def run_petsc(directory: str, ranks: int, ks: list[int], repeat: int) -> dict[in
 
 def run_ours(matrix: str, ranks: int, threads: int | None, k: int, repeat: int) -> dict:
     command = job(ranks, "-m", "sparsewire", "spmm", matrix, "--json", "--k", k, "--repeat", repeat)
+    command += ["--partition", "even"]  # PETSc's row partition
     if threads is not None:
         command += ["--threads", str(threads)]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=1800)

@@ -69,6 +69,8 @@ def timing_run(spec: str, ranks: int, repeat: int, k: int) -> dict:
         "sparsewire",
         "spmm",
         spec,
+        "--partition",
+        "even",  # the strategies compared on the original order, where they differ most
         "--strategy",
         "all",
         "--mode",
