@@ -6,6 +6,7 @@ and run in jobs of their own (tests/exec/test_executor_mpi.py)."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -206,6 +207,28 @@ def test_cli_spmm_check_for_every_partitioner_and_strategy(command, method):
     for run in report["runs"]:
         assert run["check_passed"] and run["max_abs_error"] < 1e-12, (method, run["strategy"], run["max_abs_error"])
         assert run["measured_bytes"] == run["planned_bytes"], (method, run["strategy"])
+
+
+@pytest.mark.ranks(2, 4)
+def test_cli_spmm_partitions_by_default_where_metis_cuts_the_crossing_rows(command, comm):
+    # delaunay_n16's file order is random: METIS cuts the B rows that cross by far more than auto's 10%. The same
+    # count from the planner's side: the column plan's bytes, k x 8 per crossing row.
+    ranks = comm.Get_size()
+    default = spmm_json(command, "delaunay_n16", "--strategy", "column", "--repeat", "1", "--k", "2", "--check")
+    even = spmm_json(command, "delaunay_n16", "--strategy", "column", "--repeat", "1", "--k", "2", "--partition", "even")
+    assert default["partition"] == "metis" and even["partition"] == "even" and even["partition_reason"] == ""
+    crossing, kept = (
+        int(n)
+        for n in re.findall(r"(\d+) B rows cross", default["partition_reason"])
+        + re.findall(r"against (\d+)", default["partition_reason"])
+    )
+    assert default["planned_bytes"] == default["measured_bytes"] == crossing * 2 * 8
+    assert even["planned_bytes"] == kept * 2 * 8 and crossing <= 0.9 * kept
+    assert default["check_passed"] and default["checksum_sum"] == pytest.approx(even["checksum_sum"], rel=1e-12)
+    assert default["first_product_seconds"] >= default["partition_seconds"] + default["plan_seconds"] > 0
+    if ranks == 4:  # groups of 2: the rows between groups, by METIS into the groups first
+        grouped = spmm_json(command, "delaunay_n16", "-G", "2", "--strategy", "column-hier", "--repeat", "1", "--k", "2")
+        assert grouped["partition"] == "metis-hier" and "between groups" in grouped["partition_reason"]
 
 
 @pytest.mark.ranks(3)
