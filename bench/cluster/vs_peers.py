@@ -61,7 +61,7 @@ from sparsewire.io import load_matrix  # noqa: E402
 from sparsewire.partition import partition  # noqa: E402
 from sparsewire.profile import format_table  # noqa: E402
 from sparsewire.spgemm import load_operand  # noqa: E402
-from sparsewire.topology.model import Topology  # noqa: E402
+from sparsewire.topology import Topology  # noqa: E402
 
 PETSC_DIR = "/usr/lib/petscdir/petsc3.18/x86_64-linux-gnu-real"
 WORKER = ROOT / "bench" / "peers" / "petsc_worker.py"
