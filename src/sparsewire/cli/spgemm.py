@@ -102,7 +102,7 @@ def add_commands(commands) -> None:
     )
     spgemm.add_argument("--repeat", type=positive_int, default=3, help="timed multiplies after one warm-up (default: 3)")
     spgemm.add_argument("--values", default="file", help=VALUES_HELP)
-    add_partition_arguments(spgemm)
+    add_partition_arguments(spgemm, default="auto")
     spgemm.add_argument("--check", action="store_true", help="compare C with single-process GraphBLAS, entry by entry")
     spgemm.add_argument("--output", metavar="FILE", help="write C (original row and column order) as a SciPy .npz on rank 0")
     spgemm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
@@ -247,7 +247,7 @@ def _spgemm_session(
     check: bool = False,
     output: str | None = None,
     progress=None,
-    partition: str = "even",
+    partition: str = "auto",
     imbalance: float = 0.03,
     trace=None,
 ) -> dict | None:
@@ -289,6 +289,8 @@ def _spgemm_session(
     agree_on_error(comm, problem)
     a = distribute(comm, a_global, partition, imbalance=imbalance)
     b = a if second_spec is None else distribute(comm, b_global, a.right_operand_partitioning())
+    if progress and rank == 0 and a.partition_reason:
+        progress(f"{a.partition_reason} ({a.partition_seconds:.2f} s)")
     if progress and rank == 0:
         algorithm = options.algorithm
         progress(
@@ -344,7 +346,9 @@ def _spgemm_session(
         "semiring": semiring.name,
         "semiring_facts": semiring.describe(),
         "values": values,
-        "partition": partition,
+        "partition": a.partitioned_by,
+        "partition_reason": a.partition_reason,
+        "partition_seconds": a.partition_seconds,
         "phases": options.phases,
         "options": options.as_dict(),
         "repeat": repeat,
