@@ -102,7 +102,7 @@ def add_commands(commands) -> None:
     )
     spgemm.add_argument("--repeat", type=positive_int, default=3, help="timed multiplies after one warm-up (default: 3)")
     spgemm.add_argument("--values", default="file", help=VALUES_HELP)
-    add_partition_arguments(spgemm, default="auto")
+    add_partition_arguments(spgemm)
     spgemm.add_argument("--check", action="store_true", help="compare C with single-process GraphBLAS, entry by entry")
     spgemm.add_argument("--output", metavar="FILE", help="write C (original row and column order) as a SciPy .npz on rank 0")
     spgemm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
@@ -247,7 +247,7 @@ def _spgemm_session(
     check: bool = False,
     output: str | None = None,
     progress=None,
-    partition: str = "auto",
+    partition: str = "even",
     imbalance: float = 0.03,
     trace=None,
 ) -> dict | None:
