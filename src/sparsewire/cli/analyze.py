@@ -145,7 +145,8 @@ def run_analyze(args: argparse.Namespace) -> int:
         "ranks": args.ranks,
         "k": args.k,
         "element_bytes": element_bytes,
-        "partition": args.partition,
+        "partition": partitioning.method,
+        "partition_reason": partitioning.reason,
         "strategies": entries,
     }
     if topology is not None:
@@ -160,7 +161,8 @@ def run_analyze(args: argparse.Namespace) -> int:
         return 0
     print(
         f"{args.matrix}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nonzeros; "
-        f"P = {args.ranks}, k = {args.k}, {args.dtype}, {args.partition} partition"
+        f"P = {args.ranks}, k = {args.k}, {args.dtype}, {partitioning.method} partition"
+        + (f" ({partitioning.reason})" if partitioning.reason else "")
     )
     if topology is not None:
         print(f"topology {topology.describe()}; proxy {args.proxy}")
