@@ -94,7 +94,7 @@ def assert_matches_formulas(report: dict, spec: str, ranks: int, k: int, element
 
 def test_analyze_json_contract():
     report = analyze_json("uniform:300x200:4:3", 5, "--k", "7", "--dtype", "float64", "--partition", "nnz")
-    assert set(report) == {"matrix", "ranks", "k", "element_bytes", "partition", "strategies"}
+    assert set(report) == {"matrix", "ranks", "k", "element_bytes", "partition", "partition_reason", "strategies"}
     assert set(report["matrix"]) == {"path", "n_rows", "n_cols", "nnz"}
     assert (report["ranks"], report["k"], report["element_bytes"], report["partition"]) == (5, 7, 8, "nnz")
     assert [e["name"] for e in report["strategies"]] == ["block", "rowwise", "column", "row", "joint"]
