@@ -298,8 +298,8 @@ def crossing_rows(matrix: sp.sparray, partitioning: Partitioning, groups: np.nda
     rows of A name once from the rank that owns it (the ``column`` strategy's volume, V_FC of CoLa sec. 3.1.2; what PETSc's
     ``MatMatMult`` sends), counted once per group with ``groups`` (the group of every rank):
     ``|{(g(p(i)), j) : a_ij != 0, g(q(j)) != g(p(i))}|``, p and q the owners of A's row i and B's row j, g the group
-    (the rank itself without ``groups``). Times k x the element's size, the bytes over the links between groups
-    when each group fetches a remote row once; the other strategies move at most this many."""
+    (the rank itself without ``groups``). Times k x the element's size: the ``column`` plan's bytes (with groups,
+    the ``column-hier`` plan's bytes between groups)."""
     csr = sp.csr_array(matrix)
     cols = partitioning.cols if partitioning.cols is not None else partitioning.rows
     row_owner = _owners(partitioning.rows, partitioning.row_order)
