@@ -64,7 +64,7 @@ def main() -> None:
                     common = ["spmm", matrix, "--topology", network, "--strategy", args.strategy, "--mode", args.mode]
                     common += ["--k", str(args.k), "--partition", "even"]  # the original order: the link matters most
                 else:
-                    common = ["spgemm", matrix]
+                    common = ["spgemm", matrix, "--partition", "even"]  # the original order: the link matters most
                 common += ["--repeat", str(args.repeat), "--check", "--json", "--log-view"]
                 here = {}
                 for codec in codecs if index % 2 == 0 else codecs[::-1]:

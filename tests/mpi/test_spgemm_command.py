@@ -176,7 +176,7 @@ def test_cli_spgemm_and_the_library_give_the_same_c_and_bytes(command, comm, rng
     for number, (first, second, options) in enumerate(API_AND_CLI_CASES):
         operands = [str(shared_tmp / name) if name and name.endswith(".mtx") else name for name in (first, second) if name]
         options = [f"1x{ranks}" if option == "1xP" else option for option in options]
-        options += ["--values", "random:7"]
+        options += ["--values", "random:7"] + ([] if "--partition" in options else ["--partition", "even"])
         cli_c = shared_tmp / f"cli{number}.npz"
         report = command_json(command, "spgemm", *operands, *options, "--repeat", "1", "--output", str(cli_c))
         library_c, algorithm, moved = library_spgemm(comm, operands[0], operands[1] if second else None, options)
@@ -208,14 +208,19 @@ def test_cli_spgemm_check_with_metis(command):
     assert report["check_passed"]
 
 
-@pytest.mark.ranks(2)
-def test_cli_spgemm_auto_partition_where_metis_cuts_the_fetched_rows(command):
+@pytest.mark.ranks(2, 4)
+def test_cli_spgemm_partitions_by_default_where_a_1d_plan_fetches_fewer_rows(command):
     # delaunay_n16's file order is random: on METIS's partition the 1D plan fetches a fraction of the rows, and C is
-    # the same (integer values: exact).
-    args = ["--values", "random:1", "--repeat", "1", "--algorithm", "1d", "--strategy", "column"]
-    chosen = command_json(command, "spgemm", "delaunay_n16", *args, "--partition", "auto")
-    even = command_json(command, "spgemm", "delaunay_n16", *args)
-    assert chosen["partition"] == "metis" and "auto chose metis" in chosen["partition_reason"]
+    # the same (integer values: exact). SUMMA keeps even rows.
+    args = ["--values", "random:1", "--repeat", "1"]
+    default = command_json(command, "spgemm", "delaunay_n16", *args, "--algorithm", "1d", "--strategy", "column")
+    even = command_json(
+        command, "spgemm", "delaunay_n16", *args, "--algorithm", "1d", "--strategy", "column", "--partition", "even"
+    )
+    assert default["partition"] == "metis" and "auto chose metis" in default["partition_reason"]
     assert even["partition"] == "even" and even["partition_reason"] == ""
-    assert (chosen["nnz_out"], chosen["checksum_sum"]) == (even["nnz_out"], even["checksum_sum"])
-    assert chosen["bytes_moved"] == chosen["predicted_bytes"] < 0.1 * even["bytes_moved"]
+    assert (default["nnz_out"], default["checksum_sum"]) == (even["nnz_out"], even["checksum_sum"])
+    assert default["bytes_moved"] == default["predicted_bytes"] < 0.1 * even["bytes_moved"]
+    summa = command_json(command, "spgemm", "delaunay_n16", *args, "--algorithm", "summa", "--check")
+    assert summa["partition"] == "even" and "summa runs on it" in summa["partition_reason"] and summa["check_passed"]
+    assert (summa["nnz_out"], summa["checksum_sum"]) == (even["nnz_out"], even["checksum_sum"])

@@ -102,7 +102,7 @@ def add_commands(commands) -> None:
     )
     spgemm.add_argument("--repeat", type=positive_int, default=3, help="timed multiplies after one warm-up (default: 3)")
     spgemm.add_argument("--values", default="file", help=VALUES_HELP)
-    add_partition_arguments(spgemm)
+    add_partition_arguments(spgemm, default="auto")
     spgemm.add_argument("--check", action="store_true", help="compare C with single-process GraphBLAS, entry by entry")
     spgemm.add_argument("--output", metavar="FILE", help="write C (original row and column order) as a SciPy .npz on rank 0")
     spgemm.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
@@ -247,7 +247,7 @@ def _spgemm_session(
     check: bool = False,
     output: str | None = None,
     progress=None,
-    partition: str = "even",
+    partition: str = "auto",
     imbalance: float = 0.03,
     trace=None,
 ) -> dict | None:
@@ -287,10 +287,14 @@ def _spgemm_session(
             "A's columns must equal B's rows"
         )
     agree_on_error(comm, problem)
-    a = distribute(comm, a_global, partition, imbalance=imbalance)
-    b = a if second_spec is None else distribute(comm, b_global, a.right_operand_partitioning())
-    if progress and rank == 0 and a.partition_reason:
-        progress(f"{a.partition_reason} ({a.partition_seconds:.2f} s)")
+
+    def distributed(method: str):
+        first = distribute(comm, a_global, method, imbalance=imbalance)
+        return first, first if second_spec is None else distribute(comm, b_global, first.right_operand_partitioning())
+
+    # auto: even rows first; a 1D plan, which fetches the rows auto counts, is then made again on auto's partition
+    # where that reorders. SUMMA keeps even rows: its grid's blocks of a METIS order are unbalanced.
+    a, b = distributed("even" if partition == "auto" else partition)
     if progress and rank == 0:
         algorithm = options.algorithm
         progress(
@@ -299,6 +303,22 @@ def _spgemm_session(
             else f"building {algorithm}"
         )
     plan = plan_spgemm(a, b, semiring, options)
+    partition_reason = a.partition_reason
+    if partition == "auto":
+        partition_reason = f"auto kept the original order (even): {plan.algorithm} runs on it"
+        if plan.algorithm.startswith("1d") and comm.Get_size() > 1:
+            reordered, reordered_b = distributed("auto")
+            partition_reason = reordered.partition_reason
+            if reordered.row_order is not None:
+                replanned = plan_spgemm(reordered, reordered_b, semiring, options)
+                kept = replanned.algorithm.startswith("1d")
+                (plan if kept else replanned).close()
+                if kept:
+                    plan, a, b = replanned, reordered, reordered_b
+                else:
+                    partition_reason = f"auto kept the original order (even): {replanned.algorithm} runs on METIS's"
+    if progress and rank == 0 and partition_reason:
+        progress(f"{partition_reason} ({a.partition_seconds:.2f} s)")
     if progress and rank == 0:
         progress(f"running {plan.algorithm} on a {plan.grid} grid")
     traced = contextlib.nullcontext()
@@ -347,7 +367,7 @@ def _spgemm_session(
         "semiring_facts": semiring.describe(),
         "values": values,
         "partition": a.partitioned_by,
-        "partition_reason": a.partition_reason,
+        "partition_reason": partition_reason,
         "partition_seconds": a.partition_seconds,
         "phases": options.phases,
         "options": options.as_dict(),
