@@ -33,14 +33,7 @@ def main() -> None:
         first = PROXY if way == "inside" else SENDER
         comm.Barrier()
         started = time.perf_counter()
-        if way == "direct":
-            if rank == SENDER:
-                comm.Send(message, RECEIVER)
-                comm.Recv(acknowledgement, RECEIVER)
-            elif rank == RECEIVER:
-                comm.Recv(incoming, SENDER)
-                comm.Send(acknowledgement, SENDER)
-        elif way == "relay":
+        if way == "relay":
             if rank == SENDER:
                 comm.Send(message, PROXY)
                 comm.Recv(acknowledgement, RECEIVER)
@@ -50,13 +43,13 @@ def main() -> None:
             elif rank == RECEIVER:
                 comm.Recv(incoming, PROXY)
                 comm.Send(acknowledgement, SENDER)
-        else:  # inside node 1 alone
-            if rank == PROXY:
+        elif rank in (first, RECEIVER):  # direct from node 0, or inside node 1 alone: one hop and its acknowledgement
+            if rank == first:
                 comm.Send(message, RECEIVER)
                 comm.Recv(acknowledgement, RECEIVER)
-            elif rank == RECEIVER:
-                comm.Recv(incoming, PROXY)
-                comm.Send(acknowledgement, PROXY)
+            else:
+                comm.Recv(incoming, first)
+                comm.Send(acknowledgement, first)
         return comm.bcast(time.perf_counter() - started, root=first)
 
     ways = ("direct", "relay", "inside")

@@ -53,7 +53,7 @@ import scipy.io
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # emulated.py
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))  # vs_combblas.py
-from common import ROOT, short_name  # noqa: E402
+from common import ROOT, geometric_mean, short_name  # noqa: E402
 from emulated import DEFAULT_MATRICES, calibrated_cluster, run_json  # noqa: E402
 from vs_combblas import VALUES, build_peer  # noqa: E402
 
@@ -252,14 +252,14 @@ def main() -> None:
                         "ours / that", "that time/bound", "checksums agree"], rows))  # fmt: skip
     for kind, layout, rate, case in sorted({(e["kind"], e["layout"], e["rate"], e["case"]) for e in results}):
         ratios = [e["ratio"] for e in results if (e["kind"], e["layout"], e["rate"], e["case"]) == (kind, layout, rate, case)]
-        mean = math.exp(np.mean(np.log(ratios)))
-        print(f"{kind} {case} on {layout} at {rate}: geometric mean ours/peer {mean:.3f}, worst {max(ratios):.2f}")
+        print(
+            f"{kind} {case} on {layout} at {rate}: geometric mean ours/peer {geometric_mean(ratios):.3f}, worst {max(ratios):.2f}"
+        )
         same = [e["ours"]["seconds"] / e["peer_our_partition_run"]["seconds"] for e in results
                 if (e["kind"], e["layout"], e["rate"], e["case"]) == (kind, layout, rate, case)
                 and e["peer_our_partition_run"]]  # fmt: skip
         if same:
-            mean = math.exp(np.mean(np.log(same)))
-            print(f"  against PETSc on our partition: geometric mean {mean:.3f}, worst {max(same):.2f}")
+            print(f"  against PETSc on our partition: geometric mean {geometric_mean(same):.3f}, worst {max(same):.2f}")
     out = ROOT / "bench" / "results" / "vs_peers.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
