@@ -15,10 +15,12 @@ import pytest
 
 from conftest import CHILD_ENV
 from sparsewire.calibration.network import hidden_fraction
+from sparsewire.calibration.relay import relay_price, relay_ranks
 from sparsewire.errors import InputError
 from sparsewire.io.readers import load_matrix
 from sparsewire.partition import partition
-from sparsewire.plan import build_plan, plan_stats
+from sparsewire.plan import PlanStats, build_plan, plan_stats
+from sparsewire.plan.cost import predicted_relay_seconds
 from sparsewire.plan.stats import predicted_communication_seconds, predicted_local_seconds, predicted_seconds, strategy_stats
 from sparsewire.testing.emulation.cluster import EmulatedCluster, bucket_bytes, unavailable_reason
 from sparsewire.topology.model import Topology, parse_topology
@@ -184,6 +186,74 @@ def test_all_nodes_at_once_cap_the_shared_links_together(rng):
     )
     alone = predicted_communication_seconds(strategy_stats(matrix, parts, parts, strategy, 8, 8, unlimited), unlimited)
     assert bursting[2] == pytest.approx(alone, rel=1e-12), (bursting, alone)
+
+
+def test_a_measured_relay_prices_every_step_after_the_first(rng):
+    """``relay_seconds + relay_seconds_per_byte * (bytes of the step's busiest sender)`` per step after the first,
+    on top of the hops' time; a plan of one step, or a record without the price, pays nothing."""
+    record = _record([0, 0, 1, 1])
+    plain = Topology.from_record(record)
+    record["links"]["inter_node"].update(relay_seconds=1e-4, relay_seconds_per_byte=1e-9)
+    priced = Topology.from_record(record)
+    link = priced.levels[1].link
+    assert (link.relay_seconds, link.relay_seconds_per_byte) == (1e-4, 1e-9)
+    assert (plain.levels[1].link.relay_seconds, priced.levels[0].link.relay_seconds_per_byte) == (0.0, 0.0)
+
+    def stats(sources, destinations, steps, nbytes):
+        n = len(sources)
+        arrays = [np.asarray(v, np.int64) for v in (sources, destinations, steps, nbytes)]
+        return PlanStats("joint-group", 4, 8, 8, *arrays, np.ones(n, np.int64), 0, topology=priced)
+
+    # Hand-made: step 0 crosses the link (ranks 0 -> 2, 1 -> 3); step 1 the proxies forward inside their node: rank
+    # 2 sends 3000 bytes in two messages (to 3), rank 0 1000 (to 1); step 2 rank 3 sends 500 back to rank 2.
+    two = stats([0, 1, 2, 2, 0], [2, 3, 3, 3, 1], [0, 0, 1, 1, 1], [8000, 4000, 1000, 2000, 1000])
+    assert predicted_relay_seconds(two) == pytest.approx(1e-4 + 1e-9 * 3000, rel=1e-12)
+    assert predicted_communication_seconds(two) == pytest.approx(
+        predicted_communication_seconds(two, plain) + 1e-4 + 3e-6, rel=1e-12
+    )
+    three = stats([0, 1, 2, 2, 0, 3], [2, 3, 3, 3, 1, 2], [0, 0, 1, 1, 1, 2], [8000, 4000, 1000, 2000, 1000, 500])
+    assert predicted_relay_seconds(three) == pytest.approx(2e-4 + 1e-9 * 3500, rel=1e-12)
+    one = stats([0, 1, 2], [2, 3, 3], [0, 0, 0], [8000, 4000, 3000])
+    assert predicted_relay_seconds(one) == 0.0
+    assert predicted_relay_seconds(two, plain) == 0.0
+    # On random inputs: flat plans (one step) pay nothing; the two-level plans pay at least the fixed part once, at
+    # most once per later step with every byte, and the per-byte part in proportion to its price.
+    matrix = load_matrix(f"rmat:9:8:{int(rng.integers(1, 1000))}")
+    split = partition(matrix, 4)
+    fixed, per_byte = float(rng.uniform(1e-5, 1e-3)), float(rng.uniform(1e-10, 1e-8))
+    record["links"]["inter_node"].update(relay_seconds=fixed, relay_seconds_per_byte=per_byte)
+    random_price = Topology.from_record(record)
+    record["links"]["inter_node"].update(relay_seconds=0.0, relay_seconds_per_byte=2 * per_byte)
+    doubled = Topology.from_record(record)
+    record["links"]["inter_node"]["relay_seconds_per_byte"] = per_byte
+    bytes_only = Topology.from_record(record)
+    for strategy in ("joint", "column", "column-hier", "joint-hier", "joint-group"):
+        counted = strategy_stats(matrix, split.rows, split.cols, strategy, 16, 8, random_price)
+        added = predicted_communication_seconds(counted) - predicted_communication_seconds(counted, plain)
+        later = int(np.unique(counted.steps).size) - 1
+        assert added == pytest.approx(predicted_relay_seconds(counted), rel=1e-9, abs=1e-15), strategy
+        if later == 0:
+            assert added == 0.0, strategy
+            continue
+        assert fixed * later <= added <= later * (fixed + per_byte * counted.total_bytes), (strategy, added)
+        by_bytes = predicted_relay_seconds(counted, bytes_only)
+        assert by_bytes > 0 and predicted_relay_seconds(counted, doubled) == pytest.approx(2 * by_bytes, rel=1e-12), strategy
+
+
+def test_the_relay_price_is_the_line_through_the_measured_extras():
+    # hand-made: (1000, 2 us) and (3000, 6 us) lie on 2 ns a byte through 0; a slower small message adds a fixed part
+    assert relay_price([1000, 3000], [2e-6, 6e-6]) == pytest.approx((0.0, 2e-9), abs=1e-18)
+    fixed, per_byte = relay_price([1000, 3000], [5e-6, 6e-6])
+    assert per_byte == pytest.approx(5e-10, rel=1e-12) and fixed == pytest.approx(4.5e-6, rel=1e-12)
+    # a relay never saves time: a falling line is flat at the small size's extra, a negative one 0
+    assert relay_price([1000, 3000], [5e-6, 1e-6]) == (5e-6, 0.0)
+    assert relay_price([1000, 3000], [-5e-6, -1e-6]) == pytest.approx((0.0, 2e-9), abs=1e-18)
+    assert relay_price([1000, 3000], [-5e-6, -6e-6]) == (0.0, 0.0)
+    # who relays: a node of two ranks holds the proxy and the receiver, the sender is on another node
+    assert relay_ranks(np.array([0, 0, 2, 2])) == (2, 0, 1)
+    assert relay_ranks(np.array([0, 1, 1])) == (0, 1, 2)
+    assert relay_ranks(np.array([0, 0, 0, 3])) == (3, 0, 1)
+    assert relay_ranks(np.array([0, 1, 2, 3])) is None and relay_ranks(np.array([0, 0])) is None
 
 
 def test_contention_lets_the_busiest_rank_run_at_its_rate_alone(rng):
@@ -529,6 +599,7 @@ def test_a_damaged_or_foreign_record_is_refused_with_the_command_that_writes_one
         ("burst_bytes", -1.0),
         ("aggregate_bandwidth_bytes_per_second", 0.0),
         ("aggregate_bandwidth_bytes_per_second", float("inf")),
+        ("relay_seconds_per_byte", -1e-9),
     ):
         damaged = _record([0, 0, 1, 1])
         damaged["links"]["inter_node"][field] = bad
@@ -581,6 +652,7 @@ def _full_record() -> dict:
     inter = record["links"]["inter_node"]
     inter.update(burst_bytes=262144.0, aggregate_bandwidth_bytes_per_second=2.4e8, aggregate_burst_bytes=524288.0)
     inter["overlap"] = {"fraction": 0.5}
+    inter.update(relay_seconds=5e-5, relay_seconds_per_byte=4e-10)
     record["local"] = {
         "nonzero_columns_per_second": 1e9,
         "copy_bytes_per_second": 4e9,
@@ -601,6 +673,8 @@ NUMBER_FIELDS = [
     (("links", "inter_node", "aggregate_bandwidth_bytes_per_second"), False),
     (("links", "inter_node", "aggregate_burst_bytes"), True),
     (("links", "inter_node", "overlap", "fraction"), True),
+    (("links", "inter_node", "relay_seconds"), True),
+    (("links", "inter_node", "relay_seconds_per_byte"), True),
     (("local", "nonzero_columns_per_second"), False),
     (("local", "copy_bytes_per_second"), False),
     (("local", "alone_nonzero_columns_per_second"), False),
@@ -724,3 +798,13 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     assert overlap["repeat"] == 2 * REPEAT and overlap["message_bytes"] >= 1 << 16, overlap
     times = (overlap["stream_seconds"], overlap["work_seconds"], overlap["together_seconds"])
     assert overlap["fraction"] == hidden_fraction(*times) and min(times) > 0, overlap
+    # a relay from node 1 through rank 0 to rank 1, at a 64th and half the message: the two hops take longer than the
+    # one over the link (the bucket passes the small message at once), the hop inside the node alone less; the price
+    # is the line through the extras
+    relay = inter["relay"]
+    assert relay["ranks"] == [2, 0, 1] and relay["sizes"] == [(2 << 20) // 64, 1 << 20] and relay["repeat"] == 4 * REPEAT
+    for direct, relayed, inside in zip(relay["direct"], relay["relayed"], relay["inside"]):
+        assert relayed > direct > 0 and 0 < inside < relayed, relay
+    assert (inter["relay_seconds"], inter["relay_seconds_per_byte"]) == relay_price(relay["sizes"], relay["extra"])
+    assert (link := topology.levels[1].link).relay_seconds == inter["relay_seconds"]
+    assert link.relay_seconds_per_byte == inter["relay_seconds_per_byte"]

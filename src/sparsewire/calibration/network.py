@@ -26,7 +26,9 @@ node), with every other rank waiting at a barrier:
   limiter's token bucket passes that much at once);
 * for ``inter_node`` the overlap (:func:`_overlap`): the fraction of a stream over the links (every node at once)
   that ranks computing the CSR kernel at the same time hide, as the overlapping modes multiply the diagonal
-  block while the messages cross (the cost model's ``h``, :func:`~sparsewire.plan.cost.predicted_seconds`).
+  block while the messages cross (the cost model's ``h``, :func:`~sparsewire.plan.cost.predicted_seconds`);
+* for ``inter_node`` the relay, where a node has two ranks: what forwarding a message that crossed the link
+  through a proxy adds beyond its two hops (:mod:`~sparsewire.calibration.relay`).
 
 The planner's link class is then ``seconds = messages * latency + bytes / bandwidth`` (overhead 0:
 the ping-pong's latency already holds the software's per-message time).
@@ -50,6 +52,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from sparsewire.calibration.relay import measure_relay, relay_ranks
 from sparsewire.comm.runtime import node_ids, wait_all
 from sparsewire.errors import InputError
 from sparsewire.topology.records import stamp
@@ -311,8 +314,9 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
     also ``aggregate_bandwidth_bytes_per_second`` over ``aggregate_flows`` (every rank to every rank of the other
     nodes at once),
     ``burst_bytes`` with ``burst`` (its flows and times, :func:`_burst`), ``aggregate_burst_bytes`` with
-    ``aggregate_burst`` (:func:`_burst` over ``aggregate_flows``, every node at once) and ``overlap``
-    (:func:`_overlap`).
+    ``aggregate_burst`` (:func:`_burst` over ``aggregate_flows``, every node at once), ``overlap``
+    (:func:`_overlap`) and, where a node has two ranks, ``relay_seconds`` and ``relay_seconds_per_byte`` with
+    ``relay`` (:func:`~sparsewire.calibration.relay.measure_relay`'s times).
 
     Raises:
         InputError on every rank with fewer than 2 ranks, or when no two ranks share a node and no
@@ -362,6 +366,11 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
             if progress:
                 progress("inter_node: how much of a stream every node sends at once hides behind the CSR kernel")
             entry["overlap"] = _overlap(comm, ring, entry["aggregate_bandwidth_bytes_per_second"], sharing, 2 * repeat)
+            relaying = relay_ranks(nodes)
+            if relaying is not None:  # a relay needs a node of two ranks
+                if progress:
+                    progress(f"inter_node: what a relay through rank {relaying[1]} adds beyond its two hops")
+                entry.update(measure_relay(comm, relaying, [message_bytes // 64, message_bytes // 2], 4 * repeat))
         else:
             entry["bandwidth_bytes_per_second"] = single
         classes[name] = entry

@@ -187,6 +187,14 @@ def _run_calibrate_network(args: argparse.Namespace) -> int:
             f"{overlap['work_seconds'] * 1e3:.1f} ms alone, {overlap['together_seconds'] * 1e3:.1f} ms together: "
             f"{overlap['fraction']:.2f} of the shorter hidden"
         )
+        if "relay" in inter:
+            relay = inter["relay"]
+            measured = zip(relay["sizes"], relay["extra"])
+            extras = ", ".join(f"{size / 2**10:.0f} KiB {extra * 1e6:.0f} us" for size, extra in measured)
+            print(
+                f"a relay through rank {relay['ranks'][1]} beyond its two hops: {extras}; priced "
+                f"{inter['relay_seconds'] * 1e6:.0f} us + {inter['relay_seconds_per_byte'] * 1e9:.2f} ns per byte"
+            )
     local = record["local"]
     print(
         f"local work per rank, all ranks at once ({local['threads']} thread(s)): CSR product "

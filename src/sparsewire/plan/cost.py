@@ -23,6 +23,7 @@ __all__ = [
     "predicted_seconds",
     "predicted_communication_seconds",
     "predicted_local_seconds",
+    "predicted_relay_seconds",
     "local_parts",
     "message_copies",
     "INTER_GROUP_COPIES",
@@ -174,6 +175,8 @@ def predicted_communication_seconds(
     common path caps them (cores that forward for every node) what that path passes after idle. Why a burst of its
     own: each link's burst taken off the aggregate's bytes, or a threshold on the aggregate's share of the links,
     predicted the emulated cluster worse (docs/design-decisions.md, "Cost model and the link").
+
+    Each step after the first also pays for its relays beyond their hops, :func:`predicted_relay_seconds`.
     """
     topology = _topology_of(stats, topology)
     levels = topology.link_levels(stats.sources, stats.destinations, stats.n_ranks)
@@ -214,6 +217,30 @@ def predicted_communication_seconds(
             mask = levels == level_index
             if level.link.shared and mask.any():
                 total = max(total, shared_seconds(level.link, mask, True))
+    return total + predicted_relay_seconds(stats, topology)
+
+
+def predicted_relay_seconds(stats: PlanStats, topology: Topology | None = None) -> float:
+    """Not collective. What a plan's relays add beyond their two hops: a message of a step after the plan's first
+    leaves only once the message it forwards (a proxy's B rows, SHIRO Alg. 1 stage II) or sums (an aggregator's C
+    rows) has arrived whole. Per such step s, ``relay_seconds + relay_seconds_per_byte * max_r b_r(s)``, ``b_r(s)`` the
+    bytes rank r sends in s, at the price of the link class among those the plan crosses whose price is the highest
+    (``calibrate --network`` times a relay on the job's own links; 0 where unknown), summed over the steps. Why: on
+    the emulated cluster at 5 Gbit/s the two-level plans, predicted faster than ``joint`` by their fewer bytes, ran
+    slower (docs/design-decisions.md, "A relay's store and forward")."""
+    topology = _topology_of(stats, topology)
+    steps = distinct(stats.steps)
+    if steps.size < 2:
+        return 0.0
+    levels = topology.link_levels(stats.sources, stats.destinations, stats.n_ranks)
+    crossed = [topology.levels[i].link for i in distinct(levels)]
+    if not any(link.relay_seconds or link.relay_seconds_per_byte for link in crossed):
+        return 0.0
+    total = 0.0
+    for step in steps[1:]:
+        mask = stats.steps == step
+        busiest = float(np.bincount(stats.sources[mask], weights=stats.message_bytes[mask], minlength=stats.n_ranks).max())
+        total += max(link.relay_seconds + link.relay_seconds_per_byte * busiest for link in crossed)
     return total
 
 

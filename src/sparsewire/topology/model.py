@@ -58,6 +58,9 @@ class LinkClass:
     second the shared links of all groups carry together, every group sending at once (``calibrate --network``);
     None where unknown or unlimited. ``aggregate_burst``: bytes all groups' links pass at once after idle, every
     group sending at once (``calibrate --network``; 0 where unknown: every byte crosses the aggregate at its rate).
+    ``relay_seconds`` and ``relay_seconds_per_byte``: what forwarding a message of b bytes that crossed this link
+    through a proxy adds beyond its two hops, ``relay_seconds + relay_seconds_per_byte * b`` (store and forward: the
+    proxy has the whole message before it sends it on), measured by ``calibrate --network``; 0 where unknown.
     """
 
     name: str
@@ -69,6 +72,8 @@ class LinkClass:
     burst: float = 0.0
     aggregate: float | None = None
     aggregate_burst: float = 0.0
+    relay_seconds: float = 0.0
+    relay_seconds_per_byte: float = 0.0
 
     def seconds(self, messages, nbytes):
         """Not collective. Time for ``messages`` messages carrying ``nbytes`` bytes in all, one after the other."""
@@ -83,6 +88,10 @@ class Level:
     group_size: int | None
     link: LinkClass
 
+
+#: A shared link's fields that ``calibrate --network`` measures besides rate and latency: their names in its record.
+_MEASURED_LINK_FIELDS = {"burst": "burst_bytes", "aggregate_burst": "aggregate_burst_bytes"}
+_MEASURED_LINK_FIELDS.update({name: name for name in ("relay_seconds", "relay_seconds_per_byte")})
 
 # Assumed, not measured: sparsewire.topology.links says where they come from.
 _SHARED_MEMORY = LinkClass("shared-memory", *links.SHARED_MEMORY)
@@ -156,7 +165,7 @@ class Topology:
         """Not collective. The topology of a ``network`` calibration record
         (:func:`sparsewire.calibration.network.measure_network`): its measured link classes (overhead
         0; the inter-node one ``shared`` by a node's ranks at the one-pair bandwidth, the node's link, with its
-        burst and the aggregate of all nodes at once where measured),
+        burst, the aggregate of all nodes at once and the relay's price where measured),
         groups of its ``group_size`` (or exactly its ``rank_groups`` when those are not
         consecutive blocks, which then fixes the rank count), the local rates of its ``local`` entry
         where it has one, and the inter-node link's measured ``overlap`` fraction where it has one.
@@ -189,27 +198,23 @@ class Topology:
             def measured(key: str, label: str, shared: bool) -> LinkClass:
                 entry = links_measured[key]
                 field = "single_pair_bandwidth" if shared else "bandwidth_bytes_per_second"
-                bandwidth, latency = entry[field], entry["latency_seconds"]
-                burst = entry.get("burst_bytes", 0.0) if shared else 0.0  # absent in records before it
-                aggregate = entry.get("aggregate_bandwidth_bytes_per_second") if shared else None  # likewise
-                aggregate_burst = entry.get("aggregate_burst_bytes", 0.0) if shared else 0.0  # likewise
-                for what, value, positive in (
-                    (field, bandwidth, True),
-                    ("latency_seconds", latency, False),
-                    ("burst_bytes", burst, False),
-                    ("aggregate_burst_bytes", aggregate_burst, False),
-                    *([("aggregate_bandwidth_bytes_per_second", aggregate, True)] if aggregate is not None else []),
-                ):
-                    check(f"{key}.{what}", value, positive)
+                check(f"{key}.{field}", entry[field], True)
+                check(f"{key}.latency_seconds", entry["latency_seconds"], False)
+                # the shared link's other measures; each absent in records before it was measured (0: unknown)
+                extras = {name: entry.get(f, 0.0) if shared else 0.0 for name, f in _MEASURED_LINK_FIELDS.items()}
+                for name, value in extras.items():
+                    check(f"{key}.{_MEASURED_LINK_FIELDS[name]}", value, False)
+                aggregate = entry.get("aggregate_bandwidth_bytes_per_second") if shared else None  # likewise (None)
+                if aggregate is not None:
+                    check(f"{key}.aggregate_bandwidth_bytes_per_second", aggregate, True)
                 return LinkClass(
                     label,
-                    float(bandwidth),
-                    float(latency),
+                    float(entry[field]),
+                    float(entry["latency_seconds"]),
                     0.0,
                     shared=shared,
-                    burst=float(burst),
                     aggregate=None if aggregate is None else float(aggregate),
-                    aggregate_burst=float(aggregate_burst),
+                    **{name: float(value) for name, value in extras.items()},
                 )
 
             intra = measured("intra_node", "measured intra-node", False) if "intra_node" in links_measured else _SHARED_MEMORY

@@ -21,7 +21,11 @@ _LINK_FIELDS = {
     "burst": (False, _NON_NEGATIVE),
     "aggregate": (True, _POSITIVE),
     "aggregate_burst": (False, _NON_NEGATIVE),
+    "relay_seconds": (False, _NON_NEGATIVE),
+    "relay_seconds_per_byte": (False, _NON_NEGATIVE),
 }
+#: Link fields that plan files written before them lack, with the value that means "unknown".
+_LINK_DEFAULTS = {"relay_seconds": 0.0, "relay_seconds_per_byte": 0.0}
 _RATES = ("local_rate", "copy_rate", "local_rate_alone", "copy_rate_alone")
 
 
@@ -70,7 +74,10 @@ def topology_from_record(record, where: str) -> Topology:
         flags = {key: link.get(key, False) for key in ("proxy_based", "shared")}
         if not isinstance(link.get("name"), str) or not all(isinstance(flag, bool) for flag in flags.values()):
             raise InputError(f"{at}: the link needs a name and true/false proxy_based and shared")
-        values = {key: _number(link.get(key), rule, f"{at} link {key}", none) for key, (none, rule) in _LINK_FIELDS.items()}
+        values = {
+            key: _number(link.get(key, _LINK_DEFAULTS.get(key)), rule, f"{at} link {key}", none)
+            for key, (none, rule) in _LINK_FIELDS.items()
+        }
         built.append(Level(level["name"], size, LinkClass(link["name"], **values, **flags)))
     groups = record.get("rank_groups")
     if groups is not None and (
