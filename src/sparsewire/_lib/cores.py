@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -104,3 +105,11 @@ def map_on_threads(function: Callable, items: Sequence, threads: int) -> list:
         return [function(item) for item in items]
     with ThreadPoolExecutor(min(threads, len(items))) as pool:
         return list(pool.map(function, items))
+
+
+def spin(seconds: float) -> None:
+    """Wait ``seconds`` without giving up the core (a busy loop), as a rank polling MPI would: a rank woken from sleep
+    can be late enough to hide what an idle link gives (the calibration's burst and relay)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass

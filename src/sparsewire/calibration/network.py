@@ -47,11 +47,11 @@ from __future__ import annotations
 
 import functools
 import statistics
-import time
 
 import numpy as np
 from mpi4py import MPI
 
+from sparsewire._lib.cores import spin
 from sparsewire.calibration.relay import measure_relay, relay_ranks
 from sparsewire.comm.runtime import node_ids, wait_all
 from sparsewire.errors import InputError
@@ -133,13 +133,6 @@ def _outgoing_flows(nodes: np.ndarray) -> list[tuple[int, int]]:
     return [(a, b) for a, b in _crossing_flows(nodes) if nodes[a] == nodes[0]]
 
 
-def _idle(seconds: float) -> None:
-    """Wait ``seconds`` without giving up the core (a busy loop), as a rank polling MPI would."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
 def _burst(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, latency: float, repeat: int) -> dict:
     """Bytes the links of ``flows`` pass at once after idle (a rate limiter's token bucket), on every rank: every
     flow sends its share of ``nbytes`` at once after 50 ms of idle, and again right after (the bucket then empty);
@@ -151,9 +144,9 @@ def _burst(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, latency: f
     messages leave a node, and ``nbytes`` a few times a bucket. Why the two transfers: on the emulated cluster at
     5 Gbit/s (a bucket of 625 KB) one flow's single 4 MiB message against the stream's rate had measured 0-446 KB
     over twelve calibrations, and the node's flows against their stream's rate 347-816 KB, as that rate came out
-    602-638 MB/s from one measurement to the next. Why the idle spins (:func:`_idle`) rather than sleeps: on the
-    emulated cluster (2 nodes x 2 ranks on two cores) ranks woken from 50 ms of sleep were slow enough to hide the
-    bucket at 1 Gbit/s: the idle transfer's median gained 0.15-0.96 ms on the busy one's, and the 10th to 90th
+    602-638 MB/s from one measurement to the next. Why the idle spins (:func:`~sparsewire._lib.cores.spin`) rather
+    than sleeps: on the emulated cluster (2 nodes x 2 ranks on two cores) ranks woken from 50 ms of sleep were slow
+    enough to hide the bucket at 1 Gbit/s: the idle transfer's median gained 0.15-0.96 ms on the busy one's, and the 10th to 90th
     percentile of its time spread over 10 ms; spinning, in the same jobs, it gained 1.21-1.36 ms within a spread of
     1-2 ms (with a busy loop running beside the ranks: -0.08 and 0.51 ms sleeping, 1.06 and 1.13 ms spinning)."""
     rank = comm.Get_rank()
@@ -163,7 +156,7 @@ def _burst(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, latency: f
     idle, busy = [], []
     for i in range(repeat + 1):
         comm.Barrier()
-        _idle(0.05)
+        spin(0.05)
         after_idle = _timed_flows(comm, flows, message, receives, 1, _TAG + 3)
         right_after = _timed_flows(comm, flows, message, receives, 1, _TAG + 3)
         if i:  # the first also makes the connections

@@ -9,9 +9,16 @@ import statistics
 import numpy as np
 from mpi4py import MPI
 
+from sparsewire._lib.cores import spin
+
 __all__ = ["measure_relay", "relay_price", "relay_ranks"]
 
 _TAG = 6120
+#: Seconds every way waits before it starts: a rate limiter's bucket refills (256 KiB at 1 Gbit/s in 2 ms). Why: with
+#: the ways right after each other on the emulated cluster the direct message, which followed an idle hop, found the
+#: bucket fuller than the relayed one, which followed it: 2.2 ms of "extra" for 2 MiB at 1 Gbit/s in one job, 0.3 ms
+#: in another where the order left less idle.
+IDLE_SECONDS = 0.02
 
 
 def relay_ranks(nodes: np.ndarray) -> tuple[int, int, int] | None:
@@ -39,21 +46,23 @@ def relay_price(sizes: list[int], extra: list[float]) -> tuple[float, float]:
 
 
 def measure_relay(comm: MPI.Comm, ranks: tuple[int, int, int], sizes: list[int], repeat: int) -> dict:
-    """Collective. What forwarding a message through a proxy adds beyond its two hops, as a two-level plan's proxy relays the B
-    rows that crossed the node's link (SHIRO Alg. 1 stage II): per size, three ways take turns ``repeat`` times, each
-    timed by the sender from a barrier until an 8-byte acknowledgement from the receiver: ``direct`` (sender to
-    receiver), ``relayed`` (sender to the proxy, which receives it whole, copies it and sends it on, :func:`_forward`)
-    and ``inside`` (the proxy to the receiver alone, the second hop); ``extra = relayed - direct - inside`` of the
-    medians (the wait for the whole message, the copy, the proxy's wake-up), and the price the line through the two
-    sizes' extras (:func:`relay_price`). Sender and proxy are on different nodes, proxy and receiver on one. Why
-    measured, not derived from the hops' rates: on the emulated cluster (2 nodes x 2 ranks on 2 cores) it was
-    0.15-2.5 ms for 64 KiB to 2 MiB at 1 Gbit/s, 1.2-2.3 ns a byte, where the copy alone takes 0.2-0.3 ns."""
+    """Collective. What forwarding a message through a proxy adds beyond its two hops, as a two-level plan's proxy
+    relays the B rows that crossed the node's link (SHIRO Alg. 1 stage II). Per size, three ways take turns ``repeat``
+    times, each timed by the sender from a barrier after :data:`IDLE_SECONDS` of idle until an 8-byte
+    acknowledgement from the receiver: ``direct`` (sender to receiver), ``relayed`` (sender to the proxy, which
+    receives it whole, copies it and sends it on, :func:`_forward`) and ``inside`` (the proxy to the receiver alone,
+    the second hop). ``extra = relayed - direct - inside`` of the medians (the wait for the whole message, the copy,
+    the proxy's wake-up), and the price is the line through the two sizes' extras (:func:`relay_price`). Sender and
+    proxy are on different nodes, proxy and receiver on one. Why measured, not derived from the hops' rates: on the
+    emulated cluster (2 nodes x 2 ranks on 2 cores) it came to several times what the copy alone takes."""
     sender, proxy, receiver = ranks
     rank = comm.Get_rank()
     acknowledgement = np.zeros(1, np.uint8)
 
     def one(way: str, message: np.ndarray) -> float:
         first = proxy if way == "inside" else sender
+        comm.Barrier()
+        spin(IDLE_SECONDS)  # every way starts on an idle link, as a multiply between barriers does
         comm.Barrier()
         started = MPI.Wtime()
         if way == "relayed" and rank == proxy:
