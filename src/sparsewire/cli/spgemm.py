@@ -252,7 +252,8 @@ def _spgemm_session(
     trace=None,
 ) -> dict | None:
     """Collective. ``C = A (+.x) B`` (B = A when ``second_spec`` is None) through the public path
-    (:func:`sparsewire.distribute`, :func:`sparsewire.plan_spgemm`); the result dict on rank 0.
+    (:func:`sparsewire.distributed.distribute_and_plan_spgemm`: :func:`sparsewire.distribute`,
+    :func:`sparsewire.plan_spgemm`); the result dict on rank 0.
 
     Timing: one untimed warm-up multiply, then ``repeat`` multiplies, each between barriers and
     timed as the slowest rank. ``bytes_moved`` is what MPI delivered to the ranks in one multiply
@@ -269,9 +270,9 @@ def _spgemm_session(
 
     from mpi4py import MPI
 
-    from sparsewire import distribute, plan_spgemm
     from sparsewire import trace as trace_plan
     from sparsewire.comm.runtime import agree_on_error
+    from sparsewire.distributed import distribute_and_plan_spgemm
     from sparsewire.profile.timed import timed_run
     from sparsewire.spgemm.compare import compare_products, reference_product
     from sparsewire.spgemm.distributed import peak_rss_bytes
@@ -288,13 +289,6 @@ def _spgemm_session(
         )
     agree_on_error(comm, problem)
 
-    def distributed(method: str):
-        first = distribute(comm, a_global, method, imbalance=imbalance)
-        return first, first if second_spec is None else distribute(comm, b_global, first.right_operand_partitioning())
-
-    # auto: even rows first; a 1D plan, which fetches the rows auto counts, is then made again on auto's partition
-    # where that reorders. SUMMA keeps even rows: its grid's blocks of a METIS order are unbalanced.
-    a, b = distributed("even" if partition == "auto" else partition)
     if progress and rank == 0:
         algorithm = options.algorithm
         progress(
@@ -302,21 +296,9 @@ def _spgemm_session(
             if algorithm == "auto" or options.strategy == "auto"
             else f"building {algorithm}"
         )
-    plan = plan_spgemm(a, b, semiring, options)
-    partition_reason = a.partition_reason
-    if partition == "auto":
-        partition_reason = f"auto kept the original order (even): {plan.algorithm} runs on it"
-        if plan.algorithm.startswith("1d") and comm.Get_size() > 1:
-            reordered, reordered_b = distributed("auto")
-            partition_reason = reordered.partition_reason
-            if reordered.row_order is not None:
-                replanned = plan_spgemm(reordered, reordered_b, semiring, options)
-                kept = replanned.algorithm.startswith("1d")
-                (plan if kept else replanned).close()
-                if kept:
-                    plan, a, b = replanned, reordered, reordered_b
-                else:
-                    partition_reason = f"auto kept the original order (even): {replanned.algorithm} runs on METIS's"
+    a, b, plan, partition_reason = distribute_and_plan_spgemm(
+        comm, a_global, b_global, second_spec is None, semiring, options, partition, imbalance
+    )
     if progress and rank == 0 and partition_reason:
         progress(f"{partition_reason} ({a.partition_seconds:.2f} s)")
     if progress and rank == 0:
