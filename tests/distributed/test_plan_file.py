@@ -69,6 +69,12 @@ DAMAGE = {
     "choice": (lambda arrays, meta: meta.update(choice={"strategy": "joint"}), True, "damaged plan setting 'choice'"),
     "no checksum": (lambda arrays, meta: meta.pop("plan_checksum"), False, "damaged plan setting 'plan_checksum'"),
     "negative steps": (lambda arrays, meta: meta["choice"]["steps"].update(joint=-1), True, "damaged plan setting 'choice'"),
+    "timed at 0 s": (lambda arrays, meta: meta["choice"].update(measured={"joint": 0.0}), True, "damaged plan setting 'choice'"),
+    "timed, not a candidate": (
+        lambda arrays, meta: meta["choice"].update(measured={"teleport": 1e-3}),
+        True,
+        "damaged plan setting 'choice'",
+    ),
     "steps of no candidate": (
         lambda arrays, meta: meta["choice"]["steps"].update(teleport=1),
         True,

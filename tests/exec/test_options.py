@@ -29,13 +29,14 @@ def test_the_defaults_and_their_normal_forms():
     assert given.transfer_calibration == Path("calibration.json") and given.layout == "merged"
     assert ExecOptions(mode="pipelined").layout == "pipelined" and ExecOptions(mode="auto").mode is None
     assert sparsewire.ExecOptions is ExecOptions
+    assert options.trial is True and ExecOptions(trial=False).as_dict()["trial"] is False
 
 
 def test_every_problem_is_named_in_one_error():
     with pytest.raises(InputError) as caught:
-        ExecOptions(strategy="teleport", mode="warp", threads=0, proxy="nearest", transport="pigeon", backend="abacus")
+        ExecOptions(strategy="teleport", mode="warp", threads=0, proxy="nearest", transport="pigeon", backend="abacus", trial="y")
     lines = str(caught.value).splitlines()
-    assert lines[0] == "invalid options:" and len(lines) == 7, lines
+    assert lines[0] == "invalid options:" and len(lines) == 8, lines
     for expected in (
         "unknown strategy 'teleport'",
         "unknown mode 'warp'",
@@ -43,6 +44,7 @@ def test_every_problem_is_named_in_one_error():
         "unknown proxy 'nearest'",
         "unknown transport 'pigeon'",
         "unknown backend 'abacus'",
+        "trial must be True or False (got 'y')",
     ):
         assert any(expected in line for line in lines), (expected, lines)
     with pytest.raises(InputError, match="^strategy 'joint-hier' routes through groups; pass a topology with groups"):

@@ -278,7 +278,7 @@ def test_auto_picks_the_least_predicted_time_near_ties_going_to_fewer_steps(comm
         on_rank_zero(comm, (shared_tmp / "net.json").write_text, json.dumps(record))
     distributed = sparsewire.distribute(comm, matrix)
     parsed = None if topology == "flat" else sparsewire.parse_topology(topology)
-    with distributed.spmm_plan(16, topology=parsed, mode="bulk") as chosen:
+    with distributed.spmm_plan(16, options=sparsewire.ExecOptions(trial=False), topology=parsed, mode="bulk") as chosen:
         predictions, steps = {}, {}
         for strategy in candidate_strategies(parsed):
             with distributed.spmm_plan(16, strategy=strategy.value, topology=parsed, mode="bulk") as plan:

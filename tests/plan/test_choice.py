@@ -73,3 +73,17 @@ def test_the_reason_names_the_near_tie_and_the_steps():
     ], choice.candidate_lines()
     assert unrecorded.candidate_lines()[0].startswith("candidates (predicted time / bytes): joint-group 9300.00 us")
     assert StrategyChoice(Strategy.JOINT, "joint", "net.json", choice.candidates).candidate_lines() == []
+
+
+def test_the_reason_of_a_trial_names_every_timed_candidate_fastest_first():
+    candidates = {"joint": (9.4e-3, 2_000_000), "joint-group": (8.3e-3, 1_900_000), "column": (20e-3, 3_000_000)}
+    measured = {"joint-group": 10.1e-3, "joint": 8.5e-3}
+    choice = StrategyChoice(Strategy.JOINT, "auto", "measured:net.json", candidates, {"joint": 1, "joint-group": 2}, measured)
+    assert choice.reason() == (
+        "auto chose joint: the fastest on this job of the 2 candidates predicted within 25% of the least under "
+        "measured:net.json (median per multiply: joint 8.500 ms, joint-group 10.100 ms)"
+    ), choice.reason()
+    line = choice.candidate_lines()[0]
+    assert "joint-group 8300.00 us / 1.90 MB / 2 / timed 10100.00 us" in line, line
+    assert "joint 9400.00 us / 2.00 MB / 1 / timed 8500.00 us" in line and "column 20000.00 us / 3.00 MB," not in line, line
+    assert line.endswith("column 20000.00 us / 3.00 MB"), line  # not timed: predicted beyond 25%

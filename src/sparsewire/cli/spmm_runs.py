@@ -153,6 +153,8 @@ def spmm_session(
                     k, dtype, options=options.replace(strategy=strategy, mode=None if mode == "auto" else mode)
                 )
                 plan_seconds = comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
+                if progress and rank == 0 and plan.choice.measured:
+                    progress(plan.choice.reason())
                 result = np.empty((plan.output_rows, k), dtype)
                 out, b_in = result, b_local
                 if options.backend == "torch":

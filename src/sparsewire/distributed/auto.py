@@ -1,8 +1,10 @@
 """The ``auto`` strategy: plan every candidate strategy and keep the least predicted time, near ties going to
-the plan of fewer steps (:func:`~sparsewire.plan.cost.preferred`; :class:`StrategyChoice` records why)."""
+the plan of fewer steps (:func:`~sparsewire.plan.cost.preferred`), or, where a trial is given, the fastest on the
+job of those predicted near the least (:mod:`~sparsewire.distributed.trial`); :class:`StrategyChoice` records why."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -10,6 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from sparsewire._lib.text import format_bytes
+from sparsewire.distributed.trial import TRIAL_WITHIN
 from sparsewire.plan.cost import NEAR_TIE, plan_steps, preferred
 from sparsewire.plan.plan import RankPlan, build_rank_plan_collective
 from sparsewire.plan.stats import PlanStats, plan_stats, predicted_seconds, rank_send_summary
@@ -33,12 +36,20 @@ class StrategyChoice:
     model: str
     candidates: dict[str, tuple[float, int]]
     steps: dict[str, int] = field(default_factory=dict)
+    measured: dict[str, float] = field(default_factory=dict)
 
     def reason(self) -> str:
         """Not collective. One sentence: the chosen strategy and why."""
         if self.requested != "auto":
             return f"strategy {self.strategy.value} was requested"
         chosen = self.strategy.value
+        if self.measured:
+            ranked = sorted(self.measured.items(), key=lambda x: x[1])
+            timed = ", ".join(f"{name} {seconds * 1e3:.3f} ms" for name, seconds in ranked)
+            return (
+                f"auto chose {chosen}: the fastest on this job of the {len(self.measured)} candidates predicted within "
+                f"{TRIAL_WITHIN:.0%} of the least under {self.model} (median per multiply: {timed})"
+            )
         seconds, nbytes = self.candidates[chosen]
         others = sorted((s, b, name) for name, (s, b) in self.candidates.items() if name != chosen)
         if others and others[0][0] < seconds:  # a near tie that went to fewer steps (preferred)
@@ -62,10 +73,13 @@ class StrategyChoice:
             return []
         ranked = sorted(self.candidates.items(), key=lambda x: x[1])
         parts = ", ".join(
-            f"{name} {s * 1e6:.2f} us / {format_bytes(b)}" + (f" / {self.steps[name]}" if name in self.steps else "")
+            f"{name} {s * 1e6:.2f} us / {format_bytes(b)}"
+            + (f" / {self.steps[name]}" if name in self.steps else "")
+            + (f" / timed {self.measured[name] * 1e6:.2f} us" if name in self.measured else "")
             for name, (s, b) in ranked
         )
-        return [f"candidates (predicted time / bytes{' / steps' if self.steps else ''}): {parts}"]
+        timed = " / timed where tried" if self.measured else ""
+        return [f"candidates (predicted time / bytes{' / steps' if self.steps else ''}{timed}): {parts}"]
 
     def _steps(self, name: str) -> str:
         count = self.steps.get(name)
@@ -97,6 +111,7 @@ def choose_strategy(
     steps_in_flight: int | None = None,
     code_setup: bool = False,
     overlaps_diagonal: bool = False,
+    trial: Callable[[dict[str, RankPlan]], dict[str, float]] | None = None,
 ) -> tuple[RankPlan, PlanStats, StrategyChoice]:
     """Collective. This rank's plan of ``strategy`` (``auto``: of every
     :func:`candidate_strategies` entry, keeping the least predicted time
@@ -107,11 +122,15 @@ def choose_strategy(
     topology has measured local rates (:func:`~sparsewire.plan.cost.predicted_seconds`); near ties, within
     :data:`~sparsewire.plan.cost.NEAR_TIE`, go to fewer steps, then fewer bytes:
     :func:`~sparsewire.plan.cost.preferred`), its stats and the choice's record. ``code_setup``: the planner's
-    all-to-all travels bit-packed (:func:`~sparsewire.plan.plan.build_rank_plan_collective`)."""
+    all-to-all travels bit-packed (:func:`~sparsewire.plan.plan.build_rank_plan_collective`). ``trial`` (``auto``
+    only, :mod:`~sparsewire.distributed.trial`): given the plans predicted within
+    :data:`~sparsewire.distributed.trial.TRIAL_WITHIN` of the least where there are several, their measured seconds
+    per multiply (Collective); the fastest measured is kept instead, and the choice records the times."""
     comm = matrix.comm
     model = topology or Topology.flat()
     names = candidate_strategies(topology) if strategy == "auto" else [Strategy(strategy)]
     planned, candidates, steps = {}, {}, {}
+    keep_within = max(NEAR_TIE, TRIAL_WITHIN) if trial is not None and strategy == "auto" else NEAR_TIE
     for candidate in names:
         plan = build_rank_plan_collective(
             comm,
@@ -130,8 +149,12 @@ def choose_strategy(
         steps[candidate.value] = plan_steps(stats)
         planned[candidate.value] = (plan, stats)
         least = min(s for s, _ in candidates.values())  # keep only the plans still near the least
-        planned = {name: kept for name, kept in planned.items() if candidates[name][0] <= least * (1 + NEAR_TIE)}
+        planned = {name: kept for name, kept in planned.items() if candidates[name][0] <= least * (1 + keep_within)}
     chosen = preferred({name: (*candidates[name], steps[name]) for name in candidates})
+    measured = {}
+    if keep_within > NEAR_TIE and len(planned) > 1:
+        measured = trial({name: plan for name, (plan, _) in planned.items()})
+        chosen = min(measured, key=lambda name: (measured[name], candidates[name][0]))
     plan, stats = planned[chosen]
     requested = strategy if strategy == "auto" else Strategy(strategy).value
-    return plan, stats, StrategyChoice(plan.strategy, requested, model.name, candidates, steps)
+    return plan, stats, StrategyChoice(plan.strategy, requested, model.name, candidates, steps, measured)

@@ -270,6 +270,7 @@ def _check_meta(meta, path) -> None:
                 for name, (seconds, volume) in choice["candidates"].items()
             )
             and all(name in choice["candidates"] and int(count) >= 0 for name, count in choice.get("steps", {}).items())
+            and all(name in choice["candidates"] and float(s) > 0 for name, s in choice.get("measured", {}).items())
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         checks["choice"] = False
@@ -410,6 +411,7 @@ def load_plan(cls, path: str | os.PathLike, matrix: DistributedMatrix, run: dict
         choice_meta["model"],
         {name: (float(s), int(b)) for name, (s, b) in choice_meta["candidates"].items()},
         {name: int(count) for name, count in choice_meta.get("steps", {}).items()},
+        {name: float(seconds) for name, seconds in choice_meta.get("measured", {}).items()},
     )
     return cls(matrix, plan, stats, meta["k"], np.dtype(meta["dtype"]), options, choice, transposed=meta["transposed"])
 

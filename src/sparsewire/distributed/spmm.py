@@ -18,6 +18,7 @@ from mpi4py import MPI
 from sparsewire.comm.runtime import abort_job, agree_on_error, agree_on_values, agreed, collective_errors, ranks_on_node
 from sparsewire.distributed.auto import StrategyChoice, candidate_strategies, choose_strategy, collective_stats
 from sparsewire.distributed.plan_file import PLAN_FORMAT, PLAN_FORMAT_VERSION, load_plan, write_plan_file
+from sparsewire.distributed.trial import trial_of
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.options import UNSET as _UNSET
@@ -88,10 +89,8 @@ def plan_spmm(
         k: columns of B.
         dtype: numpy.float32 or numpy.float64.
         options: how the plan is made and run (:class:`~sparsewire.exec.options.ExecOptions`).
-        strategy: ``auto`` (default) or one of block, column, row, joint (and with a grouped topology
-            column-hier, joint-hier, joint-group). ``auto`` plans every candidate and keeps the least predicted
-            time under ``topology`` (:func:`~sparsewire.distributed.auto.choose_strategy`); near ties (within 2%) go to
-            fewer steps, then fewer bytes.
+        strategy: ``auto`` (default: :func:`~sparsewire.distributed.auto.choose_strategy`) or block, column, row,
+            joint (with a grouped topology also column-hier, joint-hier, joint-group).
         topology: the cluster model (:class:`~sparsewire.topology.model.Topology`); None = flat.
         mode: executor mode (bulk, overlap, pipelined, early, partitioned) or None/``auto``
             (:func:`~sparsewire.plan.modes.choose_mode`).
@@ -150,7 +149,7 @@ def plan_spmm(
     strategy = options.strategy if options.strategy == "auto" else options.strategy.value
     plan, stats, choice = choose_strategy(
         matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, Mode(options.mode).steps_in_flight,
-        options.compress != "none", Mode(options.mode).overlaps_diagonal,
+        options.compress != "none", Mode(options.mode).overlaps_diagonal, trial_of(comm, k, dtype, options),
     )  # fmt: skip
     return SpmmPlan(matrix, plan, stats, k, dtype, options, choice)
 

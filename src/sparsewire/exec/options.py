@@ -71,6 +71,9 @@ class ExecOptions:
             :mod:`sparsewire.wire.codecs` states; ``inter:CODEC`` codes only the messages between groups
             (the topology's, else MPI's shared-memory nodes). The MPI transport's whole-message modes on
             the CPU.
+        trial: ``auto`` strategy under a topology measured by ``calibrate --network``, on more than one rank:
+            time the candidate plans predicted within 25% of the least on the job itself and keep the fastest
+            (:mod:`sparsewire.distributed.trial`); False: the least predicted.
     """
 
     strategy: str | Strategy = AUTO
@@ -85,6 +88,7 @@ class ExecOptions:
     transfer_calibration: Path | str | os.PathLike | None = None
     wait_timeout: float = DEFAULT_WAIT_TIMEOUT
     compress: str = "none"
+    trial: bool = True
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -141,6 +145,8 @@ class ExecOptions:
             problems.append(f"threads must be a positive integer or None (got {self.threads!r})")
         if not isinstance(self.deterministic, (bool, np.bool_)):
             problems.append(f"deterministic must be True or False (got {self.deterministic!r})")
+        if not isinstance(self.trial, (bool, np.bool_)):
+            problems.append(f"trial must be True or False (got {self.trial!r})")
         if self.transport not in transport_names():
             problems.append(f"unknown transport {self.transport!r}; choose {' or '.join(transport_names())}")
         elif mode is not None:
@@ -232,6 +238,7 @@ class ExecOptions:
             "transfer_calibration": None if self.transfer_calibration is None else str(self.transfer_calibration),
             "wait_timeout": self.wait_timeout,
             "compress": self.compress,
+            "trial": self.trial,
         }
 
     def saved(self) -> dict:

@@ -1,0 +1,102 @@
+"""``auto``'s trial (sparsewire.distributed.trial): under a measured topology the plans predicted within 25% of the
+least are timed on the job and the fastest kept; the times are each multiply's slowest rank's; under assumed links,
+on one rank or with ``trial=False`` the prediction alone decides."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsewire
+from conftest import on_rank_zero, slow_link_topology
+from sparsewire.distributed import trial
+from sparsewire.distributed.trial import TRIAL_WITHIN, time_plans
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _matrix(comm, seed: int):
+    rng = np.random.default_rng(seed)
+    a = sp.random_array((120, 120), density=0.06, rng=rng, format="csr") + sp.eye_array(120, format="csr")
+    a.data = rng.integers(-3, 4, a.nnz).astype(np.float64)
+    return a, sparsewire.distribute(comm, a if comm.Get_rank() == 0 else None, partition="even")
+
+
+@pytest.mark.ranks(4)
+def test_auto_keeps_the_fastest_timed_of_the_near_candidates_and_it_multiplies_exactly(comm, shared_tmp, seed, monkeypatch):
+    a, matrix = _matrix(comm, seed)
+    rank = comm.Get_rank()
+    record = shared_tmp / "net.json"
+    on_rank_zero(comm, slow_link_topology, record, [0, 0, 1, 1])
+    measured = sparsewire.parse_topology(str(record))
+    b = np.random.default_rng(seed + 1).integers(-3, 4, (120, 4)).astype(np.float64)
+    b_local = b[slice(*matrix.col_partition.range(rank))]
+    with matrix.spmm_plan(4, topology=measured, options=sparsewire.ExecOptions(trial=False)) as predicted:
+        candidates = predicted.choice.candidates
+    least = min(seconds for seconds, _ in candidates.values())
+    near = sorted(name for name, (seconds, _) in candidates.items() if seconds <= least * (1 + TRIAL_WITHIN))
+    assert len(near) > 1, candidates  # the two-level plans and joint send nearly the same bytes here
+
+    # planted: the timing says the least predicted is the slowest, so the choice must follow the timing
+    timed_order = sorted(near, key=lambda name: (-candidates[name][0], name))
+    planted = {name: 1e-3 * (1 + i) for i, name in enumerate(timed_order)}
+    calls = []
+
+    def fake_time_plans(comm_, plans, k, dtype, options, **_):
+        calls.append(sorted(plans))
+        return {name: planted[name] for name in plans}
+
+    monkeypatch.setattr(trial, "time_plans", fake_time_plans)
+    with matrix.spmm_plan(4, topology=measured) as chosen:
+        assert calls == [near], (calls, near)
+        assert chosen.choice.measured == planted and chosen.rank_plan.strategy.value == timed_order[0]
+        assert chosen.choice.reason().startswith(f"auto chose {timed_order[0]}: the fastest on this job of the {len(near)}")
+        whole = comm.gather(chosen.multiply(b_local))
+        chosen.save(shared_tmp / "plan.npz")
+    with sparsewire.SpmmPlan.load(shared_tmp / "plan.npz", matrix) as loaded:
+        assert loaded.choice == chosen.choice  # the times travel with the plan
+    if rank == 0:
+        assert np.array_equal(np.vstack(whole), a @ b)
+    monkeypatch.undo()
+
+    # the real trial: every near candidate timed, the least time kept, the same on every rank
+    with matrix.spmm_plan(4, topology=measured) as timed:
+        times = timed.choice.measured
+        assert sorted(times) == near and all(seconds > 0 for seconds in times.values()), times
+        assert timed.rank_plan.strategy.value == min(times, key=times.get)
+        assert comm.allgather(times) == [times] * comm.Get_size()
+        whole = comm.gather(timed.multiply(b_local))
+    if rank == 0:
+        assert np.array_equal(np.vstack(whole), a @ b)
+
+    # no trial: assumed links (a cluster this job does not run on), or asked not to
+    for topology, options in ((sparsewire.Topology.nodes(2), None), (measured, sparsewire.ExecOptions(trial=False))):
+        with matrix.spmm_plan(4, topology=topology, options=options) as plan:
+            assert plan.choice.measured == {}, topology.name
+
+
+@pytest.mark.ranks(2)
+def test_a_plans_time_is_its_slowest_ranks(comm, seed, monkeypatch):
+    _, matrix = _matrix(comm, seed)
+    plans = {}
+    for strategy in ("column", "joint"):
+        with matrix.spmm_plan(3, strategy=strategy, mode="bulk") as plan:
+            plans[strategy] = (plan.rank_plan, plan.options)
+    delay = 0.05
+    real = trial.SpmmExecutor
+
+    class Slowed(real):  # planted: only rank 1's column multiplies wait
+        def multiply(self, b_local, out=None):
+            if comm.Get_rank() == 1 and self.plan.strategy.value == "column":
+                import time
+
+                time.sleep(delay)
+            return super().multiply(b_local, out)
+
+    monkeypatch.setattr(trial, "SpmmExecutor", Slowed)
+    times = time_plans(comm, {name: rank_plan for name, (rank_plan, _) in plans.items()}, 3, np.dtype(np.float64),
+                       plans["joint"][1], turns=2, repeat=2)  # fmt: skip
+    assert times["column"] >= delay, times  # on rank 0 too: the slowest rank's time
+    assert times["joint"] < times["column"], times
+    assert comm.allgather(times) == [times] * comm.Get_size()
