@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from sparsewire.distributed.auto import StrategyChoice
+from sparsewire.distributed.trial import faster_in_every_turn
 from sparsewire.io.generators import from_spec
 from sparsewire.partition import even_rows
 from sparsewire.plan.cost import NEAR_TIE, plan_steps, preferred
@@ -80,10 +81,40 @@ def test_the_reason_of_a_trial_names_every_timed_candidate_fastest_first():
     measured = {"joint-group": 10.1e-3, "joint": 8.5e-3}
     choice = StrategyChoice(Strategy.JOINT, "auto", "measured:net.json", candidates, {"joint": 1, "joint-group": 2}, measured)
     assert choice.reason() == (
-        "auto chose joint: the fastest on this job of the 2 candidates predicted within 25% of the least under "
-        "measured:net.json (median per multiply: joint 8.500 ms, joint-group 10.100 ms)"
+        "auto chose joint: faster than joint-group, the model's choice, in every turn of a trial on this job of the 2 "
+        "candidates predicted within 25% of the least under measured:net.json (median per multiply: joint 8.500 ms, "
+        "joint-group 10.100 ms)"
     ), choice.reason()
+    kept = StrategyChoice(Strategy.JOINT_GROUP, "auto", "measured:net.json", candidates, choice.steps, measured)
+    assert kept.reason().startswith("auto chose joint-group: the model's choice, and none was faster in every turn")
     line = choice.candidate_lines()[0]
     assert "joint-group 8300.00 us / 1.90 MB / 2 / timed 10100.00 us" in line, line
-    assert "joint 9400.00 us / 2.00 MB / 1 / timed 8500.00 us" in line and "column 20000.00 us / 3.00 MB," not in line, line
+    assert "joint 9400.00 us / 2.00 MB / 1 / timed 8500.00 us" in line, line
     assert line.endswith("column 20000.00 us / 3.00 MB"), line  # not timed: predicted beyond 25%
+
+
+@pytest.mark.parametrize(
+    "times, expected",
+    [
+        ({"p": [5.0, 5.0, 5.0, 5.0], "a": [4.0, 4.0, 4.0, 4.0]}, "a"),  # faster in every turn
+        ({"p": [5.0, 5.0, 5.0, 5.0], "a": [1.0, 1.0, 1.0, 5.5]}, "p"),  # least median, but slower in one turn
+        ({"p": [5.0, 5.0, 5.0, 5.0], "a": [1.0, 1.0, 1.0, 5.0]}, "p"),  # a tie in one turn is not faster
+        ({"p": [5.0, 5.0], "a": [4.0, 4.5], "b": [3.0, 4.8]}, "b"),  # both beat it: the least median (3.9 < 4.25)
+        ({"p": [5.0, 5.0]}, "p"),
+    ],
+)
+def test_the_trial_keeps_the_models_choice_unless_another_is_faster_in_every_turn(times, expected):
+    assert faster_in_every_turn(times, "p") == expected
+
+
+def test_the_trial_choice_beats_the_prediction_in_every_turn_and_has_the_least_median_of_those_that_do(rng):
+    for _ in range(300):
+        turns, names = int(rng.integers(1, 6)), [f"s{i}" for i in range(int(rng.integers(1, 5)))]
+        times = {name: list(rng.integers(1, 6, turns).astype(float)) for name in names}
+        predicted = names[int(rng.integers(len(names)))]
+        kept = faster_in_every_turn(times, predicted)
+        beats = [n for n in names if n != predicted and all(t < p for t, p in zip(times[n], times[predicted]))]
+        if not beats:
+            assert kept == predicted
+        else:
+            assert kept in beats and np.median(times[kept]) == min(np.median(times[n]) for n in beats)

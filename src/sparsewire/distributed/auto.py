@@ -1,10 +1,11 @@
 """The ``auto`` strategy: plan every candidate strategy and keep the least predicted time, near ties going to
-the plan of fewer steps (:func:`~sparsewire.plan.cost.preferred`), or, where a trial is given, the fastest on the
-job of those predicted near the least (:mod:`~sparsewire.distributed.trial`); :class:`StrategyChoice` records why."""
+the plan of fewer steps (:func:`~sparsewire.plan.cost.preferred`), or, where a trial is given, one of those predicted
+near the least that was faster on the job in every turn (:mod:`~sparsewire.distributed.trial`); :class:`StrategyChoice`
+records why."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -12,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 from sparsewire._lib.text import format_bytes
-from sparsewire.distributed.trial import TRIAL_WITHIN
+from sparsewire.distributed.trial import TRIAL_WITHIN, Trial, faster_in_every_turn
 from sparsewire.plan.cost import NEAR_TIE, plan_steps, preferred
 from sparsewire.plan.plan import RankPlan, build_rank_plan_collective
 from sparsewire.plan.stats import PlanStats, plan_stats, predicted_seconds, rank_send_summary
@@ -46,9 +47,11 @@ class StrategyChoice:
         if self.measured:
             ranked = sorted(self.measured.items(), key=lambda x: x[1])
             timed = ", ".join(f"{name} {seconds * 1e3:.3f} ms" for name, seconds in ranked)
+            model = preferred({name: (*c, self.steps.get(name, 0)) for name, c in self.candidates.items()})
+            why = "the model's choice, and none was faster" if chosen == model else f"faster than {model}, the model's choice,"
             return (
-                f"auto chose {chosen}: the fastest on this job of the {len(self.measured)} candidates predicted within "
-                f"{TRIAL_WITHIN:.0%} of the least under {self.model} (median per multiply: {timed})"
+                f"auto chose {chosen}: {why} in every turn of a trial on this job of the {len(self.measured)} candidates "
+                f"predicted within {TRIAL_WITHIN:.0%} of the least under {self.model} (median per multiply: {timed})"
             )
         seconds, nbytes = self.candidates[chosen]
         others = sorted((s, b, name) for name, (s, b) in self.candidates.items() if name != chosen)
@@ -111,7 +114,7 @@ def choose_strategy(
     steps_in_flight: int | None = None,
     code_setup: bool = False,
     overlaps_diagonal: bool = False,
-    trial: Callable[[dict[str, RankPlan]], dict[str, float]] | None = None,
+    trial: Trial | None = None,
 ) -> tuple[RankPlan, PlanStats, StrategyChoice]:
     """Collective. This rank's plan of ``strategy`` (``auto``: of every
     :func:`candidate_strategies` entry, keeping the least predicted time
@@ -124,8 +127,9 @@ def choose_strategy(
     :func:`~sparsewire.plan.cost.preferred`), its stats and the choice's record. ``code_setup``: the planner's
     all-to-all travels bit-packed (:func:`~sparsewire.plan.plan.build_rank_plan_collective`). ``trial`` (``auto``
     only, :mod:`~sparsewire.distributed.trial`): given the plans predicted within
-    :data:`~sparsewire.distributed.trial.TRIAL_WITHIN` of the least where there are several, their measured seconds
-    per multiply (Collective); the fastest measured is kept instead, and the choice records the times."""
+    :data:`~sparsewire.distributed.trial.TRIAL_WITHIN` of the least where there are several, their times per turn
+    (Collective); a plan faster than the predicted choice in every turn is kept instead
+    (:func:`~sparsewire.distributed.trial.faster_in_every_turn`), and the choice records the median times."""
     comm = matrix.comm
     model = topology or Topology.flat()
     names = candidate_strategies(topology) if strategy == "auto" else [Strategy(strategy)]
@@ -153,8 +157,9 @@ def choose_strategy(
     chosen = preferred({name: (*candidates[name], steps[name]) for name in candidates})
     measured = {}
     if keep_within > NEAR_TIE and len(planned) > 1:
-        measured = trial({name: plan for name, (plan, _) in planned.items()})
-        chosen = min(measured, key=lambda name: (measured[name], candidates[name][0]))
+        turns = trial({name: plan for name, (plan, _) in planned.items()})
+        measured = {name: statistics.median(times) for name, times in turns.items()}
+        chosen = faster_in_every_turn(turns, chosen)
     plan, stats = planned[chosen]
     requested = strategy if strategy == "auto" else Strategy(strategy).value
     return plan, stats, StrategyChoice(plan.strategy, requested, model.name, candidates, steps, measured)
