@@ -154,6 +154,7 @@ def main() -> None:
                         chosen = next((r for r in in_mode if r["strategy"] == auto["strategy"]), None)
                         if chosen is None:  # --strategies left out the one auto picked: nothing to judge it against
                             print(f"   {mode}: auto picks {auto['strategy']}, not among --strategies: not judged", flush=True)
+                            print(f"   ({auto['strategy_reason']})", flush=True)
                             continue
                         picks.append(
                             {
@@ -166,11 +167,12 @@ def main() -> None:
                                 "auto_over_fastest": chosen["median_seconds"] / fastest["median_seconds"],
                                 "link_bytes": link_bytes,
                                 "seconds": time.monotonic() - started,
+                                "reason": auto["strategy_reason"],
                             }
                         )
                         print(
                             f"   {mode}: auto picks {chosen['strategy']} ({picks[-1]['auto_over_fastest']:.2f}x the fastest, "
-                            f"{fastest['strategy']}); link counters {link_bytes / 1e6:.1f} MB",
+                            f"{fastest['strategy']}); link counters {link_bytes / 1e6:.1f} MB\n   ({auto['strategy_reason']})",
                             flush=True,
                         )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

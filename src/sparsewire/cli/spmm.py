@@ -61,7 +61,8 @@ def add_commands(commands) -> None:
         help="auto (the least predicted time under the topology's cost model: communication, plus local work "
         "with a calibrate --network file; flat without one; predictions within 2%% of the least go to fewer steps, "
         "then fewer bytes; under a calibrate --network topology on P > 1 the plans predicted within 25%% of the least "
-        "are timed on the job, a few multiplies each, and the fastest kept), block, column, row, joint, "
+        "are timed on the job, and one faster than the model's choice in every one of 4 turns replaces it), block, "
+        "column, row, joint, "
         "with a topology also column-hier, joint-hier, joint-group; a comma list, or all (default: auto)",
     )
     spmm.add_argument(
@@ -69,7 +70,7 @@ def add_commands(commands) -> None:
         dest="trial",
         action="store_const",
         const=False,
-        help="auto: keep the least predicted plan, without timing the near candidates on the job",
+        help="auto: keep the model's choice, without timing the near candidates on the job",
     )
     spmm.add_argument(
         "--mode",
