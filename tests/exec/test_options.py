@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import sparsewire
@@ -30,6 +31,7 @@ def test_the_defaults_and_their_normal_forms():
     assert ExecOptions(mode="pipelined").layout == "pipelined" and ExecOptions(mode="auto").mode is None
     assert sparsewire.ExecOptions is ExecOptions
     assert options.trial is True and ExecOptions(trial=False).as_dict()["trial"] is False
+    assert ExecOptions(trial=np.False_).trial is False  # a NumPy bool becomes a plain one (the options go to JSON)
 
 
 def test_every_problem_is_named_in_one_error():

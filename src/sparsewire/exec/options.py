@@ -103,6 +103,7 @@ class ExecOptions:
             "device": str(self.device),
             "transfer_calibration": None if self.transfer_calibration is None else Path(self.transfer_calibration),
             "wait_timeout": float(self.wait_timeout),
+            "trial": bool(self.trial),
         }
         for name, value in normal.items():
             object.__setattr__(self, name, value)
