@@ -19,6 +19,7 @@ from mpi4py import MPI
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.options import ExecOptions
 from sparsewire.plan.plan import RankPlan
+from sparsewire.profile.timed import timed_run
 from sparsewire.topology.model import Topology
 
 __all__ = [
@@ -73,26 +74,27 @@ def time_plans(
 ) -> dict[str, list[float]]:  # fmt: skip
     """Collective. Each plan of ``plans``' time per turn (every rank passes the same names in the same order): an
     executor per plan, one untimed multiply each (connections, first touches), then ``turns`` turns in which each plan
-    multiplies ``repeat`` times; a multiply's time is the slowest rank's (``MPI_MAX`` of each rank's time from a
-    barrier to its product), a turn's the median of its ``repeat``. Taking turns, the plans meet the machine's drift
+    multiplies ``repeat`` times (:func:`~sparsewire.profile.timed.timed_run`: a multiply's time is the slowest rank's,
+    from a barrier to its product), a turn's the median of its ``repeat``. Taking turns, the plans meet the machine's drift
     alike, and :func:`faster_in_every_turn` compares them turn by turn. B is random (the values do not change the
     time); the executors are closed before it returns."""
     executors = {name: SpmmExecutor(plan, comm, k, dtype, options) for name, plan in plans.items()}
     try:
         rng = np.random.default_rng(comm.Get_rank())
         blocks = {name: rng.standard_normal((plan.local_shape[1], k)).astype(dtype) for name, plan in plans.items()}
-        for name, executor in executors.items():
-            executor.multiply(blocks[name])
+        outputs = {name: np.empty((plan.local_shape[0], k), dtype) for name, plan in plans.items()}
         times: dict[str, list[float]] = {name: [] for name in plans}
-        for _ in range(turns):
+        for turn in range(turns):
             for name, executor in executors.items():
-                turn = []
-                for _ in range(repeat):
-                    comm.Barrier()
-                    started = MPI.Wtime()
-                    executor.multiply(blocks[name])
-                    turn.append(comm.allreduce(MPI.Wtime() - started, op=MPI.MAX))
-                times[name].append(statistics.median(turn))
+                run = timed_run(
+                    comm,
+                    lambda executor=executor, name=name: executor.multiply(blocks[name], outputs[name]),
+                    repeat,
+                    warmup=1 if turn == 0 else 0,
+                    wait_timeout=executor.options.wait_timeout,
+                    yielding=executor.transport.yield_while_waiting,
+                )
+                times[name].append(run.median_seconds)
     finally:
         for executor in executors.values():
             executor.close()
