@@ -14,11 +14,15 @@ step reuses those pages as they are.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
+from collections.abc import Iterator
 
-__all__ = ["release_free_heap", "keep_freed_heap"]
+import numpy as np
+
+__all__ = ["release_free_heap", "keep_freed_heap", "small_pages"]
 
 #: glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
@@ -53,3 +57,22 @@ def keep_freed_heap() -> bool:
     if mallopt is None:
         return False
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+@contextlib.contextmanager
+def small_pages() -> Iterator[None]:
+    """Not collective; changes the whole process's NumPy while it lasts. NumPy asks the kernel for huge pages on every
+    array of 4 MiB or more (``madvise(MADV_HUGEPAGE)``); where memory is fragmented, each huge page's first touch
+    then compacts memory first. Writing 100 MB of a product's output measured 0.08 s of system time one run and
+    0.23 s the next that way, 0.03-0.05 s on ordinary pages. Arrays written once and handed on gain nothing from
+    huge pages, so they are allocated inside this (a no-op where NumPy has no such switch)."""
+    switch = getattr(getattr(np, "_core", None), "multiarray", None)
+    switch = getattr(switch, "_set_madvise_hugepage", None)
+    if switch is None:
+        yield
+        return
+    was = switch(False)
+    try:
+        yield
+    finally:
+        switch(was)

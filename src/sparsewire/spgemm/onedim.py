@@ -37,6 +37,7 @@ from sparsewire.plan.plan import DIRECT_B, DIRECT_C, RankPlan
 from sparsewire.profile.tracing import region
 from sparsewire.spgemm.graphblas_loader import graphblas as gb
 from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, wire_bytes
+from sparsewire.spgemm.product import multiply, multiply_into
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.traced import TracedTransfer
 from sparsewire.spgemm.transfer import UNCODED, MessageCoding, SparseTransfer
@@ -141,7 +142,7 @@ class OneDimMultiplier:
         semiring = self.semiring
         buffer = self.select.mxm(b_local, semiring.copy).new()
         if self.terms is not None:
-            buffer(accum=semiring.accumulate) << self.terms.mxm(b_local, semiring.operator)
+            multiply_into(buffer, self.terms, b_local, semiring.operator, semiring.accumulate)
         return buffer
 
     def _copied_entries(self, counts: np.ndarray) -> np.ndarray:
@@ -209,10 +210,10 @@ class OneDimMultiplier:
         values = np.empty(int(value_starts[-1]), dtype)
         for s, message in enumerate(incoming):
             transfer.post_payload(message, values[value_starts[s] : value_starts[s + 1]])
-        mask_arg = {} if mask is None else {"mask": mask.S}
+        mask_structure = None if mask is None else mask.S
         if self.overlap:  # the diagonal block needs no message: compute it while the rows travel
             with region(tracer, "local product"):
-                result = self.diagonal.mxm(b_local, semiring.operator).new(**mask_arg)
+                result = multiply(self.diagonal, b_local, semiring.operator, mask_structure)
         pieces = [transfer.wait(message) for message in incoming]
         with region(tracer, "unpack"):
             received = import_messages(pieces, self.recv_offsets[:-1], self.n_received, b_local.ncols, dtype, values=values)
@@ -225,11 +226,13 @@ class OneDimMultiplier:
         with region(tracer, "local product"):
             if not self.overlap:
                 stacked = b_local if self.n_received == 0 else gb.ss.concat([[b_local], [received]])
-                result = self.combined.mxm(stacked, semiring.operator).new(**mask_arg)
+                result = multiply(self.combined, stacked, semiring.operator, mask_structure)
             elif received.nvals:  # (an empty accumulation still costs GraphBLAS a pass over C)
-                result(accum=semiring.accumulate, **mask_arg) << self.received_terms.mxm(received, semiring.operator)
+                multiply_into(result, self.received_terms, received, semiring.operator, semiring.accumulate, mask_structure)
             if self.place is not None and received.nvals:
-                result(accum=semiring.accumulate, **mask_arg) << self.place.mxm(received, semiring.merge)
+                result(accum=semiring.accumulate, **({} if mask is None else {"mask": mask_structure})) << self.place.mxm(
+                    received, semiring.merge
+                )
         self.peak_held_entries = max(self.peak_held_entries, held + result.nvals)
         return result
 

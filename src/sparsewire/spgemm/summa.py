@@ -32,6 +32,7 @@ from sparsewire.partition import RowPartition, even_rows
 from sparsewire.profile.tracing import region
 from sparsewire.spgemm.graphblas_loader import graphblas as gb
 from sparsewire.spgemm.local import empty, import_messages, index_dtype, pack_row_ranges, row_counts, wire_bytes
+from sparsewire.spgemm.product import multiply, multiply_into
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.traced import TracedTransfer
 from sparsewire.spgemm.transfer import UNCODED, MessageCoding, SparseTransfer
@@ -279,7 +280,7 @@ class SummaMultiplier:
         groups = [list(range(g, min(g + size, len(self.stages)))) for g in range(0, len(self.stages), size)]
         result = None
         base = self.a_block.nvals + b_block.nvals + held_elsewhere
-        mask_arg = {} if mask is None else {"mask": mask.S}
+        mask_structure = None if mask is None else mask.S
         for group in groups[:1]:
             for stage in group:
                 post(stage)
@@ -293,9 +294,9 @@ class SummaMultiplier:
                 a_piece = a_list[0] if len(group) == 1 else gb.ss.concat([a_list])
                 b_piece = b_list[0] if len(group) == 1 else gb.ss.concat([[b] for b in b_list])
                 if result is None:
-                    result = a_piece.mxm(b_piece, semiring.operator).new(**mask_arg)
+                    result = multiply(a_piece, b_piece, semiring.operator, mask_structure)
                 elif a_piece.nvals and b_piece.nvals:  # (an empty accumulation still costs a pass over C)
-                    result(accum=semiring.accumulate, **mask_arg) << a_piece.mxm(b_piece, semiring.operator)
+                    multiply_into(result, a_piece, b_piece, semiring.operator, semiring.accumulate, mask_structure)
             waiting = sum(int(m.header[1]) for m in incoming.values())
             held = base + a_piece.nvals + b_piece.nvals + waiting + result.nvals
             self.peak_held_entries = max(self.peak_held_entries, held)
