@@ -1,7 +1,7 @@
 """The local SpGEMM product (spgemm/product.py over kernels/sparse_product.py): the same matrix as GraphBLAS's ``mxm``,
 entry for entry (pattern, explicit zeros, values), for every semiring the kernel runs, on hand-made products with
-known answers and fresh random ones (hypersparse, rectangular, empty, A x A), on one thread and several, while C's
-arrays grow; the inputs are left as they were; masks and user semirings go to GraphBLAS."""
+known answers and fresh random ones (hypersparse, rectangular, empty, A x A), while C's arrays grow; the inputs are
+left as they were; masks, user semirings and more than one thread go to GraphBLAS."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ import pytest
 import scipy.sparse as sp
 
 from sparsewire._lib.heap import small_pages
-from sparsewire.kernels.sparse_product import product_flops, rows_by_flops
+from sparsewire.kernels.sparse_product import product_flops
 from sparsewire.spgemm import product as product_module
 from sparsewire.spgemm.graphblas_loader import graphblas as gb
 from sparsewire.spgemm.local import to_graphblas, to_scipy
-from sparsewire.spgemm.product import kernel_runs, multiply, multiply_into
+from sparsewire.spgemm.product import kernel_runs, local_multiply, multiply_into
 from sparsewire.spgemm.semirings import SEMIRINGS, get_semiring, user_semiring
-
-KERNEL_SEMIRINGS = [name for name in SEMIRINGS if kernel_runs(get_semiring(name).operator)]
 
 
 @pytest.fixture(autouse=True)
-def _graphblas_threads():
+def _one_graphblas_thread():
+    """The kernel runs where GraphBLAS would run one thread (a rank of a node whose cores its ranks share)."""
     threads = gb.ss.config["nthreads"]
+    gb.ss.config["nthreads"] = 1
     yield
     gb.ss.config["nthreads"] = threads
 
@@ -45,15 +45,17 @@ def check_against_graphblas(a: sp.sparray, b: sp.sparray, name: str) -> None:
     semiring = get_semiring(name)
     left, right = to_graphblas(a, semiring.dtype), to_graphblas(b, semiring.dtype)
     before = (to_scipy(left), to_scipy(right))
-    same_matrix(multiply(left, right, semiring.operator), left.mxm(right, semiring.operator).new())
+    same_matrix(local_multiply(left, right, semiring.operator), left.mxm(right, semiring.operator).new())
     for kept, now in zip(before, (left, right)):  # the inputs went back as they were
         now = to_scipy(now)
         for field in ("indptr", "indices", "data"):
             np.testing.assert_array_equal(getattr(now, field), getattr(kept, field))
 
 
-def test_every_named_semiring_on_numbers_runs_in_the_kernel():
-    assert KERNEL_SEMIRINGS == list(SEMIRINGS)
+def test_every_named_semiring_runs_in_the_kernel_on_one_thread():
+    assert all(kernel_runs(get_semiring(name).operator) for name in SEMIRINGS)
+    gb.ss.config["nthreads"] = 2
+    assert not any(kernel_runs(get_semiring(name).operator) for name in SEMIRINGS)
 
 
 def test_hand_made_products():
@@ -67,7 +69,7 @@ def test_hand_made_products():
     }
     for name, rows in cases.items():
         semiring = get_semiring(name)
-        got = to_scipy(multiply(to_graphblas(a, semiring.dtype), to_graphblas(b, semiring.dtype), semiring.operator))
+        got = to_scipy(local_multiply(to_graphblas(a, semiring.dtype), to_graphblas(b, semiring.dtype), semiring.operator))
         want = [[np.nan if value is None else value for value in row] for row in rows]
         dense = np.full((3, 2), np.nan)
         rows_of, cols_of = np.repeat(np.arange(3), np.diff(got.indptr)), got.indices
@@ -79,11 +81,11 @@ def test_a_product_that_sums_to_zero_is_stored():
     a = sp.csr_array(np.array([[1.0, -1.0]]))
     b = sp.csr_array(np.array([[2.0], [2.0]]))
     semiring = get_semiring("plus_times")
-    got = multiply(to_graphblas(a, np.float64), to_graphblas(b, np.float64), semiring.operator)
+    got = local_multiply(to_graphblas(a, np.float64), to_graphblas(b, np.float64), semiring.operator)
     assert got.nvals == 1 and got[0, 0].new().value == 0.0
 
 
-@pytest.mark.parametrize("name", KERNEL_SEMIRINGS)
+@pytest.mark.parametrize("name", SEMIRINGS)
 def test_random_products_equal_graphblas(rng, name):
     for _ in range(12):
         m, k, n = (int(x) for x in rng.integers(1, 90, 3))
@@ -111,7 +113,7 @@ def test_a_times_a_reads_one_matrix_twice(rng):
     a = integer_matrix(rng, (200, 200), 0.05)
     semiring = get_semiring("plus_times")
     left = to_graphblas(a, np.float64)
-    same_matrix(multiply(left, left, semiring.operator), left.mxm(left, semiring.operator).new())
+    same_matrix(local_multiply(left, left, semiring.operator), left.mxm(left, semiring.operator).new())
     assert to_scipy(left).nnz == a.nnz
 
 
@@ -131,7 +133,7 @@ def test_a_nan_term_loses_to_a_number():
     semiring = get_semiring("min_plus")
     a = sp.csr_array((np.array([np.nan, 1.0, np.nan, np.nan, np.nan]), ([0, 0, 1, 2, 2], [0, 1, 0, 0, 1])), shape=(3, 2))
     b = sp.csr_array((np.array([1.0, 5.0]), ([0, 1], [0, 0])), shape=(2, 1))
-    got = to_scipy(multiply(to_graphblas(a, np.float64), to_graphblas(b, np.float64), semiring.operator))
+    got = to_scipy(local_multiply(to_graphblas(a, np.float64), to_graphblas(b, np.float64), semiring.operator))
     np.testing.assert_array_equal(got.indptr, [0, 1, 2, 3])
     assert got.data[0] == 6.0 and np.isnan(got.data[1]) and np.isnan(got.data[2])
 
@@ -146,27 +148,21 @@ def test_c_arrays_grow_past_their_start(rng, monkeypatch):
     check_against_graphblas(both, integer_matrix(rng, (1, 500), 0.9), "min_plus")
 
 
-@pytest.mark.parametrize("threads", [2, 3, 7])
-def test_rows_split_over_threads(rng, monkeypatch, threads):
-    monkeypatch.setattr(product_module, "_FLOPS_PER_THREAD", 1)
-    gb.ss.config["nthreads"] = threads
+def test_on_two_threads_graphblas_runs(rng):
+    gb.ss.config["nthreads"] = 2
     a = integer_matrix(rng, (400, 300), 0.03)
     b = integer_matrix(rng, (300, 350), 0.03)
-    for name in ("plus_times", "min_plus", "lor_land"):
+    for name in ("plus_times", "min_plus"):
         check_against_graphblas(a, b, name)
 
 
-def test_flops_and_their_split(rng):
+def test_flops_per_row(rng):
     a = integer_matrix(rng, (300, 200), 0.05)
     b = integer_matrix(rng, (200, 100), 0.05)
     flops = product_flops(a.indptr, a.indices, b.indptr)
-    per_row = np.array([np.diff(b.indptr)[a.indices[a.indptr[i] : a.indptr[i + 1]]].sum() for i in range(300)])
+    per_row = [np.diff(b.indptr)[a.indices[a.indptr[i] : a.indptr[i + 1]]].sum() for i in range(300)]
     np.testing.assert_array_equal(np.diff(flops), per_row)
-    for parts in (1, 2, 5, 300, 400):
-        bounds = rows_by_flops(flops, parts)
-        assert bounds[0] == 0 and bounds[-1] == 300 and len(bounds) == parts + 1 and np.all(np.diff(bounds) >= 0)
-        if parts <= 5:  # no part holds much more than its share
-            assert np.diff(flops[bounds]).max() <= flops[-1] / parts + per_row.max()
+    assert flops[0] == 0
 
 
 def test_masks_and_user_semirings_go_to_graphblas(rng):
@@ -175,11 +171,11 @@ def test_masks_and_user_semirings_go_to_graphblas(rng):
     semiring = get_semiring("plus_times")
     left = to_graphblas(a, np.float64)
     assert not kernel_runs(semiring.operator, mask.S)
-    same_matrix(multiply(left, left, semiring.operator, mask.S), left.mxm(left, semiring.operator).new(mask=mask.S))
+    same_matrix(local_multiply(left, left, semiring.operator, mask.S), left.mxm(left, semiring.operator).new(mask=mask.S))
     assert kernel_runs(get_semiring("plus.minus").operator)  # a pair of built-in operators
     compiled = user_semiring("ten_a_minus_b", "plus", lambda x, y: 10 * x - y)
     assert not kernel_runs(compiled.operator)
-    same_matrix(multiply(left, left, compiled.operator), left.mxm(left, compiled.operator).new())
+    same_matrix(local_multiply(left, left, compiled.operator), left.mxm(left, compiled.operator).new())
     result = left.dup()
     multiply_into(result, left, left, semiring.operator, semiring.accumulate)
     want = left.dup()

@@ -24,7 +24,7 @@ import numpy as np
 
 from sparsewire._lib.jit import njit
 
-__all__ = ["ADD", "MULTIPLY", "product_flops", "product_rows", "rows_by_flops", "scratch"]
+__all__ = ["ADD", "MULTIPLY", "product_flops", "product_rows", "scratch"]
 
 #: The additive monoids the kernel has, by GraphBLAS name.
 ADD = {"plus": 0, "min": 1, "max": 2, "lor": 3, "any": 4, "times": 5}
@@ -93,14 +93,6 @@ def product_flops(a_indptr, a_indices, b_indptr):
             total += np.int64(b_indptr[k + 1]) - np.int64(b_indptr[k])
         flops[i + 1] = flops[i] + total
     return flops
-
-
-def rows_by_flops(flops: np.ndarray, parts: int) -> np.ndarray:
-    """Not collective. ``parts + 1`` row offsets that split the rows into ranges of nearly equal flops."""
-    targets = flops[-1] * np.arange(parts + 1) / parts
-    bounds = np.searchsorted(flops, targets).astype(np.int64)
-    bounds[0], bounds[-1] = 0, flops.size - 1
-    return np.maximum.accumulate(bounds)
 
 
 def scratch(ncols: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,4 +1,5 @@
-"""SpGEMM over semirings: the local products (:mod:`~sparsewire.spgemm.local`), 2D Sparse SUMMA
+"""SpGEMM over semirings: the local product (:mod:`~sparsewire.spgemm.product`), the conversions and wire format
+(:mod:`~sparsewire.spgemm.local`), 2D Sparse SUMMA
 (:mod:`~sparsewire.spgemm.summa`) and 1D sparsity-aware SpGEMM on the SpMM plans
 (:mod:`~sparsewire.spgemm.onedim`), chosen by predicted bytes (:mod:`~sparsewire.spgemm.distributed`),
 the sparse wire format and its coded indices, and the options of an SpGEMM plan
@@ -9,7 +10,7 @@ python-graphblas or MPI are loaded on first use."""
 from sparsewire._lib.lazy import lazy_exports
 from sparsewire.spgemm.options import SpgemmOptions
 
-__all__ = ["SpgemmOptions", "Semiring", "SEMIRINGS", "get_semiring", "reference_product", "load_operand"]
+__all__ = ["SpgemmOptions", "Semiring", "SEMIRINGS", "get_semiring", "reference_product", "load_operand", "local_multiply"]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -19,5 +20,6 @@ __getattr__, __dir__ = lazy_exports(
         "get_semiring": "sparsewire.spgemm.semirings",
         "reference_product": "sparsewire.spgemm.compare",
         "load_operand": "sparsewire.spgemm.values",
+        "local_multiply": "sparsewire.spgemm.product",
     },
 )

@@ -37,7 +37,7 @@ from sparsewire.plan.plan import DIRECT_B, DIRECT_C, RankPlan
 from sparsewire.profile.tracing import region
 from sparsewire.spgemm.graphblas_loader import graphblas as gb
 from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, wire_bytes
-from sparsewire.spgemm.product import multiply, multiply_into
+from sparsewire.spgemm.product import local_multiply, multiply_into
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.traced import TracedTransfer
 from sparsewire.spgemm.transfer import UNCODED, MessageCoding, SparseTransfer
@@ -213,7 +213,7 @@ class OneDimMultiplier:
         mask_structure = None if mask is None else mask.S
         if self.overlap:  # the diagonal block needs no message: compute it while the rows travel
             with region(tracer, "local product"):
-                result = multiply(self.diagonal, b_local, semiring.operator, mask_structure)
+                result = local_multiply(self.diagonal, b_local, semiring.operator, mask_structure)
         pieces = [transfer.wait(message) for message in incoming]
         with region(tracer, "unpack"):
             received = import_messages(pieces, self.recv_offsets[:-1], self.n_received, b_local.ncols, dtype, values=values)
@@ -226,7 +226,7 @@ class OneDimMultiplier:
         with region(tracer, "local product"):
             if not self.overlap:
                 stacked = b_local if self.n_received == 0 else gb.ss.concat([[b_local], [received]])
-                result = multiply(self.combined, stacked, semiring.operator, mask_structure)
+                result = local_multiply(self.combined, stacked, semiring.operator, mask_structure)
             elif received.nvals:  # (an empty accumulation still costs GraphBLAS a pass over C)
                 multiply_into(result, self.received_terms, received, semiring.operator, semiring.accumulate, mask_structure)
             if self.place is not None and received.nvals:

@@ -1,6 +1,6 @@
 """The local product of every SpGEMM algorithm: ``A (+).(x) B`` on one rank, on python-graphblas matrices.
 
-:func:`multiply` runs the built-in semirings without a mask in :mod:`sparsewire.kernels.sparse_product`
+:func:`local_multiply` runs the built-in semirings without a mask in :mod:`sparsewire.kernels.sparse_product`
 (Gustavson, one pass, sorted rows out) on the matrices' own arrays (``unpack``/``pack``, no copy), and
 everything else (a mask, a user semiring, a type the kernel lacks) in SuiteSparse:GraphBLAS's ``mxm``.
 Both give the same entries, explicit zeros included. On the 2 x 2 blocks of the bench's matrices on one
@@ -11,40 +11,39 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparsewire._lib.cores import map_on_threads
 from sparsewire._lib.heap import small_pages
-from sparsewire.kernels.sparse_product import ADD, MULTIPLY, product_flops, product_rows, rows_by_flops, scratch
+from sparsewire.kernels.sparse_product import ADD, MULTIPLY, product_flops, product_rows, scratch
 from sparsewire.spgemm.graphblas_loader import graphblas as gb
 
-__all__ = ["multiply", "multiply_into", "kernel_runs"]
+__all__ = ["local_multiply", "multiply_into", "kernel_runs"]
 
 #: Entries C's arrays start at when the flops bound more (pages not yet written cost no memory).
 _START_ENTRIES = 1 << 25
-#: Rows of flops below which one thread does the whole product (a thread costs more than it saves).
-_FLOPS_PER_THREAD = 200_000
 
 
 def kernel_runs(operator, mask=None) -> bool:
-    """Not collective. Whether :func:`multiply` runs ``operator`` (a typed python-graphblas semiring) in the compiled
-    kernel rather than GraphBLAS: a built-in semiring the kernel has, on numbers (``lor``/``land`` on
-    bool only), without a mask."""
-    if mask is not None or not isinstance(operator, gb.core.operator.semiring.TypedBuiltinSemiring):
+    """Not collective. Whether :func:`local_multiply` runs ``operator`` (a typed python-graphblas semiring) in the compiled
+    kernel rather than GraphBLAS: on one thread (GraphBLAS's ``nthreads``: the ranks of a node share its cores), a
+    built-in semiring the kernel has, on numbers (``lor``/``land`` on bool only), without a mask. On two threads
+    a split of the kernel's rows measured 0.66-2.3x GraphBLAS's time (both threads fault C's pages in at once), so
+    GraphBLAS runs there."""
+    if mask is not None or int(gb.ss.config["nthreads"]) != 1:
+        return False
+    if not isinstance(operator, gb.core.operator.semiring.TypedBuiltinSemiring):
         return False
     add, times = operator.monoid.name, operator.binaryop.name
     if add not in ADD or times not in MULTIPLY:
         return False
     dtype = np.dtype(operator.type.np_type)
-    logical = add in ("lor",) or times == "land"
     if dtype == np.bool_:
         return add in ("lor", "any") and times in ("land", "pair", "first", "second")
-    return not logical and dtype.kind in "iuf"
+    return add != "lor" and times != "land" and dtype.kind in "iuf"
 
 
-def multiply(a: gb.Matrix, b: gb.Matrix, operator, mask=None) -> gb.Matrix:
+def local_multiply(a: gb.Matrix, b: gb.Matrix, operator, mask=None) -> gb.Matrix:
     """Not collective. ``C = A (+).(x) B`` over ``operator`` (a typed python-graphblas semiring), ``C<mask>`` with a
     mask (its structure): a new matrix, every product that was formed stored (explicit zeros too), as
-    ``a.mxm(b, operator).new(mask=mask)``. Runs on GraphBLAS's thread count
-    (``gb.ss.config["nthreads"]``), rows split by their flops."""
+    ``a.mxm(b, operator).new(mask=mask)``, which runs it where :func:`kernel_runs` says no."""
     if not kernel_runs(operator, mask):
         return a.mxm(b, operator).new(**({} if mask is None else {"mask": mask}))
     dtype = np.dtype(operator.type.np_type)
@@ -56,63 +55,49 @@ def multiply(a: gb.Matrix, b: gb.Matrix, operator, mask=None) -> gb.Matrix:
         times = MULTIPLY[operator.binaryop.name]
         a_values = _values(a_arrays, dtype if times not in (MULTIPLY["second"], MULTIPLY["pair"]) else None)
         b_values = _values(b_arrays, dtype)
-        rows = a_arrays["rows"]
-        a_indptr, a_indices = a_arrays["indptr"], a_arrays["col_indices"]
+        rows, a_indptr, a_indices = a_arrays["rows"], a_arrays["indptr"], a_arrays["col_indices"]
         b_indptr, b_indices = b_arrays["indptr"], b_arrays["col_indices"]
         flops = product_flops(a_indptr, a_indices, b_indptr)
-        threads = max(1, min(int(gb.ss.config["nthreads"]), int(flops[-1]) // _FLOPS_PER_THREAD))
-        bounds = rows_by_flops(flops, threads)
-        add = ADD[operator.monoid.name]
-
-        def rows_of(part: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            first, last = int(bounds[part]), int(bounds[part + 1])
-            work = int(flops[last] - flops[first])  # an upper bound on the part's entries
-            capacity = min(work, max(_START_ENTRIES, 2 * (a.nvals + b.nvals) // threads))
+        listed = rows.size
+        work = int(flops[-1])  # an upper bound on C's entries
+        capacity = min(work, max(_START_ENTRIES, 2 * (a.nvals + b.nvals)))
+        with small_pages():
             indices, values = np.empty(capacity, np.uint64), np.empty(capacity, dtype)
-            counts = np.zeros(last - first, np.int64)
+            counts = np.zeros(listed, np.int64)
             accumulator, bits, touched = scratch(b.ncols, dtype)
-            row, n = first, 0
+            row, n = 0, 0
             while True:
                 row, n = product_rows(
-                    a_indptr, a_indices, a_values, b_indptr, b_indices, b_values, row, last, add, times,
-                    accumulator, bits, touched, indices, values, n, counts[row - first :],
+                    a_indptr, a_indices, a_values, b_indptr, b_indices, b_values, row, listed, ADD[operator.monoid.name],
+                    times, accumulator, bits, touched, indices, values, n, counts[row:],
                 )  # fmt: skip
-                if row == last:
+                if row == listed:
                     break
                 # Grow to what the flops done so far forecast (at least double, at most the flops), in place:
                 # realloc remaps large buffers rather than copying them.
-                done = int(flops[row] - flops[first])
-                forecast = int(1.1 * n * work / max(done, 1))
+                forecast = int(1.1 * n * work / max(int(flops[row]), 1))
                 capacity = min(work, max(2 * capacity, forecast, n + int(flops[row + 1] - flops[row])))
                 indices.resize(capacity, refcheck=False)
                 values.resize(capacity, refcheck=False)
-            indices.resize(n, refcheck=False)  # (the trimmed arrays own their memory: GraphBLAS takes them)
-            values.resize(n, refcheck=False)
-            return counts, indices, values
-
-        with small_pages():
-            parts = map_on_threads(rows_of, range(threads), threads)
     finally:
         a.ss.pack_hypercsr(**_arrays_of(a_arrays), take_ownership=True)
         if b is not a:
             b.ss.pack_csr(**_arrays_of(b_arrays), take_ownership=True)
-    counts = np.concatenate([part[0] for part in parts])
-    with small_pages():
-        indices = parts[0][1] if len(parts) == 1 else np.concatenate([part[1] for part in parts])
-        values = parts[0][2] if len(parts) == 1 else np.concatenate([part[2] for part in parts])
-    if indices.size == 0:  # (GraphBLAS refuses empty arrays)
+    if n == 0:  # (GraphBLAS refuses empty arrays)
         return gb.Matrix(operator.type, a.nrows, b.ncols)
-    listed = counts > 0
-    indptr = np.zeros(int(listed.sum()) + 1, np.uint64)
-    np.cumsum(counts[listed], out=indptr[1:])
+    indices.resize(n, refcheck=False)  # (the trimmed arrays own their memory: GraphBLAS takes them)
+    values.resize(n, refcheck=False)
+    kept = counts > 0
+    indptr = np.zeros(int(kept.sum()) + 1, np.uint64)
+    np.cumsum(counts[kept], out=indptr[1:])
     return gb.Matrix.ss.import_hypercsr(
         nrows=a.nrows,
         ncols=b.ncols,
-        rows=np.ascontiguousarray(rows[listed], np.uint64),
+        rows=np.ascontiguousarray(rows[kept], np.uint64),
         indptr=indptr,
         col_indices=indices,
         values=values,
-        nvec=int(listed.sum()),
+        nvec=indptr.size - 1,
         sorted_cols=True,
         take_ownership=True,
     )
@@ -122,7 +107,7 @@ def multiply_into(result: gb.Matrix, a: gb.Matrix, b: gb.Matrix, operator, accum
     """Not collective. ``C (+)= A (+).(x) B`` in place (``C<mask>`` with a mask): ``accumulate`` is the monoid's binary
     operator; a product the kernel runs is formed first and then added (GraphBLAS's ``eWiseAdd``)."""
     if kernel_runs(operator, mask):
-        result(accum=accumulate) << multiply(a, b, operator)
+        result(accum=accumulate) << local_multiply(a, b, operator)
     else:
         result(accum=accumulate, **({} if mask is None else {"mask": mask})) << a.mxm(b, operator)
 

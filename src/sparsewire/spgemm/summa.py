@@ -32,7 +32,7 @@ from sparsewire.partition import RowPartition, even_rows
 from sparsewire.profile.tracing import region
 from sparsewire.spgemm.graphblas_loader import graphblas as gb
 from sparsewire.spgemm.local import empty, import_messages, index_dtype, pack_row_ranges, row_counts, wire_bytes
-from sparsewire.spgemm.product import multiply, multiply_into
+from sparsewire.spgemm.product import local_multiply, multiply_into
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.traced import TracedTransfer
 from sparsewire.spgemm.transfer import UNCODED, MessageCoding, SparseTransfer
@@ -294,7 +294,7 @@ class SummaMultiplier:
                 a_piece = a_list[0] if len(group) == 1 else gb.ss.concat([a_list])
                 b_piece = b_list[0] if len(group) == 1 else gb.ss.concat([[b] for b in b_list])
                 if result is None:
-                    result = multiply(a_piece, b_piece, semiring.operator, mask_structure)
+                    result = local_multiply(a_piece, b_piece, semiring.operator, mask_structure)
                 elif a_piece.nvals and b_piece.nvals:  # (an empty accumulation still costs a pass over C)
                     multiply_into(result, a_piece, b_piece, semiring.operator, semiring.accumulate, mask_structure)
             waiting = sum(int(m.header[1]) for m in incoming.values())
