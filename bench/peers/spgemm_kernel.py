@@ -4,7 +4,7 @@
 
 Per matrix (values: integers 1..9), semiring (plus_times, min_plus) and thread count: the product one rank of a
 2 x 2 SUMMA grid forms, ``A(:n/2, :) x A(:, :n/2)``, as python-graphblas matrices, timed warm (one product first,
-then the fastest of ``--repeat``, sides taking turns):
+then the fastest of ``--repeat``, sides taking turns, the collector run before each so that the last C is freed):
 
 * ours: :func:`sparsewire.spgemm.local_multiply` (the product every SpGEMM algorithm runs);
 * GraphBLAS: ``A.mxm(B, semiring).new()``, finished (``wait``) as ours is.
@@ -17,6 +17,7 @@ bench/results/spgemm_kernel.json.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -35,6 +36,7 @@ DEFAULT_MATRICES = ["stencil2d:512", "delaunay_n16", "rmat:14:8", "rmat:15:8", "
 def fastest(step, repeat: int) -> float:
     times = []
     for _ in range(repeat):
+        gc.collect()  # python-graphblas matrices are freed by the collector: the last C goes before the next
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
