@@ -1,21 +1,20 @@
 """Sparse x sparse over a semiring on raw CSR arrays, Gustavson's row-by-row product, sorted CSR out, in one pass.
 
 Row i of C is ``C(i, :) = (+)_k A(i, k) (x) B(k, :)`` (Gustavson 1978; semiring SpGEMM paper sec. 2.2). Each
-row is gathered into a dense accumulator of C's width; a bitmap (one bit per column, 8x smaller than a
-marker array and so in the first-level cache for the widths a block has) says which columns the row
-has touched. The row is then written in column order, whichever way is cheaper:
+row is gathered into a dense accumulator of C's width; a bitmap (one bit per column: 16 KiB for 131,072
+columns, in the first-level cache) says which columns the row has touched. The row is then written in column order, whichever way is cheaper:
 
 * a row dense in its span (more than 32 columns, and at most 4 bitmap words per column) is read off the
   bitmap word by word, lowest bit first (a de Bruijn multiply finds the bit): the span's words plus one
   step per column, where a sort costs ``n log n`` unpredictable comparisons (R-MAT's heavy rows);
-* a short row is sorted by insertion, any other by NumPy's sort.
+* a row of at most 32 columns is sorted by insertion, any other by NumPy's sort.
 
 One pass: no symbolic pass counts C first. The caller's arrays for C hold what they hold; the kernel stops
-at the first row that does not fit and the caller grows them (:mod:`sparsewire.spgemm.product`). A
-count-then-fill pair of passes took 1.2-1.6x the time on the 2 x 2 blocks of R-MAT, a Delaunay mesh and a
-stencil (docs/design-decisions.md, "The local SpGEMM kernel").
+at the first row that does not fit and the caller grows them (:mod:`sparsewire.spgemm.product`). What was
+tried beside it is in docs/design-decisions.md, "The local SpGEMM kernel".
 
-``fmin``/``fmax`` semantics for ``min``/``max`` (a NaN loses), as GraphBLAS's.
+``min``/``max`` fold a row's terms with ``fmin``/``fmax`` (a NaN term loses to a number; docs/spgemm.md says
+where GraphBLAS differs).
 """
 
 from __future__ import annotations

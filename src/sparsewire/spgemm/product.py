@@ -3,8 +3,8 @@
 :func:`local_multiply` runs the built-in semirings without a mask in :mod:`sparsewire.kernels.sparse_product`
 (Gustavson, one pass, sorted rows out) on the matrices' own arrays (``unpack``/``pack``, no copy), and
 everything else (a mask, a user semiring, a type the kernel lacks) in SuiteSparse:GraphBLAS's ``mxm``.
-Both give the same entries, explicit zeros included. On the 2 x 2 blocks of the bench's matrices on one
-thread the kernel took 0.42-0.86x of ``mxm``'s time (``bench/peers/spgemm_kernel.py``).
+Both give the same entries, explicit zeros included (docs/spgemm.md, "The local product"; measured side by side
+by ``bench/peers/spgemm_kernel.py``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ def kernel_runs(operator, mask=None) -> bool:
     """Not collective. Whether :func:`local_multiply` runs ``operator`` (a typed python-graphblas semiring) in the compiled
     kernel rather than GraphBLAS: on one thread (GraphBLAS's ``nthreads``: the ranks of a node share its cores), a
     built-in semiring the kernel has, on numbers (``lor``/``land`` on bool only), without a mask. On two threads
-    a split of the kernel's rows measured 0.66-2.3x GraphBLAS's time (both threads fault C's pages in at once), so
-    GraphBLAS runs there."""
+    a split of the kernel's rows measured 0.66-2.3x GraphBLAS's time, so GraphBLAS runs there."""
     if mask is not None or int(gb.ss.config["nthreads"]) != 1:
         return False
     if not isinstance(operator, gb.core.operator.semiring.TypedBuiltinSemiring):
