@@ -2,7 +2,8 @@
 
 Row i of C is ``C(i, :) = (+)_k A(i, k) (x) B(k, :)`` (Gustavson 1978; semiring SpGEMM paper sec. 2.2). Each
 row is gathered into a dense accumulator of C's width; a bitmap (one bit per column: 16 KiB for 131,072
-columns, in the first-level cache) says which columns the row has touched. The row is then written in column order, whichever way is cheaper:
+columns, in the first-level cache) says which columns the row has touched. The row is then written in
+column order, whichever way is cheaper:
 
 * a row dense in its span (more than 32 columns, and at most 4 bitmap words per column) is read off the
   bitmap word by word, lowest bit first (a de Bruijn multiply finds the bit): the span's words plus one
