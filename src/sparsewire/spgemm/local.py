@@ -33,6 +33,8 @@ __all__ = [
     "import_messages",
     "wire_bytes",
     "empty",
+    "full_values",
+    "packable",
 ]
 
 HEADER_BYTES = 16
@@ -63,7 +65,7 @@ def to_graphblas(matrix: sp.sparray, dtype: np.dtype) -> gb.Matrix:
 def to_scipy(matrix: gb.Matrix) -> sp.csr_array:
     """Not collective. A SciPy CSR copy of a python-graphblas matrix (every stored entry kept)."""
     exported = matrix.ss.export("csr", sort=True)
-    values = _full_values(exported, int(exported["indptr"][-1]))
+    values = full_values(exported, int(exported["indptr"][-1]))
     return sp.csr_array(
         (values, exported["col_indices"].astype(np.int64), exported["indptr"].astype(np.int64)),
         shape=(exported["nrows"], exported["ncols"]),
@@ -79,11 +81,17 @@ def _numpy_type(matrix: gb.Matrix) -> np.dtype:
     return np.dtype(matrix.dtype.np_type)
 
 
-def _full_values(exported: dict, nnz: int) -> np.ndarray:
+def full_values(exported: dict, nnz: int) -> np.ndarray:
+    """Not collective. The values of GraphBLAS's exported or unpacked arrays, one per entry (an iso matrix keeps one)."""
     values = exported["values"]
     if exported.get("is_iso") and nnz != values.size:  # iso matrices export one value
         values = np.full(nnz, values[0] if values.size else 0, dtype=values.dtype)
     return values
+
+
+def packable(arrays: dict) -> dict:
+    """Not collective. Unpacked arrays as ``ss.pack_*`` takes them back (without the shape and format keys)."""
+    return {key: value for key, value in arrays.items() if key not in ("nrows", "ncols", "format")}
 
 
 def row_counts(matrix: gb.Matrix) -> np.ndarray:
@@ -113,7 +121,7 @@ def pack_row_ranges(
     arrays = matrix.ss.unpack("hypercsr", sort=True)
     try:
         rows, indptr, cols = arrays["rows"], arrays["indptr"], arrays["col_indices"]
-        values = _full_values(arrays, int(indptr[-1]))
+        values = full_values(arrays, int(indptr[-1]))
         cuts = np.searchsorted(rows, np.asarray(bounds, np.uint64))
         messages = []
         for d in range(len(bounds) - 1):
@@ -127,9 +135,7 @@ def pack_row_ranges(
             messages.append((ints, values[start:stop] if consume else values[start:stop].copy(), listed))
     finally:
         if not consume:
-            matrix.ss.pack_hypercsr(
-                **{key: value for key, value in arrays.items() if key not in ("nrows", "ncols", "format")}, take_ownership=True
-            )
+            matrix.ss.pack_hypercsr(**packable(arrays), take_ownership=True)
     return messages
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from sparsewire._lib.heap import small_pages
 from sparsewire.kernels.sparse_product import ADD, MULTIPLY, product_flops, product_rows, scratch
 from sparsewire.spgemm.graphblas_loader import graphblas as gb
+from sparsewire.spgemm.local import full_values, packable
 
 __all__ = ["local_multiply", "multiply_into", "kernel_runs"]
 
@@ -79,9 +80,9 @@ def local_multiply(a: gb.Matrix, b: gb.Matrix, operator, mask=None) -> gb.Matrix
                 indices.resize(capacity, refcheck=False)
                 values.resize(capacity, refcheck=False)
     finally:
-        a.ss.pack_hypercsr(**_arrays_of(a_arrays), take_ownership=True)
+        a.ss.pack_hypercsr(**packable(a_arrays), take_ownership=True)
         if b is not a:
-            b.ss.pack_csr(**_arrays_of(b_arrays), take_ownership=True)
+            b.ss.pack_csr(**packable(b_arrays), take_ownership=True)
     if n == 0:  # (GraphBLAS refuses empty arrays)
         return gb.Matrix(operator.type, a.nrows, b.ncols)
     indices.resize(n, refcheck=False)  # (the trimmed arrays own their memory: GraphBLAS takes them)
@@ -112,13 +113,6 @@ def multiply_into(result: gb.Matrix, a: gb.Matrix, b: gb.Matrix, operator, accum
 
 
 def _values(arrays: dict, dtype: np.dtype | None) -> np.ndarray:
-    """The stored values, one per entry (an iso matrix stores one), in ``dtype`` (None: as stored)."""
-    values = arrays["values"]
-    entries = int(arrays["indptr"][-1])
-    if arrays.get("is_iso") and values.size != entries:
-        values = np.full(entries, values[0] if values.size else 0, dtype=values.dtype)
+    """The stored values, one per entry, in ``dtype`` (None: as stored)."""
+    values = full_values(arrays, int(arrays["indptr"][-1]))
     return values if dtype is None or values.dtype == dtype else values.astype(dtype)
-
-
-def _arrays_of(arrays: dict) -> dict:
-    return {key: value for key, value in arrays.items() if key not in ("nrows", "ncols", "format")}
