@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from sparsewire._lib.heap import keep_freed_heap
 from sparsewire.comm.runtime import limit_threads_per_rank, node_ids
 from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
@@ -59,7 +60,10 @@ class DistributedSpgemm:
     """Collective. ``C = A (+.x) B`` distributed over ``comm`` with one algorithm.
 
     Building one caps this rank's GraphBLAS and BLAS threads at cores / ranks on the node
-    (:func:`~sparsewire.comm.runtime.limit_threads_per_rank`).
+    (:func:`~sparsewire.comm.runtime.limit_threads_per_rank`), and has the process's C heap keep freed blocks,
+    large ones too (:func:`~sparsewire._lib.heap.keep_freed_heap`): each multiply allocates C's arrays about as
+    large as the last one's, which glibc would otherwise unmap when freed (blocks above 32 MiB) and fault in again,
+    page by page (docs/spgemm.md, "Memory between multiplies").
 
     Rank 0 passes the global A (other ranks None). ``b_shape`` is B's (rows, columns); B itself
     comes later, per multiply, in this object's B layout (:meth:`scatter_b` hands it out from
@@ -94,6 +98,7 @@ class DistributedSpgemm:
         (:class:`~sparsewire.spgemm.transfer.MessageCoding`: the integers, losslessly, and bf16 values)."""
         self.comm, self.semiring, self.algorithm = comm, semiring, algorithm
         limit_threads_per_rank(comm)  # GraphBLAS would otherwise run (cores) threads in every rank
+        keep_freed_heap()
         size = comm.Get_size()
         if a_local is None:
             a_shape = comm.bcast(a_global.shape if comm.Get_rank() == 0 else None, root=0)
@@ -187,10 +192,17 @@ class DistributedSpgemm:
         pieces, held = [], 0
         for lo, hi in self._phase_columns(b_local, phases):
             piece_mask = None if mask is None else mask[:, lo:hi].new()
-            piece = self._multiply_one(b_local[:, lo:hi].new(), piece_mask, held)
+            b_piece = b_local[:, lo:hi].new()
+            piece = self._multiply_one(b_piece, piece_mask, held)
             held += piece.nvals
             pieces.append(piece)
-        return gb.ss.concat([pieces])
+            for made in (b_piece, piece_mask):  # (freed now: python-graphblas would wait for Python's cycle collector)
+                if made is not None:
+                    made.clear()
+        joined = gb.ss.concat([pieces])
+        for piece in pieces:
+            piece.clear()
+        return joined
 
     def _multiply_one(self, b_local: gb.Matrix, mask: gb.Matrix | None, held: int) -> gb.Matrix:
         """Collective. One multiply of the algorithm (a ``multiply`` span of the trace, when traced)."""

@@ -234,6 +234,9 @@ class OneDimMultiplier:
                     received, semiring.merge
                 )
         self.peak_held_entries = max(self.peak_held_entries, held + result.nvals)
+        received.clear()  # now, not at Python's cycle collector (python-graphblas: a cycle through each Matrix's ``.ss``)
+        if not self.overlap and self.n_received:
+            stacked.clear()
         return result
 
 

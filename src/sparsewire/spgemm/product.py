@@ -107,7 +107,9 @@ def multiply_into(result: gb.Matrix, a: gb.Matrix, b: gb.Matrix, operator, accum
     """Not collective. ``C (+)= A (+).(x) B`` in place (``C<mask>`` with a mask): ``accumulate`` is the monoid's binary
     operator; a product the kernel runs is formed first and then added (GraphBLAS's ``eWiseAdd``)."""
     if kernel_runs(operator, mask):
-        result(accum=accumulate) << local_multiply(a, b, operator)
+        product = local_multiply(a, b, operator)
+        result(accum=accumulate) << product
+        product.clear()  # now, not at Python's cycle collector (python-graphblas: a cycle through each Matrix's ``.ss``)
     else:
         result(accum=accumulate, **({} if mask is None else {"mask": mask})) << a.mxm(b, operator)
 
