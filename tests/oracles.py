@@ -100,3 +100,34 @@ def inter_group_formulas(matrix, row_partition, col_partition, groups: np.ndarra
     )
     unit = k * element_bytes
     return {"column-hier": unit * union_cols, "joint-group": unit * matching}
+
+
+def entries_left_to_the_collector(action) -> tuple[object, int, int]:
+    """``action()``'s result; how many python-graphblas matrices it made and dropped were still left to Python's cycle
+    collector (each Matrix holds a cycle through its ``.ss``); and the entries they held when it came for them."""
+    import gc
+
+    import pytest
+
+    from sparsewire.spgemm.graphblas_loader import graphblas as gb
+
+    held, collecting = [], [False]
+    finalize = gb.Matrix.__del__
+
+    def recording(matrix):
+        if collecting[0]:
+            held.append(int(matrix.nvals))
+        finalize(matrix)
+
+    gc.collect()
+    gc.disable()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gb.Matrix, "__del__", recording)
+        try:
+            result = action()
+            collecting[0] = True
+            gc.collect()
+        finally:
+            collecting[0] = False
+            gc.enable()
+    return result, len(held), sum(held)

@@ -22,6 +22,7 @@ import pytest
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from oracles import entries_left_to_the_collector
 from sparsewire.apps import graphs
 from sparsewire.plan.strategies import Strategy
 from sparsewire.spgemm.compare import compare_exactly, reference_product
@@ -211,45 +212,24 @@ def test_every_semiring_algorithm_and_grid_is_exact(comm, seed):
 
 
 @pytest.mark.ranks(3, 4)
-def test_what_a_multiply_receives_and_joins_is_freed_before_it_returns(comm, seed, monkeypatch):
+def test_what_a_multiply_receives_and_joins_is_freed_before_it_returns(comm, seed):
     """Every python-graphblas matrix a multiply made and dropped (received blocks and rows, joined stages, products
     added into C, phases' pieces) holds no entries when Python's cycle collector comes for it, under every algorithm;
     the plan's own blocks and the caller's B are kept, so a second multiply gives the same C."""
-    import gc
-
-    from sparsewire.spgemm.graphblas_loader import graphblas as gb
-
     rank, rng = comm.Get_rank(), np.random.default_rng(seed)
     a = integer_matrix(rng, 31, 31, 0.2)
     semiring = get_semiring("plus_times")
-    held, collecting = [], [False]
-    finalize = gb.Matrix.__del__
-
-    def recording(matrix):
-        if collecting[0]:
-            held.append(int(matrix.nvals))
-        finalize(matrix)
-
-    monkeypatch.setattr(gb.Matrix, "__del__", recording)
     for algorithm, strategy, grid, options in algorithms(comm.Get_size()):
         spgemm = DistributedSpgemm(
             comm, a if rank == 0 else None, a.shape, semiring, algorithm, strategy=strategy, grid=grid, **options
         )
         b_local = spgemm.scatter_b(a if rank == 0 else None)
         for phases in PHASES:
-            gc.collect()
-            gc.disable()
-            try:
-                first = spgemm.multiply(b_local, phases=phases)
-                held.clear()
-                collecting[0] = True
-                gc.collect()
-            finally:
-                collecting[0] = False
-                gc.enable()
+            multiply = functools.partial(spgemm.multiply, b_local, phases=phases)
+            first, dropped, entries = entries_left_to_the_collector(multiply)
             label = f"{spgemm.name}/{grid}/{options}/phases={phases}"
-            assert sum(held) == 0, (label, f"{len(held)} dropped matrices held {sum(held)} entries")
-            second = spgemm.multiply(b_local, phases=phases)
+            assert entries == 0, (label, f"{dropped} dropped matrices held {entries} entries")
+            second = multiply()
             assert first.isequal(second), label
             first.clear()  # (this test's own: not to be counted at the next collection)
             second.clear()

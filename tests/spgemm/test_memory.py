@@ -4,7 +4,6 @@ pages instead of faulting fresh ones in (the page faults the kernel counts, an i
 
 from __future__ import annotations
 
-import gc
 import platform
 import subprocess
 import sys
@@ -14,38 +13,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from oracles import entries_left_to_the_collector
 from sparsewire.spgemm.graphblas_loader import graphblas as gb
 from sparsewire.spgemm.local import to_graphblas, to_scipy
 from sparsewire.spgemm.product import multiply_into
 from sparsewire.spgemm.semirings import get_semiring
 
 
-def dropped_entries(action, monkeypatch) -> tuple[int, int]:
-    """Run ``action()``; then the python-graphblas matrices it made and dropped, and the entries they still held
-    when Python's cycle collector came for them (each Matrix holds a cycle through its ``.ss``)."""
-    held, collecting = [], [False]
-    finalize = gb.Matrix.__del__
-
-    def recording(matrix):
-        if collecting[0]:
-            held.append(int(matrix.nvals))
-        finalize(matrix)
-
-    gc.collect()
-    gc.disable()
-    monkeypatch.setattr(gb.Matrix, "__del__", recording)
-    try:
-        action()
-        collecting[0] = True
-        gc.collect()
-    finally:
-        collecting[0] = False
-        gc.enable()
-    return len(held), sum(held)
-
-
 @pytest.mark.parametrize("threads", [1, 2])  # (the kernel's product, then GraphBLAS's own)
-def test_an_accumulated_product_is_freed_when_it_is_added(rng, threads, monkeypatch):
+def test_an_accumulated_product_is_freed_when_it_is_added(rng, threads):
     was = gb.ss.config["nthreads"]
     gb.ss.config["nthreads"] = threads
     semiring = get_semiring("plus_times")
@@ -59,7 +35,7 @@ def test_an_accumulated_product_is_freed_when_it_is_added(rng, threads, monkeypa
         def accumulate():
             multiply_into(result, left, right, semiring.operator, semiring.accumulate)
 
-        dropped, entries = dropped_entries(accumulate, monkeypatch)
+        _, dropped, entries = entries_left_to_the_collector(accumulate)
     finally:
         gb.ss.config["nthreads"] = was
     assert dropped >= (threads == 1), "the kernel's product was not dropped: the test measures nothing"
