@@ -148,7 +148,11 @@ def test_c_arrays_grow_past_their_start(rng, monkeypatch):
     check_against_graphblas(both, integer_matrix(rng, (1, 500), 0.9), "min_plus")
 
 
-def test_on_two_threads_graphblas_runs(rng):
+def test_on_two_threads_graphblas_runs(rng, monkeypatch):
+    def not_here(*args):
+        raise AssertionError("the kernel ran on two threads")
+
+    monkeypatch.setattr(product_module, "product_rows", not_here)
     gb.ss.config["nthreads"] = 2
     a = integer_matrix(rng, (400, 300), 0.03)
     b = integer_matrix(rng, (300, 350), 0.03)

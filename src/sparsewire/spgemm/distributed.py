@@ -29,7 +29,7 @@ from sparsewire.plan.plan import build_rank_plan_collective
 from sparsewire.plan.strategies import Strategy
 from sparsewire.profile.tracing import region
 from sparsewire.spgemm.graphblas_loader import graphblas as gb
-from sparsewire.spgemm.local import to_graphblas, to_scipy
+from sparsewire.spgemm.local import discard, to_graphblas, to_scipy
 from sparsewire.spgemm.onedim import OneDimMultiplier
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.summa import BlockLayout, ProcessGrid, SummaMultiplier, choose_grid
@@ -196,12 +196,9 @@ class DistributedSpgemm:
             piece = self._multiply_one(b_piece, piece_mask, held)
             held += piece.nvals
             pieces.append(piece)
-            for made in (b_piece, piece_mask):  # (freed now: python-graphblas would wait for Python's cycle collector)
-                if made is not None:
-                    made.clear()
+            discard(b_piece, piece_mask)
         joined = gb.ss.concat([pieces])
-        for piece in pieces:
-            piece.clear()
+        discard(*pieces)
         return joined
 
     def _multiply_one(self, b_local: gb.Matrix, mask: gb.Matrix | None, held: int) -> gb.Matrix:

@@ -33,6 +33,7 @@ __all__ = [
     "import_messages",
     "wire_bytes",
     "empty",
+    "discard",
     "full_values",
     "packable",
 ]
@@ -75,6 +76,16 @@ def to_scipy(matrix: gb.Matrix) -> sp.csr_array:
 def empty(nrows: int, ncols: int, dtype: np.dtype) -> gb.Matrix:
     """Not collective. An all-empty matrix (no stored entries)."""
     return gb.Matrix(gb.dtypes.lookup_dtype(np.dtype(dtype)), nrows, ncols)
+
+
+def discard(*matrices: gb.Matrix | None, keep: tuple[gb.Matrix, ...] = ()) -> None:
+    """Not collective. Free the entries of ``matrices`` now (``clear()``), skipping None and any matrix in ``keep``
+    (by identity: the caller's operands, a plan's own blocks). python-graphblas frees a Matrix only at Python's cycle
+    collector, since each holds a cycle through its ``.ss``; freed now, the next product reuses the memory
+    (docs/spgemm.md, "Memory between multiplies")."""
+    for matrix in matrices:
+        if matrix is not None and not any(matrix is kept for kept in keep):
+            matrix.clear()
 
 
 def _numpy_type(matrix: gb.Matrix) -> np.dtype:

@@ -36,7 +36,7 @@ from sparsewire.errors import PlanMismatchError
 from sparsewire.plan.plan import DIRECT_B, DIRECT_C, RankPlan
 from sparsewire.profile.tracing import region
 from sparsewire.spgemm.graphblas_loader import graphblas as gb
-from sparsewire.spgemm.local import import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, wire_bytes
+from sparsewire.spgemm.local import discard, import_messages, index_dtype, pack_row_ranges, row_counts, to_graphblas, wire_bytes
 from sparsewire.spgemm.product import local_multiply, multiply_into
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.traced import TracedTransfer
@@ -234,9 +234,7 @@ class OneDimMultiplier:
                     received, semiring.merge
                 )
         self.peak_held_entries = max(self.peak_held_entries, held + result.nvals)
-        received.clear()  # now, not at Python's cycle collector (python-graphblas: a cycle through each Matrix's ``.ss``)
-        if not self.overlap and self.n_received:
-            stacked.clear()
+        discard(received, None if self.overlap else stacked, keep=(b_local,))
         return result
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from sparsewire._lib.heap import small_pages
 from sparsewire.kernels.sparse_product import ADD, MULTIPLY, product_flops, product_rows, scratch
 from sparsewire.spgemm.graphblas_loader import graphblas as gb
-from sparsewire.spgemm.local import full_values, packable
+from sparsewire.spgemm.local import discard, full_values, packable
 
 __all__ = ["local_multiply", "multiply_into", "kernel_runs"]
 
@@ -109,7 +109,7 @@ def multiply_into(result: gb.Matrix, a: gb.Matrix, b: gb.Matrix, operator, accum
     if kernel_runs(operator, mask):
         product = local_multiply(a, b, operator)
         result(accum=accumulate) << product
-        product.clear()  # now, not at Python's cycle collector (python-graphblas: a cycle through each Matrix's ``.ss``)
+        discard(product)
     else:
         result(accum=accumulate, **({} if mask is None else {"mask": mask})) << a.mxm(b, operator)
 

@@ -31,7 +31,7 @@ from sparsewire.errors import InputError
 from sparsewire.partition import RowPartition, even_rows
 from sparsewire.profile.tracing import region
 from sparsewire.spgemm.graphblas_loader import graphblas as gb
-from sparsewire.spgemm.local import empty, import_messages, index_dtype, pack_row_ranges, row_counts, wire_bytes
+from sparsewire.spgemm.local import discard, empty, import_messages, index_dtype, pack_row_ranges, row_counts, wire_bytes
 from sparsewire.spgemm.product import local_multiply, multiply_into
 from sparsewire.spgemm.semirings import Semiring
 from sparsewire.spgemm.traced import TracedTransfer
@@ -300,11 +300,7 @@ class SummaMultiplier:
             waiting = sum(int(m.header[1]) for m in incoming.values())
             held = base + a_piece.nvals + b_piece.nvals + waiting + result.nvals
             self.peak_held_entries = max(self.peak_held_entries, held)
-            # Free what this group received and joined now: python-graphblas frees a Matrix only at Python's cycle
-            # collector (each holds a cycle through its ``.ss``), and the next group's blocks can reuse the memory.
-            for made in (*a_list, *b_list, a_piece, b_piece):
-                if made is not b_block and not any(made is kept for kept in self.a_pieces.values()):
-                    made.clear()
+            discard(*a_list, *b_list, a_piece, b_piece, keep=(b_block, *self.a_pieces.values()))
         transfer.finish_sends()
         self.bytes_received += transfer.bytes_received
         self.payload_bytes_received += transfer.payload_bytes_received
