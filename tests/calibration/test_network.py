@@ -799,13 +799,12 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
     times = (overlap["stream_seconds"], overlap["work_seconds"], overlap["together_seconds"])
     assert overlap["fraction"] == hidden_fraction(*times) and min(times) > 0, overlap
     # a relay from node 1 through rank 0 to rank 1, at a 64th and half the message: the hop inside the node alone takes
-    # less than both hops, and the large message's two hops longer than its one over the link (the small one's lie
-    # within the noise of each other: the bucket passes it at once); the price is the line through the extras
+    # less than both hops; the price is the line through the extras. (Whether two hops take longer than one over the
+    # link is the machine's to say, not a test's: it has measured at or below the one hop, docs/design-decisions.md.)
     relay = inter["relay"]
     assert relay["ranks"] == [2, 0, 1] and relay["sizes"] == [(2 << 20) // 64, 1 << 20] and relay["repeat"] == 4 * REPEAT
     for direct, relayed, inside in zip(relay["direct"], relay["relayed"], relay["inside"]):
         assert direct > 0 and 0 < inside < relayed, relay
-    assert relay["relayed"][1] > relay["direct"][1], relay
     assert (inter["relay_seconds"], inter["relay_seconds_per_byte"]) == relay_price(relay["sizes"], relay["extra"])
     assert (link := topology.levels[1].link).relay_seconds == inter["relay_seconds"]
     assert link.relay_seconds_per_byte == inter["relay_seconds_per_byte"]
