@@ -61,7 +61,8 @@ def add_commands(commands) -> None:
         help="auto (the least predicted time under the topology's cost model: communication, plus local work "
         "with a calibrate --network file; flat without one; predictions within 2%% of the least go to fewer steps, "
         "then fewer bytes; under a calibrate --network topology on P > 1 the plans predicted within 25%% of the least "
-        "are timed on the job, and one faster than the model's choice in every one of 4 turns replaces it), block, "
+        "(and beside a hierarchical choice the least predicted flat plan) are timed on the job, and one faster than "
+        "the model's choice in every one of 4 turns replaces it), block, "
         "column, row, joint, "
         "with a topology also column-hier, joint-hier, joint-group; a comma list, or all (default: auto)",
     )

@@ -49,9 +49,14 @@ class StrategyChoice:
             timed = ", ".join(f"{name} {seconds * 1e3:.3f} ms" for name, seconds in ranked)
             model = preferred({name: (*c, self.steps.get(name, 0)) for name, c in self.candidates.items()})
             why = "the model's choice, and none was faster" if chosen == model else f"faster than {model}, the model's choice,"
+            least = min(s for s, _ in self.candidates.values())
+            near = [name for name in self.measured if self.candidates[name][0] <= least * (1 + TRIAL_WITHIN)]
+            flat = [name for name in self.measured if name not in near]  # the least flat one beside a relaying choice
             return (
-                f"auto chose {chosen}: {why} in every turn of a trial on this job of the {len(self.measured)} candidates "
-                f"predicted within {TRIAL_WITHIN:.0%} of the least under {self.model} (median per multiply: {timed})"
+                f"auto chose {chosen}: {why} in every turn of a trial on this job of the {len(near)} candidates "
+                f"predicted within {TRIAL_WITHIN:.0%} of the least under {self.model}"
+                + (f" and {flat[0]}, the least predicted that does not relay" if flat else "")
+                + f" (median per multiply: {timed})"
             )
         seconds, nbytes = self.candidates[chosen]
         others = sorted((s, b, name) for name, (s, b) in self.candidates.items() if name != chosen)
@@ -103,6 +108,12 @@ def collective_stats(comm: MPI.Comm, plan: RankPlan, k: int, itemsize: int, mode
     return plan_stats(summaries, k, itemsize, plan.strategy, comm.Get_size(), model)
 
 
+def _least_flat(candidates: dict[str, tuple[float, int]]) -> str | None:
+    """Not collective. The candidate of the least predicted time among those that do not relay (None if none)."""
+    flat = [name for name in candidates if not Strategy(name).hierarchical]
+    return min(flat, key=lambda name: candidates[name][0]) if flat else None
+
+
 def choose_strategy(
     matrix: DistributedMatrix,
     k: int,
@@ -127,9 +138,11 @@ def choose_strategy(
     :func:`~sparsewire.plan.cost.preferred`), its stats and the choice's record. ``code_setup``: the planner's
     all-to-all travels bit-packed (:func:`~sparsewire.plan.plan.build_rank_plan_collective`). ``trial`` (``auto``
     only, :mod:`~sparsewire.distributed.trial`): given the plans predicted within
-    :data:`~sparsewire.distributed.trial.TRIAL_WITHIN` of the least where there are several, their times per turn
-    (Collective); a plan faster than the predicted choice in every turn is kept instead
-    (:func:`~sparsewire.distributed.trial.faster_in_every_turn`), and the choice records the median times."""
+    :data:`~sparsewire.distributed.trial.TRIAL_WITHIN` of the least where there are several, with the flat plan of the
+    least predicted time beside a hierarchical choice wherever it is predicted (a relay's cost under a multiply's load
+    is the term the model prices least surely), their times per turn (Collective); a plan faster than the predicted
+    choice in every turn is kept instead (:func:`~sparsewire.distributed.trial.faster_in_every_turn`), and the choice
+    records the median times."""
     comm = matrix.comm
     model = topology or Topology.flat()
     names = candidate_strategies(topology) if strategy == "auto" else [Strategy(strategy)]
@@ -152,9 +165,14 @@ def choose_strategy(
         candidates[candidate.value] = (seconds, stats.total_bytes)
         steps[candidate.value] = plan_steps(stats)
         planned[candidate.value] = (plan, stats)
-        least = min(s for s, _ in candidates.values())  # keep only the plans still near the least
-        planned = {name: kept for name, kept in planned.items() if candidates[name][0] <= least * (1 + keep_within)}
+        least = min(s for s, _ in candidates.values())  # keep only the plans still near the least, and the best flat one
+        flat = _least_flat(candidates) if keep_within > NEAR_TIE else None
+        planned = {
+            name: kept for name, kept in planned.items() if candidates[name][0] <= least * (1 + keep_within) or name == flat
+        }
     chosen = preferred({name: (*candidates[name], steps[name]) for name in candidates})
+    if not Strategy(chosen).hierarchical:  # the least flat plan joins the trial only to check a relaying choice
+        planned = {name: kept for name, kept in planned.items() if candidates[name][0] <= least * (1 + keep_within)}
     measured = {}
     if keep_within > NEAR_TIE and len(planned) > 1:
         turns = trial({name: plan for name, (plan, _) in planned.items()})

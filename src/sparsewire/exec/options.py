@@ -72,8 +72,9 @@ class ExecOptions:
             (the topology's, else MPI's shared-memory nodes). The MPI transport's whole-message modes on
             the CPU.
         trial: ``auto`` strategy under a topology measured by ``calibrate --network``, on more than one rank:
-            time the candidate plans predicted within 25% of the least on the job itself, and keep one faster than
-            the model's choice in every turn (:mod:`sparsewire.distributed.trial`); False: the model's choice.
+            time the candidate plans predicted within 25% of the least (and beside a hierarchical choice the least
+            predicted flat plan) on the job itself, and keep one faster than the model's choice in every turn
+            (:mod:`sparsewire.distributed.trial`); False: the model's choice.
     """
 
     strategy: str | Strategy = AUTO
