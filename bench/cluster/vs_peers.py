@@ -56,7 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # emulated.py
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))  # vs_combblas.py
 from common import ROOT, geometric_mean, short_name  # noqa: E402
-from emulated import DEFAULT_MATRICES, FREE_RATE, calibrated_cluster, run_json  # noqa: E402
+from emulated import DEFAULT_MATRICES, calibrated_cluster, run_json, run_link_free  # noqa: E402
+from emulated_report import CLOSE_TO_BOUND  # noqa: E402
 from vs_combblas import VALUES, build_peer  # noqa: E402
 
 from sparsewire.io import load_matrix  # noqa: E402
@@ -67,7 +68,6 @@ from sparsewire.topology import Topology  # noqa: E402
 
 PETSC_DIR = "/usr/lib/petscdir/petsc3.18/x86_64-linux-gnu-real"
 WORKER = ROOT / "bench" / "peers" / "petsc_worker.py"
-CLOSE_TO_BOUND = 1.1  # issue's "within 1.1x of its byte bound", judged where the link is at least half the time
 
 
 def counted(cluster, run, multiplies: int) -> tuple:
@@ -106,16 +106,11 @@ def ours(cluster, per_node: int, matrix: str, network: str, k: int, repeat: int,
 
 def ours_link_free(cluster, per_node: int, matrix: str, network: str, k: int, repeat: int, chosen: dict) -> dict:
     """The plan our default chose in this turn (its partition, strategy and mode, passed as flags), on the same
-    cluster with the links' limit lifted to :data:`FREE_RATE`: the time the same ranks, cores and TCP stack take when
-    the link's rate costs nothing. ``1 - this / ours`` is the share of our time the link's rate sets."""
+    cluster with the links' limit lifted (``emulated.run_link_free``): the time the same ranks, cores and TCP stack
+    take when the link's rate costs nothing. ``1 - this / ours`` is the share of our time the link's rate sets."""
     command = ["spmm", matrix, "--topology", network, "--k", str(k), "--repeat", str(repeat), "--json",
                "--partition", chosen["partition"], "--strategy", chosen["strategy"], "--mode", chosen["mode"]]  # fmt: skip
-    rate = cluster.rate
-    cluster.set_rate(FREE_RATE)
-    try:
-        report = run_json(cluster, per_node, command, 1800)
-    finally:
-        cluster.set_rate(rate)
+    report = run_link_free(cluster, per_node, command, 1800)
     if report["traffic"]["bytes"] != chosen["traffic"]:  # the flags must give the very plan the default ran
         raise SystemExit(f"{matrix}: the plan given our default's choices as flags moved other bytes than the default's")
     return {"seconds": report["median_seconds"], "checksum": report["checksum_sum"]}
