@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 from sparsewire.exec.transports import mpi as mpi_transports
-from sparsewire.exec.transports import register_transport
+from sparsewire.exec.transports import mpi_partitioned, register_transport
 from sparsewire.plan.modes import Mode
 
 #: Calls of every RecordingTransport in this process, by method name.
@@ -83,7 +83,7 @@ register_transport(
     "mpi-p2p-partitions",
     modes=(Mode.PARTITIONED,),  # (the only mode it changes: the others are MPI's transport, run by the collective cases)
     summary="MPI, partitions on point-to-point requests (tests)",
-    select=lambda mode, comm, device: mpi_transports.select(mode, comm, device, partitioned=False),
+    select=lambda mode, comm, device: mpi_partitioned.select(mode, comm, device, partitioned=False),
     replace=True,
 )
 register_transport(

@@ -18,7 +18,9 @@ so P = 3 and 4 have a group of one), mode and thread count, on every rank:
 
 The diagonal block goes in pieces of 64 multiply-adds (``combine.PROGRESS_EVERY``), so that the modes that
 multiply it while messages are in flight call the transport's ``progress`` between pieces here too (where ranks x
-threads fit the machine's cores: the executor multiplies it whole on oversubscribed ranks).
+threads fit the machine's cores: the executor multiplies it whole on oversubscribed ranks). The messages to another
+group go in pieces of about 100 bytes (``message_rows.PIECE_BYTES``: a row each at k = 32, a dozen at k = 1), so
+that the overlap and pipelined modes cut them wherever the plan relays nothing.
 
 With ``SPARSEWIRE_REPORT_INTER_NODE=1`` rank 0 also prints ``INTER_NODE_BYTES <n>``: the bytes MPI
 delivered between ranks of different nodes (as MPI sees nodes), summed over every multiply, for
@@ -39,6 +41,7 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import node_ids
 from sparsewire.exec import combine
+from sparsewire.exec import executor as executor_module
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.options import ExecOptions
 from sparsewire.exec.transports import transport_problem
@@ -51,10 +54,12 @@ from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES
 from sparsewire.topology.model import Topology
 
 MERGED_MODES = tuple(mode for mode in MODES if mode != "pipelined")
+#: Payload bytes of a piece of a message to another group (the module docstring).
+SMALL_PIECE_BYTES = 100
 # (strategy filter, topology, proxy policy, modes)
 CONFIGURATIONS = [
     ("flat", None, "local", MERGED_MODES),
-    ("flat", Topology.nodes(2), "local", ("pipelined",)),
+    ("flat", Topology.nodes(2), "local", ("overlap", "pipelined")),  # messages to the other group in pieces
     ("hierarchical", Topology.nodes(2), "local", MODES),
     ("hierarchical", Topology.nodes(3), "balanced", MODES),
 ]
@@ -204,6 +209,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     combine.PROGRESS_EVERY = 64  # the module docstring's pieces (not where a test imports this module)
+    executor_module.PIECE_BYTES = SMALL_PIECE_BYTES
     try:
         main()
     except BaseException:

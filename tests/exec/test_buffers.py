@@ -13,8 +13,9 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import _seed
-from sparsewire.exec.buffers import BufferNeeds, build_buffers, padded_rows
+from sparsewire.exec.buffers import BufferNeeds, build_buffers
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
+from sparsewire.exec.message_rows import padded_rows
 from sparsewire.exec.pack import Packer
 from sparsewire.kernels import compiled as kernels
 from sparsewire.partition import partition
@@ -284,3 +285,72 @@ def test_messages_over_the_slower_link_are_packed_and_posted_first(cases, rng):
                     assert np.array_equal(rows_then, expected[plain[message] : plain[message + 1]]), f"{label}: {message}"
                 ordered += 1
     assert ordered > 0
+
+
+def test_messages_cut_into_pieces_packed_and_combined_piece_by_piece_give_the_exact_product(cases, rng):
+    """Random other-group ranks and piece sizes on every random case whose plan relays nothing: the messages to and
+    from them are cut (``send_pieces``/``recv_pieces``, the same cut at both ends), every piece packed on its own
+    (``Packer.rows``), delivered, and combined on its own in a random order (``rows_arrived``): C equals SciPy's
+    A @ B exactly; the exchanges with no peer in another group keep whole messages and their CSR operand."""
+    kernels.set_threads(1)
+    cut = 0
+    for label, matrix, whole in cases:
+        if any(exchange.input is not None for p in whole.ranks for exchange in p.exchanges):
+            continue  # the executor cuts nothing where a plan relays
+        ranks = whole.ranks
+        n = len(ranks)
+        k = int(rng.integers(1, 5))
+        group = rng.integers(0, 2, n)  # two groups at random
+        piece_bytes = int(rng.integers(1, 4)) * k * 8 + int(rng.integers(0, 8))
+        needs = [
+            BufferNeeds(first_peers=frozenset(np.flatnonzero(group != group[p]).tolist()), piece_bytes=piece_bytes)
+            for p in range(n)
+        ]
+        everyone = [build_buffers(p, k, np.float64, 1, need) for p, need in zip(ranks, needs)]
+        b = rng.integers(-4, 5, (matrix.shape[1], k)).astype(np.float64)
+        cols = ranks[0].col_partition
+        blocks = [np.ascontiguousarray(b[slice(*cols.range(p.rank))]) for p in ranks]
+        combines = [StreamingCombine(buffers) for buffers in everyone]
+        outs = [np.zeros((p.local_shape[0], k)) for p in ranks]
+        for combine, block, out in zip(combines, blocks, outs):
+            combine.diagonal(block, out)
+        for index in range(len(everyone[0].exchanges)):
+            for buffers, block in zip(everyone, blocks):
+                ex = buffers.exchanges[index]
+                if ex.send_pieces is None:
+                    Packer(buffers).exchange(ex, block)
+                    continue
+                for bounds in ex.send_pieces:
+                    for start, stop in zip(bounds[:-1], bounds[1:]):
+                        Packer(buffers).rows(ex, block, int(start), int(stop))
+            for sender in everyone:
+                ex = sender.exchanges[index]
+                for message, destination in enumerate(ex.send_ranks):
+                    target = everyone[destination].exchanges[index]
+                    slot = target.recv_ranks.index(sender.plan.rank)
+                    other = group[destination] != group[sender.plan.rank]
+                    sent = ex.send_pieces[message] - ex.send_offsets[message] if ex.send_pieces is not None else None
+                    got = target.recv_pieces[slot] - target.recv_offsets[slot] if target.recv_pieces is not None else None
+                    if other:
+                        assert sent is not None and got is not None and np.array_equal(sent, got), f"{label}: the cuts differ"
+                        rows_here = int(np.diff(ex.send_offsets)[message])
+                        assert len(sent) - 1 == max(1, min(rows_here, -(-rows_here * k * 8 // piece_bytes))), label
+                        cut += len(sent) > 2
+                    else:
+                        assert sent is None or len(sent) == 2, label
+                    start, to = int(ex.send_offsets[message]) * k, int(target.recv_offsets[slot]) * k
+                    target.recv_flat[to : to + target.recv_elements[slot]] = ex.send_flat[
+                        start : start + ex.send_elements[message]
+                    ]
+            for buffers, combine, out in zip(everyone, combines, outs):
+                ex = buffers.exchanges[index]
+                if ex.recv_pieces is None:
+                    assert ex.unpack is not None and ex.unpack_columns is None, label
+                    combine.exchange_arrived(ex, out)
+                    continue
+                assert ex.unpack is None and ex.unpack_columns is not None, label
+                pieces = [(int(s), int(e)) for bounds in ex.recv_pieces for s, e in zip(bounds[:-1], bounds[1:])]
+                for position in rng.permutation(len(pieces)):
+                    combine.rows_arrived(ex, *pieces[position], out)
+        assert np.array_equal(np.vstack(outs), matrix @ b), label
+    assert cut > 0

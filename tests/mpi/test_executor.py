@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from mpi4py import MPI
-from mpi_driver import one_row_fewer_to_rank_one, planned_runs, run_cases
+from mpi_driver import SMALL_PIECE_BYTES, one_row_fewer_to_rank_one, planned_runs, run_cases
 from registry_driver import recorded_runs
 
 from sparsewire.exec import combine
+from sparsewire.exec import executor as executor_module
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.options import ExecOptions
 from sparsewire.io.generators import from_spec
@@ -37,6 +38,7 @@ def test_executor_plans_results_and_bytes(comm, seed, strategy, monkeypatch):
     collective plan = global plan, C exact, bytes as planned. The diagonal block goes in pieces of 64 multiply-adds,
     so that the modes that multiply it while messages are in flight call the transport's progress between pieces."""
     monkeypatch.setattr(combine, "PROGRESS_EVERY", 64)
+    monkeypatch.setattr(executor_module, "PIECE_BYTES", SMALL_PIECE_BYTES)
     threads = {1: [1, 2, 3], 3: [2]}.get(comm.Get_size(), [1])
     runs, _ = run_cases(comm, seed, threads, "mpi", "numpy", "cpu", strategy)
     assert runs == planned_runs(threads, "mpi", strategies=strategy) * comm.Get_size()
@@ -61,6 +63,7 @@ def test_torch_backend_is_exact_for_every_strategy_and_mode(comm, seed, transpor
     if transport == "torch" and comm.Get_size() != 3:
         pytest.skip("the torch backend on the torch transport runs at P = 3")
     monkeypatch.setattr(combine, "PROGRESS_EVERY", 64)
+    monkeypatch.setattr(executor_module, "PIECE_BYTES", SMALL_PIECE_BYTES)
     threads = {1: [1, 2], 2: [2]}.get(comm.Get_size(), [1]) if transport == "mpi" else [1]
     runs, _ = run_cases(comm, seed, threads, transport, "torch")
     assert runs == planned_runs(threads, transport, "torch") * comm.Get_size()
@@ -73,6 +76,63 @@ def test_grouped_exchanges_are_exact_for_every_strategy_and_mode_they_run(comm, 
     pytest.importorskip("torch")
     runs, _ = run_cases(comm, seed, [1], "torch-grouped", "torch")
     assert runs == planned_runs([1], "torch-grouped", "torch") * comm.Get_size()
+
+
+@pytest.mark.ranks(4)
+def test_messages_to_another_group_go_in_pieces_each_combined_as_it_arrives(comm, seed, monkeypatch):
+    """Two groups of two ranks, the overlap mode, a flat plan: each message to the other group is cut into pieces of
+    about ``piece_bytes`` (one MPI message each, matched in order), packed and posted one by one and combined as each
+    arrives; a message inside a group stays whole. C exact (integer data) on two multiplies, the bytes as planned,
+    one message counted per plan message; a relaying plan and the bulk mode keep whole messages."""
+    monkeypatch.setattr(executor_module, "PIECE_BYTES", 1000)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    rng = np.random.default_rng(seed)
+    matrix = sp.random_array((400, 400), density=0.05, rng=rng, format="csr")
+    matrix.data = rng.integers(-9, 10, matrix.nnz).astype(np.float64)
+    matrix = comm.bcast(sp.csr_array(matrix))
+    rows, cols = partition(matrix, size, "even").partitions
+    k = 5
+    b = comm.bcast(rng.integers(-4, 5, (400, k)).astype(np.float64))
+    expected = (matrix @ b)[slice(*rows.range(rank))]
+    groups = Topology.nodes(2)
+    other_group = {0: {2, 3}, 1: {2, 3}, 2: {0, 1}, 3: {0, 1}}[rank]
+    for strategy, mode, cut in (
+        ("joint", "overlap", True),
+        ("column", "overlap", True),
+        ("joint", "bulk", False),
+        ("joint-hier", "overlap", False),
+    ):
+        plan = build_rank_plan_collective(comm, matrix[slice(*rows.range(rank))], rows, cols, strategy, groups)
+        with SpmmExecutor(plan, comm, k, np.float64, ExecOptions(mode=mode, topology=groups, threads=1)) as executor:
+            for _ in range(2):
+                got = executor.multiply(b[slice(*cols.range(rank))])
+                np.testing.assert_array_equal(got, expected, err_msg=f"{strategy}/{mode}")
+                planned = np.zeros(size, np.int64)
+                for exchange in plan.exchanges:
+                    np.add.at(planned, exchange.recv_ranks, exchange.recv_counts * k * 8)
+                assert np.array_equal(executor.bytes_received_from, planned), f"{strategy}/{mode}: bytes"
+                assert not executor.delivery_problems, executor.delivery_problems
+                assert np.array_equal(
+                    executor.ledger.messages_from,
+                    np.bincount(
+                        np.concatenate([exchange.recv_ranks for exchange in plan.exchanges] + [np.zeros(0, np.int64)]).astype(
+                            np.int64
+                        ),
+                        minlength=size,
+                    ),
+                )
+            for ex in executor.buffers.exchanges:
+                for pieces, counts, ranks in (
+                    (ex.send_pieces, ex.exchange.send_counts, ex.send_ranks),
+                    (ex.recv_pieces, ex.exchange.recv_counts, ex.recv_ranks),
+                ):
+                    if not cut or not other_group & set(ranks):
+                        assert pieces is None, f"{strategy}/{mode}: pieces where messages stay whole"
+                        continue
+                    for rows_of, count, peer in zip(pieces, counts.tolist(), ranks):
+                        expected_pieces = -(-count * k * 8 // 1000) if peer in other_group else 1
+                        assert len(rows_of) - 1 == max(1, min(count, expected_pieces)), f"{strategy}: message to/from {peer}"
+                        assert rows_of[-1] - rows_of[0] == count and np.all(np.diff(rows_of) >= 0)
 
 
 def planned_deterministic_checks() -> int:

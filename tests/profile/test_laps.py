@@ -22,23 +22,28 @@ from sparsewire.profile.laps import (
 from sparsewire.profile.tracing import Tracer
 
 
-def _buffers(sizes_per_exchange):
-    """Stand-in buffers: exchange e sends messages of the given byte sizes (itemsize 1)."""
+def _buffers(sizes_per_exchange, pieces=None, k=1):
+    """Stand-in buffers: exchange e sends messages of the given byte sizes (itemsize 1), cut into the row bounds
+    ``pieces[e]`` of k elements where given."""
     exchanges = []
     for index, sizes in enumerate(sizes_per_exchange):
         sizes = np.array(sizes, np.int64)
         exchanges.append(
             SimpleNamespace(
-                index=index, send_ranks=tuple(range(len(sizes))), payload_bytes=lambda itemsize, s=sizes: s * itemsize
+                index=index,
+                send_ranks=tuple(range(len(sizes))),
+                payload_bytes=lambda itemsize, s=sizes: s * itemsize,
+                send_pieces=(pieces or {}).get(index),
             )
         )
-    return SimpleNamespace(exchanges=tuple(exchanges))
+    return SimpleNamespace(exchanges=tuple(exchanges), k=k)
 
 
 def test_hand_made_stamps_fold_to_exact_totals():
     tracer = Tracer(0, keep_events=False)
-    laps = Laps(tracer, _buffers([[8, 16], [40]]), itemsize=1)
-    second = SimpleNamespace(index=1)
+    # exchange 2's one message, 20 bytes of 5 rows of 4, goes in two pieces of 2 and 3 rows: 8 and 12 bytes
+    laps = Laps(tracer, _buffers([[8, 16], [40], [20]], pieces={2: (np.array([0, 2, 5]),)}, k=4), itemsize=1)
+    second, third = SimpleNamespace(index=1), SimpleNamespace(index=2)
     for begin in (100, 1000):  # two multiplies
         laps.stamps.extend(
             [
@@ -46,6 +51,8 @@ def test_hand_made_stamps_fold_to_exact_totals():
                 (PACK, begin + 5),  # 5 ns of pack
                 (POST_SENDS + PHASES * 0, begin + 7),  # exchange 0's two messages, 24 bytes
                 (laps.send_code(second, 0), begin + 10),  # exchange 1's one message, alone: 40 bytes
+                (laps.piece_code(third, 0, 0), begin + 12),  # a piece of 8 bytes
+                (laps.piece_code(third, 0, 1), begin + 13),  # a piece of 12 bytes
                 (WAIT, begin + 30),
                 (UNPACK, begin + 31),
                 (MULTIPLY, begin + 40),
@@ -56,12 +63,12 @@ def test_hand_made_stamps_fold_to_exact_totals():
     assert tracer.phases == {
         "pack": [2, 10],
         "post sends": [2, 4],
-        "post send": [2, 6],
-        "wait": [2, 40],
+        "post send": [6, 12],
+        "wait": [2, 34],
         "unpack": [2, 2],
         "multiply": [2, 80],
     }
-    assert tracer.sent == {"post sends": [4, 48], "post send": [2, 80]}
+    assert tracer.sent == {"post sends": [4, 48], "post send": [6, 120]}
 
 
 def test_random_multiplies_fold_as_a_plain_loop_adds(rng):

@@ -10,8 +10,8 @@ rows of B,
 * the receive buffer and the unpack operand, ``C_p += receive_matrix_e @ receive_buffer_e``: a CSR
   operand applied per exchange, or a CSC operand split by output rows among the T threads, applied
   per message or per partition;
-* message offsets in rows, padded where messages are cut into T partitions (whole padding rows,
-  so ``rows * k`` divides by T; the row maps say where every plan row moved);
+* message offsets in rows, padded where messages are cut into T partitions, and the pieces of the
+  messages over the slower link (:mod:`~sparsewire.exec.message_rows`);
 * for relays sent message by message, which input messages each sent message reads;
 * the order in which an exchange's messages are packed and posted one at a time: those to ranks over the
   slower link first (``send_order``), so that link starts moving while the rest are packed.
@@ -31,12 +31,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsewire.errors import PlanMismatchError
+from sparsewire.exec.message_rows import offsets, padded_rows, piece_bounds, row_map
 from sparsewire.exec.sharing import MemoryPool, same_operands
 from sparsewire.kernels.numpy_backend import NumpyBackend
 from sparsewire.plan.plan import AGGREGATE_C, DIRECT_C, Exchange, RankPlan
 from sparsewire.wire.paths import TransferRule, WirePath
 
-__all__ = ["BufferNeeds", "ExchangeBuffers", "Buffers", "build_buffers", "padded_rows"]
+__all__ = ["BufferNeeds", "ExchangeBuffers", "Buffers", "build_buffers"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class BufferNeeds:
         codec_peers: the ranks whose messages (both ways) go through it; None: every rank.
         first_peers: the ranks over the slower link (another node): an exchange that reads no input and sends to
             some of them and to others, on one thread, packs and posts theirs first (``send_order``).
+        piece_bytes: where positive, every exchange with a peer among ``first_peers`` has its messages to and from
+            them cut into pieces of about this many bytes (``send_pieces``, ``recv_pieces``) and is unpacked by
+            column ranges (``unpack_columns``); 0: whole messages.
     """
 
     partitions: int = 1
@@ -63,6 +67,7 @@ class BufferNeeds:
     codec: str = "none"
     codec_peers: frozenset[int] | None = None
     first_peers: frozenset[int] = frozenset()
+    piece_bytes: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,7 +82,10 @@ class ExchangeBuffers:
     :class:`~sparsewire.wire.paths.WirePath`; ``send_staged``/``recv_staged`` list the messages that
     go through host memory; ``send_stage``/``recv_stage`` are that host memory (as
     long as the flat buffers, each message at the same offset; None when no message is staged),
-    ``send_device``/``recv_device`` the buffers as 1-D arrays of the backend (what is copied)."""
+    ``send_device``/``recv_device`` the buffers as 1-D arrays of the backend (what is copied).
+
+    ``send_pieces``/``recv_pieces``: per message the row bounds of its pieces
+    (:func:`~sparsewire.exec.message_rows.piece_bounds`), or None where every message is whole."""
 
     index: int
     exchange: Exchange
@@ -109,6 +117,8 @@ class ExchangeBuffers:
     send_device: object = None
     recv_device: object = None
     send_order: tuple[int, ...] | None = None
+    send_pieces: tuple[np.ndarray, ...] | None = None
+    recv_pieces: tuple[np.ndarray, ...] | None = None
 
     def payload_bytes(self, itemsize: int) -> np.ndarray:
         """Not collective. Bytes of each sent message's payload: the plan's rows (the partitioned mode's padding
@@ -154,29 +164,6 @@ class Buffers:
     dependents: tuple[tuple[tuple[tuple[int, int], ...], ...], ...]
     stack: object | None
     merged: object | None
-
-
-def offsets(counts: np.ndarray) -> np.ndarray:
-    """Not collective. ``[0, c0, c0 + c1, ...]`` as int64."""
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-
-
-def padded_rows(rows: np.ndarray, k: int, partitions: int) -> np.ndarray:
-    """Not collective. Fewest rows >= ``rows`` whose ``rows * k`` elements split into ``partitions``
-    equal parts."""
-    padded = np.asarray(rows, np.int64).copy()
-    for position, count in enumerate(padded):
-        while (count * k) % partitions:
-            count += 1
-        padded[position] = count
-    return padded
-
-
-def row_map(plain: np.ndarray, padded: np.ndarray) -> np.ndarray:
-    """Not collective. New position of every row when each message's rows move from offset ``plain``
-    to ``padded``."""
-    shift = np.repeat(padded[:-1] - plain[:-1], np.diff(plain))
-    return np.arange(plain[-1], dtype=np.int64) + shift
 
 
 def _is_selection(matrix: sp.csr_array) -> bool:
@@ -236,6 +223,11 @@ def _exchange_buffers(
     recv_offsets = offsets(padded_rows(exchange.recv_counts, k, needs.partitions))
     send_rows_map, recv_rows_map = row_map(plain_send, send_offsets), row_map(plain_recv, recv_offsets)
     n_send, n_recv = int(send_offsets[-1]), int(recv_offsets[-1])
+    send_cut, recv_cut = (
+        [needs.piece_bytes > 0 and rank in needs.first_peers for rank in ranks.tolist()]
+        for ranks in (exchange.send_ranks, exchange.recv_ranks)
+    )
+    send_cut, recv_cut = (cut if any(cut) else None for cut in (send_cut, recv_cut))
 
     if shared is not None:  # the same rank plan at another k: every operand is the same (whole messages)
         pack_gather, pack_b, pack_input, receive, unpack, unpack_columns, dependencies = (
@@ -261,9 +253,9 @@ def _exchange_buffers(
         # Receive side, in padded buffer positions (the ordered combine reads receive_matrix).
         receive = _move_columns(sp.csr_array(exchange.receive_matrix), recv_rows_map, n_recv)
         unpack = unpack_columns = None
-        if needs.unpack == "exchange":
+        if needs.unpack == "exchange" and not recv_cut:
             unpack = backend.csr(receive, dtype, threads)
-        elif needs.unpack == "message":
+        elif needs.unpack is not None:
             unpack_columns = backend.columns(receive, dtype, row_bounds)
 
         needed: list[list[int]] = [[] for _ in exchange.send_ranks]
@@ -323,6 +315,8 @@ def _exchange_buffers(
         send_device=backend.flat(send_buffer),
         recv_device=backend.flat(receive_buffer),
         send_order=tuple(sorted(range(len(to_first)), key=lambda m: not to_first[m])) if ordered else None,  # stable
+        send_pieces=send_cut and piece_bounds(send_offsets, k, dtype.itemsize, send_cut, needs.piece_bytes),
+        recv_pieces=recv_cut and piece_bounds(recv_offsets, k, dtype.itemsize, recv_cut, needs.piece_bytes),
     )
 
 

@@ -9,6 +9,8 @@ which one it has:
   ``row_bounds[t]:row_bounds[t+1]``);
 * ``exchange_arrived(ex, out)``: every message of ``ex`` is in its receive buffer;
 * ``message_arrived(ex, message, out)``: one message is;
+* ``rows_arrived(ex, start, stop, out)``: rows ``[start, stop)`` of the receive buffer are (one piece of a
+  message over the slower link, :mod:`~sparsewire.exec.message_rows`);
 * ``partition_arrived(ex, thread, start, stop, out)``: elements ``[start, stop)`` of the flattened
   receive buffer are (one partition, applied to thread t's rows of C);
 * ``finish(b, out)``: every message has arrived.
@@ -91,7 +93,10 @@ class StreamingCombine:
 
     def message_arrived(self, ex: ExchangeBuffers, message: int, out: np.ndarray) -> None:
         """Not collective."""
-        start, stop = int(ex.recv_offsets[message]), int(ex.recv_offsets[message + 1])
+        self.rows_arrived(ex, int(ex.recv_offsets[message]), int(ex.recv_offsets[message + 1]), out)
+
+    def rows_arrived(self, ex: ExchangeBuffers, start: int, stop: int, out: np.ndarray) -> None:
+        """Not collective."""
         self.kernels.apply_columns(ex.unpack_columns, ex.receive_buffer, out, start, stop)
 
     def partition_arrived(self, ex: ExchangeBuffers, thread: int, start: int, stop: int, out: np.ndarray) -> None:
@@ -120,6 +125,9 @@ class OrderedCombine:
         """Not collective. Kept in its receive buffer for :meth:`finish`."""
 
     def message_arrived(self, ex: ExchangeBuffers, message: int, out: np.ndarray) -> None:
+        """Not collective. Kept in its receive buffer for :meth:`finish`."""
+
+    def rows_arrived(self, ex: ExchangeBuffers, start: int, stop: int, out: np.ndarray) -> None:
         """Not collective. Kept in its receive buffer for :meth:`finish`."""
 
     def partition_arrived(self, ex: ExchangeBuffers, thread: int, start: int, stop: int, out: np.ndarray) -> None:

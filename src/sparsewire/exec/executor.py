@@ -49,6 +49,7 @@ from sparsewire.comm.watchdog import Watchdog
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import BufferNeeds, build_buffers
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
+from sparsewire.exec.message_rows import PIECE_BYTES
 from sparsewire.exec.options import ExecOptions
 from sparsewire.exec.schedules import SCHEDULES
 from sparsewire.exec.transports import transport_entry
@@ -58,6 +59,7 @@ from sparsewire.plan.modes import Mode
 from sparsewire.plan.plan import RankPlan
 from sparsewire.profile.laps import FOLD_EVERY, MULTIPLY, START, Laps
 from sparsewire.wire.codecs import parse_compress
+from sparsewire.wire.paths import device_type
 
 __all__ = ["SpmmExecutor"]
 
@@ -184,6 +186,7 @@ class SpmmExecutor:
             # Messages to another node leave first: the slow link starts while the rest are packed (2 nodes x 2
             # ranks at 1 Gbit/s: docs/design-decisions.md, "Slow links first").
             first_peers=self._other_groups(options, comm),
+            piece_bytes=self._piece_bytes(mode, transport_class, options, plan, comm),
         )
         rule = self.transfer_rule if self.stages_messages else None
         shared, memory = (other.buffers if other is not None else None for other in (operands_of, memory_of))
@@ -204,6 +207,17 @@ class SpmmExecutor:
         self._schedules = [self.schedule]  # with a traced one while tracing
         # Freed by close(), or after the executor is garbage-collected (exec.lifetime).
         self._finalizer = track(self, functools.partial(_release, self._schedules, self.transport, self.comm))
+
+    def _piece_bytes(self, mode: Mode, transport_class: type, options: ExecOptions, plan: RankPlan, comm) -> int:
+        """Collective. The size of the pieces the messages to and from another group are cut into
+        (:mod:`~sparsewire.exec.message_rows`), or 0 for whole messages: pieces in the overlap schedule (the overlap and
+        pipelined modes) of a transport that sends them, on the CPU, without a codec or the ordered combine, where no
+        rank's plan relays (a relay forwards whole messages)."""
+        plain = options.codec == "none" and not self.deterministic and device_type(str(options.device)) == "cpu"
+        if not (plain and mode in (Mode.OVERLAP, Mode.PIPELINED) and transport_class.sends_pieces):
+            return 0  # (the same answer on every rank: the options and mode are)
+        relays = comm.allreduce(int(any(exchange.input is not None for exchange in plan.exchanges)), op=MPI.MAX)
+        return 0 if relays else PIECE_BYTES
 
     def _codec_peers(self, options: ExecOptions, comm) -> frozenset[int] | None:
         """The ranks whose messages go through the codec: all (None); for ``inter:CODEC`` those in another group

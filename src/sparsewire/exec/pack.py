@@ -36,7 +36,11 @@ class Packer:
     def message(self, ex: ExchangeBuffers, message: int, b: np.ndarray) -> None:
         """Not collective. The rows of one destination only (a relay, or a message over the slower link sent
         first: ``ex.send_order``), on the calling thread."""
-        start, stop = int(ex.send_offsets[message]), int(ex.send_offsets[message + 1])
+        self.rows(ex, b, int(ex.send_offsets[message]), int(ex.send_offsets[message + 1]))
+
+    def rows(self, ex: ExchangeBuffers, b: np.ndarray, start: int, stop: int) -> None:
+        """Not collective. Rows ``start:stop`` of ``ex``'s send buffer (one message, or one piece of it:
+        ``ex.send_pieces``), on the calling thread."""
         kernels = self.kernels
         if ex.pack_gather is not None:
             kernels.gather_rows(ex.pack_gather, b, ex.send_buffer, start, stop)

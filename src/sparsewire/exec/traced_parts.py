@@ -51,6 +51,19 @@ class TracedPacker:
             if tracer.keep_events:
                 tracer.span_event("pack", start, end, {"exchange": ex.index, "to": int(ex.send_ranks[message])})
 
+    def rows(self, ex, b, start: int, stop: int) -> None:
+        """Not collective. :meth:`Packer.rows` (one piece of a message) as a ``pack`` span."""
+        tracer = self.tracer
+        begin = tracer.clock()
+        self.inner.rows(ex, b, start, stop)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._pack
+            totals[0] += 1
+            totals[1] += end - begin
+            if tracer.keep_events:
+                tracer.span_event("pack", begin, end, {"exchange": ex.index, "rows": stop - start})
+
     def elements(self, ex, b, start: int, stop: int) -> None:
         """Not collective. The partitioned mode: one thread's share of a message (its own track; the totals under the lock)."""
         tracer = self.tracer
@@ -111,6 +124,19 @@ class TracedCombine:
             totals[1] += end - start
             if tracer.keep_events:
                 tracer.span_event("early multiply", start, end, {"exchange": ex.index})
+
+    def rows_arrived(self, ex, start: int, stop: int, out) -> None:
+        """Not collective. One piece's rows applied on arrival, an ``unpack`` span."""
+        tracer = self.tracer
+        begin = tracer.clock()
+        self.inner.rows_arrived(ex, start, stop, out)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._unpack
+            totals[0] += 1
+            totals[1] += end - begin
+            if tracer.keep_events:
+                tracer.span_event("unpack", begin, end, {"exchange": ex.index, "rows": stop - start})
 
     def diagonal_rows(self, b, out, thread: int) -> None:
         """Not collective. The partitioned mode: thread ``thread``'s rows of the diagonal product."""
@@ -246,6 +272,44 @@ class TracedTransport:
             if tracer.keep_events:
                 tracer.span_event("post send", start, end, {"exchange": ex.index})
                 self._sent(ex, message, start)
+
+    def start_piece(self, ex, message: int, piece: int) -> None:
+        """Not collective (point to point with the peers). A ``post send`` span for one piece of a cut message (its
+        bytes); the message's start and arrow at its first piece."""
+        tracer = self.tracer
+        start = tracer.clock()
+        self.inner.start_piece(ex, message, piece)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._send
+            totals[0] += 1
+            totals[1] += end - start
+            rows = ex.send_pieces[message]
+            sent = self._sent_by_send
+            sent[0] += 1
+            sent[1] += int(rows[piece + 1] - rows[piece]) * ex.send_buffer.shape[1] * self.itemsize
+            if tracer.keep_events:
+                tracer.span_event("post send", start, end, {"exchange": ex.index, "piece": piece})
+                if piece == 0:
+                    self._sent(ex, message, start)
+
+    def wait_piece(self, ex):
+        """Not collective (point to point with the peers). A ``wait`` span for one piece; the message's end and arrow
+        head once its last piece is in."""
+        tracer = self.tracer
+        start = tracer.clock()
+        arrival = self.inner.wait_piece(ex)
+        if tracer.recording:
+            end = tracer.clock()
+            totals = self._wait
+            totals[0] += 1
+            totals[1] += end - start
+            if tracer.keep_events:
+                tracer.span_event("wait", start, end, {"exchange": ex.index})
+                rows = ex.recv_pieces[arrival[0]]
+                if arrival[2] == rows[-1]:  # the message's last piece: MPI matches its pieces in order
+                    self._arrived(ex, arrival[0], end)
+        return arrival
 
     def wait_receives(self, ex) -> None:
         """Not collective (point to point with the peers). A ``wait`` span; each receive's end and arrow head."""

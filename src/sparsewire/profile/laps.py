@@ -69,10 +69,24 @@ class Laps:
             sizes = ex.payload_bytes(itemsize)
             self._bytes[ex.index] = sizes.sum()
             self._message_bytes[ex.index + self.exchanges * np.arange(len(sizes))] = sizes
+        # A piece of a cut message (ExchangeBuffers.send_pieces) is a message of its own, with a key after those.
+        self._piece_codes: dict[tuple[int, int, int], int] = {}
+        piece_bytes = []
+        for ex in buffers.exchanges:
+            for message, rows in enumerate(ex.send_pieces or ()):
+                for piece, count in enumerate(np.diff(rows).tolist()):
+                    key = self._message_bytes.size + len(piece_bytes)
+                    self._piece_codes[(ex.index, message, piece)] = POST_SEND + PHASES * key
+                    piece_bytes.append(count * buffers.k * itemsize)
+        self._message_bytes = np.concatenate([self._message_bytes, np.array(piece_bytes, np.int64)])
 
     def send_code(self, ex, message: int) -> int:
         """Not collective. The code of one message's post (``POST_SEND``)."""
         return POST_SEND + PHASES * (ex.index + self.exchanges * message)
+
+    def piece_code(self, ex, message: int, piece: int) -> int:
+        """Not collective. The code of one piece's post (``POST_SEND``; its bytes are the piece's)."""
+        return self._piece_codes[(ex.index, message, piece)]
 
     def fold(self) -> None:
         """Not collective. Add the stamps to the tracer's totals (``phases``: count and nanoseconds; ``sent``: messages and bytes)

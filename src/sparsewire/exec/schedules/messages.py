@@ -14,7 +14,9 @@ Each schedule is made once per executor from the buffers, a transport and a comb
   only inside an MPI call), a relay waits only for the
   exchange it forwards from (SHIRO Alg. 1); where the buffers list each relayed message's inputs
   and the transport sends message by message, each relayed message leaves as soon as its own
-  inputs have arrived, and received exchanges are still combined whole.
+  inputs have arrived, and received exchanges are still combined whole, but for the messages the buffers cut
+  into pieces (:mod:`~sparsewire.exec.message_rows`), each piece packed and posted, and combined as it
+  arrives, on its own.
 * :class:`EarlySchedule` (Collom & Bienz sec. 3.2, Alg. 1): the diagonal block as in the overlap mode;
   receives complete one at a time; each
   arriving message is combined at once, after the relayed messages whose inputs it completes, which are
@@ -59,6 +61,9 @@ class _Schedule:
         buffers give a ``send_order``, one message at a time in that order (a ``pack`` and a ``post send`` lap each):
         the messages over the slower link leave before the others are packed."""
         push = self.push
+        if ex.send_pieces is not None:
+            self._send_pieces(ex, b)
+            return
         if ex.send_order is not None and self.transport.sends_message_by_message:
             for message in ex.send_order:
                 _send_message(self.packer, self.transport, self.laps, ex, message, b)
@@ -69,6 +74,21 @@ class _Schedule:
         self.transport.start_sends(ex)
         if push:
             push((POST_SENDS + PHASES * ex.index, self.clock()))
+
+    def _send_pieces(self, ex, b: np.ndarray) -> None:
+        """Pack and post the messages of ``ex`` piece by piece (:mod:`~sparsewire.exec.message_rows`; those over the
+        slower link first where the buffers give a ``send_order``): a piece crosses while the next is packed (a
+        ``pack`` and a ``post send`` lap each)."""
+        packer, transport, laps = self.packer, self.transport, self.laps
+        for message in ex.send_order if ex.send_order is not None else range(len(ex.send_ranks)):
+            rows = ex.send_pieces[message].tolist()
+            for piece in range(len(rows) - 1):
+                packer.rows(ex, b, rows[piece], rows[piece + 1])
+                if laps is not None:
+                    laps.push((PACK, laps.clock()))
+                transport.start_piece(ex, message, piece)
+                if laps is not None:
+                    laps.push((laps.piece_code(ex, message, piece), laps.clock()))
 
 
 class _MessageRelays:
@@ -194,6 +214,8 @@ class OverlapSchedule(_Schedule):
         super().__init__(buffers, transport, combine, packer, laps)
         exchanges = buffers.exchanges
         self._finished = np.zeros(len(exchanges), bool)
+        # Receives of each exchange whose messages are cut: one per piece.
+        self._pieces = [None if ex.recv_pieces is None else sum(len(rows) - 1 for rows in ex.recv_pieces) for ex in exchanges]
         self._per_message = _relays_message_by_message(buffers, transport)
         self._relays = _MessageRelays(buffers, transport, self.packer, laps)
 
@@ -202,6 +224,16 @@ class OverlapSchedule(_Schedule):
         if self._finished[index]:
             return
         ex, push = self.buffers.exchanges[index], self.push
+        if self._pieces[index] is not None:  # each piece combined as it arrives, while the next ones cross
+            for _ in range(self._pieces[index]):
+                _, start, stop = self.transport.wait_piece(ex)
+                if push:
+                    push((WAIT, self.clock()))
+                self.combine.rows_arrived(ex, start, stop, out)
+                if push:
+                    push((UNPACK, self.clock()))
+            self._finished[index] = True
+            return
         if self._per_message:  # any posted receive may complete first: every exchange's, one at a time
             self._relays.receive_until((index,), b)
         else:

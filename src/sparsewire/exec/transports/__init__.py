@@ -117,7 +117,7 @@ def transport_help() -> str:
 register_transport(
     "mpi",
     modes=tuple(Mode),
-    select="sparsewire.exec.transports.mpi:select",
+    select="sparsewire.exec.transports.mpi_partitioned:select",
     summary="MPI point to point (persistent requests; MPI-4 partitioned messages for the partitioned mode); bytes counted from "
     "the "
     "receive statuses",

@@ -104,6 +104,9 @@ class Transport(abc.ABC):
     #: Whether it stages the messages the buffers mark (:mod:`sparsewire.wire.paths`);
     #: the others send every message from the buffers.
     stages_messages: bool = False
+    #: Whether it sends and receives the pieces the buffers cut messages into (``start_piece``, ``wait_piece``); the
+    #: executor asks for pieces only from one that does.
+    sends_pieces: bool = False
 
     def __init__(self, buffers: Buffers, ledger: ByteLedger) -> None:
         self.buffers, self.ledger = buffers, ledger
@@ -167,6 +170,17 @@ class MessageTransport(Transport):
         """Not collective (point to point with the peers). Complete one of the posted receives not yet
         completed, count it, and return its
         (exchange, message)."""
+
+    def start_piece(self, ex: ExchangeBuffers, message: int, piece: int) -> None:
+        """Not collective (point to point with the peers). Begin the send of piece ``piece`` of one message of ``ex``
+        (its rows ``ex.send_pieces[message][piece:piece + 2]`` are packed). Only where :attr:`sends_pieces`."""
+        raise NotImplementedError(f"the {self.name} transport does not send messages in pieces")
+
+    def wait_piece(self, ex: ExchangeBuffers) -> tuple[int, int, int]:
+        """Not collective (point to point with the peers). Complete one posted receive of ``ex``, whose messages are
+        cut (``ex.recv_pieces``), and return its (message, first row, end row); a message is counted once its last
+        piece is in. Only where :attr:`sends_pieces`."""
+        raise NotImplementedError(f"the {self.name} transport does not receive messages in pieces")
 
 
 class PartitionedTransport(Transport):
