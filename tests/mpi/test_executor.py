@@ -83,7 +83,8 @@ def test_messages_to_another_group_go_in_pieces_each_combined_as_it_arrives(comm
     """Two groups of two ranks, the overlap mode, a flat plan: each message to the other group is cut into pieces of
     about ``piece_bytes`` (one MPI message each, matched in order), packed and posted one by one and combined as each
     arrives; a message inside a group stays whole. C exact (integer data) on two multiplies, the bytes as planned,
-    one message counted per plan message; a relaying plan and the bulk mode keep whole messages."""
+    one message counted per plan message; a relaying plan and the bulk mode keep whole messages, and a two-level plan
+    on groups of one rank, which relays nothing, cuts them."""
     monkeypatch.setattr(executor_module, "PIECE_BYTES", 1000)
     rank, size = comm.Get_rank(), comm.Get_size()
     rng = np.random.default_rng(seed)
@@ -94,14 +95,15 @@ def test_messages_to_another_group_go_in_pieces_each_combined_as_it_arrives(comm
     k = 5
     b = comm.bcast(rng.integers(-4, 5, (400, k)).astype(np.float64))
     expected = (matrix @ b)[slice(*rows.range(rank))]
-    groups = Topology.nodes(2)
-    other_group = {0: {2, 3}, 1: {2, 3}, 2: {0, 1}, 3: {0, 1}}[rank]
-    for strategy, mode, cut in (
-        ("joint", "overlap", True),
-        ("column", "overlap", True),
-        ("joint", "bulk", False),
-        ("joint-hier", "overlap", False),
+    pairs, singles = Topology.nodes(2), Topology.nodes(1)
+    for strategy, mode, groups, cut in (
+        ("joint", "overlap", pairs, True),
+        ("column", "overlap", pairs, True),
+        ("joint", "bulk", pairs, False),
+        ("joint-hier", "overlap", pairs, False),
+        ("joint-hier", "overlap", singles, True),
     ):
+        other_group = set(np.flatnonzero(groups.groups(size) != groups.groups(size)[rank]).tolist())
         plan = build_rank_plan_collective(comm, matrix[slice(*rows.range(rank))], rows, cols, strategy, groups)
         with SpmmExecutor(plan, comm, k, np.float64, ExecOptions(mode=mode, topology=groups, threads=1)) as executor:
             for _ in range(2):
@@ -121,6 +123,7 @@ def test_messages_to_another_group_go_in_pieces_each_combined_as_it_arrives(comm
                         minlength=size,
                     ),
                 )
+            several = 0  # messages in more than one piece
             for ex in executor.buffers.exchanges:
                 for pieces, counts, ranks in (
                     (ex.send_pieces, ex.exchange.send_counts, ex.send_ranks),
@@ -133,6 +136,8 @@ def test_messages_to_another_group_go_in_pieces_each_combined_as_it_arrives(comm
                         expected_pieces = -(-count * k * 8 // 1000) if peer in other_group else 1
                         assert len(rows_of) - 1 == max(1, min(count, expected_pieces)), f"{strategy}: message to/from {peer}"
                         assert rows_of[-1] - rows_of[0] == count and np.all(np.diff(rows_of) >= 0)
+                        several += len(rows_of) > 2
+            assert (comm.allreduce(several) > 0) == cut, f"{strategy}/{mode}"
 
 
 def planned_deterministic_checks() -> int:

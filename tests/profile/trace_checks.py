@@ -10,7 +10,7 @@ stand-in running ``rank`` seconds ahead (plus the real one): the alignment must 
 within 10 microseconds. A planted fault (one arrival record dropped) must break the rules. The same
 window summarised alone (the schedule's laps, no proxies) must count every phase and message as the
 trace did, and every relayed message posted alone (all modes but partitioned), as is every message of an exchange
-that sends to another group first (``send_order``).
+that sends to another group first (``send_order``) and every piece of a message cut for the slower link.
 Returns ``OK N`` (N traces checked) and the largest residual."""
 
 from __future__ import annotations
@@ -68,8 +68,12 @@ def check(seed: int, directory: str) -> str:
                     plan.multiply(b)
             messages = plan.stats.messages
             relayed = sum(len(ex.send_ranks) for ex in plan.rank_plan.exchanges if ex.input is not None)
-            # (an exchange sending to another group and to its own posts the other group's messages first, one by one)
-            ordered = sum(len(ex.send_order) for ex in plan.executor.buffers.exchanges if ex.send_order is not None)
+            # (an exchange sending to another group and to its own posts the other group's messages first, one by one;
+            # one whose messages to another group are cut posts every piece, and each whole message, on its own)
+            ordered = sum(
+                sum(len(rows) - 1 for rows in ex.send_pieces) if ex.send_pieces is not None else len(ex.send_order or ())
+                for ex in plan.executor.buffers.exchanges
+            )
         same_as_the_trace(tracer, alone, (strategy, mode, transport, rank), threads)
         # Every mode but partitioned sends a relayed message alone, as soon as its inputs are in (bulk and
         # pipelined too: a two-level plan's second hop does not wait for the whole first one), and each message of an

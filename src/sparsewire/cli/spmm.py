@@ -76,10 +76,11 @@ def add_commands(commands) -> None:
     spmm.add_argument(
         "--mode",
         default=DEFAULT_MODE,
-        help="bulk (exchange, then compute), overlap (diagonal block while messages fly), pipelined (CoLa Alg. 3: "
-        "one stage per remote group, double buffers), early (each message multiplied as it arrives), partitioned "
-        "(MPI-4 partitioned messages, one partition per thread), a comma list, all, or auto: early for k <= 16 when "
-        f"ranks x threads fit the cores, else overlap (chosen by bench/kernels/async_modes.py; default: {DEFAULT_MODE})",
+        help="bulk (exchange, then compute), overlap (diagonal block while messages fly; messages to another node in "
+        "pieces, each combined as it arrives, where the plan relays nothing), pipelined (CoLa Alg. 3: one stage per "
+        "remote group, double buffers), early (each message multiplied as it arrives), partitioned (MPI-4 partitioned "
+        "messages, one partition per thread), a comma list, all, or auto: early for k <= 16 when ranks x threads fit "
+        f"the cores, else overlap (chosen by bench/kernels/async_modes.py; default: {DEFAULT_MODE})",
     )
     add_transport_argument(spmm)
     add_backend_arguments(spmm)

@@ -212,12 +212,15 @@ class SpmmExecutor:
         """Collective. The size of the pieces the messages to and from another group are cut into
         (:mod:`~sparsewire.exec.message_rows`), or 0 for whole messages: pieces in the overlap schedule (the overlap and
         pipelined modes) of a transport that sends them, on the CPU, without a codec or the ordered combine, where no
-        rank's plan relays (a relay forwards whole messages)."""
+        rank's plan relays a message (a relay forwards whole messages) and no rank stages one."""
         plain = options.codec == "none" and not self.deterministic and device_type(str(options.device)) == "cpu"
         if not (plain and mode in (Mode.OVERLAP, Mode.PIPELINED) and transport_class.sends_pieces):
             return 0  # (the same answer on every rank: the options and mode are)
-        relays = comm.allreduce(int(any(exchange.input is not None for exchange in plan.exchanges)), op=MPI.MAX)
-        return 0 if relays else PIECE_BYTES
+        # A two-level plan on groups of one rank relays nothing: its second exchange sends no message on any rank.
+        relays = any(e.input is not None and len(e.send_ranks) for e in plan.exchanges)
+        # A message staged through host memory is received into its stage and copied whole (each end decides alone).
+        stages = self.stages_messages and self.transfer_rule is not None and self.transfer_rule.staged_below_bytes > 0
+        return 0 if comm.allreduce(int(relays or stages), op=MPI.MAX) else PIECE_BYTES
 
     def _codec_peers(self, options: ExecOptions, comm) -> frozenset[int] | None:
         """The ranks whose messages go through the codec: all (None); for ``inter:CODEC`` those in another group

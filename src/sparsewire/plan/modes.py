@@ -7,8 +7,9 @@ mode             layout      unpack            what it needs besides
 ===============  ==========  ================  =================================================
 ``bulk``         merged      per exchange      which input messages each relayed message needs
 ``overlap``      merged      per exchange      which input messages each relayed message needs
+                             (per piece of a message cut over the slower link, where no plan relays)
 ``pipelined``    pipelined   per exchange      a plan of the pipelined layout (CoLa Alg. 3), and
-                                               which input messages each relayed message needs
+                             (as overlap)      which input messages each relayed message needs
 ``early``        merged      per message       which input messages each relayed message needs
 ``partitioned``  merged      per partition     T partitions per message (padded), thread-level MPI
 ===============  ==========  ================  =================================================
