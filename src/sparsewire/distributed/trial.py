@@ -10,6 +10,7 @@ where this machine's times say nothing."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 
@@ -26,6 +27,8 @@ __all__ = [
     "TRIAL_WITHIN",
     "TRIAL_TURNS",
     "TRIAL_REPEAT",
+    "TRIAL_MOST_REPEAT",
+    "TRIAL_TURN_SECONDS",
     "Trial",
     "trial_applies",
     "trial_of",
@@ -36,9 +39,14 @@ __all__ = [
 #: Candidates predicted within this fraction of the least are timed: the error the model's predictions keep
 #: on the emulated cluster where the link is at least half the time.
 TRIAL_WITHIN = 0.25
-#: Turns the timed plans take, and multiplies of each plan per turn (a turn's time: the median of its multiplies).
+#: Turns the timed plans take, and the fewest and most multiplies of each plan per turn (a turn's time: the median of
+#: its multiplies): a plan's turn has as many as take about :data:`TRIAL_TURN_SECONDS`, so that the turn of a plan of
+#: a few milliseconds is the median of several (at 5 Gbit/s one multiply of 2.4 ms against another moved its turn by
+#: more than the 8% between the two plans' medians).
 TRIAL_TURNS = 4
 TRIAL_REPEAT = 2
+TRIAL_MOST_REPEAT = 16
+TRIAL_TURN_SECONDS = 0.02
 
 
 def trial_applies(comm, options: ExecOptions) -> bool:
@@ -70,31 +78,38 @@ def trial_of(comm, k: int, dtype: np.dtype, options: ExecOptions) -> Trial | Non
 
 def time_plans(
     comm: MPI.Comm, plans: dict[str, RankPlan], k: int, dtype: np.dtype, options: ExecOptions, *, turns: int = TRIAL_TURNS,
-    repeat: int = TRIAL_REPEAT,
+    repeat: int = TRIAL_REPEAT, turn_seconds: float = TRIAL_TURN_SECONDS, most: int = TRIAL_MOST_REPEAT,
 ) -> dict[str, list[float]]:  # fmt: skip
     """Collective. Each plan of ``plans``' time per turn (every rank passes the same names in the same order): an
-    executor per plan, one untimed multiply each (connections, first touches), then ``turns`` turns in which each plan
-    multiplies ``repeat`` times (:func:`~sparsewire.profile.timed.timed_run`: a multiply's time is the slowest rank's,
-    from a barrier to its product), a turn's the median of its ``repeat``. Taking turns, the plans meet the machine's drift
-    alike, and :func:`faster_in_every_turn` compares them turn by turn. B is random (the values do not change the
-    time); the executors are closed before it returns."""
+    executor per plan, one untimed multiply each (connections, first touches) and one timed, then ``turns`` turns in
+    which each plan multiplies ``ceil(turn_seconds / that time)`` times, at least ``repeat`` and at most ``most``
+    (:func:`~sparsewire.profile.timed.timed_run`: a multiply's time is the slowest rank's, from a barrier to its
+    product), a turn's the median of its multiplies. Taking turns, the plans meet the machine's drift alike, and
+    :func:`faster_in_every_turn` compares them turn by turn. B is random (the values do not change the time); the
+    executors are closed before it returns."""
     executors = {name: SpmmExecutor(plan, comm, k, dtype, options) for name, plan in plans.items()}
     try:
         rng = np.random.default_rng(comm.Get_rank())
         blocks = {name: rng.standard_normal((plan.local_shape[1], k)).astype(dtype) for name, plan in plans.items()}
         outputs = {name: np.empty((plan.local_shape[0], k), dtype) for name, plan in plans.items()}
         times: dict[str, list[float]] = {name: [] for name in plans}
-        for turn in range(turns):
-            for name, executor in executors.items():
-                run = timed_run(
-                    comm,
-                    lambda executor=executor, name=name: executor.multiply(blocks[name], outputs[name]),
-                    repeat,
-                    warmup=1 if turn == 0 else 0,
-                    wait_timeout=executor.options.wait_timeout,
-                    yielding=executor.transport.yield_while_waiting,
-                )
-                times[name].append(run.median_seconds)
+
+        def timed(name: str, count: int, warmup: int) -> float:
+            executor = executors[name]
+            run = timed_run(
+                comm,
+                lambda: executor.multiply(blocks[name], outputs[name]),
+                count,
+                warmup=warmup,
+                wait_timeout=executor.options.wait_timeout,
+                yielding=executor.transport.yield_while_waiting,
+            )
+            return run.median_seconds  # the slowest rank's: the same on every rank, and so is each count below
+
+        counts = {name: min(most, max(repeat, math.ceil(turn_seconds / max(timed(name, 1, 1), 1e-9)))) for name in plans}
+        for _ in range(turns):
+            for name in plans:
+                times[name].append(timed(name, counts[name], 0))
     finally:
         for executor in executors.values():
             executor.close()
