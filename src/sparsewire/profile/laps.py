@@ -12,8 +12,9 @@ read per phase, not two), so the schedule's own bookkeeping between two calls (a
 the inputs still missing, a loop's test) is counted in the phase that follows it; the multiply
 opens with a ``START`` lap and ends with a ``MULTIPLY`` lap, whose span is the whole multiply. A
 code is ``phase + PHASES * key``: the key of a post of a whole exchange's sends is the exchange,
-of one message's post ``exchange + exchanges * message``, so the fold knows the messages and bytes
-posted (the plan's rows, as the proxies count them).
+of one message's post ``exchange + exchanges * message``, and of one piece of a cut message a key after those
+(:meth:`Laps.piece_code`), so the fold knows the messages and bytes posted (the plan's rows, as the proxies count
+them).
 
 Folding is vectorised over the stamps (NumPy) and runs when they pass :data:`FOLD_EVERY` or when tracing
 stops, so a long run holds a bounded list.
