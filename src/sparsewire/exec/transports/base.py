@@ -8,7 +8,8 @@ protocol, in two flavours (:class:`MessageTransport`, :class:`PartitionedTranspo
 * every transport: ``post_receives(ex)``, ``start_sends(ex)`` (begin an exchange's receives or
   all of its sends), ``wait_receives(ex)``, ``wait_sends(ex)`` (complete them), ``free()``;
 * whole messages: ``start_send(ex, message)`` (relays sent message by message) and
-  ``wait_any()`` (complete any one posted receive);
+  ``wait_any()`` (complete any one posted receive); and where a transport also moves pieces of messages
+  (:class:`PieceTransport`), ``start_piece(ex, message, piece)`` and ``wait_piece(ex)``;
 * partitioned messages (one partition per thread): ``mark_ready(ex, message, partition)``,
   ``partition_arrived(ex, message, partition)``.
 
@@ -33,7 +34,7 @@ import numpy as np
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
 from sparsewire.plan.modes import Mode
 
-__all__ = ["ByteLedger", "Transport", "MessageTransport", "PartitionedTransport"]
+__all__ = ["ByteLedger", "Transport", "MessageTransport", "PieceTransport", "PartitionedTransport"]
 
 
 class ByteLedger:
@@ -104,7 +105,7 @@ class Transport(abc.ABC):
     #: Whether it stages the messages the buffers mark (:mod:`sparsewire.wire.paths`);
     #: the others send every message from the buffers.
     stages_messages: bool = False
-    #: Whether it sends and receives the pieces the buffers cut messages into (``start_piece``, ``wait_piece``); the
+    #: Whether it sends and receives the pieces the buffers cut messages into (a :class:`PieceTransport`); the
     #: executor asks for pieces only from one that does.
     sends_pieces: bool = False
 
@@ -171,16 +172,23 @@ class MessageTransport(Transport):
         completed, count it, and return its
         (exchange, message)."""
 
+
+class PieceTransport(MessageTransport):
+    """Whole messages, and the pieces the buffers cut the messages over the slower link into
+    (:mod:`~sparsewire.exec.message_rows`): the overlap schedule's sends and receives of a cut exchange."""
+
+    sends_pieces = True
+
+    @abc.abstractmethod
     def start_piece(self, ex: ExchangeBuffers, message: int, piece: int) -> None:
         """Not collective (point to point with the peers). Begin the send of piece ``piece`` of one message of ``ex``
-        (its rows ``ex.send_pieces[message][piece:piece + 2]`` are packed). Only where :attr:`sends_pieces`."""
-        raise NotImplementedError(f"the {self.name} transport does not send messages in pieces")
+        (its rows ``ex.send_pieces[message][piece:piece + 2]`` are packed)."""
 
+    @abc.abstractmethod
     def wait_piece(self, ex: ExchangeBuffers) -> tuple[int, int, int]:
         """Not collective (point to point with the peers). Complete one posted receive of ``ex``, whose messages are
         cut (``ex.recv_pieces``), and return its (message, first row, end row); a message is counted once its last
-        piece is in. Only where :attr:`sends_pieces`."""
-        raise NotImplementedError(f"the {self.name} transport does not receive messages in pieces")
+        piece is in."""
 
 
 class PartitionedTransport(Transport):

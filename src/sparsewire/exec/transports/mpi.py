@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from sparsewire.comm.runtime import mpi_datatype, wait_all, wait_any
 from sparsewire.exec.buffers import Buffers, ExchangeBuffers
-from sparsewire.exec.transports.base import ByteLedger, MessageTransport
+from sparsewire.exec.transports.base import ByteLedger, PieceTransport
 from sparsewire.plan.modes import Mode
 from sparsewire.wire import codecs
 from sparsewire.wire.paths import WirePath
@@ -83,7 +83,7 @@ def _bind(flat: np.ndarray, stage: np.ndarray | None, device, start: int, count:
     return flat[start : start + count], None
 
 
-class MpiTransport(MessageTransport):
+class MpiTransport(PieceTransport):
     """One persistent ``MPI_Send_init``/``MPI_Recv_init`` request per message (per piece where the buffers cut
     it, :mod:`~sparsewire.exec.message_rows`: the pieces of a message share its tag and match in order); a staged message
     (:mod:`sparsewire.wire.paths`) is copied into host memory before its send starts and
@@ -97,7 +97,6 @@ class MpiTransport(MessageTransport):
     modes = frozenset({Mode.BULK, Mode.OVERLAP, Mode.PIPELINED, Mode.EARLY})
     counted_by = _COUNTED_BY
     stages_messages = True
-    sends_pieces = True
 
     def __init__(self, comm: MPI.Comm, buffers: Buffers, ledger: ByteLedger) -> None:
         super().__init__(buffers, ledger)
