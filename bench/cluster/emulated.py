@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--matrices", default=",".join([m for m in DEFAULT_MATRICES if Path(m).exists()] + ["rmat:16:8:1"]))
     parser.add_argument("--rates", default="1gbit,5gbit")
     parser.add_argument("--layouts", default="2x2,4x1")
-    parser.add_argument("--strategies", default="column,joint,column-hier,joint-hier,joint-group")
+    parser.add_argument("--strategies", default="row,column,joint,column-hier,joint-hier,joint-group")
     parser.add_argument("--modes", default="bulk,overlap,pipelined,early")
     parser.add_argument("--k", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=2, help="timed multiplies per run and turn (default: 2)")

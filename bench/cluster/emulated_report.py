@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
 from common import ROOT  # noqa: E402
 
-STRATEGIES = ("column", "joint", "column-hier", "joint-hier", "joint-group")
+STRATEGIES = ("row", "column", "joint", "column-hier", "joint-hier", "joint-group")
 TWO_LEVEL = ("column-hier", "joint-hier", "joint-group")
 PAIRED_TURNS = 20  # fewest turns for an interval (paired_ratio)
 CLOSE_TO_BOUND = 1.1  # a run whose link is at least half its time should take at most this over its byte bound

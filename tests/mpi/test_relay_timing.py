@@ -30,7 +30,8 @@ def test_a_planted_wait_in_the_proxy_is_what_the_relay_adds(comm, monkeypatch):
     planted = relay.measure_relay(comm, (0, 1, 2), SIZES, 5)
     for size, extra in zip(SIZES, planted["relay"]["extra"]):
         wait = fixed + per_mib * size / 2**20
-        assert wait - 0.002 <= extra < wait + 0.015, (size, extra, planted)
+        # the direct hops' medians, subtracted, can lose a few ms to a rank descheduled on 3 ranks over 2 cores
+        assert wait - 0.005 <= extra < wait + 0.015, (size, extra, planted)
     assert planted["relay_seconds"] == pytest.approx(fixed, abs=0.01), planted
     assert planted["relay_seconds_per_byte"] == pytest.approx(per_mib / 2**20, rel=0.3), planted
     price = (planted["relay_seconds"], planted["relay_seconds_per_byte"])

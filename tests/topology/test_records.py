@@ -71,6 +71,23 @@ def test_a_prediction_says_which_links_it_prices():
     assert not measured.assumed_links and measured.prices() == "measured links"
 
 
+@pytest.mark.parametrize("per_node", [1, 2])
+def test_a_calibration_on_one_rank_per_node_prices_only_measured_links(per_node):
+    """``calibrate --network`` on one rank per node measures no link inside a node: the topology's node level
+    keeps the assumed shared-memory link, but its groups of one rank join no pair, so every message is priced by the
+    measured link; on two ranks per node without an intra-node measurement the assumed link prices messages."""
+    from sparsewire.topology.model import Topology
+    from sparsewire.topology.records import stamp
+
+    record = stamp("network")
+    record.update(ranks=4, rank_groups=[r // per_node for r in range(4)], group_size=per_node)
+    record["links"] = {"inter_node": {"bandwidth_bytes_per_second": 6e7, "latency_seconds": 1e-5, "single_pair_bandwidth": 1.2e8}}
+    topology = Topology.from_record(record, "measured:net.json")
+    assert topology.levels[0].link.name == "shared-memory"
+    assert topology.assumed_links == (per_node > 1)
+    assert topology.prices() == ("assumed links" if per_node > 1 else "measured links")
+
+
 @pytest.mark.parametrize("content", ["", '{"kind": "transfer", "sche', "\x00\x00\x00"], ids=["empty", "cut", "zeros"])
 def test_a_damaged_stored_transfer_calibration_is_ignored_with_a_warning_and_a_given_one_refused(tmp_path, monkeypatch, content):
     from sparsewire.errors import FallbackWarning

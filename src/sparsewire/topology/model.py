@@ -298,9 +298,11 @@ class Topology:
     def assumed_links(self) -> bool:
         """Whether a level's link is one of the assumed constants of :mod:`~sparsewire.topology.links`
         (``flat``, ``nodes:G``, MPI's nodes) rather than measured (``calibrate --network``) or a named
-        cluster's: its predictions price an assumed cluster, not the machine the job runs on."""
+        cluster's: its predictions price an assumed cluster, not the machine the job runs on.
+        A level of groups of one rank is left out: it joins no two ranks, so its link prices no message
+        (``calibrate --network`` on one rank per node measures no link inside a node)."""
         assumed = (_SHARED_MEMORY, _NETWORK, LinkClass("network", *links.FLAT_NETWORK))
-        return any(level.link in assumed for level in self.levels)
+        return any(level.link in assumed for level in self.levels if level.group_size != 1)
 
     def prices(self) -> str:
         """Not collective. What a prediction under this topology prices, in a few words for a column
