@@ -42,9 +42,10 @@ TRIAL_WITHIN = 0.25
 #: Turns the timed plans take, and the fewest and most multiplies of each plan per turn (a turn's time: the median of
 #: its multiplies): a plan's turn has as many as take about :data:`TRIAL_TURN_SECONDS`, so that the turn of a plan of
 #: a few milliseconds is the median of several (at 5 Gbit/s one multiply of 2.4 ms against another moved its turn by
-#: more than the 8% between the two plans' medians).
+#: more than the 8% between the two plans' medians), and at least 3, the fewest whose median drops one slow multiply
+#: (a median of 2 is their mean).
 TRIAL_TURNS = 4
-TRIAL_REPEAT = 2
+TRIAL_REPEAT = 3
 TRIAL_MOST_REPEAT = 16
 TRIAL_TURN_SECONDS = 0.02
 
