@@ -111,9 +111,9 @@ def test_a_plans_time_is_its_slowest_ranks(comm, seed, monkeypatch):
     times = time_plans(comm, {name: rank_plan for name, (rank_plan, _) in plans.items()}, 3, np.dtype(np.float64),
                        plans["joint"][1], turns=3, repeat=2, turn_seconds=0.12, most=9)  # fmt: skip
     assert len(times["column"]) == len(times["joint"]) == 3
-    # a turn holds about 0.12 s of a plan's multiplies, 2 to 9: column's (over 0.05 s) 2 or 3, joint's (well under) 9;
-    # each after an untimed multiply and a timed one
-    assert calls["joint"] == 2 + 3 * 9 and calls["column"] in (2 + 3 * 2, 2 + 3 * 3), calls
+    # a turn holds about 0.12 s of a plan's multiplies, 2 to 9: column's (over 0.05 s) 2 or 3, joint's (well under) 9,
+    # each turn after an untimed multiply; all after an untimed multiply and a timed one
+    assert calls["joint"] == 2 + 3 * (1 + 9) and calls["column"] in (2 + 3 * (1 + 2), 2 + 3 * (1 + 3)), calls
     assert min(times["column"]) >= delay, times  # on rank 0 too: the slowest rank's time
     assert all(j < c for j, c in zip(times["joint"], times["column"])), times
     assert comm.allgather(times) == [times] * comm.Get_size()

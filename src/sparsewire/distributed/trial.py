@@ -83,7 +83,8 @@ def time_plans(
 ) -> dict[str, list[float]]:  # fmt: skip
     """Collective. Each plan of ``plans``' time per turn (every rank passes the same names in the same order): an
     executor per plan, one untimed multiply each (connections, first touches) and one timed, then ``turns`` turns in
-    which each plan multiplies ``ceil(turn_seconds / that time)`` times, at least ``repeat`` and at most ``most``
+    which each plan multiplies once untimed (the first after another plan's finds its buffers and messages out of the
+    caches) and ``ceil(turn_seconds / that time)`` times timed, at least ``repeat`` and at most ``most``
     (:func:`~sparsewire.profile.timed.timed_run`: a multiply's time is the slowest rank's, from a barrier to its
     product), a turn's the median of its multiplies. Taking turns, the plans meet the machine's drift alike, and
     :func:`faster_in_every_turn` compares them turn by turn. B is random (the values do not change the time); the
@@ -109,8 +110,8 @@ def time_plans(
 
         counts = {name: min(most, max(repeat, math.ceil(turn_seconds / max(timed(name, 1, 1), 1e-9)))) for name in plans}
         for _ in range(turns):
-            for name in plans:
-                times[name].append(timed(name, counts[name], 0))
+            for name in plans:  # each turn after one untimed multiply, as a user's job repeats one plan (spmm --rounds too)
+                times[name].append(timed(name, counts[name], 1))
     finally:
         for executor in executors.values():
             executor.close()
