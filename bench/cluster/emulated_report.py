@@ -6,7 +6,8 @@ time), with the runs outside it, the time over the run's byte bound there (the b
 busiest node's link in its busier direction over the calibrated rate of that link one way; within
 :data:`CLOSE_TO_BOUND` asked), two-level strategies with fewer inter-node bytes than ``joint`` against
 its time (apart: those that still move more through the busiest node's link, which sets the time on
-a full-duplex link), and ``auto``'s pick against the measured fastest (a pick whose plan sends exactly the
+a full-duplex link), and ``auto``'s pick against the measured fastest (``auto``'s own run, taking turns with the
+named ones in the same job; a pick whose plan sends exactly the
 fastest's messages under another strategy's name, as the hierarchical strategies do with one rank per node, is
 the fastest plan; the report says which), and how far apart the medians of one plan under two names fall (the
 spread the other checks sit in). A two-level run is compared with ``joint`` multiply by multiply
@@ -220,6 +221,7 @@ def main() -> None:
             + (f", and {len(same)} more pick the fastest's plan under another name (the same messages)" if same else "")
             + "".join(
                 f"; {p['matrix']} {p.get('mode')}: {p['auto']} {p['auto_over_fastest']:.2f}x {p['fastest']}"
+                + (f" (under its own name {p['named_over_fastest']:.2f}x)" if "named_over_fastest" in p else "")
                 + (" (the same messages)" if p in same else "")
                 for p in over
             )

@@ -250,6 +250,17 @@ def test_spmm_rounds_time_every_run_in_each_turn():
     assert refused.returncode == 2 and "trace with --rounds 1" in refused.stderr and "Traceback" not in refused.stderr
 
 
+def test_auto_beside_named_strategies_is_timed_in_turns_with_them():
+    args = ["spmm", "stencil2d:12", "--strategy", "joint, auto,column", "--k", "3", "--check", "--json", "--rounds", "2"]
+    report = json.loads(run_cli([*args, "--repeat", "2"]).stdout)
+    runs = [(r["strategy_requested"], r["timed_multiplies"], r["check_passed"]) for r in report["runs"]]
+    assert runs == [("auto", 4, True), ("joint", 4, True), ("column", 4, True)]
+    assert report["runs"][0]["strategy"] in {"block", "column", "row", "joint"}
+    for blank in ("", " , "):
+        refused = run_cli(["spmm", "stencil2d:12", "--strategy", blank])
+        assert refused.returncode == 2 and "no strategy given" in refused.stderr, refused.stderr
+
+
 def test_json_with_nan_results_is_strict_json_with_a_warning(tmp_path):
     """C holds NaN when A does: the report says null (Python's json would write bare NaN tokens,
     which JSON parsers reject) and a warning line says so."""

@@ -64,7 +64,8 @@ def add_commands(commands) -> None:
         "(and beside a hierarchical choice the least predicted flat plan) are timed on the job, and one faster than "
         "the model's choice in every one of 4 turns replaces it), block, "
         "column, row, joint, "
-        "with a topology also column-hier, joint-hier, joint-group; a comma list, or all (default: auto)",
+        "with a topology also column-hier, joint-hier, joint-group; a comma list (auto among them: its pick is timed "
+        "in turns with the others, see --rounds), or all (default: auto)",
     )
     spmm.add_argument(
         "--no-trial",
@@ -162,10 +163,12 @@ def run_spmm(args: argparse.Namespace) -> int:
     from sparsewire.plan.strategies import parse_strategies
 
     hierarchical = args.group_size is not None or args.topology is not None
-    strategies = (
-        ["auto"]
-        if args.strategy.strip().lower() == "auto"
-        else [s.value for s in parse_strategies(args.strategy, executable_only=True, hierarchical=hierarchical)]
+    requested = [name.strip().lower() for name in args.strategy.split(",")]
+    named = ",".join(name for name in requested if name != "auto")  # auto beside named ones: its pick, timed with them
+    strategies = (["auto"] if "auto" in requested else []) + (
+        [s.value for s in parse_strategies(named, executable_only=True, hierarchical=hierarchical)]
+        if named or "auto" not in requested  # nothing but blanks: parse_strategies says none was given
+        else []
     )
     modes = parse_modes(args.mode)
     resolve_backend_arguments(args, "numpy")
