@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -242,10 +243,17 @@ def test_spmm_rounds_time_every_run_in_each_turn():
     args = ["spmm", "rmat:7:4:1", "--strategy", "column,joint", "--mode", "bulk,early", "--k", "2", "--check", "--json"]
     report = json.loads(run_cli([*args, "--repeat", "3", "--rounds", "2"]).stdout)
     assert [(r["timed_multiplies"], r["rounds"], r["check_passed"]) for r in report["runs"]] == [(6, 2, True)] * 4
+    given = [("column", "bulk"), ("column", "early"), ("joint", "bulk"), ("joint", "early")]
+    assert [(r["strategy"], r["mode"]) for r in report["runs"]] == given
     for run in report["runs"]:  # every timed multiply, in turn order: the medians and minima come from them
         samples = run["multiply_seconds"]
         assert len(samples) == 6 and min(samples) > 0
         assert (np.median(samples), min(samples)) == (run["median_seconds"], run["min_seconds"])
+    # the runs take turns in the given order, then reversed (each follows its neighbours as often as they follow it),
+    # and are reported in the given order
+    shown = run_cli(["spmm", "rmat:7:4:1", "--strategy", "column,joint,row", "--mode", "bulk", "--k", "2", "--rounds", "3"])
+    turns = re.findall(r"round (\d) of 3: running (\w+)/bulk", shown.stderr)
+    assert turns == [("2", "row"), ("2", "joint"), ("2", "column"), ("3", "column"), ("3", "joint"), ("3", "row")], shown.stderr
     refused = run_cli(["spmm", "rmat:7:4:1", "--rounds", "2", "--log-view"])
     assert refused.returncode == 2 and "trace with --rounds 1" in refused.stderr and "Traceback" not in refused.stderr
 

@@ -280,7 +280,7 @@ def test_auto_picks_the_least_predicted_time_near_ties_going_to_fewer_steps(comm
     parsed = None if topology == "flat" else sparsewire.parse_topology(topology)
     with distributed.spmm_plan(16, options=sparsewire.ExecOptions(trial=False), topology=parsed, mode="bulk") as chosen:
         predictions, steps = {}, {}
-        for strategy in candidate_strategies(parsed):
+        for strategy in candidate_strategies(parsed, comm.Get_size()):
             with distributed.spmm_plan(16, strategy=strategy.value, topology=parsed, mode="bulk") as plan:
                 predictions[strategy.value] = (plan.stats.as_dict()["predicted_seconds"], plan.stats.total_bytes)
                 # the steps that send, counted from every rank's exchanges (not from the stats the planner reads)

@@ -2,14 +2,16 @@
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
-from sparsewire.distributed.auto import StrategyChoice
+from sparsewire.distributed.auto import StrategyChoice, candidate_strategies
 from sparsewire.distributed.trial import faster_in_every_turn
 from sparsewire.io.generators import from_spec
 from sparsewire.partition import even_rows
 from sparsewire.plan.cost import NEAR_TIE, plan_steps, preferred
+from sparsewire.plan.plan import build_plan
 from sparsewire.plan.stats import plan_stats, strategy_stats
-from sparsewire.plan.strategies import Strategy
+from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
 from sparsewire.topology.model import Topology
 
 
@@ -118,3 +120,23 @@ def test_the_trial_choice_beats_the_prediction_in_every_turn_and_has_the_least_m
             assert kept == predicted
         else:
             assert kept in beats and np.median(times[kept]) == min(np.median(times[n]) for n in beats)
+
+
+def test_two_level_strategies_are_candidates_only_where_a_group_holds_two_ranks(rng):
+    two_level = {s for s in EXECUTABLE_STRATEGIES if s.hierarchical}
+    assert two_level and two_level <= set(candidate_strategies(Topology.nodes(2), 4))
+    assert two_level <= set(candidate_strategies(Topology.nodes(3), 4))  # groups of 3 and 1: one relays
+    for topology in (Topology.nodes(1), None, Topology.flat()):
+        alone = candidate_strategies(topology, 4)
+        assert alone and not any(s.hierarchical for s in alone), alone
+    # why: with a rank in each group, each two-level plan sends what its flat plan sends, then an empty relay step
+    n = int(rng.integers(40, 90))
+    a = sp.random_array((n, n), density=0.08, rng=rng, format="csr") + sp.eye_array(n, format="csr")
+    part = even_rows(n, 4)
+    for flat, relaying in (("column", "column-hier"), ("joint", "joint-hier"), ("joint", "joint-group")):
+        plain, relayed = (build_plan(a, part, part, s, Topology.nodes(1)) for s in (flat, relaying))
+        for p in range(4):
+            (step,), (first, second) = plain.ranks[p].exchanges, relayed.ranks[p].exchanges
+            for field in ("send_ranks", "recv_ranks", "send_counts", "recv_counts"):
+                assert getattr(first, field).tolist() == getattr(step, field).tolist(), field
+            assert len(second.send_ranks) == len(second.recv_ranks) == 0

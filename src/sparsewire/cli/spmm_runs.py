@@ -68,7 +68,8 @@ def spmm_session(
 
     Each run: plan (timed, the slowest rank), one untimed warm-up multiply, then ``repeat`` timed
     multiplies, each between barriers and timed as the slowest rank's time. With ``rounds`` R > 1 every plan is
-    made first and kept, and the runs take turns R times (each turn a warm-up and ``repeat`` timed multiplies), so
+    made first and kept, and the runs take turns R times (each turn a warm-up and ``repeat`` timed multiplies; in
+    the given order on even turns, reversed on odd ones: :func:`~sparsewire.profile.timed.turn_order`), so
     a machine whose speed drifts during the session (a shared or virtual one) slows every run alike; the medians are
     over all R x ``repeat`` multiplies. Measured bytes are
     what MPI delivered (receive statuses), summed over the ranks; with a topology, per link class
@@ -87,7 +88,7 @@ def spmm_session(
     from sparsewire._lib.tolerance import allowed_error, within
     from sparsewire.cli.common import refuse_oversized
     from sparsewire.io.generators import deterministic_dense, deterministic_dense_rows
-    from sparsewire.profile.timed import TimedRun, time_plan
+    from sparsewire.profile.timed import TimedRun, time_plan, turn_order
     from sparsewire.profile.tracing import trace as trace_plan
     from sparsewire.wire import codecs
 
@@ -134,11 +135,11 @@ def spmm_session(
         row_scale = magnitude @ np.abs(b_reference).max(axis=1)[:, None]  # sum_k |a_ik| max_j |b_kj|
         allowed = allowed_error(scale, terms, dtype, operands)
     groups = topology.groups(comm.Get_size()) if topology is not None else None
-    results, opened = [], {}
+    results, opened = {}, {}
     runs = [(strategy, mode) for strategy in strategies for mode in modes]
     with contextlib.ExitStack() as unwind:  # a failed run closes the plans still held (--rounds)
         unwind.callback(lambda: [entry[0].close() for entry in opened.values()])
-        for turn, index in ((turn, index) for turn in range(rounds) for index in range(len(runs))):
+        for turn, index in ((t, i) for t in range(rounds) for i in turn_order(range(len(runs)), t)):
             strategy, mode = runs[index]
             if progress and rank == 0:
                 progress(
@@ -280,8 +281,8 @@ def spmm_session(
                     used.codec, passes, scale, row_scale, magnitude.sum(axis=1)[:, None], terms, dtype
                 )
                 row["check_passed"] = bool(within(full, reference, allowed + coded).all())
-            results.append(row)
-    return results if rank == 0 else None
+            results[index] = row
+    return [results[index] for index in sorted(results)] if rank == 0 else None
 
 
 def eigs_session(

@@ -20,7 +20,7 @@ from mpi4py import MPI
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.options import ExecOptions
 from sparsewire.plan.plan import RankPlan
-from sparsewire.profile.timed import timed_run
+from sparsewire.profile.timed import timed_run, turn_order
 from sparsewire.topology.model import Topology
 
 __all__ = [
@@ -88,7 +88,7 @@ def time_plans(
     (:func:`~sparsewire.profile.timed.timed_run`: a multiply's time is the slowest rank's, from a barrier to its
     product), a turn's the median of its multiplies. Taking turns, the plans meet the machine's drift alike, and
     :func:`faster_in_every_turn` compares them turn by turn. B is random (the values do not change the time); the
-    executors are closed before it returns."""
+    executors are closed before it returns. The plans take each turn in :func:`~sparsewire.profile.timed.turn_order`."""
     executors = {name: SpmmExecutor(plan, comm, k, dtype, options) for name, plan in plans.items()}
     try:
         rng = np.random.default_rng(comm.Get_rank())
@@ -109,8 +109,8 @@ def time_plans(
             return run.median_seconds  # the slowest rank's: the same on every rank, and so is each count below
 
         counts = {name: min(most, max(repeat, math.ceil(turn_seconds / max(timed(name, 1, 1), 1e-9)))) for name in plans}
-        for _ in range(turns):
-            for name in plans:  # each turn after one untimed multiply, as a user's job repeats one plan (spmm --rounds too)
+        for turn in range(turns):
+            for name in turn_order(list(plans), turn):  # each after one untimed multiply, as a user's job repeats a plan
                 times[name].append(timed(name, counts[name], 1))
     finally:
         for executor in executors.values():

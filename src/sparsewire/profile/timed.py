@@ -20,7 +20,7 @@ import numpy as np
 
 from sparsewire.comm.watchdog import DEFAULT_WAIT_TIMEOUT, Watchdog
 
-__all__ = ["TimedRun", "timed_run", "time_plan"]
+__all__ = ["TimedRun", "timed_run", "time_plan", "turn_order"]
 
 
 @dataclass
@@ -116,3 +116,11 @@ def time_plan(plan, b_local, out, repeat: int, *, warmup: int = 1) -> TimedRun:
     yielding = bool(getattr(getattr(executor, "transport", None), "yield_while_waiting", False))
     multiply = lambda: plan.multiply(b_local, out=out)  # noqa: E731
     return timed_run(plan.comm, multiply, repeat, warmup=warmup, finish=finish, wait_timeout=timeout, yielding=yielding)
+
+
+def turn_order(items: list, turn: int) -> list:
+    """Not collective. The order in which ``items`` (runs that take turns) take turn ``turn``: as given on even turns,
+    reversed on odd ones (ABBA counterbalancing), so that no run always follows the same one: in a fixed order each
+    finds the caches and the network's queues as one particular neighbour left them, turn after turn, and a difference
+    that is the neighbour's would read as the run's own."""
+    return list(items) if turn % 2 == 0 else list(reversed(items))
