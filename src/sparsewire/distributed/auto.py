@@ -94,14 +94,12 @@ class StrategyChoice:
         return "steps not recorded" if count is None else f"{count} step{'s' if count != 1 else ''}"
 
 
-def candidate_strategies(topology: Topology | None, n_ranks: int | None = None) -> list[Strategy]:
+def candidate_strategies(topology: Topology | None, n_ranks: int) -> list[Strategy]:
     """Not collective. The strategies ``auto`` compares: the executable flat ones, and the hierarchical ones when
     the topology has groups (more than one level) and, for a job of ``n_ranks`` ranks, some group holds two or more.
     With a rank in each group a relay has no one to relay to: a hierarchical plan is its flat one plus an empty
     second step, which costs a little and, timed beside the flat plan in the trial, can only win by noise."""
-    grouped = topology is not None and len(topology.levels) > 1
-    if grouped and n_ranks is not None:
-        grouped = bool(np.bincount(topology.groups(n_ranks)).max() > 1)
+    grouped = topology is not None and len(topology.levels) > 1 and bool(np.bincount(topology.groups(n_ranks)).max() > 1)
     return [s for s in EXECUTABLE_STRATEGIES if grouped or not s.hierarchical]
 
 
