@@ -379,8 +379,9 @@ def test_measured_local_rates_add_the_busiest_ranks_work_to_the_prediction(tmp_p
 
 
 def test_a_measured_overlap_hides_that_share_of_the_diagonal_block(tmp_path, rng):
-    """The overlapping modes' ``T = max_r (T_comm + d_r - h min(T_comm, d_r) + w_r)``: h = 1 (or none measured) the
-    diagonal block hides whole, h = 0 the bulk form's sum, between them that share of the shorter."""
+    """The overlapping modes' ``T = max_r (max(T_comm, (1 - h) T_comm + d_r) + w_r)`` on whole messages: h = 1 (or none
+    measured) the diagonal block hides whole, h = 0 the bulk form's sum, between them the stream takes (1 - h) of
+    its time from the cores."""
     import scipy.sparse as sp
 
     from sparsewire.partition import even_rows
@@ -433,6 +434,80 @@ def test_a_measured_overlap_hides_that_share_of_the_diagonal_block(tmp_path, rng
         assert priced[1.0] == pytest.approx(predicted_seconds(stats, base, overlaps_diagonal=True), rel=1e-12), strategy
         ordered = [priced[h] for h in sorted(fractions)]
         assert all(a >= b * (1 - 1e-12) for a, b in zip(ordered, ordered[1:])), (strategy, priced)
+
+
+def test_the_work_on_the_pieces_runs_beside_the_stream_as_the_diagonal_block_does(rng):
+    """Where the executor cuts the messages between groups into pieces (:func:`cuts_messages`), the work on them
+    (``p_r``: the send rows to and the receive columns from another group, and those messages' copies) is packed and
+    applied while the next piece crosses: ``T = max_r (max(T_comm, (1 - h) T_comm + d_r + p_r) + w_r - p_r)``. Its
+    entries are counted from the plan and, for ``column``, from the matrix alone; a relaying plan cuts nothing."""
+    import scipy.sparse as sp
+
+    from sparsewire.exec.options import ExecOptions, cuts_messages
+    from sparsewire.partition import even_rows
+    from sparsewire.plan.cost import cut_parts, local_parts
+
+    # hand-made: one diagonal nonzero per rank; the rest (send rows, receive columns) crosses between two nodes
+    matrix = sp.csr_array(([1.0, 2.0, 3.0, 4.0, 5.0], ([0, 0, 1, 2, 3], [0, 2, 3, 2, 0])), shape=(4, 4))
+    parts = even_rows(4, 2)
+    for strategy in ("row", "column", "joint"):
+        apart = plan_stats(build_plan(matrix, parts, parts, strategy, Topology.nodes(1)).ranks, 8, 8, topology=Topology.nodes(1))
+        together = plan_stats(
+            build_plan(matrix, parts, parts, strategy, Topology.nodes(2)).ranks, 8, 8, topology=Topology.nodes(2)
+        )
+        assert apart.rank_cut_entries.tolist() == [3, 3] and together.rank_cut_entries.tolist() == [0, 0], strategy
+    # random: four nodes of one rank (every message crosses) and two of two, priced under measured rates and h
+    matrix = load_matrix(f"rmat:9:8:{int(rng.integers(1, 1000))}")
+    split = partition(matrix, 4)
+    h = float(rng.uniform(0.05, 0.95))
+    record = _record([0, 1, 2, 3])
+    local = {"nonzero_columns_per_second": float(rng.uniform(1e7, 1e9)), "copy_bytes_per_second": 4e9}
+    record["local"] = local
+    record["links"]["inter_node"]["overlap"] = {"fraction": h}
+    apart = Topology.from_record(record)
+    record = _record([0, 0, 1, 1])
+    record["local"] = local
+    record["links"]["inter_node"]["overlap"] = {"fraction": h}
+    two = Topology.from_record(record)
+    csr, owners = sp.csr_array(split.permute(matrix)), split.cols.owner(np.arange(matrix.shape[1]))
+    for strategy in ("column", "row", "joint"):
+        stats = plan_stats(build_plan(csr, split.rows, split.cols, strategy, apart).ranks, 16, 8, topology=apart)
+        assert stats.rank_cut_entries.tolist() == (stats.rank_entries - stats.rank_diagonal_entries).tolist(), strategy
+        communication = predicted_communication_seconds(stats)
+        diagonal, rest = local_parts(stats)
+        assert cut_parts(stats) == pytest.approx(rest, rel=1e-12)  # all of w_r is on the pieces
+        whole = predicted_seconds(stats, overlaps_diagonal=True)
+        cut = predicted_seconds(stats, overlaps_diagonal=True, in_pieces=True)
+        assert whole == pytest.approx((np.maximum(communication, (1 - h) * communication + diagonal) + rest).max(), rel=1e-12)
+        assert cut == pytest.approx(np.maximum(communication, (1 - h) * communication + diagonal + rest).max(), rel=1e-12)
+        assert communication <= cut <= whole, strategy
+        assert predicted_seconds(stats, in_pieces=True) == predicted_seconds(stats)  # bulk sends whole messages
+        stats = plan_stats(build_plan(csr, split.rows, split.cols, strategy, two).ranks, 16, 8, topology=two)
+        crossing = stats.rank_cut_entries
+        assert (0 < crossing).all() and (crossing < stats.rank_entries - stats.rank_diagonal_entries).all(), strategy
+        if strategy == "column":  # from the matrix: A's entries in columns of the other node, and B rows sent there
+            groups = two.groups(4)
+            expected = np.zeros(4, np.int64)
+            for rank in range(4):
+                start, stop = split.rows.range(rank)
+                columns = csr[start:stop].indices
+                expected[rank] += np.count_nonzero(groups[owners[columns]] != groups[rank])
+                for other in np.flatnonzero(groups != groups[rank]):
+                    needed = np.unique(csr[slice(*split.rows.range(other))].indices)
+                    expected[rank] += np.count_nonzero(owners[needed] == rank)
+            assert crossing.tolist() == expected.tolist()
+    relaying = plan_stats(build_plan(csr, split.rows, split.cols, "joint-group", two).ranks, 16, 8, topology=two)
+    assert not relaying.rank_cut_entries.any() and not cut_parts(relaying).any()
+    assert predicted_seconds(relaying, overlaps_diagonal=True, in_pieces=True) == predicted_seconds(
+        relaying, overlaps_diagonal=True
+    )
+    # the executor's rule: the overlap schedule's modes over MPI on the CPU, without a codec or the ordered combine
+    plain = ExecOptions()
+    assert [cuts_messages(plain, mode) for mode in ("bulk", "overlap", "pipelined", "early", "partitioned")] == [
+        False, True, True, False, False,
+    ]  # fmt: skip
+    for changed in ({"deterministic": True}, {"compress": "bf16"}, {"transport": "torch"}):
+        assert not cuts_messages(plain.replace(**changed), "overlap"), changed
 
 
 def test_the_overlap_is_timed_on_the_stream_and_the_kernel_it_names(monkeypatch):

@@ -51,8 +51,8 @@ def test_the_steps_counted_are_those_that_carry_a_message():
     assert plan_steps(strategy_stats(matrix, rows, rows, Strategy.JOINT, 4, 8, topology)) == 1
     assert plan_steps(strategy_stats(matrix, rows, rows, Strategy.JOINT_GROUP, 4, 8, topology)) == 2
     summaries = [
-        (np.array([0, 3]), np.array([1, 0]), np.array([2, 0]), 0, 0, 0),
-        (np.array([5]), np.array([0]), np.array([1]), 0, 0, 0),
+        (np.array([0, 3]), np.array([1, 0]), np.array([2, 0]), 0, 0, 0, 0, False),
+        (np.array([5]), np.array([0]), np.array([1]), 0, 0, 0, 0, False),
     ]
     assert plan_steps(plan_stats(summaries, 4, 8, Strategy.JOINT, 2)) == 2  # step 3 sends no row: not counted
 

@@ -106,7 +106,8 @@ def candidate_strategies(topology: Topology | None, n_ranks: int) -> list[Strate
 def collective_stats(comm: MPI.Comm, plan: RankPlan, k: int, itemsize: int, model: Topology) -> PlanStats:
     """Collective. The :class:`~sparsewire.plan.stats.PlanStats` of every rank's ``plan`` (each
     rank's send summary gathered everywhere), for blocks of ``k`` columns of ``itemsize`` bytes."""
-    summaries = comm.allgather(rank_send_summary(plan))
+    groups = None if len(model.levels) < 2 else model.groups(comm.Get_size())
+    summaries = comm.allgather(rank_send_summary(plan, groups))
     return plan_stats(summaries, k, itemsize, plan.strategy, comm.Get_size(), model)
 
 
@@ -128,14 +129,16 @@ def choose_strategy(
     code_setup: bool = False,
     overlaps_diagonal: bool = False,
     trial: Trial | None = None,
+    in_pieces: bool = False,
 ) -> tuple[RankPlan, PlanStats, StrategyChoice]:
     """Collective. This rank's plan of ``strategy`` (``auto``: of every
     :func:`candidate_strategies` entry, keeping the least predicted time
     ``T_comm = sum_steps max_(class, rank) (messages * (latency + overhead) + bytes / bandwidth)`` under
     ``topology``, flat when None, with a shared link as :func:`~sparsewire.plan.cost.predicted_communication_seconds`
     models it for a mode that keeps ``steps_in_flight`` steps on the links at once, with each rank's local
-    work added, or its diagonal block hidden behind ``T_comm`` where the mode ``overlaps_diagonal``, where the
-    topology has measured local rates (:func:`~sparsewire.plan.cost.predicted_seconds`); near ties, within
+    work added, or its diagonal block hidden behind ``T_comm`` where the mode ``overlaps_diagonal`` (and the work on
+    the messages it cuts into pieces where the executor does, ``in_pieces``), where the topology has measured local
+    rates (:func:`~sparsewire.plan.cost.predicted_seconds`); near ties, within
     :data:`~sparsewire.plan.cost.NEAR_TIE`, go to fewer steps, then fewer bytes:
     :func:`~sparsewire.plan.cost.preferred`), its stats and the choice's record. ``code_setup``: the planner's
     all-to-all travels bit-packed (:func:`~sparsewire.plan.plan.build_rank_plan_collective`). ``trial`` (``auto``
@@ -163,7 +166,9 @@ def choose_strategy(
             code_setup=code_setup,
         )
         stats = collective_stats(comm, plan, k, dtype.itemsize, model)
-        seconds = predicted_seconds(stats, steps_in_flight=steps_in_flight, overlaps_diagonal=overlaps_diagonal)
+        seconds = predicted_seconds(
+            stats, steps_in_flight=steps_in_flight, overlaps_diagonal=overlaps_diagonal, in_pieces=in_pieces
+        )
         candidates[candidate.value] = (seconds, stats.total_bytes)
         steps[candidate.value] = plan_steps(stats)
         planned[candidate.value] = (plan, stats)

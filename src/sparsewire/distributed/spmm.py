@@ -22,7 +22,7 @@ from sparsewire.distributed.trial import trial_of
 from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.executor import SpmmExecutor
 from sparsewire.exec.options import UNSET as _UNSET
-from sparsewire.exec.options import ExecOptions, exec_options
+from sparsewire.exec.options import ExecOptions, cuts_messages, exec_options
 from sparsewire.plan.modes import Mode, choose_mode
 from sparsewire.plan.plan import RankPlan, check_key_space
 from sparsewire.plan.stats import PlanStats, predicted_communication_seconds, predicted_local_seconds, predicted_seconds
@@ -150,6 +150,7 @@ def plan_spmm(
     plan, stats, choice = choose_strategy(
         matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, Mode(options.mode).steps_in_flight,
         options.compress != "none", Mode(options.mode).overlaps_diagonal, trial_of(comm, k, dtype, options),
+        cuts_messages(options, options.mode),
     )  # fmt: skip
     return SpmmPlan(matrix, plan, stats, k, dtype, options, choice)
 
@@ -261,9 +262,15 @@ class SpmmPlan:
     @property
     def predicted_seconds(self) -> float:
         """Not collective. Predicted time per multiply in the form of the plan's mode and transport (steps on the links
-        together or not, diagonal block overlapped or not: :func:`~sparsewire.plan.cost.predicted_seconds`)."""
+        together or not, diagonal block overlapped or not, messages in pieces or not:
+        :func:`~sparsewire.plan.cost.predicted_seconds`)."""
         mode = self.options.mode
-        return predicted_seconds(self.stats, steps_in_flight=self._steps_in_flight, overlaps_diagonal=mode.overlaps_diagonal)
+        return predicted_seconds(
+            self.stats,
+            steps_in_flight=self._steps_in_flight,
+            overlaps_diagonal=mode.overlaps_diagonal,
+            in_pieces=cuts_messages(self.options, mode),
+        )
 
     @property
     def predicted_communication_seconds(self) -> float:

@@ -50,7 +50,7 @@ from sparsewire.errors import InputError, PlanMismatchError
 from sparsewire.exec.buffers import BufferNeeds, build_buffers
 from sparsewire.exec.combine import OrderedCombine, StreamingCombine
 from sparsewire.exec.message_rows import PIECE_BYTES
-from sparsewire.exec.options import ExecOptions
+from sparsewire.exec.options import ExecOptions, cuts_messages
 from sparsewire.exec.schedules import SCHEDULES
 from sparsewire.exec.transports import transport_entry
 from sparsewire.exec.transports.base import ByteLedger
@@ -59,7 +59,6 @@ from sparsewire.plan.modes import Mode
 from sparsewire.plan.plan import RankPlan
 from sparsewire.profile.laps import FOLD_EVERY, MULTIPLY, START, Laps
 from sparsewire.wire.codecs import parse_compress
-from sparsewire.wire.paths import device_type
 
 __all__ = ["SpmmExecutor"]
 
@@ -212,9 +211,9 @@ class SpmmExecutor:
         """Collective. The size of the pieces the messages to and from another group are cut into
         (:mod:`~sparsewire.exec.message_rows`), or 0 for whole messages: pieces in the overlap schedule (the overlap and
         pipelined modes) of a transport that sends them, on the CPU, without a codec or the ordered combine, where no
-        rank's plan relays a message (a relay forwards whole messages) and no rank stages one."""
-        plain = options.codec == "none" and not self.deterministic and device_type(str(options.device)) == "cpu"
-        if not (plain and mode in (Mode.OVERLAP, Mode.PIPELINED) and transport_class.sends_pieces):
+        rank's plan relays a message (a relay forwards whole messages) and no rank stages one
+        (:func:`~sparsewire.exec.options.cuts_messages`)."""
+        if not (cuts_messages(options, mode) and transport_class.sends_pieces):
             return 0  # (the same answer on every rank: the options and mode are)
         # A two-level plan on groups of one rank relays nothing: its second exchange sends no message on any rank.
         relays = any(e.input is not None and len(e.send_ranks) for e in plan.exchanges)

@@ -32,7 +32,7 @@ from sparsewire.plan.strategies import EXECUTABLE_STRATEGIES, Strategy
 from sparsewire.topology.model import Topology
 from sparsewire.wire.codecs import parse_compress
 
-__all__ = ["ExecOptions", "Proxy", "AUTO", "UNSET", "exec_options"]
+__all__ = ["ExecOptions", "Proxy", "AUTO", "UNSET", "exec_options", "cuts_messages"]
 
 #: The value of ``strategy`` and ``mode`` that leaves the choice to the planner.
 AUTO = "auto"
@@ -251,6 +251,16 @@ class ExecOptions:
             for name, value in self.as_dict().items()
             if name in ("strategy", "topology", "proxy", "mode", "deterministic", "transport")
         }
+
+
+def cuts_messages(options: ExecOptions, mode: Mode | str) -> bool:
+    """Not collective. Whether the executor cuts the messages to and from another group into pieces in ``mode``
+    (:mod:`~sparsewire.exec.message_rows`), where no rank's plan relays or stages a message: the overlap schedule's
+    modes (overlap, pipelined) over the ``mpi`` transport on the CPU, without a codec or the ordered combine of
+    ``deterministic``. The cost model prices the work on the pieces from it
+    (:func:`~sparsewire.plan.cost.predicted_seconds`)."""
+    plain = options.codec == "none" and not options.deterministic and options.device_type == "cpu"
+    return plain and options.transport == "mpi" and Mode(mode) in (Mode.OVERLAP, Mode.PIPELINED)
 
 
 def exec_options(options: ExecOptions | None = None, **keywords) -> ExecOptions | str:

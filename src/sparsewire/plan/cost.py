@@ -2,7 +2,8 @@
 under a :class:`~sparsewire.topology.model.Topology`: its messages over the link classes
 (:func:`predicted_communication_seconds`) and its ranks' local products (:func:`local_parts`), added or, where
 the mode multiplies the diagonal block while messages are in flight, partly hidden behind the messages
-(:func:`predicted_seconds`), where the topology carries a measured local rate (``calibrate --network``).
+(:func:`predicted_seconds`), where the topology carries a measured local rate (``calibrate --network``); where
+the messages go in pieces, the work on them partly hidden too (:func:`cut_parts`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "predicted_local_seconds",
     "predicted_relay_seconds",
     "local_parts",
+    "cut_parts",
     "message_copies",
     "INTER_GROUP_COPIES",
     "INTRA_GROUP_COPIES",
@@ -42,7 +44,12 @@ def _topology_of(stats: PlanStats, topology: Topology | None) -> Topology:
 
 
 def predicted_seconds(
-    stats: PlanStats, topology: Topology | None = None, *, steps_in_flight: int | None = None, overlaps_diagonal: bool = False
+    stats: PlanStats,
+    topology: Topology | None = None,
+    *,
+    steps_in_flight: int | None = None,
+    overlaps_diagonal: bool = False,
+    in_pieces: bool = False,
 ) -> float:
     """Not collective. Time per multiply from the communication time ``T_comm``
     (:func:`predicted_communication_seconds`) and each rank's local work split as :func:`local_parts` does, into
@@ -51,25 +58,37 @@ def predicted_seconds(
 
     - ``overlaps_diagonal`` (every mode but ``bulk``, :attr:`~sparsewire.plan.modes.Mode.overlaps_diagonal`: the
       diagonal block is multiplied while the first messages are in flight, PETSc's MatMult ordering):
-      ``T = max_r (T_comm + d_r - h min(T_comm, d_r) + w_r)``, h the topology's measured ``overlap`` (the fraction
-      of a stream that ranks computing at the same time hide, ``calibrate --network``; 1 where unknown, which is
-      ``max(T_comm, d_r) + w_r``);
+      ``T = max_r (max(T_comm, (1 - h) T_comm + d_r + p_r) + w_r - p_r)``: the stream takes the cores for
+      ``(1 - h) T_comm`` of its time and the work they do meanwhile fits in the rest, h the topology's measured
+      ``overlap`` (the fraction of a stream that ranks computing at the same time hide, ``calibrate --network``,
+      measured with the work about as long as the stream, where ``together = (1 - h) stream + work``; 1 where
+      unknown, which is ``max(T_comm, d_r + p_r) + w_r - p_r``; 0 is the sum). ``p_r`` is the part of ``w_r`` on the
+      messages the executor cuts into pieces and packs and applies while the next piece crosses (:func:`cut_parts`;
+      ``in_pieces``: the overlap schedule's, :func:`~sparsewire.exec.options.cuts_messages`, on a plan that relays
+      nothing), 0 elsewhere: whole messages are applied after they arrive;
     - otherwise (``bulk`` multiplies it before it sends): ``T = T_comm + max_r (d_r + w_r)``, i.e.
       ``T_comm`` + :func:`predicted_local_seconds`.
 
     ``T_comm`` alone where the topology has no measured local rate or the stats no per-rank work; without the
     diagonal split (``block``) the sum. Why a measured h: on the emulated cluster the modes that overlap ran
     faster than the sum, except where the cores that compute also move the bytes through the network stack,
-    where they hid almost nothing (docs/strategies.md and docs/design-decisions.md, "Cost model and the link")."""
+    where they hid almost nothing (docs/strategies.md and docs/design-decisions.md, "Cost model and the link").
+    Why the stream's share of the cores rather than a share of the diagonal block hidden: with the work on the
+    pieces after the link and ``h min(T_comm, d_r)`` hidden, the plans whose local work is mostly received rows
+    were predicted 1.25-1.35x their measured time on the emulated 2 x 2 and 4 x 1 clusters at 1 Gbit/s, where they
+    ran within 4% of ``T_comm``: the pieces' work had run while the link was busy."""
     topology = _topology_of(stats, topology)
     communication = predicted_communication_seconds(stats, topology, steps_in_flight=steps_in_flight)
     parts = local_parts(stats, topology)
     if parts is None:
         return communication
     diagonal, rest = parts
-    if overlaps_diagonal:  # an unknown diagonal block (0) hides nothing: the sum
-        hidden = 1.0 if topology.overlap is None else topology.overlap
-        return float((communication + diagonal - hidden * np.minimum(communication, diagonal) + rest).max())
+    if overlaps_diagonal:  # an unknown diagonal block (0): T_comm + w_r
+        stream = (1.0 - (1.0 if topology.overlap is None else topology.overlap)) * communication
+        pieces = cut_parts(stats, topology) if in_pieces else None
+        if pieces is None:
+            pieces = np.zeros_like(rest)
+        return float((np.maximum(communication, stream + diagonal + pieces) + rest - pieces).max())
     return communication + float((diagonal + rest).max())
 
 
@@ -95,6 +114,12 @@ def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.
     ranks on 2 cores, the copy slowed more than the kernel). Why: a plan whose rank 0 receives ten times the others'
     bytes had been predicted well above its measured time with the whole ``w_r`` after the link
     (docs/strategies.md, docs/design-decisions.md, "Cost model and the link")."""
+    parts = _contended_parts(stats, topology)
+    return None if parts is None else parts[:2]
+
+
+def _contended_parts(stats: PlanStats, topology: Topology | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`local_parts`'s ``d_r`` and ``w_r``, and ``w_r`` before contention (all rates the shared ones)."""
     topology = _topology_of(stats, topology)
     if topology.local_rate is None or topology.copy_rate is None or stats.rank_entries is None or not stats.rank_entries.size:
         return None
@@ -107,7 +132,30 @@ def local_parts(stats: PlanStats, topology: Topology | None = None) -> tuple[np.
     alone = products / max(topology.local_rate_alone or 0.0, topology.local_rate) + copies / max(
         topology.copy_rate_alone or 0.0, topology.copy_rate
     )
-    return diagonal_entries * stats.k / topology.local_rate, np.maximum(alone, np.minimum(rest, rest.mean()))
+    return diagonal_entries * stats.k / topology.local_rate, np.maximum(alone, np.minimum(rest, rest.mean())), rest
+
+
+def cut_parts(stats: PlanStats, topology: Topology | None = None) -> np.ndarray | None:
+    """Not collective. Per rank, the part ``p_r`` of :func:`local_parts`'s ``w_r`` on the messages the overlap schedule
+    cuts into pieces: ``(C_r k / local_rate + x_r / copy_rate) * w_r / u_r``, ``C_r`` the nonzeros of
+    :attr:`~sparsewire.plan.stats.PlanStats.rank_cut_entries`, ``x_r`` the bytes its messages to and from another
+    group are copied (:func:`message_copies` of those alone), ``u_r`` ``w_r`` at the rates all ranks share (the
+    contention that scales ``w_r`` scales its part alike). None where ``w_r`` or the cut entries are unknown; zero
+    where nothing is cut (every ``C_r`` 0: a plan that relays, or no message leaves a group)."""
+    topology = _topology_of(stats, topology)
+    parts = _contended_parts(stats, topology)
+    if parts is None or stats.rank_cut_entries is None:
+        return None
+    _, rest, shared = parts
+    if not stats.rank_cut_entries.any():
+        return np.zeros_like(rest)
+    inter = stats.inter_group(topology)
+    weights = INTER_GROUP_COPIES * stats.message_bytes * inter
+    copies = np.bincount(stats.sources, weights=weights, minlength=stats.n_ranks) + np.bincount(
+        stats.destinations, weights=weights, minlength=stats.n_ranks
+    )
+    cut = stats.rank_cut_entries * stats.k / topology.local_rate + copies / topology.copy_rate
+    return cut * np.divide(rest, shared, out=np.ones_like(rest), where=shared > 0)
 
 
 INTER_GROUP_COPIES = 2  # per end of a message between groups (message_copies)

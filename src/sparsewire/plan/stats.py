@@ -45,6 +45,7 @@ __all__ = [
     "predicted_local_seconds",
     "SETUP_INDEX_BYTES",
     "rank_send_summary",
+    "rank_cut_entries",
 ]
 
 SETUP_INDEX_BYTES = 8
@@ -61,7 +62,11 @@ class PlanStats:
     multiply-add), the local work of :func:`~sparsewire.plan.cost.predicted_local_seconds`; None where
     not known (``rowwise``). ``rank_diagonal_entries``: the part of it in the rank's diagonal block (A's entries
     whose row and column the rank owns: the product that needs no message, which the modes that overlap multiply
-    while messages are in flight); None where not known (``rowwise``, ``block``).
+    while messages are in flight); None where not known (``rowwise``, ``block``). ``rank_cut_entries``: the part of it
+    on the messages the overlap schedule cuts into pieces where a plan relays nothing (the rows of the send
+    matrices that go to another group and the columns of the receive matrices that come from one, in exchanges
+    that read B alone; :func:`rank_cut_entries`), all zero where some rank relays; None where not known (counted
+    from the block structure, ``rowwise``, ``block``).
     """
 
     strategy: Strategy
@@ -77,6 +82,7 @@ class PlanStats:
     topology: Topology | None = None
     rank_entries: np.ndarray | None = None
     rank_diagonal_entries: np.ndarray | None = None
+    rank_cut_entries: np.ndarray | None = None
 
     @property
     def messages(self) -> int:
@@ -189,15 +195,44 @@ def rank_entries(plan: RankPlan) -> int:
     return int(plan.diagonal.nnz) + sum(int(e.send_matrix.nnz) + int(e.receive_matrix.nnz) for e in plan.exchanges)
 
 
-def rank_send_summary(plan: RankPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]:
+def relays(plan: RankPlan) -> bool:
+    """Not collective. Whether this rank forwards rows it received (an exchange that reads another's receive buffer
+    and sends): the executor then sends every message whole."""
+    return any(e.input is not None and len(e.send_ranks) for e in plan.exchanges)
+
+
+def rank_cut_entries(plan: RankPlan, groups: np.ndarray | None) -> int:
+    """Not collective. Nonzeros of :func:`rank_entries` on the messages between this rank's group and another
+    (``groups``: every rank's group; 0 where None) in the exchanges that read B alone: the rows of the send matrix
+    that go to another group and the columns of the receive matrix that come from one, which the overlap schedule
+    packs and applies piece by piece while the next piece crosses (:mod:`~sparsewire.exec.message_rows`)."""
+    if groups is None:
+        return 0
+    groups = np.asarray(groups)
+    total = 0
+    for exchange in plan.exchanges:
+        if exchange.input is not None:
+            continue
+        send_rows = np.repeat(groups[exchange.send_ranks] != groups[plan.rank], exchange.send_counts)
+        total += int(np.diff(exchange.send_matrix.indptr)[send_rows].sum())
+        receive_columns = np.repeat(groups[exchange.recv_ranks] != groups[plan.rank], exchange.recv_counts)
+        total += int(np.count_nonzero(receive_columns[exchange.receive_matrix.indices]))
+    return total
+
+
+def rank_send_summary(
+    plan: RankPlan, groups: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int, int, bool]:
     """Not collective. (step, destination, rows) of every message one rank sends, its row-based A entries, its
-    :func:`rank_entries` and its diagonal block's nonzeros."""
+    :func:`rank_entries`, its diagonal block's nonzeros, its :func:`rank_cut_entries` under ``groups`` and whether it
+    :func:`relays`."""
     steps = [np.full(e.send_ranks.size, e.step, np.int64) for e in plan.exchanges]
     destinations = [e.send_ranks for e in plan.exchanges]
     rows = [e.send_counts for e in plan.exchanges]
     empty = [np.zeros(0, np.int64)]
     summary = np.concatenate(steps + empty), np.concatenate(destinations + empty), np.concatenate(rows + empty)
-    return *summary, plan.setup_entries, rank_entries(plan), int(plan.diagonal.nnz)
+    cut = rank_cut_entries(plan, groups)
+    return *summary, plan.setup_entries, rank_entries(plan), int(plan.diagonal.nnz), cut, relays(plan)
 
 
 def plan_stats(
@@ -211,13 +246,16 @@ def plan_stats(
     """Not collective. Volumes from the sender side of every rank's plan.
 
     ``plans`` holds either :class:`RankPlan` objects (all ranks, e.g. ``CommPlan.ranks``) or the
-    :func:`rank_send_summary` of every rank in rank order (as gathered over MPI).
+    :func:`rank_send_summary` of every rank in rank order (as gathered over MPI; its cut entries counted under
+    ``topology``'s groups, as here from RankPlan objects).
     """
     summaries, first = [], None
     for plan in plans:
         if isinstance(plan, RankPlan):
-            first = first or plan
-            summaries.append(rank_send_summary(plan))
+            if first is None:
+                first = plan
+                groups = None if topology is None or len(topology.levels) < 2 else topology.groups(plan.n_ranks)
+            summaries.append(rank_send_summary(plan, groups))
         else:
             summaries.append(plan)
     if first is not None:
@@ -233,6 +271,10 @@ def plan_stats(
     setup_entries = sum(int(s[3]) for s in summaries)
     entries = np.asarray([s[4] for s in summaries], np.int64)
     diagonal = np.asarray([s[5] for s in summaries], np.int64)
+    # a relaying plan sends every message whole (the executor's choice, the same on every rank)
+    cut = np.asarray([s[6] for s in summaries], np.int64)
+    if any(s[7] for s in summaries):
+        cut = np.zeros_like(cut)
     return PlanStats(
         Strategy(strategy),
         int(n_ranks),
@@ -247,6 +289,7 @@ def plan_stats(
         topology=topology,
         rank_entries=entries,
         rank_diagonal_entries=diagonal,
+        rank_cut_entries=cut,
     )
 
 
