@@ -107,7 +107,8 @@ def main() -> None:
                     f"{links['inter_node']['aggregate_bandwidth_bytes_per_second'] / 2**20:.1f} MiB/s together, burst "
                     f"{links['inter_node']['burst_bytes'] / 2**10:.0f} KiB (every node at once "
                     f"{links['inter_node']['aggregate_burst_bytes'] / 2**10:.0f} KiB), "
-                    f"{links['inter_node']['overlap']['fraction']:.2f} of a stream hidden behind the kernel; local "
+                    f"{links['inter_node']['overlap']['fraction']:.2f} of a stream hidden behind the kernel "
+                    f"({links['inter_node']['piece_overlap']['fraction']:.2f} in pieces); local "
                     f"{record['local']['nonzero_columns_per_second']:.3g} nonzero-columns/s, copy "
                     f"{record['local']['copy_bytes_per_second']:.3g} B/s",
                     flush=True,

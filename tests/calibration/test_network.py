@@ -379,9 +379,8 @@ def test_measured_local_rates_add_the_busiest_ranks_work_to_the_prediction(tmp_p
 
 
 def test_a_measured_overlap_hides_that_share_of_the_diagonal_block(tmp_path, rng):
-    """The overlapping modes' ``T = max_r (max(T_comm, (1 - h) T_comm + d_r) + w_r)`` on whole messages: h = 1 (or none
-    measured) the diagonal block hides whole, h = 0 the bulk form's sum, between them the stream takes (1 - h) of
-    its time from the cores."""
+    """The overlapping modes' ``T = max_r (T_comm + d_r - h min(T_comm, d_r) + w_r)``: h = 1 (or none measured) the
+    diagonal block hides whole, h = 0 the bulk form's sum, between them that share of the shorter."""
     import scipy.sparse as sp
 
     from sparsewire.partition import even_rows
@@ -439,8 +438,10 @@ def test_a_measured_overlap_hides_that_share_of_the_diagonal_block(tmp_path, rng
 def test_the_work_on_the_pieces_runs_beside_the_stream_as_the_diagonal_block_does(rng):
     """Where the executor cuts the messages between groups into pieces (:func:`cuts_messages`), the work on them
     (``p_r``: the send rows to and the receive columns from another group, and those messages' copies) is packed and
-    applied while the next piece crosses: ``T = max_r (max(T_comm, (1 - h) T_comm + d_r + p_r) + w_r - p_r)``. Its
-    entries are counted from the plan and, for ``column``, from the matrix alone; a relaying plan cuts nothing."""
+    applied while the stream left after the diagonal block crosses, the stream taking (1 - h_p) of the cores:
+    ``T = max_r (d_r + max(S_r, (1 - h_p) S_r + p_r) + w_r - p_r)``, ``S_r = T_comm - h min(T_comm, d_r)``. Its
+    entries are counted from the plan and, for ``column``, from the matrix alone; a relaying plan cuts nothing, and
+    without a measured h_p the pieces are priced as whole messages."""
     import scipy.sparse as sp
 
     from sparsewire.exec.options import ExecOptions, cuts_messages
@@ -459,15 +460,18 @@ def test_the_work_on_the_pieces_runs_beside_the_stream_as_the_diagonal_block_doe
     # random: four nodes of one rank (every message crosses) and two of two, priced under measured rates and h
     matrix = load_matrix(f"rmat:9:8:{int(rng.integers(1, 1000))}")
     split = partition(matrix, 4)
-    h = float(rng.uniform(0.05, 0.95))
+    h, h_p = rng.uniform(0.05, 0.95, 2).tolist()
     record = _record([0, 1, 2, 3])
     local = {"nonzero_columns_per_second": float(rng.uniform(1e7, 1e9)), "copy_bytes_per_second": 4e9}
     record["local"] = local
     record["links"]["inter_node"]["overlap"] = {"fraction": h}
+    record["links"]["inter_node"]["piece_overlap"] = {"fraction": h_p}
     apart = Topology.from_record(record)
+    assert (apart.overlap, apart.piece_overlap) == (h, h_p)
     record = _record([0, 0, 1, 1])
     record["local"] = local
     record["links"]["inter_node"]["overlap"] = {"fraction": h}
+    record["links"]["inter_node"]["piece_overlap"] = {"fraction": h_p}
     two = Topology.from_record(record)
     csr, owners = sp.csr_array(split.permute(matrix)), split.cols.owner(np.arange(matrix.shape[1]))
     for strategy in ("column", "row", "joint"):
@@ -478,9 +482,12 @@ def test_the_work_on_the_pieces_runs_beside_the_stream_as_the_diagonal_block_doe
         assert cut_parts(stats) == pytest.approx(rest, rel=1e-12)  # all of w_r is on the pieces
         whole = predicted_seconds(stats, overlaps_diagonal=True)
         cut = predicted_seconds(stats, overlaps_diagonal=True, in_pieces=True)
-        assert whole == pytest.approx((np.maximum(communication, (1 - h) * communication + diagonal) + rest).max(), rel=1e-12)
-        assert cut == pytest.approx(np.maximum(communication, (1 - h) * communication + diagonal + rest).max(), rel=1e-12)
+        stream = communication - h * np.minimum(communication, diagonal)
+        assert whole == pytest.approx((diagonal + stream + rest).max(), rel=1e-12)
+        assert cut == pytest.approx((diagonal + np.maximum(stream, (1 - h_p) * stream + rest)).max(), rel=1e-12)
         assert communication <= cut <= whole, strategy
+        unmeasured = dataclasses.replace(apart, piece_overlap=None)
+        assert predicted_seconds(stats, unmeasured, overlaps_diagonal=True, in_pieces=True) == whole
         assert predicted_seconds(stats, in_pieces=True) == predicted_seconds(stats)  # bulk sends whole messages
         stats = plan_stats(build_plan(csr, split.rows, split.cols, strategy, two).ranks, 16, 8, topology=two)
         crossing = stats.rank_cut_entries
@@ -501,6 +508,13 @@ def test_the_work_on_the_pieces_runs_beside_the_stream_as_the_diagonal_block_doe
     assert predicted_seconds(relaying, overlaps_diagonal=True, in_pieces=True) == predicted_seconds(
         relaying, overlaps_diagonal=True
     )
+    # damaged fractions are refused with the command that writes a good one
+    for bad in (1.5, -0.1, float("nan")):
+        record["links"]["inter_node"]["piece_overlap"] = {"fraction": bad}
+        with pytest.raises(InputError, match="inter_node.piece_overlap.fraction.*calibrate --network"):
+            Topology.from_record(record)
+    with pytest.raises(InputError, match="piece_overlap must be a fraction within"):
+        dataclasses.replace(two, piece_overlap=2.0)
     # the executor's rule: the overlap schedule's modes over MPI on the CPU, without a codec or the ordered combine
     plain = ExecOptions()
     assert [cuts_messages(plain, mode) for mode in ("bulk", "overlap", "pipelined", "early", "partitioned")] == [
@@ -508,6 +522,44 @@ def test_the_work_on_the_pieces_runs_beside_the_stream_as_the_diagonal_block_doe
     ]  # fmt: skip
     for changed in ({"deterministic": True}, {"compress": "bf16"}, {"transport": "torch"}):
         assert not cuts_messages(plain.replace(**changed), "overlap"), changed
+
+
+def test_the_piece_overlap_multiplies_a_row_range_after_each_piece(monkeypatch):
+    """``_piece_overlap`` on one rank sending to itself, each row of its kernel made to last a known time (the whole
+    matrix 20 ms): the stream is cut into pieces of ``PIECE_BYTES``, each run of the work covers every row once in
+    as many ranges as there are pieces (one range while sizing), and the fraction is its medians'
+    :func:`hidden_fraction`."""
+    import time
+
+    from mpi4py import MPI
+
+    from sparsewire.calibration.network import _piece_overlap
+    from sparsewire.exec.message_rows import PIECE_BYTES
+    from sparsewire.kernels import compiled
+
+    pause, ranges = 0.02, []
+    rows = compiled.multiply_rows
+
+    def multiply_rows(operand, b, out, start, stop):
+        ranges.append((start, stop))
+        time.sleep(pause * (stop - start) / operand.shape[0])
+        rows(operand, b, out, start, stop)
+
+    monkeypatch.setattr(compiled, "multiply_rows", multiply_rows)
+    repeat = 4
+    measured = _piece_overlap(MPI.COMM_SELF, [(0, 0)], 1e9, 1, repeat)
+    pieces = measured["pieces"]
+    assert pieces == -(-measured["message_bytes"] // PIECE_BYTES) and pieces >= 1, measured
+    assert pause <= measured["message_bytes"] / 1e9 < 10 * pause, measured  # sized to cross in the work's time
+    n_rows = max(stop for _, stop in ranges)
+    sizing, timed = ranges[:4], ranges[4:]
+    assert sizing == [(0, n_rows)] * 4 and len(timed) == 2 * repeat * pieces, (len(timed), pieces, repeat)
+    for run in range(2 * repeat):  # each run: contiguous ranges from 0 to the last row
+        bounds = timed[run * pieces : (run + 1) * pieces]
+        assert bounds[0][0] == 0 and bounds[-1][1] == n_rows and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    assert pause <= measured["work_seconds"] < 10 * pause and measured["repeat"] == repeat, measured
+    expected = hidden_fraction(measured["stream_seconds"], measured["work_seconds"], measured["together_seconds"])
+    assert measured["fraction"] == expected and 0 <= expected <= 1
 
 
 def test_the_overlap_is_timed_on_the_stream_and_the_kernel_it_names(monkeypatch):
@@ -868,11 +920,14 @@ def test_calibration_measures_the_configured_rate_on_the_emulated_cluster(rate, 
         1e8 <= local["alone_copy_bytes_per_second"] <= 1e11 and topology.copy_rate_alone == local["alone_copy_bytes_per_second"]
     )
     # how much of a stream every node sends at once hides behind the kernel: a fraction, from its three medians
-    overlap = inter["overlap"]
-    assert 0 <= overlap["fraction"] <= 1 and topology.overlap == overlap["fraction"], overlap
-    assert overlap["repeat"] == 2 * REPEAT and overlap["message_bytes"] >= 1 << 16, overlap
-    times = (overlap["stream_seconds"], overlap["work_seconds"], overlap["together_seconds"])
-    assert overlap["fraction"] == hidden_fraction(*times) and min(times) > 0, overlap
+    # and of a stream in pieces with the kernel run between them
+    for field in ("overlap", "piece_overlap"):
+        overlap = inter[field]
+        assert 0 <= overlap["fraction"] <= 1 and getattr(topology, field) == overlap["fraction"], overlap
+        assert overlap["repeat"] == 2 * REPEAT and overlap["message_bytes"] >= 1 << 16, overlap
+        times = (overlap["stream_seconds"], overlap["work_seconds"], overlap["together_seconds"])
+        assert overlap["fraction"] == hidden_fraction(*times) and min(times) > 0, overlap
+    assert inter["piece_overlap"]["pieces"] >= 1
     # a relay from node 1 through rank 0 to rank 1, at a 64th and half the message: the hop inside the node alone takes
     # less than both hops; the price is the line through the extras. (Whether two hops take longer than one over the
     # link is the machine's to say, not a test's: it has measured at or below the one hop, docs/design-decisions.md.)

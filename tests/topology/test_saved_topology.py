@@ -44,7 +44,8 @@ def _user_built(rng) -> Topology:
         relay = {"relay_seconds": float(rng.uniform(0, 1e-4)), "relay_seconds_per_byte": float(rng.uniform(0, 1e-9))}
         link = LinkClass(f"link{i}", *numbers, *flags, float(rng.uniform(0, 1e6)), aggregate, **relay)
         levels.append(Level(f"level{i}", size, link))
-    return Topology("mine", tuple(levels), overlap=float(rng.uniform(0, 1)), local_rate=float(rng.uniform(1e6, 1e9)))
+    fractions = {"overlap": float(rng.uniform(0, 1)), "piece_overlap": float(rng.uniform(0, 1))}
+    return Topology("mine", tuple(levels), **fractions, local_rate=float(rng.uniform(1e6, 1e9)))
 
 
 def test_presets_measured_and_user_built_topologies_read_back_equal(rng):
@@ -75,6 +76,7 @@ BAD_VALUES = {
     "group_size": [0, -2, 1.5, "2", True],
     "rank_groups": [[0, -1], [0, 2], "0,1", [0.5]],
     "overlap": [1.5, -0.1, "most"],
+    "piece_overlap": [1.01, -0.5, "half"],
     "local_rate": [0.0, -3.0, "quick"],
 }
 
@@ -87,7 +89,7 @@ def test_a_record_with_one_field_out_of_range_or_of_the_wrong_type_is_refused_na
     damaged = copy.deepcopy(record)
     if field in ("group_size",):
         damaged["levels"][0][field] = bad
-    elif field in ("rank_groups", "overlap", "local_rate"):
+    elif field in ("rank_groups", "overlap", "piece_overlap", "local_rate"):
         damaged[field] = bad
     else:
         damaged["levels"][data.draw(st.integers(0, 1))]["link"][field] = bad

@@ -187,6 +187,13 @@ def _run_calibrate_network(args: argparse.Namespace) -> int:
             f"{overlap['work_seconds'] * 1e3:.1f} ms alone, {overlap['together_seconds'] * 1e3:.1f} ms together: "
             f"{overlap['fraction']:.2f} of the shorter hidden"
         )
+        pieces = inter.get("piece_overlap")
+        if pieces is not None:
+            print(
+                f"the same in {pieces['pieces']} pieces, the kernel run a row range after each: "
+                f"{pieces['stream_seconds'] * 1e3:.1f} ms and {pieces['work_seconds'] * 1e3:.1f} ms alone, "
+                f"{pieces['together_seconds'] * 1e3:.1f} ms together: {pieces['fraction']:.2f} of the shorter hidden"
+            )
         if "relay" in inter:
             relay = inter["relay"]
             measured = zip(relay["sizes"], relay["extra"])

@@ -2,8 +2,8 @@
 under a :class:`~sparsewire.topology.model.Topology`: its messages over the link classes
 (:func:`predicted_communication_seconds`) and its ranks' local products (:func:`local_parts`), added or, where
 the mode multiplies the diagonal block while messages are in flight, partly hidden behind the messages
-(:func:`predicted_seconds`), where the topology carries a measured local rate (``calibrate --network``); where
-the messages go in pieces, the work on them partly hidden too (:func:`cut_parts`).
+(:func:`predicted_seconds`), where the topology carries a measured local rate (``calibrate --network``), and where
+the messages go in pieces, the work on them beside the stream too (:func:`cut_parts`).
 """
 
 from __future__ import annotations
@@ -57,15 +57,17 @@ def predicted_seconds(
     rows' products, the copies):
 
     - ``overlaps_diagonal`` (every mode but ``bulk``, :attr:`~sparsewire.plan.modes.Mode.overlaps_diagonal`: the
-      diagonal block is multiplied while the first messages are in flight, PETSc's MatMult ordering):
-      ``T = max_r (max(T_comm, (1 - h) T_comm + d_r + p_r) + w_r - p_r)``: the stream takes the cores for
-      ``(1 - h) T_comm`` of its time and the work they do meanwhile fits in the rest, h the topology's measured
-      ``overlap`` (the fraction of a stream that ranks computing at the same time hide, ``calibrate --network``,
-      measured with the work about as long as the stream, where ``together = (1 - h) stream + work``; 1 where
-      unknown, which is ``max(T_comm, d_r + p_r) + w_r - p_r``; 0 is the sum). ``p_r`` is the part of ``w_r`` on the
-      messages the executor cuts into pieces and packs and applies while the next piece crosses (:func:`cut_parts`;
-      ``in_pieces``: the overlap schedule's, :func:`~sparsewire.exec.options.cuts_messages`, on a plan that relays
-      nothing), 0 elsewhere: whole messages are applied after they arrive;
+      diagonal block is multiplied while the first messages are in flight, PETSc's MatMult ordering), on whole
+      messages: ``T = max_r (T_comm + d_r - h min(T_comm, d_r) + w_r)``, h the topology's measured ``overlap`` (the
+      fraction of a stream that ranks computing at the same time hide, ``calibrate --network``; 1 where unknown,
+      which is ``max(T_comm, d_r) + w_r``);
+    - and where the executor cuts the messages to and from another group into pieces (``in_pieces``: the overlap
+      schedule, :func:`~sparsewire.exec.options.cuts_messages`, on a plan that relays nothing), the part ``p_r`` of
+      ``w_r`` on them (:func:`cut_parts`) is packed and applied while the stream left after the diagonal block,
+      ``S_r = T_comm - h min(T_comm, d_r)``, crosses, and that stream takes ``(1 - h_p)`` of the cores' time:
+      ``T = max_r (d_r + max(S_r, (1 - h_p) S_r + p_r) + w_r - p_r)``, h_p the topology's measured
+      ``piece_overlap`` (a stream in pieces with the work done between them, measured with the two about as long,
+      where ``together = (1 - h_p) stream + work``); with none measured, the first form;
     - otherwise (``bulk`` multiplies it before it sends): ``T = T_comm + max_r (d_r + w_r)``, i.e.
       ``T_comm`` + :func:`predicted_local_seconds`.
 
@@ -73,22 +75,23 @@ def predicted_seconds(
     diagonal split (``block``) the sum. Why a measured h: on the emulated cluster the modes that overlap ran
     faster than the sum, except where the cores that compute also move the bytes through the network stack,
     where they hid almost nothing (docs/strategies.md and docs/design-decisions.md, "Cost model and the link").
-    Why the stream's share of the cores rather than a share of the diagonal block hidden: with the work on the
-    pieces after the link and ``h min(T_comm, d_r)`` hidden, the plans whose local work is mostly received rows
-    were predicted 1.25-1.35x their measured time on the emulated 2 x 2 and 4 x 1 clusters at 1 Gbit/s, where they
-    ran within 4% of ``T_comm``: the pieces' work had run while the link was busy."""
+    Why a second fraction for the pieces: on the emulated 4 nodes x 1 rank at 1 Gbit/s a stream stopped while a
+    rank ran one long call (h 0.00-0.21), and the plans whose local work is mostly the received rows' ran within 4%
+    of ``T_comm``, predicted 1.25-1.35x that with their work after the link; work between pieces took the cores
+    from the stream as ``(1 - h_p) S_r + p_r`` says at three sizes of the work."""
     topology = _topology_of(stats, topology)
     communication = predicted_communication_seconds(stats, topology, steps_in_flight=steps_in_flight)
     parts = local_parts(stats, topology)
     if parts is None:
         return communication
     diagonal, rest = parts
-    if overlaps_diagonal:  # an unknown diagonal block (0): T_comm + w_r
-        stream = (1.0 - (1.0 if topology.overlap is None else topology.overlap)) * communication
-        pieces = cut_parts(stats, topology) if in_pieces else None
+    if overlaps_diagonal:  # an unknown diagonal block (0) hides nothing: the sum
+        stream = communication - (1.0 if topology.overlap is None else topology.overlap) * np.minimum(communication, diagonal)
+        pieces = cut_parts(stats, topology) if in_pieces and topology.piece_overlap is not None else None
         if pieces is None:
-            pieces = np.zeros_like(rest)
-        return float((np.maximum(communication, stream + diagonal + pieces) + rest - pieces).max())
+            return float((diagonal + stream + rest).max())
+        beside = np.maximum(stream, (1.0 - topology.piece_overlap) * stream + pieces)
+        return float((diagonal + beside + rest - pieces).max())
     return communication + float((diagonal + rest).max())
 
 

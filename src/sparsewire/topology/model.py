@@ -112,7 +112,9 @@ class Topology:
     was measured on (``calibrate --network``'s R-MAT, or the matrix a job multiplies, :meth:`with_local_rate`);
     ``overlap``: the fraction of a stream over the links that ranks computing at the same time hide, in [0, 1]
     (measured by ``calibrate --network``; None: unknown, taken as 1, the stream hides whole behind the work,
-    :func:`~sparsewire.plan.cost.predicted_seconds`).
+    :func:`~sparsewire.plan.cost.predicted_seconds`); ``piece_overlap``: the same for a stream in pieces with the work
+    done between them, as the overlap schedule applies the messages it cuts (measured by ``calibrate --network``;
+    None: unknown, and the work on the pieces is priced after the link).
     """
 
     name: str
@@ -124,10 +126,13 @@ class Topology:
     local_rate_matrix: str | None = None
     copy_rate_alone: float | None = None
     overlap: float | None = None
+    piece_overlap: float | None = None
 
     def __post_init__(self) -> None:
-        if self.overlap is not None and not (isinstance(self.overlap, (int, float)) and 0.0 <= self.overlap <= 1.0):
-            raise InputError(f"topology {self.name!r}: overlap must be a fraction within [0, 1] (got {self.overlap!r})")
+        for field in ("overlap", "piece_overlap"):
+            value = getattr(self, field)
+            if value is not None and not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
+                raise InputError(f"topology {self.name!r}: {field} must be a fraction within [0, 1] (got {value!r})")
         if not self.levels or self.levels[-1].group_size is not None:
             raise InputError(f"topology {self.name!r}: the last level must hold every rank (group_size None)")
         sizes = [level.group_size for level in self.levels[:-1]]
@@ -168,7 +173,8 @@ class Topology:
         burst, the aggregate of all nodes at once and the relay's price where measured),
         groups of its ``group_size`` (or exactly its ``rank_groups`` when those are not
         consecutive blocks, which then fixes the rank count), the local rates of its ``local`` entry
-        where it has one, and the inter-node link's measured ``overlap`` fraction where it has one.
+        where it has one, and the inter-node link's measured ``overlap`` and ``piece_overlap`` fractions where it has
+        them.
 
         Raises:
             InputError naming the field when the record lacks what a topology needs.
@@ -235,12 +241,15 @@ class Topology:
             if "inter_node" not in links_measured:
                 return cls(name, (Level("machine", None, intra),), None, **rates)
             inter = measured("inter_node", "measured inter-node", True)
-            overlap = links_measured["inter_node"].get("overlap")  # absent in records before it
-            if overlap is not None:
-                check("inter_node.overlap.fraction", overlap["fraction"], False)
-                if overlap["fraction"] > 1:
-                    raise ValueError(f"inter_node.overlap.fraction = {overlap['fraction']!r}, not a fraction within [0, 1]")
-                rates["overlap"] = float(overlap["fraction"])
+            for field in ("overlap", "piece_overlap"):
+                measurement = links_measured["inter_node"].get(field)  # absent in records before it
+                if measurement is not None:
+                    check(f"inter_node.{field}.fraction", measurement["fraction"], False)
+                    if measurement["fraction"] > 1:
+                        raise ValueError(
+                            f"inter_node.{field}.fraction = {measurement['fraction']!r}, not a fraction within [0, 1]"
+                        )
+                    rates[field] = float(measurement["fraction"])
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             problem = f"has {error}" if isinstance(error, ValueError) else f"lacks {error}"
             raise InputError(

@@ -90,10 +90,13 @@ def topology_from_record(record, where: str) -> Topology:
     matrix = record.get("local_rate_matrix")
     if matrix is not None and not isinstance(matrix, str):
         raise InputError(f"{where}: topology {name!r} local_rate_matrix must be a name or null")
-    overlap = _number(record.get("overlap"), _FRACTION, f"{where}: topology {name!r} overlap", True)
+    fractions = {
+        key: _number(record.get(key), _FRACTION, f"{where}: topology {name!r} {key}", True)
+        for key in ("overlap", "piece_overlap")
+    }
     try:
         return Topology(
-            name, tuple(built), None if groups is None else tuple(groups), **rates, local_rate_matrix=matrix, overlap=overlap
+            name, tuple(built), None if groups is None else tuple(groups), **rates, local_rate_matrix=matrix, **fractions
         )
     except InputError as error:
         raise InputError(f"{where}: {error}") from None
