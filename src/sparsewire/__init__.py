@@ -19,7 +19,8 @@ from sparsewire.io.readers import load_matrix
 from sparsewire.partition import Partitioning, RowPartition, balanced_nnz, even_rows
 from sparsewire.plan.strategies import Strategy
 from sparsewire.spgemm.options import SpgemmOptions
-from sparsewire.topology.model import Topology, parse_topology
+from sparsewire.topology.model import Topology
+from sparsewire.topology.presets import parse_topology
 
 __version__ = "0.1.0"
 

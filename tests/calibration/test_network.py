@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import CHILD_ENV
-from sparsewire.calibration.network import hidden_fraction
+from sparsewire.calibration.overlap import hidden_fraction
 from sparsewire.calibration.relay import relay_price, relay_ranks
 from sparsewire.errors import InputError
 from sparsewire.io.readers import load_matrix
@@ -23,7 +23,8 @@ from sparsewire.plan import PlanStats, build_plan, plan_stats
 from sparsewire.plan.cost import predicted_relay_seconds
 from sparsewire.plan.stats import predicted_communication_seconds, predicted_local_seconds, predicted_seconds, strategy_stats
 from sparsewire.testing.emulation.cluster import EmulatedCluster, bucket_bytes, unavailable_reason
-from sparsewire.topology.model import Topology, parse_topology
+from sparsewire.topology.model import Topology
+from sparsewire.topology.presets import parse_topology
 from sparsewire.topology.records import stamp
 
 TCP_PAYLOAD = 0.956  # the share of a link's bits that is TCP payload at MTU 1500 (shared/research/emulated-cluster)
@@ -525,7 +526,7 @@ def test_the_work_on_the_pieces_runs_beside_the_stream_as_the_diagonal_block_doe
 
 
 def test_the_piece_overlap_multiplies_a_row_range_after_each_piece(monkeypatch):
-    """``_piece_overlap`` on one rank sending to itself, each row of its kernel made to last a known time (the whole
+    """``piece_overlap`` on one rank sending to itself, each row of its kernel made to last a known time (the whole
     matrix 20 ms): the stream is cut into pieces of ``PIECE_BYTES``, each run of the work covers every row once in
     as many ranges as there are pieces (one range while sizing), and the fraction is its medians'
     :func:`hidden_fraction`."""
@@ -533,7 +534,7 @@ def test_the_piece_overlap_multiplies_a_row_range_after_each_piece(monkeypatch):
 
     from mpi4py import MPI
 
-    from sparsewire.calibration.network import _piece_overlap
+    from sparsewire.calibration.overlap import piece_overlap
     from sparsewire.exec.message_rows import PIECE_BYTES
     from sparsewire.kernels import compiled
 
@@ -547,7 +548,7 @@ def test_the_piece_overlap_multiplies_a_row_range_after_each_piece(monkeypatch):
 
     monkeypatch.setattr(compiled, "multiply_rows", multiply_rows)
     repeat = 4
-    measured = _piece_overlap(MPI.COMM_SELF, [(0, 0)], 1e9, 1, repeat)
+    measured = piece_overlap(MPI.COMM_SELF, [(0, 0)], 1e9, 1, repeat)
     pieces = measured["pieces"]
     assert pieces == -(-measured["message_bytes"] // PIECE_BYTES) and pieces >= 1, measured
     assert pause <= measured["message_bytes"] / 1e9 < 10 * pause, measured  # sized to cross in the work's time
@@ -563,7 +564,7 @@ def test_the_piece_overlap_multiplies_a_row_range_after_each_piece(monkeypatch):
 
 
 def test_the_overlap_is_timed_on_the_stream_and_the_kernel_it_names(monkeypatch):
-    """``_overlap`` on one rank sending to itself, its kernel made to last a known time: each call of the executor's
+    """``stream_overlap`` on one rank sending to itself, its kernel made to last a known time: each call of the executor's
     kernel (whole or in row pieces) also sleeps 20 ms, so the work it records lasts at least that, whatever else
     runs on the machine (a second clock beside the real kernel alone failed whenever the fast tier's background
     processes shared the cores). The kernel is called once to warm up, three times to size the message, then once
@@ -573,7 +574,7 @@ def test_the_overlap_is_timed_on_the_stream_and_the_kernel_it_names(monkeypatch)
 
     from mpi4py import MPI
 
-    from sparsewire.calibration.network import _overlap
+    from sparsewire.calibration.overlap import stream_overlap
     from sparsewire.kernels import compiled
 
     pause, calls = 0.02, []
@@ -592,7 +593,7 @@ def test_the_overlap_is_timed_on_the_stream_and_the_kernel_it_names(monkeypatch)
     monkeypatch.setattr(compiled, "multiply", multiply)
     monkeypatch.setattr(compiled, "multiply_rows", multiply_rows)
     repeat = 5
-    measured = _overlap(MPI.COMM_SELF, [(0, 0)], 1e9, 1, repeat)
+    measured = stream_overlap(MPI.COMM_SELF, [(0, 0)], 1e9, 1, repeat)
     # every row of the benchmark matrix multiplied once per call of the work: warm-up, 3 to size, 2 per repeat
     rows_total = sum(calls)
     assert rows_total % (1 + 3 + 2 * repeat) == 0 and rows_total // (1 + 3 + 2 * repeat) > 0, calls

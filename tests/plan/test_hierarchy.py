@@ -17,7 +17,8 @@ from sparsewire.plan.hierarchy import aggregators, balanced_proxies, local_proxi
 from sparsewire.plan.stats import predicted_seconds
 from sparsewire.plan.strategies import HIERARCHICAL_STRATEGIES, parse_strategies
 from sparsewire.plan.types import RECORD_KINDS
-from sparsewire.topology.model import PRESETS, Level, LinkClass, Topology, parse_topology
+from sparsewire.topology.model import Level, LinkClass, Topology
+from sparsewire.topology.presets import PRESETS, parse_topology
 
 EXECUTABLE = ["block", "column", "row", "joint", "column-hier", "joint-hier", "joint-group"]
 

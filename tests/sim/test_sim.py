@@ -21,7 +21,7 @@ from sparsewire.sim.netsparse import simulator as ns
 from sparsewire.sim.network import GIGABIT
 from sparsewire.sim.network_builders import build_network, dragonfly, hyperx, leaf_spine, network_presets
 from sparsewire.sim.plan_timing import simulate_plan, wire_bytes
-from sparsewire.topology.model import PRESETS, parse_topology
+from sparsewire.topology.presets import PRESETS, parse_topology
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 MB50 = 50e6

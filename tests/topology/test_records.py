@@ -58,7 +58,8 @@ def test_a_prediction_says_which_links_it_prices():
     named cluster, or measured links; a planted measured link on nodes:2 is no longer assumed."""
     import dataclasses
 
-    from sparsewire.topology.model import PRESETS, Topology
+    from sparsewire.topology.model import Topology
+    from sparsewire.topology.presets import PRESETS
 
     assert Topology.nodes(2).prices() == "assumed links" and Topology.flat().prices() == "assumed links"
     assert PRESETS["cola-a800"].topology.prices() == "cola-a800"

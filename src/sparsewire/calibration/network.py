@@ -24,12 +24,13 @@ node), with every other rank waiting at a barrier:
 * for ``inter_node`` the burst (:func:`_burst`): what half a ``message_bytes`` message, sent after 50 ms of idle
   over every flow from the first node to the others at once, gains on the same sent right after, in bytes (a rate
   limiter's token bucket passes that much at once);
-* for ``inter_node`` the overlap (:func:`_overlap`): the fraction of a stream over the links (every node at once)
-  that ranks computing the CSR kernel at the same time hide, as the overlapping modes multiply the diagonal
-  block while the messages cross (the cost model's ``h``, :func:`~sparsewire.plan.cost.predicted_seconds`);
-* for ``inter_node`` the piece overlap (:func:`_piece_overlap`): the same with the stream in pieces and the kernel
-  run a row range after each piece arrives, as the overlap schedule applies the messages it cuts (the cost model's
-  ``h_p``);
+* for ``inter_node`` the overlap (:func:`~sparsewire.calibration.overlap.stream_overlap`): the fraction of a
+  stream over the links (every node at once) that ranks computing the CSR kernel at the same time hide, as the
+  overlapping modes multiply the diagonal block while the messages cross (the cost model's ``h``,
+  :func:`~sparsewire.plan.cost.predicted_seconds`);
+* for ``inter_node`` the piece overlap (:func:`~sparsewire.calibration.overlap.piece_overlap`): the same with the
+  stream in pieces and the kernel run a row range after each piece arrives, as the overlap schedule applies the
+  messages it cuts (the cost model's ``h_p``);
 * for ``inter_node`` the relay, where a node has two ranks: what forwarding a message that crossed the link
   through a proxy adds beyond its two hops (:mod:`~sparsewire.calibration.relay`).
 
@@ -55,12 +56,13 @@ import numpy as np
 from mpi4py import MPI
 
 from sparsewire._lib.cores import spin
+from sparsewire.calibration.overlap import piece_overlap, stream_overlap
 from sparsewire.calibration.relay import measure_relay, relay_ranks
 from sparsewire.comm.runtime import node_ids, wait_all
 from sparsewire.errors import InputError
 from sparsewire.topology.records import stamp
 
-__all__ = ["NETWORK_KIND", "measure_network", "hidden_fraction"]
+__all__ = ["NETWORK_KIND", "measure_network"]
 
 NETWORK_KIND = "network"
 _TAG = 6100
@@ -171,157 +173,6 @@ def _burst(comm: MPI.Comm, flows: list[tuple[int, int]], nbytes: int, latency: f
     return {"bytes": burst, "idle_seconds": t_idle, "busy_seconds": t_busy, "message_bytes": total, "repeat": repeat}
 
 
-def hidden_fraction(stream: float, work: float, together: float) -> float:
-    """Not collective. The share of the shorter of a stream and a piece of work (seconds each alone) that hides
-    behind the longer when both run at once (``together`` seconds): ``(stream + work - together) / min(stream,
-    work)``, clipped to [0, 1] (1: ``together = max``; 0: ``together >= stream + work``)."""
-    if min(stream, work) <= 0:
-        raise InputError(f"a stream and a work of positive length hide behind each other (got {stream!r}, {work!r})")
-    return float(min(1.0, max(0.0, (stream + work - together) / min(stream, work))))
-
-
-def _overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sharing: int, repeat: int) -> dict:
-    """Collective. How much of a stream over the links a computing rank hides, every rank at once, as the overlapping modes
-    run a multiply (:class:`~sparsewire.exec.schedules.messages.OverlapSchedule`): each rank posts its receive and
-    its send of ``flows`` (one message each), then computes (the executor's CSR kernel on the R-MAT of the local
-    rates, k = 32; in pieces with ``MPI_Iprobe`` between them where the executor makes them,
-    :func:`~sparsewire.exec.combine.progress_piece_bounds`, else whole) and waits. The message is sized to cross
-    in about the work's time at ``rate`` (bytes per second; :func:`measure_network` passes the aggregate of all
-    nodes' links, measured over :func:`_crossing_flows`, which on 4x1 at 5 Gbit/s carry more than the ring these
-    ``flows`` are, so there the stream outlasts the work). Taking turns ``repeat``
-    times, the slowest rank's time from a barrier of the stream alone ``c``, the work alone ``w`` and both ``b``;
-    from their medians the fraction ``(c + w - b) / min(c, w)``, within [0, 1] (1: the shorter hides whole
-    behind the longer, ``b = max(c, w)``; 0: they add), on every rank.
-
-    Why: on the emulated cluster, where the two cores that compute also move the bytes through the network stack,
-    the overlapping modes ran no faster than ``bulk``, while the cost model had hidden the link whole behind the
-    diagonal block (docs/design-decisions.md, "Cost model and the link")."""
-    from sparsewire._lib.cores import default_threads, oversubscribed
-    from sparsewire.calibration.compute import benchmark_matrix, kernel_block, kernel_operand
-    from sparsewire.comm.runtime import wait_all
-    from sparsewire.exec.combine import multiply_in_pieces, progress_piece_bounds
-    from sparsewire.kernels import compiled as kernels
-
-    rank, k = comm.Get_rank(), 32
-    threads = default_threads(sharing)
-    yielding = oversubscribed(sharing, threads)
-    matrix = benchmark_matrix()
-    operand = kernel_operand(matrix, np.float64, threads, sharing)
-    dense, out = kernel_block(matrix.shape, k, np.float64)
-    # as the executor: pieces on one thread where the node's cores are not all taken by ranks
-    bounds = None if yielding or threads > 1 else progress_piece_bounds(matrix.indptr, k)
-
-    def work() -> None:
-        if bounds is None:
-            kernels.multiply(operand, dense, out)
-        else:
-            multiply_in_pieces(kernels, operand, dense, out, bounds, lambda: comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG))
-
-    def timed(stream: bool, compute: bool, outgoing: np.ndarray, incoming: np.ndarray) -> float:
-        wait_all([comm.Ibarrier()], yielding=yielding)
-        started = MPI.Wtime()
-        requests = []
-        if stream:
-            requests = [comm.Irecv(incoming, s, _TAG + 7) for s, r in flows if r == rank]
-            requests += [comm.Isend(outgoing, r, _TAG + 7) for s, r in flows if s == rank]
-        if compute:
-            work()
-        wait_all(requests, yielding=yielding)
-        return comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
-
-    work()  # compiled, pages touched
-    empty = np.empty(0, np.uint8)
-    alone = statistics.median([timed(False, True, empty, empty) for _ in range(3)])
-    nbytes = int(max(1 << 16, alone * rate / len(flows)))
-    outgoing, incoming = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
-    timed(True, False, outgoing, incoming)  # connections made
-    times: dict[str, list[float]] = {"stream": [], "work": [], "both": []}
-    for _ in range(repeat):
-        times["stream"].append(timed(True, False, outgoing, incoming))
-        times["work"].append(timed(False, True, outgoing, incoming))
-        times["both"].append(timed(True, True, outgoing, incoming))
-    c, w, b = (statistics.median(times[name]) for name in ("stream", "work", "both"))
-    return {
-        "fraction": hidden_fraction(c, w, b),
-        "message_bytes": nbytes,
-        "stream_seconds": c,
-        "work_seconds": w,
-        "together_seconds": b,
-        "in_pieces": bounds is not None,
-        "repeat": repeat,
-    }
-
-
-def _piece_overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sharing: int, repeat: int) -> dict:
-    """Collective. How much of a stream in pieces hides the work done between them, every rank at once, as the overlap
-    schedule sends and applies the messages it cuts (:mod:`~sparsewire.exec.message_rows`): each rank posts the
-    receives and sends of ``flows``, each message cut into pieces of
-    :data:`~sparsewire.exec.message_rows.PIECE_BYTES`, then waits for its incoming pieces in order and after each
-    multiplies the next row range of the executor's CSR kernel (the R-MAT of the local rates, k = 32, its rows split
-    into as many ranges as the message has pieces), then waits for its sends. Sized and timed as :func:`_overlap`
-    (stream alone ``c``, the work's row ranges alone ``w``, both ``b``, medians of ``repeat`` turns), the fraction
-    ``(c + w - b) / min(c, w)`` within [0, 1].
-
-    Why apart from :func:`_overlap`, whose kernel runs in one call where the cores are all taken by ranks: on the
-    emulated 4 nodes x 1 rank at 1 Gbit/s the stream stopped while a rank ran one long call (hidden 0.00-0.11 of it,
-    with the stream whole or in pieces, and with the work a third of the stream), while work between pieces hid
-    0.25-0.32 of the shorter with the two as long, 0.65-0.69 with the work half the stream and all of it with a
-    third: the cores then take ``(1 - fraction)`` of the stream's time, 0.63-0.77 at the three sizes."""
-    from sparsewire._lib.cores import default_threads, oversubscribed
-    from sparsewire.calibration.compute import benchmark_matrix, kernel_block, kernel_operand
-    from sparsewire.exec.message_rows import PIECE_BYTES
-    from sparsewire.kernels import compiled as kernels
-
-    rank, k = comm.Get_rank(), 32
-    threads = default_threads(sharing)
-    yielding = oversubscribed(sharing, threads)
-    matrix = benchmark_matrix()
-    operand = kernel_operand(matrix, np.float64, threads, sharing)
-    dense, out = kernel_block(matrix.shape, k, np.float64)
-    sources = [s for s, r in flows if r == rank]
-    destinations = [r for s, r in flows if s == rank]
-
-    def timed(stream: bool, compute: bool, pieces: int, outgoing: np.ndarray, incoming: np.ndarray) -> float:
-        rows = np.linspace(0, matrix.shape[0], pieces + 1).astype(np.int64).tolist()
-        cuts = np.linspace(0, outgoing.size, pieces + 1).astype(np.int64).tolist()
-        wait_all([comm.Ibarrier()], yielding=yielding)
-        started = MPI.Wtime()
-        arrivals, sends = [], []
-        if stream:
-            arrivals = [[comm.Irecv(incoming[a:b], s, _TAG + 8) for a, b in zip(cuts, cuts[1:])] for s in sources]
-            sends = [comm.Isend(outgoing[a:b], r, _TAG + 8) for r in destinations for a, b in zip(cuts, cuts[1:])]
-        for piece in range(pieces):
-            if arrivals:
-                wait_all([pieces_from[piece] for pieces_from in arrivals], yielding=yielding)
-            if compute:
-                kernels.multiply_rows(operand, dense, out, rows[piece], rows[piece + 1])
-        wait_all(sends, yielding=yielding)
-        return comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
-
-    empty = np.empty(0, np.uint8)
-    timed(False, True, 1, empty, empty)  # compiled, pages touched
-    alone = statistics.median([timed(False, True, 1, empty, empty) for _ in range(3)])
-    nbytes = int(max(1 << 16, alone * rate / len(flows)))
-    pieces = max(1, -(-nbytes // PIECE_BYTES))
-    outgoing, incoming = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
-    timed(True, False, pieces, outgoing, incoming)  # connections made
-    times: dict[str, list[float]] = {"stream": [], "work": [], "both": []}
-    for _ in range(repeat):
-        times["stream"].append(timed(True, False, pieces, outgoing, incoming))
-        times["work"].append(timed(False, True, pieces, outgoing, incoming))
-        times["both"].append(timed(True, True, pieces, outgoing, incoming))
-    c, w, b = (statistics.median(times[name]) for name in ("stream", "work", "both"))
-    return {
-        "fraction": hidden_fraction(c, w, b),
-        "message_bytes": nbytes,
-        "pieces": pieces,
-        "stream_seconds": c,
-        "work_seconds": w,
-        "together_seconds": b,
-        "repeat": repeat,
-    }
-
-
 def _local_rate_samples(
     comm: MPI.Comm, repeat: int, sharing: int, window: float
 ) -> tuple[list[float], list[float], list[float], list[float]]:
@@ -381,7 +232,8 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
     nodes at once),
     ``burst_bytes`` with ``burst`` (its flows and times, :func:`_burst`), ``aggregate_burst_bytes`` with
     ``aggregate_burst`` (:func:`_burst` over ``aggregate_flows``, every node at once), ``overlap``
-    (:func:`_overlap`), ``piece_overlap`` (:func:`_piece_overlap`) and, where a node has two ranks, ``relay_seconds``
+    (:func:`~sparsewire.calibration.overlap.stream_overlap`), ``piece_overlap``
+    (:func:`~sparsewire.calibration.overlap.piece_overlap`) and, where a node has two ranks, ``relay_seconds``
     and ``relay_seconds_per_byte`` with
     ``relay`` (:func:`~sparsewire.calibration.relay.measure_relay`'s times).
 
@@ -432,12 +284,10 @@ def measure_network(comm: MPI.Comm, message_bytes: int = 4 << 20, repeat: int = 
             entry["aggregate_burst"] = aggregate_burst
             if progress:
                 progress("inter_node: how much of a stream every node sends at once hides behind the CSR kernel")
-            entry["overlap"] = _overlap(comm, ring, entry["aggregate_bandwidth_bytes_per_second"], sharing, 2 * repeat)
+            entry["overlap"] = stream_overlap(comm, ring, entry["aggregate_bandwidth_bytes_per_second"], sharing, 2 * repeat)
             if progress:
                 progress("inter_node: how much of a stream in pieces hides the work done between them")
-            entry["piece_overlap"] = _piece_overlap(
-                comm, ring, entry["aggregate_bandwidth_bytes_per_second"], sharing, 2 * repeat
-            )
+            entry["piece_overlap"] = piece_overlap(comm, ring, entry["aggregate_bandwidth_bytes_per_second"], sharing, 2 * repeat)
             relaying = relay_ranks(nodes)
             if relaying is not None:  # a relay needs a node of two ranks
                 if progress:

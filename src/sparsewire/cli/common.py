@@ -107,7 +107,7 @@ def add_topology_arguments(parser: argparse.ArgumentParser, allow_mpi: bool) -> 
     """--group-size/--topology (one of them) and --proxy."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--group-size", "-G", type=positive_int, help="groups of G consecutive ranks (same as --topology nodes:G)")
-    from sparsewire.topology.model import PRESETS
+    from sparsewire.topology.presets import PRESETS
 
     presets = ", ".join(["nodes:G", *PRESETS]) + (", mpi (shared-memory nodes)" if allow_mpi else "")
     where.add_argument(
@@ -126,7 +126,8 @@ def add_topology_arguments(parser: argparse.ArgumentParser, allow_mpi: bool) -> 
 
 def topology_from_args(args: argparse.Namespace, comm=None):
     """The Topology the arguments name (None: flat); ``mpi`` needs the communicator."""
-    from sparsewire.topology.model import Topology, parse_topology
+    from sparsewire.topology.model import Topology
+    from sparsewire.topology.presets import parse_topology
 
     if args.group_size is not None:
         return Topology.nodes(args.group_size)

@@ -95,7 +95,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from sparsewire.plan.strategies import parse_strategies
     from sparsewire.sim.network_builders import build_network
     from sparsewire.sim.plan_timing import rank_nonzeros, simulate_plan
-    from sparsewire.topology.model import PRESETS
+    from sparsewire.topology.presets import PRESETS
 
     refuse_ranks_beyond_memory(args.ranks)
     progress = progress_printer(args)

@@ -152,7 +152,7 @@ def print_report(args, report: dict, lines: list[str]) -> int:
 def _run_spgemm(args: argparse.Namespace) -> int:
     from sparsewire.spgemm.semirings import get_semiring
     from sparsewire.spgemm.values import check_values_spec
-    from sparsewire.topology.model import parse_topology
+    from sparsewire.topology.presets import parse_topology
     from sparsewire.wire.codec_choice import describe_choice
 
     semiring = get_semiring(args.semiring)

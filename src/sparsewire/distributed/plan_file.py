@@ -38,7 +38,8 @@ from sparsewire.io.archives import open_archive
 from sparsewire.partition import RowPartition
 from sparsewire.plan.plan import AGGREGATE_C, LAYOUTS, Exchange, RankPlan
 from sparsewire.plan.strategies import Strategy
-from sparsewire.topology.model import Topology, parse_topology
+from sparsewire.topology.model import Topology
+from sparsewire.topology.presets import parse_topology
 from sparsewire.topology.saved import topology_from_record
 
 if TYPE_CHECKING:  # for annotations only: the matrix's class imports this module's users

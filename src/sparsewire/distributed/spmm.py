@@ -146,11 +146,10 @@ def plan_spmm(
         agree_on_error(comm, options if isinstance(options, str) else None)
     if options.topology is not None and options.topology.rank_groups is not None:
         options.topology.groups(comm.Get_size())  # the same answer on every rank: raises everywhere
-    strategy = options.strategy if options.strategy == "auto" else options.strategy.value
+    strategy, mode = options.strategy if options.strategy == "auto" else options.strategy.value, Mode(options.mode)
     plan, stats, choice = choose_strategy(
-        matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, Mode(options.mode).steps_in_flight,
-        options.compress != "none", Mode(options.mode).overlaps_diagonal, trial_of(comm, k, dtype, options),
-        cuts_messages(options, options.mode),
+        matrix, k, dtype, strategy, options.topology, options.layout, options.proxy.value, mode.steps_in_flight,
+        options.compress != "none", mode.overlaps_diagonal, trial_of(comm, k, dtype, options), cuts_messages(options, mode),
     )  # fmt: skip
     return SpmmPlan(matrix, plan, stats, k, dtype, options, choice)
 
@@ -261,16 +260,11 @@ class SpmmPlan:
 
     @property
     def predicted_seconds(self) -> float:
-        """Not collective. Predicted time per multiply in the form of the plan's mode and transport (steps on the links
-        together or not, diagonal block overlapped or not, messages in pieces or not:
-        :func:`~sparsewire.plan.cost.predicted_seconds`)."""
-        mode = self.options.mode
-        return predicted_seconds(
-            self.stats,
-            steps_in_flight=self._steps_in_flight,
-            overlaps_diagonal=mode.overlaps_diagonal,
-            in_pieces=cuts_messages(self.options, mode),
-        )
+        """Not collective. Predicted time per multiply in the form of the plan's mode and transport (steps in flight,
+        diagonal block overlapped, messages in pieces, or not: :func:`~sparsewire.plan.cost.predicted_seconds`)."""
+        mode, steps = self.options.mode, self._steps_in_flight
+        pieces = cuts_messages(self.options, mode)
+        return predicted_seconds(self.stats, steps_in_flight=steps, overlaps_diagonal=mode.overlaps_diagonal, in_pieces=pieces)
 
     @property
     def predicted_communication_seconds(self) -> float:

@@ -16,7 +16,7 @@
 * :func:`gpu_cluster`: nodes of ``gpus_per_node`` GPUs on an NVSwitch (one NVLink port each way per
   GPU), one InfiniBand NIC per GPU into a non-blocking fat tree (CoLa's A800 and SHIRO's H100 nodes).
 
-:func:`build_network` makes the network of a named machine of :data:`sparsewire.topology.model.PRESETS`
+:func:`build_network` makes the network of a named machine of :data:`sparsewire.topology.presets.PRESETS`
 (the table the planner reads too) for a host count.
 """
 
@@ -26,7 +26,8 @@ import numpy as np
 
 from sparsewire.errors import InputError
 from sparsewire.sim.network import GIGABIT, MAX_HOSTS, Network
-from sparsewire.topology.model import PRESETS, LinkClass
+from sparsewire.topology.model import LinkClass
+from sparsewire.topology.presets import PRESETS
 
 __all__ = ["leaf_spine", "fat_tree", "dragonfly", "hyperx", "gpu_cluster", "network_presets", "build_network"]
 
@@ -286,7 +287,7 @@ _FAMILIES = {"leaf-spine": leaf_spine, "fat-tree": fat_tree, "dragonfly": dragon
 
 
 def network_presets() -> list[str]:
-    """Not collective. The names in :data:`sparsewire.topology.model.PRESETS` that the simulator models."""
+    """Not collective. The names in :data:`sparsewire.topology.presets.PRESETS` that the simulator models."""
     return [name for name, machine in PRESETS.items() if machine.network is not None]
 
 

@@ -4,6 +4,7 @@ with a :class:`LinkClass` that prices a message), the named presets and their li
 from (:mod:`~sparsewire.topology.records`). Reads records, runs nothing; needs no MPI to import.
 """
 
-from sparsewire.topology.model import PRESETS, Level, LinkClass, Machine, Topology, parse_topology
+from sparsewire.topology.model import Level, LinkClass, Topology
+from sparsewire.topology.presets import PRESETS, Machine, parse_topology
 
 __all__ = ["Topology", "Level", "LinkClass", "Machine", "parse_topology", "PRESETS"]

@@ -6,7 +6,7 @@ Where they come from: they are assumed round figures, not measurements of any ma
 ``network`` is 12.5 GB/s, the signalling rate of one 100 Gbit/s port (EDR InfiniBand, 100 GbE)
 with 2 us latency and 2 us per message; ``shared-memory`` is 50 GB/s with 1 us and 0.5 us, the
 order of a node's memory bandwidth shared by its ranks. The named machines of
-:data:`sparsewire.topology.model.PRESETS` take their bandwidths from the papers' machines instead.
+:data:`sparsewire.topology.presets.PRESETS` take their bandwidths from the papers' machines instead.
 ``sparsewire calibrate --network`` measures a machine's links and writes a record that
 ``--topology FILE`` reads (:meth:`~sparsewire.topology.model.Topology.from_record`): predictions
 under these constants price an assumed cluster, and the tables that print them say so
