@@ -57,6 +57,7 @@ from sparsewire.exec.transports.base import ByteLedger
 from sparsewire.kernels import make_backend
 from sparsewire.plan.modes import Mode
 from sparsewire.plan.plan import RankPlan
+from sparsewire.plan.stats import relays as plan_relays
 from sparsewire.profile.laps import FOLD_EVERY, MULTIPLY, START, Laps
 from sparsewire.wire.codecs import parse_compress
 
@@ -216,7 +217,7 @@ class SpmmExecutor:
         if not (cuts_messages(options, mode) and transport_class.sends_pieces):
             return 0  # (the same answer on every rank: the options and mode are)
         # A two-level plan on groups of one rank relays nothing: its second exchange sends no message on any rank.
-        relays = any(e.input is not None and len(e.send_ranks) for e in plan.exchanges)
+        relays = plan_relays(plan)
         # A message staged through host memory is received into its stage and copied whole (each end decides alone).
         stages = self.stages_messages and self.transfer_rule is not None and self.transfer_rule.staged_below_bytes > 0
         return 0 if comm.allreduce(int(relays or stages), op=MPI.MAX) else PIECE_BYTES

@@ -46,6 +46,7 @@ __all__ = [
     "SETUP_INDEX_BYTES",
     "rank_send_summary",
     "rank_cut_entries",
+    "relays",
 ]
 
 SETUP_INDEX_BYTES = 8
