@@ -113,8 +113,9 @@ def piece_overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sha
     ``(c + w - b) / min(c, w)`` within [0, 1].
 
     Why apart from :func:`stream_overlap`, whose kernel runs in one call where the cores are all taken by ranks: on the
-    emulated 4 nodes x 1 rank at 1 Gbit/s the stream stopped while a rank ran one long call (hidden 0.00-0.11 of it,
-    with the stream whole or in pieces, and with the work a third of the stream), while work between pieces hid
+    emulated 4 nodes x 1 rank at 1 Gbit/s the stream stopped while a rank ran one long call (hidden 0.00-0.20 of the
+    shorter, with the stream whole or in pieces; 0.00-0.08 with the work a half or a third of it), while work between
+    pieces hid
     0.25-0.32 of the shorter with the two as long, 0.65-0.69 with the work half the stream and all of it with a
     third: the cores then take ``(1 - fraction)`` of the stream's time, 0.63-0.77 at the three sizes."""
     from sparsewire._lib.cores import default_threads, oversubscribed

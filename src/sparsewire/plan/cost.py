@@ -76,7 +76,7 @@ def predicted_seconds(
     faster than the sum, except where the cores that compute also move the bytes through the network stack,
     where they hid almost nothing (docs/strategies.md and docs/design-decisions.md, "Cost model and the link").
     Why a second fraction for the pieces: on the emulated 4 nodes x 1 rank at 1 Gbit/s a stream stopped while a
-    rank ran one long call (h 0.00-0.21), and the plans whose local work is mostly the received rows' ran within 4%
+    rank ran one long call (h 0.00-0.24), and the plans whose local work is mostly the received rows' ran within 4%
     of ``T_comm``, predicted 1.25-1.35x that with their work after the link; work between pieces took the cores
     from the stream as ``(1 - h_p) S_r + p_r`` says at three sizes of the work."""
     topology = _topology_of(stats, topology)
