@@ -31,6 +31,46 @@ def hidden_fraction(stream: float, work: float, together: float) -> float:
     return float(min(1.0, max(0.0, (stream + work - together) / min(stream, work))))
 
 
+def _kernel(sharing: int) -> tuple[bool, object, object, np.ndarray, np.ndarray, int]:
+    """The executor's CSR kernel as a rank of a node of ``sharing`` ranks runs it (R-MAT of the local rates, k = 32,
+    float64, the rank's default threads): whether its waits yield, the matrix, the kernel's operand, B, C and the
+    threads."""
+    from sparsewire._lib.cores import default_threads, oversubscribed
+    from sparsewire.calibration.compute import benchmark_matrix, kernel_block, kernel_operand
+
+    threads = default_threads(sharing)
+    matrix = benchmark_matrix()
+    dense, out = kernel_block(matrix.shape, 32, np.float64)
+    return oversubscribed(sharing, threads), matrix, kernel_operand(matrix, np.float64, threads, sharing), dense, out, threads
+
+
+def _taking_turns(timed, rate: float, flows: list[tuple[int, int]], repeat: int) -> dict:
+    """Collective. ``timed(stream, compute, outgoing, incoming)`` (the slowest rank's seconds) once to warm the kernel,
+    three times alone to size the message to cross in the work's time at ``rate`` over ``flows``, once to make the
+    connections, then ``repeat`` turns of the stream alone, the work alone and both: the medians and their
+    :func:`hidden_fraction`."""
+    empty = np.empty(0, np.uint8)
+    timed(False, True, empty, empty)  # compiled, pages touched
+    alone = statistics.median([timed(False, True, empty, empty) for _ in range(3)])
+    nbytes = int(max(1 << 16, alone * rate / len(flows)))
+    outgoing, incoming = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+    timed(True, False, outgoing, incoming)  # connections made
+    times: dict[str, list[float]] = {"stream": [], "work": [], "both": []}
+    for _ in range(repeat):
+        times["stream"].append(timed(True, False, outgoing, incoming))
+        times["work"].append(timed(False, True, outgoing, incoming))
+        times["both"].append(timed(True, True, outgoing, incoming))
+    c, w, b = (statistics.median(times[name]) for name in ("stream", "work", "both"))
+    return {
+        "fraction": hidden_fraction(c, w, b),
+        "message_bytes": nbytes,
+        "stream_seconds": c,
+        "work_seconds": w,
+        "together_seconds": b,
+        "repeat": repeat,
+    }
+
+
 def stream_overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sharing: int, repeat: int) -> dict:
     """Collective. How much of a stream over the links a computing rank hides, every rank at once, as the overlapping modes
     run a multiply (:class:`~sparsewire.exec.schedules.messages.OverlapSchedule`): each rank posts its receive and
@@ -47,19 +87,13 @@ def stream_overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sh
     Why: on the emulated cluster, where the two cores that compute also move the bytes through the network stack,
     the overlapping modes ran no faster than ``bulk``, while the cost model had hidden the link whole behind the
     diagonal block (docs/design-decisions.md, "Cost model and the link")."""
-    from sparsewire._lib.cores import default_threads, oversubscribed
-    from sparsewire.calibration.compute import benchmark_matrix, kernel_block, kernel_operand
     from sparsewire.exec.combine import multiply_in_pieces, progress_piece_bounds
     from sparsewire.kernels import compiled as kernels
 
-    rank, k = comm.Get_rank(), 32
-    threads = default_threads(sharing)
-    yielding = oversubscribed(sharing, threads)
-    matrix = benchmark_matrix()
-    operand = kernel_operand(matrix, np.float64, threads, sharing)
-    dense, out = kernel_block(matrix.shape, k, np.float64)
+    rank = comm.Get_rank()
+    yielding, matrix, operand, dense, out, threads = _kernel(sharing)
     # as the executor: pieces on one thread where the node's cores are not all taken by ranks
-    bounds = None if yielding or threads > 1 else progress_piece_bounds(matrix.indptr, k)
+    bounds = None if yielding or threads > 1 else progress_piece_bounds(matrix.indptr, dense.shape[1])
 
     def work() -> None:
         if bounds is None:
@@ -79,27 +113,7 @@ def stream_overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sh
         wait_all(requests, yielding=yielding)
         return comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
 
-    work()  # compiled, pages touched
-    empty = np.empty(0, np.uint8)
-    alone = statistics.median([timed(False, True, empty, empty) for _ in range(3)])
-    nbytes = int(max(1 << 16, alone * rate / len(flows)))
-    outgoing, incoming = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
-    timed(True, False, outgoing, incoming)  # connections made
-    times: dict[str, list[float]] = {"stream": [], "work": [], "both": []}
-    for _ in range(repeat):
-        times["stream"].append(timed(True, False, outgoing, incoming))
-        times["work"].append(timed(False, True, outgoing, incoming))
-        times["both"].append(timed(True, True, outgoing, incoming))
-    c, w, b = (statistics.median(times[name]) for name in ("stream", "work", "both"))
-    return {
-        "fraction": hidden_fraction(c, w, b),
-        "message_bytes": nbytes,
-        "stream_seconds": c,
-        "work_seconds": w,
-        "together_seconds": b,
-        "in_pieces": bounds is not None,
-        "repeat": repeat,
-    }
+    return {**_taking_turns(timed, rate, flows, repeat), "in_pieces": bounds is not None}
 
 
 def piece_overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sharing: int, repeat: int) -> dict:
@@ -115,24 +129,18 @@ def piece_overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sha
     Why apart from :func:`stream_overlap`, whose kernel runs in one call where the cores are all taken by ranks: on the
     emulated 4 nodes x 1 rank at 1 Gbit/s the stream stopped while a rank ran one long call (hidden 0.00-0.20 of the
     shorter, with the stream whole or in pieces; 0.00-0.08 with the work a half or a third of it), while work between
-    pieces hid
-    0.25-0.32 of the shorter with the two as long, 0.65-0.69 with the work half the stream and all of it with a
+    pieces hid 0.25-0.32 of the shorter with the two as long, 0.65-0.69 with the work half the stream and all of it with a
     third: the cores then take ``(1 - fraction)`` of the stream's time, 0.63-0.77 at the three sizes."""
-    from sparsewire._lib.cores import default_threads, oversubscribed
-    from sparsewire.calibration.compute import benchmark_matrix, kernel_block, kernel_operand
     from sparsewire.exec.message_rows import PIECE_BYTES
     from sparsewire.kernels import compiled as kernels
 
-    rank, k = comm.Get_rank(), 32
-    threads = default_threads(sharing)
-    yielding = oversubscribed(sharing, threads)
-    matrix = benchmark_matrix()
-    operand = kernel_operand(matrix, np.float64, threads, sharing)
-    dense, out = kernel_block(matrix.shape, k, np.float64)
+    rank = comm.Get_rank()
+    yielding, matrix, operand, dense, out, _ = _kernel(sharing)
     sources = [s for s, r in flows if r == rank]
     destinations = [r for s, r in flows if s == rank]
 
-    def timed(stream: bool, compute: bool, pieces: int, outgoing: np.ndarray, incoming: np.ndarray) -> float:
+    def timed(stream: bool, compute: bool, outgoing: np.ndarray, incoming: np.ndarray) -> float:
+        pieces = max(1, -(-outgoing.size // PIECE_BYTES))  # one while the message is sized
         rows = np.linspace(0, matrix.shape[0], pieces + 1).astype(np.int64).tolist()
         cuts = np.linspace(0, outgoing.size, pieces + 1).astype(np.int64).tolist()
         wait_all([comm.Ibarrier()], yielding=yielding)
@@ -149,25 +157,5 @@ def piece_overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sha
         wait_all(sends, yielding=yielding)
         return comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
 
-    empty = np.empty(0, np.uint8)
-    timed(False, True, 1, empty, empty)  # compiled, pages touched
-    alone = statistics.median([timed(False, True, 1, empty, empty) for _ in range(3)])
-    nbytes = int(max(1 << 16, alone * rate / len(flows)))
-    pieces = max(1, -(-nbytes // PIECE_BYTES))
-    outgoing, incoming = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
-    timed(True, False, pieces, outgoing, incoming)  # connections made
-    times: dict[str, list[float]] = {"stream": [], "work": [], "both": []}
-    for _ in range(repeat):
-        times["stream"].append(timed(True, False, pieces, outgoing, incoming))
-        times["work"].append(timed(False, True, pieces, outgoing, incoming))
-        times["both"].append(timed(True, True, pieces, outgoing, incoming))
-    c, w, b = (statistics.median(times[name]) for name in ("stream", "work", "both"))
-    return {
-        "fraction": hidden_fraction(c, w, b),
-        "message_bytes": nbytes,
-        "pieces": pieces,
-        "stream_seconds": c,
-        "work_seconds": w,
-        "together_seconds": b,
-        "repeat": repeat,
-    }
+    measured = _taking_turns(timed, rate, flows, repeat)
+    return {**measured, "pieces": max(1, -(-measured["message_bytes"] // PIECE_BYTES))}

@@ -152,11 +152,7 @@ def cut_parts(stats: PlanStats, topology: Topology | None = None) -> np.ndarray 
     _, rest, shared = parts
     if not stats.rank_cut_entries.any():
         return np.zeros_like(rest)
-    inter = stats.inter_group(topology)
-    weights = INTER_GROUP_COPIES * stats.message_bytes * inter
-    copies = np.bincount(stats.sources, weights=weights, minlength=stats.n_ranks) + np.bincount(
-        stats.destinations, weights=weights, minlength=stats.n_ranks
-    )
+    copies = _at_both_ends(stats, INTER_GROUP_COPIES * stats.message_bytes * stats.inter_group(topology))
     cut = stats.rank_cut_entries * stats.k / topology.local_rate + copies / topology.copy_rate
     return cut * np.divide(rest, shared, out=np.ones_like(rest), where=shared > 0)
 
@@ -173,7 +169,11 @@ def message_copies(stats: PlanStats, topology: Topology | None = None) -> np.nda
     cluster, the plans that move the most bytes inside a node were over-predicted with two copies and within 25%
     with one (docs/strategies.md, "Cost model")."""
     copies = np.where(stats.inter_group(_topology_of(stats, topology)), INTER_GROUP_COPIES, INTRA_GROUP_COPIES)
-    weights = copies * stats.message_bytes
+    return _at_both_ends(stats, copies * stats.message_bytes)
+
+
+def _at_both_ends(stats: PlanStats, weights: np.ndarray) -> np.ndarray:
+    """Per rank, the sum of ``weights`` (one per message) over the messages it sends and those it receives."""
     return np.bincount(stats.sources, weights=weights, minlength=stats.n_ranks) + np.bincount(
         stats.destinations, weights=weights, minlength=stats.n_ranks
     )
