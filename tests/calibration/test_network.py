@@ -21,7 +21,13 @@ from sparsewire.io.readers import load_matrix
 from sparsewire.partition import partition
 from sparsewire.plan import PlanStats, build_plan, plan_stats
 from sparsewire.plan.cost import predicted_relay_seconds
-from sparsewire.plan.stats import predicted_communication_seconds, predicted_local_seconds, predicted_seconds, strategy_stats
+from sparsewire.plan.stats import (
+    predicted_communication_seconds,
+    predicted_local_seconds,
+    predicted_seconds,
+    relays,
+    strategy_stats,
+)
 from sparsewire.testing.emulation.cluster import EmulatedCluster, bucket_bytes, unavailable_reason
 from sparsewire.topology.model import Topology
 from sparsewire.topology.presets import parse_topology
@@ -436,18 +442,19 @@ def test_a_measured_overlap_hides_that_share_of_the_diagonal_block(tmp_path, rng
         assert all(a >= b * (1 - 1e-12) for a, b in zip(ordered, ordered[1:])), (strategy, priced)
 
 
-def test_the_work_on_the_pieces_runs_beside_the_stream_as_the_diagonal_block_does(rng):
-    """Where the executor cuts the messages between groups into pieces (:func:`cuts_messages`), the work on them
-    (``p_r``: the send rows to and the receive columns from another group, and those messages' copies) is packed and
-    applied while the stream left after the diagonal block crosses, the stream taking (1 - h_p) of the cores:
-    ``T = max_r (d_r + max(S_r, (1 - h_p) S_r + p_r) + w_r - p_r)``, ``S_r = T_comm - h min(T_comm, d_r)``. Its
-    entries are counted from the plan and, for ``column``, from the matrix alone; a relaying plan cuts nothing, and
-    without a measured h_p the pieces are priced as whole messages."""
+def test_the_work_on_messages_between_groups_runs_beside_the_stream_as_the_diagonal_block_does(rng):
+    """Where the overlap schedule works on the messages between groups while others cross (:func:`cuts_messages`:
+    in pieces on a flat plan, a step's whole messages while the next step's cross on a relaying one), that work
+    (``p_r``: the send rows to and the receive columns from another group in the exchanges that read B alone, and
+    those messages' copies) runs while the stream left after the diagonal block crosses, the stream taking (1 - h_p)
+    of the cores: ``T = max_r (d_r + max(S_r, (1 - h_p) S_r + p_r) + w_r - p_r)``, ``S_r = T_comm - h min(T_comm,
+    d_r)``. Its entries are counted from the plan and, for ``column``, from the matrix alone; a relay's forwarded
+    rows are not among them, and without a measured h_p the work is priced after the link."""
     import scipy.sparse as sp
 
     from sparsewire.exec.options import ExecOptions, cuts_messages
     from sparsewire.partition import even_rows
-    from sparsewire.plan.cost import cut_parts, local_parts
+    from sparsewire.plan.cost import beside_parts, local_parts
 
     # hand-made: one diagonal nonzero per rank; the rest (send rows, receive columns) crosses between two nodes
     matrix = sp.csr_array(([1.0, 2.0, 3.0, 4.0, 5.0], ([0, 0, 1, 2, 3], [0, 2, 3, 2, 0])), shape=(4, 4))
@@ -457,7 +464,25 @@ def test_the_work_on_the_pieces_runs_beside_the_stream_as_the_diagonal_block_doe
         together = plan_stats(
             build_plan(matrix, parts, parts, strategy, Topology.nodes(2)).ranks, 8, 8, topology=Topology.nodes(2)
         )
-        assert apart.rank_cut_entries.tolist() == [3, 3] and together.rank_cut_entries.tolist() == [0, 0], strategy
+        assert apart.rank_inter_group_entries.tolist() == [3, 3], strategy
+        assert together.rank_inter_group_entries.tolist() == [0, 0], strategy
+    # hand-made, two nodes of two ranks: B row 0 goes to ranks 2 and 3. `column` sends it twice across (rank 0 packs
+    # two rows, ranks 2 and 3 apply one each); `column-hier` once, to rank 2, which forwards it to rank 3 inside the
+    # node: the forward reads a received row, not B, and rank 3's copy comes from its own node
+    matrix = sp.csr_array(([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], ([0, 1, 2, 2, 3, 3], [0, 1, 2, 0, 3, 0])), shape=(4, 4))
+    ranks = even_rows(4, 4)
+    for strategy, expected in (("column", [2, 0, 1, 1]), ("column-hier", [1, 0, 1, 0])):
+        stats = plan_stats(build_plan(matrix, ranks, ranks, strategy, Topology.nodes(2)).ranks, 8, 8, topology=Topology.nodes(2))
+        assert stats.rank_inter_group_entries.tolist() == expected, strategy
+    # row 4 (rank 2) reads columns 0-3 (ranks 0 and 1): `joint` sends a partial C row from each across (two entries
+    # packed at each end, one applied per message at rank 2); `joint-hier` sums them at rank 0 first, and the summed
+    # row it sends across reads a received partial, not B, as does rank 2's step that applies it
+    rows, columns = [0, 1, 2, 3, 4, 5, 6, 7, 4, 4, 4, 4], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]
+    matrix = sp.csr_array((np.arange(1.0, 13.0), (rows, columns)), shape=(8, 8))
+    ranks = even_rows(8, 4)
+    for strategy, expected in (("joint", [2, 2, 2, 0]), ("joint-hier", [0, 0, 0, 0])):
+        stats = plan_stats(build_plan(matrix, ranks, ranks, strategy, Topology.nodes(2)).ranks, 8, 8, topology=Topology.nodes(2))
+        assert stats.rank_inter_group_entries.tolist() == expected, strategy
     # random: four nodes of one rank (every message crosses) and two of two, priced under measured rates and h
     matrix = load_matrix(f"rmat:9:8:{int(rng.integers(1, 1000))}")
     split = partition(matrix, 4)
@@ -477,21 +502,21 @@ def test_the_work_on_the_pieces_runs_beside_the_stream_as_the_diagonal_block_doe
     csr, owners = sp.csr_array(split.permute(matrix)), split.cols.owner(np.arange(matrix.shape[1]))
     for strategy in ("column", "row", "joint"):
         stats = plan_stats(build_plan(csr, split.rows, split.cols, strategy, apart).ranks, 16, 8, topology=apart)
-        assert stats.rank_cut_entries.tolist() == (stats.rank_entries - stats.rank_diagonal_entries).tolist(), strategy
+        assert stats.rank_inter_group_entries.tolist() == (stats.rank_entries - stats.rank_diagonal_entries).tolist()
         communication = predicted_communication_seconds(stats)
         diagonal, rest = local_parts(stats)
-        assert cut_parts(stats) == pytest.approx(rest, rel=1e-12)  # all of w_r is on the pieces
+        assert beside_parts(stats) == pytest.approx(rest, rel=1e-12)  # all of w_r is on the pieces
         whole = predicted_seconds(stats, overlaps_diagonal=True)
-        cut = predicted_seconds(stats, overlaps_diagonal=True, in_pieces=True)
+        cut = predicted_seconds(stats, overlaps_diagonal=True, beside_stream=True)
         stream = communication - h * np.minimum(communication, diagonal)
         assert whole == pytest.approx((diagonal + stream + rest).max(), rel=1e-12)
         assert cut == pytest.approx((diagonal + np.maximum(stream, (1 - h_p) * stream + rest)).max(), rel=1e-12)
         assert communication <= cut <= whole, strategy
         unmeasured = dataclasses.replace(apart, piece_overlap=None)
-        assert predicted_seconds(stats, unmeasured, overlaps_diagonal=True, in_pieces=True) == whole
-        assert predicted_seconds(stats, in_pieces=True) == predicted_seconds(stats)  # bulk sends whole messages
+        assert predicted_seconds(stats, unmeasured, overlaps_diagonal=True, beside_stream=True) == whole
+        assert predicted_seconds(stats, beside_stream=True) == predicted_seconds(stats)  # bulk: the work after the link
         stats = plan_stats(build_plan(csr, split.rows, split.cols, strategy, two).ranks, 16, 8, topology=two)
-        crossing = stats.rank_cut_entries
+        crossing = stats.rank_inter_group_entries
         assert (0 < crossing).all() and (crossing < stats.rank_entries - stats.rank_diagonal_entries).all(), strategy
         if strategy == "column":  # from the matrix: A's entries in columns of the other node, and B rows sent there
             groups = two.groups(4)
@@ -504,11 +529,24 @@ def test_the_work_on_the_pieces_runs_beside_the_stream_as_the_diagonal_block_doe
                     needed = np.unique(csr[slice(*split.rows.range(other))].indices)
                     expected[rank] += np.count_nonzero(owners[needed] == rank)
             assert crossing.tolist() == expected.tolist()
-    relaying = plan_stats(build_plan(csr, split.rows, split.cols, "joint-group", two).ranks, 16, 8, topology=two)
-    assert not relaying.rank_cut_entries.any() and not cut_parts(relaying).any()
-    assert predicted_seconds(relaying, overlaps_diagonal=True, in_pieces=True) == predicted_seconds(
-        relaying, overlaps_diagonal=True
-    )
+    for strategy in ("column-hier", "joint-group"):  # relaying: the same form, without the forwarded rows
+        plan = build_plan(csr, split.rows, split.cols, strategy, two)
+        relaying = plan_stats(plan.ranks, 16, 8, topology=two)
+        assert any(relays(rank_plan) for rank_plan in plan.ranks), strategy
+        forwarded = np.array(
+            [sum(e.send_matrix.nnz + e.receive_matrix.nnz for e in p.exchanges if e.input is not None) for p in plan.ranks]
+        )
+        work = relaying.rank_entries - relaying.rank_diagonal_entries
+        assert (0 < relaying.rank_inter_group_entries).all() and (relaying.rank_inter_group_entries <= work - forwarded).all()
+        communication = predicted_communication_seconds(relaying)
+        diagonal, rest = local_parts(relaying)
+        parts = beside_parts(relaying)
+        assert (0 < parts).all() and (parts < rest).all(), strategy
+        stream = communication - h * np.minimum(communication, diagonal)
+        beside = predicted_seconds(relaying, overlaps_diagonal=True, beside_stream=True)
+        expected = (diagonal + np.maximum(stream, (1 - h_p) * stream + parts) + rest - parts).max()
+        assert beside == pytest.approx(expected, rel=1e-12)
+        assert beside < predicted_seconds(relaying, overlaps_diagonal=True), strategy
     # damaged fractions are refused with the command that writes a good one
     for bad in (1.5, -0.1, float("nan")):
         record["links"]["inter_node"]["piece_overlap"] = {"fraction": bad}

@@ -129,7 +129,7 @@ def choose_strategy(
     code_setup: bool = False,
     overlaps_diagonal: bool = False,
     trial: Trial | None = None,
-    in_pieces: bool = False,
+    beside_stream: bool = False,
 ) -> tuple[RankPlan, PlanStats, StrategyChoice]:
     """Collective. This rank's plan of ``strategy`` (``auto``: of every
     :func:`candidate_strategies` entry, keeping the least predicted time
@@ -137,8 +137,8 @@ def choose_strategy(
     ``topology``, flat when None, with a shared link as :func:`~sparsewire.plan.cost.predicted_communication_seconds`
     models it for a mode that keeps ``steps_in_flight`` steps on the links at once, with each rank's local
     work added, or its diagonal block hidden behind ``T_comm`` where the mode ``overlaps_diagonal`` (and the work on
-    the messages it cuts into pieces where the executor does, ``in_pieces``), where the topology has measured local
-    rates (:func:`~sparsewire.plan.cost.predicted_seconds`); near ties, within
+    the messages between groups where the overlap schedule works on them while others cross, ``beside_stream``),
+    where the topology has measured local rates (:func:`~sparsewire.plan.cost.predicted_seconds`); near ties, within
     :data:`~sparsewire.plan.cost.NEAR_TIE`, go to fewer steps, then fewer bytes:
     :func:`~sparsewire.plan.cost.preferred`), its stats and the choice's record. ``code_setup``: the planner's
     all-to-all travels bit-packed (:func:`~sparsewire.plan.plan.build_rank_plan_collective`). ``trial`` (``auto``
@@ -167,7 +167,7 @@ def choose_strategy(
         )
         stats = collective_stats(comm, plan, k, dtype.itemsize, model)
         seconds = predicted_seconds(
-            stats, steps_in_flight=steps_in_flight, overlaps_diagonal=overlaps_diagonal, in_pieces=in_pieces
+            stats, steps_in_flight=steps_in_flight, overlaps_diagonal=overlaps_diagonal, beside_stream=beside_stream
         )
         candidates[candidate.value] = (seconds, stats.total_bytes)
         steps[candidate.value] = plan_steps(stats)

@@ -261,10 +261,10 @@ class SpmmPlan:
     @property
     def predicted_seconds(self) -> float:
         """Not collective. Predicted time per multiply in the form of the plan's mode and transport (steps in flight,
-        diagonal block overlapped, messages in pieces, or not: :func:`~sparsewire.plan.cost.predicted_seconds`)."""
+        diagonal block overlapped, work beside the stream, or not: :func:`~sparsewire.plan.cost.predicted_seconds`)."""
         mode, steps = self.options.mode, self._steps_in_flight
-        pieces = cuts_messages(self.options, mode)
-        return predicted_seconds(self.stats, steps_in_flight=steps, overlaps_diagonal=mode.overlaps_diagonal, in_pieces=pieces)
+        beside, diagonal = cuts_messages(self.options, mode), mode.overlaps_diagonal
+        return predicted_seconds(self.stats, steps_in_flight=steps, overlaps_diagonal=diagonal, beside_stream=beside)
 
     @property
     def predicted_communication_seconds(self) -> float:

@@ -257,8 +257,9 @@ def cuts_messages(options: ExecOptions, mode: Mode | str) -> bool:
     """Not collective. Whether the executor cuts the messages to and from another group into pieces in ``mode``
     (:mod:`~sparsewire.exec.message_rows`), where no rank's plan relays or stages a message: the overlap schedule's
     modes (overlap, pipelined) over the ``mpi`` transport on the CPU, without a codec or the ordered combine of
-    ``deterministic``. The cost model prices the work on the pieces from it
-    (:func:`~sparsewire.plan.cost.predicted_seconds`)."""
+    ``deterministic``. Where a plan relays, the same schedule sends whole messages and applies a step's while the next
+    step's cross. Either way the cost model prices the work on the messages between groups beside the stream from
+    it (``beside_stream`` of :func:`~sparsewire.plan.cost.predicted_seconds`)."""
     plain = options.codec == "none" and not options.deterministic and options.device_type == "cpu"
     return plain and options.transport == "mpi" and Mode(mode) in (Mode.OVERLAP, Mode.PIPELINED)
 

@@ -3,7 +3,8 @@ under a :class:`~sparsewire.topology.model.Topology`: its messages over the link
 (:func:`predicted_communication_seconds`) and its ranks' local products (:func:`local_parts`), added or, where
 the mode multiplies the diagonal block while messages are in flight, partly hidden behind the messages
 (:func:`predicted_seconds`), where the topology carries a measured local rate (``calibrate --network``), and where
-the messages go in pieces, the work on them beside the stream too (:func:`cut_parts`).
+the overlap schedule works on the messages between groups while others cross, that work beside the stream too
+(:func:`beside_parts`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ __all__ = [
     "predicted_local_seconds",
     "predicted_relay_seconds",
     "local_parts",
-    "cut_parts",
+    "beside_parts",
     "message_copies",
     "INTER_GROUP_COPIES",
     "INTRA_GROUP_COPIES",
@@ -49,7 +50,7 @@ def predicted_seconds(
     *,
     steps_in_flight: int | None = None,
     overlaps_diagonal: bool = False,
-    in_pieces: bool = False,
+    beside_stream: bool = False,
 ) -> float:
     """Not collective. Time per multiply from the communication time ``T_comm``
     (:func:`predicted_communication_seconds`) and each rank's local work split as :func:`local_parts` does, into
@@ -61,9 +62,11 @@ def predicted_seconds(
       messages: ``T = max_r (T_comm + d_r - h min(T_comm, d_r) + w_r)``, h the topology's measured ``overlap`` (the
       fraction of a stream that ranks computing at the same time hide, ``calibrate --network``; 1 where unknown,
       which is ``max(T_comm, d_r) + w_r``);
-    - and where the executor cuts the messages to and from another group into pieces (``in_pieces``: the overlap
-      schedule, :func:`~sparsewire.exec.options.cuts_messages`, on a plan that relays nothing), the part ``p_r`` of
-      ``w_r`` on them (:func:`cut_parts`) is packed and applied while the stream left after the diagonal block,
+    - and where the overlap schedule works on the messages to and from another group while other messages cross
+      (``beside_stream``, :func:`~sparsewire.exec.options.cuts_messages`: on a plan that relays nothing each message
+      goes in pieces, each packed and applied while the next crosses; on one that relays a step's whole messages
+      are applied while the next step's cross, and a relay's are packed as its inputs arrive), the part ``p_r`` of
+      ``w_r`` on them (:func:`beside_parts`) runs while the stream left after the diagonal block,
       ``S_r = T_comm - h min(T_comm, d_r)``, crosses, and that stream takes ``(1 - h_p)`` of the cores' time:
       ``T = max_r (d_r + max(S_r, (1 - h_p) S_r + p_r) + w_r - p_r)``, h_p the topology's measured
       ``piece_overlap`` (a stream in pieces with the work done between them, measured with the two about as long,
@@ -78,7 +81,9 @@ def predicted_seconds(
     Why a second fraction for the pieces: on the emulated 4 nodes x 1 rank at 1 Gbit/s a stream stopped while a
     rank ran one long call (h 0.00-0.24), and the plans whose local work is mostly the received rows' ran within 4%
     of ``T_comm``, predicted 1.25-1.35x that with their work after the link; work between pieces took the cores
-    from the stream as ``(1 - h_p) S_r + p_r`` says at three sizes of the work."""
+    from the stream as ``(1 - h_p) S_r + p_r`` says at three sizes of the work. On 2 nodes x 2 ranks at 1 Gbit/s
+    the relaying plans, priced with their work after the link, ran at 0.68-0.85 of that; a trace showed each rank
+    applying its first step's messages while the second step's crossed (docs/design-decisions.md)."""
     topology = _topology_of(stats, topology)
     communication = predicted_communication_seconds(stats, topology, steps_in_flight=steps_in_flight)
     parts = local_parts(stats, topology)
@@ -87,11 +92,11 @@ def predicted_seconds(
     diagonal, rest = parts
     if overlaps_diagonal:  # an unknown diagonal block (0) hides nothing: the sum
         stream = communication - (1.0 if topology.overlap is None else topology.overlap) * np.minimum(communication, diagonal)
-        pieces = cut_parts(stats, topology) if in_pieces and topology.piece_overlap is not None else None
-        if pieces is None:
+        parts = beside_parts(stats, topology) if beside_stream and topology.piece_overlap is not None else None
+        if parts is None:
             return float((diagonal + stream + rest).max())
-        beside = np.maximum(stream, (1.0 - topology.piece_overlap) * stream + pieces)
-        return float((diagonal + beside + rest - pieces).max())
+        beside = np.maximum(stream, (1.0 - topology.piece_overlap) * stream + parts)
+        return float((diagonal + beside + rest - parts).max())
     return communication + float((diagonal + rest).max())
 
 
@@ -138,23 +143,23 @@ def _contended_parts(stats: PlanStats, topology: Topology | None) -> tuple[np.nd
     return diagonal_entries * stats.k / topology.local_rate, np.maximum(alone, np.minimum(rest, rest.mean())), rest
 
 
-def cut_parts(stats: PlanStats, topology: Topology | None = None) -> np.ndarray | None:
-    """Not collective. Per rank, the part ``p_r`` of :func:`local_parts`'s ``w_r`` on the messages the overlap schedule
-    cuts into pieces: ``(C_r k / local_rate + x_r / copy_rate) * w_r / u_r``, ``C_r`` the nonzeros of
-    :attr:`~sparsewire.plan.stats.PlanStats.rank_cut_entries`, ``x_r`` the bytes its messages to and from another
-    group are copied (:func:`message_copies` of those alone), ``u_r`` ``w_r`` at the rates all ranks share (the
-    contention that scales ``w_r`` scales its part alike). None where ``w_r`` or the cut entries are unknown; zero
-    where nothing is cut (every ``C_r`` 0: a plan that relays, or no message leaves a group)."""
+def beside_parts(stats: PlanStats, topology: Topology | None = None) -> np.ndarray | None:
+    """Not collective. Per rank, the part ``p_r`` of :func:`local_parts`'s ``w_r`` on the messages to and from another
+    group, which the overlap schedule works on while other messages cross: ``(C_r k / local_rate + x_r / copy_rate)
+    * w_r / u_r``, ``C_r`` the nonzeros of :attr:`~sparsewire.plan.stats.PlanStats.rank_inter_group_entries`, ``x_r``
+    the bytes its messages to and from another group are copied (:func:`message_copies` of those alone), ``u_r``
+    ``w_r`` at the rates all ranks share (the contention that scales ``w_r`` scales its part alike). None where
+    ``w_r`` or the inter-group entries are unknown; zero where no message leaves a group."""
     topology = _topology_of(stats, topology)
     parts = _contended_parts(stats, topology)
-    if parts is None or stats.rank_cut_entries is None:
+    if parts is None or stats.rank_inter_group_entries is None:
         return None
     _, rest, shared = parts
-    if not stats.rank_cut_entries.any():
+    if not stats.rank_inter_group_entries.any():
         return np.zeros_like(rest)
     copies = _at_both_ends(stats, INTER_GROUP_COPIES * stats.message_bytes * stats.inter_group(topology))
-    cut = stats.rank_cut_entries * stats.k / topology.local_rate + copies / topology.copy_rate
-    return cut * np.divide(rest, shared, out=np.ones_like(rest), where=shared > 0)
+    work = stats.rank_inter_group_entries * stats.k / topology.local_rate + copies / topology.copy_rate
+    return work * np.divide(rest, shared, out=np.ones_like(rest), where=shared > 0)
 
 
 INTER_GROUP_COPIES = 2  # per end of a message between groups (message_copies)

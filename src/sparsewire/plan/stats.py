@@ -45,7 +45,7 @@ __all__ = [
     "predicted_local_seconds",
     "SETUP_INDEX_BYTES",
     "rank_send_summary",
-    "rank_cut_entries",
+    "rank_inter_group_entries",
     "relays",
 ]
 
@@ -63,11 +63,11 @@ class PlanStats:
     multiply-add), the local work of :func:`~sparsewire.plan.cost.predicted_local_seconds`; None where
     not known (``rowwise``). ``rank_diagonal_entries``: the part of it in the rank's diagonal block (A's entries
     whose row and column the rank owns: the product that needs no message, which the modes that overlap multiply
-    while messages are in flight); None where not known (``rowwise``, ``block``). ``rank_cut_entries``: the part of it
-    on the messages the overlap schedule cuts into pieces where a plan relays nothing (the rows of the send
-    matrices that go to another group and the columns of the receive matrices that come from one, in exchanges
-    that read B alone; :func:`rank_cut_entries`), all zero where some rank relays; None where not known (counted
-    from the block structure, ``rowwise``, ``block``).
+    while messages are in flight); None where not known (``rowwise``, ``block``). ``rank_inter_group_entries``: the part of
+    it on the messages between groups (the rows of the send matrices that go to another group and the columns of
+    the receive matrices that come from one, in exchanges that read B alone; :func:`rank_inter_group_entries`),
+    which the overlap schedule works on while other messages cross (:func:`~sparsewire.plan.cost.beside_parts`);
+    None where not known (counted from the block structure, ``rowwise``, ``block``).
     """
 
     strategy: Strategy
@@ -83,7 +83,7 @@ class PlanStats:
     topology: Topology | None = None
     rank_entries: np.ndarray | None = None
     rank_diagonal_entries: np.ndarray | None = None
-    rank_cut_entries: np.ndarray | None = None
+    rank_inter_group_entries: np.ndarray | None = None
 
     @property
     def messages(self) -> int:
@@ -202,11 +202,12 @@ def relays(plan: RankPlan) -> bool:
     return any(e.input is not None and len(e.send_ranks) for e in plan.exchanges)
 
 
-def rank_cut_entries(plan: RankPlan, groups: np.ndarray | None) -> int:
+def rank_inter_group_entries(plan: RankPlan, groups: np.ndarray | None) -> int:
     """Not collective. Nonzeros of :func:`rank_entries` on the messages between this rank's group and another
     (``groups``: every rank's group; 0 where None) in the exchanges that read B alone: the rows of the send matrix
-    that go to another group and the columns of the receive matrix that come from one, which the overlap schedule
-    packs and applies piece by piece while the next piece crosses (:mod:`~sparsewire.exec.message_rows`)."""
+    that go to another group and the columns of the receive matrix that come from one. The overlap schedule packs
+    and applies them while other messages cross: piece by piece where a plan relays nothing
+    (:mod:`~sparsewire.exec.message_rows`), a step's whole messages while the next step's cross where it relays."""
     if groups is None:
         return 0
     groups = np.asarray(groups)
@@ -223,17 +224,16 @@ def rank_cut_entries(plan: RankPlan, groups: np.ndarray | None) -> int:
 
 def rank_send_summary(
     plan: RankPlan, groups: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int, int, bool]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int, int]:
     """Not collective. (step, destination, rows) of every message one rank sends, its row-based A entries, its
-    :func:`rank_entries`, its diagonal block's nonzeros, its :func:`rank_cut_entries` under ``groups`` and whether it
-    :func:`relays`."""
+    :func:`rank_entries`, its diagonal block's nonzeros and its :func:`rank_inter_group_entries` under ``groups``."""
     steps = [np.full(e.send_ranks.size, e.step, np.int64) for e in plan.exchanges]
     destinations = [e.send_ranks for e in plan.exchanges]
     rows = [e.send_counts for e in plan.exchanges]
     empty = [np.zeros(0, np.int64)]
     summary = np.concatenate(steps + empty), np.concatenate(destinations + empty), np.concatenate(rows + empty)
-    cut = rank_cut_entries(plan, groups)
-    return *summary, plan.setup_entries, rank_entries(plan), int(plan.diagonal.nnz), cut, relays(plan)
+    inter_group = rank_inter_group_entries(plan, groups)
+    return *summary, plan.setup_entries, rank_entries(plan), int(plan.diagonal.nnz), inter_group
 
 
 def plan_stats(
@@ -247,7 +247,7 @@ def plan_stats(
     """Not collective. Volumes from the sender side of every rank's plan.
 
     ``plans`` holds either :class:`RankPlan` objects (all ranks, e.g. ``CommPlan.ranks``) or the
-    :func:`rank_send_summary` of every rank in rank order (as gathered over MPI; its cut entries counted under
+    :func:`rank_send_summary` of every rank in rank order (as gathered over MPI; its inter-group entries counted under
     ``topology``'s groups, as here from RankPlan objects).
     """
     summaries, first = [], None
@@ -272,10 +272,7 @@ def plan_stats(
     setup_entries = sum(int(s[3]) for s in summaries)
     entries = np.asarray([s[4] for s in summaries], np.int64)
     diagonal = np.asarray([s[5] for s in summaries], np.int64)
-    # a relaying plan sends every message whole (the executor's choice, the same on every rank)
-    cut = np.asarray([s[6] for s in summaries], np.int64)
-    if any(s[7] for s in summaries):
-        cut = np.zeros_like(cut)
+    inter_group = np.asarray([s[6] for s in summaries], np.int64)
     return PlanStats(
         Strategy(strategy),
         int(n_ranks),
@@ -290,7 +287,7 @@ def plan_stats(
         topology=topology,
         rank_entries=entries,
         rank_diagonal_entries=diagonal,
-        rank_cut_entries=cut,
+        rank_inter_group_entries=inter_group,
     )
 
 
