@@ -8,8 +8,9 @@ busiest node's link in its busier direction over the calibrated rate of that lin
 its time (apart: those that still move more through the busiest node's link, which sets the time on
 a full-duplex link), and ``auto``'s pick against the measured fastest (``auto``'s own run, taking turns with the
 named ones in the same job; a pick whose plan sends exactly the
-fastest's messages under another strategy's name, as the hierarchical strategies do with one rank per node, is
-the fastest plan; the report says which), and how far apart the medians of one plan under two names fall (the
+fastest's messages, under its name or another's (as the hierarchical strategies do with one rank per node), is
+the fastest plan, its own run a second timing of it; the report says which), and how far apart the medians of one
+plan timed twice in the same turns fall (under two names, and ``auto``'s pick beside its plan under its name: the
 spread the other checks sit in). A two-level run is compared with ``joint`` multiply by multiply
 (:func:`paired_ratio`) where the runs took at least :data:`PAIRED_TURNS` turns, by the medians otherwise.
 ``--paired FILE`` prints that comparison for one ``spmm --json --rounds R`` report (``bench/cluster/emulated_paired.py``).
@@ -218,13 +219,21 @@ def main() -> None:
         same = [p for p in over if same_messages(*(run_of(here, p, p[role]) for role in ("auto", "fastest")))]
         print(
             f"auto within 10% of the fastest in {len(ours) - len(over)} of {len(ours)}"
-            + (f", and {len(same)} more pick the fastest's plan under another name (the same messages)" if same else "")
+            + (f", and {len(same)} more pick the fastest plan (the same messages), timed apart" if same else "")
             + "".join(
                 f"; {p['matrix']} {p.get('mode')}: {p['auto']} {p['auto_over_fastest']:.2f}x {p['fastest']}"
                 + (f" (under its own name {p['named_over_fastest']:.2f}x)" if "named_over_fastest" in p else "")
                 + (" (the same messages)" if p in same else "")
                 for p in over
             )
+        )
+    twice = sorted(
+        max(r, 1 / r) for r in (p["auto_over_fastest"] / p["named_over_fastest"] for p in picks if "named_over_fastest" in p)
+    )
+    if twice:  # auto's pick and the same plan under its name, in the same job and turns: the timing's own spread
+        print(
+            f"\nauto's pick against the same plan under its name, in the same turns: {len(twice)} pairs, slower / faster "
+            f"median {np.median(twice):.3f}, at most {twice[-1]:.3f}"
         )
     checked = all(r["check_passed"] for r in runs)
     delivered = all(r["measured_inter_group_bytes"] == r["inter_group_bytes"] for r in runs)
