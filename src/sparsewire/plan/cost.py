@@ -92,11 +92,11 @@ def predicted_seconds(
     diagonal, rest = parts
     if overlaps_diagonal:  # an unknown diagonal block (0) hides nothing: the sum
         stream = communication - (1.0 if topology.overlap is None else topology.overlap) * np.minimum(communication, diagonal)
-        parts = beside_parts(stats, topology) if beside_stream and topology.piece_overlap is not None else None
-        if parts is None:
+        aside = beside_parts(stats, topology) if beside_stream and topology.piece_overlap is not None else None
+        if aside is None:
             return float((diagonal + stream + rest).max())
-        beside = np.maximum(stream, (1.0 - topology.piece_overlap) * stream + parts)
-        return float((diagonal + beside + rest - parts).max())
+        beside = np.maximum(stream, (1.0 - topology.piece_overlap) * stream + aside)
+        return float((diagonal + beside + rest - aside).max())
     return communication + float((diagonal + rest).max())
 
 
