@@ -25,6 +25,7 @@ def assert_same_volumes(counted, planned) -> None:
     assert counted.setup_bytes == planned.setup_bytes
     assert np.array_equal(counted.rank_entries, planned.rank_entries)
     assert np.array_equal(counted.rank_diagonal_entries, planned.rank_diagonal_entries)
+    assert np.array_equal(counted.rank_inter_group_entries, planned.rank_inter_group_entries)
     assert counted.as_dict() == planned.as_dict()
 
 
@@ -52,6 +53,20 @@ def test_hand_made_counts_are_exact():
     # joint: rank 0's graph has a matching of three, so a cover of three; rank 2's is column 0 (serves rows 4 and 5)
     joint = counted_sends(matrix, parts, parts, "joint")
     assert joint[2].sum() == 4 and [a.tolist() for a in joint[:2]] == [[0, 1, 2], [2, 0, 0]] and joint[5].tolist() == [0, 1, 1]
+    # Ranks 0 and 1 in one group, rank 2 in another: (1, 4), (4, 0) and (5, 0) cross. column: rank 0 applies (1, 4)
+    # and copies B row 0 out, rank 2 applies two and copies B row 4 out. row: rank 0 computes (4, 0), (5, 0) and
+    # adds partial row (1, 2); rank 2 computes (1, 4) and adds (4, 0), (5, 0). Without groups, none.
+    groups = np.array([0, 0, 1])
+    assert column[6].tolist() == row[6].tolist() == [0, 0, 0]
+    assert counted_sends(matrix, parts, parts, "column", groups=groups)[6].tolist() == [2, 0, 3]
+    assert counted_sends(matrix, parts, parts, "row", groups=groups)[6].tolist() == [3, 0, 3]
+    for strategy in ("column", "row", "joint"):
+        planned = plan_stats(
+            build_plan(matrix, parts, parts, strategy, Topology.nodes(2)).ranks, 4, 8, topology=Topology.nodes(2)
+        )
+        assert (
+            counted_sends(matrix, parts, parts, strategy, groups=groups)[6].tolist() == planned.rank_inter_group_entries.tolist()
+        )
 
 
 @pytest.mark.parametrize("strategy", ["column", "row", "joint"])
@@ -64,7 +79,7 @@ def test_counted_volumes_equal_the_built_plans_volumes_on_random_inputs(rng, str
         matrix = random_integer_matrix(rng, n_rows, n_cols, float(rng.uniform(0.02, 0.4)))
         rows = random_partition(rng, n_rows, parts) if trial % 3 else even_rows(n_rows, min(parts, n_rows))
         cols = random_partition(rng, n_cols, rows.n_parts)
-        topology = Topology.nodes(2) if trial % 4 == 1 else None
+        topology = Topology.nodes(int(rng.integers(1, 4))) if trial % 2 else None
         k, element_bytes = int(rng.integers(1, 40)), int(rng.choice([4, 8]))
         counted = strategy_stats(matrix, rows, cols, strategy, k, element_bytes, topology)
         planned = plan_stats(build_plan(matrix, rows, cols, strategy, topology).ranks, k, element_bytes, topology=topology)

@@ -38,11 +38,14 @@ def counted_sends(
     col_partition: RowPartition,
     strategy: Strategy | str,
     progress=None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]:
-    """Not collective. ``(sources, destinations, rows, setup_entries, rank_entries, rank_diagonal_entries)`` of a flat
-    strategy's messages, one per communicating pair in (source, destination) order, without building plans (module
-    docstring); the last two are :attr:`~sparsewire.plan.stats.PlanStats.rank_entries` and
-    :attr:`~sparsewire.plan.stats.PlanStats.rank_diagonal_entries`.
+    groups: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
+    """Not collective. ``(sources, destinations, rows, setup_entries, rank_entries, rank_diagonal_entries,
+    rank_inter_group_entries)`` of a flat strategy's messages, one per communicating pair in (source, destination)
+    order, without building plans (module docstring); the last three are the
+    :class:`~sparsewire.plan.stats.PlanStats` fields of those names, the last under ``groups`` (every rank's group;
+    all zero where None): per rank, the B rows it copies for and the row-based nonzeros it computes for another
+    group, the column-based nonzeros it applies from one and the partial C rows it adds from one.
 
     ``progress(stage, done, total)``, if given, hears of each rank whose ``joint`` cover is solved (stage ``cover``).
     """
@@ -77,6 +80,13 @@ def counted_sends(
     b_rows = distinct(receivers[column_based].astype(np.int64) * n_cols + cols[column_based])  # one per (p, j)
     c_rows = distinct(rows[row_based].astype(np.int64) * n_ranks + senders[row_based])  # one per (i, q)
     setup_entries = int(np.count_nonzero(row_based))
+    inter_group = np.zeros(n_ranks, np.int64)
+    if groups is not None:
+        groups = np.asarray(groups)
+        across = groups[senders] != groups[receivers]
+        inter_group += np.bincount(senders[row_based & across], minlength=n_ranks)  # partial C rows computed
+        inter_group += np.bincount(receivers[column_based & across], minlength=n_ranks)  # B rows applied
+        del across
     # Each rank's operators (PlanStats.rank_entries): its rows' nonzeros, less those it hands to column owners and
     # plus those it is handed (the partial C rows it computes), one entry per B row it copies into a send buffer
     # and one per partial C row it adds from a receive buffer.
@@ -87,10 +97,14 @@ def counted_sends(
     b_owners = np.asarray(col_partition.owner(b_rows % n_cols), np.int64)
     c_owners = np.asarray(row_partition.owner(c_rows // n_ranks), np.int64)
     entries += np.bincount(b_owners, minlength=n_ranks) + np.bincount(c_owners, minlength=n_ranks)
+    if groups is not None:  # B rows copied out to another group, partial C rows added from one
+        inter_group += np.bincount(b_owners[groups[b_owners] != groups[b_rows // n_cols]], minlength=n_ranks)
+        inter_group += np.bincount(c_owners[groups[c_owners] != groups[c_rows % n_ranks]], minlength=n_ranks)
     pairs = np.concatenate([b_owners * n_ranks + b_rows // n_cols, (c_rows % n_ranks) * n_ranks + c_owners])
     del b_rows, c_rows, b_owners, c_owners
     pair_keys, counts = distinct_counts(pairs)
-    return pair_keys // n_ranks, pair_keys % n_ranks, counts.astype(np.int64), setup_entries, entries, diagonal
+    sends = pair_keys // n_ranks, pair_keys % n_ranks, counts.astype(np.int64)
+    return *sends, setup_entries, entries, diagonal, inter_group
 
 
 def _joint_row_based(rows, cols, receivers, senders, row_partition: RowPartition, progress) -> np.ndarray:

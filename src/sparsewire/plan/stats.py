@@ -425,8 +425,9 @@ def strategy_stats(
         row_nonzeros = np.diff(csr.indptr[row_partition.offsets])
         return block_stats(col_partition, k, element_bytes, topology, row_nonzeros)
     if strategy in COUNTED_STRATEGIES:
-        sources, destinations, rows, setup_entries, entries, diagonal = counted_sends(
-            matrix, row_partition, col_partition, strategy, progress
+        groups = None if topology is None or len(topology.levels) < 2 else topology.groups(row_partition.n_parts)
+        sources, destinations, rows, setup_entries, entries, diagonal, inter_group = counted_sends(
+            matrix, row_partition, col_partition, strategy, progress, groups
         )
         return PlanStats(
             strategy,
@@ -442,6 +443,7 @@ def strategy_stats(
             topology=topology,
             rank_entries=entries,
             rank_diagonal_entries=diagonal,
+            rank_inter_group_entries=inter_group,
         )
     plan = build_plan(matrix, row_partition, col_partition, strategy, topology, proxy=proxy, progress=progress)
     return plan_stats(plan.ranks, k, element_bytes, topology=topology)
