@@ -52,6 +52,19 @@ def geometric_mean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def busiest_link_bytes(traffic, nodes) -> float:
+    """Bytes through the busiest node's link in its busier direction (the shared link the cost model prices):
+    ``traffic[sender][receiver]``, the bytes between every pair of ranks (an ``spmm --json`` report's
+    ``traffic.bytes``, what MPI delivered), and ``nodes``, every rank's node."""
+    import numpy as np
+
+    traffic, nodes = np.asarray(traffic, dtype=float), np.asarray(nodes)
+    crossing = np.where(nodes[:, None] != nodes[None, :], traffic, 0.0)
+    out = np.bincount(nodes, weights=crossing.sum(axis=1))
+    into = np.bincount(nodes, weights=crossing.sum(axis=0))
+    return float(max(out.max(), into.max())) if nodes.size else 0.0
+
+
 def extract_baseline(ref: str) -> str:
     """The ``src`` tree of git commit ``ref`` in a temporary directory (what PYTHONPATH gets, ahead
     of the editable install of the current code)."""

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
-from common import ROOT  # noqa: E402
+from common import ROOT, busiest_link_bytes  # noqa: E402
 
 STRATEGIES = ("row", "column", "joint", "column-hier", "joint-hier", "joint-group")
 TWO_LEVEL = ("column-hier", "joint-hier", "joint-group")
@@ -37,19 +37,12 @@ PAIRED_TURNS = 20  # fewest turns for an interval (paired_ratio)
 CLOSE_TO_BOUND = 1.1  # a run whose link is at least half its time should take at most this over its byte bound
 
 
-def busiest_node_bytes(run: dict) -> int:
-    """Bytes through the busiest node's link in its busier direction (the shared link the cost model prices), from
-    the bytes MPI delivered between every pair of ranks; nodes of ``run["cluster"]`` (``NxR``) hold R ranks each."""
+def busiest_node_bytes(run: dict) -> float:
+    """:func:`~common.busiest_link_bytes` of a run's delivered bytes; nodes of ``run["cluster"]`` (``NxR``) hold R
+    ranks each."""
     per_node = int(run["cluster"].split("x")[1])
     delivered = run["traffic"]["bytes"]
-    nodes = [rank // per_node for rank in range(len(delivered))]
-    out, into = {}, {}
-    for source, row in enumerate(delivered):
-        for destination, nbytes in enumerate(row):
-            if nodes[source] != nodes[destination]:
-                out[nodes[source]] = out.get(nodes[source], 0) + nbytes
-                into[nodes[destination]] = into.get(nodes[destination], 0) + nbytes
-    return max([*out.values(), *into.values(), 0])
+    return busiest_link_bytes(delivered, [rank // per_node for rank in range(len(delivered))])
 
 
 def node_link_rate(calibrations: list[dict], layout: str, rate: str) -> float:

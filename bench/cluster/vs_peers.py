@@ -55,7 +55,7 @@ import scipy.io
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # emulated.py
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))  # vs_combblas.py
-from common import ROOT, geometric_mean, short_name  # noqa: E402
+from common import ROOT, busiest_link_bytes, geometric_mean, short_name  # noqa: E402
 from emulated import DEFAULT_MATRICES, calibrated_cluster, run_json, run_link_free  # noqa: E402
 from emulated_report import CLOSE_TO_BOUND  # noqa: E402
 from vs_combblas import VALUES, build_peer  # noqa: E402
@@ -118,16 +118,11 @@ def ours_link_free(cluster, per_node: int, matrix: str, network: str, k: int, re
 
 def busiest_node_bytes(report: dict, network: dict) -> float:
     """The payload bytes one multiply of an ``spmm --json`` report moves through the busiest node's link, in its
-    busier direction: from the run's traffic (``traffic.bytes[sender][receiver]``) and each rank's node as the
-    calibration record found it (``rank_groups``)."""
+    busier direction (:func:`~common.busiest_link_bytes`), each rank's node as the calibration record found it
+    (``rank_groups``)."""
     if report.get("traffic_differences"):
         raise SystemExit(f"MPI delivered other bytes than planned: {report['traffic_differences'][:3]}")
-    traffic = np.asarray(report["traffic"]["bytes"], dtype=float)
-    node = np.asarray(network["rank_groups"])
-    crossing = np.where(node[:, None] != node[None, :], traffic, 0.0)
-    out = np.bincount(node, weights=crossing.sum(axis=1))
-    into = np.bincount(node, weights=crossing.sum(axis=0))
-    return float(max(out.max(), into.max()))
+    return busiest_link_bytes(report["traffic"]["bytes"], network["rank_groups"])
 
 
 def petsc(cluster, per_node: int, directory: str, k: int, repeat: int) -> dict:
