@@ -67,7 +67,7 @@ class PlanStats:
     it on the messages between groups (the rows of the send matrices that go to another group and the columns of
     the receive matrices that come from one, in exchanges that read B alone; :func:`rank_inter_group_entries`),
     which the overlap schedule works on while other messages cross (:func:`~sparsewire.plan.cost.beside_parts`);
-    None where not known (counted from the block structure, ``rowwise``, ``block``).
+    None where not known (``rowwise``, ``block``).
     """
 
     strategy: Strategy
