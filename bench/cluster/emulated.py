@@ -37,6 +37,8 @@ from sparsewire.testing import EmulatedCluster, unavailable_reason
 SHARED = ROOT.parent / "shared" / "data"
 FREE_RATE = "100gbit"  # 20 times what the 2-core machine carries (docs/cli.md, "sparsewire emulate"): never the limit
 DEFAULT_MATRICES = [str(SHARED / f"{name}.mtx.gz") for name in ("delaunay_n16", "mdual", "cit-HepTh", "dblp-2010")]
+#: ``--matrices``' default of the cluster benches: the shared matrices this checkout has, and R-MAT 16.
+MATRICES = ",".join([m for m in DEFAULT_MATRICES if Path(m).exists()] + ["rmat:16:8:1"])
 
 
 def runs_of(report) -> list[dict]:
@@ -77,7 +79,7 @@ def run_link_free(cluster: EmulatedCluster, per_node: int, arguments: list[str],
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--matrices", default=",".join([m for m in DEFAULT_MATRICES if Path(m).exists()] + ["rmat:16:8:1"]))
+    parser.add_argument("--matrices", default=MATRICES)
     parser.add_argument("--rates", default="1gbit,5gbit")
     parser.add_argument("--layouts", default="2x2,4x1")
     parser.add_argument("--strategies", default="row,column,joint,column-hier,joint-hier,joint-group")

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # emulated.py
 from common import short_name  # noqa: E402
-from emulated import DEFAULT_MATRICES, calibrated_cluster  # noqa: E402
+from emulated import MATRICES, calibrated_cluster  # noqa: E402
 
 from sparsewire.testing import unavailable_reason  # noqa: E402
 
@@ -34,7 +34,7 @@ def time_copies(spec: str, strategy: str, copies: int, rounds: int, repeat: int,
     from mpi4py import MPI
 
     import sparsewire
-    from sparsewire.profile import time_plan
+    from sparsewire.profile import time_plan, turn_order
     from sparsewire.topology import parse_topology
 
     comm = MPI.COMM_WORLD
@@ -46,7 +46,7 @@ def time_copies(spec: str, strategy: str, copies: int, rounds: int, repeat: int,
     outputs = [np.empty((plan.output_rows, k)) for plan in plans]
     seconds: list[list[float]] = [[] for _ in plans]
     for turn in range(rounds):
-        for index in range(copies) if turn % 2 == 0 else reversed(range(copies)):  # as spmm --rounds takes turns
+        for index in turn_order(list(range(copies)), turn):  # as spmm --rounds takes turns
             seconds[index].extend(time_plan(plans[index], b, outputs[index], repeat).seconds)
     for plan in plans:
         plan.close()
@@ -56,7 +56,7 @@ def time_copies(spec: str, strategy: str, copies: int, rounds: int, repeat: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--matrices", default=",".join([m for m in DEFAULT_MATRICES if Path(m).exists()] + ["rmat:16:8:1"]))
+    parser.add_argument("--matrices", default=MATRICES)
     parser.add_argument("--layouts", default="2x2,4x1")
     parser.add_argument("--rates", default="1gbit")
     parser.add_argument("--strategy", default="joint", help="the strategy planned --copies times (default: joint)")

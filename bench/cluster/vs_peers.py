@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/common.py
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # emulated.py
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))  # vs_combblas.py
 from common import ROOT, busiest_link_bytes, geometric_mean, short_name  # noqa: E402
-from emulated import DEFAULT_MATRICES, calibrated_cluster, run_json, run_link_free  # noqa: E402
+from emulated import MATRICES, calibrated_cluster, run_json, run_link_free  # noqa: E402
 from emulated_report import CLOSE_TO_BOUND  # noqa: E402
 from vs_combblas import VALUES, build_peer  # noqa: E402
 
@@ -252,7 +252,7 @@ def print_close_to_bound(spmm: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--matrices", default=",".join([m for m in DEFAULT_MATRICES if Path(m).exists()] + ["rmat:16:8:1"]))
+    parser.add_argument("--matrices", default=MATRICES)
     parser.add_argument("--layouts", default="2x2,4x1")
     parser.add_argument("--rates", default="1gbit,5gbit")
     parser.add_argument("--kinds", default="spmm,spgemm", help="of spmm (against PETSc), spgemm (against CombBLAS)")

@@ -44,6 +44,13 @@ def _kernel(sharing: int) -> tuple[bool, object, object, np.ndarray, np.ndarray,
     return oversubscribed(sharing, threads), matrix, kernel_operand(matrix, np.float64, threads, sharing), dense, out, threads
 
 
+def _pieces(nbytes: int) -> int:
+    """Pieces of :data:`~sparsewire.exec.message_rows.PIECE_BYTES` a message of ``nbytes`` is cut into (one at least)."""
+    from sparsewire.exec.message_rows import PIECE_BYTES
+
+    return max(1, -(-nbytes // PIECE_BYTES))
+
+
 def _taking_turns(timed, rate: float, flows: list[tuple[int, int]], repeat: int) -> dict:
     """Collective. ``timed(stream, compute, outgoing, incoming)`` (the slowest rank's seconds) once to warm the kernel,
     three times alone to size the message to cross in the work's time at ``rate`` over ``flows``, once to make the
@@ -131,7 +138,6 @@ def piece_overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sha
     shorter, with the stream whole or in pieces; 0.00-0.08 with the work a half or a third of it), while work between
     pieces hid 0.25-0.32 of the shorter with the two as long, 0.65-0.69 with the work half the stream and all of it with a
     third: the cores then take ``(1 - fraction)`` of the stream's time, 0.63-0.77 at the three sizes."""
-    from sparsewire.exec.message_rows import PIECE_BYTES
     from sparsewire.kernels import compiled as kernels
 
     rank = comm.Get_rank()
@@ -140,7 +146,7 @@ def piece_overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sha
     destinations = [r for s, r in flows if s == rank]
 
     def timed(stream: bool, compute: bool, outgoing: np.ndarray, incoming: np.ndarray) -> float:
-        pieces = max(1, -(-outgoing.size // PIECE_BYTES))  # one while the message is sized
+        pieces = _pieces(outgoing.size)  # one while the message is sized
         rows = np.linspace(0, matrix.shape[0], pieces + 1).astype(np.int64).tolist()
         cuts = np.linspace(0, outgoing.size, pieces + 1).astype(np.int64).tolist()
         wait_all([comm.Ibarrier()], yielding=yielding)
@@ -158,4 +164,4 @@ def piece_overlap(comm: MPI.Comm, flows: list[tuple[int, int]], rate: float, sha
         return comm.allreduce(MPI.Wtime() - started, op=MPI.MAX)
 
     measured = _taking_turns(timed, rate, flows, repeat)
-    return {**measured, "pieces": max(1, -(-measured["message_bytes"] // PIECE_BYTES))}
+    return {**measured, "pieces": _pieces(measured["message_bytes"])}

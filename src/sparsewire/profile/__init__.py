@@ -7,7 +7,7 @@ timeline plot (:mod:`~sparsewire.profile.timeline`), the traffic map between gro
 (:func:`format_table`)."""
 
 from sparsewire._lib.text import format_bytes, format_table
-from sparsewire.profile.timed import TimedRun, time_plan, timed_run
+from sparsewire.profile.timed import TimedRun, time_plan, timed_run, turn_order
 from sparsewire.profile.tracing import region, trace
 
-__all__ = ["trace", "region", "time_plan", "timed_run", "TimedRun", "format_table", "format_bytes"]
+__all__ = ["trace", "region", "time_plan", "timed_run", "turn_order", "TimedRun", "format_table", "format_bytes"]
